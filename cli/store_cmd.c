@@ -1,0 +1,113 @@
+/* `ddprun store`: a standalone rendezvous store, stopped by SIGINT or SIGTERM. */
+#include "cli/cli.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/store.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static struct ddp_store_server *g_srv;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (g_srv)
+        ddp_store_server_stop(g_srv); /* async-signal-safe: one eventfd write */
+}
+
+int ddp__cmd_store(int argc, char **argv, int i)
+{
+    const char *vals[DDP_OPT__COUNT] = {0};
+    static const char *const cmds[] = {"global", "store", NULL};
+    char host[256];
+    int port, r;
+    uint8_t *tok = NULL;
+    size_t toklen = 0;
+
+    if (ddp__cli_parse(argc, argv, &i, cmds, vals) < 0)
+        return DDP_EXIT_USAGE;
+    if (i < argc) {
+        ddp__cli_error("store: unexpected argument '%s'", argv[i]);
+        return DDP_EXIT_USAGE;
+    }
+    if (vals[DDP_OPT_LOG_LEVEL]) {
+        static const char *const names[] = {"none", "error", "warn", "info", "debug", "trace"};
+        int k;
+        for (k = 0; k < 6 && strcmp(vals[DDP_OPT_LOG_LEVEL], names[k]) != 0; k++)
+            ;
+        if (k == 6) {
+            ddp__cli_error("--log-level '%s' is not one of none, error, warn, info, debug, trace",
+                           vals[DDP_OPT_LOG_LEVEL]);
+            return DDP_EXIT_USAGE;
+        }
+        ddp_log_set_level((enum ddp_log_level)k);
+    }
+    if (!vals[DDP_OPT_LISTEN]) {
+        ddp__cli_error("store: --listen HOST:PORT is required");
+        return DDP_EXIT_USAGE;
+    }
+    if (ddp_parse_hostport(vals[DDP_OPT_LISTEN], host, sizeof(host), &port) < 0) {
+        ddp__cli_error("store: --listen '%s' is not HOST:PORT (port 0 picks a free one)",
+                       vals[DDP_OPT_LISTEN]);
+        return DDP_EXIT_USAGE;
+    }
+    if (!vals[DDP_OPT_TOKEN_FILE]) {
+        ddp__cli_error("store: --token-file FILE is required (the token never goes on a "
+                       "command line)");
+        return DDP_EXIT_USAGE;
+    }
+    long max_conns = 0;
+    if (vals[DDP_OPT_MAX_CONNS]) {
+        char *end;
+        max_conns = strtol(vals[DDP_OPT_MAX_CONNS], &end, 10);
+        if (*end || max_conns <= 0 || max_conns > 1000000) {
+            ddp__cli_error("store: --max-conns '%s' is not a number from 1 to 1000000",
+                           vals[DDP_OPT_MAX_CONNS]);
+            return DDP_EXIT_USAGE;
+        }
+    }
+    if (ddp_store_token_read_file(vals[DDP_OPT_TOKEN_FILE], &tok, &toklen) < 0) {
+        ddp__cli_error("store: cannot use token file '%s' (see the message above)",
+                       vals[DDP_OPT_TOKEN_FILE]);
+        return DDP_EXIT_USAGE;
+    }
+    struct ddp_store_server_opts o = {.host = host, .port = port, .token = tok,
+                                      .token_len = toklen, .max_conns = (unsigned)max_conns};
+    r = ddp_store_server_new(&o, &g_srv);
+    ddp_store_token_free(tok, toklen);
+    if (r < 0) {
+        ddp__cli_error("store: cannot start on '%s': %s", vals[DDP_OPT_LISTEN], ddp_strerror(r));
+        return DDP_EXIT_LAUNCH;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* The first line of stdout is the address, for scripts that asked for port 0. */
+    if (strchr(host, ':'))
+        printf("[%s]:%d\n", host, ddp_store_server_port(g_srv));
+    else
+        printf("%s:%d\n", host, ddp_store_server_port(g_srv));
+    fflush(stdout);
+    DDP_INFO(STORE, "serving on '%s' port %d", host, ddp_store_server_port(g_srv));
+
+    r = ddp_store_server_run(g_srv);
+    struct ddp_store_server_stats st;
+    ddp_store_server_get_stats(g_srv, &st);
+    DDP_INFO(STORE,
+             "stopping: %" PRIu64 " connections accepted, %" PRIu64 " refused (token), %" PRIu64
+             " dropped, %" PRIu64 " leases expired",
+             st.conns_accepted, st.conns_refused_auth, st.conns_dropped, st.leases_expired);
+    ddp_store_server_free(g_srv);
+    g_srv = NULL;
+    return r < 0 ? DDP_EXIT_JOB_FAILED : DDP_EXIT_OK;
+}

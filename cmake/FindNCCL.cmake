@@ -1,0 +1,25 @@
+# Finds NCCL (nccl.h, libnccl) next to the CUDA toolkit; defines NCCL::NCCL and NCCL_VERSION.
+find_path(NCCL_INCLUDE_DIR nccl.h
+  HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
+  PATH_SUFFIXES include)
+find_library(NCCL_LIBRARY nccl
+  HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64
+  PATH_SUFFIXES lib lib64)
+if(NCCL_INCLUDE_DIR AND EXISTS ${NCCL_INCLUDE_DIR}/nccl.h)
+  file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_ver REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*" "\\1" _maj "${_nccl_ver}")
+  string(REGEX REPLACE ".*NCCL_MINOR ([0-9]+).*" "\\1" _min "${_nccl_ver}")
+  string(REGEX REPLACE ".*NCCL_PATCH ([0-9]+).*" "\\1" _pat "${_nccl_ver}")
+  set(NCCL_VERSION "${_maj}.${_min}.${_pat}")
+endif()
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(NCCL REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR
+                                  VERSION_VAR NCCL_VERSION)
+if(NCCL_FOUND AND NOT TARGET NCCL::NCCL)
+  add_library(NCCL::NCCL UNKNOWN IMPORTED)
+  set_target_properties(NCCL::NCCL PROPERTIES
+    IMPORTED_LOCATION ${NCCL_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+  target_link_libraries(NCCL::NCCL INTERFACE CUDA::cudart)
+endif()
+mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY)

@@ -1,0 +1,7 @@
+/* Umbrella header for libddp: include this from a training program. */
+#ifndef DDP_H
+#define DDP_H
+
+#include "rendezvous/store.h"
+
+#endif

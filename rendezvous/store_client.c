@@ -1,0 +1,868 @@
+/* The store's blocking client: one request in flight per connection, pushed events queued on the side. */
+#include "rendezvous/store.h"
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CLIENT_MAX_FRAME ((64u << 20) + 1024)
+#define WAIT_SLACK_MS 5000
+
+struct evnode {
+    struct ddp_store_event *ev;
+    struct evnode *next;
+};
+
+struct ddp_store {
+    int fd;
+    pthread_mutex_t mu;
+    int timeout_ms;
+    uint32_t next_id;
+    struct ddp_buf in;
+    struct ddp_buf out;
+    struct evnode *ev_head, *ev_tail;
+    char addr[300];
+};
+
+static int64_t deadline_after(int ms)
+{
+    return ms < 0 ? INT64_MAX : ddp_now_ms() + ms;
+}
+
+static int remaining(int64_t deadline)
+{
+    if (deadline == INT64_MAX)
+        return -1;
+    int64_t r = deadline - ddp_now_ms();
+    return r < 0 ? 0 : r > INT32_MAX ? INT32_MAX : (int)r;
+}
+
+/* After a timeout or IO failure the stream position is unknown: never reuse it. */
+static void mark_broken(struct ddp_store *s)
+{
+    if (s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+    }
+}
+
+static int send_out(struct ddp_store *s, int64_t deadline)
+{
+    while (ddp_buf_pending(&s->out) > 0) {
+        ssize_t w = send(s->fd, s->out.data + s->out.off, ddp_buf_pending(&s->out), MSG_NOSIGNAL);
+        if (w >= 0) {
+            s->out.off += (size_t)w;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            DDP_ERROR(STORE, "cannot send to store '%s': %s", s->addr, strerror(errno));
+            return DDP_ECLOSED;
+        }
+        struct pollfd p = {.fd = s->fd, .events = POLLOUT};
+        int pr = poll(&p, 1, remaining(deadline));
+        if (pr == 0)
+            return DDP_ETIMEDOUT;
+        if (pr < 0 && errno != EINTR)
+            return DDP_ESYS;
+    }
+    s->out.off = s->out.len = 0;
+    return 0;
+}
+
+/* Returns the next whole frame from the stream, pointing into s->in (valid until the next read). */
+static int read_frame(struct ddp_store *s, int64_t deadline, const uint8_t **frame, size_t *len)
+{
+    for (;;) {
+        long fs = ddp__proto_frame_size(s->in.data + s->in.off, ddp_buf_pending(&s->in),
+                                        CLIENT_MAX_FRAME);
+        if (fs < 0) {
+            DDP_ERROR(STORE, "bad frame from store '%s': %s", s->addr, ddp_strerror((int)fs));
+            return DDP_EPROTO;
+        }
+        if (fs > 0) {
+            *frame = s->in.data + s->in.off;
+            *len = (size_t)fs;
+            s->in.off += (size_t)fs;
+            return 0;
+        }
+        ddp_buf_compact(&s->in);
+        if (ddp_buf_reserve(&s->in, 64u << 10) < 0)
+            return DDP_ENOMEM;
+        ssize_t n = recv(s->fd, s->in.data + s->in.len, s->in.cap - s->in.len, 0);
+        if (n > 0) {
+            s->in.len += (size_t)n;
+            continue;
+        }
+        if (n == 0) {
+            DDP_ERROR(STORE, "store '%s' closed the connection", s->addr);
+            return DDP_ECLOSED;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            DDP_ERROR(STORE, "cannot read from store '%s': %s", s->addr, strerror(errno));
+            return DDP_ECLOSED;
+        }
+        struct pollfd p = {.fd = s->fd, .events = POLLIN};
+        int pr = poll(&p, 1, remaining(deadline));
+        if (pr == 0)
+            return DDP_ETIMEDOUT;
+        if (pr < 0 && errno != EINTR)
+            return DDP_ESYS;
+    }
+}
+
+static int queue_event(struct ddp_store *s, uint32_t wid, struct ddp_rd *r)
+{
+    uint8_t kind;
+    const uint8_t *k, *v;
+    uint32_t kl, vl;
+    if (ddp_rd_u8(r, &kind) < 0 || ddp_rd_str(r, DDP__MAX_KEY, &k, &kl) < 0 ||
+        ddp_rd_str(r, DDP__MAX_VALUE, &v, &vl) < 0 || kind < 1 || kind > 3)
+        return DDP_EPROTO;
+    struct ddp_store_event *ev = calloc(1, sizeof(*ev));
+    struct evnode *n = malloc(sizeof(*n));
+    if (ev) {
+        ev->key = malloc((size_t)kl + 1);
+        ev->value = malloc((size_t)vl + 1);
+    }
+    if (!ev || !n || !ev->key || !ev->value) {
+        ddp_store_event_free(ev);
+        free(n);
+        return DDP_ENOMEM;
+    }
+    ev->kind = (enum ddp_store_event_kind)kind;
+    ev->watch_id = wid;
+    memcpy(ev->key, k, kl);
+    ev->key[kl] = '\0';
+    memcpy(ev->value, v, vl);
+    ((char *)ev->value)[vl] = '\0';
+    ev->value_len = vl;
+    n->ev = ev;
+    n->next = NULL;
+    if (s->ev_tail)
+        s->ev_tail->next = n;
+    else
+        s->ev_head = n;
+    s->ev_tail = n;
+    return 0;
+}
+
+/*
+ * Reads frames until the reply to (op, id) arrives, queueing pushed events.
+ * On success *rd covers the payload after the status and the status is returned.
+ */
+static int await_reply(struct ddp_store *s, uint8_t op, uint32_t id, int64_t deadline,
+                       struct ddp_rd *rd)
+{
+    for (;;) {
+        const uint8_t *f;
+        size_t len;
+        int r = read_frame(s, deadline, &f, &len);
+        if (r < 0)
+            return r;
+        struct ddp_rd fr;
+        uint32_t flen, fid, st;
+        uint8_t fop;
+        ddp_rd_init(&fr, f, len);
+        ddp_rd_u32(&fr, &flen);
+        if (ddp_rd_u8(&fr, &fop) < 0 || ddp_rd_u32(&fr, &fid) < 0)
+            return DDP_EPROTO;
+        if (fop == DDP__OP_EVENT) {
+            if ((r = queue_event(s, fid, &fr)) < 0)
+                return r;
+            continue;
+        }
+        if (fop != (op | DDP__REPLY_BIT) || fid != id || ddp_rd_u32(&fr, &st) < 0) {
+            DDP_ERROR(STORE, "unexpected frame from store '%s' (op 0x%02x id %u, wanted 0x%02x id %u)",
+                      s->addr, fop, fid, op | DDP__REPLY_BIT, id);
+            return DDP_EPROTO;
+        }
+        *rd = fr;
+        return (int32_t)st;
+    }
+}
+
+/* Starts a request in s->out. */
+static size_t req_begin(struct ddp_store *s, uint8_t op, uint32_t *id)
+{
+    s->out.off = s->out.len = 0;
+    *id = ++s->next_id;
+    return ddp__proto_begin(&s->out, op, *id);
+}
+
+/* Sends the request and waits for its reply; transport failures break the connection. */
+static int roundtrip(struct ddp_store *s, size_t pos, uint8_t op, uint32_t id, int64_t deadline,
+                     struct ddp_rd *rd)
+{
+    int r;
+    if (s->fd < 0)
+        return DDP_ECLOSED;
+    ddp__proto_end(&s->out, pos);
+    if ((r = send_out(s, deadline)) < 0 || (r = await_reply(s, op, id, deadline, rd)) < 0) {
+        bool transport = r == DDP_ETIMEDOUT || r == DDP_ECLOSED || r == DDP_EPROTO ||
+                         r == DDP_ESYS || r == DDP_ENOMEM;
+        /* A status code from the server leaves the stream in sync; anything else does not. */
+        if (transport) {
+            if (r == DDP_ETIMEDOUT)
+                DDP_ERROR(STORE, "store '%s' did not answer op 0x%02x in time", s->addr, op);
+            mark_broken(s);
+        }
+    }
+    return r;
+}
+
+static bool key_ok(const char *key, size_t *kl)
+{
+    if (!key)
+        return false;
+    *kl = strlen(key);
+    return *kl <= DDP__MAX_KEY;
+}
+
+/* ------------------------------------------------------------------ */
+/* Connect and handshake                                              */
+/* ------------------------------------------------------------------ */
+
+static int connect_once(const struct addrinfo *ai, int64_t deadline, int *out, int *err)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        *err = errno;
+        return DDP_ESYS;
+    }
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) {
+            *err = errno;
+            close(fd);
+            return DDP_ECONNECT;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int rem = remaining(deadline);
+        int pr;
+        do
+            pr = poll(&p, 1, rem < 0 || rem > 2000 ? 2000 : rem);
+        while (pr < 0 && errno == EINTR);
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (pr <= 0) {
+            *err = ETIMEDOUT;
+            close(fd);
+            return DDP_ECONNECT;
+        }
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (soerr) {
+            *err = soerr;
+            close(fd);
+            return DDP_ECONNECT;
+        }
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    *out = fd;
+    return 0;
+}
+
+static int handshake(struct ddp_store *s, const uint8_t *token, size_t toklen, int64_t deadline)
+{
+    uint8_t cn[DDP__NONCE_LEN], mac[DDP__MAC_LEN], want[DDP__MAC_LEN];
+    const uint8_t *sn, *smac;
+    struct ddp_rd rd;
+    uint32_t id, magic;
+    uint16_t ver, resv;
+    int r;
+    if ((r = ddp_random_bytes(cn, sizeof(cn))) < 0)
+        return r;
+    size_t pos = req_begin(s, DDP__OP_HELLO, &id);
+    ddp_buf_put_u32(&s->out, DDP__PROTO_MAGIC);
+    ddp_buf_put_u16(&s->out, DDP__PROTO_VERSION);
+    ddp_buf_put_u16(&s->out, 0);
+    ddp_buf_put(&s->out, cn, sizeof(cn));
+    r = roundtrip(s, pos, DDP__OP_HELLO, id, deadline, &rd);
+    if (r == DDP_EVERSION) {
+        uint16_t sv = 0;
+        ddp_rd_u16(&rd, &sv);
+        DDP_ERROR(STORE, "store '%s' speaks protocol version %u, this client speaks %u", s->addr,
+                  sv, DDP__PROTO_VERSION);
+        return r;
+    }
+    if (r < 0)
+        return r;
+    if (ddp_rd_u32(&rd, &magic) < 0 || ddp_rd_u16(&rd, &ver) < 0 || ddp_rd_u16(&rd, &resv) < 0 ||
+        ddp_rd_raw(&rd, DDP__NONCE_LEN, &sn) < 0 || magic != DDP__PROTO_MAGIC) {
+        DDP_ERROR(STORE, "'%s' is not a ddprun store (bad handshake reply)", s->addr);
+        return DDP_EPROTO;
+    }
+    uint8_t snonce[DDP__NONCE_LEN];
+    memcpy(snonce, sn, sizeof(snonce));
+    if ((r = ddp__proto_mac(token, toklen, DDP__LABEL_CLIENT, snonce, cn, mac)) < 0)
+        return r;
+    pos = req_begin(s, DDP__OP_AUTH, &id);
+    ddp_buf_put(&s->out, mac, sizeof(mac));
+    r = roundtrip(s, pos, DDP__OP_AUTH, id, deadline, &rd);
+    if (r == DDP_EAUTH) {
+        DDP_ERROR(STORE, "store '%s' refused the job token", s->addr);
+        return r;
+    }
+    if (r < 0)
+        return r;
+    if (ddp_rd_raw(&rd, DDP__MAC_LEN, &smac) < 0 ||
+        (r = ddp__proto_mac(token, toklen, DDP__LABEL_SERVER, cn, snonce, want)) < 0 ||
+        !ddp__proto_mac_equal(want, smac)) {
+        DDP_ERROR(STORE, "store '%s' could not prove it holds the job token", s->addr);
+        return DDP_EAUTH;
+    }
+    return 0;
+}
+
+int ddp_store_connect(const char *host, int port, const void *token, size_t toklen,
+                      int timeout_ms, struct ddp_store **out)
+{
+    struct ddp_store *s = NULL;
+    struct addrinfo *res = NULL;
+    int r, err = 0;
+    if (!host || port <= 0 || port > 65535 || !token || toklen == 0 || !out)
+        return DDP_EINVAL;
+    int64_t deadline = deadline_after(timeout_ms);
+    if (!(s = calloc(1, sizeof(*s))))
+        return DDP_ENOMEM;
+    s->fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    ddp_buf_init(&s->in);
+    ddp_buf_init(&s->out);
+    const char *env = getenv("DDP_STORE_TIMEOUT_MS");
+    s->timeout_ms = env && atoi(env) > 0 ? atoi(env) : 300000;
+    if (strchr(host, ':'))
+        snprintf(s->addr, sizeof(s->addr), "[%s]:%d", host, port);
+    else
+        snprintf(s->addr, sizeof(s->addr), "%s:%d", host, port);
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    int gai = getaddrinfo(host, ps, &hints, &res);
+    if (gai != 0) {
+        DDP_ERROR(STORE, "cannot resolve store host '%s': %s", host, gai_strerror(gai));
+        r = DDP_ECONNECT;
+        goto fail;
+    }
+    /* Refused or unreachable: the store may not be up yet. Back off and retry. */
+    int backoff = 10;
+    for (;;) {
+        r = DDP_ECONNECT;
+        for (struct addrinfo *ai = res; ai && r < 0; ai = ai->ai_next)
+            r = connect_once(ai, deadline, &s->fd, &err);
+        if (r == 0)
+            break;
+        int rem = remaining(deadline);
+        if (rem == 0) {
+            DDP_ERROR(STORE, "cannot connect to store '%s': %s", s->addr, strerror(err));
+            r = DDP_ECONNECT;
+            goto fail;
+        }
+        unsigned jitter;
+        ddp_random_bytes(&jitter, sizeof(jitter));
+        int sleep_ms = backoff / 2 + (int)(jitter % (unsigned)(backoff / 2 + 1));
+        if (rem >= 0 && sleep_ms > rem)
+            sleep_ms = rem;
+        struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        if (backoff < 1000)
+            backoff *= 2;
+    }
+    if ((r = handshake(s, token, toklen, deadline)) < 0)
+        goto fail;
+    freeaddrinfo(res);
+    *out = s;
+    return 0;
+fail:
+    if (res)
+        freeaddrinfo(res);
+    ddp_store_close(s);
+    return r;
+}
+
+void ddp_store_close(struct ddp_store *s)
+{
+    if (!s)
+        return;
+    mark_broken(s);
+    while (s->ev_head) {
+        struct evnode *n = s->ev_head;
+        s->ev_head = n->next;
+        ddp_store_event_free(n->ev);
+        free(n);
+    }
+    ddp_buf_release(&s->in);
+    ddp_buf_release(&s->out);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void ddp_store_set_timeout(struct ddp_store *s, int timeout_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    s->timeout_ms = timeout_ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* Operations                                                         */
+/* ------------------------------------------------------------------ */
+
+#define LOCKED(s, expr)                                                        \
+    ({                                                                         \
+        pthread_mutex_lock(&(s)->mu);                                          \
+        int r__ = (expr);                                                      \
+        pthread_mutex_unlock(&(s)->mu);                                        \
+        r__;                                                                   \
+    })
+
+static int do_ping(struct ddp_store *s)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t pos = req_begin(s, DDP__OP_PING, &id);
+    return roundtrip(s, pos, DDP__OP_PING, id, deadline_after(s->timeout_ms), &rd);
+}
+
+int ddp_store_ping(struct ddp_store *s)
+{
+    return LOCKED(s, do_ping(s));
+}
+
+static int do_set(struct ddp_store *s, const char *key, const void *val, size_t len,
+                  uint64_t lease)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t kl;
+    if (!key_ok(key, &kl) || len > DDP__MAX_VALUE || (len && !val))
+        return key && kl > DDP__MAX_KEY ? DDP_ETOOBIG : len > DDP__MAX_VALUE ? DDP_ETOOBIG
+                                                                              : DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_SET, &id);
+    ddp_buf_put_str(&s->out, key, kl);
+    if (ddp_buf_put_str(&s->out, val, len) < 0)
+        return DDP_ENOMEM;
+    ddp_buf_put_u64(&s->out, lease);
+    return roundtrip(s, pos, DDP__OP_SET, id, deadline_after(s->timeout_ms), &rd);
+}
+
+int ddp_store_set(struct ddp_store *s, const char *key, const void *val, size_t len)
+{
+    return LOCKED(s, do_set(s, key, val, len, 0));
+}
+
+int ddp_store_set_leased(struct ddp_store *s, const char *key, const void *val, size_t len,
+                         uint64_t lease)
+{
+    if (lease == 0)
+        return DDP_EINVAL;
+    return LOCKED(s, do_set(s, key, val, len, lease));
+}
+
+/* Copies a wire string into a fresh NUL-terminated buffer. */
+static int take_str(struct ddp_rd *rd, void **val, size_t *len)
+{
+    const uint8_t *p;
+    uint32_t n;
+    if (ddp_rd_str(rd, UINT32_MAX, &p, &n) < 0)
+        return DDP_EPROTO;
+    char *d = malloc((size_t)n + 1);
+    if (!d)
+        return DDP_ENOMEM;
+    memcpy(d, p, n);
+    d[n] = '\0';
+    *val = d;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+static int do_get(struct ddp_store *s, const char *key, void **val, size_t *len)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t kl;
+    int r;
+    if (!key_ok(key, &kl) || !val)
+        return DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_GET, &id);
+    ddp_buf_put_str(&s->out, key, kl);
+    if ((r = roundtrip(s, pos, DDP__OP_GET, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    return take_str(&rd, val, len);
+}
+
+int ddp_store_get(struct ddp_store *s, const char *key, void **val, size_t *len)
+{
+    return LOCKED(s, do_get(s, key, val, len));
+}
+
+static int do_add(struct ddp_store *s, const char *key, int64_t delta, int64_t *res)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t kl;
+    int64_t v;
+    int r;
+    if (!key_ok(key, &kl))
+        return DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_ADD, &id);
+    ddp_buf_put_str(&s->out, key, kl);
+    ddp_buf_put_u64(&s->out, (uint64_t)delta);
+    if ((r = roundtrip(s, pos, DDP__OP_ADD, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    if (ddp_rd_i64(&rd, &v) < 0)
+        return DDP_EPROTO;
+    if (res)
+        *res = v;
+    return 0;
+}
+
+int ddp_store_add(struct ddp_store *s, const char *key, int64_t delta, int64_t *result)
+{
+    return LOCKED(s, do_add(s, key, delta, result));
+}
+
+static int do_cas(struct ddp_store *s, const char *key, const void *exp, size_t elen,
+                  const void *des, size_t dlen, bool *swapped, void **cur, size_t *curlen)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t kl;
+    uint8_t sw, present;
+    int r;
+    if (!key_ok(key, &kl) || elen > DDP__MAX_VALUE || dlen > DDP__MAX_VALUE || (dlen && !des))
+        return DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_CAS, &id);
+    ddp_buf_put_str(&s->out, key, kl);
+    ddp_buf_put_u8(&s->out, exp ? 0 : DDP__CAS_EXPECT_ABSENT);
+    if (ddp_buf_put_str(&s->out, exp, exp ? elen : 0) < 0 ||
+        ddp_buf_put_str(&s->out, des, dlen) < 0)
+        return DDP_ENOMEM;
+    if ((r = roundtrip(s, pos, DDP__OP_CAS, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    if (ddp_rd_u8(&rd, &sw) < 0 || ddp_rd_u8(&rd, &present) < 0)
+        return DDP_EPROTO;
+    void *v = NULL;
+    size_t vl = 0;
+    if (cur && present && (r = take_str(&rd, &v, &vl)) < 0)
+        return r;
+    if (swapped)
+        *swapped = sw;
+    if (cur) {
+        *cur = v;
+        if (curlen)
+            *curlen = vl;
+    }
+    return 0;
+}
+
+int ddp_store_cas(struct ddp_store *s, const char *key, const void *expected, size_t exp_len,
+                  const void *desired, size_t des_len, bool *swapped, void **cur, size_t *cur_len)
+{
+    return LOCKED(s, do_cas(s, key, expected, exp_len, desired, des_len, swapped, cur, cur_len));
+}
+
+static int do_delete(struct ddp_store *s, const char *key, bool *deleted)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t kl;
+    uint64_t v;
+    int r;
+    if (!key_ok(key, &kl))
+        return DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_DELETE, &id);
+    ddp_buf_put_str(&s->out, key, kl);
+    if ((r = roundtrip(s, pos, DDP__OP_DELETE, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    if (ddp_rd_u64(&rd, &v) < 0)
+        return DDP_EPROTO;
+    if (deleted)
+        *deleted = v != 0;
+    return 0;
+}
+
+int ddp_store_delete(struct ddp_store *s, const char *key, bool *deleted)
+{
+    return LOCKED(s, do_delete(s, key, deleted));
+}
+
+static int put_keys(struct ddp_store *s, const char *const *keys, size_t n)
+{
+    if (!keys || n == 0 || n > DDP__MAX_MULTI)
+        return DDP_EINVAL;
+    ddp_buf_put_u32(&s->out, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        size_t kl;
+        if (!key_ok(keys[i], &kl))
+            return DDP_EINVAL;
+        if (ddp_buf_put_str(&s->out, keys[i], kl) < 0)
+            return DDP_ENOMEM;
+    }
+    return 0;
+}
+
+static int do_check(struct ddp_store *s, const char *const *keys, size_t n, bool *all)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    uint8_t v;
+    int r;
+    size_t pos = req_begin(s, DDP__OP_CHECK, &id);
+    if ((r = put_keys(s, keys, n)) < 0)
+        return r;
+    if ((r = roundtrip(s, pos, DDP__OP_CHECK, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    if (ddp_rd_u8(&rd, &v) < 0)
+        return DDP_EPROTO;
+    *all = v != 0;
+    return 0;
+}
+
+int ddp_store_check(struct ddp_store *s, const char *const *keys, size_t n, bool *all)
+{
+    return LOCKED(s, do_check(s, keys, n, all));
+}
+
+static int do_num_keys(struct ddp_store *s, int64_t *n)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    int r;
+    size_t pos = req_begin(s, DDP__OP_NUM_KEYS, &id);
+    if ((r = roundtrip(s, pos, DDP__OP_NUM_KEYS, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    return ddp_rd_i64(&rd, n) < 0 ? DDP_EPROTO : 0;
+}
+
+int ddp_store_num_keys(struct ddp_store *s, int64_t *n)
+{
+    return LOCKED(s, do_num_keys(s, n));
+}
+
+static int do_wait(struct ddp_store *s, const char *const *keys, size_t n, int timeout_ms)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    int r;
+    size_t pos = req_begin(s, DDP__OP_WAIT, &id);
+    ddp_buf_put_u32(&s->out, timeout_ms < 0 ? DDP__WAIT_FOREVER : (uint32_t)timeout_ms);
+    if ((r = put_keys(s, keys, n)) < 0)
+        return r;
+    /* The server times the wait; our own deadline only guards against a dead server. */
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : ddp_now_ms() + timeout_ms + WAIT_SLACK_MS;
+    return roundtrip(s, pos, DDP__OP_WAIT, id, deadline, &rd);
+}
+
+int ddp_store_wait(struct ddp_store *s, const char *const *keys, size_t n, int timeout_ms)
+{
+    return LOCKED(s, do_wait(s, keys, n, timeout_ms));
+}
+
+static int do_multi_get(struct ddp_store *s, const char *const *keys, size_t n,
+                        struct ddp_store_value *vals)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    int r;
+    size_t pos = req_begin(s, DDP__OP_MULTI_GET, &id);
+    if ((r = put_keys(s, keys, n)) < 0)
+        return r;
+    if ((r = roundtrip(s, pos, DDP__OP_MULTI_GET, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    memset(vals, 0, n * sizeof(*vals));
+    for (size_t i = 0; i < n; i++) {
+        uint8_t present;
+        if (ddp_rd_u8(&rd, &present) < 0) {
+            r = DDP_EPROTO;
+            break;
+        }
+        if (present) {
+            if ((r = take_str(&rd, &vals[i].data, &vals[i].len)) < 0)
+                break;
+        } else {
+            const uint8_t *p;
+            uint32_t l;
+            if (ddp_rd_str(&rd, 0, &p, &l) < 0) {
+                r = DDP_EPROTO;
+                break;
+            }
+        }
+    }
+    if (r < 0)
+        ddp_store_values_free(vals, n);
+    return r;
+}
+
+int ddp_store_multi_get(struct ddp_store *s, const char *const *keys, size_t n,
+                        struct ddp_store_value *vals)
+{
+    return LOCKED(s, do_multi_get(s, keys, n, vals));
+}
+
+void ddp_store_values_free(struct ddp_store_value *vals, size_t n)
+{
+    if (!vals)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(vals[i].data);
+        vals[i].data = NULL;
+        vals[i].len = 0;
+    }
+}
+
+static int do_watch(struct ddp_store *s, const char *key, bool prefix, uint32_t *wid)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    size_t kl;
+    int r;
+    if (!key_ok(key, &kl))
+        return DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_WATCH, &id);
+    ddp_buf_put_u8(&s->out, prefix ? DDP__WATCH_PREFIX : 0);
+    ddp_buf_put_str(&s->out, key, kl);
+    if ((r = roundtrip(s, pos, DDP__OP_WATCH, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    return ddp_rd_u32(&rd, wid) < 0 ? DDP_EPROTO : 0;
+}
+
+int ddp_store_watch(struct ddp_store *s, const char *key, bool prefix, uint32_t *id)
+{
+    return LOCKED(s, do_watch(s, key, prefix, id));
+}
+
+static int do_u32_op(struct ddp_store *s, uint8_t op, uint32_t arg, uint32_t *out)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    int r;
+    size_t pos = req_begin(s, op, &id);
+    ddp_buf_put_u32(&s->out, arg);
+    if ((r = roundtrip(s, pos, op, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    return out && ddp_rd_u32(&rd, out) < 0 ? DDP_EPROTO : 0;
+}
+
+int ddp_store_unwatch(struct ddp_store *s, uint32_t wid)
+{
+    return LOCKED(s, do_u32_op(s, DDP__OP_UNWATCH, wid, NULL));
+}
+
+static int do_next_event(struct ddp_store *s, int timeout_ms, struct ddp_store_event **ev)
+{
+    int64_t deadline = deadline_after(timeout_ms);
+    while (!s->ev_head) {
+        if (s->fd < 0)
+            return DDP_ECLOSED;
+        const uint8_t *f;
+        size_t len;
+        int r = read_frame(s, deadline, &f, &len);
+        if (r == DDP_ETIMEDOUT)
+            return r; /* no partial frame was consumed: the stream is still in sync */
+        if (r < 0) {
+            mark_broken(s);
+            return r;
+        }
+        struct ddp_rd fr;
+        uint32_t flen, fid;
+        uint8_t fop;
+        ddp_rd_init(&fr, f, len);
+        ddp_rd_u32(&fr, &flen);
+        if (ddp_rd_u8(&fr, &fop) < 0 || ddp_rd_u32(&fr, &fid) < 0 || fop != DDP__OP_EVENT ||
+            (r = queue_event(s, fid, &fr)) < 0) {
+            mark_broken(s);
+            return DDP_EPROTO;
+        }
+    }
+    struct evnode *n = s->ev_head;
+    s->ev_head = n->next;
+    if (!s->ev_head)
+        s->ev_tail = NULL;
+    *ev = n->ev;
+    free(n);
+    return 0;
+}
+
+int ddp_store_next_event(struct ddp_store *s, int timeout_ms, struct ddp_store_event **ev)
+{
+    return LOCKED(s, do_next_event(s, timeout_ms, ev));
+}
+
+void ddp_store_event_free(struct ddp_store_event *ev)
+{
+    if (!ev)
+        return;
+    free(ev->key);
+    free(ev->value);
+    free(ev);
+}
+
+static int do_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease)
+{
+    struct ddp_rd rd;
+    uint32_t id;
+    int r;
+    if (ttl_ms <= 0)
+        return DDP_EINVAL;
+    size_t pos = req_begin(s, DDP__OP_LEASE_GRANT, &id);
+    ddp_buf_put_u32(&s->out, (uint32_t)ttl_ms);
+    if ((r = roundtrip(s, pos, DDP__OP_LEASE_GRANT, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    return ddp_rd_u64(&rd, lease) < 0 ? DDP_EPROTO : 0;
+}
+
+int ddp_store_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease)
+{
+    return LOCKED(s, do_lease_grant(s, ttl_ms, lease));
+}
+
+static int do_lease_u64(struct ddp_store *s, uint8_t op, uint64_t lease, int *ttl)
+{
+    struct ddp_rd rd;
+    uint32_t id, t;
+    int r;
+    size_t pos = req_begin(s, op, &id);
+    ddp_buf_put_u64(&s->out, lease);
+    if ((r = roundtrip(s, pos, op, id, deadline_after(s->timeout_ms), &rd)) < 0)
+        return r;
+    if (ttl) {
+        if (ddp_rd_u32(&rd, &t) < 0)
+            return DDP_EPROTO;
+        *ttl = (int)t;
+    }
+    return 0;
+}
+
+int ddp_store_lease_keepalive(struct ddp_store *s, uint64_t lease, int *ttl_ms)
+{
+    return LOCKED(s, do_lease_u64(s, DDP__OP_LEASE_KEEPALIVE, lease, ttl_ms));
+}
+
+int ddp_store_lease_revoke(struct ddp_store *s, uint64_t lease)
+{
+    return LOCKED(s, do_lease_u64(s, DDP__OP_LEASE_REVOKE, lease, NULL));
+}
