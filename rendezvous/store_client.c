@@ -169,10 +169,11 @@ static int queue_event(struct ddp_store *s, uint32_t wid, struct ddp_rd *r)
 
 /*
  * Reads frames until the reply to (op, id) arrives, queueing pushed events.
- * On success *rd covers the payload after the status and the status is returned.
+ * Returns 0 with the server's status in *status and *rd covering the payload
+ * after it, or a transport error (the stream is then out of sync).
  */
 static int await_reply(struct ddp_store *s, uint8_t op, uint32_t id, int64_t deadline,
-                       struct ddp_rd *rd)
+                       struct ddp_rd *rd, int *status)
 {
     for (;;) {
         const uint8_t *f;
@@ -198,7 +199,8 @@ static int await_reply(struct ddp_store *s, uint8_t op, uint32_t id, int64_t dea
             return DDP_EPROTO;
         }
         *rd = fr;
-        return (int32_t)st;
+        *status = (int32_t)st;
+        return 0;
     }
 }
 
@@ -214,21 +216,20 @@ static size_t req_begin(struct ddp_store *s, uint8_t op, uint32_t *id)
 static int roundtrip(struct ddp_store *s, size_t pos, uint8_t op, uint32_t id, int64_t deadline,
                      struct ddp_rd *rd)
 {
-    int r;
+    int r, status = 0;
     if (s->fd < 0)
         return DDP_ECLOSED;
     ddp__proto_end(&s->out, pos);
-    if ((r = send_out(s, deadline)) < 0 || (r = await_reply(s, op, id, deadline, rd)) < 0) {
-        bool transport = r == DDP_ETIMEDOUT || r == DDP_ECLOSED || r == DDP_EPROTO ||
-                         r == DDP_ESYS || r == DDP_ENOMEM;
-        /* A status code from the server leaves the stream in sync; anything else does not. */
-        if (transport) {
-            if (r == DDP_ETIMEDOUT)
-                DDP_ERROR(STORE, "store '%s' did not answer op 0x%02x in time", s->addr, op);
-            mark_broken(s);
-        }
+    if ((r = send_out(s, deadline)) < 0 ||
+        (r = await_reply(s, op, id, deadline, rd, &status)) < 0) {
+        /* A transport failure leaves the stream position unknown: drop the connection.
+         * A status from the server (even DDP_ETIMEDOUT for a WAIT) leaves it in sync. */
+        if (r == DDP_ETIMEDOUT)
+            DDP_ERROR(STORE, "store '%s' did not answer op 0x%02x in time", s->addr, op);
+        mark_broken(s);
+        return r;
     }
-    return r;
+    return status;
 }
 
 static bool key_ok(const char *key, size_t *kl)

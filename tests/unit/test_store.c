@@ -1,0 +1,880 @@
+/*
+ * Unit tests for the store server and client: every operation and error path,
+ * against a real server on a loopback socket, plus raw frames for what a
+ * well-behaved client never sends.
+ */
+#include "common/buf.h"
+#include "common/util.h"
+#include "rendezvous/proto.h"
+#include "rendezvous/store.h"
+#include "tests/unit/test.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOKEN "unit-test-token-0123456789"
+
+static struct ddp_store_server *srv;
+static pthread_t srv_thread;
+static int port;
+
+static void *serve(void *a)
+{
+    (void)a;
+    ddp_store_server_run(srv);
+    return NULL;
+}
+
+static void start_server_opts(unsigned max_conns, int auth_timeout_ms)
+{
+    struct ddp_store_server_opts o = {.host = "127.0.0.1", .token = TOKEN,
+                                      .token_len = strlen(TOKEN), .max_conns = max_conns,
+                                      .auth_timeout_ms = auth_timeout_ms};
+    ASSERT_OK(ddp_store_server_new(&o, &srv));
+    port = ddp_store_server_port(srv);
+    ASSERT_TRUE(port > 0);
+    ASSERT_EQ(pthread_create(&srv_thread, NULL, serve, NULL), 0);
+}
+
+static void start_server(void)
+{
+    start_server_opts(0, 0);
+}
+
+static void stop_server(void)
+{
+    ddp_store_server_stop(srv);
+    pthread_join(srv_thread, NULL);
+    ddp_store_server_free(srv);
+    srv = NULL;
+}
+
+static struct ddp_store *client(void)
+{
+    struct ddp_store *s;
+    ASSERT_OK(ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s));
+    return s;
+}
+
+/* Server stats are read without a lock; poll until the loop thread settles. */
+static void wait_stat(uint64_t (*get)(const struct ddp_store_server_stats *), uint64_t want)
+{
+    struct ddp_store_server_stats st;
+    for (int i = 0; i < 300; i++) {
+        ddp_store_server_get_stats(srv, &st);
+        if (get(&st) == want)
+            return;
+        usleep(10000);
+    }
+    ddp_store_server_get_stats(srv, &st);
+    FAIL_AT("server stat stayed at %llu, wanted %llu", (unsigned long long)get(&st),
+            (unsigned long long)want);
+}
+static uint64_t st_waiters(const struct ddp_store_server_stats *s)
+{
+    return s->waiters;
+}
+static uint64_t st_open(const struct ddp_store_server_stats *s)
+{
+    return s->conns_open;
+}
+static uint64_t st_refused(const struct ddp_store_server_stats *s)
+{
+    return s->conns_refused_auth;
+}
+
+TEST(set_get_overwrite_missing)
+{
+    start_server();
+    struct ddp_store *s = client();
+    void *v;
+    size_t n;
+    ASSERT_ERR(ddp_store_get(s, "nope", &v, &n), DDP_ENOKEY);
+    ASSERT_OK(ddp_store_set(s, "k", "hello", 5));
+    ASSERT_OK(ddp_store_get(s, "k", &v, &n));
+    ASSERT_EQ(n, 5);
+    ASSERT_STREQ(v, "hello");
+    free(v);
+    ASSERT_OK(ddp_store_set(s, "k", "", 0)); /* empty values are values */
+    ASSERT_OK(ddp_store_get(s, "k", &v, &n));
+    ASSERT_EQ(n, 0);
+    free(v);
+    uint8_t bin[5] = {0, 1, 0, 255, 0};
+    ASSERT_OK(ddp_store_set(s, "bin", bin, 5));
+    ASSERT_OK(ddp_store_get(s, "bin", &v, &n));
+    ASSERT_EQ(n, 5);
+    ASSERT_MEMEQ(v, bin, 5);
+    free(v);
+    ASSERT_OK(ddp_store_ping(s));
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(add_counts_and_rejects)
+{
+    start_server();
+    struct ddp_store *s = client();
+    int64_t v;
+    ASSERT_OK(ddp_store_add(s, "c", 5, &v));
+    ASSERT_EQ(v, 5);
+    ASSERT_OK(ddp_store_add(s, "c", -7, &v));
+    ASSERT_EQ(v, -2);
+    void *raw;
+    size_t n;
+    ASSERT_OK(ddp_store_get(s, "c", &raw, &n)); /* stored as decimal text, like TCPStore */
+    ASSERT_STREQ(raw, "-2");
+    free(raw);
+    ASSERT_OK(ddp_store_set(s, "text", "abc", 3));
+    v = 77;
+    ASSERT_ERR(ddp_store_add(s, "text", 1, &v), DDP_ENOTINT);
+    ASSERT_EQ(v, 77);
+    ASSERT_OK(ddp_store_set(s, "big", "9223372036854775807", 19));
+    ASSERT_ERR(ddp_store_add(s, "big", 1, &v), DDP_EINVAL); /* overflow */
+    ASSERT_OK(ddp_store_set(s, "sp", " 1", 2));
+    ASSERT_ERR(ddp_store_add(s, "sp", 1, &v), DDP_ENOTINT);
+    ASSERT_OK(ddp_store_ping(s)); /* errors leave the connection usable */
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(cas_semantics)
+{
+    start_server();
+    struct ddp_store *s = client();
+    bool sw;
+    void *cur;
+    size_t n;
+    /* absent expected, key absent: created */
+    ASSERT_OK(ddp_store_cas(s, "k", NULL, 0, "v1", 2, &sw, &cur, &n));
+    ASSERT_TRUE(sw);
+    ASSERT_STREQ(cur, "v1");
+    free(cur);
+    /* absent expected, key present: no swap, current returned */
+    ASSERT_OK(ddp_store_cas(s, "k", NULL, 0, "v2", 2, &sw, &cur, &n));
+    ASSERT_TRUE(!sw);
+    ASSERT_STREQ(cur, "v1");
+    free(cur);
+    /* wrong expected */
+    ASSERT_OK(ddp_store_cas(s, "k", "zz", 2, "v2", 2, &sw, &cur, &n));
+    ASSERT_TRUE(!sw);
+    ASSERT_STREQ(cur, "v1");
+    free(cur);
+    /* right expected */
+    ASSERT_OK(ddp_store_cas(s, "k", "v1", 2, "v2", 2, &sw, NULL, NULL));
+    ASSERT_TRUE(sw);
+    /* expected value on an absent key: no swap, *cur NULL */
+    ASSERT_OK(ddp_store_cas(s, "other", "x", 1, "y", 1, &sw, &cur, &n));
+    ASSERT_TRUE(!sw);
+    ASSERT_TRUE(cur == NULL);
+    /* expected empty string is not the same as absent */
+    ASSERT_OK(ddp_store_cas(s, "other", "", 0, "y", 1, &sw, NULL, NULL));
+    ASSERT_TRUE(!sw);
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(delete_check_num_keys)
+{
+    start_server();
+    struct ddp_store *s = client();
+    bool del, all;
+    int64_t nk;
+    ASSERT_OK(ddp_store_num_keys(s, &nk));
+    ASSERT_EQ(nk, 0);
+    ASSERT_OK(ddp_store_set(s, "a", "1", 1));
+    ASSERT_OK(ddp_store_set(s, "b", "2", 1));
+    ASSERT_OK(ddp_store_num_keys(s, &nk));
+    ASSERT_EQ(nk, 2);
+    const char *ab[] = {"a", "b"}, *ac[] = {"a", "c"};
+    ASSERT_OK(ddp_store_check(s, ab, 2, &all));
+    ASSERT_TRUE(all);
+    ASSERT_OK(ddp_store_check(s, ac, 2, &all));
+    ASSERT_TRUE(!all);
+    ASSERT_OK(ddp_store_delete(s, "a", &del));
+    ASSERT_TRUE(del);
+    ASSERT_OK(ddp_store_delete(s, "a", &del));
+    ASSERT_TRUE(!del);
+    ASSERT_OK(ddp_store_num_keys(s, &nk));
+    ASSERT_EQ(nk, 1);
+    ASSERT_OK(ddp_store_check(s, ab, 2, &all));
+    ASSERT_TRUE(!all);
+    ASSERT_ERR(ddp_store_check(s, ab, 0, &all), DDP_EINVAL);
+    ddp_store_close(s);
+    stop_server();
+}
+
+struct setter {
+    int delay_ms;
+    const char *key;
+};
+
+static void *set_later(void *a)
+{
+    struct setter *st = a;
+    usleep((useconds_t)st->delay_ms * 1000);
+    struct ddp_store *s = client();
+    ASSERT_OK(ddp_store_set(s, st->key, "x", 1));
+    ddp_store_close(s);
+    return NULL;
+}
+
+TEST(wait_parks_until_set)
+{
+    start_server();
+    struct ddp_store *s = client();
+    ASSERT_OK(ddp_store_set(s, "early", "1", 1));
+    const char *k1[] = {"early"};
+    ASSERT_OK(ddp_store_wait(s, k1, 1, 1000)); /* already there */
+    pthread_t th;
+    struct setter st = {150, "late"};
+    pthread_create(&th, NULL, set_later, &st);
+    const char *k2[] = {"early", "late", "late"};
+    int64_t t0 = ddp_now_ms();
+    ASSERT_OK(ddp_store_wait(s, k2, 3, 5000));
+    ASSERT_GE(ddp_now_ms() - t0, 140);
+    pthread_join(th, NULL);
+    wait_stat(st_waiters, 0);
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(wait_times_out_and_connection_survives)
+{
+    start_server();
+    struct ddp_store *s = client();
+    const char *k[] = {"never"};
+    int64_t t0 = ddp_now_ms();
+    ASSERT_ERR(ddp_store_wait(s, k, 1, 200), DDP_ETIMEDOUT);
+    int64_t dt = ddp_now_ms() - t0;
+    ASSERT_GE(dt, 190);
+    ASSERT_LE(dt, 2000);
+    ASSERT_ERR(ddp_store_wait(s, k, 1, 0), DDP_ETIMEDOUT); /* zero: a check */
+    ASSERT_OK(ddp_store_set(s, "never", "now", 3));
+    ASSERT_OK(ddp_store_wait(s, k, 1, 0));
+    wait_stat(st_waiters, 0);
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(multi_get)
+{
+    start_server();
+    struct ddp_store *s = client();
+    ASSERT_OK(ddp_store_set(s, "a", "AA", 2));
+    ASSERT_OK(ddp_store_set(s, "c", "", 0));
+    const char *k[] = {"a", "b", "c"};
+    struct ddp_store_value v[3];
+    ASSERT_OK(ddp_store_multi_get(s, k, 3, v));
+    ASSERT_STREQ(v[0].data, "AA");
+    ASSERT_TRUE(v[1].data == NULL);
+    ASSERT_TRUE(v[2].data != NULL);
+    ASSERT_EQ(v[2].len, 0);
+    ddp_store_values_free(v, 3);
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(watch_key_and_prefix)
+{
+    start_server();
+    struct ddp_store *w = client(), *s = client();
+    uint32_t wk, wp;
+    struct ddp_store_event *ev;
+    ASSERT_OK(ddp_store_watch(w, "exact", false, &wk));
+    ASSERT_OK(ddp_store_watch(w, "nodes/", true, &wp));
+    ASSERT_TRUE(wk != wp);
+    ASSERT_ERR(ddp_store_next_event(w, 0, &ev), DDP_ETIMEDOUT);
+    ASSERT_OK(ddp_store_set(s, "exactly", "no", 2)); /* neither watch matches */
+    ASSERT_OK(ddp_store_set(s, "nodes/a", "up", 2));
+    ASSERT_OK(ddp_store_set(s, "exact", "yes", 3));
+    ASSERT_OK(ddp_store_delete(s, "nodes/a", NULL));
+    ASSERT_OK(ddp_store_next_event(w, 2000, &ev));
+    ASSERT_EQ(ev->kind, DDP_STORE_EV_SET);
+    ASSERT_EQ(ev->watch_id, wp);
+    ASSERT_STREQ(ev->key, "nodes/a");
+    ASSERT_STREQ(ev->value, "up");
+    ddp_store_event_free(ev);
+    ASSERT_OK(ddp_store_next_event(w, 2000, &ev));
+    ASSERT_EQ(ev->watch_id, wk);
+    ASSERT_STREQ(ev->value, "yes");
+    ddp_store_event_free(ev);
+    ASSERT_OK(ddp_store_next_event(w, 2000, &ev));
+    ASSERT_EQ(ev->kind, DDP_STORE_EV_DELETE);
+    ASSERT_STREQ(ev->key, "nodes/a");
+    ddp_store_event_free(ev);
+    /* events that arrive during another call are queued, not lost */
+    ASSERT_OK(ddp_store_set(s, "nodes/b", "1", 1));
+    usleep(50000);
+    ASSERT_OK(ddp_store_ping(w));
+    ASSERT_OK(ddp_store_next_event(w, 0, &ev));
+    ASSERT_STREQ(ev->key, "nodes/b");
+    ddp_store_event_free(ev);
+    ASSERT_OK(ddp_store_unwatch(w, wp));
+    ASSERT_ERR(ddp_store_unwatch(w, wp), DDP_EINVAL);
+    ASSERT_OK(ddp_store_set(s, "nodes/c", "1", 1));
+    ASSERT_ERR(ddp_store_next_event(w, 200, &ev), DDP_ETIMEDOUT);
+    ddp_store_close(w);
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(lease_keepalive_expiry_and_revoke)
+{
+    start_server();
+    struct ddp_store *w = client(), *s = client();
+    uint64_t lease, lease2;
+    uint32_t wid;
+    int ttl;
+    struct ddp_store_event *ev;
+    ASSERT_ERR(ddp_store_lease_grant(s, 0, &lease), DDP_EINVAL);
+    ASSERT_OK(ddp_store_lease_grant(s, 300, &lease));
+    ASSERT_OK(ddp_store_set_leased(s, "nodes/n0", "alive", 5, lease));
+    ASSERT_ERR(ddp_store_set_leased(s, "nodes/bad", "x", 1, 12345), DDP_ENOLEASE);
+    ASSERT_OK(ddp_store_watch(w, "nodes/", true, &wid));
+    /* renewed past several TTLs: the key stays */
+    for (int i = 0; i < 6; i++) {
+        usleep(100000);
+        ASSERT_OK(ddp_store_lease_keepalive(s, lease, &ttl));
+        ASSERT_EQ(ttl, 300);
+    }
+    void *v;
+    size_t n;
+    ASSERT_OK(ddp_store_get(s, "nodes/n0", &v, &n));
+    free(v);
+    /* stop renewing: the key vanishes and the watch reports the expiry */
+    int64_t t0 = ddp_now_ms();
+    ASSERT_OK(ddp_store_next_event(w, 3000, &ev));
+    int64_t dt = ddp_now_ms() - t0;
+    ASSERT_EQ(ev->kind, DDP_STORE_EV_EXPIRE);
+    ASSERT_STREQ(ev->key, "nodes/n0");
+    ddp_store_event_free(ev);
+    ASSERT_GE(dt, 250);
+    ASSERT_LE(dt, 1500);
+    ASSERT_ERR(ddp_store_get(s, "nodes/n0", &v, &n), DDP_ENOKEY);
+    ASSERT_ERR(ddp_store_lease_keepalive(s, lease, &ttl), DDP_ENOLEASE);
+    /* revoke deletes now; re-setting a key without a lease unbinds it */
+    ASSERT_OK(ddp_store_lease_grant(s, 60000, &lease2));
+    ASSERT_OK(ddp_store_set_leased(s, "nodes/n1", "a", 1, lease2));
+    ASSERT_OK(ddp_store_set_leased(s, "nodes/n2", "b", 1, lease2));
+    ASSERT_OK(ddp_store_set(s, "nodes/n2", "c", 1));
+    ASSERT_OK(ddp_store_lease_revoke(s, lease2));
+    ASSERT_ERR(ddp_store_lease_revoke(s, lease2), DDP_ENOLEASE);
+    ASSERT_ERR(ddp_store_get(s, "nodes/n1", &v, &n), DDP_ENOKEY);
+    ASSERT_OK(ddp_store_get(s, "nodes/n2", &v, &n));
+    free(v);
+    ddp_store_close(w);
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(wrong_token_refused_others_keep_working)
+{
+    start_server();
+    struct ddp_store *good = client(), *bad = NULL;
+    ASSERT_OK(ddp_store_set(good, "k", "v", 1));
+    ASSERT_ERR(ddp_store_connect("127.0.0.1", port, "wrong", 5, 2000, &bad), DDP_EAUTH);
+    ASSERT_TRUE(bad == NULL);
+    wait_stat(st_refused, 1);
+    ASSERT_OK(ddp_store_ping(good));
+    struct ddp_store *again = client();
+    ASSERT_OK(ddp_store_ping(again));
+    ddp_store_close(again);
+    ddp_store_close(good);
+    stop_server();
+}
+
+TEST(connect_refused_times_out)
+{
+    struct ddp_store *s = NULL;
+    /* Bind a port, close it: nothing listens there. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    socklen_t sl = sizeof(a);
+    getsockname(fd, (struct sockaddr *)&a, &sl);
+    close(fd);
+    int64_t t0 = ddp_now_ms();
+    ASSERT_ERR(ddp_store_connect("127.0.0.1", ntohs(a.sin_port), "t", 1, 300, &s),
+               DDP_ECONNECT);
+    ASSERT_GE(ddp_now_ms() - t0, 250);
+    ASSERT_TRUE(s == NULL);
+    ASSERT_ERR(ddp_store_connect("no-such-host.invalid", 1, "t", 1, 100, &s), DDP_ECONNECT);
+}
+
+static int late_port;
+
+static void *start_late(void *a)
+{
+    (void)a;
+    usleep(300000);
+    struct ddp_store_server_opts o = {.host = "127.0.0.1", .port = late_port, .token = TOKEN,
+                                      .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&o, &srv));
+    port = ddp_store_server_port(srv);
+    ASSERT_EQ(pthread_create(&srv_thread, NULL, serve, NULL), 0);
+    return NULL;
+}
+
+TEST(connect_retries_until_server_is_up)
+{
+    /* Learn a free port, then start the server on it 300 ms after the client began. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    socklen_t sl = sizeof(a);
+    getsockname(fd, (struct sockaddr *)&a, &sl);
+    close(fd);
+    late_port = ntohs(a.sin_port);
+    pthread_t th;
+    struct ddp_store *s = NULL;
+    pthread_create(&th, NULL, start_late, NULL);
+    int64_t t0 = ddp_now_ms();
+    ASSERT_OK(ddp_store_connect("127.0.0.1", late_port, TOKEN, strlen(TOKEN), 5000, &s));
+    ASSERT_GE(ddp_now_ms() - t0, 250);
+    pthread_join(th, NULL);
+    ASSERT_OK(ddp_store_ping(s));
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(limits)
+{
+    start_server();
+    struct ddp_store *s = client();
+    char *key = malloc(DDP_STORE_MAX_KEY + 2);
+    memset(key, 'k', DDP_STORE_MAX_KEY + 1);
+    key[DDP_STORE_MAX_KEY + 1] = '\0';
+    ASSERT_ERR(ddp_store_set(s, key, "v", 1), DDP_ETOOBIG);
+    key[DDP_STORE_MAX_KEY] = '\0'; /* exactly the limit is fine */
+    ASSERT_OK(ddp_store_set(s, key, "v", 1));
+    size_t big = DDP_STORE_MAX_VALUE;
+    uint8_t *val = malloc(big + 1);
+    for (size_t i = 0; i < big + 1; i++)
+        val[i] = (uint8_t)(i * 131);
+    ASSERT_ERR(ddp_store_set(s, "big", val, big + 1), DDP_ETOOBIG);
+    ASSERT_OK(ddp_store_set(s, "big", val, big));
+    void *got;
+    size_t n;
+    ASSERT_OK(ddp_store_get(s, "big", &got, &n));
+    ASSERT_EQ(n, big);
+    ASSERT_MEMEQ(got, val, big);
+    free(got);
+    free(val);
+    free(key);
+    ddp_store_close(s);
+    stop_server();
+}
+
+struct barrier_arg {
+    int rank, n;
+    int rc;
+    struct ddp_store_value *out;
+};
+
+static void *barrier_thread(void *a)
+{
+    struct barrier_arg *b = a;
+    struct ddp_store *s = client();
+    b->rc = ddp_store_barrier(s, "b1", b->n, 5000);
+    if (b->rc == 0 && b->out) {
+        char blob[32];
+        int len = snprintf(blob, sizeof(blob), "addr-of-%d", b->rank);
+        b->rc = ddp_store_all_gather(s, "ag", b->rank, b->n, blob, (size_t)len, 5000, b->out);
+    }
+    ddp_store_close(s);
+    return NULL;
+}
+
+TEST(barrier_and_all_gather)
+{
+    start_server();
+    enum { N = 8 };
+    pthread_t th[N];
+    struct barrier_arg a[N];
+    struct ddp_store_value out[N][N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (struct barrier_arg){.rank = i, .n = N, .out = out[i]};
+        pthread_create(&th[i], NULL, barrier_thread, &a[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        ASSERT_OK(a[i].rc);
+    }
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < N; j++) {
+            char want[32];
+            snprintf(want, sizeof(want), "addr-of-%d", j);
+            ASSERT_STREQ(out[i][j].data, want);
+        }
+        ddp_store_values_free(out[i], N);
+    }
+    /* a ninth caller of an 8-party barrier is an error, not a hang */
+    struct ddp_store *s = client();
+    ASSERT_ERR(ddp_store_barrier(s, "b1", N, 1000), DDP_EINVAL);
+    /* a barrier nobody completes times out */
+    ASSERT_ERR(ddp_store_barrier(s, "b2", 2, 200), DDP_ETIMEDOUT);
+    ddp_store_close(s);
+    stop_server();
+}
+
+struct nccl_arg {
+    int rank;
+    int rc;
+    uint8_t id[DDP_STORE_NCCL_ID_BYTES];
+};
+
+static void *nccl_thread(void *a)
+{
+    struct nccl_arg *n = a;
+    struct ddp_store *s = client();
+    n->rc = ddp_store_nccl_id(s, "nccl/0", n->rank, 10000, n->id);
+    ddp_store_close(s);
+    return NULL;
+}
+
+TEST(nccl_unique_id_broadcast)
+{
+    start_server();
+    struct nccl_arg a[3];
+    pthread_t th[3];
+    /* start the receivers first: they must wait for rank 0 */
+    for (int i = 2; i >= 0; i--) {
+        memset(&a[i], 0, sizeof(a[i]));
+        a[i].rank = i;
+        pthread_create(&th[i], NULL, nccl_thread, &a[i]);
+        if (i == 1)
+            usleep(100000);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+#ifdef DDP_HAVE_NCCL
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(a[i].rc);
+    ASSERT_MEMEQ(a[0].id, a[1].id, DDP_STORE_NCCL_ID_BYTES);
+    ASSERT_MEMEQ(a[0].id, a[2].id, DDP_STORE_NCCL_ID_BYTES);
+    uint8_t zero[DDP_STORE_NCCL_ID_BYTES] = {0};
+    ASSERT_TRUE(memcmp(a[0].id, zero, sizeof(zero)) != 0);
+    /* the id is NCCL's own: its first bytes hold the bootstrap root's socket family */
+    printf("nccl id bytes: %02x %02x %02x %02x ...\n", a[0].id[0], a[0].id[1], a[0].id[2],
+           a[0].id[3]);
+#else
+    for (int i = 0; i < 3; i++)
+        ASSERT_ERR(a[i].rc, DDP_ENOTSUP);
+#endif
+    stop_server();
+}
+
+TEST(tokens)
+{
+    char a[65], b[65];
+    ASSERT_OK(ddp_store_token_generate(a));
+    ASSERT_OK(ddp_store_token_generate(b));
+    ASSERT_EQ(strlen(a), 64);
+    ASSERT_TRUE(strcmp(a, b) != 0);
+    ASSERT_EQ(strspn(a, "0123456789abcdef"), 64);
+
+    char path[] = "/tmp/ddp-token-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(write(fd, "sekrit\n", 7), 7);
+    close(fd);
+    uint8_t *tok;
+    size_t len;
+    chmod(path, 0644);
+    ASSERT_ERR(ddp_store_token_read_file(path, &tok, &len), DDP_EINVAL);
+    chmod(path, 0600);
+    ASSERT_OK(ddp_store_token_read_file(path, &tok, &len));
+    ASSERT_EQ(len, 6);
+    ASSERT_MEMEQ(tok, "sekrit", 6);
+    ddp_store_token_free(tok, len);
+    unlink(path);
+    ASSERT_ERR(ddp_store_token_read_file(path, &tok, &len), DDP_EINVAL);
+
+    /* the fd hand-over is read once, then served from memory */
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    ASSERT_EQ(write(p[1], "fromfd", 6), 6);
+    close(p[1]);
+    char v[16];
+    snprintf(v, sizeof(v), "%d", p[0]);
+    setenv("DDPRUN_TOKEN_FD", v, 1);
+    ASSERT_OK(ddp_store_token_from_env(&tok, &len));
+    ASSERT_MEMEQ(tok, "fromfd", 6);
+    ddp_store_token_free(tok, len);
+    ASSERT_TRUE(getenv("DDPRUN_TOKEN_FD") == NULL);
+    ASSERT_OK(ddp_store_token_from_env(&tok, &len));
+    ASSERT_EQ(len, 6);
+    ddp_store_token_free(tok, len);
+}
+
+TEST(connect_env)
+{
+    start_server();
+    struct ddp_store *s = NULL;
+    unsetenv("DDPRUN_STORE_ADDR");
+    ASSERT_ERR(ddp_store_connect_env(1000, &s), DDP_EINVAL);
+    setenv("DDPRUN_STORE_ADDR", "127.0.0.1", 1);
+    ASSERT_ERR(ddp_store_connect_env(1000, &s), DDP_EINVAL);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    setenv("DDPRUN_STORE_ADDR", addr, 1);
+    unsetenv("DDPRUN_TOKEN_FD");
+    unsetenv("DDPRUN_TOKEN_FILE");
+    ASSERT_ERR(ddp_store_connect_env(1000, &s), DDP_EINVAL);
+    char path[] = "/tmp/ddp-token-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_EQ(write(fd, TOKEN, strlen(TOKEN)), (ssize_t)strlen(TOKEN));
+    close(fd);
+    setenv("DDPRUN_TOKEN_FILE", path, 1);
+    ASSERT_OK(ddp_store_connect_env(1000, &s));
+    ASSERT_OK(ddp_store_ping(s));
+    ddp_store_close(s);
+    unlink(path);
+    stop_server();
+}
+
+/* ---- raw frames: what only a broken or hostile client sends ---- */
+
+static int raw_connect(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* True when the server closed the connection within ms. */
+static bool closed_within(int fd, int ms)
+{
+    char buf[256];
+    int64_t end = ddp_now_ms() + ms;
+    while (ddp_now_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(end - ddp_now_ms())) <= 0)
+            return false;
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0)
+            return true;
+    }
+    return false;
+}
+
+static void send_hello(int fd, uint32_t magic, uint16_t version)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__proto_begin(&b, DDP__OP_HELLO, 1);
+    ddp_buf_put_u32(&b, magic);
+    ddp_buf_put_u16(&b, version);
+    ddp_buf_put_u16(&b, 0);
+    uint8_t n[16] = {0};
+    ddp_buf_put(&b, n, 16);
+    ddp__proto_end(&b, pos);
+    ASSERT_EQ(send(fd, b.data, b.len, 0), (ssize_t)b.len);
+    ddp_buf_release(&b);
+}
+
+static void still_serving(void)
+{
+    struct ddp_store *s = client();
+    ASSERT_OK(ddp_store_set(s, "alive", "1", 1));
+    ddp_store_close(s);
+}
+
+TEST(raw_garbage_and_bad_magic_closed)
+{
+    start_server();
+    int fd = raw_connect();
+    ASSERT_EQ(send(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, 0), 27);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    fd = raw_connect();
+    send_hello(fd, 0x12345678, 1);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    still_serving();
+    stop_server();
+}
+
+TEST(raw_version_mismatch_gets_reason)
+{
+    start_server();
+    int fd = raw_connect();
+    send_hello(fd, DDP__PROTO_MAGIC, 99);
+    uint8_t buf[64];
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_WAITALL);
+    ASSERT_GE(n, 15);
+    struct ddp_rd r;
+    uint32_t len, id, st;
+    uint8_t op;
+    uint16_t sv;
+    ddp_rd_init(&r, buf, (size_t)n);
+    ddp_rd_u32(&r, &len);
+    ddp_rd_u8(&r, &op);
+    ddp_rd_u32(&r, &id);
+    ddp_rd_u32(&r, &st);
+    ddp_rd_u16(&r, &sv);
+    ASSERT_EQ(op, DDP__OP_HELLO | DDP__REPLY_BIT);
+    ASSERT_EQ((int32_t)st, DDP_EVERSION);
+    ASSERT_EQ(sv, DDP__PROTO_VERSION);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    still_serving();
+    stop_server();
+}
+
+TEST(raw_op_before_auth_and_oversized_frames_closed)
+{
+    start_server();
+    /* a SET before the handshake */
+    int fd = raw_connect();
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__proto_begin(&b, DDP__OP_PING, 1);
+    ddp__proto_end(&b, pos);
+    ASSERT_EQ(send(fd, b.data, b.len, 0), (ssize_t)b.len);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    ddp_buf_release(&b);
+    /* a huge length before authentication: refused without allocating */
+    fd = raw_connect();
+    uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    ASSERT_EQ(send(fd, huge, 4, 0), 4);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    /* a length below the header size */
+    fd = raw_connect();
+    uint8_t tiny[5] = {1, 0, 0, 0, 0x10};
+    ASSERT_EQ(send(fd, tiny, 5, 0), 5);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    still_serving();
+    stop_server();
+}
+
+TEST(raw_half_frame_does_not_block_others_and_auth_times_out)
+{
+    start_server_opts(0, 300);
+    int fd = raw_connect();
+    send_hello(fd, DDP__PROTO_MAGIC, 1);
+    /* then half an AUTH frame, and silence */
+    uint8_t part[6] = {37, 0, 0, 0, DDP__OP_AUTH, 2};
+    ASSERT_EQ(send(fd, part, sizeof(part), 0), 6);
+    still_serving(); /* others are served meanwhile */
+    ASSERT_TRUE(closed_within(fd, 3000)); /* dropped at the auth timeout */
+    close(fd);
+    stop_server();
+}
+
+TEST(max_conns_refuses_extra_clients)
+{
+    start_server_opts(2, 0);
+    struct ddp_store *a = client(), *b = client(), *c = NULL;
+    ASSERT_TRUE(ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 300, &c) < 0);
+    ASSERT_OK(ddp_store_ping(a));
+    ddp_store_close(b);
+    wait_stat(st_open, 1);
+    c = client();
+    ASSERT_OK(ddp_store_ping(c));
+    ddp_store_close(a);
+    ddp_store_close(c);
+    stop_server();
+}
+
+TEST(client_timeout_breaks_connection_cleanly)
+{
+    start_server();
+    struct ddp_store *s = client();
+    ddp_store_set_timeout(s, 50);
+    stop_server(); /* server gone: the next call fails, nothing hangs */
+    ASSERT_TRUE(ddp_store_ping(s) < 0);
+    ASSERT_ERR(ddp_store_ping(s), DDP_ECLOSED);
+    ddp_store_close(s);
+}
+
+/* Performs the HELLO/AUTH handshake by hand on a raw socket. */
+static void raw_auth(int fd)
+{
+    send_hello(fd, DDP__PROTO_MAGIC, 1);
+    uint8_t buf[64];
+    ASSERT_EQ(recv(fd, buf, 37, MSG_WAITALL), 37); /* 9 hdr + 4 status + 4 + 2 + 2 + 16 */
+    struct ddp_rd r;
+    const uint8_t *sn;
+    ddp_rd_init(&r, buf + 21, 16);
+    ASSERT_OK(ddp_rd_raw(&r, 16, &sn));
+    uint8_t cn[16] = {0}, mac[32];
+    ASSERT_OK(ddp__proto_mac((const uint8_t *)TOKEN, strlen(TOKEN), DDP__LABEL_CLIENT, sn, cn, mac));
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__proto_begin(&b, DDP__OP_AUTH, 2);
+    ddp_buf_put(&b, mac, 32);
+    ddp__proto_end(&b, pos);
+    ASSERT_EQ(send(fd, b.data, b.len, 0), (ssize_t)b.len);
+    ddp_buf_release(&b);
+    ASSERT_EQ(recv(fd, buf, 9 + 4 + 32, MSG_WAITALL), 45);
+    ASSERT_EQ(buf[9], 0); /* status 0 */
+}
+
+TEST(client_disconnect_mid_wait_frees_waiter)
+{
+    start_server();
+    int fd = raw_connect();
+    raw_auth(fd);
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__proto_begin(&b, DDP__OP_WAIT, 3);
+    ddp_buf_put_u32(&b, DDP__WAIT_FOREVER);
+    ddp_buf_put_u32(&b, 2);
+    ddp_buf_put_str(&b, "x", 1);
+    ddp_buf_put_str(&b, "y", 1);
+    ddp__proto_end(&b, pos);
+    ASSERT_EQ(send(fd, b.data, b.len, 0), (ssize_t)b.len);
+    ddp_buf_release(&b);
+    wait_stat(st_waiters, 1);
+    close(fd); /* the client dies mid-wait */
+    wait_stat(st_waiters, 0);
+    wait_stat(st_open, 0);
+    /* the keys it waited for can still be set and waited on by others */
+    struct ddp_store *s = client();
+    ASSERT_OK(ddp_store_set(s, "x", "1", 1));
+    const char *k[] = {"x"};
+    ASSERT_OK(ddp_store_wait(s, k, 1, 100));
+    ddp_store_close(s);
+    stop_server();
+}
+
+TEST(wrong_mac_on_raw_socket_gets_eauth)
+{
+    start_server();
+    int fd = raw_connect();
+    send_hello(fd, DDP__PROTO_MAGIC, 1);
+    uint8_t buf[64];
+    ASSERT_EQ(recv(fd, buf, 37, MSG_WAITALL), 37);
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__proto_begin(&b, DDP__OP_AUTH, 2);
+    uint8_t mac[32] = {0};
+    ddp_buf_put(&b, mac, 32);
+    ddp__proto_end(&b, pos);
+    ASSERT_EQ(send(fd, b.data, b.len, 0), (ssize_t)b.len);
+    ddp_buf_release(&b);
+    ASSERT_EQ(recv(fd, buf, 13, MSG_WAITALL), 13);
+    struct ddp_rd r;
+    uint32_t st;
+    ddp_rd_init(&r, buf + 9, 4);
+    ddp_rd_u32(&r, &st);
+    ASSERT_EQ((int32_t)st, DDP_EAUTH);
+    ASSERT_TRUE(closed_within(fd, 2000));
+    close(fd);
+    still_serving();
+    stop_server();
+}
