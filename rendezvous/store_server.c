@@ -34,7 +34,7 @@ struct conn {
     int fd;
     uint64_t id;
     enum conn_state state;
-    char peer[80];
+    char peer[96];
     uint8_t snonce[DDP__NONCE_LEN];
     uint8_t cnonce[DDP__NONCE_LEN];
     struct ddp_buf in;

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ddprun's developer entry point.
+#   ./dev.sh quickstart   install missing Debian packages, build (release), run the default job
+#   ./dev.sh test         build and run the whole suite: unit + bats (CI build), ASan/UBSan, TSan, fuzz
+#   ./dev.sh deps         only install missing Debian packages
+set -euo pipefail
+cd "$(dirname "$0")"
+
+BUILD_DEPS=(cmake make gcc pkg-config libyaml-dev libssh-dev libcurl4-openssl-dev libssl-dev)
+TEST_DEPS=(bats bats-assert bats-support clang libclang-rt-14-dev man-db groff-base procps)
+JOBS=${JOBS:-$(nproc)}
+
+need() { # prints the packages of "$@" that are not installed
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+  done
+}
+
+deps() {
+  local missing
+  missing=$(need "$@")
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "dev.sh: missing Debian packages: $missing" >&2
+    echo "dev.sh: run: sudo apt-get install -y $missing" >&2
+    exit 3
+  fi
+  echo "dev.sh: installing $missing" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -q
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
+}
+
+build() { # preset
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -j "$JOBS"
+}
+
+suite() { # preset: unit tests through ctest, then the bats integration tests
+  build "$1"
+  ctest --test-dir "build/$1" --output-on-failure -j "$JOBS"
+  DDP_BUILD_DIR="$PWD/build/$1" bats --print-output-on-failure tests/integration
+}
+
+case "${1:-}" in
+deps)
+  deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
+  ;;
+quickstart)
+  deps "${BUILD_DEPS[@]}"
+  build release >/dev/null
+  exec ./build/release/ddprun
+  ;;
+test)
+  deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
+  echo "== CI build (-Werror): unit and integration tests"
+  suite ci
+  echo "== ASan + UBSan: unit and integration tests"
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" suite asan
+  echo "== TSan: unit tests (the threaded client and server)"
+  build tsan
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir build/tsan --output-on-failure -L unit
+  echo "== libFuzzer: store frame parser, ${FUZZ_SECONDS:-60} s"
+  build fuzz
+  mkdir -p build/fuzz/corpus
+  ./build/fuzz/tests/fuzz_store_proto -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=1 \
+    build/fuzz/corpus tests/fuzz/corpus 2>&1 | tail -n 12
+  echo "== all suites passed"
+  ;;
+*)
+  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+  ;;
+esac

@@ -1,0 +1,41 @@
+#!/usr/bin/env bats
+# --help, --version and the man pages agree with cli/options.def.
+load '../lib/common'
+
+@test "every option in cli/options.def is in --help and in man/ddprun.1" {
+  run "$DDPRUN" --help
+  assert_success
+  help=$output
+  opts=$(grep -o '^DDP_OPT([a-z]*, [A-Z_]*, "[a-z-]*"' "$REPO/cli/options.def" | sed 's/.*"\(.*\)"/\1/')
+  [ -n "$opts" ]
+  for o in $opts; do
+    [[ "$help" == *"--$o"* ]] || { echo "--$o missing from --help"; return 1; }
+    sed 's/\\-/-/g' "$REPO/man/ddprun.1" | grep -q -- "--$o" || { echo "--$o missing from man/ddprun.1"; return 1; }
+  done
+}
+
+@test "--version prints the CMake project version" {
+  want=$(sed -n 's/^project(ddprun VERSION \([0-9.]*\).*/\1/p' "$REPO/CMakeLists.txt")
+  run "$DDPRUN" --version
+  assert_success
+  assert_output "ddprun $want"
+}
+
+@test "unknown options and commands are usage errors" {
+  run "$DDPRUN" --frobnicate
+  assert_failure 2
+  assert_output --partial "unknown option '--frobnicate'"
+  run "$DDPRUN" launch-the-rockets
+  assert_failure 2
+  assert_output --partial "unknown command 'launch-the-rockets'"
+}
+
+@test "man pages render without warnings" {
+  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7"; do
+    run bash -c "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l '$p' 2>&1 >/dev/null"
+    assert_success
+    assert_output ""
+  done
+  run bash -c "MANWIDTH=80 man -l '$REPO/man/ddprun-store.7' | col -b"
+  assert_output --partial "LEASE_GRANT"
+}

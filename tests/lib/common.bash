@@ -1,0 +1,61 @@
+# Shared setup for the bats suite: where the binaries are, and a real `ddprun store` to talk to.
+load '/usr/lib/bats/bats-support/load'
+load '/usr/lib/bats/bats-assert/load'
+
+REPO="$(cd "$BATS_TEST_DIRNAME/../.." && pwd)"
+BUILD="${DDP_BUILD_DIR:-$REPO/build/ci}"
+DDPRUN="$BUILD/ddprun"
+STORETOOL="$BUILD/tests/storetool"
+
+# Starts `ddprun store` on 127.0.0.1 with a fresh token; sets STORE_PID, STORE_ADDR, TOKFILE.
+start_store() {
+  TOKFILE="$BATS_TEST_TMPDIR/token"
+  (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKFILE")
+  "$DDPRUN" store --listen 127.0.0.1:0 --token-file "$TOKFILE" --log-level info "$@" \
+    >"$BATS_TEST_TMPDIR/store.out" 2>"$BATS_TEST_TMPDIR/store.err" &
+  STORE_PID=$!
+  for _ in $(seq 100); do
+    [ -s "$BATS_TEST_TMPDIR/store.out" ] && break
+    sleep 0.05
+  done
+  STORE_ADDR=$(head -n1 "$BATS_TEST_TMPDIR/store.out")
+  [ -n "$STORE_ADDR" ] || { cat "$BATS_TEST_TMPDIR/store.err" >&2; return 1; }
+}
+
+stop_store() {
+  if [ -n "${STORE_PID:-}" ] && kill -0 "$STORE_PID" 2>/dev/null; then
+    kill -TERM "$STORE_PID"
+    wait "$STORE_PID" || true
+  fi
+  STORE_PID=
+}
+
+# storetool against the running store.
+st() {
+  "$STORETOOL" --addr "$STORE_ADDR" --token-file "$TOKFILE" "$@"
+}
+
+# The same, exec'd, for `st_bg ... &`: then $! is storetool's own pid, not a subshell's.
+st_bg() {
+  exec "$STORETOOL" --addr "$STORE_ADDR" --token-file "$TOKFILE" "$@"
+}
+
+store_alive() {
+  kill -0 "$STORE_PID" && st set alive yes && run st get alive && [ "$output" = yes ]
+}
+
+# Waits up to $2 seconds for file $1 to contain pattern $3.
+wait_for_line() {
+  local file=$1 secs=$2 pat=$3
+  for _ in $(seq $((secs * 20))); do
+    grep -q -- "$pat" "$file" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "timed out waiting for '$pat' in $file:" >&2
+  cat "$file" >&2 || true
+  return 1
+}
+
+store_port() {
+  echo "${STORE_ADDR##*:}"
+}
