@@ -63,7 +63,7 @@ void ddp_store_server_stop(struct ddp_store_server *srv);
 /* Closes every connection and frees the server (wiping its token). NULL is a no-op. */
 void ddp_store_server_free(struct ddp_store_server *srv);
 
-/* Counters, for tests and `ddprun store` statistics. */
+/* Counters, for tests and `ddprun store` statistics. Safe to call from any thread. */
 struct ddp_store_server_stats {
     uint64_t conns_accepted, conns_open, conns_refused_auth, conns_dropped;
     uint64_t keys, waiters, watches, leases, leases_expired;

@@ -13,6 +13,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,21 @@
 #define MAX_WATCHES_PER_CONN 1024
 
 enum conn_state { CONN_HELLO, CONN_AUTH, CONN_READY };
+
+/*
+ * Counters behind ddp_store_server_get_stats. Only the loop thread writes
+ * them, so an update is a relaxed load and store (no locked instruction);
+ * other threads read them with relaxed loads.
+ */
+struct stats {
+    _Atomic uint64_t conns_accepted, conns_open, conns_refused_auth, conns_dropped;
+    _Atomic uint64_t keys, waiters, watches, leases, leases_expired;
+};
+#define STAT_ADD(s, field, d)                                                  \
+    atomic_store_explicit(&(s)->st.field,                                      \
+                          atomic_load_explicit(&(s)->st.field, memory_order_relaxed) + (d), \
+                          memory_order_relaxed)
+#define STAT_GET(s, field) atomic_load_explicit(&(s)->st.field, memory_order_relaxed)
 
 struct server;
 
@@ -119,7 +135,7 @@ struct server {
     uint64_t next_conn_id;
     uint32_t next_watch_id;
     int64_t last_refuse_log_ms;
-    struct ddp_store_server_stats st;
+    struct stats st;
 };
 
 /* The public name is the opaque struct ddp_store_server. */
@@ -146,8 +162,12 @@ static void conn_want_flush(struct conn *c)
 {
     if (ddp_list_empty(&c->flush_link))
         ddp_list_add_tail(&c->srv->flushq, &c->flush_link);
-    if (ddp_buf_pending(&c->out) > c->srv->max_outbuf)
+    if (ddp_buf_pending(&c->out) > c->srv->max_outbuf && !c->closing) {
+        DDP_WARN(STORE, "dropping connection from '%s': %zu bytes of replies unread (slow client)",
+                 c->peer, ddp_buf_pending(&c->out));
+        STAT_ADD(c->srv, conns_dropped, 1);
         conn_schedule_close(c, "slow client: output backlog over the limit");
+    }
 }
 
 static size_t reply_begin(struct conn *c, uint8_t op, uint32_t id, int status)
@@ -206,7 +226,7 @@ static void waiter_free(struct waiter *w);
 
 static void watch_free(struct watch *w)
 {
-    w->c->srv->st.watches--;
+    STAT_ADD(w->c->srv, watches, (uint64_t)-1);
     w->c->nwatches--;
     ddp_list_del(&w->srv_link);
     ddp_list_del(&w->conn_link);
@@ -230,7 +250,7 @@ static void conn_destroy(struct conn *c)
     ddp_list_del(&c->flush_link);
     ddp_buf_release(&c->in);
     ddp_buf_release(&c->out);
-    s->st.conns_open--;
+    STAT_ADD(s, conns_open, (uint64_t)-1);
     free(c);
 }
 
@@ -309,7 +329,7 @@ static void waiter_free(struct waiter *w)
         w->links[i].e = NULL;
         entry_maybe_free(s, e);
     }
-    s->st.waiters--;
+    STAT_ADD(s, waiters, (uint64_t)-1);
     free(w);
 }
 
@@ -352,7 +372,7 @@ static void entry_set(struct server *s, struct entry *e, uint8_t *val, uint32_t 
     e->vlen = vlen;
     if (!e->present) {
         e->present = true;
-        s->st.keys++;
+        STAT_ADD(s, keys, 1);
     }
     notify(s, DDP_STORE_EV_SET, e);
     wake_waiters(e);
@@ -365,7 +385,7 @@ static void entry_delete(struct server *s, struct entry *e, enum ddp_store_event
     if (e->lease)
         lease_unbind(e);
     e->present = false;
-    s->st.keys--;
+    STAT_ADD(s, keys, (uint64_t)-1);
     notify(s, why, e);
     free(e->val);
     e->val = NULL;
@@ -401,7 +421,7 @@ static void lease_end(struct server *s, struct lease *l)
     DDP_LIST_FOREACH_SAFE(p, t, &l->keys)
     entry_delete(s, DDP_CONTAINER_OF(p, struct entry, lease_link), DDP_STORE_EV_EXPIRE);
     ddp_htab_remove(&s->leases, &l->h);
-    s->st.leases--;
+    STAT_ADD(s, leases, (uint64_t)-1);
     free(l);
 }
 
@@ -410,7 +430,7 @@ static void lease_expired(struct ddp_loop *loop, struct ddp_timer *t)
     (void)loop;
     struct lease *l = DDP_CONTAINER_OF(t, struct lease, timer);
     struct server *s = l->srv;
-    s->st.leases_expired++;
+    STAT_ADD(s, leases_expired, 1);
     DDP_INFO(STORE, "lease %016" PRIx64 " expired after %u ms without a keepalive", l->id,
              l->ttl_ms);
     lease_end(s, l);
@@ -593,7 +613,7 @@ static void op_wait(struct conn *c, const struct ddp__req *q)
     w->reqid = q->id;
     ddp_timer_init(&w->timer, waiter_timeout);
     ddp_list_add_tail(&c->waiters, &w->conn_link);
-    s->st.waiters++;
+    STAT_ADD(s, waiters, 1);
     r = q->keys;
     for (uint32_t i = 0; i < q->nkeys; i++) {
         const uint8_t *k;
@@ -673,7 +693,7 @@ static void op_watch(struct conn *c, const struct ddp__req *q)
     ddp_list_add_tail(&s->watches, &w->srv_link);
     ddp_list_add_tail(&c->watches, &w->conn_link);
     c->nwatches++;
-    s->st.watches++;
+    STAT_ADD(s, watches, 1);
     size_t pos = reply_begin(c, q->op, q->id, 0);
     ddp_buf_put_u32(&c->out, w->id);
     reply_end(c, pos);
@@ -720,7 +740,7 @@ static void op_lease_grant(struct conn *c, const struct ddp__req *q)
     ddp_timer_init(&l->timer, lease_expired);
     ddp_htab_insert(&s->leases, &l->h);
     ddp_timer_start(s->loop, &l->timer, l->ttl_ms);
-    s->st.leases++;
+    STAT_ADD(s, leases, 1);
     size_t pos = reply_begin(c, q->op, q->id, 0);
     ddp_buf_put_u64(&c->out, l->id);
     reply_end(c, pos);
@@ -760,7 +780,7 @@ static void auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
     struct conn *c = DDP_CONTAINER_OF(t, struct conn, auth_timer);
     DDP_WARN(STORE, "dropping connection from '%s': no authentication within %d ms", c->peer,
              c->srv->auth_timeout_ms);
-    c->srv->st.conns_dropped++;
+    STAT_ADD(c->srv, conns_dropped, 1);
     conn_schedule_close(c, "authentication timeout");
 }
 
@@ -769,7 +789,7 @@ static void on_hello(struct conn *c, const struct ddp__req *q)
     if (q->magic != DDP__PROTO_MAGIC) {
         DDP_WARN(STORE, "dropping connection from '%s': bad magic 0x%08x (not a ddprun store client)",
                  c->peer, q->magic);
-        c->srv->st.conns_dropped++;
+        STAT_ADD(c->srv, conns_dropped, 1);
         conn_schedule_close(c, "bad magic");
         return;
     }
@@ -781,7 +801,7 @@ static void on_hello(struct conn *c, const struct ddp__req *q)
         reply_end(c, pos);
         c->close_after_write = true;
         c->close_reason = "version mismatch";
-        c->srv->st.conns_dropped++;
+        STAT_ADD(c->srv, conns_dropped, 1);
         return;
     }
     memcpy(c->cnonce, q->nonce, DDP__NONCE_LEN);
@@ -805,7 +825,7 @@ static void on_auth(struct conn *c, const struct ddp__req *q)
     if (ddp__proto_mac(s->token, s->toklen, DDP__LABEL_CLIENT, c->snonce, c->cnonce, want) < 0 ||
         !ddp__proto_mac_equal(want, q->mac)) {
         DDP_WARN(STORE, "refusing client '%s': authentication failed (wrong job token)", c->peer);
-        s->st.conns_refused_auth++;
+        STAT_ADD(s, conns_refused_auth, 1);
         reply_status(c, q->op, q->id, DDP_EAUTH);
         c->close_after_write = true;
         c->close_reason = "authentication failed";
@@ -830,7 +850,7 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
     if (r < 0) {
         DDP_WARN(STORE, "dropping connection from '%s': malformed frame (%s)", c->peer,
                  ddp_strerror(r));
-        c->srv->st.conns_dropped++;
+        STAT_ADD(c->srv, conns_dropped, 1);
         conn_schedule_close(c, "malformed frame");
         return;
     }
@@ -839,7 +859,7 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
     if ((c->state == CONN_HELLO && q.op != DDP__OP_HELLO) ||
         (c->state == CONN_AUTH && q.op != DDP__OP_AUTH) || (!pre && handshake_op)) {
         DDP_WARN(STORE, "dropping connection from '%s': op 0x%02x out of sequence", c->peer, q.op);
-        c->srv->st.conns_dropped++;
+        STAT_ADD(c->srv, conns_dropped, 1);
         conn_schedule_close(c, "op out of sequence");
         return;
     }
@@ -873,7 +893,7 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
         break;
     case DDP__OP_NUM_KEYS: {
         size_t pos = reply_begin(c, q.op, q.id, 0);
-        ddp_buf_put_u64(&c->out, c->srv->st.keys);
+        ddp_buf_put_u64(&c->out, STAT_GET(c->srv, keys));
         reply_end(c, pos);
         break;
     }
@@ -919,7 +939,7 @@ static void conn_read(struct conn *c)
         if (fs < 0) {
             DDP_WARN(STORE, "dropping connection from '%s': frame length %s", c->peer,
                      fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
-            s->st.conns_dropped++;
+            STAT_ADD(s, conns_dropped, 1);
             conn_schedule_close(c, "bad frame length");
             return;
         }
@@ -1033,14 +1053,14 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
             }
             return;
         }
-        if (s->st.conns_open >= s->max_conns) {
+        if (STAT_GET(s, conns_open) >= s->max_conns) {
             int64_t now = ddp_now_ms();
             if (now - s->last_refuse_log_ms >= 1000) {
                 DDP_WARN(STORE, "refusing connection: %u connections open (the limit)",
                          s->max_conns);
                 s->last_refuse_log_ms = now;
             }
-            s->st.conns_dropped++;
+            STAT_ADD(s, conns_dropped, 1);
             close(fd);
             continue;
         }
@@ -1068,8 +1088,8 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
         }
         ddp_list_add_tail(&s->conns, &c->link);
         ddp_timer_start(loop, &c->auth_timer, s->auth_timeout_ms);
-        s->st.conns_accepted++;
-        s->st.conns_open++;
+        STAT_ADD(s, conns_accepted, 1);
+        STAT_ADD(s, conns_open, 1);
     }
 }
 
@@ -1255,5 +1275,14 @@ void ddp_store_server_free(struct ddp_store_server *srv)
 void ddp_store_server_get_stats(const struct ddp_store_server *srv,
                                 struct ddp_store_server_stats *st)
 {
-    *st = srv->s.st;
+    const struct server *s = &srv->s;
+    st->conns_accepted = STAT_GET(s, conns_accepted);
+    st->conns_open = STAT_GET(s, conns_open);
+    st->conns_refused_auth = STAT_GET(s, conns_refused_auth);
+    st->conns_dropped = STAT_GET(s, conns_dropped);
+    st->keys = STAT_GET(s, keys);
+    st->waiters = STAT_GET(s, waiters);
+    st->watches = STAT_GET(s, watches);
+    st->leases = STAT_GET(s, leases);
+    st->leases_expired = STAT_GET(s, leases_expired);
 }

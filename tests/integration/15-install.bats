@@ -5,6 +5,9 @@ load '../lib/common'
 teardown() { stop_store; }
 
 @test "install tree: a program built with pkg-config links libddp and talks to a store" {
+  if grep -q '^DDP_SANITIZE:STRING=.\+' "$BUILD/CMakeCache.txt"; then
+    skip "a sanitized libddp cannot be loaded by an uninstrumented program (runs in the ci build)"
+  fi
   prefix="$BATS_TEST_TMPDIR/prefix"
   run cmake --install "$BUILD" --prefix "$prefix"
   assert_success

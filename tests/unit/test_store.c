@@ -31,11 +31,14 @@ static void *serve(void *a)
     return NULL;
 }
 
+static size_t opt_max_outbuf;
+
 static void start_server_opts(unsigned max_conns, int auth_timeout_ms)
 {
     struct ddp_store_server_opts o = {.host = "127.0.0.1", .token = TOKEN,
                                       .token_len = strlen(TOKEN), .max_conns = max_conns,
-                                      .auth_timeout_ms = auth_timeout_ms};
+                                      .auth_timeout_ms = auth_timeout_ms,
+                                      .max_outbuf = opt_max_outbuf};
     ASSERT_OK(ddp_store_server_new(&o, &srv));
     port = ddp_store_server_port(srv);
     ASSERT_TRUE(port > 0);
@@ -83,6 +86,10 @@ static uint64_t st_waiters(const struct ddp_store_server_stats *s)
 static uint64_t st_open(const struct ddp_store_server_stats *s)
 {
     return s->conns_open;
+}
+static uint64_t st_dropped(const struct ddp_store_server_stats *s)
+{
+    return s->conns_dropped;
 }
 static uint64_t st_refused(const struct ddp_store_server_stats *s)
 {
@@ -876,5 +883,45 @@ TEST(wrong_mac_on_raw_socket_gets_eauth)
     ASSERT_TRUE(closed_within(fd, 2000));
     close(fd);
     still_serving();
+    stop_server();
+}
+
+TEST(slow_reader_is_dropped_and_others_are_served)
+{
+    opt_max_outbuf = 1 << 20;
+    start_server();
+    struct ddp_store *s = client();
+    size_t vlen = 512 << 10;
+    char *val = calloc(1, vlen);
+    ASSERT_OK(ddp_store_set(s, "fat", val, vlen));
+    free(val);
+    int fd = raw_connect();
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    raw_auth(fd);
+    /* 200 GETs of 512 KiB = 100 MiB of replies that this client never reads */
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    for (int i = 0; i < 200; i++) {
+        size_t pos = ddp__proto_begin(&b, DDP__OP_GET, (uint32_t)(10 + i));
+        ddp_buf_put_str(&b, "fat", 3);
+        ddp__proto_end(&b, pos);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    size_t off = 0;
+    int64_t end = ddp_now_ms() + 5000;
+    while (off < b.len && ddp_now_ms() < end) {
+        ssize_t w = send(fd, b.data + off, b.len - off, MSG_NOSIGNAL);
+        if (w > 0)
+            off += (size_t)w;
+        else
+            usleep(1000);
+    }
+    ddp_buf_release(&b);
+    wait_stat(st_dropped, 1);
+    ASSERT_OK(ddp_store_ping(s)); /* everyone else is still served */
+    close(fd);
+    ddp_store_close(s);
     stop_server();
 }
