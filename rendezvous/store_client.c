@@ -32,6 +32,7 @@ struct evnode {
 
 struct ddp_store {
     int fd;
+    int rcvtimeo_ms; /* SO_RCVTIMEO now on the socket (0: none) */
     pthread_mutex_t mu;
     int timeout_ms;
     uint32_t next_id;
@@ -66,7 +67,8 @@ static void mark_broken(struct ddp_store *s)
 static int send_out(struct ddp_store *s, int64_t deadline)
 {
     while (ddp_buf_pending(&s->out) > 0) {
-        ssize_t w = send(s->fd, s->out.data + s->out.off, ddp_buf_pending(&s->out), MSG_NOSIGNAL);
+        ssize_t w = send(s->fd, s->out.data + s->out.off, ddp_buf_pending(&s->out),
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w >= 0) {
             s->out.off += (size_t)w;
             continue;
@@ -88,6 +90,25 @@ static int send_out(struct ddp_store *s, int64_t deadline)
     return 0;
 }
 
+/*
+ * Bounds the next blocking recv by the time left. The socket is blocking with
+ * SO_RCVTIMEO, so a request costs one send and one recv; the option is only
+ * changed when the time left leaves [timeout/2, timeout], which for a stream
+ * of calls with the same deadline length is never.
+ */
+static void arm_rcvtimeo(struct ddp_store *s, int rem)
+{
+    if (rem < 0)
+        rem = 0; /* no deadline: block for ever */
+    bool fits = rem == 0 ? s->rcvtimeo_ms == 0
+                         : s->rcvtimeo_ms > 0 && s->rcvtimeo_ms <= rem && s->rcvtimeo_ms >= rem / 2;
+    if (fits)
+        return;
+    struct timeval tv = {rem / 1000, (rem % 1000) * 1000};
+    if (setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0)
+        s->rcvtimeo_ms = rem;
+}
+
 /* Returns the next whole frame from the stream, pointing into s->in (valid until the next read). */
 static int read_frame(struct ddp_store *s, int64_t deadline, const uint8_t **frame, size_t *len)
 {
@@ -107,7 +128,13 @@ static int read_frame(struct ddp_store *s, int64_t deadline, const uint8_t **fra
         ddp_buf_compact(&s->in);
         if (ddp_buf_reserve(&s->in, 64u << 10) < 0)
             return DDP_ENOMEM;
-        ssize_t n = recv(s->fd, s->in.data + s->in.len, s->in.cap - s->in.len, 0);
+        /* Past the deadline, one non-blocking look still picks up what has arrived. */
+        int rem = remaining(deadline), flags = 0;
+        if (rem == 0 && deadline != INT64_MAX)
+            flags = MSG_DONTWAIT;
+        else
+            arm_rcvtimeo(s, rem);
+        ssize_t n = recv(s->fd, s->in.data + s->in.len, s->in.cap - s->in.len, flags);
         if (n > 0) {
             s->in.len += (size_t)n;
             continue;
@@ -122,12 +149,9 @@ static int read_frame(struct ddp_store *s, int64_t deadline, const uint8_t **fra
             DDP_ERROR(STORE, "cannot read from store '%s': %s", s->addr, strerror(errno));
             return DDP_ECLOSED;
         }
-        struct pollfd p = {.fd = s->fd, .events = POLLIN};
-        int pr = poll(&p, 1, remaining(deadline));
-        if (pr == 0)
+        if (flags & MSG_DONTWAIT)
             return DDP_ETIMEDOUT;
-        if (pr < 0 && errno != EINTR)
-            return DDP_ESYS;
+        /* SO_RCVTIMEO expired: loop to re-check the deadline. */
     }
 }
 
@@ -279,6 +303,9 @@ static int connect_once(const struct addrinfo *ai, int64_t deadline, int *out, i
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* From here on: blocking reads bounded by SO_RCVTIMEO, sends with MSG_DONTWAIT. */
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     *out = fd;
     return 0;
 }

@@ -933,16 +933,9 @@ static void conn_read(struct conn *c)
     size_t budget = READ_MAX_PER_EVENT;
     while (budget > 0 && !c->closing && !c->close_after_write) {
         uint32_t max = c->state == CONN_READY ? DDP__MAX_FRAME : DDP__MAX_PREAUTH_FRAME;
-        /* Size the read to the frame in progress, known only once its header was checked. */
+        /* Size the read to the frame in progress; its header was checked when it arrived. */
         size_t want = READ_CHUNK;
         long fs = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max);
-        if (fs < 0) {
-            DDP_WARN(STORE, "dropping connection from '%s': frame length %s", c->peer,
-                     fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
-            STAT_ADD(s, conns_dropped, 1);
-            conn_schedule_close(c, "bad frame length");
-            return;
-        }
         if (ddp_buf_pending(&c->in) >= 4 && fs == 0) {
             struct ddp_rd r;
             uint32_t flen;
@@ -977,6 +970,7 @@ static void conn_read(struct conn *c)
             conn_schedule_close(c, "eof");
             return;
         }
+        size_t asked = c->in.cap - c->in.len;
         c->in.len += (size_t)n;
         budget -= (size_t)n < budget ? (size_t)n : budget;
         /* Handle every whole frame now buffered. */
@@ -985,7 +979,15 @@ static void conn_read(struct conn *c)
                 return;
             max = c->state == CONN_READY ? DDP__MAX_FRAME : DDP__MAX_PREAUTH_FRAME;
             fs = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max);
-            if (fs <= 0)
+            if (fs < 0) {
+                /* Checked before anything is allocated for the frame. */
+                DDP_WARN(STORE, "dropping connection from '%s': frame length %s", c->peer,
+                         fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
+                STAT_ADD(s, conns_dropped, 1);
+                conn_schedule_close(c, "bad frame length");
+                return;
+            }
+            if (fs == 0)
                 break;
             const uint8_t *frame = c->in.data + c->in.off;
             c->in.off += (size_t)fs;
@@ -994,6 +996,10 @@ static void conn_read(struct conn *c)
         ddp_buf_compact(&c->in);
         if (c->in.cap > (4u << 20) && ddp_buf_pending(&c->in) == 0)
             ddp_buf_release(&c->in);
+        /* A short read drained the socket: epoll is level-triggered and will report more,
+         * so another recv now would only return EAGAIN (one wasted syscall per request). */
+        if ((size_t)n < asked)
+            break;
     }
 }
 
