@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 BUILD_DEPS=(cmake make gcc pkg-config libyaml-dev libssh-dev libcurl4-openssl-dev libssl-dev)
-TEST_DEPS=(bats bats-assert bats-support clang libclang-rt-14-dev man-db groff-base procps)
+TEST_DEPS=(bats bats-assert bats-support clang libclang-rt-14-dev man-db groff-base bsdextrautils procps)
 JOBS=${JOBS:-$(nproc)}
 
 need() { # prints the packages of "$@" that are not installed

@@ -27,6 +27,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 static const char *proto = "ddp", *addr, *token_file, *op = "get", *bname = "bench";
 static char host[256];
 static int port, nclients = 1;

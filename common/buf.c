@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/banned.h"
+
 void ddp_buf_init(struct ddp_buf *b)
 {
     memset(b, 0, sizeof(*b));

@@ -1,6 +1,8 @@
 /* String tables for the DDP_E* codes, produced from the same X-macro as the enum. */
 #include "common/err.h"
 
+#include "common/banned.h"
+
 const char *ddp_strerror(int err)
 {
     switch (err) {

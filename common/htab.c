@@ -7,6 +7,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/banned.h"
+
 int ddp_htab_init(struct ddp_htab *t)
 {
     memset(t, 0, sizeof(*t));

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 static struct {
     bool inited;
     enum ddp_log_level level;

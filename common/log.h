@@ -54,13 +54,4 @@ void ddp_log_write(enum ddp_log_level level, enum ddp_log_subsys sub, const char
 #define DDP_DEBUG(sub, ...) DDP__LOG(DDP_LOG_DEBUG, sub, __VA_ARGS__)
 #define DDP_TRACE(sub, ...) DDP__LOG(DDP_LOG_TRACE, sub, __VA_ARGS__)
 
-/* Runs call; on a negative result logs "file:line -> DDP_E..." at trace level and jumps to label. */
-#define DDP_CHECK(call, r, label)                                              \
-    do {                                                                       \
-        if (((r) = (call)) < 0) {                                              \
-            DDP_TRACE(STORE, "%s -> %s", #call, ddp_err_name(r));              \
-            goto label;                                                        \
-        }                                                                      \
-    } while (0)
-
 #endif

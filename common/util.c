@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 int64_t ddp_now_ms(void)
 {
     struct timespec ts;

@@ -9,6 +9,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 struct fdslot {
     ddp_loop_fd_cb cb;
     void *arg;

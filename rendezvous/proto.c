@@ -7,6 +7,8 @@
 #include <openssl/hmac.h>
 #include <string.h>
 
+#include "common/banned.h"
+
 long ddp__proto_frame_size(const uint8_t *p, size_t avail, uint32_t max)
 {
     struct ddp_rd r;

@@ -60,7 +60,8 @@ int ddp_store_server_run(struct ddp_store_server *srv);
 /* Asks a running server to return from _run. Thread-safe and async-signal-safe. */
 void ddp_store_server_stop(struct ddp_store_server *srv);
 
-/* Closes every connection and frees the server (wiping its token). NULL is a no-op. */
+/* Closes every connection and frees the server (wiping its token). Call it only after
+ * ddp_store_server_run has returned (or was never called). NULL is a no-op. */
 void ddp_store_server_free(struct ddp_store_server *srv);
 
 /* Counters, for tests and `ddprun store` statistics. Safe to call from any thread. */

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 #define CLIENT_MAX_FRAME ((64u << 20) + 1024)
 #define WAIT_SLACK_MS 5000
 

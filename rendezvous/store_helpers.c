@@ -17,6 +17,8 @@
 #include <nccl.h>
 #endif
 
+#include "common/banned.h"
+
 #define MAX_TOKEN 4096
 
 int ddp_store_barrier(struct ddp_store *s, const char *name, int n, int timeout_ms)

@@ -21,6 +21,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 #define READ_CHUNK (64u << 10)
 #define READ_MAX_PER_EVENT (1u << 20)
 #define MAX_REPLY (64u << 20)

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/banned.h"
+
 static void check_inside(const uint8_t *base, size_t len, const uint8_t *p, size_t n)
 {
     if (n && (p < base || p + n > base + len))

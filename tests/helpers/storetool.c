@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 static char host[256];
 static int port;
 static uint8_t *tok;

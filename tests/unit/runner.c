@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 #define MAX_TESTS 512
 
 static struct {

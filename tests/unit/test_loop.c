@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include "common/banned.h"
+
 struct rec {
     struct ddp_timer t;
     int id;

@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/banned.h"
+
 #define TOKEN "unit-test-token-0123456789"
 
 static struct ddp_store_server *srv;

@@ -3,6 +3,8 @@
 #include "rendezvous/proto.h"
 #include "tests/unit/test.h"
 
+#include "common/banned.h"
+
 /* Builds a request frame with the given body writer. */
 static struct ddp_buf frame(uint8_t op, void (*body)(struct ddp_buf *))
 {
