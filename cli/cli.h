@@ -28,6 +28,9 @@ enum ddp_opt_id {
 int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds,
                    const char *vals[DDP_OPT__COUNT]);
 
+/* Sets the log level from a --log-level value; prints an error and returns -1 if unknown. */
+int ddp__cli_apply_log_level(const char *lvl);
+
 /* Prints "ddprun: error: ..." to stderr. */
 void ddp__cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

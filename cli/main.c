@@ -106,7 +106,7 @@ static void usage(void)
            "130 interrupted.\nSee ddprun(1) and ddprun-store(7).\n");
 }
 
-static int apply_log_level(const char *lvl)
+int ddp__cli_apply_log_level(const char *lvl)
 {
     static const char *const names[] = {"none", "error", "warn", "info", "debug", "trace"};
     for (int k = 0; k < 6; k++)
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
         printf("ddprun %s\n", DDP_VERSION);
         return DDP_EXIT_OK;
     }
-    if (vals[DDP_OPT_LOG_LEVEL] && apply_log_level(vals[DDP_OPT_LOG_LEVEL]) < 0)
+    if (vals[DDP_OPT_LOG_LEVEL] && ddp__cli_apply_log_level(vals[DDP_OPT_LOG_LEVEL]) < 0)
         return DDP_EXIT_USAGE;
     if (i >= argc)
         return ddp__cmd_default_job(vals);

@@ -37,18 +37,8 @@ int ddp__cmd_store(int argc, char **argv, int i)
         ddp__cli_error("store: unexpected argument '%s'", argv[i]);
         return DDP_EXIT_USAGE;
     }
-    if (vals[DDP_OPT_LOG_LEVEL]) {
-        static const char *const names[] = {"none", "error", "warn", "info", "debug", "trace"};
-        int k;
-        for (k = 0; k < 6 && strcmp(vals[DDP_OPT_LOG_LEVEL], names[k]) != 0; k++)
-            ;
-        if (k == 6) {
-            ddp__cli_error("--log-level '%s' is not one of none, error, warn, info, debug, trace",
-                           vals[DDP_OPT_LOG_LEVEL]);
-            return DDP_EXIT_USAGE;
-        }
-        ddp_log_set_level((enum ddp_log_level)k);
-    }
+    if (vals[DDP_OPT_LOG_LEVEL] && ddp__cli_apply_log_level(vals[DDP_OPT_LOG_LEVEL]) < 0)
+        return DDP_EXIT_USAGE;
     if (!vals[DDP_OPT_LISTEN]) {
         ddp__cli_error("store: --listen HOST:PORT is required");
         return DDP_EXIT_USAGE;

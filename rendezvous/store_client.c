@@ -258,12 +258,31 @@ static int roundtrip(struct ddp_store *s, size_t pos, uint8_t op, uint32_t id, i
     return status;
 }
 
-static bool key_ok(const char *key, size_t *kl)
+/* 0, DDP_EINVAL for a NULL key, or DDP_ETOOBIG past the key limit. */
+static int check_key(const char *key, size_t *kl)
 {
     if (!key)
-        return false;
+        return DDP_EINVAL;
     *kl = strlen(key);
-    return *kl <= DDP__MAX_KEY;
+    return *kl <= DDP__MAX_KEY ? 0 : DDP_ETOOBIG;
+}
+
+/* Starts a request whose body opens with the key. */
+static int req_begin_key(struct ddp_store *s, uint8_t op, const char *key, uint32_t *id,
+                         size_t *pos)
+{
+    size_t kl;
+    int r;
+    if ((r = check_key(key, &kl)) < 0)
+        return r;
+    *pos = req_begin(s, op, id);
+    return ddp_buf_put_str(&s->out, key, kl);
+}
+
+/* roundtrip with the client's default deadline. */
+static int call(struct ddp_store *s, size_t pos, uint8_t op, uint32_t id, struct ddp_rd *rd)
+{
+    return roundtrip(s, pos, op, id, deadline_after(s->timeout_ms), rd);
 }
 
 /* ------------------------------------------------------------------ */
@@ -473,7 +492,7 @@ static int do_ping(struct ddp_store *s)
     struct ddp_rd rd;
     uint32_t id;
     size_t pos = req_begin(s, DDP__OP_PING, &id);
-    return roundtrip(s, pos, DDP__OP_PING, id, deadline_after(s->timeout_ms), &rd);
+    return call(s, pos, DDP__OP_PING, id, &rd);
 }
 
 int ddp_store_ping(struct ddp_store *s)
@@ -486,16 +505,16 @@ static int do_set(struct ddp_store *s, const char *key, const void *val, size_t 
 {
     struct ddp_rd rd;
     uint32_t id;
-    size_t kl;
-    if (!key_ok(key, &kl) || len > DDP__MAX_VALUE || (len && !val))
-        return key && kl > DDP__MAX_KEY ? DDP_ETOOBIG : len > DDP__MAX_VALUE ? DDP_ETOOBIG
-                                                                              : DDP_EINVAL;
-    size_t pos = req_begin(s, DDP__OP_SET, &id);
-    ddp_buf_put_str(&s->out, key, kl);
-    if (ddp_buf_put_str(&s->out, val, len) < 0)
-        return DDP_ENOMEM;
-    ddp_buf_put_u64(&s->out, lease);
-    return roundtrip(s, pos, DDP__OP_SET, id, deadline_after(s->timeout_ms), &rd);
+    size_t pos;
+    int r;
+    if (len && !val)
+        return DDP_EINVAL;
+    if (len > DDP__MAX_VALUE)
+        return DDP_ETOOBIG;
+    if ((r = req_begin_key(s, DDP__OP_SET, key, &id, &pos)) < 0 ||
+        (r = ddp_buf_put_str(&s->out, val, len)) < 0 || (r = ddp_buf_put_u64(&s->out, lease)) < 0)
+        return r;
+    return call(s, pos, DDP__OP_SET, id, &rd);
 }
 
 int ddp_store_set(struct ddp_store *s, const char *key, const void *val, size_t len)
@@ -533,13 +552,12 @@ static int do_get(struct ddp_store *s, const char *key, void **val, size_t *len)
 {
     struct ddp_rd rd;
     uint32_t id;
-    size_t kl;
+    size_t pos;
     int r;
-    if (!key_ok(key, &kl) || !val)
+    if (!val)
         return DDP_EINVAL;
-    size_t pos = req_begin(s, DDP__OP_GET, &id);
-    ddp_buf_put_str(&s->out, key, kl);
-    if ((r = roundtrip(s, pos, DDP__OP_GET, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = req_begin_key(s, DDP__OP_GET, key, &id, &pos)) < 0 ||
+        (r = call(s, pos, DDP__OP_GET, id, &rd)) < 0)
         return r;
     return take_str(&rd, val, len);
 }
@@ -553,15 +571,12 @@ static int do_add(struct ddp_store *s, const char *key, int64_t delta, int64_t *
 {
     struct ddp_rd rd;
     uint32_t id;
-    size_t kl;
+    size_t pos;
     int64_t v;
     int r;
-    if (!key_ok(key, &kl))
-        return DDP_EINVAL;
-    size_t pos = req_begin(s, DDP__OP_ADD, &id);
-    ddp_buf_put_str(&s->out, key, kl);
-    ddp_buf_put_u64(&s->out, (uint64_t)delta);
-    if ((r = roundtrip(s, pos, DDP__OP_ADD, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = req_begin_key(s, DDP__OP_ADD, key, &id, &pos)) < 0 ||
+        (r = ddp_buf_put_u64(&s->out, (uint64_t)delta)) < 0 ||
+        (r = call(s, pos, DDP__OP_ADD, id, &rd)) < 0)
         return r;
     if (ddp_rd_i64(&rd, &v) < 0)
         return DDP_EPROTO;
@@ -580,18 +595,18 @@ static int do_cas(struct ddp_store *s, const char *key, const void *exp, size_t 
 {
     struct ddp_rd rd;
     uint32_t id;
-    size_t kl;
+    size_t pos;
     uint8_t sw, present;
     int r;
-    if (!key_ok(key, &kl) || elen > DDP__MAX_VALUE || dlen > DDP__MAX_VALUE || (dlen && !des))
+    if (dlen && !des)
         return DDP_EINVAL;
-    size_t pos = req_begin(s, DDP__OP_CAS, &id);
-    ddp_buf_put_str(&s->out, key, kl);
-    ddp_buf_put_u8(&s->out, exp ? 0 : DDP__CAS_EXPECT_ABSENT);
-    if (ddp_buf_put_str(&s->out, exp, exp ? elen : 0) < 0 ||
-        ddp_buf_put_str(&s->out, des, dlen) < 0)
-        return DDP_ENOMEM;
-    if ((r = roundtrip(s, pos, DDP__OP_CAS, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if (elen > DDP__MAX_VALUE || dlen > DDP__MAX_VALUE)
+        return DDP_ETOOBIG;
+    if ((r = req_begin_key(s, DDP__OP_CAS, key, &id, &pos)) < 0 ||
+        (r = ddp_buf_put_u8(&s->out, exp ? 0 : DDP__CAS_EXPECT_ABSENT)) < 0 ||
+        (r = ddp_buf_put_str(&s->out, exp, exp ? elen : 0)) < 0 ||
+        (r = ddp_buf_put_str(&s->out, des, dlen)) < 0 ||
+        (r = call(s, pos, DDP__OP_CAS, id, &rd)) < 0)
         return r;
     if (ddp_rd_u8(&rd, &sw) < 0 || ddp_rd_u8(&rd, &present) < 0)
         return DDP_EPROTO;
@@ -619,14 +634,11 @@ static int do_delete(struct ddp_store *s, const char *key, bool *deleted)
 {
     struct ddp_rd rd;
     uint32_t id;
-    size_t kl;
+    size_t pos;
     uint64_t v;
     int r;
-    if (!key_ok(key, &kl))
-        return DDP_EINVAL;
-    size_t pos = req_begin(s, DDP__OP_DELETE, &id);
-    ddp_buf_put_str(&s->out, key, kl);
-    if ((r = roundtrip(s, pos, DDP__OP_DELETE, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = req_begin_key(s, DDP__OP_DELETE, key, &id, &pos)) < 0 ||
+        (r = call(s, pos, DDP__OP_DELETE, id, &rd)) < 0)
         return r;
     if (ddp_rd_u64(&rd, &v) < 0)
         return DDP_EPROTO;
@@ -647,10 +659,9 @@ static int put_keys(struct ddp_store *s, const char *const *keys, size_t n)
     ddp_buf_put_u32(&s->out, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
         size_t kl;
-        if (!key_ok(keys[i], &kl))
-            return DDP_EINVAL;
-        if (ddp_buf_put_str(&s->out, keys[i], kl) < 0)
-            return DDP_ENOMEM;
+        int r;
+        if ((r = check_key(keys[i], &kl)) < 0 || (r = ddp_buf_put_str(&s->out, keys[i], kl)) < 0)
+            return r;
     }
     return 0;
 }
@@ -664,7 +675,7 @@ static int do_check(struct ddp_store *s, const char *const *keys, size_t n, bool
     size_t pos = req_begin(s, DDP__OP_CHECK, &id);
     if ((r = put_keys(s, keys, n)) < 0)
         return r;
-    if ((r = roundtrip(s, pos, DDP__OP_CHECK, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, DDP__OP_CHECK, id, &rd)) < 0)
         return r;
     if (ddp_rd_u8(&rd, &v) < 0)
         return DDP_EPROTO;
@@ -683,7 +694,7 @@ static int do_num_keys(struct ddp_store *s, int64_t *n)
     uint32_t id;
     int r;
     size_t pos = req_begin(s, DDP__OP_NUM_KEYS, &id);
-    if ((r = roundtrip(s, pos, DDP__OP_NUM_KEYS, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, DDP__OP_NUM_KEYS, id, &rd)) < 0)
         return r;
     return ddp_rd_i64(&rd, n) < 0 ? DDP_EPROTO : 0;
 }
@@ -721,7 +732,7 @@ static int do_multi_get(struct ddp_store *s, const char *const *keys, size_t n,
     size_t pos = req_begin(s, DDP__OP_MULTI_GET, &id);
     if ((r = put_keys(s, keys, n)) < 0)
         return r;
-    if ((r = roundtrip(s, pos, DDP__OP_MULTI_GET, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, DDP__OP_MULTI_GET, id, &rd)) < 0)
         return r;
     memset(vals, 0, n * sizeof(*vals));
     for (size_t i = 0; i < n; i++) {
@@ -770,12 +781,12 @@ static int do_watch(struct ddp_store *s, const char *key, bool prefix, uint32_t 
     uint32_t id;
     size_t kl;
     int r;
-    if (!key_ok(key, &kl))
-        return DDP_EINVAL;
+    if ((r = check_key(key, &kl)) < 0)
+        return r;
     size_t pos = req_begin(s, DDP__OP_WATCH, &id);
     ddp_buf_put_u8(&s->out, prefix ? DDP__WATCH_PREFIX : 0);
     ddp_buf_put_str(&s->out, key, kl);
-    if ((r = roundtrip(s, pos, DDP__OP_WATCH, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, DDP__OP_WATCH, id, &rd)) < 0)
         return r;
     return ddp_rd_u32(&rd, wid) < 0 ? DDP_EPROTO : 0;
 }
@@ -792,7 +803,7 @@ static int do_u32_op(struct ddp_store *s, uint8_t op, uint32_t arg, uint32_t *ou
     int r;
     size_t pos = req_begin(s, op, &id);
     ddp_buf_put_u32(&s->out, arg);
-    if ((r = roundtrip(s, pos, op, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, op, id, &rd)) < 0)
         return r;
     return out && ddp_rd_u32(&rd, out) < 0 ? DDP_EPROTO : 0;
 }
@@ -860,7 +871,7 @@ static int do_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease)
         return DDP_EINVAL;
     size_t pos = req_begin(s, DDP__OP_LEASE_GRANT, &id);
     ddp_buf_put_u32(&s->out, (uint32_t)ttl_ms);
-    if ((r = roundtrip(s, pos, DDP__OP_LEASE_GRANT, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, DDP__OP_LEASE_GRANT, id, &rd)) < 0)
         return r;
     return ddp_rd_u64(&rd, lease) < 0 ? DDP_EPROTO : 0;
 }
@@ -877,7 +888,7 @@ static int do_lease_u64(struct ddp_store *s, uint8_t op, uint64_t lease, int *tt
     int r;
     size_t pos = req_begin(s, op, &id);
     ddp_buf_put_u64(&s->out, lease);
-    if ((r = roundtrip(s, pos, op, id, deadline_after(s->timeout_ms), &rd)) < 0)
+    if ((r = call(s, pos, op, id, &rd)) < 0)
         return r;
     if (ttl) {
         if (ddp_rd_u32(&rd, &t) < 0)

@@ -462,6 +462,17 @@ TEST(limits)
     memset(key, 'k', DDP_STORE_MAX_KEY + 1);
     key[DDP_STORE_MAX_KEY + 1] = '\0';
     ASSERT_ERR(ddp_store_set(s, key, "v", 1), DDP_ETOOBIG);
+    {
+        void *v;
+        size_t n;
+        const char *ks[] = {key};
+        bool all;
+        ASSERT_ERR(ddp_store_get(s, key, &v, &n), DDP_ETOOBIG);
+        ASSERT_ERR(ddp_store_add(s, key, 1, NULL), DDP_ETOOBIG);
+        ASSERT_ERR(ddp_store_check(s, ks, 1, &all), DDP_ETOOBIG);
+        ASSERT_ERR(ddp_store_get(s, NULL, &v, &n), DDP_EINVAL);
+        ASSERT_OK(ddp_store_ping(s)); /* refused locally: the connection is untouched */
+    }
     key[DDP_STORE_MAX_KEY] = '\0'; /* exactly the limit is fine */
     ASSERT_OK(ddp_store_set(s, key, "v", 1));
     size_t big = DDP_STORE_MAX_VALUE;
