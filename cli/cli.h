@@ -3,6 +3,7 @@
 #define DDP_CLI_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Documented exit statuses (man/ddprun.1). */
 enum ddp_exit {
@@ -20,13 +21,20 @@ enum ddp_opt_id {
     DDP_OPT__COUNT
 };
 
+/* Parsed options: the last value of each option (borrowed from argv; "" for flags), and
+ * every --set in order. */
+struct ddp_cli_opts {
+    const char *vals[DDP_OPT__COUNT];
+    const char *sets[64];
+    size_t nsets;
+};
+
 /*
  * Parses "--name value" / "--name=value" options of the given commands from
- * argv[*i...]. Sets vals[id] (borrowed from argv; "" for flags) and stops at
- * the first non-option. Returns 0, or prints an error and returns -1.
+ * argv[*i...] into o, stopping at the first non-option. Returns 0, or prints
+ * an error and returns -1.
  */
-int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds,
-                   const char *vals[DDP_OPT__COUNT]);
+int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds, struct ddp_cli_opts *o);
 
 /* Sets the log level from a --log-level value; prints an error and returns -1 if unknown. */
 int ddp__cli_apply_log_level(const char *lvl);
@@ -34,8 +42,12 @@ int ddp__cli_apply_log_level(const char *lvl);
 /* Prints "ddprun: error: ..." to stderr. */
 void ddp__cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+struct ddp_job;
+
 int ddp__cmd_store(int argc, char **argv, int i);
-int ddp__cmd_default_job(const char *vals[DDP_OPT__COUNT]);
+int ddp__cmd_agent(void);
 int ddp__cmd_smoke_worker(void);
+/* Runs a job to the end; returns the exit status (enum ddp_exit). */
+int ddp__launch(const struct ddp_job *job);
 
 #endif

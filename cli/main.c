@@ -1,11 +1,15 @@
 /* ddprun's entry point: global options, subcommand dispatch and the generated --help. */
 #include "cli/cli.h"
+#include "cli/job.h"
 #include "common/log.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/banned.h"
 
@@ -35,8 +39,7 @@ static bool cmd_in(const char *cmd, const char *const *cmds)
     return false;
 }
 
-int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds,
-                   const char *vals[DDP_OPT__COUNT])
+int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds, struct ddp_cli_opts *o)
 {
     for (; *i < argc; (*i)++) {
         const char *a = argv[*i];
@@ -57,20 +60,29 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds,
             ddp__cli_error("unknown option '%.*s' (see 'ddprun --help')", (int)nl + 2, a);
             return -1;
         }
+        const char *val;
         if (!opts[found].arg) {
             if (eq) {
                 ddp__cli_error("option '--%s' takes no value", opts[found].name);
                 return -1;
             }
-            vals[found] = "";
+            val = "";
         } else if (eq) {
-            vals[found] = eq + 1;
+            val = eq + 1;
         } else if (*i + 1 < argc) {
-            vals[found] = argv[++(*i)];
+            val = argv[++(*i)];
         } else {
             ddp__cli_error("option '--%s' needs a value (%s)", opts[found].name, opts[found].arg);
             return -1;
         }
+        if (found == DDP_OPT_SET) {
+            if (o->nsets == sizeof(o->sets) / sizeof(o->sets[0])) {
+                ddp__cli_error("too many --set options (at most 64)");
+                return -1;
+            }
+            o->sets[o->nsets++] = val;
+        }
+        o->vals[found] = val;
     }
     return 0;
 }
@@ -89,21 +101,26 @@ static void print_opts(const char *cmd)
 
 static void usage(void)
 {
-    printf("usage: ddprun [GLOBAL OPTIONS] [--nproc N] [--timeout SECONDS]\n"
-           "       ddprun [GLOBAL OPTIONS] store --listen HOST:PORT --token-file FILE "
-           "[--max-conns N]\n"
+    printf("usage: ddprun [OPTIONS] JOB.yaml [--set KEY=VALUE]...   run a job\n"
+           "       ddprun plan JOB.yaml [--set KEY=VALUE]...        print the resolved job and "
+           "rank map\n"
+           "       ddprun [--nproc N]                               run the embedded default job\n"
+           "       ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]\n"
            "\n"
-           "Without a command, ddprun runs its embedded default job: a local smoke job whose\n"
-           "ranks meet at an embedded, authenticated rendezvous store.\n"
-           "\nGlobal options:\n");
+           "ddprun runs a data-parallel job described by a YAML file (see ddprun-job(5)): it\n"
+           "hosts an authenticated rendezvous store, starts a node agent per node, and the\n"
+           "agents start the ranks with a torchrun-compatible environment.\n"
+           "\nOptions:\n");
     print_opts("global");
-    printf("\nDefault job options:\n");
     print_opts("run");
-    printf("\nCommands:\n  store                    run a standalone rendezvous store\n");
+    printf("\nCommands:\n"
+           "  plan                     resolve JOB.yaml and print it with the rank map; start nothing\n"
+           "  store                    run a standalone rendezvous store\n"
+           "  agent                    (internal) the node agent; takes its orders on stdin\n");
     printf("\nstore options:\n");
     print_opts("store");
-    printf("\nExit status: 0 success, 1 job failed, 2 usage error, 3 launch error, "
-           "130 interrupted.\nSee ddprun(1) and ddprun-store(7).\n");
+    printf("\nExit status: 0 success, 1 job failed, 2 usage or job-spec error, 3 launch error, "
+           "130 interrupted.\nSee ddprun(1), ddprun-job(5) and ddprun-store(7).\n");
 }
 
 int ddp__cli_apply_log_level(const char *lvl)
@@ -118,34 +135,99 @@ int ddp__cli_apply_log_level(const char *lvl)
     return -1;
 }
 
+/* The embedded default job: local ranks that meet at the store (see cli/smoke.c). */
+static int load_default_job(struct ddp_cli_opts *o, struct ddp_job **job)
+{
+    char self[PATH_MAX], yaml[PATH_MAX + 256], nproc[64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        ddp__cli_error("cannot find the ddprun executable: %s", strerror(errno));
+        return -1;
+    }
+    self[n] = '\0';
+    snprintf(yaml, sizeof(yaml),
+             "name: default\n"
+             "command: ['%s', __smoke-worker]\n"
+             "nproc_per_node: 2\n"
+             "stop_grace: 5s\n",
+             self);
+    if (o->vals[DDP_OPT_NPROC]) {
+        snprintf(nproc, sizeof(nproc), "nproc_per_node=%s", o->vals[DDP_OPT_NPROC]);
+        if (o->nsets < sizeof(o->sets) / sizeof(o->sets[0]))
+            o->sets[o->nsets++] = nproc;
+        return ddp__job_load_string("--nproc", yaml, o->sets, o->nsets, job);
+    }
+    return ddp__job_load_string("<default job>", yaml, o->sets, o->nsets, job);
+}
+
 int main(int argc, char **argv)
 {
-    const char *vals[DDP_OPT__COUNT] = {0};
-    static const char *const global_cmds[] = {"global", "run", NULL};
-    int i = 1;
+    struct ddp_cli_opts o = {0};
+    static const char *const run_cmds[] = {"global", "run", NULL};
+    struct ddp_job *job = NULL;
+    int i = 1, rc;
 
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)
         return ddp__cmd_smoke_worker();
-    if (ddp__cli_parse(argc, argv, &i, global_cmds, vals) < 0)
+    if (argc >= 2 && strcmp(argv[1], "agent") == 0)
+        return ddp__cmd_agent();
+    if (ddp__cli_parse(argc, argv, &i, run_cmds, &o) < 0)
         return DDP_EXIT_USAGE;
-    if (vals[DDP_OPT_HELP]) {
+    if (o.vals[DDP_OPT_HELP]) {
         usage();
         return DDP_EXIT_OK;
     }
-    if (vals[DDP_OPT_VERSION]) {
+    if (o.vals[DDP_OPT_VERSION]) {
         printf("ddprun %s\n", DDP_VERSION);
         return DDP_EXIT_OK;
     }
-    if (vals[DDP_OPT_LOG_LEVEL] && ddp__cli_apply_log_level(vals[DDP_OPT_LOG_LEVEL]) < 0)
+    if (o.vals[DDP_OPT_LOG_LEVEL] && ddp__cli_apply_log_level(o.vals[DDP_OPT_LOG_LEVEL]) < 0)
         return DDP_EXIT_USAGE;
-    if (i >= argc)
-        return ddp__cmd_default_job(vals);
+    if (i >= argc) {
+        if (load_default_job(&o, &job) < 0)
+            return DDP_EXIT_USAGE;
+        rc = ddp__launch(job);
+        ddp__job_free(job);
+        return rc;
+    }
     if (strcmp(argv[i], "store") == 0)
         return ddp__cmd_store(argc, argv, i + 1);
     if (strcmp(argv[i], "help") == 0) {
         usage();
         return DDP_EXIT_OK;
     }
-    ddp__cli_error("unknown command '%s' (see 'ddprun --help')", argv[i]);
-    return DDP_EXIT_USAGE;
+    bool plan = strcmp(argv[i], "plan") == 0;
+    if (plan && ++i >= argc) {
+        ddp__cli_error("plan: which job file? (ddprun plan JOB.yaml)");
+        return DDP_EXIT_USAGE;
+    }
+    if (o.vals[DDP_OPT_NPROC]) {
+        ddp__cli_error("--nproc is for the embedded default job; in a job file use nproc_per_node "
+                       "(or --set nproc_per_node=N)");
+        return DDP_EXIT_USAGE;
+    }
+    const char *file = argv[i++];
+    /* Options may follow the job file too: ddprun job.yaml --set a=b. */
+    if (ddp__cli_parse(argc, argv, &i, run_cmds, &o) < 0)
+        return DDP_EXIT_USAGE;
+    if (i < argc) {
+        ddp__cli_error("unexpected argument '%s' after the job file (the command to run goes in "
+                       "the job file's 'command')",
+                       argv[i]);
+        return DDP_EXIT_USAGE;
+    }
+    if (o.vals[DDP_OPT_LOG_LEVEL] && ddp__cli_apply_log_level(o.vals[DDP_OPT_LOG_LEVEL]) < 0)
+        return DDP_EXIT_USAGE;
+    if (ddp__job_load(file, o.sets, o.nsets, &job) < 0)
+        return DDP_EXIT_USAGE;
+    if (plan) {
+        char id[160];
+        snprintf(id, sizeof(id), "%s-<timestamp>-<random>", job->name);
+        ddp__job_print_plan(job, id, stdout);
+        rc = DDP_EXIT_OK;
+    } else {
+        rc = ddp__launch(job);
+    }
+    ddp__job_free(job);
+    return rc;
 }

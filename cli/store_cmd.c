@@ -24,14 +24,15 @@ static void on_signal(int sig)
 
 int ddp__cmd_store(int argc, char **argv, int i)
 {
-    const char *vals[DDP_OPT__COUNT] = {0};
+    struct ddp_cli_opts cli = {0};
+    const char *const *vals = cli.vals;
     static const char *const cmds[] = {"global", "store", NULL};
     char host[256];
     int port, r;
     uint8_t *tok = NULL;
     size_t toklen = 0;
 
-    if (ddp__cli_parse(argc, argv, &i, cmds, vals) < 0)
+    if (ddp__cli_parse(argc, argv, &i, cmds, &cli) < 0)
         return DDP_EXIT_USAGE;
     if (i < argc) {
         ddp__cli_error("store: unexpected argument '%s'", argv[i]);

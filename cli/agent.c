@@ -1,0 +1,481 @@
+/*
+ * `ddprun agent`: the node agent. It reads a START frame on stdin, starts the
+ * node's workers with a torchrun-compatible environment, forwards their
+ * output line by line and their exits as frames on stdout, and stops them
+ * (SIGTERM, then SIGKILL after the grace period) on STOP, on EOF of stdin,
+ * or on SIGTERM/SIGINT/SIGHUP. It exits once no process of the job is left.
+ */
+#include "cli/agent_proto.h"
+#include "cli/cli.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+struct worker {
+    int local_rank;
+    pid_t pid;
+    int fd[2]; /* stdout, stderr pipes; -1 once at EOF */
+    struct ddp_buf line[2];
+    bool exited, reported, exec_failed;
+    int code; /* >= 0 exit status, < 0 minus the signal */
+    int64_t t0, t1;
+};
+
+struct agent {
+    struct ddp_loop *loop;
+    struct ddp__agent_start st;
+    bool have_start, stopping, killing;
+    struct worker *w;
+    int nw, unreported;
+    struct ddp_buf in;
+    int sfd;
+    sigset_t oldmask;
+    struct ddp_timer grace, reap;
+    int rc;
+};
+
+static struct agent A;
+
+static void send_buf(struct ddp_buf *b)
+{
+    if (ddp_write_all(1, b->data, b->len) < 0 && !A.stopping) {
+        /* The launcher is gone: nobody will read our output; stop the job. */
+        A.stopping = true;
+    }
+    b->len = b->off = 0;
+}
+
+static void send_output(struct worker *w, int stream, const uint8_t *p, size_t n)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_OUTPUT);
+    ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+    ddp_buf_put_u8(&b, (uint8_t)stream);
+    ddp_buf_put_str(&b, p, n);
+    ddp__agent_end(&b, pos);
+    send_buf(&b);
+    ddp_buf_release(&b);
+}
+
+static void send_note(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void send_note(struct worker *w, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    send_output(w, 2, (const uint8_t *)msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
+static void finish_if_done(void);
+
+/* Reports a worker's exit once its status is known and both pipes are drained. */
+static void maybe_report(struct worker *w)
+{
+    if (w->reported || !w->exited || w->fd[0] >= 0 || w->fd[1] >= 0)
+        return;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_EXITED);
+    ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+    ddp_buf_put_u32(&b, (uint32_t)w->code);
+    ddp_buf_put_u64(&b, (uint64_t)(w->t1 - w->t0));
+    ddp_buf_put_u8(&b, w->exec_failed);
+    ddp__agent_end(&b, pos);
+    send_buf(&b);
+    ddp_buf_release(&b);
+    w->reported = true;
+    A.unreported--;
+    finish_if_done();
+}
+
+static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    struct worker *w = arg;
+    int s = fd == w->fd[0] ? 0 : 1;
+    uint8_t tmp[65536];
+    ssize_t n = ddp_read_eintr(fd, tmp, sizeof(tmp));
+    if (n == -EAGAIN)
+        return;
+    struct ddp_buf *lb = &w->line[s];
+    if (n <= 0) {
+        if (ddp_buf_pending(lb))
+            send_output(w, s + 1, lb->data + lb->off, ddp_buf_pending(lb));
+        ddp_buf_release(lb);
+        ddp_loop_del(loop, fd);
+        close(fd);
+        w->fd[s] = -1;
+        maybe_report(w);
+        return;
+    }
+    ddp_buf_put(lb, tmp, (size_t)n);
+    /* Whole lines go out one frame each; an over-long line is cut at the limit. */
+    for (;;) {
+        uint8_t *start = lb->data + lb->off;
+        size_t pend = ddp_buf_pending(lb);
+        uint8_t *nl = memchr(start, '\n', pend);
+        if (nl) {
+            send_output(w, s + 1, start, (size_t)(nl - start));
+            lb->off += (size_t)(nl - start) + 1;
+        } else if (pend >= DDP__AGENT_MAX_LINE) {
+            send_output(w, s + 1, start, DDP__AGENT_MAX_LINE);
+            lb->off += DDP__AGENT_MAX_LINE;
+        } else {
+            break;
+        }
+    }
+    ddp_buf_compact(lb);
+}
+
+/* Every direct child of the agent (workers and orphans reparented to this subreaper). */
+static int kill_children(int sig)
+{
+    char path[64], buf[8192];
+    int n = 0;
+    snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t len = ddp_read_eintr(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return 0;
+    buf[len] = '\0';
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+        kill((pid_t)atoi(t), sig);
+        n++;
+    }
+    return n;
+}
+
+static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)t;
+    A.killing = true;
+    /* SIGKILL cannot be aimed at our own group (we are in it): kill each child, and
+     * again as orphans reparent to us, until none is left. */
+    if (kill_children(SIGKILL) > 0)
+        ddp_timer_start(loop, &A.grace, 20);
+}
+
+static void start_stop(const char *why)
+{
+    if (A.stopping && ddp_timer_armed(&A.grace))
+        return;
+    A.stopping = true;
+    DDP_DEBUG(SUP, "agent stopping its workers: %s", why);
+    /* The whole process group: workers and whatever they started. The agent gets its
+     * own copy through the signalfd and ignores it while stopping. */
+    kill(0, SIGTERM);
+    ddp_timer_start(A.loop, &A.grace, (int64_t)A.st.grace_ms);
+    finish_if_done();
+}
+
+static void finish_if_done(void)
+{
+    if (A.unreported > 0 && A.have_start)
+        return;
+    /* Stragglers the workers left behind are part of the job too. */
+    while (kill_children(SIGKILL) > 0) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        usleep(1000);
+    }
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_DONE);
+    ddp__agent_end(&b, pos);
+    send_buf(&b);
+    ddp_buf_release(&b);
+    ddp_loop_stop(A.loop);
+}
+
+static int set_env_int(const char *k, long v)
+{
+    char s[32];
+    snprintf(s, sizeof(s), "%ld", v);
+    return setenv(k, s, 1);
+}
+
+/* In the child: environment, descriptors, then exec. Reports a failure through xfd. */
+static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, pid_t agent)
+{
+    const struct ddp__agent_start *st = &A.st;
+    int err;
+    sigprocmask(SIG_SETMASK, &A.oldmask, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent)
+        _exit(127);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(ofd, 1);
+    dup2(efd, 2);
+    int tokfd = dup(tfd); /* without CLOEXEC: the worker reads the token from it */
+    int rank = (int)st->rank_offset + local_rank;
+    set_env_int("RANK", rank);
+    set_env_int("LOCAL_RANK", local_rank);
+    set_env_int("WORLD_SIZE", st->world_size);
+    set_env_int("LOCAL_WORLD_SIZE", st->nlocal);
+    set_env_int("GROUP_RANK", st->node_rank);
+    set_env_int("GROUP_WORLD_SIZE", st->nnodes);
+    setenv("ROLE_NAME", "default", 1);
+    set_env_int("ROLE_RANK", rank);
+    set_env_int("ROLE_WORLD_SIZE", st->world_size);
+    setenv("MASTER_ADDR", st->master_addr, 1);
+    set_env_int("MASTER_PORT", st->master_port);
+    set_env_int("TORCHELASTIC_RESTART_COUNT", st->restart_count);
+    set_env_int("TORCHELASTIC_MAX_RESTARTS", st->max_restarts);
+    setenv("TORCHELASTIC_RUN_ID", st->job_id, 1);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+    setenv("DDPRUN_JOB_ID", st->job_id, 1);
+    setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
+    setenv("DDPRUN_BACKEND", st->backend, 1);
+    setenv("DDPRUN_NODE", st->host_label, 1);
+    set_env_int("DDPRUN_TOKEN_FD", tokfd);
+    unsetenv("DDPRUN_TOKEN_FILE");
+    if (st->checkpoint_dir[0])
+        setenv("DDPRUN_CHECKPOINT_DIR", st->checkpoint_dir, 1);
+    if (!getenv("PYTHONUNBUFFERED"))
+        setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
+    for (char **e = st->env; *e; e++)
+        putenv(*e);
+    if (chdir(st->workdir) != 0) {
+        err = errno;
+        int msg[2] = {1, err};
+        ssize_t w = write(xfd, msg, sizeof(msg));
+        (void)w;
+        _exit(127);
+    }
+    if (st->shell[0])
+        execl("/bin/sh", "sh", "-c", st->shell, (char *)NULL);
+    else
+        execvp(st->argv[0], st->argv);
+    err = errno;
+    int msg[2] = {2, err};
+    ssize_t w = write(xfd, msg, sizeof(msg));
+    (void)w;
+    _exit(127);
+}
+
+static int spawn(struct worker *w)
+{
+    int op[2], ep[2], tp[2], xp[2];
+    if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(tp, O_CLOEXEC) ||
+        pipe2(xp, O_CLOEXEC))
+        return DDP_ESYS;
+    pid_t agent = getpid();
+    w->t0 = ddp_now_ms();
+    pid_t pid = fork();
+    if (pid < 0)
+        return DDP_ESYS;
+    if (pid == 0)
+        exec_worker(w->local_rank, op[1], ep[1], tp[0], xp[1], agent);
+    close(op[1]);
+    close(ep[1]);
+    close(tp[0]);
+    close(xp[1]);
+    w->pid = pid;
+    w->fd[0] = op[0];
+    w->fd[1] = ep[0];
+    fcntl(op[0], F_SETFL, O_NONBLOCK);
+    fcntl(ep[0], F_SETFL, O_NONBLOCK);
+    ddp_write_all(tp[1], A.st.token, strlen(A.st.token));
+    close(tp[1]);
+    int msg[2];
+    ssize_t got = ddp_read_eintr(xp[0], msg, sizeof(msg));
+    close(xp[0]);
+    if (got == (ssize_t)sizeof(msg)) {
+        w->exec_failed = true;
+        if (msg[0] == 1)
+            send_note(w, "ddprun agent: cannot enter workdir '%s': %s", A.st.workdir,
+                      strerror(msg[1]));
+        else
+            send_note(w, "ddprun agent: cannot run '%s': %s",
+                      A.st.shell[0] ? "/bin/sh" : A.st.argv[0], strerror(msg[1]));
+    } else {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        size_t pos = ddp__agent_begin(&b, DDP__AG_STARTED);
+        ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+        ddp_buf_put_u32(&b, (uint32_t)pid);
+        ddp__agent_end(&b, pos);
+        send_buf(&b);
+        ddp_buf_release(&b);
+    }
+    ddp_loop_add(A.loop, w->fd[0], DDP_LOOP_READ, on_pipe, w);
+    ddp_loop_add(A.loop, w->fd[1], DDP_LOOP_READ, on_pipe, w);
+    return 0;
+}
+
+static void start_workers(void)
+{
+    A.nw = (int)A.st.nlocal;
+    A.w = calloc((size_t)A.nw, sizeof(*A.w));
+    A.unreported = A.nw;
+    for (int i = 0; i < A.nw; i++) {
+        A.w[i].local_rank = i;
+        A.w[i].fd[0] = A.w[i].fd[1] = -1;
+        if (A.stopping || spawn(&A.w[i]) < 0) {
+            /* Never started: report it as failed so the launcher's count adds up. */
+            A.w[i].exited = true;
+            A.w[i].code = 127;
+            A.w[i].exec_failed = !A.stopping;
+            A.w[i].t0 = A.w[i].t1 = ddp_now_ms();
+            maybe_report(&A.w[i]);
+        }
+    }
+}
+
+static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    if (ddp_buf_reserve(&A.in, 65536) < 0)
+        return;
+    ssize_t n = ddp_read_eintr(fd, A.in.data + A.in.len, A.in.cap - A.in.len);
+    if (n <= 0) {
+        ddp_loop_del(loop, fd);
+        if (!A.have_start) {
+            /* Told nothing: nothing to stop. */
+            ddp_loop_stop(loop);
+            A.rc = DDP_EXIT_LAUNCH;
+            return;
+        }
+        start_stop("the launcher closed our stdin");
+        return;
+    }
+    A.in.len += (size_t)n;
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    int r;
+    while ((r = ddp__agent_next(&A.in, &type, &body, &len)) > 0) {
+        if (type == DDP__AG_START && !A.have_start) {
+            if (ddp__agent_get_start(body, len, &A.st) < 0) {
+                fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
+                A.rc = DDP_EXIT_LAUNCH;
+                ddp_loop_stop(loop);
+                return;
+            }
+            A.have_start = true;
+            ddp_log_set_rank(-1);
+            start_workers();
+        } else if (type == DDP__AG_STOP) {
+            struct ddp_rd rd;
+            uint64_t g;
+            ddp_rd_init(&rd, body, len);
+            if (ddp_rd_u64(&rd, &g) == 0)
+                A.st.grace_ms = g;
+            if (A.stopping && g == 0)
+                on_grace(loop, &A.grace); /* a second, forceful stop */
+            else
+                start_stop("the launcher asked");
+        }
+    }
+    ddp_buf_compact(&A.in);
+    if (r < 0) {
+        fprintf(stderr, "ddprun agent: bad frame from the launcher\n");
+        start_stop("protocol error");
+    }
+}
+
+static void reap(void)
+{
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int i = 0; i < A.nw; i++) {
+            struct worker *w = &A.w[i];
+            if (w->pid != p || w->exited)
+                continue;
+            w->exited = true;
+            w->t1 = ddp_now_ms();
+            w->code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+            maybe_report(w);
+        }
+    }
+}
+
+static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)mask;
+    (void)arg;
+    struct signalfd_siginfo si;
+    while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD)
+            reap();
+        else if (!A.stopping)
+            start_stop("signal");
+    }
+}
+
+static void on_reap_tick(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    /* A safety net for a missed SIGCHLD coalescing: reap every 200 ms. */
+    reap();
+    ddp_timer_start(loop, t, 200);
+}
+
+int ddp__cmd_agent(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, &A.oldmask);
+    signal(SIGPIPE, SIG_IGN);
+    /* Our own process group, so the launcher (or we) can signal the whole node's job. */
+    setpgid(0, 0);
+    /* Orphans of the workers come back to us, to be killed at the end. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    ddp_buf_init(&A.in);
+    if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
+        return DDP_EXIT_LAUNCH;
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    ddp_timer_init(&A.grace, on_grace);
+    ddp_timer_init(&A.reap, on_reap_tick);
+    ddp_timer_start(A.loop, &A.reap, 200);
+    ddp_loop_add(A.loop, 0, DDP_LOOP_READ, on_stdin, NULL);
+    ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
+    A.rc = 0;
+    ddp_loop_run(A.loop);
+    int rc = A.rc;
+    for (int i = 0; i < A.nw; i++) {
+        ddp_buf_release(&A.w[i].line[0]);
+        ddp_buf_release(&A.w[i].line[1]);
+        for (int s = 0; s < 2; s++)
+            if (A.w[i].fd[s] >= 0)
+                close(A.w[i].fd[s]);
+    }
+    free(A.w);
+    ddp__agent_start_release(&A.st);
+    ddp_buf_release(&A.in);
+    ddp_loop_free(A.loop);
+    close(A.sfd);
+    return rc;
+}

@@ -1,0 +1,171 @@
+/* Encoding and decoding of launcher <-> agent frames (see agent_proto.h). */
+#include "cli/agent_proto.h"
+#include "common/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type)
+{
+    size_t pos = b->len;
+    ddp_buf_put_u32(b, 0);
+    ddp_buf_put_u8(b, type);
+    return pos;
+}
+
+void ddp__agent_end(struct ddp_buf *b, size_t pos)
+{
+    ddp_buf_patch_u32(b, pos, (uint32_t)(b->len - pos - 4));
+}
+
+int ddp__agent_next(struct ddp_buf *b, uint8_t *type, const uint8_t **body, size_t *len)
+{
+    struct ddp_rd r;
+    uint32_t flen;
+    ddp_rd_init(&r, b->data + b->off, ddp_buf_pending(b));
+    if (ddp_rd_u32(&r, &flen) < 0)
+        return 0;
+    if (flen < 1 || flen > DDP__AGENT_MAX_FRAME)
+        return DDP_EPROTO;
+    if (ddp_rd_left(&r) < flen)
+        return 0;
+    const uint8_t *p;
+    ddp_rd_raw(&r, flen, &p);
+    *type = p[0];
+    *body = p + 1;
+    *len = flen - 1;
+    b->off += 4 + (size_t)flen;
+    return 1;
+}
+
+static int put_s(struct ddp_buf *b, const char *s)
+{
+    return ddp_buf_put_str(b, s ? s : "", s ? strlen(s) : 0);
+}
+
+static int put_list(struct ddp_buf *b, char *const *v)
+{
+    uint32_t n = 0;
+    for (char *const *p = v; p && *p; p++)
+        n++;
+    int r = ddp_buf_put_u32(b, n);
+    for (uint32_t i = 0; i < n && r == 0; i++)
+        r = put_s(b, v[i]);
+    return r;
+}
+
+int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st)
+{
+    size_t pos = ddp__agent_begin(b, DDP__AG_START);
+    int r = 0;
+    r |= put_s(b, st->token);
+    r |= put_s(b, st->store_addr);
+    r |= put_s(b, st->job_id);
+    r |= put_s(b, st->host_label);
+    r |= put_s(b, st->master_addr);
+    r |= ddp_buf_put_u32(b, st->master_port);
+    r |= ddp_buf_put_u32(b, st->node_rank);
+    r |= ddp_buf_put_u32(b, st->nnodes);
+    r |= ddp_buf_put_u32(b, st->world_size);
+    r |= ddp_buf_put_u32(b, st->rank_offset);
+    r |= ddp_buf_put_u32(b, st->nlocal);
+    r |= ddp_buf_put_u32(b, st->restart_count);
+    r |= ddp_buf_put_u32(b, st->max_restarts);
+    r |= ddp_buf_put_u64(b, st->grace_ms);
+    r |= put_s(b, st->workdir);
+    r |= put_s(b, st->backend);
+    r |= put_s(b, st->checkpoint_dir);
+    r |= put_s(b, st->shell);
+    r |= put_list(b, st->argv);
+    r |= put_list(b, st->env);
+    ddp__agent_end(b, pos);
+    return r ? DDP_ENOMEM : 0;
+}
+
+static int get_s(struct ddp_rd *r, char **out)
+{
+    const uint8_t *p;
+    uint32_t n;
+    if (ddp_rd_str(r, DDP__AGENT_MAX_FRAME, &p, &n) < 0)
+        return DDP_EPROTO;
+    if (memchr(p, '\0', n))
+        return DDP_EPROTO;
+    if (!(*out = strndup((const char *)p, n)))
+        return DDP_ENOMEM;
+    return 0;
+}
+
+static int get_list(struct ddp_rd *r, char ***out)
+{
+    uint32_t n;
+    if (ddp_rd_u32(r, &n) < 0 || n > 65536)
+        return DDP_EPROTO;
+    char **v = calloc((size_t)n + 1, sizeof(char *));
+    if (!v)
+        return DDP_ENOMEM;
+    *out = v;
+    for (uint32_t i = 0; i < n; i++) {
+        int e = get_s(r, &v[i]);
+        if (e < 0)
+            return e;
+    }
+    return 0;
+}
+
+int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_start *st)
+{
+    struct ddp_rd r;
+    int e;
+    memset(st, 0, sizeof(*st));
+    ddp_rd_init(&r, body, len);
+    if ((e = get_s(&r, &st->token)) < 0 || (e = get_s(&r, &st->store_addr)) < 0 ||
+        (e = get_s(&r, &st->job_id)) < 0 || (e = get_s(&r, &st->host_label)) < 0 ||
+        (e = get_s(&r, &st->master_addr)) < 0)
+        goto fail;
+    e = DDP_EPROTO;
+    if (ddp_rd_u32(&r, &st->master_port) < 0 || ddp_rd_u32(&r, &st->node_rank) < 0 ||
+        ddp_rd_u32(&r, &st->nnodes) < 0 || ddp_rd_u32(&r, &st->world_size) < 0 ||
+        ddp_rd_u32(&r, &st->rank_offset) < 0 || ddp_rd_u32(&r, &st->nlocal) < 0 ||
+        ddp_rd_u32(&r, &st->restart_count) < 0 || ddp_rd_u32(&r, &st->max_restarts) < 0 ||
+        ddp_rd_u64(&r, &st->grace_ms) < 0)
+        goto fail;
+    if ((e = get_s(&r, &st->workdir)) < 0 || (e = get_s(&r, &st->backend)) < 0 ||
+        (e = get_s(&r, &st->checkpoint_dir)) < 0 || (e = get_s(&r, &st->shell)) < 0 ||
+        (e = get_list(&r, &st->argv)) < 0 || (e = get_list(&r, &st->env)) < 0)
+        goto fail;
+    e = DDP_EPROTO;
+    if (ddp_rd_left(&r) != 0 || st->nlocal == 0 || st->nlocal > 4096 ||
+        (!st->shell[0] && !st->argv[0]))
+        goto fail;
+    return 0;
+fail:
+    ddp__agent_start_release(st);
+    return e;
+}
+
+static void free_list(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+void ddp__agent_start_release(struct ddp__agent_start *st)
+{
+    if (st->token)
+        explicit_bzero(st->token, strlen(st->token));
+    free(st->token);
+    free(st->store_addr);
+    free(st->job_id);
+    free(st->host_label);
+    free(st->master_addr);
+    free(st->workdir);
+    free(st->backend);
+    free(st->checkpoint_dir);
+    free(st->shell);
+    free_list(st->argv);
+    free_list(st->env);
+    memset(st, 0, sizeof(*st));
+}

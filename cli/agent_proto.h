@@ -1,0 +1,68 @@
+/*
+ * Frames between ddprun (the launcher) and a node agent, over the agent's
+ * stdin and stdout: a pipe for local nodes, an SSH channel for remote ones.
+ * Each frame: u32 len (of what follows) | u8 type | body, little-endian,
+ * strings as u32 length + bytes (common/buf.h). EOF on the agent's stdin
+ * means "stop now, with the grace period from START".
+ */
+#ifndef DDP_CLI_AGENT_PROTO_H
+#define DDP_CLI_AGENT_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+
+#define DDP__AGENT_MAX_FRAME (1u << 20)
+#define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
+
+enum ddp__agent_msg {
+    /* launcher -> agent */
+    DDP__AG_START = 1, /* the node's share of the job (struct ddp__agent_start) */
+    DDP__AG_STOP = 2,  /* u64 grace_ms: SIGTERM the workers, SIGKILL after grace */
+    /* agent -> launcher */
+    DDP__AG_STARTED = 0x81, /* u32 local_rank, u32 pid */
+    DDP__AG_OUTPUT = 0x82,  /* u32 local_rank, u8 stream (1 out, 2 err), str line */
+    DDP__AG_EXITED = 0x83,  /* u32 local_rank, i32 code (>= 0) or -signal, u64 runtime_ms,
+                               u8 exec_failed */
+    DDP__AG_DONE = 0x84,    /* every worker reaped; the agent exits next */
+};
+
+/* What one agent needs to start its node's workers. Strings are owned. */
+struct ddp__agent_start {
+    char *token;
+    char *store_addr;
+    char *job_id;
+    char *host_label; /* the node's name in the job spec */
+    char *master_addr;
+    uint32_t master_port;
+    uint32_t node_rank, nnodes, world_size, rank_offset, nlocal;
+    uint32_t restart_count, max_restarts;
+    uint64_t grace_ms;
+    char *workdir;
+    char *backend;
+    char *checkpoint_dir; /* "" when none */
+    char *shell;          /* "" when argv is used */
+    char **argv;          /* NULL-terminated */
+    char **env;           /* "K=V" strings, NULL-terminated */
+};
+
+/* Appends a START frame to b. */
+int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st);
+/* Parses a START frame body (after the type byte). 0, or DDP_EPROTO/ENOMEM. */
+int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_start *st);
+void ddp__agent_start_release(struct ddp__agent_start *st);
+
+/* Starts and ends a frame in b (as ddp__proto_begin/end for the store). */
+size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type);
+void ddp__agent_end(struct ddp_buf *b, size_t pos);
+
+/*
+ * Takes the next whole frame from b (pending bytes): returns 1 and sets
+ * type/body/len (pointing into b), 0 if incomplete, DDP_EPROTO if the length
+ * is out of range.
+ */
+int ddp__agent_next(struct ddp_buf *b, uint8_t *type, const uint8_t **body, size_t *len);
+
+#endif

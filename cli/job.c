@@ -1,0 +1,956 @@
+/*
+ * Job spec loading: libyaml events become a small tree whose nodes remember
+ * their line and column (or the --set that made them); a schema walk then
+ * fills struct ddp_job and reports the first problem as
+ * "FILE:LINE:COL: what is wrong (what was expected)".
+ */
+#include "cli/job.h"
+#include "cli/cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "common/banned.h"
+
+enum ytype { Y_SCALAR, Y_SEQ, Y_MAP };
+
+struct ynode {
+    enum ytype type;
+    int line, col;      /* 1-based, in the job file */
+    const char *origin; /* "--set a.b=..." for overrides (borrowed), else NULL */
+    char *str;          /* scalar text */
+    struct ynode **kids; /* seq items; map: key, value, key, value... */
+    size_t n;
+};
+
+struct ctx {
+    const char *file;
+};
+
+static void ynode_free(struct ynode *n)
+{
+    if (!n)
+        return;
+    for (size_t i = 0; i < n->n; i++)
+        ynode_free(n->kids[i]);
+    free(n->kids);
+    free(n->str);
+    free(n);
+}
+
+static void err_at(const struct ctx *c, const struct ynode *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void err_at(const struct ctx *c, const struct ynode *n, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n && n->origin)
+        ddp__cli_error("%s: %s", n->origin, msg);
+    else if (n)
+        ddp__cli_error("%s:%d:%d: %s", c->file, n->line, n->col, msg);
+    else
+        ddp__cli_error("%s: %s", c->file, msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* YAML events -> tree                                                */
+/* ------------------------------------------------------------------ */
+
+static int add_kid(struct ynode *p, struct ynode *k)
+{
+    struct ynode **v = realloc(p->kids, (p->n + 1) * sizeof(*v));
+    if (!v)
+        return -1;
+    p->kids = v;
+    p->kids[p->n++] = k;
+    return 0;
+}
+
+static struct ynode *new_node(enum ytype t, const yaml_mark_t *m, const char *origin)
+{
+    struct ynode *n = calloc(1, sizeof(*n));
+    if (n) {
+        n->type = t;
+        n->line = (int)m->line + 1;
+        n->col = (int)m->column + 1;
+        n->origin = origin;
+    }
+    return n;
+}
+
+static void syntax_error(const struct ctx *c, yaml_parser_t *p, const char *origin)
+{
+    const char *what = p->problem ? p->problem : "malformed YAML";
+    if (origin)
+        ddp__cli_error("%s: YAML syntax error: %s", origin, what);
+    else
+        ddp__cli_error("%s:%zu:%zu: YAML syntax error: %s%s%s", c->file, p->problem_mark.line + 1,
+                       p->problem_mark.column + 1, what, p->context ? " " : "",
+                       p->context ? p->context : "");
+}
+
+/* Builds the node for the event just read (ev) and everything under it. */
+static struct ynode *build(const struct ctx *c, yaml_parser_t *p, yaml_event_t *ev,
+                           const char *origin)
+{
+    struct ynode *n = NULL;
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+        if (!(n = new_node(Y_SCALAR, &ev->start_mark, origin)) ||
+            !(n->str = strndup((const char *)ev->data.scalar.value, ev->data.scalar.length))) {
+            ynode_free(n);
+            return NULL;
+        }
+        return n;
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT: {
+        bool map = ev->type == YAML_MAPPING_START_EVENT;
+        yaml_event_type_t end = map ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
+        if (!(n = new_node(map ? Y_MAP : Y_SEQ, &ev->start_mark, origin)))
+            return NULL;
+        for (;;) {
+            yaml_event_t e;
+            if (!yaml_parser_parse(p, &e)) {
+                syntax_error(c, p, origin);
+                ynode_free(n);
+                return NULL;
+            }
+            if (e.type == end) {
+                yaml_event_delete(&e);
+                return n;
+            }
+            struct ynode *k = build(c, p, &e, origin);
+            yaml_event_delete(&e);
+            if (!k || add_kid(n, k) < 0) {
+                ynode_free(k);
+                ynode_free(n);
+                return NULL;
+            }
+            if (map && (n->n % 2) == 1 && k->type != Y_SCALAR) {
+                err_at(c, k, "a mapping key must be a plain word");
+                ynode_free(n);
+                return NULL;
+            }
+        }
+    }
+    case YAML_ALIAS_EVENT: {
+        struct ynode tmp = {.line = (int)ev->start_mark.line + 1,
+                            .col = (int)ev->start_mark.column + 1, .origin = origin};
+        err_at(c, &tmp, "YAML aliases (*name) are not supported in job files");
+        return NULL;
+    }
+    default:
+        ddp__cli_error("%s: unexpected YAML event %d", c->file, (int)ev->type);
+        return NULL;
+    }
+}
+
+/* Parses one YAML document from text; *root is NULL for an empty document. */
+static int parse_yaml(const struct ctx *c, const char *text, size_t len, const char *origin,
+                      struct ynode **root)
+{
+    yaml_parser_t p;
+    yaml_event_t ev;
+    struct ynode *r = NULL;
+    int rc = -1, docs = 0;
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    for (;;) {
+        if (!yaml_parser_parse(&p, &ev)) {
+            syntax_error(c, &p, origin);
+            goto out;
+        }
+        yaml_event_type_t t = ev.type;
+        if (t == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1) {
+            struct ynode tmp = {.line = (int)ev.start_mark.line + 1,
+                                .col = (int)ev.start_mark.column + 1, .origin = origin};
+            err_at(c, &tmp, "a job file holds one YAML document, found a second one");
+            yaml_event_delete(&ev);
+            goto out;
+        }
+        if (t == YAML_SCALAR_EVENT || t == YAML_SEQUENCE_START_EVENT ||
+            t == YAML_MAPPING_START_EVENT || t == YAML_ALIAS_EVENT) {
+            r = build(c, &p, &ev, origin);
+            yaml_event_delete(&ev);
+            if (!r)
+                goto out;
+            continue;
+        }
+        yaml_event_delete(&ev);
+    }
+    *root = r;
+    r = NULL;
+    rc = 0;
+out:
+    ynode_free(r);
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* --set overrides                                                    */
+/* ------------------------------------------------------------------ */
+
+static struct ynode *map_get(const struct ynode *m, const char *key)
+{
+    for (size_t i = 0; i + 1 < m->n; i += 2)
+        if (strcmp(m->kids[i]->str, key) == 0)
+            return m->kids[i + 1];
+    return NULL;
+}
+
+static int apply_set(const struct ctx *c, struct ynode **root, const char *set)
+{
+    const char *eq = strchr(set, '=');
+    if (!eq || eq == set) {
+        ddp__cli_error("--set '%s': expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes",
+                       set);
+        return -1;
+    }
+    struct ynode *val = NULL;
+    yaml_mark_t m0 = {0};
+    if (parse_yaml(c, eq + 1, strlen(eq + 1), set, &val) < 0)
+        return -1;
+    if (!val) { /* "--set key=" means an empty string */
+        if (!(val = new_node(Y_SCALAR, &m0, set)) || !(val->str = strdup(""))) {
+            ynode_free(val);
+            return -1;
+        }
+    }
+    if (!*root && !(*root = new_node(Y_MAP, &m0, set))) {
+        ynode_free(val);
+        return -1;
+    }
+    char *path = strndup(set, (size_t)(eq - set));
+    struct ynode *cur = *root;
+    char *save = NULL, *tok = strtok_r(path, ".", &save);
+    int rc = -1;
+    while (tok) {
+        char *next = strtok_r(NULL, ".", &save);
+        if (cur->type == Y_SEQ) {
+            char *end;
+            long idx = strtol(tok, &end, 10);
+            if (*end || idx < 0 || (size_t)idx >= cur->n) {
+                ddp__cli_error("--set '%s': '%s' is not an index of the list (0 to %zu)", set, tok,
+                               cur->n ? cur->n - 1 : 0);
+                goto out;
+            }
+            if (!next) {
+                ynode_free(cur->kids[idx]);
+                cur->kids[idx] = val;
+                val = NULL;
+                rc = 0;
+                goto out;
+            }
+            cur = cur->kids[idx];
+        } else if (cur->type == Y_MAP) {
+            size_t i;
+            for (i = 0; i + 1 < cur->n && strcmp(cur->kids[i]->str, tok) != 0; i += 2)
+                ;
+            if (i + 1 >= cur->n) { /* a new key */
+                struct ynode *k = new_node(Y_SCALAR, &m0, set);
+                struct ynode *v = next ? new_node(Y_MAP, &m0, set) : val;
+                if (!k || !v || !(k->str = strdup(tok)) || add_kid(cur, k) < 0 ||
+                    add_kid(cur, v) < 0) {
+                    ddp__cli_error("out of memory");
+                    goto out;
+                }
+                if (!next)
+                    val = NULL;
+                i = cur->n - 2;
+            } else if (!next) {
+                ynode_free(cur->kids[i + 1]);
+                cur->kids[i + 1] = val;
+                val = NULL;
+            }
+            if (!next) {
+                rc = 0;
+                goto out;
+            }
+            cur = cur->kids[i + 1];
+        } else {
+            ddp__cli_error("--set '%s': '%s' is inside a value that is not a mapping or a list",
+                           set, tok);
+            goto out;
+        }
+        tok = next;
+    }
+out:
+    free(path);
+    ynode_free(val);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Schema                                                             */
+/* ------------------------------------------------------------------ */
+
+static const char *const top_keys[] = {"name",    "command",  "workdir",    "env",
+                                       "nodes",   "nproc_per_node", "backend",
+                                       "rendezvous", "elastic", "ssh", "logs",
+                                       "checkpoint", "stop_grace", NULL};
+static const char *const rdzv_keys[] = {"listen", "port", "timeout", NULL};
+static const char *const elastic_keys[] = {"min_nodes",          "max_nodes",
+                                           "max_restarts",       "heartbeat_interval",
+                                           "heartbeat_timeout",  NULL};
+static const char *const ssh_keys[] = {"user", "port", "identity", "known_hosts",
+                                       "strict_host_key_checking", NULL};
+static const char *const logs_keys[] = {"dir", "tag_output", NULL};
+static const char *const ckpt_keys[] = {"dir", NULL};
+static const char *const node_keys[] = {"host", "slots", NULL};
+
+/* Checks a mapping's keys against a list: unknown and duplicate keys are errors. */
+static int check_keys(const struct ctx *c, const struct ynode *m, const char *where,
+                      const char *const *allowed)
+{
+    if (m->type != Y_MAP) {
+        err_at(c, m, "%s must be a mapping of keys to values", where);
+        return -1;
+    }
+    for (size_t i = 0; i + 1 < m->n; i += 2) {
+        const struct ynode *k = m->kids[i];
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++)
+            ok |= strcmp(*a, k->str) == 0;
+        if (!ok) {
+            char list[512] = "";
+            size_t o = 0;
+            for (const char *const *a = allowed; *a && o < sizeof(list); a++)
+                o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", a == allowed ? "" : ", ",
+                                      *a);
+            err_at(c, k, "unknown key '%s' in %s (expected one of: %s)", k->str, where, list);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j += 2)
+            if (strcmp(m->kids[j]->str, k->str) == 0) {
+                err_at(c, k, "duplicate key '%s' in %s (first given at line %d)", k->str, where,
+                       m->kids[j]->line);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+static int want_scalar(const struct ctx *c, const struct ynode *n, const char *what)
+{
+    if (n->type != Y_SCALAR) {
+        err_at(c, n, "%s must be a single value, not a %s", what,
+               n->type == Y_MAP ? "mapping" : "list");
+        return -1;
+    }
+    return 0;
+}
+
+static int get_str(const struct ctx *c, const struct ynode *n, const char *what, char **out)
+{
+    if (want_scalar(c, n, what) < 0)
+        return -1;
+    if (!n->str[0]) {
+        err_at(c, n, "%s must not be empty", what);
+        return -1;
+    }
+    free(*out);
+    *out = strdup(n->str);
+    return *out ? 0 : -1;
+}
+
+static int get_int(const struct ctx *c, const struct ynode *n, const char *what, long lo, long hi,
+                   int *out)
+{
+    if (want_scalar(c, n, what) < 0)
+        return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(n->str, &end, 10);
+    if (errno || !n->str[0] || *end || v < lo || v > hi) {
+        err_at(c, n, "%s must be a whole number from %ld to %ld, got '%s'", what, lo, hi, n->str);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int get_bool(const struct ctx *c, const struct ynode *n, const char *what, bool *out)
+{
+    static const char *const t[] = {"true", "yes", "on", "1"}, *const f[] = {"false", "no", "off",
+                                                                             "0"};
+    if (want_scalar(c, n, what) < 0)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(n->str, t[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(n->str, f[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    err_at(c, n, "%s must be true or false, got '%s'", what, n->str);
+    return -1;
+}
+
+int64_t ddp__parse_duration_ms(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0 || !isdigit((unsigned char)s[0]))
+        return -1;
+    double mul;
+    if (strcmp(end, "ms") == 0)
+        mul = 1;
+    else if (strcmp(end, "s") == 0)
+        mul = 1000;
+    else if (strcmp(end, "m") == 0)
+        mul = 60000;
+    else if (strcmp(end, "h") == 0)
+        mul = 3600000;
+    else
+        return -1;
+    double ms = v * mul;
+    return ms > 1e15 ? -1 : (int64_t)(ms + 0.5);
+}
+
+static int get_duration(const struct ctx *c, const struct ynode *n, const char *what, int64_t *out)
+{
+    if (want_scalar(c, n, what) < 0)
+        return -1;
+    int64_t v = ddp__parse_duration_ms(n->str);
+    if (v < 0) {
+        err_at(c, n, "%s: bad duration '%s' (expected a number and a unit: 500ms, 5s, 2m, 1h)",
+               what, n->str);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+bool ddp__job_host_is_local(const char *host)
+{
+    return strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0 ||
+           strcmp(host, "::1") == 0;
+}
+
+/* Resolves p against base (a folder) unless it is absolute. */
+static char *resolve(const char *base, const char *p)
+{
+    char buf[PATH_MAX];
+    if (p[0] == '/')
+        return strdup(p);
+    snprintf(buf, sizeof(buf), "%s/%s", base, p);
+    return strdup(buf);
+}
+
+static bool env_name_ok(const char *s)
+{
+    if (!(isalpha((unsigned char)s[0]) || s[0] == '_'))
+        return false;
+    for (; *s; s++)
+        if (!(isalnum((unsigned char)*s) || *s == '_'))
+            return false;
+    return true;
+}
+
+static int load_command(const struct ctx *c, const struct ynode *n, struct ddp_job *j)
+{
+    if (n->type == Y_SCALAR)
+        return get_str(c, n, "command", &j->shell);
+    if (n->type != Y_SEQ || n->n == 0) {
+        err_at(c, n, "command must be a list of arguments or a shell command string%s",
+               n->type == Y_SEQ ? ", not an empty list" : "");
+        return -1;
+    }
+    if (!(j->argv = calloc(n->n + 1, sizeof(char *))))
+        return -1;
+    for (size_t i = 0; i < n->n; i++) {
+        if (want_scalar(c, n->kids[i], "each command argument") < 0)
+            return -1;
+        if (!(j->argv[i] = strdup(n->kids[i]->str)))
+            return -1;
+    }
+    if (!j->argv[0][0]) {
+        err_at(c, n->kids[0], "command: the program (first element) must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+static int load_env(const struct ctx *c, const struct ynode *n, struct ddp_job *j)
+{
+    if (n->type != Y_MAP) {
+        err_at(c, n, "env must be a mapping of variable names to values");
+        return -1;
+    }
+    if (!(j->env = calloc(n->n / 2 + 1, sizeof(*j->env))))
+        return -1;
+    for (size_t i = 0; i + 1 < n->n; i += 2) {
+        const struct ynode *k = n->kids[i], *v = n->kids[i + 1];
+        if (!env_name_ok(k->str)) {
+            err_at(c, k, "env: '%s' is not a valid variable name (letters, digits, _)", k->str);
+            return -1;
+        }
+        for (size_t p = 0; p < j->nenv; p++)
+            if (strcmp(j->env[p].key, k->str) == 0) {
+                err_at(c, k, "env: duplicate variable '%s'", k->str);
+                return -1;
+            }
+        if (want_scalar(c, v, "an env value") < 0)
+            return -1;
+        j->env[j->nenv].key = strdup(k->str);
+        j->env[j->nenv].value = strdup(v->str);
+        j->nenv++;
+    }
+    return 0;
+}
+
+static int load_nodes(const struct ctx *c, const struct ynode *n, struct ddp_job *j,
+                      int **slots_given)
+{
+    if (n->type != Y_SEQ || n->n == 0) {
+        err_at(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
+        return -1;
+    }
+    j->nodes = calloc(n->n, sizeof(*j->nodes));
+    *slots_given = calloc(n->n, sizeof(int));
+    if (!j->nodes || !*slots_given)
+        return -1;
+    for (size_t i = 0; i < n->n; i++) {
+        const struct ynode *e = n->kids[i], *host = e;
+        if (e->type == Y_MAP) {
+            if (check_keys(c, e, "a node", node_keys) < 0)
+                return -1;
+            if (!(host = map_get(e, "host"))) {
+                err_at(c, e, "a node needs 'host'");
+                return -1;
+            }
+            const struct ynode *s = map_get(e, "slots");
+            if (s && get_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
+                return -1;
+        }
+        if (get_str(c, host, "host", &j->nodes[i].host) < 0)
+            return -1;
+        for (size_t p = 0; p < i; p++)
+            if (strcmp(j->nodes[p].host, j->nodes[i].host) == 0) {
+                err_at(c, host, "node '%s' is listed twice", j->nodes[i].host);
+                return -1;
+            }
+        j->nnodes++;
+    }
+    return 0;
+}
+
+static char *default_name(const char *file)
+{
+    const char *b = strrchr(file, '/');
+    b = b ? b + 1 : file;
+    char *n = strdup(b);
+    char *dot = n ? strrchr(n, '.') : NULL;
+    if (dot && dot != n)
+        *dot = '\0';
+    return n;
+}
+
+static int load_tree(const struct ctx *c, const struct ynode *root, const char *basedir,
+                     struct ddp_job *j)
+{
+    const struct ynode *n, *sub;
+    int *slots_given = NULL, rc = -1;
+
+    if (!root) {
+        err_at(c, NULL, "the job file is empty (it needs at least 'command')");
+        return -1;
+    }
+    if (check_keys(c, root, "the job spec", top_keys) < 0)
+        return -1;
+    if ((n = map_get(root, "name")) && get_str(c, n, "name", &j->name) < 0)
+        return -1;
+    if (!(n = map_get(root, "command"))) {
+        err_at(c, root, "missing 'command' (the program each rank runs, as a list or a string)");
+        return -1;
+    }
+    if (load_command(c, n, j) < 0)
+        return -1;
+    if ((n = map_get(root, "workdir"))) {
+        char *w = NULL;
+        if (get_str(c, n, "workdir", &w) < 0)
+            return -1;
+        j->workdir = resolve(basedir, w);
+        free(w);
+    } else {
+        j->workdir = strdup(basedir);
+    }
+    if ((n = map_get(root, "env")) && load_env(c, n, j) < 0)
+        return -1;
+    if ((n = map_get(root, "nodes"))) {
+        if (load_nodes(c, n, j, &slots_given) < 0)
+            goto out;
+    } else {
+        j->nodes = calloc(1, sizeof(*j->nodes));
+        slots_given = calloc(1, sizeof(int));
+        j->nodes[0].host = strdup("localhost");
+        j->nnodes = 1;
+    }
+    if ((n = map_get(root, "nproc_per_node")) &&
+        get_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
+        goto out;
+    j->world_size = 0;
+    for (size_t i = 0; i < j->nnodes; i++) {
+        j->nodes[i].slots = slots_given[i] ? slots_given[i] : j->nproc_per_node;
+        j->world_size += j->nodes[i].slots;
+    }
+    if ((n = map_get(root, "backend"))) {
+        if (get_str(c, n, "backend", &j->backend) < 0)
+            goto out;
+        if (strcmp(j->backend, "cpu") != 0 && strcmp(j->backend, "nccl") != 0) {
+            err_at(c, n, "backend must be 'cpu' or 'nccl', got '%s'", j->backend);
+            goto out;
+        }
+#ifndef DDP_HAVE_NCCL
+        if (strcmp(j->backend, "nccl") == 0) {
+            err_at(c, n, "backend 'nccl' needs a ddprun built with CUDA and NCCL; this one was not");
+            goto out;
+        }
+#endif
+    }
+    if ((sub = map_get(root, "rendezvous"))) {
+        if (check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
+            ((n = map_get(sub, "listen")) && get_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
+            ((n = map_get(sub, "port")) && get_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
+            ((n = map_get(sub, "timeout")) &&
+             get_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0))
+            goto out;
+    }
+    j->min_nodes = j->max_nodes = (int)j->nnodes;
+    if ((sub = map_get(root, "elastic"))) {
+        const struct ynode *mn = map_get(sub, "min_nodes");
+        if (check_keys(c, sub, "elastic", elastic_keys) < 0 ||
+            (mn && get_int(c, mn, "elastic.min_nodes", 1, 100000, &j->min_nodes) < 0) ||
+            ((n = map_get(sub, "max_nodes")) &&
+             get_int(c, n, "elastic.max_nodes", 1, 100000, &j->max_nodes) < 0) ||
+            ((n = map_get(sub, "max_restarts")) &&
+             get_int(c, n, "elastic.max_restarts", 0, 1000000, &j->max_restarts) < 0) ||
+            ((n = map_get(sub, "heartbeat_interval")) &&
+             get_duration(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) < 0) ||
+            ((n = map_get(sub, "heartbeat_timeout")) &&
+             get_duration(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0))
+            goto out;
+        if (j->min_nodes > j->max_nodes) {
+            err_at(c, mn ? mn : sub, "elastic.min_nodes (%d) is above elastic.max_nodes (%d)",
+                   j->min_nodes, j->max_nodes);
+            goto out;
+        }
+        if (j->heartbeat_timeout_ms <= j->heartbeat_interval_ms) {
+            err_at(c, sub, "elastic.heartbeat_timeout must be longer than heartbeat_interval");
+            goto out;
+        }
+    }
+    if (j->max_nodes > (int)j->nnodes) {
+        err_at(c, map_get(root, "elastic"),
+               "elastic.max_nodes (%d) is above the number of nodes listed (%zu)", j->max_nodes,
+               j->nnodes);
+        goto out;
+    }
+    if ((sub = map_get(root, "ssh"))) {
+        if (check_keys(c, sub, "ssh", ssh_keys) < 0 ||
+            ((n = map_get(sub, "user")) && get_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
+            ((n = map_get(sub, "port")) && get_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
+            ((n = map_get(sub, "identity")) && get_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
+            ((n = map_get(sub, "known_hosts")) &&
+             get_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0))
+            goto out;
+        if ((n = map_get(sub, "strict_host_key_checking"))) {
+            if (want_scalar(c, n, "ssh.strict_host_key_checking") < 0)
+                goto out;
+            /* YAML 1.1 reads yes/no as booleans; they are names here. */
+            const char *v = n->str;
+            if (!strcasecmp(v, "true") || !strcasecmp(v, "on"))
+                v = "yes";
+            if (!strcasecmp(v, "false") || !strcasecmp(v, "off"))
+                v = "no";
+            if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0 && strcmp(v, "accept-new") != 0) {
+                err_at(c, n, "ssh.strict_host_key_checking must be yes, no or accept-new, got '%s'",
+                       n->str);
+                goto out;
+            }
+            free(j->ssh_strict);
+            j->ssh_strict = strdup(v);
+        }
+    }
+    if ((sub = map_get(root, "logs"))) {
+        if (check_keys(c, sub, "logs", logs_keys) < 0 ||
+            ((n = map_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
+            ((n = map_get(sub, "tag_output")) && get_bool(c, n, "logs.tag_output", &j->tag_output) < 0))
+            goto out;
+    }
+    if ((sub = map_get(root, "checkpoint"))) {
+        char *d = NULL;
+        if (check_keys(c, sub, "checkpoint", ckpt_keys) < 0)
+            goto out;
+        if ((n = map_get(sub, "dir"))) {
+            if (get_str(c, n, "checkpoint.dir", &d) < 0)
+                goto out;
+            j->checkpoint_dir = resolve(j->workdir, d);
+            free(d);
+        }
+    }
+    if ((n = map_get(root, "stop_grace")) && get_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
+        goto out;
+    bool all_local = true;
+    for (size_t i = 0; i < j->nnodes; i++)
+        all_local &= ddp__job_host_is_local(j->nodes[i].host);
+    if (all_local) {
+        struct stat st;
+        n = map_get(root, "workdir");
+        if (stat(j->workdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            err_at(c, n, "workdir '%s' is not a folder", j->workdir);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(slots_given);
+    return rc;
+}
+
+static void set_defaults(struct ddp_job *j)
+{
+    j->nproc_per_node = 1;
+    j->backend = strdup("cpu");
+    j->rdzv_listen = strdup("auto");
+    j->rdzv_timeout_ms = 60000;
+    j->heartbeat_interval_ms = 1000;
+    j->heartbeat_timeout_ms = 5000;
+    j->ssh_port = 22;
+    j->ssh_strict = strdup("yes");
+    j->logs_dir = strdup("ddprun-logs");
+    j->tag_output = true;
+    j->stop_grace_ms = 10000;
+}
+
+static int load(const char *file, const char *basedir, const char *text, size_t len,
+                const char *const *sets, size_t nsets, struct ddp_job **out)
+{
+    struct ctx c = {.file = file};
+    struct ynode *root = NULL;
+    struct ddp_job *j = calloc(1, sizeof(*j));
+    int rc = -1;
+    if (!j)
+        return -1;
+    set_defaults(j);
+    j->file = strdup(file);
+    if (parse_yaml(&c, text, len, NULL, &root) < 0)
+        goto out;
+    for (size_t i = 0; i < nsets; i++)
+        if (apply_set(&c, &root, sets[i]) < 0)
+            goto out;
+    if (load_tree(&c, root, basedir, j) < 0)
+        goto out;
+    if (!j->name)
+        j->name = default_name(file);
+    /* logs.dir is relative to where ddprun runs, as torchrun's --log-dir is. */
+    char cwd[PATH_MAX];
+    if (j->logs_dir[0] != '/' && getcwd(cwd, sizeof(cwd))) {
+        char *abs = resolve(cwd, j->logs_dir);
+        free(j->logs_dir);
+        j->logs_dir = abs;
+    }
+    *out = j;
+    j = NULL;
+    rc = 0;
+out:
+    ynode_free(root);
+    ddp__job_free(j);
+    return rc;
+}
+
+int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struct ddp_job **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ddp__cli_error("%s: cannot read the job file: %s", path, strerror(errno));
+        return -1;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            char *t = realloc(text, cap = cap ? cap * 2 : 8192);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return -1;
+            }
+            text = t;
+        }
+        size_t r = fread(text + len, 1, cap - len, f);
+        len += r;
+        if (r == 0)
+            break;
+        if (len > (16u << 20)) {
+            ddp__cli_error("%s: the job file is larger than 16 MiB", path);
+            free(text);
+            fclose(f);
+            return -1;
+        }
+    }
+    bool rerr = ferror(f);
+    fclose(f);
+    if (rerr) {
+        ddp__cli_error("%s: cannot read the job file", path);
+        free(text);
+        return -1;
+    }
+    char base[PATH_MAX], *rp = realpath(path, NULL);
+    if (!rp) {
+        ddp__cli_error("%s: cannot resolve the job file's path: %s", path, strerror(errno));
+        free(text);
+        return -1;
+    }
+    snprintf(base, sizeof(base), "%s", rp);
+    char *slash = strrchr(base, '/');
+    if (slash && slash != base)
+        *slash = '\0';
+    free(rp);
+    int rc = load(path, base, text, len, sets, nsets, out);
+    free(text);
+    return rc;
+}
+
+int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets,
+                         size_t nsets, struct ddp_job **out)
+{
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)))
+        snprintf(cwd, sizeof(cwd), "/");
+    return load(name, cwd, yaml, strlen(yaml), sets, nsets, out);
+}
+
+void ddp__job_free(struct ddp_job *j)
+{
+    if (!j)
+        return;
+    if (j->argv)
+        for (char **a = j->argv; *a; a++)
+            free(*a);
+    free(j->argv);
+    for (size_t i = 0; i < j->nenv; i++) {
+        free(j->env[i].key);
+        free(j->env[i].value);
+    }
+    free(j->env);
+    for (size_t i = 0; i < j->nnodes; i++)
+        free(j->nodes[i].host);
+    free(j->nodes);
+    free(j->file);
+    free(j->name);
+    free(j->shell);
+    free(j->workdir);
+    free(j->backend);
+    free(j->rdzv_listen);
+    free(j->ssh_user);
+    free(j->ssh_identity);
+    free(j->ssh_known_hosts);
+    free(j->ssh_strict);
+    free(j->logs_dir);
+    free(j->checkpoint_dir);
+    free(j);
+}
+
+/* "5s" or "500ms" into buf. */
+static const char *fmt_duration(char *buf, size_t n, int64_t ms)
+{
+    if (ms % 1000 == 0)
+        snprintf(buf, n, "%llds", (long long)(ms / 1000));
+    else
+        snprintf(buf, n, "%lldms", (long long)ms);
+    return buf;
+}
+
+void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
+{
+    fprintf(f, "# ddprun plan for %s (job id %s)\n", j->file, job_id);
+    fprintf(f, "name: %s\ncommand: ", j->name);
+    if (j->shell) {
+        fprintf(f, "%s   # run by /bin/sh -c\n", j->shell);
+    } else {
+        fprintf(f, "[");
+        for (char **a = j->argv; *a; a++)
+            fprintf(f, "%s%s", a == j->argv ? "" : ", ", *a);
+        fprintf(f, "]\n");
+    }
+    fprintf(f, "workdir: %s\nenv:", j->workdir);
+    if (!j->nenv)
+        fprintf(f, " {}");
+    fprintf(f, "\n");
+    for (size_t i = 0; i < j->nenv; i++)
+        fprintf(f, "  %s: %s\n", j->env[i].key, j->env[i].value);
+    fprintf(f, "nodes:\n");
+    for (size_t i = 0; i < j->nnodes; i++)
+        fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
+    fprintf(f, "nproc_per_node: %d\nbackend: %s\n", j->nproc_per_node, j->backend);
+    char d1[32], d2[32];
+    fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s}\n", j->rdzv_listen, j->rdzv_port,
+            fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
+    fprintf(f, "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
+               "heartbeat_timeout: %s}\n",
+            j->min_nodes, j->max_nodes, j->max_restarts,
+            fmt_duration(d1, sizeof(d1), j->heartbeat_interval_ms),
+            fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
+    fprintf(f, "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
+               "strict_host_key_checking: %s}\n",
+            j->ssh_user ? j->ssh_user : "(current user)", j->ssh_port,
+            j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
+            j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict);
+    fprintf(f, "logs: {dir: %s, tag_output: %s}\n", j->logs_dir, j->tag_output ? "true" : "false");
+    fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
+    fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
+    fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s\n", j->world_size, "node",
+            "host", "local_rank", "global_rank");
+    int rank = 0;
+    for (size_t i = 0; i < j->nnodes; i++)
+        for (int l = 0; l < j->nodes[i].slots; l++, rank++)
+            fprintf(f, "%-5zu %-20s %-10d %-11d\n", i, j->nodes[i].host, l, rank);
+    fprintf(f, "\n# environment added to every rank (per-rank values: see the rank map)\n");
+    fprintf(f, "RANK=<global_rank> LOCAL_RANK=<local_rank> GROUP_RANK=<node> ROLE_RANK=<global_rank>\n");
+    fprintf(f, "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
+               "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
+            j->world_size, j->world_size, j->nnodes);
+    fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
+               "TORCHELASTIC_USE_AGENT_STORE=False\n");
+    fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
+            j->max_restarts, job_id);
+    fprintf(f, "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=<store host:port> DDPRUN_TOKEN_FD=<pipe> "
+               "DDPRUN_BACKEND=%s%s%s\n",
+            job_id, j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
+            j->checkpoint_dir ? j->checkpoint_dir : "");
+    if (ddp__job_omp_default(j))
+        fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
+    for (size_t i = 0; i < j->nenv; i++)
+        fprintf(f, "%s=%s%s", j->env[i].key, j->env[i].value, i + 1 < j->nenv ? " " : "\n");
+}
+
+bool ddp__job_omp_default(const struct ddp_job *j)
+{
+    int most = 0;
+    for (size_t i = 0; i < j->nnodes; i++)
+        most = j->nodes[i].slots > most ? j->nodes[i].slots : most;
+    for (size_t i = 0; i < j->nenv; i++)
+        if (strcmp(j->env[i].key, "OMP_NUM_THREADS") == 0)
+            return false;
+    return most > 1 && !getenv("OMP_NUM_THREADS");
+}

@@ -1,0 +1,71 @@
+/* The job spec: parsed from YAML (libyaml) with file:line:col errors, --set overrides and defaults. */
+#ifndef DDP_CLI_JOB_H
+#define DDP_CLI_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct ddp_job_node {
+    char *host;
+    int slots; /* ranks on this node */
+};
+
+struct ddp_job_kv {
+    char *key, *value;
+};
+
+struct ddp_job {
+    char *file; /* path of the job file ("<default>" for the embedded job) */
+    char *name;
+    char **argv;   /* command as a list: exec'd directly (NULL-terminated) */
+    char *shell;   /* command as a string: run by /bin/sh -c */
+    char *workdir; /* absolute */
+    struct ddp_job_kv *env;
+    size_t nenv;
+    struct ddp_job_node *nodes;
+    size_t nnodes;
+    int nproc_per_node;
+    char *backend; /* "cpu" | "nccl" */
+    char *rdzv_listen;
+    int rdzv_port;
+    int64_t rdzv_timeout_ms;
+    int min_nodes, max_nodes, max_restarts;
+    int64_t heartbeat_interval_ms, heartbeat_timeout_ms;
+    char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
+    int ssh_port;
+    char *logs_dir; /* absolute */
+    bool tag_output;
+    char *checkpoint_dir; /* absolute, or NULL */
+    int64_t stop_grace_ms;
+    int world_size; /* derived: sum of slots */
+};
+
+/*
+ * Parses a job file and applies "--set a.b=value" overrides (sets[0..nsets)).
+ * On error prints one message naming the file, line and column (or the
+ * --set) and what was expected, and returns -1; *out is untouched.
+ */
+int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struct ddp_job **out);
+
+/* The same from YAML text in memory (the embedded default job); name is used in messages. */
+int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets,
+                         size_t nsets, struct ddp_job **out);
+
+void ddp__job_free(struct ddp_job *job);
+
+/* Parses "500ms", "5s", "2m", "1h" (also "1.5s"). -1 if malformed. */
+int64_t ddp__parse_duration_ms(const char *s);
+
+/* True for the hosts ddprun starts locally without SSH. */
+bool ddp__job_host_is_local(const char *host);
+
+/* True when ranks get OMP_NUM_THREADS=1, as torchrun does: more than one rank on a node and
+ * the variable set neither in env nor in ddprun's own environment. */
+bool ddp__job_omp_default(const struct ddp_job *job);
+
+/* Writes the resolved spec and the rank map (`ddprun plan`). */
+void ddp__job_print_plan(const struct ddp_job *job, const char *job_id, FILE *f);
+
+#endif
