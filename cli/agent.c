@@ -146,25 +146,37 @@ static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     ddp_buf_compact(lb);
 }
 
-/* Every direct child of the agent (workers and orphans reparented to this subreaper). */
-static int kill_children(int sig)
+/*
+ * Signals every direct child of this process, in all its threads' lists (orphans that
+ * reparent to a subreaper land there too). Returns how many it signalled.
+ */
+int ddp__kill_children(int sig)
 {
-    char path[64], buf[8192];
+    char path[320], buf[16384];
     int n = 0;
-    snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
         return 0;
-    ssize_t len = ddp_read_eintr(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-        return 0;
-    buf[len] = '\0';
-    char *save = NULL;
-    for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
-        kill((pid_t)atoi(t), sig);
-        n++;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/children", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t len = ddp_read_eintr(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        buf[len] = '\0';
+        char *save = NULL;
+        for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+            kill((pid_t)atoi(t), sig);
+            n++;
+        }
     }
+    closedir(d);
     return n;
 }
 
@@ -174,7 +186,7 @@ static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
     A.killing = true;
     /* SIGKILL cannot be aimed at our own group (we are in it): kill each child, and
      * again as orphans reparent to us, until none is left. */
-    if (kill_children(SIGKILL) > 0)
+    if (ddp__kill_children(SIGKILL) > 0)
         ddp_timer_start(loop, &A.grace, 20);
 }
 
@@ -196,7 +208,7 @@ static void finish_if_done(void)
     if (A.unreported > 0 && A.have_start)
         return;
     /* Stragglers the workers left behind are part of the job too. */
-    while (kill_children(SIGKILL) > 0) {
+    while (ddp__kill_children(SIGKILL) > 0) {
         while (waitpid(-1, NULL, WNOHANG) > 0)
             ;
         usleep(1000);

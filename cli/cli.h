@@ -46,6 +46,8 @@ struct ddp_job;
 
 int ddp__cmd_store(int argc, char **argv, int i);
 int ddp__cmd_agent(void);
+/* Signals every direct child of this process (see cli/agent.c); returns how many. */
+int ddp__kill_children(int sig);
 int ddp__cmd_smoke_worker(void);
 /* Runs a job to the end; returns the exit status (enum ddp_exit). */
 int ddp__launch(const struct ddp_job *job);

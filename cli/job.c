@@ -213,25 +213,26 @@ static struct ynode *map_get(const struct ynode *m, const char *key)
     return NULL;
 }
 
-static int apply_set(const struct ctx *c, struct ynode **root, const char *set)
+/* set is "KEY=VALUE"; origin ("--set KEY=VALUE") labels the nodes it makes and must outlive them. */
+static int apply_set(const struct ctx *c, struct ynode **root, const char *set, const char *origin)
 {
     const char *eq = strchr(set, '=');
     if (!eq || eq == set) {
-        ddp__cli_error("--set '%s': expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes",
-                       set);
+        ddp__cli_error("%s: expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes",
+                       origin);
         return -1;
     }
     struct ynode *val = NULL;
     yaml_mark_t m0 = {0};
-    if (parse_yaml(c, eq + 1, strlen(eq + 1), set, &val) < 0)
+    if (parse_yaml(c, eq + 1, strlen(eq + 1), origin, &val) < 0)
         return -1;
     if (!val) { /* "--set key=" means an empty string */
-        if (!(val = new_node(Y_SCALAR, &m0, set)) || !(val->str = strdup(""))) {
+        if (!(val = new_node(Y_SCALAR, &m0, origin)) || !(val->str = strdup(""))) {
             ynode_free(val);
             return -1;
         }
     }
-    if (!*root && !(*root = new_node(Y_MAP, &m0, set))) {
+    if (!*root && !(*root = new_node(Y_MAP, &m0, origin))) {
         ynode_free(val);
         return -1;
     }
@@ -245,7 +246,7 @@ static int apply_set(const struct ctx *c, struct ynode **root, const char *set)
             char *end;
             long idx = strtol(tok, &end, 10);
             if (*end || idx < 0 || (size_t)idx >= cur->n) {
-                ddp__cli_error("--set '%s': '%s' is not an index of the list (0 to %zu)", set, tok,
+                ddp__cli_error("%s: '%s' is not an index of the list (0 to %zu)", origin, tok,
                                cur->n ? cur->n - 1 : 0);
                 goto out;
             }
@@ -262,8 +263,8 @@ static int apply_set(const struct ctx *c, struct ynode **root, const char *set)
             for (i = 0; i + 1 < cur->n && strcmp(cur->kids[i]->str, tok) != 0; i += 2)
                 ;
             if (i + 1 >= cur->n) { /* a new key */
-                struct ynode *k = new_node(Y_SCALAR, &m0, set);
-                struct ynode *v = next ? new_node(Y_MAP, &m0, set) : val;
+                struct ynode *k = new_node(Y_SCALAR, &m0, origin);
+                struct ynode *v = next ? new_node(Y_MAP, &m0, origin) : val;
                 if (!k || !v || !(k->str = strdup(tok)) || add_kid(cur, k) < 0 ||
                     add_kid(cur, v) < 0) {
                     ddp__cli_error("out of memory");
@@ -283,8 +284,8 @@ static int apply_set(const struct ctx *c, struct ynode **root, const char *set)
             }
             cur = cur->kids[i + 1];
         } else {
-            ddp__cli_error("--set '%s': '%s' is inside a value that is not a mapping or a list",
-                           set, tok);
+            ddp__cli_error("%s: '%s' is inside a value that is not a mapping or a list",
+                           origin, tok);
             goto out;
         }
         tok = next;
@@ -747,6 +748,7 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
 {
     struct ctx c = {.file = file};
     struct ynode *root = NULL;
+    char **origins = NULL;
     struct ddp_job *j = calloc(1, sizeof(*j));
     int rc = -1;
     if (!j)
@@ -755,9 +757,16 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
     j->file = strdup(file);
     if (parse_yaml(&c, text, len, NULL, &root) < 0)
         goto out;
-    for (size_t i = 0; i < nsets; i++)
-        if (apply_set(&c, &root, sets[i]) < 0)
+    if (nsets && !(origins = calloc(nsets, sizeof(char *))))
+        goto out;
+    for (size_t i = 0; i < nsets; i++) {
+        size_t n = strlen(sets[i]) + 8;
+        if (!(origins[i] = malloc(n)))
             goto out;
+        snprintf(origins[i], n, "--set %s", sets[i]);
+        if (apply_set(&c, &root, sets[i], origins[i]) < 0)
+            goto out;
+    }
     if (load_tree(&c, root, basedir, j) < 0)
         goto out;
     if (!j->name)
@@ -774,6 +783,9 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
     rc = 0;
 out:
     ynode_free(root);
+    for (size_t i = 0; origins && i < nsets; i++)
+        free(origins[i]);
+    free(origins);
     ddp__job_free(j);
     return rc;
 }

@@ -74,7 +74,7 @@ struct launcher {
     bool tty, status_shown;
     int64_t t0;
     const char *phase;
-    struct ddp_timer tick;
+    struct ddp_timer tick, force;
 };
 
 static struct launcher L;
@@ -333,16 +333,25 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                 stop_all((uint64_t)L.job->stop_grace_ms);
             } else if (L.sigints == 2) {
                 say("ddprun: killing every rank now");
+                /* The agents SIGKILL their ranks and sweep what the ranks left behind;
+                 * should one not be gone in 2 s, its whole process group is killed. */
                 stop_all(0);
-                /* Local agents lead their own process groups: end them outright. */
-                for (size_t i = 0; i < L.job->nnodes; i++)
-                    if (L.ag[i].pid > 0 && !L.ag[i].reaped)
-                        kill(-L.ag[i].pid, SIGKILL);
+                ddp_timer_start(loop, &L.force, 2000);
             }
         }
     }
     if (all_agents_gone())
         ddp_loop_stop(loop);
+}
+
+static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    /* Local agents lead their own process groups: end them outright. */
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        if (L.ag[i].pid > 0 && !L.ag[i].reaped)
+            kill(-L.ag[i].pid, SIGKILL);
 }
 
 static int spawn_agent(size_t i, const struct ddp__agent_start *st)
@@ -622,6 +631,10 @@ int ddp__launch(const struct ddp_job *job)
         ddp_loop_add(L.loop, L.sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
         goto out;
     ddp_timer_init(&L.tick, on_tick);
+    ddp_timer_init(&L.force, on_force);
+    /* Should an agent die abnormally, what its ranks leave behind is reparented to us
+     * instead of init, and swept at the end. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (L.tty)
         ddp_timer_start(L.loop, &L.tick, 250);
 
@@ -677,6 +690,12 @@ int ddp__launch(const struct ddp_job *job)
     for (int i = 0; i < job->world_size && rc == DDP_EXIT_OK; i++)
         if (!L.rk[i].exited || L.rk[i].code != 0)
             rc = DDP_EXIT_JOB_FAILED;
+    /* Anything still parented to us is an orphan of the job. */
+    while (ddp__kill_children(SIGKILL) > 0) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        usleep(1000);
+    }
     clear_status();
     summarize(rc, (double)(ddp_now_ms() - L.t0) / 1000);
 out:

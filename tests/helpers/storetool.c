@@ -142,6 +142,85 @@ static int cmd_barrier(int n, const char *name)
     return bad ? 1 : 0;
 }
 
+/* ---- env-check: run as a ddprun worker; checks the environment the agent gave it ---- */
+static const char *need(const char *k, int *bad)
+{
+    const char *v = getenv(k);
+    if (!v || !*v) {
+        fprintf(stderr, "env-check: %s is not set\n", k);
+        (*bad)++;
+        return "";
+    }
+    return v;
+}
+
+static int cmd_env_check(void)
+{
+    static const char *const vars[] = {
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+        "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+        "DDPRUN_JOB_ID", "DDPRUN_STORE_ADDR", "DDPRUN_TOKEN_FD", NULL};
+    int bad = 0;
+    for (const char *const *v = vars; *v; v++)
+        need(*v, &bad);
+    if (bad)
+        return 1;
+    int rank = atoi(getenv("RANK")), world = atoi(getenv("WORLD_SIZE"));
+    int local = atoi(getenv("LOCAL_RANK")), lws = atoi(getenv("LOCAL_WORLD_SIZE"));
+    int group = atoi(getenv("GROUP_RANK"));
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "env-check rank %d: ", rank);                      \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                             \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+    CHECK(rank >= 0 && rank < world, "RANK %d outside 0..%d", rank, world - 1);
+    CHECK(local >= 0 && local < lws, "LOCAL_RANK %d outside 0..%d", local, lws - 1);
+    CHECK(atoi(getenv("ROLE_RANK")) == rank, "ROLE_RANK != RANK");
+    CHECK(atoi(getenv("ROLE_WORLD_SIZE")) == world, "ROLE_WORLD_SIZE != WORLD_SIZE");
+    CHECK(strcmp(getenv("ROLE_NAME"), "default") == 0, "ROLE_NAME is not 'default'");
+    CHECK(strcmp(getenv("TORCHELASTIC_RUN_ID"), getenv("DDPRUN_JOB_ID")) == 0,
+          "TORCHELASTIC_RUN_ID differs from DDPRUN_JOB_ID");
+    CHECK(strcmp(getenv("TORCHELASTIC_RESTART_COUNT"), "0") == 0, "restart count is not 0");
+    CHECK(group >= 0 && group < atoi(getenv("GROUP_WORLD_SIZE")), "GROUP_RANK out of range");
+    CHECK(!getenv("DDPRUN_TOKEN"), "a token variable is in the environment");
+    struct ddp_store *s;
+    int r;
+    if ((r = ddp_store_connect_env(10000, &s)) < 0)
+        return fail("connect from the environment", r);
+    /* The token came through the fd; it must appear in no variable. */
+    extern char **environ;
+    uint8_t *t2;
+    size_t t2len;
+    if ((r = ddp_store_token_from_env(&t2, &t2len)) < 0)
+        return fail("token", r);
+    for (char **e = environ; *e; e++)
+        CHECK(!memmem(*e, strlen(*e), t2, t2len), "the job token is in the environment");
+    ddp_store_token_free(t2, t2len);
+    char blob[64];
+    int bl = snprintf(blob, sizeof(blob), "%d %s", rank, getenv("MASTER_PORT"));
+    struct ddp_store_value *vals = calloc((size_t)world, sizeof(*vals));
+    if ((r = ddp_store_all_gather(s, "envcheck", rank, world, blob, (size_t)bl, 20000, vals)) < 0)
+        return fail("all-gather", r);
+    for (int i = 0; i < world; i++) {
+        int rr = -1;
+        char mport[32] = "";
+        sscanf(vals[i].data, "%d %31s", &rr, mport);
+        CHECK(rr == i, "rank slot %d holds rank %d: ranks are not distinct", i, rr);
+        CHECK(strcmp(mport, getenv("MASTER_PORT")) == 0, "ranks disagree on MASTER_PORT");
+    }
+    ddp_store_values_free(vals, (size_t)world);
+    free(vals);
+    ddp_store_close(s);
+    printf("env ok rank %d of %d (local %d of %d, node %d)\n", rank, world, local, lws, group);
+    return 0;
+#undef CHECK
+}
+
 static int usage(void)
 {
     fprintf(stderr,
@@ -150,7 +229,8 @@ static int usage(void)
             "  lease-hold TTL_MS KEY        grant a lease, bind KEY, renew every TTL/3 for ever\n"
             "  watch PREFIX COUNT TIMEOUT_MS print COUNT events under PREFIX, then exit\n"
             "  stress NCLIENTS OPS          concurrent set/get/add, results checked\n"
-            "  barrier N NAME               N clients connect and pass one barrier\n");
+            "  barrier N NAME               N clients connect and pass one barrier\n"
+            "usage: storetool env-check      (as a ddprun worker) check the rank environment\n");
     return 2;
 }
 
@@ -159,6 +239,8 @@ int main(int argc, char **argv)
     const char *addr = NULL, *tf = NULL;
     int i = 1, r;
     struct ddp_store *s = NULL;
+    if (argc == 2 && strcmp(argv[1], "env-check") == 0)
+        return cmd_env_check();
     for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         if (strcmp(argv[i], "--addr") == 0)
             addr = argv[i + 1];

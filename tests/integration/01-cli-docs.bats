@@ -14,6 +14,16 @@ load '../lib/common'
   done
 }
 
+@test "every job-spec key the parser accepts is documented in man/ddprun-job.5" {
+  keys=$(awk '/_keys\[\] = \{/{f=1} f{print} /NULL\};/{f=0}' "$REPO/cli/job.c" |
+    grep -o '"[a-z_]*"' | tr -d '"' | sort -u)
+  [ "$(echo "$keys" | wc -l)" -ge 25 ]
+  for k in $keys; do
+    sed 's/\\-/-/g' "$REPO/man/ddprun-job.5" | grep -qE "^\.B $k\b|\.B $k\$|\.BR $k |^\.B $k$" ||
+      { echo "key '$k' missing from man/ddprun-job.5"; return 1; }
+  done
+}
+
 @test "--version prints the CMake project version" {
   want=$(sed -n 's/^project(ddprun VERSION \([0-9.]*\).*/\1/p' "$REPO/CMakeLists.txt")
   run "$DDPRUN" --version
@@ -25,13 +35,16 @@ load '../lib/common'
   run "$DDPRUN" --frobnicate
   assert_failure 2
   assert_output --partial "unknown option '--frobnicate'"
-  run "$DDPRUN" launch-the-rockets
+  run "$DDPRUN" launch-the-rockets.yaml
   assert_failure 2
-  assert_output --partial "unknown command 'launch-the-rockets'"
+  assert_output "ddprun: error: launch-the-rockets.yaml: cannot read the job file: No such file or directory"
+  run "$DDPRUN" plan
+  assert_failure 2
+  assert_output "ddprun: error: plan: which job file? (ddprun plan JOB.yaml)"
 }
 
 @test "man pages render without warnings" {
-  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7"; do
+  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7" "$REPO/man/ddprun-job.5"; do
     run bash -c "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l '$p' 2>&1 >/dev/null"
     assert_success
     assert_output ""

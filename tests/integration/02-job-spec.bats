@@ -1,0 +1,113 @@
+#!/usr/bin/env bats
+# Job-spec errors: each names the file, line and column, says what was expected, exits 2, and
+# starts nothing. Also `ddprun plan` and --set overrides.
+load '../lib/common'
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+}
+
+# spec_error YAML EXPECTED-MESSAGE [--set ...]
+spec_error() {
+  printf '%b' "$1" >job.yaml
+  shift
+  want=$1
+  shift
+  run "$DDPRUN" job.yaml "$@"
+  assert_failure 2
+  assert_output "ddprun: error: $want"
+  [ ! -e ddprun-logs ]   # nothing started
+}
+
+@test "unknown key" {
+  spec_error 'command: [true]\nnproc_per_nodes: 2\n' \
+    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, rendezvous, elastic, ssh, logs, checkpoint, stop_grace)"
+  spec_error 'command: [true]\nelastic:\n  min_node: 1\n' \
+    "job.yaml:3:3: unknown key 'min_node' in elastic (expected one of: min_nodes, max_nodes, max_restarts, heartbeat_interval, heartbeat_timeout)"
+}
+
+@test "wrong types" {
+  spec_error 'command: [true]\nnproc_per_node: two\n' \
+    "job.yaml:2:17: nproc_per_node must be a whole number from 1 to 4096, got 'two'"
+  spec_error 'command: {a: b}\n' \
+    "job.yaml:1:10: command must be a list of arguments or a shell command string"
+  spec_error 'command: [true]\nenv: [A, B]\n' \
+    "job.yaml:2:6: env must be a mapping of variable names to values"
+  spec_error 'command: [true]\nlogs:\n  tag_output: maybe\n' \
+    "job.yaml:3:15: logs.tag_output must be true or false, got 'maybe'"
+  spec_error 'command: [true]\nbackend: tpu\n' \
+    "job.yaml:2:10: backend must be 'cpu' or 'nccl', got 'tpu'"
+  spec_error 'command: [true]\nnodes: []\n' \
+    "job.yaml:2:8: nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')"
+  spec_error 'command: [true]\nenv: {1X: y}\n' \
+    "job.yaml:2:7: env: '1X' is not a valid variable name (letters, digits, _)"
+}
+
+@test "bad duration" {
+  spec_error 'command: [true]\nrendezvous:\n  timeout: 5x\n' \
+    "job.yaml:3:12: rendezvous.timeout: bad duration '5x' (expected a number and a unit: 500ms, 5s, 2m, 1h)"
+  spec_error 'command: [true]\nstop_grace: 10\n' \
+    "job.yaml:2:13: stop_grace: bad duration '10' (expected a number and a unit: 500ms, 5s, 2m, 1h)"
+}
+
+@test "missing command, empty file, min_nodes above max_nodes, duplicates" {
+  spec_error 'name: x\n' "job.yaml:1:1: missing 'command' (the program each rank runs, as a list or a string)"
+  spec_error '' "job.yaml: the job file is empty (it needs at least 'command')"
+  spec_error 'command: [true]\nnodes: [localhost, 127.0.0.1, "::1"]\nelastic: {min_nodes: 3, max_nodes: 2}\n' \
+    "job.yaml:3:22: elastic.min_nodes (3) is above elastic.max_nodes (2)"
+  spec_error 'command: [true]\ncommand: [false]\n' \
+    "job.yaml:2:1: duplicate key 'command' in the job spec (first given at line 1)"
+  spec_error 'command: [true]\nnodes: [localhost, localhost]\n' \
+    "job.yaml:2:20: node 'localhost' is listed twice"
+}
+
+@test "YAML syntax errors and unreadable files" {
+  spec_error 'command: [true\n' \
+    "job.yaml:2:1: YAML syntax error: did not find expected ',' or ']' while parsing a flow sequence"
+  run "$DDPRUN" "$BATS_TEST_TMPDIR/none.yaml"
+  assert_failure 2
+  assert_output "ddprun: error: $BATS_TEST_TMPDIR/none.yaml: cannot read the job file: No such file or directory"
+  printf 'command: [true]\n' >locked.yaml
+  chmod 000 locked.yaml
+  if [ "$(id -u)" -ne 0 ]; then
+    run "$DDPRUN" locked.yaml
+    assert_failure 2
+    assert_output --partial "cannot read the job file: Permission denied"
+  fi
+}
+
+@test "bad --set values are reported as such" {
+  spec_error 'command: [true]\n' "--set nproc_per_node: expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes" --set nproc_per_node
+  spec_error 'command: [true]\n' "--set nproc_per_node=lots: nproc_per_node must be a whole number from 1 to 4096, got 'lots'" --set nproc_per_node=lots
+  spec_error 'command: [true]\n' "--set name.x=1: 'x' is inside a value that is not a mapping or a list" --set name=a --set name.x=1
+  spec_error 'command: [true]\nnodes: [localhost]\n' "--set nodes.3.slots=2: '3' is not an index of the list (0 to 0)" --set nodes.3.slots=2
+}
+
+@test "plan prints the resolved spec and the rank map, and starts nothing" {
+  printf 'name: demo\ncommand: [./train, --lr, "0.1"]\nnodes:\n  - host: localhost\n    slots: 3\nenv: {SEED: "7"}\n' >job.yaml
+  run "$DDPRUN" plan job.yaml
+  assert_success
+  assert_line "name: demo"
+  assert_line "command: [./train, --lr, 0.1]"
+  assert_line "world_size: 3"
+  assert_line --regexp '^0 +localhost +0 +0 *$'
+  assert_line --regexp '^0 +localhost +2 +2 *$'
+  assert_output --partial "SEED=7"
+  assert_output --partial "OMP_NUM_THREADS=1"
+  [ ! -e ddprun-logs ]
+}
+
+@test "--set overrides keys, nested keys, list items and whole values" {
+  printf 'command: [true]\nnodes: [{host: localhost, slots: 2}]\n' >job.yaml
+  run "$DDPRUN" plan job.yaml --set nodes.0.slots=5 --set env.FOO=bar --set 'command=[echo, hi]' \
+    --set stop_grace=3s --set elastic.max_restarts=2
+  assert_success
+  assert_line "world_size: 5"
+  assert_line "  FOO: bar"
+  assert_line "command: [echo, hi]"
+  assert_line "stop_grace: 3s"
+  assert_output --partial "max_restarts: 2"
+  # later --set wins
+  run "$DDPRUN" plan job.yaml --set name=a --set name=b
+  assert_line "name: b"
+}
