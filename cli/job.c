@@ -450,11 +450,13 @@ bool ddp__job_host_is_local(const char *host)
 /* Resolves p against base (a folder) unless it is absolute. */
 static char *resolve(const char *base, const char *p)
 {
-    char buf[PATH_MAX];
     if (p[0] == '/')
         return strdup(p);
-    snprintf(buf, sizeof(buf), "%s/%s", base, p);
-    return strdup(buf);
+    size_t n = strlen(base) + strlen(p) + 2;
+    char *r = malloc(n);
+    if (r)
+        snprintf(r, n, "%s/%s", base, p);
+    return r;
 }
 
 static bool env_name_ok(const char *s)
