@@ -22,7 +22,7 @@ ms() { # command... -> wall milliseconds (fails if the command fails)
 }
 
 cd "$T"
-echo "# $(date -u +%F) $(nproc) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); RUNS=$RUNS" >results
+echo "# $(date -u +%F) $(getconf _NPROCESSORS_ONLN) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); RUNS=$RUNS" >results
 for n in 2 4; do
   for _ in $(seq "$RUNS"); do
     echo "ddprun $n $(ms "$B/ddprun" --nproc "$n")" >>results

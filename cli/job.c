@@ -547,12 +547,12 @@ static int load_nodes(const struct ctx *c, const struct ynode *n, struct ddp_job
         }
         if (get_str(c, host, "host", &j->nodes[i].host) < 0)
             return -1;
+        j->nnodes = i + 1; /* counted now, so an error below still frees it */
         for (size_t p = 0; p < i; p++)
             if (strcmp(j->nodes[p].host, j->nodes[i].host) == 0) {
                 err_at(c, host, "node '%s' is listed twice", j->nodes[i].host);
                 return -1;
             }
-        j->nnodes++;
     }
     return 0;
 }
