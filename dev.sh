@@ -61,11 +61,13 @@ test)
   build tsan
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build/tsan --output-on-failure -L unit
-  echo "== libFuzzer: store frame parser, ${FUZZ_SECONDS:-60} s"
   build fuzz
-  mkdir -p build/fuzz/corpus
-  ./build/fuzz/tests/fuzz_store_proto -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=1 \
-    build/fuzz/corpus tests/fuzz/corpus 2>&1 | tail -n 12
+  for t in store_proto:corpus job_spec:corpus-job; do
+    echo "== libFuzzer: ${t%%:*}, ${FUZZ_SECONDS:-45} s"
+    mkdir -p "build/fuzz/${t#*:}"
+    ./build/fuzz/tests/fuzz_"${t%%:*}" -max_total_time="${FUZZ_SECONDS:-45}" -print_final_stats=1 \
+      "build/fuzz/${t#*:}" "tests/fuzz/${t#*:}" 2>&1 | tail -n 6
+  done
   echo "== all suites passed"
   ;;
 *)

@@ -81,3 +81,12 @@ assert_nothing_left() {
   wait "$DDP" || true
   assert_nothing_left
 }
+
+@test "a node agent killed outright takes its ranks with it, and the job fails naming it" {
+  start_job
+  kill -KILL "$AGENT"
+  rc=0; wait "$DDP" || rc=$?
+  [ "$rc" -eq 1 ]
+  grep -q "the agent on node 'localhost' died (signal 9)" out.txt
+  assert_nothing_left
+}
