@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -144,6 +145,17 @@ static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         }
     }
     ddp_buf_compact(lb);
+}
+
+void ddp__block_job_signals(sigset_t *set, sigset_t *old)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGCHLD);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, set, old);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 /*
@@ -453,13 +465,7 @@ static void on_reap_tick(struct ddp_loop *loop, struct ddp_timer *t)
 int ddp__cmd_agent(void)
 {
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, &A.oldmask);
-    signal(SIGPIPE, SIG_IGN);
+    ddp__block_job_signals(&set, &A.oldmask);
     /* Our own process group, so the launcher (or we) can signal the whole node's job. */
     setpgid(0, 0);
     /* Orphans of the workers come back to us, to be killed at the end. */

@@ -3,6 +3,7 @@
 #define DDP_CLI_CLI_H
 
 #include <stdbool.h>
+#include <signal.h>
 #include <stddef.h>
 
 /* Documented exit statuses (man/ddprun.1). */
@@ -46,6 +47,10 @@ struct ddp_job;
 
 int ddp__cmd_store(int argc, char **argv, int i);
 int ddp__cmd_agent(void);
+/* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP (to be read from a signalfd made from *set) in
+ * the calling thread, saving the old mask in *old, and ignores SIGPIPE. */
+void ddp__block_job_signals(sigset_t *set, sigset_t *old);
+
 /* Signals every direct child of this process (see cli/agent.c); returns how many. */
 int ddp__kill_children(int sig);
 int ddp__cmd_smoke_worker(void);

@@ -598,15 +598,9 @@ int ddp__launch(const struct ddp_job *job)
      * SIGINT and SIGTERM back. An ignored SIGHUP (nohup) is respected.
      */
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_BLOCK, &set, &L.oldmask);
-    signal(SIGPIPE, SIG_IGN);
+    ddp__block_job_signals(&set, &L.oldmask);
 
     set_phase("starting store");
     if (ddp_store_token_generate(token) < 0)
