@@ -3,5 +3,6 @@
 #define DDP_H
 
 #include "rendezvous/store.h"
+#include "worker/pg.h"
 
 #endif

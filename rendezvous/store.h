@@ -99,6 +99,14 @@ int ddp_store_connect_env(int timeout_ms, struct ddp_store **out);
 void ddp_store_close(struct ddp_store *s);
 
 /*
+ * Writes this end's IP address of the connection to the store (numeric, no
+ * port) into buf: the address of the interface that routes to the store,
+ * which peers on other nodes can usually reach too. DDP_ECLOSED if the
+ * connection is gone.
+ */
+int ddp_store_local_addr(struct ddp_store *s, char *buf, size_t len);
+
+/*
  * Deadline for each following call, in ms (default: DDP_STORE_TIMEOUT_MS or
  * 300000). When a call times out the connection is closed (a late reply would
  * otherwise be misread) and later calls return DDP_ECLOSED.

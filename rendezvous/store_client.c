@@ -468,6 +468,19 @@ void ddp_store_close(struct ddp_store *s)
     free(s);
 }
 
+int ddp_store_local_addr(struct ddp_store *s, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int r = DDP_ECLOSED;
+    pthread_mutex_lock(&s->mu);
+    if (s->fd >= 0 && getsockname(s->fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        getnameinfo((struct sockaddr *)&ss, sl, buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0)
+        r = 0;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
 void ddp_store_set_timeout(struct ddp_store *s, int timeout_ms)
 {
     pthread_mutex_lock(&s->mu);

@@ -1,0 +1,277 @@
+/*
+ * pgtest: run under ddprun (or with RANK/WORLD_SIZE/... set by hand) to check
+ * the process group against a sequential reference. Every rank can rebuild
+ * every other rank's input from (rank, index, seed), so each computes the
+ * reference locally. Inputs are small integers: sums are exact in every
+ * dtype, bf16 and f16 included, so results are compared bit for bit.
+ *
+ *   pgtest matrix        every collective, dtype, op and size up to 1 MiB
+ *   pgtest big MIB       one float32 sum all-reduce of MIB MiB, checked
+ *   pgtest loop MIB      all-reduce MIB MiB until an error (failure tests)
+ */
+#include "common/err.h"
+#include "common/util.h"
+#include "worker/coll.h"
+#include "worker/pg.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int rank, world;
+static long checks;
+
+static int64_t gen(int r, size_t i, unsigned seed)
+{
+    uint64_t x = ((uint64_t)r * 0x9E3779B97F4A7C15ull) ^ (i * 0xBF58476D1CE4E5B9ull) ^ seed;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (int64_t)(x % 17) - 8;
+}
+
+static void store_val(void *buf, size_t i, enum ddp_dtype dt, double v)
+{
+    switch (dt) {
+    case DDP_F32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case DDP_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case DDP_I32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case DDP_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case DDP_BF16:
+        ((uint16_t *)buf)[i] = ddp__f32_to_bf16((float)v);
+        break;
+    case DDP_F16:
+        ((uint16_t *)buf)[i] = ddp__f32_to_f16((float)v);
+        break;
+    }
+}
+
+static void fill(void *buf, size_t n, enum ddp_dtype dt, int r, unsigned seed, size_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        store_val(buf, i, dt, (double)gen(r, base + i, seed));
+}
+
+/* Sequential reference for element i over ranks 0..world-1. */
+static void reference(void *out, size_t i, size_t gi, enum ddp_dtype dt, enum ddp_redop op,
+                      unsigned seed)
+{
+    int64_t acc = gen(0, gi, seed);
+    for (int r = 1; r < world; r++) {
+        int64_t v = gen(r, gi, seed);
+        acc = op == DDP_MAX ? (v > acc ? v : acc) : op == DDP_MIN ? (v < acc ? v : acc) : acc + v;
+    }
+    if (op != DDP_AVG) {
+        store_val(out, i, dt, (double)acc);
+        return;
+    }
+    /* AVG = one exact sum, then the division each dtype does. */
+    switch (dt) {
+    case DDP_F32:
+    case DDP_BF16:
+    case DDP_F16:
+        store_val(out, i, dt, (double)((float)acc / (float)world));
+        break;
+    case DDP_F64:
+        store_val(out, i, dt, (double)acc / world);
+        break;
+    case DDP_I32:
+    case DDP_I64:
+        store_val(out, i, dt, (double)(acc / world));
+        break;
+    }
+}
+
+static const char *dtn[] = {"f32", "f64", "bf16", "f16", "i32", "i64"};
+static const char *opn[] = {"sum", "avg", "max", "min"};
+
+static int compare(const void *got, const void *want, size_t n, enum ddp_dtype dt, const char *what)
+{
+    size_t esz = ddp_dtype_size(dt);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * esz, (const char *)want + i * esz, esz) != 0) {
+            fprintf(stderr, "pgtest rank %d: %s: element %zu of %zu differs from the reference\n",
+                    rank, what, i, n);
+            return 1;
+        }
+    checks++;
+    return 0;
+}
+
+static int must(struct ddp_pg *pg, int r, const char *what)
+{
+    if (r != 0) {
+        fprintf(stderr, "pgtest rank %d: %s failed: %s (%s)\n", rank, what,
+                ddp_pg_last_error(pg), ddp_err_name(r));
+        exit(1);
+    }
+    return 0;
+}
+
+static int matrix(struct ddp_pg *pg)
+{
+    static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 127, 1021, 4099, 65537, 262147};
+    int bad = 0;
+    char what[128];
+    unsigned seed = 1;
+    for (int dt = 0; dt <= DDP_I64; dt++) {
+        size_t esz = ddp_dtype_size((enum ddp_dtype)dt);
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+            size_t n = sizes[si];
+            /* the largest size only for float32, to bound the run time */
+            if (n > 65537 && dt != DDP_F32)
+                continue;
+            char *buf = malloc(n * esz + 1), *want = malloc(n * esz + 1);
+            for (int op = 0; op <= DDP_MIN; op++, seed++) {
+                fill(buf, n, (enum ddp_dtype)dt, rank, seed, 0);
+                must(pg, ddp_pg_allreduce(pg, buf, n, (enum ddp_dtype)dt, (enum ddp_redop)op),
+                     "allreduce");
+                for (size_t i = 0; i < n; i++)
+                    reference(want, i, i, (enum ddp_dtype)dt, (enum ddp_redop)op, seed);
+                snprintf(what, sizeof(what), "allreduce %s %s n=%zu", dtn[dt], opn[op], n);
+                bad |= compare(buf, want, n, (enum ddp_dtype)dt, what);
+            }
+            /* broadcast from a root that moves with the size */
+            int root = (int)(n % (size_t)world);
+            fill(buf, n, (enum ddp_dtype)dt, rank, ++seed, 0);
+            must(pg, ddp_pg_broadcast(pg, buf, n, (enum ddp_dtype)dt, root), "broadcast");
+            fill(want, n, (enum ddp_dtype)dt, root, seed, 0);
+            snprintf(what, sizeof(what), "broadcast %s n=%zu root=%d", dtn[dt], n, root);
+            bad |= compare(buf, want, n, (enum ddp_dtype)dt, what);
+            free(buf);
+            free(want);
+            /* allgather and reduce-scatter, n elements per rank */
+            if (n > 4099)
+                continue;
+            char *send = malloc(n * esz * (size_t)world + 1), *recv = malloc(n * esz * (size_t)world + 1),
+                 *ref = malloc(n * esz * (size_t)world + 1);
+            fill(send, n, (enum ddp_dtype)dt, rank, ++seed, 0);
+            must(pg, ddp_pg_allgather(pg, send, recv, n, (enum ddp_dtype)dt), "allgather");
+            for (int r = 0; r < world; r++)
+                fill(ref + (size_t)r * n * esz, n, (enum ddp_dtype)dt, r, seed, 0);
+            snprintf(what, sizeof(what), "allgather %s n=%zu", dtn[dt], n);
+            bad |= compare(recv, ref, n * (size_t)world, (enum ddp_dtype)dt, what);
+            for (int op = 0; op <= DDP_MIN; op++) {
+                fill(send, n * (size_t)world, (enum ddp_dtype)dt, rank, ++seed, 0);
+                must(pg, ddp_pg_reduce_scatter(pg, send, recv, n, (enum ddp_dtype)dt,
+                                               (enum ddp_redop)op),
+                     "reduce_scatter");
+                for (size_t i = 0; i < n; i++)
+                    reference(ref, i, (size_t)rank * n + i, (enum ddp_dtype)dt, (enum ddp_redop)op,
+                              seed);
+                snprintf(what, sizeof(what), "reduce_scatter %s %s n=%zu", dtn[dt], opn[op], n);
+                bad |= compare(recv, ref, n, (enum ddp_dtype)dt, what);
+            }
+            free(send);
+            free(recv);
+            free(ref);
+        }
+    }
+    /* Non-blocking: three operations in flight, waited for in reverse order. */
+    size_t n = 100003;
+    float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4), *w = malloc(n * 4);
+    struct ddp_work *wa, *wb, *wc;
+    fill(a, n, DDP_F32, rank, 901, 0);
+    fill(b, n, DDP_F32, rank, 902, 0);
+    fill(c, n, DDP_F32, rank, 903, 0);
+    must(pg, ddp_pg_allreduce_start(pg, a, n, DDP_F32, DDP_SUM, &wa), "start");
+    must(pg, ddp_pg_broadcast_start(pg, b, n, DDP_F32, world - 1, &wb), "start");
+    must(pg, ddp_pg_allreduce_start(pg, c, n, DDP_F32, DDP_MAX, &wc), "start");
+    must(pg, ddp_work_wait(wc), "allreduce (async)");
+    int res = 1;
+    if (!ddp_work_test(wa, &res) || res != 0) {
+        fprintf(stderr, "pgtest rank %d: work issued first did not complete first\n", rank);
+        bad = 1;
+    }
+    must(pg, ddp_work_wait(wb), "broadcast (async)");
+    must(pg, ddp_work_wait(wa), "allreduce (async)");
+    ddp_work_free(wa);
+    ddp_work_free(wb);
+    ddp_work_free(wc);
+    for (size_t i = 0; i < n; i++)
+        reference(w, i, i, DDP_F32, DDP_SUM, 901);
+    bad |= compare(a, w, n, DDP_F32, "async allreduce sum");
+    fill(w, n, DDP_F32, world - 1, 902, 0);
+    bad |= compare(b, w, n, DDP_F32, "async broadcast");
+    for (size_t i = 0; i < n; i++)
+        reference(w, i, i, DDP_F32, DDP_MAX, 903);
+    bad |= compare(c, w, n, DDP_F32, "async allreduce max");
+    free(a);
+    free(b);
+    free(c);
+    free(w);
+    for (int i = 0; i < 20; i++)
+        must(pg, ddp_pg_barrier(pg), "barrier");
+    return bad;
+}
+
+static int big(struct ddp_pg *pg, size_t mib)
+{
+    size_t n = mib * (1u << 20) / 4;
+    float *buf = malloc(n * 4), *want = malloc(n * 4);
+    fill(buf, n, DDP_F32, rank, 77, 0);
+    int64_t t0 = ddp_now_ns();
+    must(pg, ddp_pg_allreduce(pg, buf, n, DDP_F32, DDP_SUM), "allreduce");
+    double ms = (double)(ddp_now_ns() - t0) / 1e6;
+    for (size_t i = 0; i < n; i++)
+        reference(want, i, i, DDP_F32, DDP_SUM, 77);
+    int bad = compare(buf, want, n, DDP_F32, "big allreduce");
+    if (rank == 0)
+        printf("pgtest: %zu MiB float32 all-reduce over %d ranks in %.1f ms\n", mib, world, ms);
+    free(buf);
+    free(want);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    struct ddp_pg *pg;
+    if (argc < 2)
+        return 2;
+    int r = ddp_pg_init_env(NULL, &pg);
+    if (r < 0) {
+        fprintf(stderr, "pgtest: cannot form the group: %s\n", ddp_err_name(r));
+        return 1;
+    }
+    rank = ddp_pg_rank(pg);
+    world = ddp_pg_world_size(pg);
+    int bad = 0;
+    if (strcmp(argv[1], "matrix") == 0) {
+        bad = matrix(pg);
+    } else if (strcmp(argv[1], "big") == 0 && argc == 3) {
+        bad = big(pg, (size_t)atol(argv[2]));
+    } else if (strcmp(argv[1], "loop") == 0 && argc == 3) {
+        size_t n = (size_t)atol(argv[2]) * (1u << 20) / 4;
+        float *buf = calloc(n, 4);
+        printf("pgtest rank %d: looping\n", rank);
+        fflush(stdout);
+        for (long it = 0;; it++) {
+            int64_t t0 = ddp_now_ms();
+            r = ddp_pg_allreduce(pg, buf, n, DDP_F32, DDP_SUM);
+            if (r < 0) {
+                printf("pgtest rank %d: allreduce failed after %lld ms: %s (%s)\n", rank,
+                       (long long)(ddp_now_ms() - t0), ddp_pg_last_error(pg), ddp_err_name(r));
+                r = ddp_pg_allreduce(pg, buf, 1, DDP_F32, DDP_SUM);
+                printf("pgtest rank %d: next call: %s\n", rank, ddp_err_name(r));
+                fflush(stdout);
+                return 3;
+            }
+        }
+    } else {
+        return 2;
+    }
+    if (!bad)
+        printf("pgtest rank %d of %d: %ld checks passed\n", rank, world, checks);
+    ddp_pg_free(pg);
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bats
+# The process group's CPU collectives: correctness against a sequential reference at every
+# world size from 1 to 8, and failure of a peer mid-operation.
+load '../lib/common'
+
+PGTEST="$BUILD/tests/pgtest"
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+}
+
+teardown() {
+  for p in ${PIDS:-}; do kill -9 "$p" 2>/dev/null || true; done
+  stop_store
+}
+
+@test "every collective, dtype, op and size matches the reference at world sizes 1 to 8" {
+  for n in 1 2 3 4 5 6 7 8; do
+    printf 'command: [%s, matrix]\nnproc_per_node: %d\n' "$PGTEST" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "world size $n:"; echo "$output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+  done
+}
+
+@test "both algorithms, forced through the whole matrix, agree with the reference" {
+  for sb in 1 1000000000; do
+    printf 'command: [%s, matrix]\nnproc_per_node: 5\nenv: {DDP_PG_SMALL_BYTES: "%s"}\n' "$PGTEST" "$sb" >job.yaml
+    run "$DDPRUN" job.yaml
+    assert_success
+  done
+}
+
+@test "64 MiB all-reduce across 2 and 3 ranks" {
+  for n in 2 3; do
+    printf 'command: [%s, big, "64"]\nnproc_per_node: %d\n' "$PGTEST" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    assert_success
+    assert_output --partial "64 MiB float32 all-reduce over $n ranks"
+  done
+}
+
+# Starts pgtest ranks by hand (not under ddprun, which would stop the job at the first death).
+start_ranks() { # n mode args...
+  local n=$1; shift
+  PIDS=
+  for r in $(seq 0 $((n - 1))); do
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n GROUP_RANK=0 \
+      DDPRUN_STORE_ADDR="$STORE_ADDR" DDPRUN_TOKEN_FILE="$TOKFILE" DDP_PG_TIMEOUT_MS=${TIMEOUT_MS:-20000} \
+      "$PGTEST" "$@" >"rank$r.out" 2>&1 &
+    PIDS="$PIDS $!"
+  done
+  for r in $(seq 0 $((n - 1))); do wait_for_line "rank$r.out" 20 looping; done
+}
+
+@test "a peer SIGKILLed mid all-reduce: every other rank fails fast, naming a peer, then stays aborted" {
+  start_store
+  start_ranks 4 loop 32
+  sleep 0.5
+  victim=$(echo $PIDS | cut -d' ' -f2)   # rank 1
+  SECONDS=0
+  kill -9 "$victim"
+  for r in 0 2 3; do
+    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
+    rc=0; wait "$p" || rc=$?
+    [ "$rc" -eq 3 ]
+    grep -q "pgtest rank $r: allreduce failed after" "rank$r.out"
+    grep -qE "peer rank [0-9] \(" "rank$r.out"
+    grep -q "next call: DDP_EABORTED" "rank$r.out"
+  done
+  [ "$SECONDS" -lt 10 ]   # far below the 20 s operation timeout
+  # the ranks next to the victim name it
+  grep -q "peer rank 1 (" rank0.out
+  grep -q "peer rank 1 (" rank2.out
+  PIDS=
+}
+
+@test "a peer that stops responding makes the others time out, naming it" {
+  start_store
+  TIMEOUT_MS=2000 start_ranks 3 loop 32
+  sleep 0.3
+  victim=$(echo $PIDS | cut -d' ' -f3)   # rank 2
+  SECONDS=0
+  kill -STOP "$victim"
+  for r in 0 1; do
+    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
+    rc=0; wait "$p" || rc=$?
+    [ "$rc" -eq 3 ]
+  done
+  [ "$SECONDS" -lt 8 ]
+  cat rank0.out rank1.out
+  grep -q "timed out waiting for peer rank 2" rank0.out rank1.out
+  kill -9 "$victim"
+  PIDS=
+}
+
+@test "missing or inconsistent rank variables are one clear error" {
+  run env -u RANK WORLD_SIZE=2 "$PGTEST" matrix
+  assert_failure
+  assert_output --partial "RANK is not set (is this process running under ddprun or torchrun?)"
+  run env RANK=3 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 "$PGTEST" matrix
+  assert_failure
+  assert_output --partial "inconsistent ranks: RANK=3 WORLD_SIZE=2"
+  run env RANK=x WORLD_SIZE=2 "$PGTEST" matrix
+  assert_output --partial "RANK='x' is not a whole number of at least 0"
+}

@@ -1,0 +1,148 @@
+/*
+ * Unit tests for worker/: reduction kernels against float references, and
+ * whole process groups formed by threads of one process (so TSan sees the
+ * communication threads and the work queue).
+ */
+#include "rendezvous/store.h"
+#include "tests/unit/test.h"
+#include "worker/coll.h"
+#include "worker/pg.h"
+
+#include <math.h>
+#include <pthread.h>
+
+#define TOKEN "pg-unit-token"
+
+TEST(half_conversions_round_to_nearest_even)
+{
+    /* bf16: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even (1.0). */
+    ASSERT_EQ(ddp__f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+    ASSERT_EQ(ddp__f32_to_bf16(1.0f + 0x1p-8f + 0x1p-12f), 0x3f81);
+    ASSERT_TRUE(ddp__bf16_to_f32(0x4049) == 3.140625f);
+    ASSERT_TRUE(isnan(ddp__bf16_to_f32(ddp__f32_to_bf16(NAN))));
+    /* f16: exact values, ties to even, overflow, subnormals */
+    ASSERT_EQ(ddp__f32_to_f16(1.0f), 0x3c00);
+    ASSERT_EQ(ddp__f32_to_f16(-2.0f), 0xc000);
+    ASSERT_EQ(ddp__f32_to_f16(65504.0f), 0x7bff);
+    ASSERT_EQ(ddp__f32_to_f16(1e6f), 0x7c00);
+    ASSERT_EQ(ddp__f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+    ASSERT_EQ(ddp__f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
+    ASSERT_EQ(ddp__f32_to_f16(0x1p-24f), 0x0001); /* smallest subnormal */
+    ASSERT_TRUE(ddp__f16_to_f32(0x0001) == 0x1p-24f);
+    ASSERT_TRUE(ddp__f16_to_f32(0x03ff) == 0x3ffp-24f);
+    /* every f16 value survives a round trip through float32 */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+            continue; /* NaNs */
+        ASSERT_EQ(ddp__f32_to_f16(ddp__f16_to_f32((uint16_t)h)), h);
+    }
+}
+
+TEST(reduce_kernels)
+{
+    float a[3] = {1, -2, 3}, b[3] = {4, 5, -6};
+    ddp__reduce(a, b, 3, DDP_F32, DDP_SUM);
+    ASSERT_TRUE(a[0] == 5 && a[1] == 3 && a[2] == -3);
+    ddp__reduce(a, b, 3, DDP_F32, DDP_MAX);
+    ASSERT_TRUE(a[0] == 5 && a[1] == 5 && a[2] == -3);
+    int32_t x[2] = {INT32_MAX, -5}, y[2] = {1, 2};
+    ddp__reduce(x, y, 2, DDP_I32, DDP_SUM); /* wraps, defined */
+    ASSERT_EQ(x[0], INT32_MIN);
+    ddp__reduce(x, y, 2, DDP_I32, DDP_MIN);
+    ASSERT_EQ(x[1], -3);
+    int64_t q[1] = {-7};
+    ddp__scale_avg(q, 1, DDP_I64, 2);
+    ASSERT_EQ(q[0], -3); /* truncated toward zero */
+    uint16_t h[2] = {ddp__f32_to_bf16(1.5f), ddp__f32_to_bf16(-4)}, g[2] = {ddp__f32_to_bf16(2.25f),
+                                                                          ddp__f32_to_bf16(1)};
+    ddp__reduce(h, g, 2, DDP_BF16, DDP_SUM);
+    ASSERT_TRUE(ddp__bf16_to_f32(h[0]) == 3.75f && ddp__bf16_to_f32(h[1]) == -3.0f);
+    ASSERT_EQ(ddp_dtype_size(DDP_BF16), 2);
+    ASSERT_EQ(ddp_dtype_size((enum ddp_dtype)99), 0);
+}
+
+static struct ddp_store_server *srv;
+static pthread_t srv_th;
+static int port;
+
+static void *serve(void *a)
+{
+    (void)a;
+    ddp_store_server_run(srv);
+    return NULL;
+}
+
+enum { W = 3, N = 50021 };
+
+struct rank_arg {
+    int rank, rc;
+};
+
+static void *rank_main(void *a)
+{
+    struct rank_arg *ra = a;
+    struct ddp_store *s;
+    struct ddp_pg *pg;
+    ra->rc = -1;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        return NULL;
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "unit"};
+    if (ddp_pg_init(s, ra->rank, W, ra->rank, W, 0, &o, &pg) != 0)
+        return NULL;
+    ddp_store_close(s);
+    float *buf = malloc(N * sizeof(float)), *b2 = malloc(N * sizeof(float));
+    int bad = 0;
+    for (int it = 0; it < 5 && !bad; it++) {
+        for (int i = 0; i < N; i++) {
+            buf[i] = (float)(ra->rank + i % 7 + it);
+            b2[i] = (float)(ra->rank * 2);
+        }
+        struct ddp_work *w1, *w2, *w3;
+        /* two in flight at once, plus a barrier behind them */
+        if (ddp_pg_allreduce_start(pg, buf, N, DDP_F32, DDP_SUM, &w1) ||
+            ddp_pg_allreduce_start(pg, b2, N, DDP_F32, DDP_MAX, &w2) ||
+            ddp_pg_barrier_start(pg, &w3))
+            bad = 1;
+        bad |= ddp_work_wait(w3) != 0;
+        bad |= ddp_work_wait(w1) != 0 || ddp_work_wait(w2) != 0;
+        ddp_work_free(w1);
+        ddp_work_free(w2);
+        ddp_work_free(w3);
+        for (int i = 0; i < N && !bad; i++)
+            bad |= buf[i] != (float)(0 + 1 + 2 + 3 * (i % 7 + it)) || b2[i] != 4.0f;
+    }
+    free(buf);
+    free(b2);
+    ddp_pg_free(pg);
+    ra->rc = bad;
+    return NULL;
+}
+
+TEST(groups_formed_by_threads_reduce_correctly)
+{
+    struct ddp_store_server_opts so = {.host = "127.0.0.1", .token = TOKEN,
+                                       .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&so, &srv));
+    port = ddp_store_server_port(srv);
+    pthread_create(&srv_th, NULL, serve, NULL);
+    pthread_t th[W];
+    struct rank_arg ra[W];
+    for (int r = 0; r < W; r++) {
+        ra[r].rank = r;
+        pthread_create(&th[r], NULL, rank_main, &ra[r]);
+    }
+    for (int r = 0; r < W; r++) {
+        pthread_join(th[r], NULL);
+        ASSERT_EQ(ra[r].rc, 0);
+    }
+    ddp_store_server_stop(srv);
+    pthread_join(srv_th, NULL);
+    ddp_store_server_free(srv);
+}
+
+TEST(bad_arguments_are_refused)
+{
+    struct ddp_pg *pg = NULL;
+    ASSERT_ERR(ddp_pg_init(NULL, 0, 1, 0, 1, 0, NULL, &pg), DDP_EINVAL);
+    ASSERT_ERR(ddp_pg_allreduce(NULL, NULL, 0, DDP_F32, DDP_SUM), DDP_EINVAL);
+}

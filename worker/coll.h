@@ -1,0 +1,63 @@
+/* Private to worker/: reduction kernels, the TCP transport and the CPU algorithms. */
+#ifndef DDP_WORKER_COLL_H
+#define DDP_WORKER_COLL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/pg.h"
+
+/* dst[i] = op(dst[i], src[i]) for n elements; DDP_AVG reduces as a sum. */
+void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op);
+/* buf[i] /= world, for DDP_AVG after the sum. */
+void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
+
+float ddp__bf16_to_f32(uint16_t h);
+uint16_t ddp__f32_to_bf16(float f);
+float ddp__f16_to_f32(uint16_t h);
+uint16_t ddp__f32_to_f16(float f);
+
+/* A connection to one peer. */
+struct ddp__peer {
+    int fd;
+    int rank;
+    char host[128];
+};
+
+/* One step of a collective: send and receive at once (either may be empty), reducing received
+ * bytes into reduce_dst as they arrive when reduce_dst is set. */
+struct ddp__xfer {
+    struct ddp__peer *to;
+    const void *sbuf;
+    size_t slen;
+    struct ddp__peer *from;
+    void *rbuf; /* where received bytes land (a scratch buffer when reducing) */
+    size_t rlen;
+    void *reduce_dst;
+    enum ddp_dtype dt;
+    enum ddp_redop op;
+};
+
+struct ddp__comm {
+    int rank, world;
+    struct ddp__peer *peers; /* indexed by rank; peers[rank].fd == -1 */
+    int64_t deadline_ms;
+    const char *opname;
+    char err[512];       /* first error, naming the peer */
+    size_t small_bytes;  /* recursive doubling at or below */
+    void *scratch;
+    size_t scratch_len;
+};
+
+int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x);
+
+int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                       enum ddp_redop op);
+int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);
+int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes);
+int ddp__cpu_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,
+                            enum ddp_dtype dt, enum ddp_redop op);
+int ddp__cpu_barrier(struct ddp__comm *c);
+
+#endif

@@ -1,0 +1,661 @@
+/*
+ * The process group: formation from the environment, the authenticated TCP
+ * mesh between ranks, and the communication thread that runs queued
+ * collectives in order (see pg.h for the contract).
+ */
+#include "worker/pg.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/store.h"
+#include "worker/coll.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define PEER_MAGIC 0x47504444u /* "DDPG" */
+#define SECRET_LEN 16
+#define DEFAULT_SMALL_BYTES (64u << 10)
+
+enum work_kind { W_ALLREDUCE, W_BROADCAST, W_ALLGATHER, W_REDUCE_SCATTER, W_BARRIER };
+
+struct ddp_work {
+    enum work_kind kind;
+    void *buf;
+    const void *send;
+    size_t count;
+    enum ddp_dtype dt;
+    enum ddp_redop op;
+    int root;
+    int result;
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ddp_work *next; /* queue link, owned by the group while queued */
+};
+
+struct ddp_pg {
+    int rank, world, local_rank, local_world, node_rank;
+    int timeout_ms;
+    struct ddp__comm comm;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ddp_work *head, *tail;
+    bool stop;
+    _Atomic bool alive;
+    char err[512];
+};
+
+static const char *kind_name(enum work_kind k)
+{
+    static const char *const names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                        "barrier"};
+    return names[k];
+}
+
+/* ------------------------------------------------------------------ */
+/* The communication thread                                           */
+/* ------------------------------------------------------------------ */
+
+static void complete(struct ddp_work *w, int result)
+{
+    pthread_mutex_lock(&w->mu);
+    w->result = result;
+    w->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* After a failure no peer can be trusted to be in step: close everything, so the peers see
+ * EOF and abort too instead of waiting out their timeouts. */
+static void abort_group(struct ddp_pg *pg)
+{
+    pg->alive = false;
+    for (int i = 0; i < pg->world; i++)
+        if (pg->comm.peers[i].fd >= 0)
+            shutdown(pg->comm.peers[i].fd, SHUT_RDWR);
+}
+
+static int run(struct ddp_pg *pg, struct ddp_work *w)
+{
+    struct ddp__comm *c = &pg->comm;
+    size_t esz = ddp_dtype_size(w->dt);
+    c->opname = kind_name(w->kind);
+    c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
+    switch (w->kind) {
+    case W_ALLREDUCE:
+        return ddp__cpu_allreduce(c, w->buf, w->count, w->dt, w->op);
+    case W_BROADCAST:
+        return ddp__cpu_broadcast(c, w->buf, w->count * esz, w->root);
+    case W_ALLGATHER:
+        return ddp__cpu_allgather(c, w->send, w->buf, w->count * esz);
+    case W_REDUCE_SCATTER:
+        return ddp__cpu_reduce_scatter(c, w->send, w->buf, w->count, w->dt, w->op);
+    case W_BARRIER:
+        return ddp__cpu_barrier(c);
+    }
+    return DDP_EINVAL;
+}
+
+static void *comm_main(void *arg)
+{
+    struct ddp_pg *pg = arg;
+    pthread_mutex_lock(&pg->mu);
+    for (;;) {
+        while (!pg->head && !pg->stop)
+            pthread_cond_wait(&pg->cv, &pg->mu);
+        struct ddp_work *w = pg->head;
+        if (!w)
+            break; /* stopping with nothing queued */
+        pg->head = w->next;
+        if (!pg->head)
+            pg->tail = NULL;
+        bool stopping = pg->stop;
+        pthread_mutex_unlock(&pg->mu);
+        int r;
+        if (stopping || !pg->alive) {
+            r = DDP_EABORTED;
+        } else {
+            r = run(pg, w);
+            if (r < 0) {
+                snprintf(pg->err, sizeof(pg->err), "%s",
+                         pg->comm.err[0] ? pg->comm.err : ddp_strerror(r));
+                DDP_ERROR(PG, "rank %d: %s failed: %s; aborting the group", pg->rank,
+                          kind_name(w->kind), pg->err);
+                abort_group(pg);
+            }
+        }
+        complete(w, r);
+        pthread_mutex_lock(&pg->mu);
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+
+static int enqueue(struct ddp_pg *pg, struct ddp_work *w, struct ddp_work **out)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (!pg->alive) {
+        w->done = true;
+        w->result = DDP_EABORTED;
+        *out = w;
+        return 0;
+    }
+    pthread_mutex_lock(&pg->mu);
+    if (pg->tail)
+        pg->tail->next = w;
+    else
+        pg->head = w;
+    pg->tail = w;
+    pthread_cond_signal(&pg->cv);
+    pthread_mutex_unlock(&pg->mu);
+    *out = w;
+    return 0;
+}
+
+static int check_args(const struct ddp_pg *pg, enum ddp_dtype dt, enum ddp_redop op)
+{
+    if (!pg || ddp_dtype_size(dt) == 0 || (unsigned)op > DDP_MIN)
+        return DDP_EINVAL;
+    return 0;
+}
+
+static struct ddp_work *new_work(enum work_kind k)
+{
+    struct ddp_work *w = calloc(1, sizeof(*w));
+    if (w)
+        w->kind = k;
+    return w;
+}
+
+int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                           enum ddp_redop op, struct ddp_work **work)
+{
+    struct ddp_work *w;
+    if (check_args(pg, dt, op) < 0 || (count && !buf))
+        return DDP_EINVAL;
+    if (!(w = new_work(W_ALLREDUCE)))
+        return DDP_ENOMEM;
+    w->buf = buf;
+    w->count = count;
+    w->dt = dt;
+    w->op = op;
+    return enqueue(pg, w, work);
+}
+
+int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                           int root, struct ddp_work **work)
+{
+    struct ddp_work *w;
+    if (check_args(pg, dt, DDP_SUM) < 0 || (count && !buf) || root < 0 || root >= pg->world)
+        return DDP_EINVAL;
+    if (!(w = new_work(W_BROADCAST)))
+        return DDP_ENOMEM;
+    w->buf = buf;
+    w->count = count;
+    w->dt = dt;
+    w->root = root;
+    return enqueue(pg, w, work);
+}
+
+int ddp_pg_allgather_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                           enum ddp_dtype dt, struct ddp_work **work)
+{
+    struct ddp_work *w;
+    if (check_args(pg, dt, DDP_SUM) < 0 || (count && (!send || !recv)))
+        return DDP_EINVAL;
+    if (!(w = new_work(W_ALLGATHER)))
+        return DDP_ENOMEM;
+    w->send = send;
+    w->buf = recv;
+    w->count = count;
+    w->dt = dt;
+    return enqueue(pg, w, work);
+}
+
+int ddp_pg_reduce_scatter_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                                enum ddp_dtype dt, enum ddp_redop op, struct ddp_work **work)
+{
+    struct ddp_work *w;
+    if (check_args(pg, dt, op) < 0 || (count && (!send || !recv)))
+        return DDP_EINVAL;
+    if (!(w = new_work(W_REDUCE_SCATTER)))
+        return DDP_ENOMEM;
+    w->send = send;
+    w->buf = recv;
+    w->count = count;
+    w->dt = dt;
+    w->op = op;
+    return enqueue(pg, w, work);
+}
+
+int ddp_pg_barrier_start(struct ddp_pg *pg, struct ddp_work **work)
+{
+    struct ddp_work *w;
+    if (!pg)
+        return DDP_EINVAL;
+    if (!(w = new_work(W_BARRIER)))
+        return DDP_ENOMEM;
+    return enqueue(pg, w, work);
+}
+
+int ddp_work_wait(struct ddp_work *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int r = w->result;
+    pthread_mutex_unlock(&w->mu);
+    return r;
+}
+
+bool ddp_work_test(struct ddp_work *w, int *result)
+{
+    pthread_mutex_lock(&w->mu);
+    bool d = w->done;
+    if (d && result)
+        *result = w->result;
+    pthread_mutex_unlock(&w->mu);
+    return d;
+}
+
+void ddp_work_free(struct ddp_work *w)
+{
+    if (!w)
+        return;
+    ddp_work_wait(w);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+/* For the blocking forms: waits for work started with result r, then frees it. */
+static int wait_free(int r, struct ddp_work **w)
+{
+    if (r < 0)
+        return r;
+    r = ddp_work_wait(*w);
+    ddp_work_free(*w);
+    return r;
+}
+
+int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                     enum ddp_redop op)
+{
+    struct ddp_work *w = NULL;
+    int r = ddp_pg_allreduce_start(pg, buf, count, dt, op, &w);
+    return wait_free(r, &w);
+}
+
+int ddp_pg_broadcast(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root)
+{
+    struct ddp_work *w = NULL;
+    int r = ddp_pg_broadcast_start(pg, buf, count, dt, root, &w);
+    return wait_free(r, &w);
+}
+
+int ddp_pg_allgather(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                     enum ddp_dtype dt)
+{
+    struct ddp_work *w = NULL;
+    int r = ddp_pg_allgather_start(pg, send, recv, count, dt, &w);
+    return wait_free(r, &w);
+}
+
+int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                          enum ddp_dtype dt, enum ddp_redop op)
+{
+    struct ddp_work *w = NULL;
+    int r = ddp_pg_reduce_scatter_start(pg, send, recv, count, dt, op, &w);
+    return wait_free(r, &w);
+}
+
+int ddp_pg_barrier(struct ddp_pg *pg)
+{
+    struct ddp_work *w = NULL;
+    int r = ddp_pg_barrier_start(pg, &w);
+    return wait_free(r, &w);
+}
+
+/* ------------------------------------------------------------------ */
+/* Forming the group                                                  */
+/* ------------------------------------------------------------------ */
+
+/* The proof a connecting rank sends: HMAC(listener's secret, "ddp-pg" || my rank). */
+static void peer_mac(const uint8_t *secret, uint32_t rank, uint8_t out[32])
+{
+    uint8_t msg[10] = {'d', 'd', 'p', '-', 'p', 'g'};
+    unsigned int len = 32;
+    for (int i = 0; i < 4; i++)
+        msg[6 + i] = (uint8_t)(rank >> (8 * i));
+    HMAC(EVP_sha256(), secret, SECRET_LEN, msg, sizeof(msg), out, &len);
+}
+
+static int hex_decode(const char *hex, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static void set_sock(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, const uint8_t *secret,
+                        int64_t deadline)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    if (getaddrinfo(ip, ps, &hints, &res) != 0)
+        return DDP_EINVAL;
+    int fd = -1;
+    while (ddp_now_ms() < deadline) {
+        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0)
+            break;
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+        usleep(20000);
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(pg->err, sizeof(pg->err), "cannot connect to peer rank %d (%s at %s:%d)", j,
+                 pg->comm.peers[j].host, ip, port);
+        return DDP_ECONNECT;
+    }
+    set_sock(fd);
+    uint8_t hello[40];
+    uint32_t v = PEER_MAGIC, me = (uint32_t)pg->rank;
+    memcpy(hello, &v, 4);
+    memcpy(hello + 4, &me, 4);
+    peer_mac(secret, me, hello + 8);
+    if (ddp_write_all(fd, hello, sizeof(hello)) < 0) {
+        close(fd);
+        return DDP_ECONNECT;
+    }
+    pg->comm.peers[j].fd = fd;
+    return 0;
+}
+
+static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
+{
+    int want = pg->world - 1 - pg->rank;
+    while (want > 0) {
+        int64_t rem = deadline - ddp_now_ms();
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (rem <= 0 || poll(&p, 1, (int)(rem > 1000 ? 1000 : rem)) < 0) {
+            if (rem > 0 && errno == EINTR)
+                continue;
+            snprintf(pg->err, sizeof(pg->err),
+                     "timed out waiting for %d higher-ranked peers to connect", want);
+            return DDP_ETIMEDOUT;
+        }
+        if (!(p.revents & POLLIN))
+            continue;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        uint8_t hello[40], mac[32];
+        struct timeval tv = {5, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ssize_t n = recv(fd, hello, sizeof(hello), MSG_WAITALL);
+        uint32_t magic, who;
+        memcpy(&magic, hello, 4);
+        memcpy(&who, hello + 4, 4);
+        if (n == (ssize_t)sizeof(hello) && magic == PEER_MAGIC && who > (uint32_t)pg->rank &&
+            who < (uint32_t)pg->world && pg->comm.peers[who].fd < 0) {
+            peer_mac(my_secret, who, mac);
+            if (CRYPTO_memcmp(mac, hello + 8, 32) == 0) {
+                tv.tv_sec = 0;
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                set_sock(fd);
+                pg->comm.peers[who].fd = fd;
+                want--;
+                continue;
+            }
+        }
+        DDP_WARN(PG, "rank %d: refused a peer connection that failed the handshake", pg->rank);
+        close(fd);
+    }
+    return 0;
+}
+
+int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
+                int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
+{
+    struct ddp_pg *pg = NULL;
+    struct ddp_store_value *vals = NULL;
+    int lfd = -1, r = DDP_EINVAL;
+    uint8_t secret[SECRET_LEN];
+    if (!store || world < 1 || rank < 0 || rank >= world || local_world < 1 || local_rank < 0 ||
+        local_rank >= local_world || node_rank < 0)
+        return DDP_EINVAL;
+    if (!(pg = calloc(1, sizeof(*pg))) || !(pg->comm.peers = calloc((size_t)world, sizeof(struct ddp__peer)))) {
+        free(pg);
+        return DDP_ENOMEM;
+    }
+    pg->rank = rank;
+    pg->world = world;
+    pg->local_rank = local_rank;
+    pg->local_world = local_world;
+    pg->node_rank = node_rank;
+    pg->alive = true;
+    const char *env;
+    pg->timeout_ms = opts && opts->timeout_ms > 0                                 ? opts->timeout_ms
+                     : (env = getenv("DDP_PG_TIMEOUT_MS")) && atoi(env) > 0 ? atoi(env)
+                                                                              : 300000;
+    pg->comm.small_bytes = opts && opts->small_bytes ? opts->small_bytes
+                           : (env = getenv("DDP_PG_SMALL_BYTES")) && atol(env) > 0
+                               ? (size_t)atol(env)
+                               : DEFAULT_SMALL_BYTES;
+    pg->comm.rank = rank;
+    pg->comm.world = world;
+    for (int i = 0; i < world; i++) {
+        pg->comm.peers[i].fd = -1;
+        pg->comm.peers[i].rank = i;
+    }
+    pthread_mutex_init(&pg->mu, NULL);
+    pthread_cond_init(&pg->cv, NULL);
+    const char *name = opts && opts->name ? opts->name : "default";
+    int64_t deadline = ddp_now_ms() + pg->timeout_ms;
+
+    /* Listen on the interface that reaches the store; peers on other nodes can reach it too. */
+    char ip[64];
+    if ((r = ddp_store_local_addr(store, ip, sizeof(ip))) < 0)
+        goto fail;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE}, *res = NULL;
+    r = DDP_ESYS;
+    if (getaddrinfo(ip, "0", &hints, &res) != 0)
+        goto fail;
+    lfd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || bind(lfd, res->ai_addr, res->ai_addrlen) != 0 || listen(lfd, 1024) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&ss, &sl) != 0) {
+        freeaddrinfo(res);
+        snprintf(pg->err, sizeof(pg->err), "cannot listen on %s: %s", ip, strerror(errno));
+        goto fail;
+    }
+    freeaddrinfo(res);
+    int port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if ((r = ddp_random_bytes(secret, sizeof(secret))) < 0)
+        goto fail;
+    char host[128], blob[512], hex[2 * SECRET_LEN + 1];
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    for (int i = 0; i < SECRET_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s", ip, port, hex, host);
+    char prefix[256];
+    snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
+    r = DDP_ENOMEM;
+    if (!(vals = calloc((size_t)world, sizeof(*vals))))
+        goto fail;
+    if ((r = ddp_store_all_gather(store, prefix, rank, world, blob, (size_t)bl, pg->timeout_ms,
+                                  vals)) < 0) {
+        snprintf(pg->err, sizeof(pg->err), "ranks did not all publish their addresses in time");
+        goto fail;
+    }
+    /* Lower ranks are connected to (their backlog accepts even before they call accept);
+     * higher ranks connect to us. */
+    for (int j = 0; j < world; j++) {
+        char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
+        int pport;
+        if (sscanf(vals[j].data, "%63s %d %32s %127s", pip, &pport, psec, phost) != 4) {
+            r = DDP_EPROTO;
+            snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
+            goto fail;
+        }
+        snprintf(pg->comm.peers[j].host, sizeof(pg->comm.peers[j].host), "%s", phost);
+        if (j < rank) {
+            uint8_t ps2[SECRET_LEN];
+            if (hex_decode(psec, ps2, SECRET_LEN) < 0) {
+                r = DDP_EPROTO;
+                goto fail;
+            }
+            if ((r = connect_peer(pg, j, pip, pport, ps2, deadline)) < 0)
+                goto fail;
+        }
+    }
+    if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
+        goto fail;
+    close(lfd);
+    lfd = -1;
+    ddp_store_values_free(vals, (size_t)world);
+    free(vals);
+    vals = NULL;
+    if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0) {
+        r = DDP_ESYS;
+        goto fail;
+    }
+    DDP_INFO(PG, "rank %d of %d: process group '%s' formed (%s:%d)", rank, world, name, ip, port);
+    *out = pg;
+    return 0;
+fail:
+    DDP_ERROR(PG, "rank %d: cannot form the process group: %s", rank,
+              pg->err[0] ? pg->err : ddp_strerror(r));
+    if (lfd >= 0)
+        close(lfd);
+    if (vals) {
+        ddp_store_values_free(vals, (size_t)world);
+        free(vals);
+    }
+    for (int i = 0; i < world; i++)
+        if (pg->comm.peers[i].fd >= 0)
+            close(pg->comm.peers[i].fd);
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->cv);
+    free(pg->comm.peers);
+    free(pg);
+    return r;
+}
+
+static int env_int(const char *name, int lo, int *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v) {
+        DDP_ERROR(PG, "%s is not set (is this process running under ddprun or torchrun?)", name);
+        return DDP_EINVAL;
+    }
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > 1 << 24) {
+        DDP_ERROR(PG, "%s='%s' is not a whole number of at least %d", name, v, lo);
+        return DDP_EINVAL;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out)
+{
+    int rank, world, lr, lw, node, r;
+    if ((r = env_int("RANK", 0, &rank)) < 0 || (r = env_int("WORLD_SIZE", 1, &world)) < 0 ||
+        (r = env_int("LOCAL_RANK", 0, &lr)) < 0 || (r = env_int("LOCAL_WORLD_SIZE", 1, &lw)) < 0 ||
+        (r = env_int("GROUP_RANK", 0, &node)) < 0)
+        return r;
+    if (rank >= world || lr >= lw || lw > world) {
+        DDP_ERROR(PG, "inconsistent ranks: RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d",
+                  rank, world, lr, lw);
+        return DDP_EINVAL;
+    }
+    ddp_log_set_rank(rank);
+    struct ddp_store *s;
+    int timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 300000;
+    if ((r = ddp_store_connect_env(timeout, &s)) < 0)
+        return r;
+    r = ddp_pg_init(s, rank, world, lr, lw, node, opts, out);
+    ddp_store_close(s);
+    return r;
+}
+
+void ddp_pg_free(struct ddp_pg *pg)
+{
+    if (!pg)
+        return;
+    pthread_mutex_lock(&pg->mu);
+    pg->stop = true;
+    pthread_cond_signal(&pg->cv);
+    pthread_mutex_unlock(&pg->mu);
+    pthread_join(pg->thread, NULL);
+    for (int i = 0; i < pg->world; i++)
+        if (pg->comm.peers[i].fd >= 0)
+            close(pg->comm.peers[i].fd);
+    free(pg->comm.scratch);
+    free(pg->comm.peers);
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->cv);
+    free(pg);
+}
+
+int ddp_pg_rank(const struct ddp_pg *pg)
+{
+    return pg->rank;
+}
+
+int ddp_pg_world_size(const struct ddp_pg *pg)
+{
+    return pg->world;
+}
+
+bool ddp_pg_is_alive(const struct ddp_pg *pg)
+{
+    return pg->alive;
+}
+
+const char *ddp_pg_last_error(const struct ddp_pg *pg)
+{
+    return pg->err;
+}

@@ -1,0 +1,126 @@
+/*
+ * The process group: what a training program uses to talk to its peers.
+ * ddp_pg_init_env() forms the group from the environment ddprun gives each
+ * rank; collectives then run on a background communication thread, so every
+ * operation has a non-blocking form that returns a work handle.
+ *
+ * Ordering contract: every rank must issue the same collectives in the same
+ * order (same op, count, dtype and root). They are executed, and complete,
+ * in that order on every rank. A rank that issues a different sequence makes
+ * the group fail or hang until the timeout; nothing checks it at run time.
+ *
+ * Failure: every operation has a deadline (ddp_pg_opts.timeout_ms). When a
+ * peer dies or stops answering, the operation fails with an error naming the
+ * peer's rank and host, the group is aborted, and every later operation fails
+ * at once with DDP_EABORTED. Nothing hangs.
+ */
+#ifndef DDP_WORKER_PG_H
+#define DDP_WORKER_PG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ddp_pg;
+struct ddp_work;
+struct ddp_store;
+
+enum ddp_dtype {
+    DDP_F32 = 0,
+    DDP_F64 = 1,
+    DDP_BF16 = 2, /* reduced in float32, rounded to nearest even */
+    DDP_F16 = 3,  /* reduced in float32, rounded to nearest even */
+    DDP_I32 = 4,
+    DDP_I64 = 5,
+};
+
+enum ddp_redop {
+    DDP_SUM = 0,
+    DDP_AVG = 1, /* sum divided by the world size (integers: truncated toward zero) */
+    DDP_MAX = 2,
+    DDP_MIN = 3,
+};
+
+/* Bytes per element of a dtype, or 0 for an unknown one. */
+size_t ddp_dtype_size(enum ddp_dtype dt);
+
+struct ddp_pg_opts {
+    int timeout_ms;        /* per operation; 0 = DDP_PG_TIMEOUT_MS or 300000 */
+    const char *name;      /* distinguishes several groups in one job; NULL = "default" */
+    size_t small_bytes;    /* all-reduce at or below this uses recursive doubling instead of
+                              the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
+};
+
+/*
+ * Forms the group from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * GROUP_RANK, DDPRUN_STORE_ADDR and the job token (DDPRUN_TOKEN_FD or
+ * DDPRUN_TOKEN_FILE): joins the store, publishes this rank's listening
+ * address, learns the others' and connects to every peer. A missing or
+ * inconsistent variable is one error naming it (DDP_EINVAL). opts may be NULL.
+ */
+int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out);
+
+/* The same with explicit values and a connected store (borrowed; it must outlive the call). */
+int ddp_pg_init(struct ddp_store *store, int rank, int world_size, int local_rank,
+                int local_world_size, int node_rank, const struct ddp_pg_opts *opts,
+                struct ddp_pg **out);
+
+/* Stops the communication thread (pending work fails with DDP_EABORTED), closes every
+ * connection and frees the group. NULL is a no-op. */
+void ddp_pg_free(struct ddp_pg *pg);
+
+int ddp_pg_rank(const struct ddp_pg *pg);
+int ddp_pg_world_size(const struct ddp_pg *pg);
+/* True until an operation failed and aborted the group. */
+bool ddp_pg_is_alive(const struct ddp_pg *pg);
+
+/*
+ * Collectives. The _start forms queue the operation for the communication
+ * thread and return a work handle at once; the buffers must stay valid and
+ * untouched until the work completes. The plain forms start and wait.
+ *
+ * allreduce: buf[count] in place, reduced with op across all ranks.
+ * broadcast: buf[count] from root to every rank.
+ * allgather: send[count] from each rank into recv[count * world] (rank order).
+ * reduce_scatter: send[count * world] reduced; rank r receives block r in recv[count].
+ * barrier: returns once every rank has entered it.
+ */
+int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                           enum ddp_redop op, struct ddp_work **work);
+int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                           int root, struct ddp_work **work);
+int ddp_pg_allgather_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                           enum ddp_dtype dt, struct ddp_work **work);
+int ddp_pg_reduce_scatter_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                                enum ddp_dtype dt, enum ddp_redop op, struct ddp_work **work);
+int ddp_pg_barrier_start(struct ddp_pg *pg, struct ddp_work **work);
+
+int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                     enum ddp_redop op);
+int ddp_pg_broadcast(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root);
+int ddp_pg_allgather(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                     enum ddp_dtype dt);
+int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                          enum ddp_dtype dt, enum ddp_redop op);
+int ddp_pg_barrier(struct ddp_pg *pg);
+
+/* Waits for the work and returns its result (0 or a DDP_E* code). */
+int ddp_work_wait(struct ddp_work *work);
+/* True once the work has completed; *result (optional) receives its result. */
+bool ddp_work_test(struct ddp_work *work, int *result);
+/* Frees a work handle; waits for it first if it is still running. NULL is a no-op. */
+void ddp_work_free(struct ddp_work *work);
+
+/* The last error's description ("peer rank 3 (host-b) closed the connection during
+ * allreduce"), valid until the group is freed. */
+const char *ddp_pg_last_error(const struct ddp_pg *pg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,197 @@
+/* Element-wise reduction kernels for every dtype and op; half types are reduced in float32. */
+#include "worker/coll.h"
+
+#include <string.h>
+
+#include "common/banned.h"
+
+float ddp__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ddp__f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+float ddp__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+    if (exp == 0) {
+        if (mant == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400u)) {
+                mant <<= 1;
+                exp--;
+            }
+            u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (mant << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ddp__f32_to_f16(float x)
+{
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    uint32_t sign = (f >> 16) & 0x8000u, exp = (f >> 23) & 0xffu, mant = f & 0x7fffffu;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t half = 1u << (shift - 1), rem = mant & ((1u << shift) - 1), r = mant >> shift;
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
+        r++; /* a carry into the exponent is right, up to infinity */
+    return (uint16_t)(sign | r);
+}
+
+#define REDUCE_LOOP(T, d, s, n, op)                                            \
+    do {                                                                       \
+        T *d_ = (T *)(d);                                                      \
+        const T *s_ = (const T *)(s);                                          \
+        switch (op) {                                                          \
+        case DDP_SUM:                                                          \
+        case DDP_AVG:                                                          \
+            for (size_t i = 0; i < (n); i++)                                   \
+                d_[i] += s_[i];                                                \
+            break;                                                             \
+        case DDP_MAX:                                                          \
+            for (size_t i = 0; i < (n); i++)                                   \
+                d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];                         \
+            break;                                                             \
+        case DDP_MIN:                                                          \
+            for (size_t i = 0; i < (n); i++)                                   \
+                d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];                         \
+            break;                                                             \
+        }                                                                      \
+    } while (0)
+
+#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F)                                 \
+    do {                                                                       \
+        uint16_t *d_ = (uint16_t *)(d);                                        \
+        const uint16_t *s_ = (const uint16_t *)(s);                            \
+        for (size_t i = 0; i < (n); i++) {                                     \
+            float a = TO_F(d_[i]), b = TO_F(s_[i]);                            \
+            float r = (op) == DDP_MAX ? (b > a ? b : a)                        \
+                      : (op) == DDP_MIN ? (b < a ? b : a)                      \
+                                        : a + b;                               \
+            d_[i] = FROM_F(r);                                                 \
+        }                                                                      \
+    } while (0)
+
+/* Signed integer sums wrap (two's complement), as in NCCL and Gloo; done unsigned to be
+ * defined behaviour. */
+#define REDUCE_INT(T, UT, d, s, n, op)                                         \
+    do {                                                                       \
+        if ((op) == DDP_SUM || (op) == DDP_AVG) {                              \
+            UT *d_ = (UT *)(d);                                                \
+            const UT *s_ = (const UT *)(s);                                    \
+            for (size_t i = 0; i < (n); i++)                                   \
+                d_[i] += s_[i];                                                \
+        } else {                                                               \
+            REDUCE_LOOP(T, d, s, n, op);                                       \
+        }                                                                      \
+    } while (0)
+
+void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op)
+{
+    switch (dt) {
+    case DDP_F32:
+        REDUCE_LOOP(float, dst, src, n, op);
+        break;
+    case DDP_F64:
+        REDUCE_LOOP(double, dst, src, n, op);
+        break;
+    case DDP_I32:
+        REDUCE_INT(int32_t, uint32_t, dst, src, n, op);
+        break;
+    case DDP_I64:
+        REDUCE_INT(int64_t, uint64_t, dst, src, n, op);
+        break;
+    case DDP_BF16:
+        REDUCE_HALF(dst, src, n, op, ddp__bf16_to_f32, ddp__f32_to_bf16);
+        break;
+    case DDP_F16:
+        REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16);
+        break;
+    }
+}
+
+void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world)
+{
+    switch (dt) {
+    case DDP_F32:
+        for (size_t i = 0; i < n; i++)
+            ((float *)buf)[i] /= (float)world;
+        break;
+    case DDP_F64:
+        for (size_t i = 0; i < n; i++)
+            ((double *)buf)[i] /= world;
+        break;
+    case DDP_I32:
+        for (size_t i = 0; i < n; i++)
+            ((int32_t *)buf)[i] /= world;
+        break;
+    case DDP_I64:
+        for (size_t i = 0; i < n; i++)
+            ((int64_t *)buf)[i] /= world;
+        break;
+    case DDP_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t *p = (uint16_t *)buf + i;
+            *p = ddp__f32_to_bf16(ddp__bf16_to_f32(*p) / (float)world);
+        }
+        break;
+    case DDP_F16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t *p = (uint16_t *)buf + i;
+            *p = ddp__f32_to_f16(ddp__f16_to_f32(*p) / (float)world);
+        }
+        break;
+    }
+}
+
+size_t ddp_dtype_size(enum ddp_dtype dt)
+{
+    switch (dt) {
+    case DDP_F32:
+    case DDP_I32:
+        return 4;
+    case DDP_F64:
+    case DDP_I64:
+        return 8;
+    case DDP_BF16:
+    case DDP_F16:
+        return 2;
+    }
+    return 0;
+}
