@@ -264,6 +264,8 @@ int main(int argc, char **argv)
                 r = ddp_pg_allreduce(pg, buf, 1, DDP_F32, DDP_SUM);
                 printf("pgtest rank %d: next call: %s\n", rank, ddp_err_name(r));
                 fflush(stdout);
+                free(buf);
+                ddp_pg_free(pg);
                 return 3;
             }
         }

@@ -44,7 +44,7 @@ load '../lib/common'
 }
 
 @test "man pages render without warnings" {
-  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7" "$REPO/man/ddprun-job.5"; do
+  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7" "$REPO/man/ddprun-job.5" "$REPO/man/ddp_pg.3"; do
     run bash -c "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l '$p' 2>&1 >/dev/null"
     assert_success
     assert_output ""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # Running local jobs: the rank environment, tagged output, per-rank logs, failures and summaries.
 load '../lib/common'
+bats_require_minimum_version 1.5.0
 
 setup() {
   cd "$BATS_TEST_TMPDIR"

@@ -1,0 +1,91 @@
+/*
+ * All-reduce benchmark in the style of nccl-tests, run as a ddprun job:
+ * float32 sum, in place, sizes 4 KiB to 64 MiB (x4), warm-up then timed
+ * iterations, median per size. Rank 0 prints
+ *   RESULT <impl> <ranks> <bytes> <median us> <algbw GB/s> <busbw GB/s> <wrong>
+ * with busbw = algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md) and <wrong>
+ * the number of ranks whose result differed from the reference afterwards.
+ * With "memcpy" instead of running under ddprun, prints the single-thread
+ * memcpy bandwidth per size (the physical ceiling) as impl "memcpy".
+ */
+#include "common/util.h"
+#include "worker/pg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int iters_for(size_t bytes)
+{
+    return bytes >= (16u << 20) ? 10 : bytes >= (1u << 20) ? 20 : 50;
+}
+
+int main(int argc, char **argv)
+{
+    const char *impl = argc > 1 ? argv[1] : "ddp-tcp";
+    size_t maxb = (size_t)64 << 20;
+    double t[64];
+    if (strcmp(impl, "memcpy") == 0) {
+        char *a = malloc(maxb), *b = malloc(maxb);
+        memset(a, 1, maxb);
+        memset(b, 2, maxb);
+        for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
+            int it = iters_for(bytes);
+            for (int i = 0; i < it; i++) {
+                int64_t t0 = ddp_now_ns();
+                memcpy(b, a, bytes);
+                t[i] = (double)(ddp_now_ns() - t0) / 1e3;
+                a[i % 64]++;
+            }
+            qsort(t, (size_t)it, sizeof(double), cmp_d);
+            double us = t[it / 2], bw = (double)bytes / us / 1e3;
+            printf("RESULT memcpy 1 %zu %.1f %.2f %.2f 0\n", bytes, us, bw, bw);
+        }
+        return 0;
+    }
+    struct ddp_pg *pg;
+    if (ddp_pg_init_env(NULL, &pg) != 0)
+        return 1;
+    int rank = ddp_pg_rank(pg), n = ddp_pg_world_size(pg);
+    float *buf = malloc(maxb);
+    for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
+        size_t count = bytes / 4;
+        int it = iters_for(bytes);
+        for (size_t i = 0; i < count; i++)
+            buf[i] = 1.0f;
+        for (int w = 0; w < 3; w++)
+            ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
+        for (int i = 0; i < it; i++) {
+            ddp_pg_barrier(pg);
+            int64_t t0 = ddp_now_ns();
+            if (ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM) != 0)
+                return 1;
+            t[i] = (double)(ddp_now_ns() - t0) / 1e3;
+        }
+        /* Check a fresh reduction: every element must be n. */
+        for (size_t i = 0; i < count; i++)
+            buf[i] = 1.0f;
+        ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
+        int wrong = 0;
+        for (size_t i = 0; i < count && !wrong; i++)
+            wrong = buf[i] != (float)n;
+        ddp_pg_allreduce(pg, &wrong, 1, DDP_I32, DDP_SUM);
+        /* Each rank's median; the slowest rank's median is the operation's time. */
+        qsort(t, (size_t)it, sizeof(double), cmp_d);
+        double med = t[it / 2];
+        ddp_pg_allreduce(pg, &med, 1, DDP_F64, DDP_MAX);
+        double algbw = (double)bytes / med / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
+        if (rank == 0)
+            printf("RESULT %s %d %zu %.1f %.3f %.3f %d\n", impl, n, bytes, med, algbw, busbw, wrong);
+        fflush(stdout);
+    }
+    ddp_pg_free(pg);
+    free(buf);
+    return 0;
+}
