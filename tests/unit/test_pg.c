@@ -110,6 +110,16 @@ static void *rank_main(void *a)
         ddp_work_free(w3);
         for (int i = 0; i < N && !bad; i++)
             bad |= buf[i] != (float)(0 + 1 + 2 + 3 * (i % 7 + it)) || b2[i] != 4.0f;
+        /* A blocking call right behind queued work: it must wait its turn (the inline fast
+         * path applies only to an idle group), then run. */
+        int64_t v[2] = {ra->rank, 1};
+        struct ddp_work *wq;
+        bad |= ddp_pg_allreduce_start(pg, buf, N, DDP_F32, DDP_SUM, &wq) != 0;
+        bad |= ddp_pg_allreduce(pg, v, 2, DDP_I64, DDP_SUM) != 0;
+        bad |= !ddp_work_test(wq, NULL); /* issued first, so done first */
+        ddp_work_free(wq);
+        bad |= v[0] != 0 + 1 + 2 || v[1] != W;
+        bad |= ddp_pg_barrier(pg) != 0;
     }
     free(buf);
     free(b2);
