@@ -82,7 +82,8 @@ int main(int argc, char **argv)
         ddp_pg_allreduce(pg, &med, 1, DDP_F64, DDP_MAX);
         double algbw = (double)bytes / med / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
         if (rank == 0)
-            printf("RESULT %s %d %zu %.1f %.3f %.3f %d\n", impl, n, bytes, med, algbw, busbw, wrong);
+            printf("RESULT %s %d %zu %.1f %.3f %.3f %d\n", impl, n, bytes, med, algbw, busbw,
+                   wrong);
         fflush(stdout);
     }
     ddp_pg_free(pg);

@@ -20,7 +20,9 @@ int main(int argc, char **argv)
     double t[64];
     const char *impl = argc > 1 ? argv[1] : "mpi";
     for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
-        int count = (int)(bytes / 4), it = bytes >= (16u << 20) ? 10 : bytes >= (1u << 20) ? 20 : 50;
+        int count = (int)(bytes / 4), it = bytes >= (16u << 20)  ? 10
+                                           : bytes >= (1u << 20) ? 20
+                                                                 : 50;
         for (int i = 0; i < count; i++)
             buf[i] = 1.0f;
         for (int w = 0; w < 3; w++)

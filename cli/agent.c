@@ -83,7 +83,10 @@ static void send_note(struct worker *w, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    send_output(w, 2, (const uint8_t *)msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+    send_output(w, 2, (const uint8_t *)msg,
+                n < 0                     ? 0
+                : (size_t)n < sizeof(msg) ? (size_t)n
+                                          : sizeof(msg) - 1);
 }
 
 static void finish_if_done(void);

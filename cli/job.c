@@ -23,9 +23,9 @@ enum ytype { Y_SCALAR, Y_SEQ, Y_MAP };
 
 struct ynode {
     enum ytype type;
-    int line, col;      /* 1-based, in the job file */
-    const char *origin; /* "--set a.b=..." for overrides (borrowed), else NULL */
-    char *str;          /* scalar text */
+    int line, col;       /* 1-based, in the job file */
+    const char *origin;  /* "--set a.b=..." for overrides (borrowed), else NULL */
+    char *str;           /* scalar text */
     struct ynode **kids; /* seq items; map: key, value, key, value... */
     size_t n;
 };
@@ -145,7 +145,8 @@ static struct ynode *build(const struct ctx *c, yaml_parser_t *p, yaml_event_t *
     }
     case YAML_ALIAS_EVENT: {
         struct ynode tmp = {.line = (int)ev->start_mark.line + 1,
-                            .col = (int)ev->start_mark.column + 1, .origin = origin};
+                            .col = (int)ev->start_mark.column + 1,
+                            .origin = origin};
         err_at(c, &tmp, "YAML aliases (*name) are not supported in job files");
         return NULL;
     }
@@ -177,7 +178,8 @@ static int parse_yaml(const struct ctx *c, const char *text, size_t len, const c
         }
         if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1) {
             struct ynode tmp = {.line = (int)ev.start_mark.line + 1,
-                                .col = (int)ev.start_mark.column + 1, .origin = origin};
+                                .col = (int)ev.start_mark.column + 1,
+                                .origin = origin};
             err_at(c, &tmp, "a job file holds one YAML document, found a second one");
             yaml_event_delete(&ev);
             goto out;
@@ -213,7 +215,8 @@ static struct ynode *map_get(const struct ynode *m, const char *key)
     return NULL;
 }
 
-/* set is "KEY=VALUE"; origin ("--set KEY=VALUE") labels the nodes it makes and must outlive them. */
+/* set is "KEY=VALUE"; origin ("--set KEY=VALUE") labels the nodes it makes and must outlive them.
+ */
 static int apply_set(const struct ctx *c, struct ynode **root, const char *set, const char *origin)
 {
     const char *eq = strchr(set, '=');
@@ -284,8 +287,8 @@ static int apply_set(const struct ctx *c, struct ynode **root, const char *set, 
             }
             cur = cur->kids[i + 1];
         } else {
-            ddp__cli_error("%s: '%s' is inside a value that is not a mapping or a list",
-                           origin, tok);
+            ddp__cli_error("%s: '%s' is inside a value that is not a mapping or a list", origin,
+                           tok);
             goto out;
         }
         tok = next;
@@ -300,16 +303,14 @@ out:
 /* Schema                                                             */
 /* ------------------------------------------------------------------ */
 
-static const char *const top_keys[] = {"name",    "command",  "workdir",    "env",
-                                       "nodes",   "nproc_per_node", "backend",
-                                       "rendezvous", "elastic", "ssh", "logs",
-                                       "checkpoint", "stop_grace", NULL};
+static const char *const top_keys[] = {
+    "name",       "command", "workdir", "env",  "nodes",      "nproc_per_node", "backend",
+    "rendezvous", "elastic", "ssh",     "logs", "checkpoint", "stop_grace",     NULL};
 static const char *const rdzv_keys[] = {"listen", "port", "timeout", NULL};
-static const char *const elastic_keys[] = {"min_nodes",          "max_nodes",
-                                           "max_restarts",       "heartbeat_interval",
-                                           "heartbeat_timeout",  NULL};
-static const char *const ssh_keys[] = {"user", "port", "identity", "known_hosts",
-                                       "strict_host_key_checking", NULL};
+static const char *const elastic_keys[] = {
+    "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout", NULL};
+static const char *const ssh_keys[] = {
+    "user", "port", "identity", "known_hosts", "strict_host_key_checking", NULL};
 static const char *const logs_keys[] = {"dir", "tag_output", NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
@@ -625,15 +626,18 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         }
 #ifndef DDP_HAVE_NCCL
         if (strcmp(j->backend, "nccl") == 0) {
-            err_at(c, n, "backend 'nccl' needs a ddprun built with CUDA and NCCL; this one was not");
+            err_at(c, n,
+                   "backend 'nccl' needs a ddprun built with CUDA and NCCL; this one was not");
             goto out;
         }
 #endif
     }
     if ((sub = map_get(root, "rendezvous"))) {
         if (check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
-            ((n = map_get(sub, "listen")) && get_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
-            ((n = map_get(sub, "port")) && get_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
+            ((n = map_get(sub, "listen")) &&
+             get_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
+            ((n = map_get(sub, "port")) &&
+             get_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
             ((n = map_get(sub, "timeout")) &&
              get_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0))
             goto out;
@@ -672,7 +676,8 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         if (check_keys(c, sub, "ssh", ssh_keys) < 0 ||
             ((n = map_get(sub, "user")) && get_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
             ((n = map_get(sub, "port")) && get_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
-            ((n = map_get(sub, "identity")) && get_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
+            ((n = map_get(sub, "identity")) &&
+             get_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
             ((n = map_get(sub, "known_hosts")) &&
              get_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0))
             goto out;
@@ -697,7 +702,8 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
     if ((sub = map_get(root, "logs"))) {
         if (check_keys(c, sub, "logs", logs_keys) < 0 ||
             ((n = map_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
-            ((n = map_get(sub, "tag_output")) && get_bool(c, n, "logs.tag_output", &j->tag_output) < 0))
+            ((n = map_get(sub, "tag_output")) &&
+             get_bool(c, n, "logs.tag_output", &j->tag_output) < 0))
             goto out;
     }
     if ((sub = map_get(root, "checkpoint"))) {
@@ -711,7 +717,8 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
             free(d);
         }
     }
-    if ((n = map_get(root, "stop_grace")) && get_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
+    if ((n = map_get(root, "stop_grace")) &&
+        get_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
         goto out;
     bool all_local = true;
     for (size_t i = 0; i < j->nnodes; i++)
@@ -845,8 +852,8 @@ int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struc
     return rc;
 }
 
-int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets,
-                         size_t nsets, struct ddp_job **out)
+int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets, size_t nsets,
+                         struct ddp_job **out)
 {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof(cwd)))
@@ -920,13 +927,15 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     char d1[32], d2[32];
     fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s}\n", j->rdzv_listen, j->rdzv_port,
             fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
-    fprintf(f, "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
-               "heartbeat_timeout: %s}\n",
+    fprintf(f,
+            "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
+            "heartbeat_timeout: %s}\n",
             j->min_nodes, j->max_nodes, j->max_restarts,
             fmt_duration(d1, sizeof(d1), j->heartbeat_interval_ms),
             fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
-    fprintf(f, "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
-               "strict_host_key_checking: %s}\n",
+    fprintf(f,
+            "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
+            "strict_host_key_checking: %s}\n",
             j->ssh_user ? j->ssh_user : "(current user)", j->ssh_port,
             j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
             j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict);
@@ -940,16 +949,20 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         for (int l = 0; l < j->nodes[i].slots; l++, rank++)
             fprintf(f, "%-5zu %-20s %-10d %-11d\n", i, j->nodes[i].host, l, rank);
     fprintf(f, "\n# environment added to every rank (per-rank values: see the rank map)\n");
-    fprintf(f, "RANK=<global_rank> LOCAL_RANK=<local_rank> GROUP_RANK=<node> ROLE_RANK=<global_rank>\n");
-    fprintf(f, "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
-               "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
+    fprintf(
+        f,
+        "RANK=<global_rank> LOCAL_RANK=<local_rank> GROUP_RANK=<node> ROLE_RANK=<global_rank>\n");
+    fprintf(f,
+            "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
+            "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
             j->world_size, j->world_size, j->nnodes);
     fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
                "TORCHELASTIC_USE_AGENT_STORE=False\n");
     fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
             j->max_restarts, job_id);
-    fprintf(f, "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=<store host:port> DDPRUN_TOKEN_FD=<pipe> "
-               "DDPRUN_BACKEND=%s%s%s\n",
+    fprintf(f,
+            "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=<store host:port> DDPRUN_TOKEN_FD=<pipe> "
+            "DDPRUN_BACKEND=%s%s%s\n",
             job_id, j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
             j->checkpoint_dir ? j->checkpoint_dir : "");
     if (ddp__job_omp_default(j))

@@ -1,4 +1,5 @@
-/* The job spec: parsed from YAML (libyaml) with file:line:col errors, --set overrides and defaults. */
+/* The job spec: parsed from YAML (libyaml) with file:line:col errors, --set overrides and defaults.
+ */
 #ifndef DDP_CLI_JOB_H
 #define DDP_CLI_JOB_H
 
@@ -50,8 +51,8 @@ struct ddp_job {
 int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struct ddp_job **out);
 
 /* The same from YAML text in memory (the embedded default job); name is used in messages. */
-int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets,
-                         size_t nsets, struct ddp_job **out);
+int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets, size_t nsets,
+                         struct ddp_job **out);
 
 void ddp__job_free(struct ddp_job *job);
 

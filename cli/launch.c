@@ -95,7 +95,8 @@ static void draw_status(void)
         return;
     char buf[256];
     int64_t s = (ddp_now_ms() - L.t0) / 1000;
-    int n = snprintf(buf, sizeof(buf), "\r\033[K[ddprun] %s | ranks up %d/%d | restarts 0 | %02lld:%02lld:%02lld",
+    int n = snprintf(buf, sizeof(buf),
+                     "\r\033[K[ddprun] %s | ranks up %d/%d | restarts 0 | %02lld:%02lld:%02lld",
                      L.phase, L.ranks_up - L.ranks_done, L.job->world_size, (long long)(s / 3600),
                      (long long)(s / 60 % 60), (long long)(s % 60));
     ddp_write_all(2, buf, (size_t)n);
@@ -472,7 +473,8 @@ static const char *rank_status(const struct rank_info *r, char *buf, size_t n)
     else if (r->exec_failed)
         snprintf(buf, n, "did not start");
     else if (r->code < 0)
-        snprintf(buf, n, "signal %d (%s)", -r->code, sigabbrev_np(-r->code) ? sigabbrev_np(-r->code) : "?");
+        snprintf(buf, n, "signal %d (%s)", -r->code,
+                 sigabbrev_np(-r->code) ? sigabbrev_np(-r->code) : "?");
     else
         snprintf(buf, n, "exit %d", r->code);
     return buf;
@@ -514,7 +516,8 @@ static void summarize(int rc, double secs)
     json_str(f, L.job_id);
     fprintf(f, ", \"status\": ");
     json_str(f, status);
-    fprintf(f, ", \"exit_code\": %d, \"runtime_s\": %.3f, \"world_size\": %d, \"first_failed_rank\": ",
+    fprintf(f,
+            ", \"exit_code\": %d, \"runtime_s\": %.3f, \"world_size\": %d, \"first_failed_rank\": ",
             rc, secs, j->world_size);
     if (L.first_fail >= 0)
         fprintf(f, "%d", L.first_fail);
@@ -535,7 +538,8 @@ static void summarize(int rc, double secs)
             fprintf(f, "%d", -r->code);
         else
             fprintf(f, "null");
-        fprintf(f, ", \"started\": %s, \"runtime_s\": %.3f, \"log\": ", r->started ? "true" : "false",
+        fprintf(f,
+                ", \"started\": %s, \"runtime_s\": %.3f, \"log\": ", r->started ? "true" : "false",
                 (double)r->runtime_ms / 1000);
         json_str(f, r->logpath);
         fprintf(f, "}");
@@ -606,8 +610,8 @@ int ddp__launch(const struct ddp_job *job)
     if (ddp_store_token_generate(token) < 0)
         goto out;
     const char *listen = strcmp(job->rdzv_listen, "auto") == 0 ? "127.0.0.1" : job->rdzv_listen;
-    struct ddp_store_server_opts o = {.host = listen, .port = job->rdzv_port, .token = token,
-                                      .token_len = strlen(token)};
+    struct ddp_store_server_opts o = {
+        .host = listen, .port = job->rdzv_port, .token = token, .token_len = strlen(token)};
     int r = ddp_store_server_new(&o, &srv);
     if (r < 0) {
         ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen, job->rdzv_port,
@@ -649,16 +653,27 @@ int ddp__launch(const struct ddp_job *job)
     }
     bool spawned_all = true;
     for (size_t i = 0; i < job->nnodes && spawned_all; i++) {
-        struct ddp__agent_start st = {
-            .token = token, .store_addr = store_addr, .job_id = L.job_id,
-            .host_label = job->nodes[i].host, .master_addr = "127.0.0.1",
-            .master_port = (uint32_t)master_port, .node_rank = (uint32_t)i,
-            .nnodes = (uint32_t)job->nnodes, .world_size = (uint32_t)job->world_size,
-            .rank_offset = (uint32_t)L.ag[i].rank_offset, .nlocal = (uint32_t)job->nodes[i].slots,
-            .restart_count = 0, .max_restarts = (uint32_t)job->max_restarts,
-            .grace_ms = (uint64_t)job->stop_grace_ms, .workdir = job->workdir,
-            .backend = job->backend, .checkpoint_dir = job->checkpoint_dir ? job->checkpoint_dir : "",
-            .shell = job->shell ? job->shell : "", .argv = job->argv, .env = env};
+        struct ddp__agent_start st = {.token = token,
+                                      .store_addr = store_addr,
+                                      .job_id = L.job_id,
+                                      .host_label = job->nodes[i].host,
+                                      .master_addr = "127.0.0.1",
+                                      .master_port = (uint32_t)master_port,
+                                      .node_rank = (uint32_t)i,
+                                      .nnodes = (uint32_t)job->nnodes,
+                                      .world_size = (uint32_t)job->world_size,
+                                      .rank_offset = (uint32_t)L.ag[i].rank_offset,
+                                      .nlocal = (uint32_t)job->nodes[i].slots,
+                                      .restart_count = 0,
+                                      .max_restarts = (uint32_t)job->max_restarts,
+                                      .grace_ms = (uint64_t)job->stop_grace_ms,
+                                      .workdir = job->workdir,
+                                      .backend = job->backend,
+                                      .checkpoint_dir =
+                                          job->checkpoint_dir ? job->checkpoint_dir : "",
+                                      .shell = job->shell ? job->shell : "",
+                                      .argv = job->argv,
+                                      .env = env};
         if (spawn_agent(i, &st) < 0) {
             ddp__cli_error("cannot start the node agent for '%s': %s", job->nodes[i].host,
                            strerror(errno));
@@ -677,10 +692,10 @@ int ddp__launch(const struct ddp_job *job)
     if (!all_agents_gone())
         ddp_loop_run(L.loop);
 
-    rc = L.launch_error               ? DDP_EXIT_LAUNCH
-         : L.interrupted              ? DDP_EXIT_INTERRUPTED
+    rc = L.launch_error                      ? DDP_EXIT_LAUNCH
+         : L.interrupted                     ? DDP_EXIT_INTERRUPTED
          : L.first_fail >= 0 || L.agent_fail ? DDP_EXIT_JOB_FAILED
-                                      : DDP_EXIT_OK;
+                                             : DDP_EXIT_OK;
     for (int i = 0; i < job->world_size && rc == DDP_EXIT_OK; i++)
         if (!L.rk[i].exited || L.rk[i].code != 0)
             rc = DDP_EXIT_JOB_FAILED;

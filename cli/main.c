@@ -114,7 +114,8 @@ static void usage(void)
     print_opts("global");
     print_opts("run");
     printf("\nCommands:\n"
-           "  plan                     resolve JOB.yaml and print it with the rank map; start nothing\n"
+           "  plan                     resolve JOB.yaml and print it with the rank map; start "
+           "nothing\n"
            "  store                    run a standalone rendezvous store\n"
            "  agent                    (internal) the node agent; takes its orders on stdin\n");
     printf("\nstore options:\n");

@@ -69,8 +69,11 @@ int ddp__cmd_store(int argc, char **argv, int i)
                        vals[DDP_OPT_TOKEN_FILE]);
         return DDP_EXIT_USAGE;
     }
-    struct ddp_store_server_opts o = {.host = host, .port = port, .token = tok,
-                                      .token_len = toklen, .max_conns = (unsigned)max_conns};
+    struct ddp_store_server_opts o = {.host = host,
+                                      .port = port,
+                                      .token = tok,
+                                      .token_len = toklen,
+                                      .max_conns = (unsigned)max_conns};
     r = ddp_store_server_new(&o, &g_srv);
     ddp_store_token_free(tok, toklen);
     if (r < 0) {

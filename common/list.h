@@ -35,8 +35,8 @@ static inline void ddp_list_del(struct ddp_list *n)
 }
 
 /* Iterates safely against removal of the current node. */
-#define DDP_LIST_FOREACH_SAFE(pos, tmp, head)                                  \
-    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);           \
+#define DDP_LIST_FOREACH_SAFE(pos, tmp, head)                                                      \
+    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                               \
          (pos) = (tmp), (tmp) = (pos)->next)
 
 #endif

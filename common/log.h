@@ -42,10 +42,10 @@ bool ddp_log_enabled(enum ddp_log_level level, enum ddp_log_subsys sub);
 void ddp_log_write(enum ddp_log_level level, enum ddp_log_subsys sub, const char *file, int line,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-#define DDP__LOG(lvl, sub, ...)                                                \
-    do {                                                                       \
-        if (ddp_log_enabled(lvl, DDP_SUB_##sub))                               \
-            ddp_log_write(lvl, DDP_SUB_##sub, __FILE__, __LINE__, __VA_ARGS__); \
+#define DDP__LOG(lvl, sub, ...)                                                                    \
+    do {                                                                                           \
+        if (ddp_log_enabled(lvl, DDP_SUB_##sub))                                                   \
+            ddp_log_write(lvl, DDP_SUB_##sub, __FILE__, __LINE__, __VA_ARGS__);                    \
     } while (0)
 
 #define DDP_ERROR(sub, ...) DDP__LOG(DDP_LOG_ERROR, sub, __VA_ARGS__)

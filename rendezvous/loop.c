@@ -1,4 +1,5 @@
-/* Implementation of rendezvous/loop.h, after redis's ae: poll, fire timers, then run the after-hook. */
+/* Implementation of rendezvous/loop.h, after redis's ae: poll, fire timers, then run the
+ * after-hook. */
 #include "rendezvous/loop.h"
 #include "common/err.h"
 #include "common/util.h"

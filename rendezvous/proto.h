@@ -1,4 +1,5 @@
-/* The store's wire protocol: frame layout, op codes, limits, request parsing and the HMAC handshake. */
+/* The store's wire protocol: frame layout, op codes, limits, request parsing and the HMAC
+ * handshake. */
 #ifndef DDP_RENDEZVOUS_PROTO_H
 #define DDP_RENDEZVOUS_PROTO_H
 
@@ -25,8 +26,8 @@
 #define DDP__MAX_KEY 4096u
 #define DDP__MAX_VALUE (16u << 20)
 #define DDP__MAX_FRAME (DDP__MAX_VALUE + 2 * DDP__MAX_KEY + 64) /* any authenticated frame */
-#define DDP__MAX_PREAUTH_FRAME 128u /* HELLO and AUTH are tiny */
-#define DDP__MAX_MULTI 65536u       /* keys in one CHECK/WAIT/MULTI_GET */
+#define DDP__MAX_PREAUTH_FRAME 128u                             /* HELLO and AUTH are tiny */
+#define DDP__MAX_MULTI 65536u /* keys in one CHECK/WAIT/MULTI_GET */
 #define DDP__WAIT_FOREVER 0xffffffffu
 
 enum ddp__op {
@@ -63,11 +64,11 @@ struct ddp__req {
     uint32_t vlen;
     const uint8_t *exp; /* CAS expected */
     uint32_t elen;
-    int64_t i64;     /* ADD delta */
-    uint64_t u64;    /* lease id */
-    uint32_t u32;    /* WAIT timeout, LEASE_GRANT ttl, UNWATCH id */
-    uint8_t flags;   /* CAS, WATCH */
-    uint32_t nkeys;  /* CHECK, WAIT, MULTI_GET */
+    int64_t i64;        /* ADD delta */
+    uint64_t u64;       /* lease id */
+    uint32_t u32;       /* WAIT timeout, LEASE_GRANT ttl, UNWATCH id */
+    uint8_t flags;      /* CAS, WATCH */
+    uint32_t nkeys;     /* CHECK, WAIT, MULTI_GET */
     struct ddp_rd keys; /* reader positioned at the key list */
     /* HELLO */
     uint32_t magic;

@@ -19,10 +19,10 @@ extern "C" {
 /* ------------------------------------------------------------------ */
 /* Limits (also enforced by the server).                              */
 /* ------------------------------------------------------------------ */
-#define DDP_STORE_MAX_KEY 4096          /* bytes in a key */
-#define DDP_STORE_MAX_VALUE (16 << 20)  /* bytes in a value */
-#define DDP_STORE_MAX_MULTI 65536       /* keys in one check/wait/multi_get */
-#define DDP_STORE_TOKEN_HEX 64          /* ddp_store_token_generate writes 64 hex chars */
+#define DDP_STORE_MAX_KEY 4096         /* bytes in a key */
+#define DDP_STORE_MAX_VALUE (16 << 20) /* bytes in a value */
+#define DDP_STORE_MAX_MULTI 65536      /* keys in one check/wait/multi_get */
+#define DDP_STORE_TOKEN_HEX 64         /* ddp_store_token_generate writes 64 hex chars */
 #define DDP_STORE_WAIT_FOREVER (-1)
 
 /* ------------------------------------------------------------------ */
@@ -31,13 +31,13 @@ extern "C" {
 struct ddp_store_server;
 
 struct ddp_store_server_opts {
-    const char *host;      /* address to bind: "0.0.0.0", "127.0.0.1", "::"; NULL = 0.0.0.0 */
-    int port;              /* 0 picks a free port */
-    const void *token;     /* job token (borrowed; the server keeps its own copy) */
-    size_t token_len;      /* 1..4096 bytes */
-    unsigned max_conns;    /* 0 = 65536 */
-    int auth_timeout_ms;   /* time a new connection has to authenticate; 0 = 10000 */
-    size_t max_outbuf;     /* bytes queued to a slow reader before it is dropped; 0 = 256 MiB */
+    const char *host;    /* address to bind: "0.0.0.0", "127.0.0.1", "::"; NULL = 0.0.0.0 */
+    int port;            /* 0 picks a free port */
+    const void *token;   /* job token (borrowed; the server keeps its own copy) */
+    size_t token_len;    /* 1..4096 bytes */
+    unsigned max_conns;  /* 0 = 65536 */
+    int auth_timeout_ms; /* time a new connection has to authenticate; 0 = 10000 */
+    size_t max_outbuf;   /* bytes queued to a slow reader before it is dropped; 0 = 256 MiB */
 };
 
 /*
@@ -176,9 +176,9 @@ void ddp_store_values_free(struct ddp_store_value *vals, size_t n);
 /* Watches and leases                                                 */
 /* ------------------------------------------------------------------ */
 enum ddp_store_event_kind {
-    DDP_STORE_EV_SET = 1,     /* key set (value attached) */
-    DDP_STORE_EV_DELETE = 2,  /* key deleted by a client */
-    DDP_STORE_EV_EXPIRE = 3,  /* key deleted because its lease expired or was revoked */
+    DDP_STORE_EV_SET = 1,    /* key set (value attached) */
+    DDP_STORE_EV_DELETE = 2, /* key deleted by a client */
+    DDP_STORE_EV_EXPIRE = 3, /* key deleted because its lease expired or was revoked */
 };
 
 struct ddp_store_event {
@@ -207,7 +207,8 @@ void ddp_store_event_free(struct ddp_store_event *ev);
 
 /* Grants a lease living ttl_ms (1 .. 2^31-1) unless renewed. */
 int ddp_store_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease);
-/* Renews a lease for another full TTL; *ttl_ms (optional) receives it. DDP_ENOLEASE if it expired. */
+/* Renews a lease for another full TTL; *ttl_ms (optional) receives it. DDP_ENOLEASE if it expired.
+ */
 int ddp_store_lease_keepalive(struct ddp_store *s, uint64_t lease, int *ttl_ms);
 /* Ends a lease now, deleting its keys (watchers see DDP_STORE_EV_EXPIRE). */
 int ddp_store_lease_revoke(struct ddp_store *s, uint64_t lease);
@@ -227,9 +228,8 @@ int ddp_store_barrier(struct ddp_store *s, const char *name, int n, int timeout_
  * Rank `rank` of n publishes blob under "<prefix>/<rank>" and receives every
  * rank's blob in out[0..n) (free with ddp_store_values_free).
  */
-int ddp_store_all_gather(struct ddp_store *s, const char *prefix, int rank, int n,
-                         const void *blob, size_t len, int timeout_ms,
-                         struct ddp_store_value *out);
+int ddp_store_all_gather(struct ddp_store *s, const char *prefix, int rank, int n, const void *blob,
+                         size_t len, int timeout_ms, struct ddp_store_value *out);
 
 #define DDP_STORE_NCCL_ID_BYTES 128
 /*

@@ -1,4 +1,5 @@
-/* The store's blocking client: one request in flight per connection, pushed events queued on the side. */
+/* The store's blocking client: one request in flight per connection, pushed events queued on the
+ * side. */
 #include "rendezvous/store.h"
 #include "common/buf.h"
 #include "common/err.h"
@@ -220,7 +221,8 @@ static int await_reply(struct ddp_store *s, uint8_t op, uint32_t id, int64_t dea
             continue;
         }
         if (fop != (op | DDP__REPLY_BIT) || fid != id || ddp_rd_u32(&fr, &st) < 0) {
-            DDP_ERROR(STORE, "unexpected frame from store '%s' (op 0x%02x id %u, wanted 0x%02x id %u)",
+            DDP_ERROR(STORE,
+                      "unexpected frame from store '%s' (op 0x%02x id %u, wanted 0x%02x id %u)",
                       s->addr, fop, fid, op | DDP__REPLY_BIT, id);
             return DDP_EPROTO;
         }
@@ -383,8 +385,8 @@ static int handshake(struct ddp_store *s, const uint8_t *token, size_t toklen, i
     return 0;
 }
 
-int ddp_store_connect(const char *host, int port, const void *token, size_t toklen,
-                      int timeout_ms, struct ddp_store **out)
+int ddp_store_connect(const char *host, int port, const void *token, size_t toklen, int timeout_ms,
+                      struct ddp_store **out)
 {
     struct ddp_store *s = NULL;
     struct addrinfo *res = NULL;
@@ -405,8 +407,8 @@ int ddp_store_connect(const char *host, int port, const void *token, size_t tokl
     else
         snprintf(s->addr, sizeof(s->addr), "%s:%d", host, port);
 
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     char ps[16];
     snprintf(ps, sizeof(ps), "%d", port);
     int gai = getaddrinfo(host, ps, &hints, &res);
@@ -492,12 +494,12 @@ void ddp_store_set_timeout(struct ddp_store *s, int timeout_ms)
 /* Operations                                                         */
 /* ------------------------------------------------------------------ */
 
-#define LOCKED(s, expr)                                                        \
-    ({                                                                         \
-        pthread_mutex_lock(&(s)->mu);                                          \
-        int r__ = (expr);                                                      \
-        pthread_mutex_unlock(&(s)->mu);                                        \
-        r__;                                                                   \
+#define LOCKED(s, expr)                                                                            \
+    ({                                                                                             \
+        pthread_mutex_lock(&(s)->mu);                                                              \
+        int r__ = (expr);                                                                          \
+        pthread_mutex_unlock(&(s)->mu);                                                            \
+        r__;                                                                                       \
     })
 
 static int do_ping(struct ddp_store *s)
@@ -513,8 +515,7 @@ int ddp_store_ping(struct ddp_store *s)
     return LOCKED(s, do_ping(s));
 }
 
-static int do_set(struct ddp_store *s, const char *key, const void *val, size_t len,
-                  uint64_t lease)
+static int do_set(struct ddp_store *s, const char *key, const void *val, size_t len, uint64_t lease)
 {
     struct ddp_rd rd;
     uint32_t id;

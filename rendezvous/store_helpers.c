@@ -1,4 +1,5 @@
-/* Rendezvous helpers built on the store client (barrier, all-gather, NCCL id) and job-token handling. */
+/* Rendezvous helpers built on the store client (barrier, all-gather, NCCL id) and job-token
+ * handling. */
 #include "rendezvous/store.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -42,14 +43,14 @@ int ddp_store_barrier(struct ddp_store *s, const char *name, int n, int timeout_
     const char *keys[1] = {done};
     r = ddp_store_wait(s, keys, 1, timeout_ms);
     if (r == DDP_ETIMEDOUT)
-        DDP_ERROR(STORE, "barrier '%s' timed out after %d ms (%lld of %d arrived when this rank did)",
+        DDP_ERROR(STORE,
+                  "barrier '%s' timed out after %d ms (%lld of %d arrived when this rank did)",
                   name, timeout_ms, (long long)v, n);
     return r;
 }
 
-int ddp_store_all_gather(struct ddp_store *s, const char *prefix, int rank, int n,
-                         const void *blob, size_t len, int timeout_ms,
-                         struct ddp_store_value *out)
+int ddp_store_all_gather(struct ddp_store *s, const char *prefix, int rank, int n, const void *blob,
+                         size_t len, int timeout_ms, struct ddp_store_value *out)
 {
     char key[DDP_STORE_MAX_KEY + 16];
     char **keys = NULL;

@@ -1,4 +1,5 @@
-/* The store server: one thread, one epoll loop, whole frames only, replies queued and drained on EPOLLOUT. */
+/* The store server: one thread, one epoll loop, whole frames only, replies queued and drained on
+ * EPOLLOUT. */
 #include "rendezvous/store.h"
 #include "common/err.h"
 #include "common/htab.h"
@@ -39,9 +40,9 @@ struct stats {
     _Atomic uint64_t conns_accepted, conns_open, conns_refused_auth, conns_dropped;
     _Atomic uint64_t keys, waiters, watches, leases, leases_expired;
 };
-#define STAT_ADD(s, field, d)                                                  \
-    atomic_store_explicit(&(s)->st.field,                                      \
-                          atomic_load_explicit(&(s)->st.field, memory_order_relaxed) + (d), \
+#define STAT_ADD(s, field, d)                                                                      \
+    atomic_store_explicit(&(s)->st.field,                                                          \
+                          atomic_load_explicit(&(s)->st.field, memory_order_relaxed) + (d),        \
                           memory_order_relaxed)
 #define STAT_GET(s, field) atomic_load_explicit(&(s)->st.field, memory_order_relaxed)
 
@@ -58,12 +59,12 @@ struct conn {
     struct ddp_buf in;
     struct ddp_buf out;
     struct ddp_timer auth_timer;
-    struct ddp_list link;      /* srv->conns, or srv->closing once doomed */
+    struct ddp_list link;       /* srv->conns, or srv->closing once doomed */
     struct ddp_list flush_link; /* srv->flushq while it has unsent output */
     struct ddp_list waiters;
     struct ddp_list watches;
     unsigned nwatches;
-    bool closing;          /* scheduled for teardown at the end of this iteration */
+    bool closing;           /* scheduled for teardown at the end of this iteration */
     bool close_after_write; /* flush what is queued, then close */
     const char *close_reason;
 };
@@ -241,10 +242,12 @@ static void conn_destroy(struct conn *c)
 {
     struct server *s = c->srv;
     struct ddp_list *p, *t;
-    DDP_LIST_FOREACH_SAFE(p, t, &c->waiters)
-    waiter_free(DDP_CONTAINER_OF(p, struct waiter, conn_link));
-    DDP_LIST_FOREACH_SAFE(p, t, &c->watches)
-    watch_free(DDP_CONTAINER_OF(p, struct watch, conn_link));
+    DDP_LIST_FOREACH_SAFE (p, t, &c->waiters) {
+        waiter_free(DDP_CONTAINER_OF(p, struct waiter, conn_link));
+    }
+    DDP_LIST_FOREACH_SAFE (p, t, &c->watches) {
+        watch_free(DDP_CONTAINER_OF(p, struct watch, conn_link));
+    }
     ddp_timer_stop(s->loop, &c->auth_timer);
     ddp_loop_del(s->loop, c->fd);
     close(c->fd);
@@ -339,8 +342,7 @@ static void waiter_free(struct waiter *w)
 static void wake_waiters(struct entry *e)
 {
     struct ddp_list *p, *t;
-    DDP_LIST_FOREACH_SAFE(p, t, &e->waiters)
-    {
+    DDP_LIST_FOREACH_SAFE (p, t, &e->waiters) {
         struct wlink *l = DDP_CONTAINER_OF(p, struct wlink, node);
         struct waiter *w = l->w;
         ddp_list_del(&l->node);
@@ -420,8 +422,9 @@ static void lease_end(struct server *s, struct lease *l)
 {
     struct ddp_list *p, *t;
     ddp_timer_stop(s->loop, &l->timer);
-    DDP_LIST_FOREACH_SAFE(p, t, &l->keys)
-    entry_delete(s, DDP_CONTAINER_OF(p, struct entry, lease_link), DDP_STORE_EV_EXPIRE);
+    DDP_LIST_FOREACH_SAFE (p, t, &l->keys) {
+        entry_delete(s, DDP_CONTAINER_OF(p, struct entry, lease_link), DDP_STORE_EV_EXPIRE);
+    }
     ddp_htab_remove(&s->leases, &l->h);
     STAT_ADD(s, leases, (uint64_t)-1);
     free(l);
@@ -704,8 +707,7 @@ static void op_watch(struct conn *c, const struct ddp__req *q)
 static void op_unwatch(struct conn *c, const struct ddp__req *q)
 {
     struct ddp_list *p, *t;
-    DDP_LIST_FOREACH_SAFE(p, t, &c->watches)
-    {
+    DDP_LIST_FOREACH_SAFE (p, t, &c->watches) {
         struct watch *w = DDP_CONTAINER_OF(p, struct watch, conn_link);
         if (w->id == q->u32) {
             watch_free(w);
@@ -789,7 +791,8 @@ static void auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
 static void on_hello(struct conn *c, const struct ddp__req *q)
 {
     if (q->magic != DDP__PROTO_MAGIC) {
-        DDP_WARN(STORE, "dropping connection from '%s': bad magic 0x%08x (not a ddprun store client)",
+        DDP_WARN(STORE,
+                 "dropping connection from '%s': bad magic 0x%08x (not a ddprun store client)",
                  c->peer, q->magic);
         STAT_ADD(c->srv, conns_dropped, 1);
         conn_schedule_close(c, "bad magic");
@@ -1107,8 +1110,7 @@ static void after_iteration(struct ddp_loop *loop, void *arg)
     (void)loop;
     struct server *s = arg;
     struct ddp_list *p, *t;
-    DDP_LIST_FOREACH_SAFE(p, t, &s->flushq)
-    {
+    DDP_LIST_FOREACH_SAFE (p, t, &s->flushq) {
         struct conn *c = DDP_CONTAINER_OF(p, struct conn, flush_link);
         ddp_list_del(&c->flush_link);
         if (!c->closing)
@@ -1138,7 +1140,8 @@ static void on_stop(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 
 static int listen_on(struct server *s, const char *host, int port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL, *ai;
     char ps[16];
@@ -1161,9 +1164,8 @@ static int listen_on(struct server *s, const char *host, int port)
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
             getsockname(fd, (struct sockaddr *)&ss, &sl);
-            s->port = ss.ss_family == AF_INET6
-                          ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                          : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            s->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
             s->lfd = fd;
             freeaddrinfo(res);
             return 0;
@@ -1260,10 +1262,12 @@ void ddp_store_server_free(struct ddp_store_server *srv)
     struct server *s = &srv->s;
     struct ddp_list *p, *t;
     if (s->loop) {
-        DDP_LIST_FOREACH_SAFE(p, t, &s->conns)
-        conn_destroy(DDP_CONTAINER_OF(p, struct conn, link));
-        DDP_LIST_FOREACH_SAFE(p, t, &s->closing)
-        conn_destroy(DDP_CONTAINER_OF(p, struct conn, link));
+        DDP_LIST_FOREACH_SAFE (p, t, &s->conns) {
+            conn_destroy(DDP_CONTAINER_OF(p, struct conn, link));
+        }
+        DDP_LIST_FOREACH_SAFE (p, t, &s->closing) {
+            conn_destroy(DDP_CONTAINER_OF(p, struct conn, link));
+        }
     }
     if (s->keys.slots)
         ddp_htab_foreach(&s->keys, free_entry_cb, NULL);

@@ -44,8 +44,8 @@ struct ddp__comm {
     struct ddp__peer *peers; /* indexed by rank; peers[rank].fd == -1 */
     int64_t deadline_ms;
     const char *opname;
-    char err[512];       /* first error, naming the peer */
-    size_t small_bytes;  /* recursive doubling at or below */
+    char err[512];      /* first error, naming the peer */
+    size_t small_bytes; /* recursive doubling at or below */
     void *scratch;
     size_t scratch_len;
 };

@@ -46,8 +46,7 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
         }
         int64_t rem = c->deadline_ms - ddp_now_ms();
         if (rem <= 0)
-            return fail(c, DDP_ETIMEDOUT, ir >= 0 ? x->from : x->to,
-                        "timed out waiting for");
+            return fail(c, DDP_ETIMEDOUT, ir >= 0 ? x->from : x->to, "timed out waiting for");
         int pr = poll(p, (nfds_t)np, rem > 1000 ? 1000 : (int)rem);
         if (pr < 0 && errno != EINTR)
             return fail(c, DDP_ESYS, x->to, "poll failed with");
@@ -123,10 +122,15 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
     for (int s = 0; s < n - 1; s++) {
         int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
         size_t so = chunk_off(count, n, si), ro = chunk_off(count, n, ri);
-        struct ddp__xfer x = {.to = next, .sbuf = buf + so * esz,
-                              .slen = (chunk_off(count, n, si + 1) - so) * esz, .from = prev,
-                              .rbuf = tmp, .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
-                              .reduce_dst = buf + ro * esz, .dt = dt, .op = op};
+        struct ddp__xfer x = {.to = next,
+                              .sbuf = buf + so * esz,
+                              .slen = (chunk_off(count, n, si + 1) - so) * esz,
+                              .from = prev,
+                              .rbuf = tmp,
+                              .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
+                              .reduce_dst = buf + ro * esz,
+                              .dt = dt,
+                              .op = op};
         if ((e = ddp__xfer(c, &x)) < 0)
             return e;
     }
@@ -139,8 +143,10 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
     for (int s = 0; s < n - 1; s++) {
         int si = ((r - s + 1) % n + n) % n, ri = ((r - s) % n + n) % n;
         size_t so = chunk_off(count, n, si), ro = chunk_off(count, n, ri);
-        struct ddp__xfer x = {.to = next, .sbuf = buf + so * esz,
-                              .slen = (chunk_off(count, n, si + 1) - so) * esz, .from = prev,
+        struct ddp__xfer x = {.to = next,
+                              .sbuf = buf + so * esz,
+                              .slen = (chunk_off(count, n, si + 1) - so) * esz,
+                              .from = prev,
                               .rbuf = buf + ro * esz,
                               .rlen = (chunk_off(count, n, ri + 1) - ro) * esz};
         if ((e = ddp__xfer(c, &x)) < 0)
@@ -178,8 +184,8 @@ static int rd_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp_d
     for (int mask = 1; mask < p2; mask <<= 1) {
         struct ddp__peer *pp = peer(c, r ^ mask);
         /* Reduce only after the exchange: buf is being sent meanwhile. */
-        struct ddp__xfer x = {.to = pp, .sbuf = buf, .slen = bytes, .from = pp, .rbuf = tmp,
-                              .rlen = bytes};
+        struct ddp__xfer x = {
+            .to = pp, .sbuf = buf, .slen = bytes, .from = pp, .rbuf = tmp, .rlen = bytes};
         if ((e = ddp__xfer(c, &x)) < 0)
             return e;
         ddp__reduce(buf, tmp, count, dt, op);
@@ -239,9 +245,12 @@ int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t
         memmove(out + (size_t)r * bytes, send, bytes);
     for (int s = 0; s < n - 1 && bytes; s++) {
         int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
-        struct ddp__xfer x = {.to = peer(c, r + 1), .sbuf = out + (size_t)si * bytes,
-                              .slen = bytes, .from = peer(c, r - 1),
-                              .rbuf = out + (size_t)ri * bytes, .rlen = bytes};
+        struct ddp__xfer x = {.to = peer(c, r + 1),
+                              .sbuf = out + (size_t)si * bytes,
+                              .slen = bytes,
+                              .from = peer(c, r - 1),
+                              .rbuf = out + (size_t)ri * bytes,
+                              .rlen = bytes};
         if ((e = ddp__xfer(c, &x)) < 0)
             return e;
     }
@@ -263,9 +272,15 @@ int ddp__cpu_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
     /* The ring's reduce-scatter, shifted so that this rank ends with block r. */
     for (int s = 0; s < n - 1; s++) {
         int si = ((r - s - 1) % n + n) % n, ri = ((r - s - 2) % n + n) % n;
-        struct ddp__xfer x = {.to = peer(c, r + 1), .sbuf = work + (size_t)si * bytes,
-                              .slen = bytes, .from = peer(c, r - 1), .rbuf = tmp, .rlen = bytes,
-                              .reduce_dst = work + (size_t)ri * bytes, .dt = dt, .op = op};
+        struct ddp__xfer x = {.to = peer(c, r + 1),
+                              .sbuf = work + (size_t)si * bytes,
+                              .slen = bytes,
+                              .from = peer(c, r - 1),
+                              .rbuf = tmp,
+                              .rlen = bytes,
+                              .reduce_dst = work + (size_t)ri * bytes,
+                              .dt = dt,
+                              .op = op};
         if ((e = ddp__xfer(c, &x)) < 0) {
             free(work);
             return e;
@@ -284,8 +299,12 @@ int ddp__cpu_barrier(struct ddp__comm *c)
     char out = 1, in;
     /* Dissemination: after ceil(log2 n) rounds everyone has heard from everyone. */
     for (int k = 1; k < n; k <<= 1) {
-        struct ddp__xfer x = {.to = peer(c, r + k), .sbuf = &out, .slen = 1,
-                              .from = peer(c, r - k), .rbuf = &in, .rlen = 1};
+        struct ddp__xfer x = {.to = peer(c, r + k),
+                              .sbuf = &out,
+                              .slen = 1,
+                              .from = peer(c, r - k),
+                              .rbuf = &in,
+                              .rlen = 1};
         if ((e = ddp__xfer(c, &x)) < 0)
             return e;
     }

@@ -237,8 +237,8 @@ int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_
     return enqueue(pg, w, work);
 }
 
-int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
-                           int root, struct ddp_work **work)
+int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root,
+                           struct ddp_work **work)
 {
     struct ddp_work *w;
     if (check_args(pg, dt, DDP_SUM) < 0 || (count && !buf) || root < 0 || root >= pg->world)
@@ -373,8 +373,8 @@ int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_
 {
     if (check_args(pg, dt, op) < 0 || (count && (!send || !recv)))
         return DDP_EINVAL;
-    struct ddp_work w = {.kind = W_REDUCE_SCATTER, .send = send, .buf = recv, .count = count,
-                         .dt = dt, .op = op};
+    struct ddp_work w = {
+        .kind = W_REDUCE_SCATTER, .send = send, .buf = recv, .count = count, .dt = dt, .op = op};
     return blocking(pg, &w);
 }
 
@@ -420,8 +420,10 @@ static void set_sock(int fd)
 static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, const uint8_t *secret,
                         int64_t deadline)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *res = NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV},
+                    *res = NULL;
     char ps[16];
     snprintf(ps, sizeof(ps), "%d", port);
     if (getaddrinfo(ip, ps, &hints, &res) != 0)
@@ -509,7 +511,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     if (!store || world < 1 || rank < 0 || rank >= world || local_world < 1 || local_rank < 0 ||
         local_rank >= local_world || node_rank < 0)
         return DDP_EINVAL;
-    if (!(pg = calloc(1, sizeof(*pg))) || !(pg->comm.peers = calloc((size_t)world, sizeof(struct ddp__peer)))) {
+    if (!(pg = calloc(1, sizeof(*pg))) ||
+        !(pg->comm.peers = calloc((size_t)world, sizeof(struct ddp__peer)))) {
         free(pg);
         return DDP_ENOMEM;
     }
@@ -520,9 +523,9 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     pg->node_rank = node_rank;
     pg->alive = true;
     const char *env;
-    pg->timeout_ms = opts && opts->timeout_ms > 0                                 ? opts->timeout_ms
+    pg->timeout_ms = opts && opts->timeout_ms > 0                           ? opts->timeout_ms
                      : (env = getenv("DDP_PG_TIMEOUT_MS")) && atoi(env) > 0 ? atoi(env)
-                                                                              : 300000;
+                                                                            : 300000;
     pg->comm.small_bytes = opts && opts->small_bytes ? opts->small_bytes
                            : (env = getenv("DDP_PG_SMALL_BYTES")) && atol(env) > 0
                                ? (size_t)atol(env)
@@ -544,8 +547,10 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
         goto fail;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE}, *res = NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
+                    *res = NULL;
     r = DDP_ESYS;
     if (getaddrinfo(ip, "0", &hints, &res) != 0)
         goto fail;

@@ -49,10 +49,10 @@ enum ddp_redop {
 size_t ddp_dtype_size(enum ddp_dtype dt);
 
 struct ddp_pg_opts {
-    int timeout_ms;        /* per operation; 0 = DDP_PG_TIMEOUT_MS or 300000 */
-    const char *name;      /* distinguishes several groups in one job; NULL = "default" */
-    size_t small_bytes;    /* all-reduce at or below this uses recursive doubling instead of
-                              the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
+    int timeout_ms;     /* per operation; 0 = DDP_PG_TIMEOUT_MS or 300000 */
+    const char *name;   /* distinguishes several groups in one job; NULL = "default" */
+    size_t small_bytes; /* all-reduce at or below this uses recursive doubling instead of
+                           the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
 };
 
 /*
@@ -91,8 +91,8 @@ bool ddp_pg_is_alive(const struct ddp_pg *pg);
  */
 int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                            enum ddp_redop op, struct ddp_work **work);
-int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
-                           int root, struct ddp_work **work);
+int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root,
+                           struct ddp_work **work);
 int ddp_pg_allgather_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                            enum ddp_dtype dt, struct ddp_work **work);
 int ddp_pg_reduce_scatter_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,

@@ -74,52 +74,52 @@ uint16_t ddp__f32_to_f16(float x)
     return (uint16_t)(sign | r);
 }
 
-#define REDUCE_LOOP(T, d, s, n, op)                                            \
-    do {                                                                       \
-        T *d_ = (T *)(d);                                                      \
-        const T *s_ = (const T *)(s);                                          \
-        switch (op) {                                                          \
-        case DDP_SUM:                                                          \
-        case DDP_AVG:                                                          \
-            for (size_t i = 0; i < (n); i++)                                   \
-                d_[i] += s_[i];                                                \
-            break;                                                             \
-        case DDP_MAX:                                                          \
-            for (size_t i = 0; i < (n); i++)                                   \
-                d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];                         \
-            break;                                                             \
-        case DDP_MIN:                                                          \
-            for (size_t i = 0; i < (n); i++)                                   \
-                d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];                         \
-            break;                                                             \
-        }                                                                      \
+#define REDUCE_LOOP(T, d, s, n, op)                                                                \
+    do {                                                                                           \
+        T *d_ = (T *)(d);                                                                          \
+        const T *s_ = (const T *)(s);                                                              \
+        switch (op) {                                                                              \
+        case DDP_SUM:                                                                              \
+        case DDP_AVG:                                                                              \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] += s_[i];                                                                    \
+            break;                                                                                 \
+        case DDP_MAX:                                                                              \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];                                             \
+            break;                                                                                 \
+        case DDP_MIN:                                                                              \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];                                             \
+            break;                                                                                 \
+        }                                                                                          \
     } while (0)
 
-#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F)                                 \
-    do {                                                                       \
-        uint16_t *d_ = (uint16_t *)(d);                                        \
-        const uint16_t *s_ = (const uint16_t *)(s);                            \
-        for (size_t i = 0; i < (n); i++) {                                     \
-            float a = TO_F(d_[i]), b = TO_F(s_[i]);                            \
-            float r = (op) == DDP_MAX ? (b > a ? b : a)                        \
-                      : (op) == DDP_MIN ? (b < a ? b : a)                      \
-                                        : a + b;                               \
-            d_[i] = FROM_F(r);                                                 \
-        }                                                                      \
+#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F)                                                     \
+    do {                                                                                           \
+        uint16_t *d_ = (uint16_t *)(d);                                                            \
+        const uint16_t *s_ = (const uint16_t *)(s);                                                \
+        for (size_t i = 0; i < (n); i++) {                                                         \
+            float a = TO_F(d_[i]), b = TO_F(s_[i]);                                                \
+            float r = (op) == DDP_MAX   ? (b > a ? b : a)                                          \
+                      : (op) == DDP_MIN ? (b < a ? b : a)                                          \
+                                        : a + b;                                                   \
+            d_[i] = FROM_F(r);                                                                     \
+        }                                                                                          \
     } while (0)
 
 /* Signed integer sums wrap (two's complement), as in NCCL and Gloo; done unsigned to be
  * defined behaviour. */
-#define REDUCE_INT(T, UT, d, s, n, op)                                         \
-    do {                                                                       \
-        if ((op) == DDP_SUM || (op) == DDP_AVG) {                              \
-            UT *d_ = (UT *)(d);                                                \
-            const UT *s_ = (const UT *)(s);                                    \
-            for (size_t i = 0; i < (n); i++)                                   \
-                d_[i] += s_[i];                                                \
-        } else {                                                               \
-            REDUCE_LOOP(T, d, s, n, op);                                       \
-        }                                                                      \
+#define REDUCE_INT(T, UT, d, s, n, op)                                                             \
+    do {                                                                                           \
+        if ((op) == DDP_SUM || (op) == DDP_AVG) {                                                  \
+            UT *d_ = (UT *)(d);                                                                    \
+            const UT *s_ = (const UT *)(s);                                                        \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] += s_[i];                                                                    \
+        } else {                                                                                   \
+            REDUCE_LOOP(T, d, s, n, op);                                                           \
+        }                                                                                          \
     } while (0)
 
 void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op)

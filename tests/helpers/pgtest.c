@@ -111,8 +111,8 @@ static int compare(const void *got, const void *want, size_t n, enum ddp_dtype d
 static int must(struct ddp_pg *pg, int r, const char *what)
 {
     if (r != 0) {
-        fprintf(stderr, "pgtest rank %d: %s failed: %s (%s)\n", rank, what,
-                ddp_pg_last_error(pg), ddp_err_name(r));
+        fprintf(stderr, "pgtest rank %d: %s failed: %s (%s)\n", rank, what, ddp_pg_last_error(pg),
+                ddp_err_name(r));
         exit(1);
     }
     return 0;
@@ -153,7 +153,8 @@ static int matrix(struct ddp_pg *pg)
             /* allgather and reduce-scatter, n elements per rank */
             if (n > 4099)
                 continue;
-            char *send = malloc(n * esz * (size_t)world + 1), *recv = malloc(n * esz * (size_t)world + 1),
+            char *send = malloc(n * esz * (size_t)world + 1),
+                 *recv = malloc(n * esz * (size_t)world + 1),
                  *ref = malloc(n * esz * (size_t)world + 1);
             fill(send, n, (enum ddp_dtype)dt, rank, ++seed, 0);
             must(pg, ddp_pg_allgather(pg, send, recv, n, (enum ddp_dtype)dt), "allgather");
@@ -163,8 +164,9 @@ static int matrix(struct ddp_pg *pg)
             bad |= compare(recv, ref, n * (size_t)world, (enum ddp_dtype)dt, what);
             for (int op = 0; op <= DDP_MIN; op++) {
                 fill(send, n * (size_t)world, (enum ddp_dtype)dt, rank, ++seed, 0);
-                must(pg, ddp_pg_reduce_scatter(pg, send, recv, n, (enum ddp_dtype)dt,
-                                               (enum ddp_redop)op),
+                must(pg,
+                     ddp_pg_reduce_scatter(pg, send, recv, n, (enum ddp_dtype)dt,
+                                           (enum ddp_redop)op),
                      "reduce_scatter");
                 for (size_t i = 0; i < n; i++)
                     reference(ref, i, (size_t)rank * n + i, (enum ddp_dtype)dt, (enum ddp_redop)op,

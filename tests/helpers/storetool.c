@@ -58,8 +58,7 @@ static void *stress_thread(void *a)
             (sa->rc = ddp_store_add(s, "stress/counter", 1, NULL)) < 0)
             break;
         if (n != (size_t)vl || memcmp(got, val, n) != 0) {
-            fprintf(stderr, "storetool: client %d read back the wrong value for %s\n", sa->id,
-                    key);
+            fprintf(stderr, "storetool: client %d read back the wrong value for %s\n", sa->id, key);
             sa->rc = DDP_EPROTO;
         }
         free(got);
@@ -156,11 +155,24 @@ static const char *need(const char *k, int *bad)
 
 static int cmd_env_check(void)
 {
-    static const char *const vars[] = {
-        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-        "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-        "DDPRUN_JOB_ID", "DDPRUN_STORE_ADDR", "DDPRUN_TOKEN_FD", NULL};
+    static const char *const vars[] = {"RANK",
+                                       "LOCAL_RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",
+                                       "GROUP_WORLD_SIZE",
+                                       "ROLE_NAME",
+                                       "ROLE_RANK",
+                                       "ROLE_WORLD_SIZE",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "TORCHELASTIC_RESTART_COUNT",
+                                       "TORCHELASTIC_MAX_RESTARTS",
+                                       "TORCHELASTIC_RUN_ID",
+                                       "DDPRUN_JOB_ID",
+                                       "DDPRUN_STORE_ADDR",
+                                       "DDPRUN_TOKEN_FD",
+                                       NULL};
     int bad = 0;
     for (const char *const *v = vars; *v; v++)
         need(*v, &bad);
@@ -169,14 +181,14 @@ static int cmd_env_check(void)
     int rank = atoi(getenv("RANK")), world = atoi(getenv("WORLD_SIZE"));
     int local = atoi(getenv("LOCAL_RANK")), lws = atoi(getenv("LOCAL_WORLD_SIZE"));
     int group = atoi(getenv("GROUP_RANK"));
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "env-check rank %d: ", rank);                      \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-            return 1;                                                          \
-        }                                                                      \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "env-check rank %d: ", rank);                                          \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            return 1;                                                                              \
+        }                                                                                          \
     } while (0)
     CHECK(rank >= 0 && rank < world, "RANK %d outside 0..%d", rank, world - 1);
     CHECK(local >= 0 && local < lws, "LOCAL_RANK %d outside 0..%d", local, lws - 1);
@@ -289,7 +301,8 @@ int main(int argc, char **argv)
             return fail("del", r);
         printf("%d\n", d);
     } else if (strcmp(cmd, "wait") == 0 && nargs >= 2) {
-        if ((r = ddp_store_wait(s, (const char *const *)av + 1, (size_t)nargs - 1, atoi(av[0]))) < 0)
+        if ((r = ddp_store_wait(s, (const char *const *)av + 1, (size_t)nargs - 1, atoi(av[0]))) <
+            0)
             return fail("wait", r);
         printf("ready\n");
     } else if (strcmp(cmd, "lease-hold") == 0 && nargs == 2) {

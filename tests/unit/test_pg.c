@@ -53,8 +53,8 @@ TEST(reduce_kernels)
     int64_t q[1] = {-7};
     ddp__scale_avg(q, 1, DDP_I64, 2);
     ASSERT_EQ(q[0], -3); /* truncated toward zero */
-    uint16_t h[2] = {ddp__f32_to_bf16(1.5f), ddp__f32_to_bf16(-4)}, g[2] = {ddp__f32_to_bf16(2.25f),
-                                                                          ddp__f32_to_bf16(1)};
+    uint16_t h[2] = {ddp__f32_to_bf16(1.5f), ddp__f32_to_bf16(-4)},
+             g[2] = {ddp__f32_to_bf16(2.25f), ddp__f32_to_bf16(1)};
     ddp__reduce(h, g, 2, DDP_BF16, DDP_SUM);
     ASSERT_TRUE(ddp__bf16_to_f32(h[0]) == 3.75f && ddp__bf16_to_f32(h[1]) == -3.0f);
     ASSERT_EQ(ddp_dtype_size(DDP_BF16), 2);
@@ -130,8 +130,8 @@ static void *rank_main(void *a)
 
 TEST(groups_formed_by_threads_reduce_correctly)
 {
-    struct ddp_store_server_opts so = {.host = "127.0.0.1", .token = TOKEN,
-                                       .token_len = strlen(TOKEN)};
+    struct ddp_store_server_opts so = {
+        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
     ASSERT_OK(ddp_store_server_new(&so, &srv));
     port = ddp_store_server_port(srv);
     pthread_create(&srv_th, NULL, serve, NULL);

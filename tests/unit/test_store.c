@@ -37,8 +37,10 @@ static size_t opt_max_outbuf;
 
 static void start_server_opts(unsigned max_conns, int auth_timeout_ms)
 {
-    struct ddp_store_server_opts o = {.host = "127.0.0.1", .token = TOKEN,
-                                      .token_len = strlen(TOKEN), .max_conns = max_conns,
+    struct ddp_store_server_opts o = {.host = "127.0.0.1",
+                                      .token = TOKEN,
+                                      .token_len = strlen(TOKEN),
+                                      .max_conns = max_conns,
                                       .auth_timeout_ms = auth_timeout_ms,
                                       .max_outbuf = opt_max_outbuf};
     ASSERT_OK(ddp_store_server_new(&o, &srv));
@@ -410,8 +412,7 @@ TEST(connect_refused_times_out)
     getsockname(fd, (struct sockaddr *)&a, &sl);
     close(fd);
     int64_t t0 = ddp_now_ms();
-    ASSERT_ERR(ddp_store_connect("127.0.0.1", ntohs(a.sin_port), "t", 1, 300, &s),
-               DDP_ECONNECT);
+    ASSERT_ERR(ddp_store_connect("127.0.0.1", ntohs(a.sin_port), "t", 1, 300, &s), DDP_ECONNECT);
     ASSERT_GE(ddp_now_ms() - t0, 250);
     ASSERT_TRUE(s == NULL);
     ASSERT_ERR(ddp_store_connect("no-such-host.invalid", 1, "t", 1, 100, &s), DDP_ECONNECT);
@@ -423,8 +424,8 @@ static void *start_late(void *a)
 {
     (void)a;
     usleep(300000);
-    struct ddp_store_server_opts o = {.host = "127.0.0.1", .port = late_port, .token = TOKEN,
-                                      .token_len = strlen(TOKEN)};
+    struct ddp_store_server_opts o = {
+        .host = "127.0.0.1", .port = late_port, .token = TOKEN, .token_len = strlen(TOKEN)};
     ASSERT_OK(ddp_store_server_new(&o, &srv));
     port = ddp_store_server_port(srv);
     ASSERT_EQ(pthread_create(&srv_thread, NULL, serve, NULL), 0);
@@ -789,7 +790,7 @@ TEST(raw_half_frame_does_not_block_others_and_auth_times_out)
     /* then half an AUTH frame, and silence */
     uint8_t part[6] = {37, 0, 0, 0, DDP__OP_AUTH, 2};
     ASSERT_EQ(send(fd, part, sizeof(part), 0), 6);
-    still_serving(); /* others are served meanwhile */
+    still_serving();                      /* others are served meanwhile */
     ASSERT_TRUE(closed_within(fd, 3000)); /* dropped at the auth timeout */
     close(fd);
     stop_server();
@@ -832,7 +833,8 @@ static void raw_auth(int fd)
     ddp_rd_init(&r, buf + 21, 16);
     ASSERT_OK(ddp_rd_raw(&r, 16, &sn));
     uint8_t cn[16] = {0}, mac[32];
-    ASSERT_OK(ddp__proto_mac((const uint8_t *)TOKEN, strlen(TOKEN), DDP__LABEL_CLIENT, sn, cn, mac));
+    ASSERT_OK(
+        ddp__proto_mac((const uint8_t *)TOKEN, strlen(TOKEN), DDP__LABEL_CLIENT, sn, cn, mac));
     struct ddp_buf b;
     ddp_buf_init(&b);
     size_t pos = ddp__proto_begin(&b, DDP__OP_AUTH, 2);

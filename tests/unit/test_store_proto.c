@@ -1,4 +1,5 @@
-/* Unit tests for rendezvous/proto.c and common/buf.c: frame sizing, every op's parser and its error paths. */
+/* Unit tests for rendezvous/proto.c and common/buf.c: frame sizing, every op's parser and its error
+ * paths. */
 #include "common/buf.h"
 #include "rendezvous/proto.h"
 #include "tests/unit/test.h"
@@ -97,9 +98,9 @@ TEST(buf_compact_and_reuse)
 TEST(frame_size)
 {
     uint8_t hdr[9] = {5, 0, 0, 0, 0x10, 1, 0, 0, 0};
-    ASSERT_EQ(ddp__proto_frame_size(hdr, 3, 100), 0);  /* no length yet */
-    ASSERT_EQ(ddp__proto_frame_size(hdr, 8, 100), 0);  /* incomplete */
-    ASSERT_EQ(ddp__proto_frame_size(hdr, 9, 100), 9);  /* complete */
+    ASSERT_EQ(ddp__proto_frame_size(hdr, 3, 100), 0); /* no length yet */
+    ASSERT_EQ(ddp__proto_frame_size(hdr, 8, 100), 0); /* incomplete */
+    ASSERT_EQ(ddp__proto_frame_size(hdr, 9, 100), 9); /* complete */
     uint8_t small[4] = {4, 0, 0, 0};
     ASSERT_ERR((int)ddp__proto_frame_size(small, 4, 100), DDP_EPROTO);
     uint8_t huge[4] = {0xff, 0xff, 0xff, 0x7f};
@@ -299,7 +300,8 @@ TEST(mac_binds_token_and_nonces)
     ASSERT_OK(ddp__proto_mac((const uint8_t *)"tok2", 4, DDP__LABEL_CLIENT, a, bn, m3));
     ASSERT_TRUE(!ddp__proto_mac_equal(m1, m3));
     ASSERT_OK(ddp__proto_mac((const uint8_t *)"tok", 3, DDP__LABEL_SERVER, a, bn, m4));
-    ASSERT_TRUE(!ddp__proto_mac_equal(m1, m4)); /* a client MAC cannot be replayed as the server's */
+    ASSERT_TRUE(
+        !ddp__proto_mac_equal(m1, m4)); /* a client MAC cannot be replayed as the server's */
     /* Reference value from Python's hmac module, so a client in another language can check
      * itself: HMAC-SHA256("tok", "ddprun-store-v1 client" || 01 00*15 || 02 00*15). */
     static const char want[] = "b2aefb245562b529fbfed8fdd5a567973935adb608663d5f94dd16c7f263c0df";
