@@ -97,14 +97,16 @@ static void *rank_main(void *a)
             buf[i] = (float)(ra->rank + i % 7 + it);
             b2[i] = (float)(ra->rank * 2);
         }
-        struct ddp_work *w1, *w2, *w3;
+        struct ddp_work *w1 = NULL, *w2 = NULL, *w3 = NULL;
         /* two in flight at once, plus a barrier behind them */
         if (ddp_pg_allreduce_start(pg, buf, N, DDP_F32, DDP_SUM, &w1) ||
             ddp_pg_allreduce_start(pg, b2, N, DDP_F32, DDP_MAX, &w2) ||
-            ddp_pg_barrier_start(pg, &w3))
+            ddp_pg_barrier_start(pg, &w3)) {
             bad = 1;
-        bad |= ddp_work_wait(w3) != 0;
-        bad |= ddp_work_wait(w1) != 0 || ddp_work_wait(w2) != 0;
+        } else {
+            bad |= ddp_work_wait(w3) != 0;
+            bad |= ddp_work_wait(w1) != 0 || ddp_work_wait(w2) != 0;
+        }
         ddp_work_free(w1);
         ddp_work_free(w2);
         ddp_work_free(w3);
@@ -113,11 +115,14 @@ static void *rank_main(void *a)
         /* A blocking call right behind queued work: it must wait its turn (the inline fast
          * path applies only to an idle group), then run. */
         int64_t v[2] = {ra->rank, 1};
-        struct ddp_work *wq;
-        bad |= ddp_pg_allreduce_start(pg, buf, N, DDP_F32, DDP_SUM, &wq) != 0;
-        bad |= ddp_pg_allreduce(pg, v, 2, DDP_I64, DDP_SUM) != 0;
-        bad |= !ddp_work_test(wq, NULL); /* issued first, so done first */
-        ddp_work_free(wq);
+        struct ddp_work *wq = NULL;
+        if (ddp_pg_allreduce_start(pg, buf, N, DDP_F32, DDP_SUM, &wq) != 0) {
+            bad = 1;
+        } else {
+            bad |= ddp_pg_allreduce(pg, v, 2, DDP_I64, DDP_SUM) != 0;
+            bad |= !ddp_work_test(wq, NULL); /* issued first, so done first */
+            ddp_work_free(wq);
+        }
         bad |= v[0] != 0 + 1 + 2 || v[1] != W;
         bad |= ddp_pg_barrier(pg) != 0;
     }
