@@ -214,83 +214,30 @@ static int check_args(const struct ddp_pg *pg, enum ddp_dtype dt, enum ddp_redop
     return 0;
 }
 
-static struct ddp_work *new_work(enum work_kind k)
+/*
+ * One description per collective, checked once: the _start forms queue a heap copy of it,
+ * the blocking forms run it (inline when the group is idle).
+ */
+static int describe(struct ddp_pg *pg, struct ddp_work *w, enum work_kind kind, const void *send,
+                    void *buf, size_t count, enum ddp_dtype dt, enum ddp_redop op, int root)
 {
-    struct ddp_work *w = calloc(1, sizeof(*w));
-    if (w)
-        w->kind = k;
-    return w;
+    if (check_args(pg, dt, op) < 0 || root < 0 || root >= pg->world)
+        return DDP_EINVAL;
+    bool needs_send = kind == W_ALLGATHER || kind == W_REDUCE_SCATTER;
+    if (count && (!buf || (needs_send && !send)))
+        return DDP_EINVAL;
+    *w = (struct ddp_work){
+        .kind = kind, .send = send, .buf = buf, .count = count, .dt = dt, .op = op, .root = root};
+    return 0;
 }
 
-int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
-                           enum ddp_redop op, struct ddp_work **work)
+static int start(struct ddp_pg *pg, const struct ddp_work *desc, struct ddp_work **out)
 {
-    struct ddp_work *w;
-    if (check_args(pg, dt, op) < 0 || (count && !buf))
-        return DDP_EINVAL;
-    if (!(w = new_work(W_ALLREDUCE)))
+    struct ddp_work *w = malloc(sizeof(*w));
+    if (!w)
         return DDP_ENOMEM;
-    w->buf = buf;
-    w->count = count;
-    w->dt = dt;
-    w->op = op;
-    return enqueue(pg, w, work);
-}
-
-int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root,
-                           struct ddp_work **work)
-{
-    struct ddp_work *w;
-    if (check_args(pg, dt, DDP_SUM) < 0 || (count && !buf) || root < 0 || root >= pg->world)
-        return DDP_EINVAL;
-    if (!(w = new_work(W_BROADCAST)))
-        return DDP_ENOMEM;
-    w->buf = buf;
-    w->count = count;
-    w->dt = dt;
-    w->root = root;
-    return enqueue(pg, w, work);
-}
-
-int ddp_pg_allgather_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
-                           enum ddp_dtype dt, struct ddp_work **work)
-{
-    struct ddp_work *w;
-    if (check_args(pg, dt, DDP_SUM) < 0 || (count && (!send || !recv)))
-        return DDP_EINVAL;
-    if (!(w = new_work(W_ALLGATHER)))
-        return DDP_ENOMEM;
-    w->send = send;
-    w->buf = recv;
-    w->count = count;
-    w->dt = dt;
-    return enqueue(pg, w, work);
-}
-
-int ddp_pg_reduce_scatter_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
-                                enum ddp_dtype dt, enum ddp_redop op, struct ddp_work **work)
-{
-    struct ddp_work *w;
-    if (check_args(pg, dt, op) < 0 || (count && (!send || !recv)))
-        return DDP_EINVAL;
-    if (!(w = new_work(W_REDUCE_SCATTER)))
-        return DDP_ENOMEM;
-    w->send = send;
-    w->buf = recv;
-    w->count = count;
-    w->dt = dt;
-    w->op = op;
-    return enqueue(pg, w, work);
-}
-
-int ddp_pg_barrier_start(struct ddp_pg *pg, struct ddp_work **work)
-{
-    struct ddp_work *w;
-    if (!pg)
-        return DDP_EINVAL;
-    if (!(w = new_work(W_BARRIER)))
-        return DDP_ENOMEM;
-    return enqueue(pg, w, work);
+    *w = *desc;
+    return enqueue(pg, w, out);
 }
 
 int ddp_work_wait(struct ddp_work *w)
@@ -324,65 +271,90 @@ void ddp_work_free(struct ddp_work *w)
 }
 
 /* The blocking forms: inline when the group is idle, else queued behind earlier work. */
-static int blocking(struct ddp_pg *pg, struct ddp_work *w)
+static int blocking(struct ddp_pg *pg, const struct ddp_work *desc)
 {
-    struct ddp_work *q;
-    int r = run_inline(pg, w);
+    struct ddp_work w = *desc, *q;
+    int r = run_inline(pg, &w);
     if (r != 1)
         return r;
-    if (!(q = malloc(sizeof(*q))))
-        return DDP_ENOMEM;
-    *q = *w;
-    if ((r = enqueue(pg, q, &q)) < 0) {
-        free(q);
+    if ((r = start(pg, desc, &q)) < 0)
         return r;
-    }
     r = ddp_work_wait(q);
     ddp_work_free(q);
     return r;
 }
 
+/* Each collective: describe it once, then queue it (_start) or run it (blocking). */
+#define COLLECTIVE(KIND, SEND, BUF, COUNT, DT, OP, ROOT)                                           \
+    struct ddp_work w;                                                                             \
+    int r = describe(pg, &w, KIND, SEND, BUF, COUNT, DT, OP, ROOT);                                \
+    if (r < 0)                                                                                     \
+    return r
+
+int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                           enum ddp_redop op, struct ddp_work **work)
+{
+    COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
+    return start(pg, &w, work);
+}
+
 int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                      enum ddp_redop op)
 {
-    if (check_args(pg, dt, op) < 0 || (count && !buf))
-        return DDP_EINVAL;
-    struct ddp_work w = {.kind = W_ALLREDUCE, .buf = buf, .count = count, .dt = dt, .op = op};
+    COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
     return blocking(pg, &w);
+}
+
+int ddp_pg_broadcast_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root,
+                           struct ddp_work **work)
+{
+    COLLECTIVE(W_BROADCAST, NULL, buf, count, dt, DDP_SUM, root);
+    return start(pg, &w, work);
 }
 
 int ddp_pg_broadcast(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root)
 {
-    if (check_args(pg, dt, DDP_SUM) < 0 || (count && !buf) || root < 0 || root >= pg->world)
-        return DDP_EINVAL;
-    struct ddp_work w = {.kind = W_BROADCAST, .buf = buf, .count = count, .dt = dt, .root = root};
+    COLLECTIVE(W_BROADCAST, NULL, buf, count, dt, DDP_SUM, root);
     return blocking(pg, &w);
+}
+
+int ddp_pg_allgather_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                           enum ddp_dtype dt, struct ddp_work **work)
+{
+    COLLECTIVE(W_ALLGATHER, send, recv, count, dt, DDP_SUM, 0);
+    return start(pg, &w, work);
 }
 
 int ddp_pg_allgather(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                      enum ddp_dtype dt)
 {
-    if (check_args(pg, dt, DDP_SUM) < 0 || (count && (!send || !recv)))
-        return DDP_EINVAL;
-    struct ddp_work w = {.kind = W_ALLGATHER, .send = send, .buf = recv, .count = count, .dt = dt};
+    COLLECTIVE(W_ALLGATHER, send, recv, count, dt, DDP_SUM, 0);
     return blocking(pg, &w);
+}
+
+int ddp_pg_reduce_scatter_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
+                                enum ddp_dtype dt, enum ddp_redop op, struct ddp_work **work)
+{
+    COLLECTIVE(W_REDUCE_SCATTER, send, recv, count, dt, op, 0);
+    return start(pg, &w, work);
 }
 
 int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                           enum ddp_dtype dt, enum ddp_redop op)
 {
-    if (check_args(pg, dt, op) < 0 || (count && (!send || !recv)))
-        return DDP_EINVAL;
-    struct ddp_work w = {
-        .kind = W_REDUCE_SCATTER, .send = send, .buf = recv, .count = count, .dt = dt, .op = op};
+    COLLECTIVE(W_REDUCE_SCATTER, send, recv, count, dt, op, 0);
     return blocking(pg, &w);
+}
+
+int ddp_pg_barrier_start(struct ddp_pg *pg, struct ddp_work **work)
+{
+    COLLECTIVE(W_BARRIER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0);
+    return start(pg, &w, work);
 }
 
 int ddp_pg_barrier(struct ddp_pg *pg)
 {
-    if (!pg)
-        return DDP_EINVAL;
-    struct ddp_work w = {.kind = W_BARRIER};
+    COLLECTIVE(W_BARRIER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0);
     return blocking(pg, &w);
 }
 
