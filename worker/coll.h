@@ -39,6 +39,20 @@ struct ddp__xfer {
     enum ddp_redop op;
 };
 
+/* The node's shared-memory segment, when every rank of the group is on one node. */
+struct ddp__shm {
+    void *base; /* NULL when not in use */
+    size_t len;
+    int n, me; /* local ranks, and ours */
+    size_t slot_bytes;
+    uint64_t seq; /* rounds * 3, the same on every rank */
+};
+
+size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
+/* Takes over a mapping of ddp__shm_segment_bytes() bytes (zero-filled when created). */
+int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, size_t slot_bytes);
+void ddp__shm_detach(struct ddp__shm *sh);
+
 struct ddp__comm {
     int rank, world;
     struct ddp__peer *peers; /* indexed by rank; peers[rank].fd == -1 */
@@ -48,7 +62,11 @@ struct ddp__comm {
     size_t small_bytes; /* recursive doubling at or below */
     void *scratch;
     size_t scratch_len;
+    struct ddp__shm shm;
 };
+
+int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                       enum ddp_redop op);
 
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x);
 

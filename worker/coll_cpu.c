@@ -205,6 +205,8 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 {
     if (c->world == 1 || count == 0)
         return 0; /* AVG over one rank is the value itself */
+    if (c->shm.base)
+        return ddp__shm_allreduce(c, buf, count, dt, op);
     size_t bytes = count * ddp_dtype_size(dt);
     /* The ring needs at least one element per rank to be worth its 2(n-1) steps. */
     if (bytes <= c->small_bytes || count < (size_t)c->world)

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -473,6 +474,85 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
     return 0;
 }
 
+/*
+ * Maps the node's shared-memory segment when the whole group is on one node (and
+ * DDP_PG_TRANSPORT is not "tcp"). Local rank 0 creates it under a random name and publishes
+ * the name through the store; every rank maps it; all agree through an all-gather whether
+ * everyone succeeded (else all keep TCP); then the name is unlinked, so nothing outlives the
+ * group even if it crashes.
+ */
+static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name)
+{
+    const char *tr = getenv("DDP_PG_TRANSPORT"), *sl = getenv("DDP_PG_SHM_SLOT_BYTES");
+    if ((tr && strcmp(tr, "tcp") == 0) || pg->world < 2 || pg->local_world != pg->world)
+        return 0;
+    size_t slot = sl && atol(sl) >= 4096 ? (size_t)atol(sl) : (size_t)1 << 20;
+    slot = (slot + 63) / 64 * 64;
+    size_t len = ddp__shm_segment_bytes(pg->world, slot);
+    char key[300], shmname[64] = "", prefix[300];
+    int r, fd = -1;
+    void *base = MAP_FAILED;
+    snprintf(key, sizeof(key), "pg/%s/shm/%d", name, pg->node_rank);
+    if (pg->rank == 0) {
+        uint64_t rnd;
+        if (ddp_random_bytes(&rnd, sizeof(rnd)) == 0) {
+            snprintf(shmname, sizeof(shmname), "/ddp-%016llx", (unsigned long long)rnd);
+            fd = shm_open(shmname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+            if (fd >= 0 && ftruncate(fd, (off_t)len) != 0) {
+                close(fd);
+                fd = -1;
+            }
+        }
+        if ((r = ddp_store_set(store, key, fd >= 0 ? shmname : "-",
+                               fd >= 0 ? strlen(shmname) : 1)) < 0)
+            goto out;
+    } else {
+        const char *keys[1] = {key};
+        void *v;
+        size_t vl;
+        if ((r = ddp_store_wait(store, keys, 1, pg->timeout_ms)) < 0 ||
+            (r = ddp_store_get(store, key, &v, &vl)) < 0)
+            goto out;
+        snprintf(shmname, sizeof(shmname), "%s", (char *)v);
+        free(v);
+        if (strcmp(shmname, "-") != 0)
+            fd = shm_open(shmname, O_RDWR | O_CLOEXEC, 0);
+    }
+    if (fd >= 0)
+        base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* Everyone or no one: agree on whether every rank mapped the segment. */
+    char ok = base != MAP_FAILED ? '1' : '0';
+    struct ddp_store_value *vals = calloc((size_t)pg->world, sizeof(*vals));
+    snprintf(prefix, sizeof(prefix), "pg/%s/shm-mapped/%d", name, pg->node_rank);
+    r = vals
+            ? ddp_store_all_gather(store, prefix, pg->rank, pg->world, &ok, 1, pg->timeout_ms, vals)
+            : DDP_ENOMEM;
+    bool all = r == 0;
+    for (int i = 0; all && i < pg->world; i++)
+        all = vals[i].len == 1 && ((char *)vals[i].data)[0] == '1';
+    if (vals)
+        ddp_store_values_free(vals, (size_t)pg->world);
+    free(vals);
+    if (pg->rank == 0 && shmname[0] == '/')
+        shm_unlink(shmname); /* every rank has it mapped (or gave up): the name is not needed */
+    if (r < 0)
+        goto out;
+    if (all) {
+        ddp__shm_attach(&pg->comm.shm, base, pg->world, pg->rank, slot);
+        base = MAP_FAILED;
+        DDP_INFO(PG, "rank %d: shared-memory all-reduce on (%zu-byte slots)", pg->rank, slot);
+    } else {
+        DDP_WARN(PG, "rank %d: shared memory unavailable on this node; all-reduce uses TCP",
+                 pg->rank);
+    }
+out:
+    if (base != MAP_FAILED)
+        munmap(base, len);
+    if (fd >= 0)
+        close(fd);
+    return r;
+}
+
 int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
                 int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
 {
@@ -578,6 +658,11 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     }
     if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
         goto fail;
+    if ((r = setup_shm(pg, store, name)) < 0) {
+        snprintf(pg->err, sizeof(pg->err), "cannot agree on the shared-memory segment: %s",
+                 ddp_strerror(r));
+        goto fail;
+    }
     close(lfd);
     lfd = -1;
     ddp_store_values_free(vals, (size_t)world);
@@ -602,6 +687,7 @@ fail:
     for (int i = 0; i < world; i++)
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
+    ddp__shm_detach(&pg->comm.shm);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
     free(pg->comm.peers);
@@ -660,6 +746,7 @@ void ddp_pg_free(struct ddp_pg *pg)
     for (int i = 0; i < pg->world; i++)
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
+    ddp__shm_detach(&pg->comm.shm);
     free(pg->comm.scratch);
     free(pg->comm.peers);
     pthread_mutex_destroy(&pg->mu);

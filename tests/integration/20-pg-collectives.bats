@@ -14,7 +14,7 @@ teardown() {
   stop_store
 }
 
-@test "every collective, dtype, op and size matches the reference at world sizes 1 to 8" {
+@test "every collective, dtype, op and size matches the reference at world sizes 1 to 8 (shared memory)" {
   for n in 1 2 3 4 5 6 7 8; do
     printf 'command: [%s, matrix]\nnproc_per_node: %d\n' "$PGTEST" "$n" >job.yaml
     run "$DDPRUN" job.yaml
@@ -23,12 +23,22 @@ teardown() {
   done
 }
 
-@test "both algorithms, forced through the whole matrix, agree with the reference" {
-  for sb in 1 1000000000; do
-    printf 'command: [%s, matrix]\nnproc_per_node: 5\nenv: {DDP_PG_SMALL_BYTES: "%s"}\n' "$PGTEST" "$sb" >job.yaml
-    run "$DDPRUN" job.yaml
-    assert_success
+@test "over TCP, the ring and recursive doubling, each forced through the whole matrix, agree with the reference" {
+  for n in 2 3 5; do
+    for sb in 1 1000000000; do
+      printf 'command: [%s, matrix]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_SMALL_BYTES: "%s"}\n' \
+        "$PGTEST" "$n" "$sb" >job.yaml
+      run "$DDPRUN" job.yaml
+      [ "$status" -eq 0 ] || { echo "n=$n small_bytes=$sb: $output"; return 1; }
+    done
   done
+}
+
+@test "shared memory with tiny slots (many rounds per all-reduce) agrees with the reference" {
+  printf 'command: [%s, matrix]\nnproc_per_node: 3\nenv: {DDP_PG_SHM_SLOT_BYTES: "4096"}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]   # the segment's name never outlives setup
 }
 
 @test "64 MiB all-reduce across 2 and 3 ranks" {
@@ -47,6 +57,7 @@ start_ranks() { # n mode args...
   for r in $(seq 0 $((n - 1))); do
     RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n GROUP_RANK=0 \
       DDPRUN_STORE_ADDR="$STORE_ADDR" DDPRUN_TOKEN_FILE="$TOKFILE" DDP_PG_TIMEOUT_MS=${TIMEOUT_MS:-20000} \
+      DDP_PG_TRANSPORT=${TRANSPORT:-auto} \
       "$PGTEST" "$@" >"rank$r.out" 2>&1 &
     PIDS="$PIDS $!"
   done
@@ -76,6 +87,49 @@ start_ranks() { # n mode args...
 }
 
 @test "a peer that stops responding makes the others time out, naming it" {
+  start_store
+  TIMEOUT_MS=2000 start_ranks 3 loop 32
+  sleep 0.3
+  victim=$(echo $PIDS | cut -d' ' -f3)   # rank 2
+  SECONDS=0
+  kill -STOP "$victim"
+  for r in 0 1; do
+    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
+    rc=0; wait "$p" || rc=$?
+    [ "$rc" -eq 3 ]
+  done
+  [ "$SECONDS" -lt 8 ]
+  cat rank0.out rank1.out
+  grep -q "timed out waiting for peer rank 2" rank0.out rank1.out
+  kill -9 "$victim"
+  PIDS=
+}
+
+@test "over TCP: a peer SIGKILLed mid all-reduce makes every other rank fail fast" {
+  TRANSPORT=tcp
+  start_store
+  start_ranks 4 loop 32
+  sleep 0.5
+  victim=$(echo $PIDS | cut -d' ' -f2)   # rank 1
+  SECONDS=0
+  kill -9 "$victim"
+  for r in 0 2 3; do
+    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
+    rc=0; wait "$p" || rc=$?
+    [ "$rc" -eq 3 ]
+    grep -q "pgtest rank $r: allreduce failed after" "rank$r.out"
+    grep -qE "peer rank [0-9] \(" "rank$r.out"
+    grep -q "next call: DDP_EABORTED" "rank$r.out"
+  done
+  [ "$SECONDS" -lt 10 ]   # far below the 20 s operation timeout
+  # the ranks next to the victim name it
+  grep -q "peer rank 1 (" rank0.out
+  grep -q "peer rank 1 (" rank2.out
+  PIDS=
+}
+
+@test "over TCP: a peer that stops responding makes the others time out, naming it" {
+  TRANSPORT=tcp
   start_store
   TIMEOUT_MS=2000 start_ranks 3 loop 32
   sleep 0.3

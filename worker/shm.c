@@ -1,0 +1,158 @@
+/*
+ * Shared-memory all-reduce for ranks on one node: a POSIX shared-memory
+ * segment holds one control line and one slot per local rank. Each round
+ * moves up to a slot's worth of the buffer: every rank copies its part into
+ * its slot; each rank reduces one shard across all slots (a fixed order, so
+ * every rank ends with identical bits) and publishes it in its own slot;
+ * every rank copies the other shards out. Ranks meet at per-rank sequence
+ * counters; while waiting they look at their peers' TCP sockets, so a dead
+ * peer is still reported by rank and host instead of a timeout.
+ */
+#include "worker/coll.h"
+#include "common/err.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define CTRL_LINE 64
+
+size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
+{
+    return (size_t)nlocal * CTRL_LINE + (size_t)nlocal * slot_bytes;
+}
+
+int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, size_t slot_bytes)
+{
+    memset(sh, 0, sizeof(*sh));
+    sh->base = base;
+    sh->len = ddp__shm_segment_bytes(nlocal, slot_bytes);
+    sh->n = nlocal;
+    sh->me = me;
+    sh->slot_bytes = slot_bytes;
+    sh->seq = 0;
+    return 0;
+}
+
+void ddp__shm_detach(struct ddp__shm *sh)
+{
+    if (sh->base)
+        munmap(sh->base, sh->len);
+    sh->base = NULL;
+}
+
+static _Atomic uint64_t *ctrl(struct ddp__shm *sh, int j)
+{
+    return (_Atomic uint64_t *)((char *)sh->base + (size_t)j * CTRL_LINE);
+}
+
+static char *slot(struct ddp__shm *sh, int j)
+{
+    return (char *)sh->base + (size_t)sh->n * CTRL_LINE + (size_t)j * sh->slot_bytes;
+}
+
+/* A peer whose TCP socket reads EOF has died: nothing else is in flight on it now. */
+static bool peer_dead(const struct ddp__peer *p)
+{
+    char c;
+    struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+    if (p->fd < 0 || poll(&pf, 1, 0) <= 0)
+        return false;
+    ssize_t n = recv(p->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+static int wait_all(struct ddp__comm *c, uint64_t target)
+{
+    struct ddp__shm *sh = &c->shm;
+    for (int j = 0; j < sh->n; j++) {
+        unsigned spins = 0;
+        while (atomic_load_explicit(ctrl(sh, j), memory_order_acquire) < target) {
+            if (++spins < 128)
+                continue;
+            sched_yield(); /* other ranks may need this core (oversubscribed nodes) */
+            if ((spins & 1023) != 0)
+                continue;
+            struct ddp__peer *p = &c->peers[j];
+            if (peer_dead(p)) {
+                if (!c->err[0])
+                    snprintf(c->err, sizeof(c->err),
+                             "connection closed by peer rank %d (%s) during %s", p->rank, p->host,
+                             c->opname);
+                return DDP_ECLOSED;
+            }
+            if (ddp_now_ms() > c->deadline_ms) {
+                if (!c->err[0])
+                    snprintf(c->err, sizeof(c->err),
+                             "timed out waiting for peer rank %d (%s) during %s", p->rank, p->host,
+                             c->opname);
+                return DDP_ETIMEDOUT;
+            }
+        }
+    }
+    return 0;
+}
+
+static void publish(struct ddp__shm *sh, uint64_t v)
+{
+    atomic_store_explicit(ctrl(sh, sh->me), v, memory_order_release);
+}
+
+int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                       enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    int n = sh->n, me = sh->me, e;
+    size_t esz = ddp_dtype_size(dt);
+    size_t per_round = sh->slot_bytes / esz; /* elements per round */
+    char *b = buf;
+    for (size_t done = 0; done < count; done += per_round) {
+        size_t m = count - done < per_round ? count - done : per_round;
+        /* This rank's shard of the round: elements [s0, s1). */
+        size_t s0 = m * (size_t)me / (size_t)n, s1 = m * (size_t)(me + 1) / (size_t)n;
+        char *mine = slot(sh, me);
+        /* Phase 1: copy in. */
+        memcpy(mine, b + done * esz, m * esz);
+        publish(sh, sh->seq + 1);
+        if ((e = wait_all(c, sh->seq + 1)) < 0)
+            return e;
+        /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
+         * it in our slot (the others read other shards of our slot meanwhile). */
+        if (s1 > s0) {
+            char *out = b + (done + s0) * esz;
+            memcpy(out, slot(sh, 0) + s0 * esz, (s1 - s0) * esz);
+            for (int j = 1; j < n; j++)
+                ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
+            if (op == DDP_AVG)
+                ddp__scale_avg(out, s1 - s0, dt, n);
+            memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
+        }
+        publish(sh, sh->seq + 2);
+        if ((e = wait_all(c, sh->seq + 2)) < 0)
+            return e;
+        /* Phase 3: copy the other shards out. */
+        for (int j = 0; j < n; j++) {
+            if (j == me)
+                continue;
+            size_t j0 = m * (size_t)j / (size_t)n, j1 = m * (size_t)(j + 1) / (size_t)n;
+            memcpy(b + (done + j0) * esz, slot(sh, j) + j0 * esz, (j1 - j0) * esz);
+        }
+        /* Nobody may overwrite a slot before everyone has read it. */
+        publish(sh, sh->seq + 3);
+        if ((e = wait_all(c, sh->seq + 3)) < 0)
+            return e;
+        sh->seq += 3;
+    }
+    return 0;
+}
