@@ -63,7 +63,10 @@ struct ddp_pg {
     bool busy; /* an operation is running, on the comm thread or inline in a caller */
     bool stop;
     _Atomic bool alive;
-    char err[512];
+    char err[1024];
+    struct ddp_store *store; /* for the abort record; borrowed, or owned when owns_store */
+    bool owns_store;
+    char abort_key[300];
 };
 
 static const char *kind_name(enum work_kind k)
@@ -117,6 +120,28 @@ static int run(struct ddp_pg *pg, struct ddp_work *w)
     return DDP_EINVAL;
 }
 
+/*
+ * Records why the group failed, once per group (first writer wins), before this rank shuts its
+ * sockets: a rank that fails only because a neighbour aborted then finds the root cause there.
+ * Returns the cause another rank recorded first, or NULL (malloc'd).
+ */
+static char *record_abort(struct ddp_pg *pg, const char *why)
+{
+    char mine[1200];
+    void *cur = NULL;
+    bool swapped = false;
+    if (!pg->store)
+        return NULL;
+    snprintf(mine, sizeof(mine), "rank %d: %s", pg->rank, why);
+    if (ddp_store_cas(pg->store, pg->abort_key, NULL, 0, mine, strlen(mine), &swapped, &cur, NULL) <
+            0 ||
+        swapped) {
+        free(cur);
+        return NULL;
+    }
+    return cur;
+}
+
 /* Runs one operation (with pg->busy held by the caller) and aborts the group if it fails. */
 static int execute(struct ddp_pg *pg, struct ddp_work *w, bool stopping)
 {
@@ -124,7 +149,14 @@ static int execute(struct ddp_pg *pg, struct ddp_work *w, bool stopping)
         return DDP_EABORTED;
     int r = run(pg, w);
     if (r < 0) {
-        snprintf(pg->err, sizeof(pg->err), "%s", pg->comm.err[0] ? pg->comm.err : ddp_strerror(r));
+        const char *what = pg->comm.err[0] ? pg->comm.err : ddp_strerror(r);
+        char *root = record_abort(pg, what);
+        if (root)
+            snprintf(pg->err, sizeof(pg->err), "%s; the group had already failed at %s", what,
+                     root);
+        else
+            snprintf(pg->err, sizeof(pg->err), "%s", what);
+        free(root);
         DDP_ERROR(PG, "rank %d: %s failed: %s; aborting the group", pg->rank, kind_name(w->kind),
                   pg->err);
         abort_group(pg);
@@ -592,6 +624,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     pthread_cond_init(&pg->cv, NULL);
     const char *name = opts && opts->name ? opts->name : "default";
     int64_t deadline = ddp_now_ms() + pg->timeout_ms;
+    pg->store = store;
+    snprintf(pg->abort_key, sizeof(pg->abort_key), "pg/%s/abort", name);
 
     /* Listen on the interface that reaches the store; peers on other nodes can reach it too. */
     char ip[64];
@@ -729,9 +763,14 @@ int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out)
     int timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 300000;
     if ((r = ddp_store_connect_env(timeout, &s)) < 0)
         return r;
-    r = ddp_pg_init(s, rank, world, lr, lw, node, opts, out);
-    ddp_store_close(s);
-    return r;
+    if ((r = ddp_pg_init(s, rank, world, lr, lw, node, opts, out)) < 0) {
+        ddp_store_close(s);
+        return r;
+    }
+    /* Kept for the abort record, which must not hang on a dead store. */
+    (*out)->owns_store = true;
+    ddp_store_set_timeout(s, 2000);
+    return 0;
 }
 
 void ddp_pg_free(struct ddp_pg *pg)
@@ -747,6 +786,8 @@ void ddp_pg_free(struct ddp_pg *pg)
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
     ddp__shm_detach(&pg->comm.shm);
+    if (pg->owns_store)
+        ddp_store_close(pg->store);
     free(pg->comm.scratch);
     free(pg->comm.peers);
     pthread_mutex_destroy(&pg->mu);

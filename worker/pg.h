@@ -12,7 +12,8 @@
  * Failure: every operation has a deadline (ddp_pg_opts.timeout_ms). When a
  * peer dies or stops answering, the operation fails with an error naming the
  * peer's rank and host, the group is aborted, and every later operation fails
- * at once with DDP_EABORTED. Nothing hangs.
+ * at once with DDP_EABORTED. Nothing hangs. The first failure is recorded in
+ * the store, so ranks that fail because of the abort report the root cause.
  */
 #ifndef DDP_WORKER_PG_H
 #define DDP_WORKER_PG_H
@@ -64,7 +65,8 @@ struct ddp_pg_opts {
  */
 int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out);
 
-/* The same with explicit values and a connected store (borrowed; it must outlive the call). */
+/* The same with explicit values and a connected store (borrowed: it must outlive the group,
+ * which uses it to record why the group failed, so every rank can report the root cause). */
 int ddp_pg_init(struct ddp_store *store, int rank, int world_size, int local_rank,
                 int local_world_size, int node_rank, const struct ddp_pg_opts *opts,
                 struct ddp_pg **out);

@@ -89,7 +89,6 @@ static void *rank_main(void *a)
     struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "unit"};
     if (ddp_pg_init(s, ra->rank, W, ra->rank, W, 0, &o, &pg) != 0)
         return NULL;
-    ddp_store_close(s);
     float *buf = malloc(N * sizeof(float)), *b2 = malloc(N * sizeof(float));
     int bad = 0;
     for (int it = 0; it < 5 && !bad; it++) {
@@ -129,6 +128,7 @@ static void *rank_main(void *a)
     free(buf);
     free(b2);
     ddp_pg_free(pg);
+    ddp_store_close(s); /* the group used it until it was freed */
     ra->rc = bad;
     return NULL;
 }
