@@ -64,7 +64,8 @@ start_ranks() { # n mode args...
   for r in $(seq 0 $((n - 1))); do wait_for_line "rank$r.out" 20 looping; done
 }
 
-@test "a peer SIGKILLed mid all-reduce: every other rank fails fast, naming a peer, then stays aborted" {
+# A rank SIGKILLed in the middle of large all-reduces.
+sigkill_case() {
   start_store
   start_ranks 4 loop 32
   sleep 0.5
@@ -84,68 +85,42 @@ start_ranks() { # n mode args...
   # rank to notice recorded before its abort reached the others.
   for r in 0 2 3; do grep -q "peer rank 1 (" "rank$r.out"; done
   PIDS=
+}
+
+# A rank frozen (SIGSTOP) in the middle of large all-reduces.
+sigstop_case() {
+  start_store
+  TIMEOUT_MS=2000 start_ranks 3 loop 32
+  sleep 0.3
+  victim=$(echo $PIDS | cut -d' ' -f3)   # rank 2
+  SECONDS=0
+  kill -STOP "$victim"
+  for r in 0 1; do
+    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
+    rc=0; wait "$p" || rc=$?
+    [ "$rc" -eq 3 ]
+  done
+  [ "$SECONDS" -lt 8 ]
+  cat rank0.out rank1.out
+  grep -q "timed out waiting for peer rank 2" rank0.out rank1.out
+  kill -9 "$victim"
+  PIDS=
+}
+
+@test "a peer SIGKILLed mid all-reduce: every other rank fails fast, naming a peer, then stays aborted" {
+  sigkill_case
 }
 
 @test "a peer that stops responding makes the others time out, naming it" {
-  start_store
-  TIMEOUT_MS=2000 start_ranks 3 loop 32
-  sleep 0.3
-  victim=$(echo $PIDS | cut -d' ' -f3)   # rank 2
-  SECONDS=0
-  kill -STOP "$victim"
-  for r in 0 1; do
-    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
-    rc=0; wait "$p" || rc=$?
-    [ "$rc" -eq 3 ]
-  done
-  [ "$SECONDS" -lt 8 ]
-  cat rank0.out rank1.out
-  grep -q "timed out waiting for peer rank 2" rank0.out rank1.out
-  kill -9 "$victim"
-  PIDS=
+  sigstop_case
 }
 
 @test "over TCP: a peer SIGKILLed mid all-reduce makes every other rank fail fast" {
-  TRANSPORT=tcp
-  start_store
-  start_ranks 4 loop 32
-  sleep 0.5
-  victim=$(echo $PIDS | cut -d' ' -f2)   # rank 1
-  SECONDS=0
-  kill -9 "$victim"
-  for r in 0 2 3; do
-    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
-    rc=0; wait "$p" || rc=$?
-    [ "$rc" -eq 3 ]
-    grep -q "pgtest rank $r: allreduce failed after" "rank$r.out"
-    grep -qE "peer rank [0-9] \(" "rank$r.out"
-    grep -q "next call: DDP_EABORTED" "rank$r.out"
-  done
-  [ "$SECONDS" -lt 10 ]   # far below the 20 s operation timeout
-  # Every survivor names the dead rank: directly, or through the root cause that the first
-  # rank to notice recorded before its abort reached the others.
-  for r in 0 2 3; do grep -q "peer rank 1 (" "rank$r.out"; done
-  PIDS=
+  TRANSPORT=tcp sigkill_case
 }
 
 @test "over TCP: a peer that stops responding makes the others time out, naming it" {
-  TRANSPORT=tcp
-  start_store
-  TIMEOUT_MS=2000 start_ranks 3 loop 32
-  sleep 0.3
-  victim=$(echo $PIDS | cut -d' ' -f3)   # rank 2
-  SECONDS=0
-  kill -STOP "$victim"
-  for r in 0 1; do
-    p=$(echo $PIDS | cut -d' ' -f$((r + 1)))
-    rc=0; wait "$p" || rc=$?
-    [ "$rc" -eq 3 ]
-  done
-  [ "$SECONDS" -lt 8 ]
-  cat rank0.out rank1.out
-  grep -q "timed out waiting for peer rank 2" rank0.out rank1.out
-  kill -9 "$victim"
-  PIDS=
+  TRANSPORT=tcp sigstop_case
 }
 
 @test "missing or inconsistent rank variables are one clear error" {
