@@ -41,7 +41,7 @@ struct worker {
 struct agent {
     struct ddp_loop *loop;
     struct ddp__agent_start st;
-    bool have_start, stopping, killing;
+    bool have_start, stopping;
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
@@ -198,7 +198,6 @@ int ddp__kill_children(int sig)
 static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)t;
-    A.killing = true;
     /* SIGKILL cannot be aimed at our own group (we are in it): kill each child, and
      * again as orphans reparent to us, until none is left. */
     if (ddp__kill_children(SIGKILL) > 0)
