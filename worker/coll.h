@@ -39,18 +39,21 @@ struct ddp__xfer {
     enum ddp_redop op;
 };
 
-/* The node's shared-memory segment, when every rank of the group is on one node. */
+/* The node's shared-memory segment, shared by the ranks of one node. */
 struct ddp__shm {
     void *base; /* NULL when not in use */
     size_t len;
-    int n, me; /* local ranks, and ours */
+    int n, me;   /* local ranks, and ours */
+    int *grank;  /* the group rank of each local rank */
     size_t slot_bytes;
-    uint64_t seq; /* rounds * 3, the same on every rank */
+    uint64_t seq; /* rounds * 3, the same on every rank of the node */
 };
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
-/* Takes over a mapping of ddp__shm_segment_bytes() bytes (zero-filled when created). */
-int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, size_t slot_bytes);
+/* Takes over a mapping of ddp__shm_segment_bytes() bytes (zero-filled when created) and the
+ * malloc'd grank array. */
+int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
+                    size_t slot_bytes);
 void ddp__shm_detach(struct ddp__shm *sh);
 
 struct ddp__comm {
@@ -63,10 +66,20 @@ struct ddp__comm {
     void *scratch;
     size_t scratch_len;
     struct ddp__shm shm;
+    /* Hierarchical all-reduce across nodes: the ring of the ranks with our local rank, one per
+     * node (peers point at the group's connections); NULL on a single node. */
+    struct ddp__comm *cross;
 };
 
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
+
+/* The same, for groups on one node (no cross ring): every byte through the node's segment. */
+int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);
+int ddp__shm_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes);
+int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,
+                            enum ddp_dtype dt, enum ddp_redop op);
+int ddp__shm_barrier(struct ddp__comm *c);
 
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x);
 

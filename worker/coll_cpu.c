@@ -214,11 +214,19 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
     return ring_allreduce(c, buf, count, dt, op);
 }
 
+/* Shared memory carries everything when the group is one node. */
+static bool shm_only(const struct ddp__comm *c)
+{
+    return c->shm.base && !c->cross;
+}
+
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)
 {
     int n = c->world, vr = ((c->rank - root) % n + n) % n, mask = 1, e;
     if (n == 1 || bytes == 0)
         return 0;
+    if (shm_only(c))
+        return ddp__shm_broadcast(c, buf, bytes, root);
     /* Binomial tree on ranks relative to the root: receive once, then forward. */
     while (mask < n) {
         if (vr & mask) {
@@ -243,6 +251,8 @@ int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t
 {
     int n = c->world, r = c->rank, e;
     char *out = recv;
+    if (shm_only(c) && bytes)
+        return ddp__shm_allgather(c, send, recv, bytes);
     if (bytes)
         memmove(out + (size_t)r * bytes, send, bytes);
     for (int s = 0; s < n - 1 && bytes; s++) {
@@ -266,6 +276,8 @@ int ddp__cpu_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
     size_t esz = ddp_dtype_size(dt), bytes = count * esz;
     if (count == 0)
         return 0;
+    if (shm_only(c))
+        return ddp__shm_reduce_scatter(c, send, recv, count, dt, op);
     char *work = malloc(bytes * (size_t)n + bytes);
     if (!work)
         return DDP_ENOMEM;
@@ -299,6 +311,8 @@ int ddp__cpu_barrier(struct ddp__comm *c)
 {
     int n = c->world, r = c->rank, e;
     char out = 1, in;
+    if (shm_only(c))
+        return ddp__shm_barrier(c);
     /* Dissemination: after ceil(log2 n) rounds everyone has heard from everyone. */
     for (int k = 1; k < n; k <<= 1) {
         struct ddp__xfer x = {.to = peer(c, r + k),

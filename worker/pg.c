@@ -506,26 +506,110 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
     return 0;
 }
 
+/* Where every rank runs, from the addresses they published. */
+struct layout {
+    bool uniform;    /* every node has local ranks 0..L-1 once each, L the same everywhere */
+    int nodes;       /* distinct node ranks */
+    int node_idx;    /* ours, counted in ascending node rank */
+    int *local_of;   /* [local rank] -> group rank, on our node */
+    int *cross_of;   /* [node index] -> group rank with our local rank on that node */
+};
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static void layout_free(struct layout *l)
+{
+    free(l->local_of);
+    free(l->cross_of);
+}
+
+static int layout_compute(const struct ddp_pg *pg, const int *node_of, const int *local_of,
+                          const int *lw_of, struct layout *l)
+{
+    int W = pg->world, L = pg->local_world;
+    memset(l, 0, sizeof(*l));
+    int *sorted = malloc((size_t)W * sizeof(int));
+    l->local_of = malloc((size_t)L * sizeof(int));
+    l->cross_of = malloc((size_t)W * sizeof(int));
+    if (!sorted || !l->local_of || !l->cross_of) {
+        free(sorted);
+        layout_free(l);
+        return DDP_ENOMEM;
+    }
+    memcpy(sorted, node_of, (size_t)W * sizeof(int));
+    qsort(sorted, (size_t)W, sizeof(int), cmp_int);
+    int n = 0;
+    for (int i = 0; i < W; i++)
+        if (i == 0 || sorted[i] != sorted[i - 1])
+            sorted[n++] = sorted[i];
+    l->nodes = n;
+    l->uniform = n * L == W;
+    for (int k = 0; k < n; k++)
+        if (sorted[k] == pg->node_rank)
+            l->node_idx = k;
+    for (int i = 0; i < L; i++)
+        l->local_of[i] = -1;
+    for (int k = 0; k < n; k++)
+        l->cross_of[k] = -1;
+    /* Each (node, local rank) must occur once, with the same local world size everywhere:
+     * checked on everyone's data, so every rank reaches the same verdict. */
+    char *seen = l->uniform ? calloc((size_t)W, 1) : NULL;
+    if (l->uniform && !seen) {
+        free(sorted);
+        layout_free(l);
+        return DDP_ENOMEM;
+    }
+    for (int j = 0; j < W && l->uniform; j++) {
+        int k = (int)((int *)bsearch(&node_of[j], sorted, (size_t)n, sizeof(int), cmp_int) -
+                      sorted);
+        if (lw_of[j] != L || local_of[j] < 0 || local_of[j] >= L || seen[k * L + local_of[j]]++) {
+            l->uniform = false;
+            break;
+        }
+        if (node_of[j] == pg->node_rank)
+            l->local_of[local_of[j]] = j;
+        if (local_of[j] == pg->local_rank)
+            l->cross_of[k] = j;
+    }
+    free(seen);
+    free(sorted);
+    return 0;
+}
+
 /*
- * Maps the node's shared-memory segment when the whole group is on one node (and
- * DDP_PG_TRANSPORT is not "tcp"). Local rank 0 creates it under a random name and publishes
- * the name through the store; every rank maps it; all agree through an all-gather whether
- * everyone succeeded (else all keep TCP); then the name is unlinked, so nothing outlives the
- * group even if it crashes.
+ * Maps the node's shared-memory segment when the node has several ranks, every node has the
+ * same number (DDP_PG_TRANSPORT=tcp turns it off). Local rank 0 creates it under a random
+ * name and publishes the name through the store; every rank maps its node's; all ranks of the
+ * group agree through an all-gather whether everyone succeeded (else all keep TCP, so every
+ * rank runs the same algorithms); then the names are unlinked, so nothing outlives the group
+ * even if it crashes.
  */
-static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name)
+static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name,
+                     struct layout *lay)
 {
     const char *tr = getenv("DDP_PG_TRANSPORT"), *sl = getenv("DDP_PG_SHM_SLOT_BYTES");
-    if ((tr && strcmp(tr, "tcp") == 0) || pg->world < 2 || pg->local_world != pg->world)
+    if ((tr && strcmp(tr, "tcp") == 0) || pg->local_world < 2)
         return 0;
+    if (!lay->uniform) {
+        if (pg->rank == 0)
+            DDP_WARN(PG, "nodes have different numbers of ranks; collectives use TCP only");
+        return 0;
+    }
+    int L = pg->local_world;
     size_t slot = sl && atol(sl) >= 4096 ? (size_t)atol(sl) : (size_t)1 << 20;
+    if (slot < (size_t)L * 64)
+        slot = (size_t)L * 64; /* a reduce-scatter round moves at least one element per rank */
     slot = (slot + 63) / 64 * 64;
-    size_t len = ddp__shm_segment_bytes(pg->world, slot);
+    size_t len = ddp__shm_segment_bytes(L, slot);
     char key[300], shmname[64] = "", prefix[300];
     int r, fd = -1;
     void *base = MAP_FAILED;
     snprintf(key, sizeof(key), "pg/%s/shm/%d", name, pg->node_rank);
-    if (pg->rank == 0) {
+    if (pg->local_rank == 0) {
         uint64_t rnd;
         if (ddp_random_bytes(&rnd, sizeof(rnd)) == 0) {
             snprintf(shmname, sizeof(shmname), "/ddp-%016llx", (unsigned long long)rnd);
@@ -552,10 +636,10 @@ static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *nam
     }
     if (fd >= 0)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    /* Everyone or no one: agree on whether every rank mapped the segment. */
+    /* Everyone or no one: agree on whether every rank mapped its node's segment. */
     char ok = base != MAP_FAILED ? '1' : '0';
     struct ddp_store_value *vals = calloc((size_t)pg->world, sizeof(*vals));
-    snprintf(prefix, sizeof(prefix), "pg/%s/shm-mapped/%d", name, pg->node_rank);
+    snprintf(prefix, sizeof(prefix), "pg/%s/shm-mapped", name);
     r = vals
             ? ddp_store_all_gather(store, prefix, pg->rank, pg->world, &ok, 1, pg->timeout_ms, vals)
             : DDP_ENOMEM;
@@ -565,16 +649,17 @@ static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *nam
     if (vals)
         ddp_store_values_free(vals, (size_t)pg->world);
     free(vals);
-    if (pg->rank == 0 && shmname[0] == '/')
+    if (pg->local_rank == 0 && shmname[0] == '/')
         shm_unlink(shmname); /* every rank has it mapped (or gave up): the name is not needed */
     if (r < 0)
         goto out;
     if (all) {
-        ddp__shm_attach(&pg->comm.shm, base, pg->world, pg->rank, slot);
+        ddp__shm_attach(&pg->comm.shm, base, L, pg->local_rank, lay->local_of, slot);
+        lay->local_of = NULL; /* owned by the segment now */
         base = MAP_FAILED;
         DDP_INFO(PG, "rank %d: shared-memory all-reduce on (%zu-byte slots)", pg->rank, slot);
     } else {
-        DDP_WARN(PG, "rank %d: shared memory unavailable on this node; all-reduce uses TCP",
+        DDP_WARN(PG, "rank %d: shared memory unavailable on some node; all-reduce uses TCP",
                  pg->rank);
     }
 out:
@@ -585,12 +670,49 @@ out:
     return r;
 }
 
+/* With shared memory on several nodes: our ring across the nodes, for the hierarchical
+ * all-reduce. Its peers are copies of the group's connections (closed by the group). */
+static int setup_cross(struct ddp_pg *pg, const struct layout *lay)
+{
+    if (!pg->comm.shm.base || lay->nodes < 2)
+        return 0;
+    struct ddp__comm *x = calloc(1, sizeof(*x));
+    if (!x || !(x->peers = calloc((size_t)lay->nodes, sizeof(struct ddp__peer)))) {
+        free(x);
+        return DDP_ENOMEM;
+    }
+    x->rank = lay->node_idx;
+    x->world = lay->nodes;
+    x->small_bytes = pg->comm.small_bytes;
+    for (int k = 0; k < lay->nodes; k++) {
+        x->peers[k] = pg->comm.peers[lay->cross_of[k]];
+        if (k == x->rank)
+            x->peers[k].fd = -1;
+    }
+    pg->comm.cross = x;
+    if (pg->rank == 0)
+        DDP_INFO(PG, "hierarchical all-reduce: %d nodes x %d ranks, %d rings across nodes",
+                 lay->nodes, pg->local_world, pg->local_world);
+    return 0;
+}
+
+static void cross_free(struct ddp__comm *x)
+{
+    if (!x)
+        return;
+    free(x->scratch);
+    free(x->peers);
+    free(x);
+}
+
 int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
                 int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
 {
     struct ddp_pg *pg = NULL;
     struct ddp_store_value *vals = NULL;
-    int lfd = -1, r = DDP_EINVAL;
+    int lfd = -1, r = DDP_EINVAL, *where = NULL; /* node, local rank, local world of each */
+    struct layout lay;
+    bool have_lay = false;
     uint8_t secret[SECRET_LEN];
     if (!store || world < 1 || rank < 0 || rank >= world || local_world < 1 || local_rank < 0 ||
         local_rank >= local_world || node_rank < 0)
@@ -658,11 +780,13 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     host[sizeof(host) - 1] = '\0';
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
-    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s", ip, port, hex, host);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d", ip, port, hex, host, node_rank,
+                      local_rank, local_world);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
-    if (!(vals = calloc((size_t)world, sizeof(*vals))))
+    if (!(vals = calloc((size_t)world, sizeof(*vals))) ||
+        !(where = malloc(3 * (size_t)world * sizeof(int))))
         goto fail;
     if ((r = ddp_store_all_gather(store, prefix, rank, world, blob, (size_t)bl, pg->timeout_ms,
                                   vals)) < 0) {
@@ -674,7 +798,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int j = 0; j < world; j++) {
         char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
         int pport;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s", pip, &pport, psec, phost) != 4) {
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d", pip, &pport, psec, phost,
+                   &where[j], &where[world + j], &where[2 * world + j]) != 7) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
             goto fail;
@@ -692,11 +817,20 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     }
     if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
         goto fail;
-    if ((r = setup_shm(pg, store, name)) < 0) {
+    if ((r = layout_compute(pg, where, where + world, where + 2 * world, &lay)) < 0)
+        goto fail;
+    have_lay = true;
+    if ((r = setup_shm(pg, store, name, &lay)) < 0) {
         snprintf(pg->err, sizeof(pg->err), "cannot agree on the shared-memory segment: %s",
                  ddp_strerror(r));
         goto fail;
     }
+    if ((r = setup_cross(pg, &lay)) < 0)
+        goto fail;
+    layout_free(&lay);
+    have_lay = false;
+    free(where);
+    where = NULL;
     close(lfd);
     lfd = -1;
     ddp_store_values_free(vals, (size_t)world);
@@ -722,6 +856,10 @@ fail:
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
     ddp__shm_detach(&pg->comm.shm);
+    cross_free(pg->comm.cross);
+    if (have_lay)
+        layout_free(&lay);
+    free(where);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
     free(pg->comm.peers);
@@ -786,6 +924,7 @@ void ddp_pg_free(struct ddp_pg *pg)
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
     ddp__shm_detach(&pg->comm.shm);
+    cross_free(pg->comm.cross);
     if (pg->owns_store)
         ddp_store_close(pg->store);
     free(pg->comm.scratch);

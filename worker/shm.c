@@ -1,5 +1,5 @@
 /*
- * Shared-memory all-reduce for ranks on one node: a POSIX shared-memory
+ * Shared-memory all-reduce for the ranks of one node: a POSIX shared-memory
  * segment holds one control line and one slot per local rank. Each round
  * moves up to a slot's worth of the buffer: every rank copies its part into
  * its slot; each rank reduces one shard across all slots (a fixed order, so
@@ -7,6 +7,12 @@
  * every rank copies the other shards out. Ranks meet at per-rank sequence
  * counters; while waiting they look at their peers' TCP sockets, so a dead
  * peer is still reported by rank and host instead of a timeout.
+ *
+ * Across several nodes this is the hierarchical all-reduce of PowerAI DDL: between the local
+ * reduction of a shard and its publication, each local rank all-reduces its shard with the
+ * same shard of the other nodes over TCP, on a ring of its own (one ring per local rank, all
+ * running at once). So the node's reduce-scatter, the cross-node all-reduce and the node's
+ * all-gather are the three phases of every round.
  */
 #include "worker/coll.h"
 #include "common/err.h"
@@ -33,10 +39,12 @@ size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
     return (size_t)nlocal * CTRL_LINE + (size_t)nlocal * slot_bytes;
 }
 
-int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, size_t slot_bytes)
+int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
+                    size_t slot_bytes)
 {
     memset(sh, 0, sizeof(*sh));
     sh->base = base;
+    sh->grank = grank;
     sh->len = ddp__shm_segment_bytes(nlocal, slot_bytes);
     sh->n = nlocal;
     sh->me = me;
@@ -50,6 +58,8 @@ void ddp__shm_detach(struct ddp__shm *sh)
     if (sh->base)
         munmap(sh->base, sh->len);
     sh->base = NULL;
+    free(sh->grank);
+    sh->grank = NULL;
 }
 
 static _Atomic uint64_t *ctrl(struct ddp__shm *sh, int j)
@@ -84,7 +94,7 @@ static int wait_all(struct ddp__comm *c, uint64_t target)
             sched_yield(); /* other ranks may need this core (oversubscribed nodes) */
             if ((spins & 1023) != 0)
                 continue;
-            struct ddp__peer *p = &c->peers[j];
+            struct ddp__peer *p = &c->peers[sh->grank[j]];
             if (peer_dead(p)) {
                 if (!c->err[0])
                     snprintf(c->err, sizeof(c->err),
@@ -134,8 +144,23 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
             memcpy(out, slot(sh, 0) + s0 * esz, (s1 - s0) * esz);
             for (int j = 1; j < n; j++)
                 ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
+            int total = n;
+            if (c->cross) {
+                /* Our shard's node sum, all-reduced with the same shard of every other node
+                 * on our own ring, while the other local ranks run theirs. */
+                struct ddp__comm *x = c->cross;
+                x->deadline_ms = c->deadline_ms;
+                x->opname = c->opname;
+                e = ddp__cpu_allreduce(x, out, s1 - s0, dt, op == DDP_AVG ? DDP_SUM : op);
+                if (e < 0) {
+                    if (!c->err[0])
+                        snprintf(c->err, sizeof(c->err), "%s", x->err);
+                    return e;
+                }
+                total *= x->world;
+            }
             if (op == DDP_AVG)
-                ddp__scale_avg(out, s1 - s0, dt, n);
+                ddp__scale_avg(out, s1 - s0, dt, total);
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
         }
         publish(sh, sh->seq + 2);
@@ -155,4 +180,95 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
         sh->seq += 3;
     }
     return 0;
+}
+
+/* One step of a round: publish that this rank reached it, wait for every local rank. */
+static int step(struct ddp__comm *c, uint64_t k)
+{
+    publish(&c->shm, c->shm.seq + k);
+    return wait_all(c, c->shm.seq + k);
+}
+
+int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)
+{
+    struct ddp__shm *sh = &c->shm;
+    int e, lroot = 0;
+    char *b = buf;
+    for (int j = 0; j < sh->n; j++)
+        if (sh->grank[j] == root)
+            lroot = j;
+    root = lroot; /* from here on, a local rank */
+    for (size_t done = 0; done < bytes; done += sh->slot_bytes) {
+        size_t m = bytes - done < sh->slot_bytes ? bytes - done : sh->slot_bytes;
+        if (sh->me == root)
+            memcpy(slot(sh, root), b + done, m);
+        if ((e = step(c, 1)) < 0)
+            return e;
+        if (sh->me != root)
+            memcpy(b + done, slot(sh, root), m);
+        if ((e = step(c, 2)) < 0) /* the root may not refill its slot before all have read it */
+            return e;
+        sh->seq += 2;
+    }
+    return 0;
+}
+
+int ddp__shm_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes)
+{
+    struct ddp__shm *sh = &c->shm;
+    int e;
+    char *out = recv;
+    for (size_t done = 0; done < bytes; done += sh->slot_bytes) {
+        size_t m = bytes - done < sh->slot_bytes ? bytes - done : sh->slot_bytes;
+        memcpy(slot(sh, sh->me), (const char *)send + done, m);
+        if ((e = step(c, 1)) < 0)
+            return e;
+        for (int j = 0; j < sh->n; j++) /* memmove: send may be our own block of recv */
+            memmove(out + (size_t)sh->grank[j] * bytes + done, slot(sh, j), m);
+        if ((e = step(c, 2)) < 0)
+            return e;
+        sh->seq += 2;
+    }
+    return 0;
+}
+
+int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,
+                            enum ddp_dtype dt, enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    int n = sh->n, me = sh->me, e;
+    size_t esz = ddp_dtype_size(dt);
+    /* Each round moves m elements of every block: they sit side by side in each slot. */
+    size_t per_round = sh->slot_bytes / esz / (size_t)n;
+    if (per_round == 0)
+        return DDP_EINVAL; /* slots smaller than one element per rank: setup prevents it */
+    const char *s = send;
+    char *out = recv;
+    for (size_t done = 0; done < count; done += per_round) {
+        size_t m = count - done < per_round ? count - done : per_round;
+        char *mine = slot(sh, me);
+        for (int i = 0; i < n; i++)
+            memcpy(mine + (size_t)i * m * esz, s + ((size_t)i * count + done) * esz, m * esz);
+        if ((e = step(c, 1)) < 0)
+            return e;
+        /* Block me, summed over the slots in slot order (the same order on every rank). */
+        char *o = out + done * esz;
+        memcpy(o, slot(sh, 0) + (size_t)c->rank * m * esz, m * esz);
+        for (int j = 1; j < n; j++)
+            ddp__reduce(o, slot(sh, j) + (size_t)c->rank * m * esz, m, dt, op);
+        if (op == DDP_AVG)
+            ddp__scale_avg(o, m, dt, n);
+        if ((e = step(c, 2)) < 0)
+            return e;
+        sh->seq += 2;
+    }
+    return 0;
+}
+
+int ddp__shm_barrier(struct ddp__comm *c)
+{
+    int e = step(c, 1);
+    if (e == 0)
+        c->shm.seq += 1;
+    return e;
 }

@@ -50,18 +50,40 @@ teardown() {
   done
 }
 
-# Starts pgtest ranks by hand (not under ddprun, which would stop the job at the first death).
-start_ranks() { # n mode args...
+# Starts pgtest ranks by hand (not under ddprun, which would stop the job at the first death),
+# as nodes of $PER_NODE ranks each (default: all on one node), each node with its own GROUP_RANK.
+spawn_ranks() { # n mode args...
   local n=$1; shift
+  local L=${PER_NODE:-$n}
   PIDS=
   for r in $(seq 0 $((n - 1))); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n GROUP_RANK=0 \
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % L)) LOCAL_WORLD_SIZE=$L GROUP_RANK=$((r / L)) \
       DDPRUN_STORE_ADDR="$STORE_ADDR" DDPRUN_TOKEN_FILE="$TOKFILE" DDP_PG_TIMEOUT_MS=${TIMEOUT_MS:-20000} \
       DDP_PG_TRANSPORT=${TRANSPORT:-auto} \
       "$PGTEST" "$@" >"rank$r.out" 2>&1 &
     PIDS="$PIDS $!"
   done
-  for r in $(seq 0 $((n - 1))); do wait_for_line "rank$r.out" 20 looping; done
+}
+
+start_ranks() { # n mode args...
+  spawn_ranks "$@"
+  for r in $(seq 0 $(($1 - 1))); do wait_for_line "rank$r.out" 20 looping; done
+}
+
+# Runs a layout of nodes x ranks to completion against a fresh store (as every job has);
+# every rank must pass.
+run_layout() { # nodes per_node mode args...
+  local nodes=$1 L=$2; shift 2
+  local n=$((nodes * L)) r=0 p rc
+  stop_store
+  start_store
+  PER_NODE=$L spawn_ranks "$n" "$@"
+  for p in $PIDS; do
+    rc=0; wait "$p" || rc=$?
+    [ "$rc" -eq 0 ] || { echo "${nodes}x$L rank $r exited $rc:"; cat "rank$r.out"; return 1; }
+    r=$((r + 1))
+  done
+  PIDS=
 }
 
 # A rank SIGKILLed in the middle of large all-reduces.
@@ -105,6 +127,39 @@ sigstop_case() {
   grep -q "timed out waiting for peer rank 2" rank0.out rank1.out
   kill -9 "$victim"
   PIDS=
+}
+
+@test "hierarchical layouts 2x2 and 3x2 (nodes x ranks): the whole matrix, shared memory in each node and a ring per local rank across nodes" {
+  for layout in "2 2" "3 2"; do
+    set -- $layout
+    DDP_LOG_LEVEL=info run_layout "$1" "$2" matrix
+    grep -q "hierarchical all-reduce: $1 nodes x $2 ranks, $2 rings across nodes" rank0.out || { cat rank0.out; return 1; }
+    for r in $(seq 0 $(($1 * $2 - 1))); do grep -q "checks passed" "rank$r.out"; done
+  done
+  # Many rounds per all-reduce (4 KiB slots), and one large all-reduce.
+  DDP_PG_SHM_SLOT_BYTES=4096 run_layout 3 2 matrix
+  run_layout 2 2 big 64
+  grep -q "64 MiB float32 all-reduce over 4 ranks" rank0.out
+  # Nodes of one rank each: a plain ring across nodes, no shared memory.
+  DDP_LOG_LEVEL=info run_layout 3 1 matrix
+  ! grep -q "shared-memory all-reduce on" rank0.out
+  # Uneven nodes (2 ranks + 1 rank): every rank falls back to TCP together, and passes.
+  stop_store; start_store
+  PIDS=
+  for r in 0 1 2; do
+    RANK=$r WORLD_SIZE=3 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=$((r < 2 ? 2 : 1)) GROUP_RANK=$((r / 2)) \
+      DDPRUN_STORE_ADDR="$STORE_ADDR" DDPRUN_TOKEN_FILE="$TOKFILE" DDP_PG_TIMEOUT_MS=20000 \
+      "$PGTEST" matrix >"rank$r.out" 2>&1 &
+    PIDS="$PIDS $!"
+  done
+  for p in $PIDS; do wait "$p"; done
+  PIDS=
+  grep -q "nodes have different numbers of ranks; collectives use TCP only" rank0.out
+  for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
+}
+
+@test "hierarchical 2x2: a rank SIGKILLed mid all-reduce makes every other rank fail fast, naming it" {
+  PER_NODE=2 sigkill_case
 }
 
 @test "a peer SIGKILLed mid all-reduce: every other rank fails fast, naming a peer, then stays aborted" {
