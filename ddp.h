@@ -2,7 +2,9 @@
 #ifndef DDP_H
 #define DDP_H
 
+#include "common/err.h"
 #include "rendezvous/store.h"
 #include "worker/pg.h"
+#include "reducer/reducer.h"
 
 #endif

@@ -953,3 +953,12 @@ const char *ddp_pg_last_error(const struct ddp_pg *pg)
 {
     return pg->err;
 }
+
+void ddp_pg_abort(struct ddp_pg *pg, const char *why)
+{
+    if (!pg || !pg->alive)
+        return;
+    free(record_abort(pg, why ? why : "aborted by the program"));
+    DDP_ERROR(PG, "rank %d: aborting the group: %s", pg->rank, why ? why : "by the program");
+    abort_group(pg);
+}

@@ -117,6 +117,12 @@ bool ddp_work_test(struct ddp_work *work, int *result);
 /* Frees a work handle; waits for it first if it is still running. NULL is a no-op. */
 void ddp_work_free(struct ddp_work *work);
 
+/* Aborts the group from the program's side (for an error the collectives cannot see, such as
+ * ranks disagreeing about their parameters): why is recorded in the store as the root cause
+ * (if no failure was recorded first) and every connection is shut, so the peers' current and
+ * later operations fail at once, reporting it, instead of waiting out their timeouts. */
+void ddp_pg_abort(struct ddp_pg *pg, const char *why);
+
 /* The last error's description ("peer rank 3 (host-b) closed the connection during
  * allreduce"), valid until the group is freed. */
 const char *ddp_pg_last_error(const struct ddp_pg *pg);

@@ -1,0 +1,646 @@
+/*
+ * The bucketed gradient reducer (see reducer.h): bucket assignment in reverse
+ * order with size caps, launch-in-order as buckets fill during backward,
+ * finalize, no_sync, unused-parameter detection agreed by an all-reduce,
+ * bucket rebuilding from rank 0's observed order, the creation-time shape
+ * check and parameter broadcast, and the fp16/bf16 compression hooks.
+ */
+#include "reducer/reducer.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "worker/coll.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+#define DEFAULT_CAP (25u << 20)
+#define DEFAULT_FIRST_CAP (1u << 20)
+#define DESC_WORDS (3 + DDP_PARAM_MAX_DIMS) /* count, dtype, ndim, shape */
+
+struct rparam {
+    struct ddp_param p;
+    char *name;
+    size_t bucket, off; /* bucket index, element offset in it */
+    bool ready;         /* this iteration */
+    bool used_global;   /* after the last finalize */
+};
+
+struct bucket {
+    enum ddp_dtype dt;
+    size_t count;   /* elements */
+    size_t *params; /* into ddp_reducer.bparams */
+    size_t nparams, pending;
+    void *buf;
+    uint16_t *comp; /* the compressed copy, for the fp16/bf16 hooks */
+    struct ddp_work *work;
+};
+
+struct ddp_reducer {
+    struct ddp_pg *pg;
+    int rank, world;
+    struct ddp_reducer_opts o;
+    struct rparam *ps;
+    size_t np;
+    struct bucket *bk;
+    size_t nb, next_launch;
+    size_t *bparams; /* every bucket's parameter list, back to back */
+    size_t *order;   /* the order parameters became ready in this iteration */
+    size_t norder;
+    int32_t *used;
+    bool sync, rebuilt, in_finalize;
+    struct ddp_reducer_stats st;
+    char err[1024];
+};
+
+static _Thread_local char new_err[1024];
+
+const char *ddp_reducer_new_error(void)
+{
+    return new_err;
+}
+
+const char *ddp_reducer_last_error(const struct ddp_reducer *r)
+{
+    return r->err;
+}
+
+static size_t env_bytes(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v)
+        return dflt;
+    double mb = strtod(v, &end);
+    if (*end || mb < 0) {
+        DDP_WARN(REDUCER, "%s='%s' is not a size in MiB; using %zu bytes", name, v, dflt);
+        return dflt;
+    }
+    size_t b = (size_t)(mb * (1u << 20));
+    return b ? b : 1;
+}
+
+static bool is_float(enum ddp_dtype dt)
+{
+    return dt == DDP_F32 || dt == DDP_F64 || dt == DDP_BF16 || dt == DDP_F16;
+}
+
+static size_t pbytes(const struct rparam *p)
+{
+    return p->p.count * ddp_dtype_size(p->p.dtype);
+}
+
+static void *slot_of(const struct ddp_reducer *r, const struct rparam *p)
+{
+    const struct bucket *b = &r->bk[p->bucket];
+    return (char *)b->buf + p->off * ddp_dtype_size(b->dt);
+}
+
+static bool hooked(const struct ddp_reducer *r, const struct bucket *b)
+{
+    return r->o.hook != DDP_HOOK_ALLREDUCE && b->dt == DDP_F32;
+}
+
+static void free_buckets(struct bucket *bk, size_t nb)
+{
+    for (size_t i = 0; i < nb; i++) {
+        ddp_work_free(bk[i].work);
+        free(bk[i].buf);
+        free(bk[i].comp);
+    }
+    free(bk);
+}
+
+/*
+ * (Re)builds the buckets for parameters taken in `order` (the order their gradients are
+ * expected): each dtype fills its own open bucket until it reaches the cap (the very first
+ * bucket has the smaller first cap). With gradient-as-bucket-view, gradients move into the
+ * new bucket memory, keeping their values.
+ */
+static int build_buckets(struct ddp_reducer *r, const size_t *order)
+{
+    size_t np = r->np, nb = 0;
+    long open[DDP_I64 + 1];
+    for (int d = 0; d <= DDP_I64; d++)
+        open[d] = -1;
+    size_t *bcount = calloc(np ? np : 1, sizeof(size_t)); /* elements per bucket */
+    size_t *bn = calloc(np ? np : 1, sizeof(size_t));     /* parameters per bucket */
+    enum ddp_dtype *bdt = calloc(np ? np : 1, sizeof(*bdt));
+    size_t *bp = malloc((np ? np : 1) * sizeof(size_t));
+    size_t *pb = malloc((np ? np : 1) * sizeof(size_t)), *poff = malloc((np ? np : 1) * sizeof(size_t));
+    struct bucket *bk = NULL;
+    int rc = DDP_ENOMEM;
+    if (!bcount || !bn || !bdt || !bp || !pb || !poff)
+        goto out;
+    for (size_t k = 0; k < np; k++) {
+        size_t i = order[k];
+        enum ddp_dtype dt = r->ps[i].p.dtype;
+        if (open[dt] < 0) {
+            open[dt] = (long)nb;
+            bdt[nb++] = dt;
+        }
+        size_t b = (size_t)open[dt];
+        size_t cap = b == 0 ? r->o.first_bucket_bytes : r->o.bucket_cap_bytes;
+        pb[i] = b;
+        poff[i] = bcount[b];
+        bcount[b] += r->ps[i].p.count;
+        bn[b]++;
+        if (bcount[b] * ddp_dtype_size(dt) >= cap)
+            open[dt] = -1;
+    }
+    if (!(bk = calloc(nb ? nb : 1, sizeof(*bk))))
+        goto out;
+    size_t at = 0;
+    for (size_t b = 0; b < nb; b++) {
+        bk[b].dt = bdt[b];
+        bk[b].count = bcount[b];
+        bk[b].params = bp + at;
+        at += bn[b];
+        bk[b].buf = calloc(bcount[b] ? bcount[b] : 1, ddp_dtype_size(bdt[b]));
+        if (!bk[b].buf)
+            goto out;
+        if (r->o.hook != DDP_HOOK_ALLREDUCE && bdt[b] == DDP_F32 &&
+            !(bk[b].comp = malloc((bcount[b] ? bcount[b] : 1) * sizeof(uint16_t))))
+            goto out;
+    }
+    for (size_t k = 0; k < np; k++) {
+        size_t i = order[k], b = pb[i];
+        bk[b].params[bk[b].nparams++] = i;
+    }
+    for (size_t b = 0; b < nb; b++)
+        bk[b].pending = bk[b].nparams;
+    /* Commit: move gradients into their new slots, then drop the old buckets. */
+    for (size_t i = 0; i < np; i++) {
+        struct rparam *p = &r->ps[i];
+        p->bucket = pb[i];
+        p->off = poff[i];
+        if (r->o.gradient_as_bucket_view) {
+            void *slot = (char *)bk[pb[i]].buf + poff[i] * ddp_dtype_size(p->p.dtype);
+            if (*p->p.grad)
+                memcpy(slot, *p->p.grad, pbytes(p));
+            *p->p.grad = slot;
+        }
+    }
+    free_buckets(r->bk, r->nb);
+    free(r->bparams);
+    r->bk = bk;
+    r->nb = nb;
+    r->bparams = bp;
+    r->next_launch = 0;
+    bk = NULL;
+    bp = NULL;
+    rc = 0;
+out:
+    if (bk)
+        free_buckets(bk, nb);
+    free(bcount);
+    free(bn);
+    free(bdt);
+    free(bp);
+    free(pb);
+    free(poff);
+    return rc;
+}
+
+static int fail(struct ddp_reducer *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct ddp_reducer *r, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof(r->err), fmt, ap);
+    va_end(ap);
+    DDP_ERROR(REDUCER, "rank %d: %s", r->rank, r->err);
+    return code;
+}
+
+static int launch(struct ddp_reducer *r, size_t bi)
+{
+    struct bucket *b = &r->bk[bi];
+    int64_t t0 = ddp_now_ns();
+    int rc;
+    if (hooked(r, b)) {
+        /* Divide first, so the half-precision sum cannot overflow where the average would not. */
+        const float *f = b->buf;
+        float inv = 1.0f / (float)r->world;
+        if (r->o.hook == DDP_HOOK_FP16)
+            for (size_t i = 0; i < b->count; i++)
+                b->comp[i] = ddp__f32_to_f16(f[i] * inv);
+        else
+            for (size_t i = 0; i < b->count; i++)
+                b->comp[i] = ddp__f32_to_bf16(f[i] * inv);
+        rc = ddp_pg_allreduce_start(r->pg, b->comp, b->count,
+                                    r->o.hook == DDP_HOOK_FP16 ? DDP_F16 : DDP_BF16, DDP_SUM,
+                                    &b->work);
+    } else {
+        rc = ddp_pg_allreduce_start(r->pg, b->buf, b->count, b->dt, DDP_AVG, &b->work);
+    }
+    r->st.launch_host_ns += (uint64_t)(ddp_now_ns() - t0);
+    r->st.buckets_launched++;
+    if (!r->in_finalize)
+        r->st.launched_in_backward++;
+    if (rc < 0)
+        return fail(r, rc, "cannot start the all-reduce of bucket %zu: %s", bi, ddp_strerror(rc));
+    return 0;
+}
+
+/* Starts every bucket that is full, in bucket order: bucket k never before bucket k-1. */
+static int launch_ready(struct ddp_reducer *r)
+{
+    while (r->next_launch < r->nb && r->bk[r->next_launch].pending == 0) {
+        int rc = launch(r, r->next_launch);
+        r->next_launch++;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void describe(const struct ddp_param *p, char *out, size_t len)
+{
+    static const char *const dn[] = {"float32", "float64", "bfloat16",
+                                     "float16", "int32",   "int64"};
+    int n = snprintf(out, len, "%s [", (unsigned)p->dtype <= DDP_I64 ? dn[p->dtype] : "?");
+    if (p->ndim == 0)
+        n += snprintf(out + n, len - (size_t)n, "%zu", p->count);
+    for (int d = 0; d < p->ndim && (size_t)n < len; d++)
+        n += snprintf(out + n, len - (size_t)n, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+    if ((size_t)n < len)
+        snprintf(out + n, len - (size_t)n, "]");
+}
+
+static void desc_words(const struct ddp_param *p, int64_t *w)
+{
+    w[0] = (int64_t)p->count;
+    w[1] = p->dtype;
+    w[2] = p->ndim;
+    for (int d = 0; d < DDP_PARAM_MAX_DIMS; d++)
+        w[3 + d] = d < p->ndim ? p->shape[d] : 0;
+}
+
+/* Every rank must register the same parameters; on a mismatch every rank reports the same
+ * first offender, by rank and parameter. */
+static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, size_t n)
+{
+    int world = ddp_pg_world_size(pg), rc;
+    int64_t mine = (int64_t)n, *counts = malloc((size_t)world * sizeof(int64_t));
+    int64_t *all = NULL, *my = NULL;
+    if (!counts)
+        return DDP_ENOMEM;
+    if ((rc = ddp_pg_allgather(pg, &mine, counts, 1, DDP_I64)) < 0) {
+        snprintf(new_err, sizeof(new_err), "exchanging parameter counts failed: %s",
+                 ddp_pg_last_error(pg));
+        goto out;
+    }
+    for (int k = 1; k < world; k++)
+        if (counts[k] != counts[0]) {
+            snprintf(new_err, sizeof(new_err),
+                     "rank %d registers %lld parameters but rank 0 registers %lld", k,
+                     (long long)counts[k], (long long)counts[0]);
+            rc = DDP_EINVAL;
+            goto out;
+        }
+    size_t words = n * DESC_WORDS;
+    rc = DDP_ENOMEM;
+    if (!(my = malloc((words ? words : 1) * sizeof(int64_t))) ||
+        !(all = malloc((words ? words : 1) * (size_t)world * sizeof(int64_t))))
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        desc_words(&ps[i], my + i * DESC_WORDS);
+    if ((rc = ddp_pg_allgather(pg, my, all, words, DDP_I64)) < 0) {
+        snprintf(new_err, sizeof(new_err), "exchanging parameter shapes failed: %s",
+                 ddp_pg_last_error(pg));
+        goto out;
+    }
+    for (int k = 1; k < world; k++)
+        for (size_t i = 0; i < n; i++) {
+            const int64_t *a = all + i * DESC_WORDS, *b = all + ((size_t)k * n + i) * DESC_WORDS;
+            if (memcmp(a, b, DESC_WORDS * sizeof(int64_t)) == 0)
+                continue;
+            struct ddp_param pa = {.count = (size_t)a[0], .dtype = (enum ddp_dtype)a[1],
+                                   .ndim = (int)a[2]},
+                             pk = {.count = (size_t)b[0], .dtype = (enum ddp_dtype)b[1],
+                                   .ndim = (int)b[2]};
+            for (int d = 0; d < DDP_PARAM_MAX_DIMS; d++) {
+                pa.shape[d] = a[3 + d];
+                pk.shape[d] = b[3 + d];
+            }
+            char sa[200], sk[200];
+            describe(&pa, sa, sizeof(sa));
+            describe(&pk, sk, sizeof(sk));
+            snprintf(new_err, sizeof(new_err),
+                     "rank %d's parameter %zu ('%s') is %s but rank 0's is %s", k, i,
+                     ps[i].name ? ps[i].name : "?", sk, sa);
+            rc = DDP_EINVAL;
+            goto out;
+        }
+    rc = 0;
+out:
+    free(counts);
+    free(my);
+    free(all);
+    return rc;
+}
+
+int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
+                    const struct ddp_reducer_opts *opts, struct ddp_reducer **out)
+{
+    struct ddp_reducer *r = NULL;
+    int rc;
+    new_err[0] = '\0';
+    if (!pg || (n && !params) || !out) {
+        snprintf(new_err, sizeof(new_err), "invalid arguments");
+        return DDP_EINVAL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!params[i].grad || (params[i].count && !params[i].data) || params[i].ndim < 0 ||
+            params[i].ndim > DDP_PARAM_MAX_DIMS) {
+            snprintf(new_err, sizeof(new_err),
+                     "parameter %zu ('%s'): data and grad are required and ndim must be 0..%d",
+                     i, params[i].name ? params[i].name : "?", DDP_PARAM_MAX_DIMS);
+            return DDP_EINVAL;
+        }
+    if ((rc = check_across_ranks(pg, params, n)) < 0)
+        goto fail;
+    for (size_t i = 0; i < n; i++)
+        if (!is_float(params[i].dtype)) {
+            snprintf(new_err, sizeof(new_err),
+                     "parameter %zu ('%s') is not floating point; gradients are averaged", i,
+                     params[i].name ? params[i].name : "?");
+            rc = DDP_EINVAL;
+            goto fail;
+        }
+    rc = DDP_ENOMEM;
+    if (!(r = calloc(1, sizeof(*r))))
+        goto fail;
+    r->pg = pg;
+    r->rank = ddp_pg_rank(pg);
+    r->world = ddp_pg_world_size(pg);
+    r->sync = true;
+    if (opts)
+        r->o = *opts;
+    if (!r->o.bucket_cap_bytes)
+        r->o.bucket_cap_bytes = env_bytes("DDP_BUCKET_CAP_MB", DEFAULT_CAP);
+    if (!r->o.first_bucket_bytes)
+        r->o.first_bucket_bytes = env_bytes("DDP_FIRST_BUCKET_CAP_MB", DEFAULT_FIRST_CAP);
+    r->np = n;
+    size_t *order = NULL;
+    if (!(r->ps = calloc(n ? n : 1, sizeof(*r->ps))) ||
+        !(r->order = malloc((n ? n : 1) * sizeof(size_t))) ||
+        !(r->used = calloc(n ? n : 1, sizeof(int32_t))) ||
+        !(order = malloc((n ? n : 1) * sizeof(size_t))))
+        goto fail_r;
+    for (size_t i = 0; i < n; i++) {
+        r->ps[i].p = params[i];
+        r->ps[i].used_global = true;
+        if (!(r->ps[i].name = strdup(params[i].name ? params[i].name : "?")))
+            goto fail_r;
+        r->ps[i].p.name = r->ps[i].name;
+    }
+    /* Rank 0's values everywhere, so every replica starts identical. */
+    if (!r->o.no_broadcast)
+        for (size_t i = 0; i < n; i++)
+            if ((rc = ddp_pg_broadcast(pg, params[i].data, params[i].count, params[i].dtype, 0)) <
+                0) {
+                snprintf(new_err, sizeof(new_err), "broadcasting the parameters failed: %s",
+                         ddp_pg_last_error(pg));
+                goto fail_r;
+            }
+    for (size_t i = 0; i < n; i++)
+        order[i] = n - 1 - i; /* backward produces gradients in reverse */
+    rc = build_buckets(r, order);
+    free(order);
+    order = NULL;
+    if (rc < 0)
+        goto fail_r;
+    DDP_INFO(REDUCER, "rank %d: %zu parameters in %zu buckets (cap %zu bytes, first %zu)",
+             r->rank, n, r->nb, r->o.bucket_cap_bytes, r->o.first_bucket_bytes);
+    *out = r;
+    return 0;
+fail_r:
+    free(order);
+    ddp_reducer_free(r);
+fail:
+    if (!new_err[0])
+        snprintf(new_err, sizeof(new_err), "%s", ddp_strerror(rc));
+    DDP_ERROR(REDUCER, "cannot create the reducer: %s", new_err);
+    return rc;
+}
+
+void ddp_reducer_free(struct ddp_reducer *r)
+{
+    if (!r)
+        return;
+    /* With gradient-as-bucket-view the program's gradient pointers point into the buckets. */
+    if (r->o.gradient_as_bucket_view)
+        for (size_t i = 0; i < r->np; i++)
+            if (r->ps[i].p.grad)
+                *r->ps[i].p.grad = NULL;
+    free_buckets(r->bk, r->nb);
+    for (size_t i = 0; i < r->np && r->ps; i++)
+        free(r->ps[i].name);
+    free(r->ps);
+    free(r->bparams);
+    free(r->order);
+    free(r->used);
+    free(r);
+}
+
+void ddp_reducer_set_sync(struct ddp_reducer *r, bool sync)
+{
+    r->sync = sync;
+}
+
+int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
+{
+    if (i >= r->np)
+        return fail(r, DDP_EINVAL, "parameter index %zu is out of range (%zu parameters)", i,
+                    r->np);
+    struct rparam *p = &r->ps[i];
+    if (p->ready)
+        return fail(r, DDP_EINVAL, "parameter %zu ('%s') marked ready twice in one iteration",
+                    i, p->name);
+    p->ready = true;
+    r->order[r->norder++] = i;
+    r->used[i] = 1;
+    if (!r->sync)
+        return 0;
+    if (!r->o.gradient_as_bucket_view) {
+        if (*p->p.grad)
+            memcpy(slot_of(r, p), *p->p.grad, pbytes(p));
+        else
+            memset(slot_of(r, p), 0, pbytes(p));
+    }
+    r->bk[p->bucket].pending--;
+    return r->o.no_overlap ? 0 : launch_ready(r);
+}
+
+static void reset_iteration(struct ddp_reducer *r)
+{
+    for (size_t i = 0; i < r->np; i++) {
+        r->ps[i].ready = false;
+        r->used[i] = 0;
+    }
+    r->norder = 0;
+    for (size_t b = 0; b < r->nb; b++) {
+        ddp_work_free(r->bk[b].work);
+        r->bk[b].work = NULL;
+        r->bk[b].pending = r->bk[b].nparams;
+    }
+    r->next_launch = 0;
+}
+
+/* Rank 0's ready order, with the parameters it never saw ready appended in reverse
+ * registration order, becomes everyone's bucket order. */
+static int rebuild(struct ddp_reducer *r)
+{
+    size_t n = r->np, k = 0;
+    int64_t *ord = malloc((n ? n : 1) * sizeof(int64_t));
+    size_t *order = malloc((n ? n : 1) * sizeof(size_t));
+    char *seen = calloc(n ? n : 1, 1);
+    int rc = DDP_ENOMEM;
+    if (!ord || !order || !seen)
+        goto out;
+    for (size_t j = 0; j < r->norder; j++)
+        ord[k++] = (int64_t)r->order[j];
+    for (size_t j = n; j-- > 0;)
+        if (!r->ps[j].ready)
+            ord[k++] = (int64_t)j;
+    if ((rc = ddp_pg_broadcast(r->pg, ord, n, DDP_I64, 0)) < 0) {
+        fail(r, rc, "broadcasting the bucket order failed: %s", ddp_pg_last_error(r->pg));
+        goto out;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (ord[j] < 0 || (size_t)ord[j] >= n || seen[ord[j]]++) {
+            rc = fail(r, DDP_EPROTO, "rank 0's bucket order is not a permutation");
+            goto out;
+        }
+        order[j] = (size_t)ord[j];
+    }
+    if ((rc = build_buckets(r, order)) < 0)
+        goto out;
+    r->st.rebuilds++;
+    DDP_INFO(REDUCER, "rank %d: buckets rebuilt in rank 0's gradient order: %zu buckets", r->rank,
+             r->nb);
+out:
+    free(ord);
+    free(order);
+    free(seen);
+    return rc;
+}
+
+int ddp_reducer_finalize(struct ddp_reducer *r)
+{
+    int rc = 0;
+    if (!r->sync) {
+        reset_iteration(r);
+        return 0;
+    }
+    r->in_finalize = true;
+    size_t missing = 0;
+    for (size_t i = 0; i < r->np; i++)
+        missing += !r->ps[i].ready;
+    if (missing && !r->o.find_unused_parameters) {
+        char names[700] = "";
+        size_t at = 0, listed = 0;
+        for (size_t i = 0; i < r->np && listed < 8; i++)
+            if (!r->ps[i].ready) {
+                at += (size_t)snprintf(names + at, sizeof(names) - at, "%s'%s'",
+                                       listed ? ", " : "", r->ps[i].name);
+                listed++;
+                if (at >= sizeof(names))
+                    break;
+            }
+        fail(r, DDP_EINVAL,
+             "%zu parameter(s) never had their gradient marked ready in this iteration: %s%s "
+             "(parameters not used in the loss need find_unused_parameters)",
+             missing, names, missing > listed ? ", ..." : "");
+        char why[1200];
+        snprintf(why, sizeof(why), "reducer: %s", r->err);
+        ddp_pg_abort(r->pg, why);
+        rc = DDP_EINVAL;
+        goto done;
+    }
+    /* Unused here: zeros in the bucket, so the reduction can complete. */
+    for (size_t i = 0; i < r->np; i++) {
+        struct rparam *p = &r->ps[i];
+        if (p->ready)
+            continue;
+        memset(slot_of(r, p), 0, pbytes(p));
+        r->bk[p->bucket].pending--;
+    }
+    if ((rc = launch_ready(r)) < 0)
+        goto done;
+    if (r->o.find_unused_parameters &&
+        (rc = ddp_pg_allreduce(r->pg, r->used, r->np, DDP_I32, DDP_MAX)) < 0) {
+        fail(r, rc, "agreeing on unused parameters failed: %s", ddp_pg_last_error(r->pg));
+        goto done;
+    }
+    int64_t t0 = ddp_now_ns();
+    for (size_t b = 0; b < r->nb; b++) {
+        int e = r->bk[b].work ? ddp_work_wait(r->bk[b].work) : 0;
+        if (e < 0 && rc == 0)
+            rc = fail(r, e, "all-reduce of bucket %zu failed: %s", b, ddp_pg_last_error(r->pg));
+    }
+    r->st.finalize_wait_ns += (uint64_t)(ddp_now_ns() - t0);
+    if (rc < 0)
+        goto done;
+    for (size_t i = 0; i < r->np; i++)
+        r->ps[i].used_global = !r->o.find_unused_parameters || r->used[i];
+    for (size_t bi = 0; bi < r->nb; bi++) {
+        struct bucket *b = &r->bk[bi];
+        if (hooked(r, b)) {
+            float *f = b->buf;
+            if (r->o.hook == DDP_HOOK_FP16)
+                for (size_t i = 0; i < b->count; i++)
+                    f[i] = ddp__f16_to_f32(b->comp[i]);
+            else
+                for (size_t i = 0; i < b->count; i++)
+                    f[i] = ddp__bf16_to_f32(b->comp[i]);
+        }
+        if (r->o.gradient_as_bucket_view)
+            continue;
+        for (size_t k = 0; k < b->nparams; k++) {
+            struct rparam *p = &r->ps[b->params[k]];
+            if (p->used_global && *p->p.grad)
+                memcpy(*p->p.grad, slot_of(r, p), pbytes(p));
+        }
+    }
+    r->st.iterations++;
+    if (!r->rebuilt && !r->o.no_rebuild) {
+        r->rebuilt = true;
+        rc = rebuild(r);
+    }
+done:
+    r->in_finalize = false;
+    reset_iteration(r);
+    return rc;
+}
+
+bool ddp_reducer_param_used(const struct ddp_reducer *r, size_t i)
+{
+    return i < r->np && r->ps[i].used_global;
+}
+
+size_t ddp_reducer_num_buckets(const struct ddp_reducer *r)
+{
+    return r->nb;
+}
+
+size_t ddp_reducer_bucket_params(const struct ddp_reducer *r, size_t b, size_t *idx, size_t max)
+{
+    if (b >= r->nb)
+        return 0;
+    for (size_t k = 0; k < r->bk[b].nparams && k < max; k++)
+        idx[k] = r->bk[b].params[k];
+    return r->bk[b].nparams;
+}
+
+void ddp_reducer_get_stats(const struct ddp_reducer *r, struct ddp_reducer_stats *st)
+{
+    *st = r->st;
+}

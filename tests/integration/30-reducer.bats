@@ -1,0 +1,96 @@
+#!/usr/bin/env bats
+# The gradient reducer on real process groups: values checked against the formula every rank
+# used to produce its gradients (tests/helpers/reducertest.c), not against the reducer itself.
+load '../lib/common'
+
+RT="$BUILD/tests/reducertest"
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+}
+
+job() { # nproc args...
+  local n=$1; shift
+  local a="$RT" x
+  for x in "$@"; do a="$a, $x"; done
+  printf 'command: [%s]\nnproc_per_node: %d\nlogs: {dir: logs}\n' "$a" "$n" >job.yaml
+  run "$DDPRUN" job.yaml
+}
+
+@test "buckets in reverse order within caps; gradients averaged over 1 to 4 ranks, with and without gradient-as-bucket-view" {
+  for n in 1 2 3 4; do
+    for view in "" --view; do
+      job "$n" basic $view
+      [ "$status" -eq 0 ] || { echo "n=$n $view: $output"; return 1; }
+      [ "$(grep -c 'basic passed' <<<"$output")" -eq "$n" ]
+    done
+  done
+  # One parameter per bucket (cap of one byte), and everything in one bucket.
+  job 3 basic --cap 1 --first 1
+  assert_success
+  assert_output --partial "reducertest: 9 buckets"
+  job 2 basic --cap 1000000000 --first 1000000000
+  assert_success
+  assert_output --partial "reducertest: 3 buckets"   # one per dtype: f32, f64, bf16
+}
+
+@test "buckets start during backward, in order, while the rest of backward runs" {
+  job 2 overlap
+  assert_success
+  # 3 iterations: 5 buckets in the first, and as many after the rebuild
+  assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
+  job 2 overlap --no-overlap
+  assert_success
+  assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
+}
+
+@test "fp16 and bf16 compression hooks average within their precision" {
+  for hook in fp16 bf16; do
+    job 3 basic --hook "$hook"
+    [ "$status" -eq 0 ] || { echo "$hook: $output"; return 1; }
+  done
+  job 2 basic --hook fp16 --view
+  assert_success
+}
+
+@test "no_sync: k local steps then one synchronised step reduce the sum of all k+1 gradients" {
+  for view in "" --view; do
+    job 3 nosync 3 $view
+    [ "$status" -eq 0 ] || { echo "$view: $output"; return 1; }
+    [ "$(grep -c 'nosync passed' <<<"$output")" -eq 3 ]
+  done
+}
+
+@test "find_unused_parameters: a parameter no rank used and one some ranks used, agreed by all" {
+  job 3 unused --find
+  assert_success
+  assert_output --partial "parameter 2 unused everywhere, 5 used by some ranks"
+  [ "$(grep -c 'unused passed' <<<"$output")" -eq 3 ]
+}
+
+@test "without find_unused_parameters, a gradient never marked ready is one error naming it, on every rank, fast" {
+  SECONDS=0
+  job 3 unused --only-rank0
+  assert_success   # reducertest exits 0 once it saw the error
+  [ "$SECONDS" -lt 10 ]
+  for r in 0 1 2; do
+    grep "reducertest rank $r: finalize:" <<<"$output" | grep -q "never had their gradient marked ready in this iteration: 'layer2.bias'"
+  done
+}
+
+@test "buckets are rebuilt in rank 0's gradient order after the first iteration, and results stay right" {
+  for view in "" --view; do
+    job 3 rebuild $view
+    [ "$status" -eq 0 ] || { echo "$view: $output"; return 1; }
+    assert_output --partial "buckets rebuilt"
+    [ "$(grep -c 'rebuild passed' <<<"$output")" -eq 3 ]
+  done
+}
+
+@test "mismatched parameter shapes across ranks: one error naming the rank and the parameter, on every rank" {
+  job 3 mismatch
+  assert_success
+  for r in 0 1 2; do
+    assert_output --partial "reducertest rank $r: rank 1's parameter 4 ('layer2.weight') is float32 [128, 512] but rank 0's is float32 [256, 256]"
+  done
+}
