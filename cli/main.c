@@ -136,22 +136,37 @@ int ddp__cli_apply_log_level(const char *lvl)
     return -1;
 }
 
-/* The embedded default job: local ranks that meet at the store (see cli/smoke.c). */
+/*
+ * The embedded default job: the Fashion-MNIST example (ddprun-fmnist, installed next to ddprun)
+ * on two local ranks, 3 epochs; where the example is not installed, ranks that meet at the
+ * store and pass a barrier (cli/smoke.c).
+ */
 static int load_default_job(struct ddp_cli_opts *o, struct ddp_job **job)
 {
-    char self[PATH_MAX], yaml[PATH_MAX + 256], nproc[64];
+    char self[PATH_MAX], trainer[PATH_MAX + 32], yaml[2 * PATH_MAX + 256], nproc[64];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) {
         ddp__cli_error("cannot find the ddprun executable: %s", strerror(errno));
         return -1;
     }
     self[n] = '\0';
-    snprintf(yaml, sizeof(yaml),
-             "name: default\n"
-             "command: ['%s', __smoke-worker]\n"
-             "nproc_per_node: 2\n"
-             "stop_grace: 5s\n",
-             self);
+    char *slash = strrchr(self, '/');
+    snprintf(trainer, sizeof(trainer), "%.*s/ddprun-fmnist", slash ? (int)(slash - self) : 1,
+             slash ? self : ".");
+    if (access(trainer, X_OK) == 0)
+        snprintf(yaml, sizeof(yaml),
+                 "name: default\n"
+                 "command: ['%s', --epochs, '3']\n"
+                 "nproc_per_node: 2\n"
+                 "stop_grace: 5s\n",
+                 trainer);
+    else
+        snprintf(yaml, sizeof(yaml),
+                 "name: default\n"
+                 "command: ['%s', __smoke-worker]\n"
+                 "nproc_per_node: 2\n"
+                 "stop_grace: 5s\n",
+                 self);
     if (o->vals[DDP_OPT_NPROC]) {
         snprintf(nproc, sizeof(nproc), "nproc_per_node=%s", o->vals[DDP_OPT_NPROC]);
         if (o->nsets < sizeof(o->sets) / sizeof(o->sets[0]))

@@ -52,3 +52,14 @@ load '../lib/common'
   run bash -c "MANWIDTH=80 man -l '$REPO/man/ddprun-store.7' | col -b"
   assert_output --partial "LEASE_GRANT"
 }
+
+@test "every public function of the process group and the reducer is in its man page" {
+  for pair in worker/pg.h:ddp_pg.3 reducer/reducer.h:ddp_reducer.3; do
+    h=${pair%%:*} m=${pair##*:}
+    fns=$(grep -oE '\bddp_(pg|work|reducer)_[a-z_]+\(' "$REPO/$h" | tr -d '(' | sort -u)
+    [ -n "$fns" ]
+    for f in $fns; do
+      sed 's/\\-/-/g' "$REPO/man/$m" | grep -q "$f" || { echo "$f missing from man/$m"; return 1; }
+    done
+  done
+}

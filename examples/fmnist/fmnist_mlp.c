@@ -1,0 +1,774 @@
+/*
+ * ddprun-fmnist: a data-parallel multi-layer perceptron trained on Fashion-MNIST.
+ *
+ * It links libddp and OpenBLAS. Backward runs layer by layer from the output,
+ * and each layer's gradients are handed to the reducer the moment they are
+ * computed, so their all-reduce overlaps the backward of the layers below.
+ * Data are sharded by rank from a seeded per-epoch shuffle of the whole
+ * training set: with a fixed global batch, N ranks see exactly the samples one
+ * process would, so the result does not depend on N (to float rounding).
+ * Checkpoints are written atomically by rank 0 (temporary file, fsync, rename,
+ * fsync of the directory) and resumed from on start.
+ *
+ * Run alone it trains as one process; under ddprun (RANK etc. set) it joins
+ * the process group. See --help.
+ */
+#include "ddp.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define MAX_LAYERS 8
+#define IMG 784
+#define CLASSES 10
+#define CKPT_MAGIC "DDPFMN01"
+
+struct cfg {
+    int epochs, batch, nhidden, hidden[MAX_LAYERS], seed, ckpt_every, eval_every;
+    long max_steps;
+    float lr, momentum;
+    const char *data, *ckpt_dir, *dump, *compare;
+    double tol;
+    bool ddp, view, overlap, bench, find_unused;
+    double bucket_mb, first_mb;
+    enum ddp_comm_hook hook;
+};
+
+struct dataset {
+    int n;
+    float *x; /* n x 784, normalised */
+    uint8_t *y;
+};
+
+struct model {
+    int L;            /* layers */
+    int dim[MAX_LAYERS + 1];
+    float *W[MAX_LAYERS], *b[MAX_LAYERS];   /* W[l]: dim[l+1] x dim[l], row-major */
+    float *gW[MAX_LAYERS], *gb[MAX_LAYERS]; /* gradients (maybe inside reducer buckets) */
+    float *vW[MAX_LAYERS], *vb[MAX_LAYERS]; /* momentum */
+    float *own_g[2 * MAX_LAYERS];           /* the gradient buffers we allocated */
+};
+
+static int rank = 0, world = 1;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ddprun-fmnist rank %d: ", rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* splitmix64: the seeded generator for initialisation and shuffles (same on every rank). */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(int *perm, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(mix(&seed) % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* ---- data: the IDX files of Debian's dataset-fashion-mnist ---- */
+
+static void *read_gz(const char *dir, const char *name, size_t *len)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        die("cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)",
+            path, strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n == cap && !(buf = realloc(buf, cap *= 2)))
+            die("out of memory reading %s", path);
+        int r = gzread(f, buf + n, (unsigned)(cap - n));
+        if (r < 0)
+            die("%s is not a readable gzip file", path);
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    gzclose(f);
+    *len = n;
+    return buf;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void load_set(const char *dir, const char *images, const char *labels, struct dataset *d)
+{
+    size_t il, ll;
+    uint8_t *im = read_gz(dir, images, &il), *lb = read_gz(dir, labels, &ll);
+    if (il < 16 || be32(im) != 0x803 || be32(im + 8) != 28 || be32(im + 12) != 28)
+        die("%s/%s is not an IDX file of 28x28 images", dir, images);
+    if (ll < 8 || be32(lb) != 0x801)
+        die("%s/%s is not an IDX label file", dir, labels);
+    uint32_t n = be32(im + 4);
+    if (be32(lb + 4) != n || il != 16 + (size_t)n * IMG || ll != 8 + (size_t)n)
+        die("%s: %s and %s disagree or are truncated", dir, images, labels);
+    d->n = (int)n;
+    d->x = malloc((size_t)n * IMG * sizeof(float));
+    d->y = malloc(n);
+    /* The dataset's mean and standard deviation of pixel values. */
+    for (size_t i = 0; i < (size_t)n * IMG; i++)
+        d->x[i] = ((float)im[16 + i] / 255.0f - 0.2860f) / 0.3530f;
+    for (uint32_t i = 0; i < n; i++) {
+        if (lb[8 + i] >= CLASSES)
+            die("%s/%s: label %u out of range", dir, labels, lb[8 + i]);
+        d->y[i] = lb[8 + i];
+    }
+    free(im);
+    free(lb);
+}
+
+/* ---- model ---- */
+
+static void model_init(struct model *m, const struct cfg *c)
+{
+    m->L = c->nhidden + 1;
+    m->dim[0] = IMG;
+    for (int l = 0; l < c->nhidden; l++)
+        m->dim[l + 1] = c->hidden[l];
+    m->dim[m->L] = CLASSES;
+    uint64_t s = (uint64_t)c->seed * 7919u + 1;
+    for (int l = 0; l < m->L; l++) {
+        size_t in = (size_t)m->dim[l], out = (size_t)m->dim[l + 1];
+        m->W[l] = malloc(in * out * sizeof(float));
+        m->b[l] = calloc(out, sizeof(float));
+        m->gW[l] = m->own_g[2 * l] = calloc(in * out, sizeof(float));
+        m->gb[l] = m->own_g[2 * l + 1] = calloc(out, sizeof(float));
+        m->vW[l] = calloc(in * out, sizeof(float));
+        m->vb[l] = calloc(out, sizeof(float));
+        float lim = sqrtf(6.0f / (float)in); /* He uniform, for ReLU */
+        for (size_t i = 0; i < in * out; i++)
+            m->W[l][i] = ((float)(mix(&s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * lim;
+    }
+}
+
+static size_t nparams(const struct model *m)
+{
+    size_t n = 0;
+    for (int l = 0; l < m->L; l++)
+        n += (size_t)m->dim[l] * (size_t)m->dim[l + 1] + (size_t)m->dim[l + 1];
+    return n;
+}
+
+/* Visits every parameter tensor (and its momentum) in registration order. */
+#define FOR_TENSORS(m, l, which, p, v, n)                                                          \
+    for (int l = 0; l < (m)->L; l++)                                                               \
+        for (int which = 0; which < 2; which++)                                                    \
+            for (float *p = which ? (m)->b[l] : (m)->W[l], *v = which ? (m)->vb[l] : (m)->vW[l],   \
+                       *p##_once = p;                                                              \
+                 p##_once; p##_once = NULL)                                                        \
+                for (size_t n = which ? (size_t)(m)->dim[l + 1]                                    \
+                                      : (size_t)(m)->dim[l] * (size_t)(m)->dim[l + 1],             \
+                            n##_once = 1;                                                          \
+                     n##_once; n##_once = 0)
+
+/* Activations for a batch: A[0] = input, A[l+1] = layer l's output (pre-ReLU kept in Z). */
+struct acts {
+    int cap;
+    float *Z[MAX_LAYERS], *A[MAX_LAYERS + 1], *dZ, *dA;
+};
+
+static void acts_alloc(struct acts *a, const struct model *m, int batch)
+{
+    int widest = IMG;
+    for (int l = 0; l <= m->L; l++)
+        widest = m->dim[l] > widest ? m->dim[l] : widest;
+    a->cap = batch;
+    for (int l = 0; l < m->L; l++) {
+        a->Z[l] = malloc((size_t)batch * (size_t)m->dim[l + 1] * sizeof(float));
+        a->A[l + 1] = malloc((size_t)batch * (size_t)m->dim[l + 1] * sizeof(float));
+    }
+    a->dZ = malloc((size_t)batch * (size_t)widest * sizeof(float));
+    a->dA = malloc((size_t)batch * (size_t)widest * sizeof(float));
+}
+
+static void forward(const struct model *m, struct acts *a, const float *x, int b)
+{
+    a->A[0] = (float *)x;
+    for (int l = 0; l < m->L; l++) {
+        int in = m->dim[l], out = m->dim[l + 1];
+        float *Z = a->Z[l];
+        for (int i = 0; i < b; i++)
+            memcpy(Z + (size_t)i * (size_t)out, m->b[l], (size_t)out * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1.0f, a->A[l], in,
+                    m->W[l], in, 1.0f, Z, out);
+        float *A = a->A[l + 1];
+        size_t n = (size_t)b * (size_t)out;
+        if (l < m->L - 1)
+            for (size_t i = 0; i < n; i++)
+                A[i] = Z[i] > 0 ? Z[i] : 0;
+        else
+            memcpy(A, Z, n * sizeof(float));
+    }
+}
+
+/* Softmax cross-entropy of the logits in A[L]; returns the summed loss and writes
+ * d(loss * scale)/dlogits into dZ, counting correct predictions. */
+static double loss_grad(const struct model *m, struct acts *a, const uint8_t *y, int b,
+                        float scale, float *dZ, long *correct)
+{
+    const float *lg = a->A[m->L];
+    double total = 0;
+    for (int i = 0; i < b; i++) {
+        const float *z = lg + (size_t)i * CLASSES;
+        float mx = z[0];
+        int arg = 0;
+        for (int k = 1; k < CLASSES; k++)
+            if (z[k] > mx) {
+                mx = z[k];
+                arg = k;
+            }
+        double sum = 0;
+        for (int k = 0; k < CLASSES; k++)
+            sum += exp((double)(z[k] - mx));
+        total += log(sum) - (double)(z[y[i]] - mx);
+        if (correct)
+            *correct += arg == y[i];
+        if (dZ)
+            for (int k = 0; k < CLASSES; k++) {
+                double p = exp((double)(z[k] - mx)) / sum;
+                dZ[(size_t)i * CLASSES + k] = (float)((p - (k == y[i])) * scale);
+            }
+    }
+    return total;
+}
+
+/* Backward, accumulating into the gradients, handing each layer to the reducer as soon as
+ * its gradients are complete (bias then weight: the reverse of registration order). */
+static void backward(struct model *m, struct acts *a, int b, struct ddp_reducer *red)
+{
+    float *dZ = a->dZ, *dA = a->dA;
+    for (int l = m->L - 1; l >= 0; l--) {
+        int in = m->dim[l], out = m->dim[l + 1];
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, b, 1.0f, dZ, out, a->A[l],
+                    in, 1.0f, m->gW[l], in);
+        for (int i = 0; i < b; i++)
+            for (int k = 0; k < out; k++)
+                m->gb[l][k] += dZ[(size_t)i * (size_t)out + (size_t)k];
+        if (red) {
+            if (ddp_reducer_mark_ready(red, (size_t)(2 * l + 1)) != 0 ||
+                ddp_reducer_mark_ready(red, (size_t)(2 * l)) != 0)
+                die("reducer: %s", ddp_reducer_last_error(red));
+        }
+        if (l == 0)
+            break;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, in, out, 1.0f, dZ, out, m->W[l],
+                    in, 0.0f, dA, in);
+        const float *Zp = a->Z[l - 1];
+        for (size_t i = 0; i < (size_t)b * (size_t)in; i++)
+            dA[i] = Zp[i] > 0 ? dA[i] : 0;
+        float *t = dZ;
+        dZ = dA;
+        dA = t;
+    }
+}
+
+static void sgd(struct model *m, float lr, float mu)
+{
+    for (int l = 0; l < m->L; l++) {
+        size_t nw = (size_t)m->dim[l] * (size_t)m->dim[l + 1], nb = (size_t)m->dim[l + 1];
+        for (size_t i = 0; i < nw; i++) {
+            m->vW[l][i] = mu * m->vW[l][i] + m->gW[l][i];
+            m->W[l][i] -= lr * m->vW[l][i];
+        }
+        for (size_t i = 0; i < nb; i++) {
+            m->vb[l][i] = mu * m->vb[l][i] + m->gb[l][i];
+            m->b[l][i] -= lr * m->vb[l][i];
+        }
+        memset(m->gW[l], 0, nw * sizeof(float));
+        memset(m->gb[l], 0, nb * sizeof(float));
+    }
+}
+
+/* ---- checkpoints: written atomically by rank 0, read by rank 0 and broadcast ---- */
+
+struct ckpt_head {
+    char magic[8];
+    uint32_t L, dim[MAX_LAYERS + 1];
+    int64_t step; /* global steps done */
+    uint32_t batch;
+};
+
+static int write_all(int fd, const void *p, size_t n, uLong *crc)
+{
+    const char *c = p;
+    *crc = crc32(*crc, p, (uInt)n);
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void ckpt_save(const struct model *m, const char *dir, int64_t step, int batch)
+{
+    char tmp[4096], fin[4096];
+    snprintf(fin, sizeof(fin), "%s/fmnist.ckpt", dir);
+    snprintf(tmp, sizeof(tmp), "%s/.fmnist.ckpt.tmp.%d", dir, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        die("cannot write checkpoint %s: %s", tmp, strerror(errno));
+    struct ckpt_head h = {.L = (uint32_t)m->L, .step = step, .batch = (uint32_t)batch};
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    for (int l = 0; l <= m->L; l++)
+        h.dim[l] = (uint32_t)m->dim[l];
+    uLong crc = crc32(0, Z_NULL, 0);
+    int bad = write_all(fd, &h, sizeof(h), &crc);
+    const char *crash = getenv("FMNIST_CRASH_AT_STEP"); /* tests: die in the middle of a write */
+    FOR_TENSORS(m, l, which, p, v, n)
+    {
+        bad |= write_all(fd, p, n * sizeof(float), &crc);
+        if (crash && atoll(crash) == step)
+            _exit(9);
+        bad |= write_all(fd, v, n * sizeof(float), &crc);
+    }
+    uint32_t c32 = (uint32_t)crc;
+    uLong dummy = 0;
+    bad |= write_all(fd, &c32, sizeof(c32), &dummy);
+    if (bad || fsync(fd) != 0 || close(fd) != 0) {
+        unlink(tmp);
+        die("cannot write checkpoint %s: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, fin) != 0)
+        die("cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+}
+
+/* Returns the step to resume from (0 when there is no checkpoint). A file that is not a
+ * complete checkpoint of this model is refused, loudly: never resumed from. */
+static int64_t ckpt_load(struct model *m, const char *dir, int batch)
+{
+    char fin[4096];
+    snprintf(fin, sizeof(fin), "%s/fmnist.ckpt", dir);
+    FILE *f = fopen(fin, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        die("cannot read checkpoint %s: %s", fin, strerror(errno));
+    }
+    struct ckpt_head h;
+    uLong crc = crc32(0, Z_NULL, 0);
+    if (fread(&h, sizeof(h), 1, f) != 1 || memcmp(h.magic, CKPT_MAGIC, 8) != 0)
+        die("%s is not a checkpoint of this trainer", fin);
+    if (h.L != (uint32_t)m->L || h.batch != (uint32_t)batch)
+        die("%s was written for another model or global batch size", fin);
+    for (int l = 0; l <= m->L; l++)
+        if (h.dim[l] != (uint32_t)m->dim[l])
+            die("%s was written for another model (layer sizes differ)", fin);
+    crc = crc32(crc, (const Bytef *)&h, sizeof(h));
+    FOR_TENSORS(m, l, which, p, v, n)
+    {
+        if (fread(p, sizeof(float), n, f) != n || fread(v, sizeof(float), n, f) != n)
+            die("%s is truncated", fin);
+        crc = crc32(crc, (const Bytef *)p, (uInt)(n * sizeof(float)));
+        crc = crc32(crc, (const Bytef *)v, (uInt)(n * sizeof(float)));
+    }
+    uint32_t c32;
+    if (fread(&c32, sizeof(c32), 1, f) != 1 || c32 != (uint32_t)crc)
+        die("%s is corrupt (checksum mismatch); refusing to resume from it", fin);
+    fclose(f);
+    return h.step;
+}
+
+/* ---- evaluation: test set sharded by rank, counts summed ---- */
+
+static void evaluate(const struct model *m, struct acts *a, const struct dataset *t,
+                     struct ddp_pg *pg, double *loss, double *acc)
+{
+    int lo = (int)((long)t->n * rank / world), hi = (int)((long)t->n * (rank + 1) / world);
+    double sums[2] = {0, 0}; /* loss, correct */
+    for (int i = lo; i < hi; i += a->cap) {
+        int b = hi - i < a->cap ? hi - i : a->cap;
+        long correct = 0;
+        forward(m, a, t->x + (size_t)i * IMG, b);
+        sums[0] += loss_grad(m, a, t->y + i, b, 0, NULL, &correct);
+        sums[1] += (double)correct;
+    }
+    if (pg && ddp_pg_allreduce(pg, sums, 2, DDP_F64, DDP_SUM) != 0)
+        die("evaluation all-reduce failed: %s", ddp_pg_last_error(pg));
+    *loss = sums[0] / t->n;
+    *acc = 100.0 * sums[1] / t->n;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ddprun-fmnist [options]\n"
+            "  --epochs N          epochs (default 3)\n"
+            "  --batch B           global batch size, split over the ranks (default 64)\n"
+            "  --hidden A,B,...    hidden layer widths (default 256,128)\n"
+            "  --lr X --momentum X SGD with momentum (default 0.02, 0.9)\n"
+            "  --seed N            initialisation and shuffle seed (default 1)\n"
+            "  --data DIR          Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
+            "  --checkpoint-dir D  resume from and save to D (default $DDPRUN_CHECKPOINT_DIR)\n"
+            "  --checkpoint-every N  also checkpoint every N steps (default: each epoch)\n"
+            "  --max-steps N       stop after N global steps in total\n"
+            "  --eval-every N      evaluate every N epochs (default 1; 0 = only at the end)\n"
+            "  --no-ddp            no process group: every process trains alone (compute only)\n"
+            "  --bucket-view       gradients live in the reducer's buckets\n"
+            "  --no-overlap        all-reduce everything after backward\n"
+            "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
+            "  --hook fp16|bf16    compress buckets\n"
+            "  --bench             print the median step time and reducer statistics\n"
+            "  --dump FILE         write the final parameters (rank 0)\n"
+            "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n");
+}
+
+static void parse(int argc, char **argv, struct cfg *c)
+{
+    *c = (struct cfg){.epochs = 3,
+                      .batch = 64,
+                      .nhidden = 2,
+                      .hidden = {256, 128},
+                      .seed = 1,
+                      .lr = 0.02f,
+                      .momentum = 0.9f,
+                      .data = "/usr/share/datasets/fashion-mnist",
+                      .ckpt_dir = getenv("DDPRUN_CHECKPOINT_DIR"),
+                      .tol = 1e-4,
+                      .ddp = true,
+                      .overlap = true,
+                      .eval_every = 1,
+                      .bucket_mb = -1,
+                      .first_mb = -1};
+    enum { O_EPOCHS = 256, O_BATCH, O_HIDDEN, O_LR, O_MOM, O_SEED, O_DATA, O_CKPT, O_CKEVERY,
+           O_MAXSTEPS, O_NODDP, O_VIEW, O_NOOVER, O_BMB, O_FMB, O_HOOK, O_BENCH, O_DUMP, O_CMP,
+           O_TOL, O_EVAL, O_HELP };
+    static const struct option lo[] = {
+        {"epochs", 1, 0, O_EPOCHS},       {"batch", 1, 0, O_BATCH},
+        {"hidden", 1, 0, O_HIDDEN},       {"lr", 1, 0, O_LR},
+        {"momentum", 1, 0, O_MOM},        {"seed", 1, 0, O_SEED},
+        {"data", 1, 0, O_DATA},           {"checkpoint-dir", 1, 0, O_CKPT},
+        {"checkpoint-every", 1, 0, O_CKEVERY}, {"max-steps", 1, 0, O_MAXSTEPS},
+        {"no-ddp", 0, 0, O_NODDP},        {"bucket-view", 0, 0, O_VIEW},
+        {"no-overlap", 0, 0, O_NOOVER},   {"bucket-mb", 1, 0, O_BMB},
+        {"first-bucket-mb", 1, 0, O_FMB}, {"hook", 1, 0, O_HOOK},
+        {"bench", 0, 0, O_BENCH},         {"dump", 1, 0, O_DUMP},
+        {"compare", 1, 0, O_CMP},         {"tol", 1, 0, O_TOL},
+        {"eval-every", 1, 0, O_EVAL},     {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (o) {
+        case O_EPOCHS: c->epochs = atoi(optarg); break;
+        case O_BATCH: c->batch = atoi(optarg); break;
+        case O_HIDDEN: {
+            c->nhidden = 0;
+            for (char *s = optarg; *s && c->nhidden < MAX_LAYERS - 1;) {
+                c->hidden[c->nhidden++] = (int)strtol(s, &s, 10);
+                if (*s == ',')
+                    s++;
+                else if (*s)
+                    die("--hidden wants widths separated by commas, not '%s'", optarg);
+            }
+            break;
+        }
+        case O_LR: c->lr = strtof(optarg, NULL); break;
+        case O_MOM: c->momentum = strtof(optarg, NULL); break;
+        case O_SEED: c->seed = atoi(optarg); break;
+        case O_DATA: c->data = optarg; break;
+        case O_CKPT: c->ckpt_dir = optarg; break;
+        case O_CKEVERY: c->ckpt_every = atoi(optarg); break;
+        case O_MAXSTEPS: c->max_steps = atol(optarg); break;
+        case O_NODDP: c->ddp = false; break;
+        case O_VIEW: c->view = true; break;
+        case O_NOOVER: c->overlap = false; break;
+        case O_BMB: c->bucket_mb = atof(optarg); break;
+        case O_FMB: c->first_mb = atof(optarg); break;
+        case O_HOOK:
+            if (strcmp(optarg, "fp16") == 0)
+                c->hook = DDP_HOOK_FP16;
+            else if (strcmp(optarg, "bf16") == 0)
+                c->hook = DDP_HOOK_BF16;
+            else
+                die("--hook is fp16 or bf16, not '%s'", optarg);
+            break;
+        case O_BENCH: c->bench = true; break;
+        case O_DUMP: c->dump = optarg; break;
+        case O_CMP: c->compare = optarg; break;
+        case O_TOL: c->tol = atof(optarg); break;
+        case O_EVAL: c->eval_every = atoi(optarg); break;
+        case O_HELP: usage(stdout); exit(0);
+        default: usage(stderr); exit(2);
+        }
+    }
+    if (optind != argc || c->epochs < 1 || c->batch < 1 || c->nhidden < 0)
+        die("bad arguments (see --help)");
+    for (int l = 0; l < c->nhidden; l++)
+        if (c->hidden[l] < 1)
+            die("--hidden widths must be positive");
+}
+
+int main(int argc, char **argv)
+{
+    struct cfg c;
+    parse(argc, argv, &c);
+    openblas_set_num_threads(1); /* one core per rank: ranks share the node */
+    struct ddp_pg *pg = NULL;
+    if (c.ddp && getenv("WORLD_SIZE")) {
+        if (ddp_pg_init_env(NULL, &pg) != 0)
+            die("cannot join the process group");
+        rank = ddp_pg_rank(pg);
+        world = ddp_pg_world_size(pg);
+    } else if (getenv("RANK")) {
+        rank = atoi(getenv("RANK")); /* --no-ddp under a launcher: for the log lines only */
+    }
+    if (c.batch < world)
+        die("global batch %d is smaller than the world size %d", c.batch, world);
+
+    struct dataset train, test;
+    load_set(c.data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &train);
+    load_set(c.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &test);
+    struct model m;
+    model_init(&m, &c);
+    int steps_per_epoch = train.n / c.batch;
+    int64_t step = 0;
+    if (c.ckpt_dir && rank == 0) {
+        if (mkdir(c.ckpt_dir, 0755) != 0 && errno != EEXIST)
+            die("cannot create %s: %s", c.ckpt_dir, strerror(errno));
+        step = ckpt_load(&m, c.ckpt_dir, c.batch);
+        if (step)
+            printf("resuming from %s/fmnist.ckpt at step %lld (epoch %lld, sample %lld)\n",
+                   c.ckpt_dir, (long long)step, (long long)(step / steps_per_epoch + 1),
+                   (long long)(step % steps_per_epoch * c.batch));
+    }
+
+    /* The reducer: parameters registered in forward order; rank 0's values (fresh or
+     * resumed) go to every rank. The momentum and the position follow. */
+    struct ddp_reducer *red = NULL;
+    struct ddp_param ps[2 * MAX_LAYERS];
+    char pname[2 * MAX_LAYERS][32];
+    if (pg) {
+        for (int l = 0; l < m.L; l++)
+            for (int w = 0; w < 2; w++) {
+                int i = 2 * l + w;
+                snprintf(pname[i], sizeof(pname[i]), "fc%d.%s", l + 1, w ? "bias" : "weight");
+                ps[i] = (struct ddp_param){
+                    .name = pname[i],
+                    .data = w ? m.b[l] : m.W[l],
+                    .grad = (void **)(w ? &m.gb[l] : &m.gW[l]),
+                    .count = w ? (size_t)m.dim[l + 1] : (size_t)m.dim[l] * (size_t)m.dim[l + 1],
+                    .dtype = DDP_F32,
+                    .ndim = w ? 1 : 2,
+                    .shape = {w ? m.dim[l + 1] : m.dim[l + 1], w ? 0 : m.dim[l]}};
+            }
+        struct ddp_reducer_opts ro = {.gradient_as_bucket_view = c.view,
+                                      .no_overlap = !c.overlap,
+                                      .hook = c.hook};
+        if (c.bucket_mb >= 0)
+            ro.bucket_cap_bytes = c.bucket_mb > 0 ? (size_t)(c.bucket_mb * (1 << 20)) : 1;
+        if (c.first_mb >= 0)
+            ro.first_bucket_bytes = c.first_mb > 0 ? (size_t)(c.first_mb * (1 << 20)) : 1;
+        else if (c.bucket_mb == 0)
+            ro.first_bucket_bytes = 1;
+        if (ddp_reducer_new(pg, ps, (size_t)(2 * m.L), &ro, &red) != 0)
+            die("cannot create the reducer: %s", ddp_reducer_new_error());
+        int rc = ddp_pg_broadcast(pg, &step, 1, DDP_I64, 0);
+        FOR_TENSORS(&m, l, which, p, v, n)
+        {
+            (void)p;
+            rc |= ddp_pg_broadcast(pg, v, n, DDP_F32, 0);
+        }
+        if (rc)
+            die("broadcasting the resume state failed: %s", ddp_pg_last_error(pg));
+    }
+    if (rank == 0)
+        printf("ddprun-fmnist: %d ranks, %zu parameters, global batch %d, %d steps per epoch%s\n",
+               world, nparams(&m), c.batch, steps_per_epoch,
+               red ? "" : (pg ? "" : " (no process group)"));
+
+    struct acts a;
+    int local_max = (c.batch + world - 1) / world;
+    acts_alloc(&a, &m, local_max > 1000 ? local_max : 1000);
+    int *perm = malloc((size_t)train.n * sizeof(int));
+    float *xb = malloc((size_t)local_max * IMG * sizeof(float));
+    uint8_t *yb = malloc((size_t)local_max);
+    /* Local gradients are sum/B*N, so that the average over ranks is the global batch mean. */
+    float scale = (float)world / (float)c.batch;
+    int64_t total_steps = (int64_t)c.epochs * steps_per_epoch;
+    if (c.max_steps && c.max_steps < total_steps)
+        total_steps = c.max_steps;
+    double *step_t = malloc((size_t)(total_steps + 1) * sizeof(double));
+    long nstep_t = 0;
+    double ep_loss = 0, ep_n = 0, t_ep = now_s();
+    int cur_epoch = -1;
+    while (step < total_steps) {
+        int epoch = (int)(step / steps_per_epoch), s = (int)(step % steps_per_epoch);
+        if (epoch != cur_epoch) {
+            shuffle(perm, train.n, (uint64_t)c.seed * 1000003u + (uint64_t)epoch);
+            cur_epoch = epoch;
+        }
+        int lo = c.batch * rank / world, hi = c.batch * (rank + 1) / world, b = hi - lo;
+        for (int i = 0; i < b; i++) {
+            int idx = perm[s * c.batch + lo + i];
+            memcpy(xb + (size_t)i * IMG, train.x + (size_t)idx * IMG, IMG * sizeof(float));
+            yb[i] = train.y[idx];
+        }
+        double t0 = now_s();
+        forward(&m, &a, xb, b);
+        ep_loss += loss_grad(&m, &a, yb, b, scale, a.dZ, NULL);
+        ep_n += b;
+        backward(&m, &a, b, red);
+        if (red && ddp_reducer_finalize(red) != 0)
+            die("gradient reduction failed: %s", ddp_reducer_last_error(red));
+        sgd(&m, c.lr, c.momentum);
+        step_t[nstep_t++] = now_s() - t0;
+        step++;
+        bool epoch_end = step % steps_per_epoch == 0;
+        if (c.ckpt_dir && (epoch_end || (c.ckpt_every && step % c.ckpt_every == 0)) && rank == 0)
+            ckpt_save(&m, c.ckpt_dir, step, c.batch);
+        if (epoch_end || step == total_steps) {
+            double sums[2] = {ep_loss, ep_n};
+            if (pg && ddp_pg_allreduce(pg, sums, 2, DDP_F64, DDP_SUM) != 0)
+                die("all-reduce failed: %s", ddp_pg_last_error(pg));
+            double dt = now_s() - t_ep, tl = 0, ta = 0;
+            bool eval = step == total_steps ||
+                        (c.eval_every && (epoch + 1) % c.eval_every == 0 && epoch_end);
+            if (eval)
+                evaluate(&m, &a, &test, pg, &tl, &ta);
+            if (rank == 0) {
+                printf("epoch %d/%d step %lld train-loss %.4f", epoch + 1, c.epochs,
+                       (long long)step, sums[1] > 0 ? sums[0] / sums[1] : 0.0);
+                if (eval)
+                    printf(" test-loss %.4f test-acc %.2f%%", tl, ta);
+                printf(" %.0f samples/s\n", sums[1] / dt);
+                fflush(stdout);
+            }
+            ep_loss = ep_n = 0;
+            t_ep = now_s();
+        }
+    }
+    if (c.bench && rank == 0 && nstep_t > 0) {
+        long skip = nstep_t > 10 ? 5 : 0; /* warm-up */
+        qsort(step_t + skip, (size_t)(nstep_t - skip), sizeof(double), cmp_double);
+        printf("bench: median step %.3f ms over %ld steps\n",
+               step_t[skip + (nstep_t - skip) / 2] * 1e3, nstep_t - skip);
+        if (red) {
+            struct ddp_reducer_stats st;
+            ddp_reducer_get_stats(red, &st);
+            printf("bench: %zu buckets, %llu all-reduces (%llu started in backward), "
+                   "%.2f us host time per launch, %.3f ms finalize wait per step\n",
+                   ddp_reducer_num_buckets(red), (unsigned long long)st.buckets_launched,
+                   (unsigned long long)st.launched_in_backward,
+                   st.buckets_launched ? (double)st.launch_host_ns / 1e3 /
+                                             (double)st.buckets_launched
+                                       : 0.0,
+                   st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations
+                                 : 0.0);
+        }
+    }
+    int rc = 0;
+    if (rank == 0 && (c.dump || c.compare)) {
+        size_t n = nparams(&m), k = 0;
+        float *flat = malloc(n * sizeof(float));
+        FOR_TENSORS(&m, l, which, p, v, cnt)
+        {
+            (void)v;
+            memcpy(flat + k, p, cnt * sizeof(float));
+            k += cnt;
+        }
+        if (c.dump) {
+            FILE *f = fopen(c.dump, "wb");
+            if (!f || fwrite(flat, sizeof(float), n, f) != n || fclose(f) != 0)
+                die("cannot write %s", c.dump);
+        }
+        if (c.compare) {
+            FILE *f = fopen(c.compare, "rb");
+            float *ref = malloc(n * sizeof(float));
+            if (!f || fread(ref, sizeof(float), n, f) != n)
+                die("cannot read %s (or it has another size)", c.compare);
+            fclose(f);
+            double md = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = fabs((double)flat[i] - (double)ref[i]);
+                md = d > md ? d : md;
+            }
+            printf("compare: max |difference| from %s = %.3g (tolerance %.3g)\n", c.compare, md,
+                   c.tol);
+            rc = md <= c.tol ? 0 : 1;
+            free(ref);
+        }
+        free(flat);
+    }
+    ddp_reducer_free(red);
+    ddp_pg_free(pg);
+    for (int l = 0; l < m.L; l++) {
+        free(m.W[l]);
+        free(m.b[l]);
+        free(m.vW[l]);
+        free(m.vb[l]);
+        free(m.own_g[2 * l]);
+        free(m.own_g[2 * l + 1]);
+        free(a.Z[l]);
+        free(a.A[l + 1]);
+    }
+    free(a.dZ);
+    free(a.dA);
+    free(perm);
+    free(xb);
+    free(yb);
+    free(step_t);
+    free(train.x);
+    free(train.y);
+    free(test.x);
+    free(test.y);
+    return rc;
+}
