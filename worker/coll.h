@@ -46,7 +46,8 @@ struct ddp__shm {
     int n, me;   /* local ranks, and ours */
     int *grank;  /* the group rank of each local rank */
     size_t slot_bytes;
-    uint64_t seq; /* rounds * 3, the same on every rank of the node */
+    uint64_t seq;   /* barriers passed, the same on every rank of the node */
+    uint64_t round; /* rounds done (their parity picks the set of slots) */
 };
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);

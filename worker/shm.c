@@ -5,8 +5,10 @@
  * its slot; each rank reduces one shard across all slots (a fixed order, so
  * every rank ends with identical bits) and publishes it in its own slot;
  * every rank copies the other shards out. Ranks meet at per-rank sequence
- * counters; while waiting they look at their peers' TCP sockets, so a dead
- * peer is still reported by rank and host instead of a timeout.
+ * counters (spin, then yield, then sleep on a futex: see wait_all); while
+ * waiting they look at their peers' TCP sockets, so a dead peer is still
+ * reported by rank and host instead of a timeout. Broadcast, all-gather,
+ * reduce-scatter and barrier of a one-node group use the same slots.
  *
  * Across several nodes this is the hierarchical all-reduce of PowerAI DDL: between the local
  * reduction of a shard and its publication, each local rank all-reduces its shard with the
@@ -21,22 +23,27 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <limits.h>
 #include <sched.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/banned.h"
 
 #define CTRL_LINE 64
+#define SPIN_YIELD_NS 1000000
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
 {
-    return (size_t)nlocal * CTRL_LINE + (size_t)nlocal * slot_bytes;
+    return (size_t)nlocal * CTRL_LINE + 2 * (size_t)nlocal * slot_bytes;
 }
 
 int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
@@ -62,14 +69,44 @@ void ddp__shm_detach(struct ddp__shm *sh)
     sh->grank = NULL;
 }
 
-static _Atomic uint64_t *ctrl(struct ddp__shm *sh, int j)
+/* Each local rank's control line: how far it got (the low 32 bits of its sequence number;
+ * compared with wrap-around), and how many peers sleep on that word. */
+struct ctrl_line {
+    _Atomic uint32_t seq;
+    _Atomic uint32_t sleepers;
+};
+
+static struct ctrl_line *ctrl(struct ddp__shm *sh, int j)
 {
-    return (_Atomic uint64_t *)((char *)sh->base + (size_t)j * CTRL_LINE);
+    return (struct ctrl_line *)((char *)sh->base + (size_t)j * CTRL_LINE);
 }
 
+/*
+ * Rank j's slot in the current round. Rounds alternate between two sets of slots, so a round
+ * needs no closing barrier: a rank writes set A again only in the round after next, after it
+ * has passed that next round's first barrier, which every rank publishes only once it has
+ * finished reading this round's slots.
+ */
 static char *slot(struct ddp__shm *sh, int j)
 {
-    return (char *)sh->base + (size_t)sh->n * CTRL_LINE + (size_t)j * sh->slot_bytes;
+    size_t set = (size_t)(sh->round & 1);
+    return (char *)sh->base + (size_t)sh->n * CTRL_LINE +
+           (set * (size_t)sh->n + (size_t)j) * sh->slot_bytes;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static bool reached(struct ctrl_line *l, uint64_t target)
+{
+    uint32_t cur = atomic_load_explicit(&l->seq, memory_order_acquire);
+    return (int32_t)(cur - (uint32_t)target) >= 0;
 }
 
 /* A peer whose TCP socket reads EOF has died: nothing else is in flight on it now. */
@@ -83,17 +120,42 @@ static bool peer_dead(const struct ddp__peer *p)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
 }
 
+/*
+ * Waits for every local rank to reach target: a short spin (the peer is usually a few
+ * microseconds away), then sleeping on the peer's word with a futex, so that a waiting
+ * communication thread gives its core to the computation running beside it (the reducer
+ * overlaps the two) instead of burning it. Every 20 ms asleep it checks for a dead peer
+ * and the deadline.
+ */
 static int wait_all(struct ddp__comm *c, uint64_t target)
 {
     struct ddp__shm *sh = &c->shm;
     for (int j = 0; j < sh->n; j++) {
-        unsigned spins = 0;
-        while (atomic_load_explicit(ctrl(sh, j), memory_order_acquire) < target) {
-            if (++spins < 128)
+        struct ctrl_line *l = ctrl(sh, j);
+        /* Spin briefly, then yield the core for up to a millisecond (a peer a round behind
+         * is usually that close: its wake-up from a futex would cost more), then sleep. */
+        int64_t t0 = 0;
+        for (unsigned spins = 0; !reached(l, target); spins++) {
+            if (spins < 256) {
+                cpu_relax();
                 continue;
-            sched_yield(); /* other ranks may need this core (oversubscribed nodes) */
-            if ((spins & 1023) != 0)
-                continue;
+            }
+            if (!t0)
+                t0 = ddp_now_ns();
+            else if (ddp_now_ns() - t0 > SPIN_YIELD_NS)
+                break;
+            sched_yield();
+        }
+        while (!reached(l, target)) {
+            uint32_t seen = atomic_load_explicit(&l->seq, memory_order_seq_cst);
+            atomic_fetch_add_explicit(&l->sleepers, 1, memory_order_seq_cst);
+            if (!reached(l, target)) {
+                struct timespec ts = {0, 20 * 1000 * 1000};
+                syscall(SYS_futex, &l->seq, FUTEX_WAIT, seen, &ts, NULL, 0);
+            }
+            atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_seq_cst);
+            if (reached(l, target))
+                break;
             struct ddp__peer *p = &c->peers[sh->grank[j]];
             if (peer_dead(p)) {
                 if (!c->err[0])
@@ -116,7 +178,12 @@ static int wait_all(struct ddp__comm *c, uint64_t target)
 
 static void publish(struct ddp__shm *sh, uint64_t v)
 {
-    atomic_store_explicit(ctrl(sh, sh->me), v, memory_order_release);
+    struct ctrl_line *l = ctrl(sh, sh->me);
+    atomic_store_explicit(&l->seq, (uint32_t)v, memory_order_seq_cst);
+    /* Paired with the sleepers' increment-then-recheck: a sleeper either sees the new value
+     * or is counted here and woken. */
+    if (atomic_load_explicit(&l->sleepers, memory_order_seq_cst))
+        syscall(SYS_futex, &l->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
@@ -173,11 +240,8 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
             size_t j0 = m * (size_t)j / (size_t)n, j1 = m * (size_t)(j + 1) / (size_t)n;
             memcpy(b + (done + j0) * esz, slot(sh, j) + j0 * esz, (j1 - j0) * esz);
         }
-        /* Nobody may overwrite a slot before everyone has read it. */
-        publish(sh, sh->seq + 3);
-        if ((e = wait_all(c, sh->seq + 3)) < 0)
-            return e;
-        sh->seq += 3;
+        sh->seq += 2;
+        sh->round++;
     }
     return 0;
 }
@@ -206,9 +270,8 @@ int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)
             return e;
         if (sh->me != root)
             memcpy(b + done, slot(sh, root), m);
-        if ((e = step(c, 2)) < 0) /* the root may not refill its slot before all have read it */
-            return e;
-        sh->seq += 2;
+        sh->seq += 1;
+        sh->round++;
     }
     return 0;
 }
@@ -225,9 +288,8 @@ int ddp__shm_allgather(struct ddp__comm *c, const void *send, void *recv, size_t
             return e;
         for (int j = 0; j < sh->n; j++) /* memmove: send may be our own block of recv */
             memmove(out + (size_t)sh->grank[j] * bytes + done, slot(sh, j), m);
-        if ((e = step(c, 2)) < 0)
-            return e;
-        sh->seq += 2;
+        sh->seq += 1;
+        sh->round++;
     }
     return 0;
 }
@@ -258,9 +320,8 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
             ddp__reduce(o, slot(sh, j) + (size_t)c->rank * m * esz, m, dt, op);
         if (op == DDP_AVG)
             ddp__scale_avg(o, m, dt, n);
-        if ((e = step(c, 2)) < 0)
-            return e;
-        sh->seq += 2;
+        sh->seq += 1;
+        sh->round++;
     }
     return 0;
 }

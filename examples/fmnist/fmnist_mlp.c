@@ -461,8 +461,8 @@ static void usage(FILE *f)
             "  --checkpoint-dir D  resume from and save to D (default $DDPRUN_CHECKPOINT_DIR)\n"
             "  --checkpoint-every N  also checkpoint every N steps (default: each epoch)\n"
             "  --max-steps N       stop after N global steps in total\n"
-            "  --eval-every N      evaluate every N epochs (default 1; 0 = only at the end)\n"
-            "  --no-ddp            no process group: every process trains alone (compute only)\n"
+            "  --eval-every N      evaluate every N epochs and at the end (default 1; 0 = never)\n"
+            "  --no-ddp            no process group: each rank trains its shard alone (compute only)\n"
             "  --bucket-view       gradients live in the reducer's buckets\n"
             "  --no-overlap        all-reduce everything after backward\n"
             "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
@@ -568,8 +568,13 @@ int main(int argc, char **argv)
             die("cannot join the process group");
         rank = ddp_pg_rank(pg);
         world = ddp_pg_world_size(pg);
-    } else if (getenv("RANK")) {
-        rank = atoi(getenv("RANK")); /* --no-ddp under a launcher: for the log lines only */
+    } else if (getenv("RANK") && getenv("WORLD_SIZE")) {
+        /* --no-ddp under a launcher: the same shard of each batch as with the process group,
+         * with no communication at all (the compute-only baseline of the benchmark) */
+        rank = atoi(getenv("RANK"));
+        world = atoi(getenv("WORLD_SIZE"));
+        if (world < 1 || rank < 0 || rank >= world)
+            die("inconsistent RANK and WORLD_SIZE");
     }
     if (c.batch < world)
         die("global batch %d is smaller than the world size %d", c.batch, world);
@@ -680,8 +685,8 @@ int main(int argc, char **argv)
             if (pg && ddp_pg_allreduce(pg, sums, 2, DDP_F64, DDP_SUM) != 0)
                 die("all-reduce failed: %s", ddp_pg_last_error(pg));
             double dt = now_s() - t_ep, tl = 0, ta = 0;
-            bool eval = step == total_steps ||
-                        (c.eval_every && (epoch + 1) % c.eval_every == 0 && epoch_end);
+            bool eval = c.eval_every && (step == total_steps ||
+                                         ((epoch + 1) % c.eval_every == 0 && epoch_end));
             if (eval)
                 evaluate(&m, &a, &test, pg, &tl, &ta);
             if (rank == 0) {

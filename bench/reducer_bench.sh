@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Per-step time of the Fashion-MNIST MLP trainer with 2 ranks on this machine: compute only
+# (the same 2 processes training their shards at once, no reducer), the reducer with overlap,
+# and with overlap disabled; a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
+# on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
+# Configurations alternate within each repetition; medians over the repetitions.
+# Usage: bench/reducer_bench.sh [BUILD_DIR] [REPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=$(cd "${1:-build/release}" && pwd)
+REPS=${2:-3}
+HIDDEN=${HIDDEN:-2048,2048,2048}
+BATCH=${BATCH:-64}
+STEPS=${STEPS:-40}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+ours() { # label extra-args... : prints "label ms"
+  local label=$1; shift
+  local a="$B/ddprun-fmnist, --hidden, '$HIDDEN', --batch, '$BATCH', --max-steps, '$STEPS', --eval-every, '0', --bench" x
+  for x in "$@"; do a="$a, '$x'"; done
+  printf 'command: [%s]\nnproc_per_node: 2\nlogs: {dir: %s/logs}\n' "$a" "$T" >"$T/job.yaml"
+  ms=$("$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/.*bench: median step \([0-9.]*\) ms.*/\1/p')
+  echo "$label $ms"
+}
+
+torchrun_() { # label mode
+  ms=$(/usr/bin/python3 bench/torch_ddp_step.py --hidden "$HIDDEN" --batch "$BATCH" --steps "$STEPS" \
+    --mode "$2" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
+  echo "$1 $ms"
+}
+
+R="$T/r"
+: >"$R"
+for _ in $(seq "$REPS"); do
+  ours compute --no-ddp >>"$R"
+  ours overlap --bucket-view >>"$R"
+  ours no-overlap --bucket-view --no-overlap >>"$R"
+  ours overlap-copy >>"$R"
+  torchrun_ torch-compute compute >>"$R"
+  torchrun_ torch-ddp ddp >>"$R"
+  if [ -z "${NO_SWEEP:-}" ]; then
+    for mb in 0 1 5 10 25 50 100; do ours "sweep-$mb" --bucket-view --bucket-mb "$mb" --first-bucket-mb "$mb" >>"$R"; done
+  fi
+done
+/usr/bin/python3 - "$R" "$HIDDEN" "$BATCH" <<'PY'
+import statistics, sys
+from collections import defaultdict
+d = defaultdict(list)
+for l in open(sys.argv[1]):
+    k, v = l.split()
+    d[k].append(float(v))
+m = {k: statistics.median(v) for k, v in d.items()}
+print(f"MLP 784-{sys.argv[2].replace(',', '-')}-10, global batch {sys.argv[3]}, 2 ranks, median of {len(d['compute'])} runs")
+print(f"| {'configuration':34} | step ms | / compute-only |")
+print(f"|{'-'*36}|---------|----------------|")
+for k, name, base in [("compute", "ddprun: compute only", "compute"),
+                      ("overlap", "ddprun: reducer, overlap (view)", "compute"),
+                      ("overlap-copy", "ddprun: reducer, overlap (copy)", "compute"),
+                      ("no-overlap", "ddprun: reducer, no overlap (view)", "compute"),
+                      ("torch-compute", "PyTorch: compute only", "torch-compute"),
+                      ("torch-ddp", "PyTorch DDP (gloo)", "torch-compute")]:
+    if k in m:
+        print(f"| {name:34} | {m[k]:7.1f} | {m[k] / m[base]:14.2f} |")
+sw = [k for k in m if k.startswith("sweep-")]
+if sw:
+    print()
+    print("| bucket cap (MiB) | step ms | / compute-only |")
+    print("|------------------|---------|----------------|")
+    for k in sorted(sw, key=lambda k: float(k[6:])):
+        cap = "per tensor" if k == "sweep-0" else k[6:]
+        print(f"| {cap:16} | {m[k]:7.1f} | {m[k] / m['compute']:14.2f} |")
+PY
