@@ -47,6 +47,9 @@ struct ddp_job;
 
 int ddp__cmd_store(int argc, char **argv, int i);
 int ddp__cmd_agent(void);
+/* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN`:
+ * a node agent on another host, reached over SSH (cli/ssh_bridge.c). */
+int ddp__cmd_ssh_bridge(int argc, char **argv);
 /* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP (to be read from a signalfd made from *set) in
  * the calling thread, saving the old mask in *old, and ignores SIGPIPE. */
 void ddp__block_job_signals(sigset_t *set, sigset_t *old);

@@ -310,7 +310,7 @@ static const char *const rdzv_keys[] = {"listen", "port", "timeout", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout", NULL};
 static const char *const ssh_keys[] = {
-    "user", "port", "identity", "known_hosts", "strict_host_key_checking", NULL};
+    "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
 static const char *const logs_keys[] = {"dir", "tag_output", NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
@@ -679,7 +679,9 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
             ((n = map_get(sub, "identity")) &&
              get_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
             ((n = map_get(sub, "known_hosts")) &&
-             get_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0))
+             get_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0) ||
+            ((n = map_get(sub, "remote_ddprun")) &&
+             get_str(c, n, "ssh.remote_ddprun", &j->ssh_remote_ddprun) < 0))
             goto out;
         if ((n = map_get(sub, "strict_host_key_checking"))) {
             if (want_scalar(c, n, "ssh.strict_host_key_checking") < 0)
@@ -696,6 +698,7 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
                 goto out;
             }
             free(j->ssh_strict);
+    free(j->ssh_remote_ddprun);
             j->ssh_strict = strdup(v);
         }
     }
@@ -935,10 +938,11 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
     fprintf(f,
             "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
-            "strict_host_key_checking: %s}\n",
+            "strict_host_key_checking: %s, remote_ddprun: %s}\n",
             j->ssh_user ? j->ssh_user : "(current user)", j->ssh_port,
             j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
-            j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict);
+            j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
+            j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
     fprintf(f, "logs: {dir: %s, tag_output: %s}\n", j->logs_dir, j->tag_output ? "true" : "false");
     fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
     fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));

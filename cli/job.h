@@ -35,6 +35,7 @@ struct ddp_job {
     int min_nodes, max_nodes, max_restarts;
     int64_t heartbeat_interval_ms, heartbeat_timeout_ms;
     char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
+    char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;
     char *logs_dir; /* absolute */
     bool tag_output;

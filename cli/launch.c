@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -69,6 +70,7 @@ struct launcher {
     int ranks_up, ranks_done;
     int first_fail;   /* rank, or -1 */
     char *agent_fail; /* message when an agent died on its own */
+    char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
     bool stopping, interrupted, launch_error;
     int sigints;
     bool tty, status_shown;
@@ -313,7 +315,18 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                         close(a->in_fd);
                         a->in_fd = -1;
                     }
-                    if (!a->done && !L.agent_fail) {
+                    if (!a->done && !L.agent_fail && WIFEXITED(st) &&
+                        WEXITSTATUS(st) == DDP_EXIT_LAUNCH &&
+                        !ddp__job_host_is_local(L.job->nodes[i].host)) {
+                        /* The SSH bridge could not provision the node; it said why. */
+                        L.launch_error = true;
+                        char msg[512];
+                        snprintf(msg, sizeof(msg), "node '%s' could not be provisioned",
+                                 L.job->nodes[i].host);
+                        L.agent_fail = strdup(msg);
+                        say("ddprun: %s; stopping the other nodes", msg);
+                        stop_all(0);
+                    } else if (!a->done && !L.agent_fail) {
                         char msg[512];
                         snprintf(msg, sizeof(msg), "the agent on node '%s' died (%s %d)",
                                  L.job->nodes[i].host, WIFSIGNALED(st) ? "signal" : "status",
@@ -359,6 +372,8 @@ static int spawn_agent(size_t i, const struct ddp__agent_start *st)
 {
     struct node_agent *a = &L.ag[i];
     int in[2], out[2];
+    char port[16]; /* formatted before fork: the child only execs */
+    snprintf(port, sizeof(port), "%d", L.job->ssh_port);
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
         return -1;
     pid_t pid = fork();
@@ -371,7 +386,15 @@ static int spawn_agent(size_t i, const struct ddp__agent_start *st)
         /* If ddprun is killed outright, its local agents go too (they then stop their
          * workers through EOF on stdin, or die with the process group). */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        execl("/proc/self/exe", "ddprun", "agent", (char *)NULL);
+        const struct ddp_job *j = L.job;
+        if (ddp__job_host_is_local(j->nodes[i].host)) {
+            execl("/proc/self/exe", "ddprun", "agent", (char *)NULL);
+        } else {
+            execl("/proc/self/exe", "ddprun", "__ssh-bridge", j->nodes[i].host, port,
+                  j->ssh_user ? j->ssh_user : "", j->ssh_identity ? j->ssh_identity : "",
+                  j->ssh_known_hosts ? j->ssh_known_hosts : "", j->ssh_strict,
+                  j->ssh_remote_ddprun ? j->ssh_remote_ddprun : L.self, (char *)NULL);
+        }
         _exit(127);
     }
     setpgid(pid, pid); /* as the agent does itself: no race with a kill(-pid) */
@@ -395,6 +418,26 @@ static int spawn_agent(size_t i, const struct ddp__agent_start *st)
 }
 
 /* ---- setup helpers ---- */
+
+/* The local address the kernel would use to reach host (no packet is sent). */
+static int route_source(const char *host, char *out, size_t n)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd = -1, r = -1;
+    if (getaddrinfo(host, "9", &hints, &res) != 0)
+        return -1;
+    if ((fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) == 0)
+        r = 0;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return r;
+}
 
 static int mkdir_p(const char *path)
 {
@@ -563,13 +606,12 @@ int ddp__launch(const struct ddp_job *job)
     L.tty = isatty(2);
     L.sfd = -1;
     make_job_id(job->name, L.job_id, sizeof(L.job_id));
-    for (size_t i = 0; i < job->nnodes; i++)
-        if (!ddp__job_host_is_local(job->nodes[i].host)) {
-            ddp__cli_error("node '%s': starting ranks on other hosts needs SSH support, which this "
-                           "ddprun does not have yet (only localhost, 127.0.0.1 and ::1)",
-                           job->nodes[i].host);
-            return DDP_EXIT_LAUNCH;
-        }
+    const char *first_remote = NULL;
+    for (size_t i = 0; i < job->nnodes && !first_remote; i++)
+        if (!ddp__job_host_is_local(job->nodes[i].host))
+            first_remote = job->nodes[i].host;
+    ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
+    L.self[sl > 0 ? sl : 0] = '\0';
     if (job->max_restarts > 0)
         say("ddprun: warning: elastic restarts are not implemented yet; the job stops at the "
             "first failure (elastic.max_restarts=%d is ignored)",
@@ -609,7 +651,11 @@ int ddp__launch(const struct ddp_job *job)
     set_phase("starting store");
     if (ddp_store_token_generate(token) < 0)
         goto out;
-    const char *listen = strcmp(job->rdzv_listen, "auto") == 0 ? "127.0.0.1" : job->rdzv_listen;
+    /* auto: loopback for a local job; every interface when some node is remote, each node
+     * then told the address of the interface that routes to it. */
+    const char *listen = strcmp(job->rdzv_listen, "auto") != 0 ? job->rdzv_listen
+                         : first_remote                       ? "0.0.0.0"
+                                                              : "127.0.0.1";
     struct ddp_store_server_opts o = {
         .host = listen, .port = job->rdzv_port, .token = token, .token_len = strlen(token)};
     int r = ddp_store_server_new(&o, &srv);
@@ -622,8 +668,10 @@ int ddp__launch(const struct ddp_job *job)
         goto out;
     th_started = true;
     char store_addr[300];
+    int store_port = ddp_store_server_port(srv);
+    bool wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
     snprintf(store_addr, sizeof(store_addr), strchr(listen, ':') ? "[%s]:%d" : "%s:%d",
-             strcmp(listen, "0.0.0.0") == 0 ? "127.0.0.1" : listen, ddp_store_server_port(srv));
+             wildcard ? "127.0.0.1" : listen, store_port);
 
     if (ddp_loop_new(&L.loop) < 0 || (L.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
         ddp_loop_add(L.loop, L.sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
@@ -638,8 +686,9 @@ int ddp__launch(const struct ddp_job *job)
 
     set_phase("launching");
     if (!L.tty)
-        say("ddprun: job %s: %d ranks on %zu node%s, store on %s, logs in %s", L.job_id,
-            job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", store_addr, L.logdir);
+        say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
+            job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen, store_port,
+            L.logdir);
     int master_port = free_port();
     size_t nenv = job->nenv + 1;
     char **env = calloc(nenv + 1, sizeof(char *));
@@ -651,13 +700,33 @@ int ddp__launch(const struct ddp_job *job)
         env[e] = malloc(len);
         snprintf(env[e++], len, "%s=%s", job->env[k].key, job->env[k].value);
     }
+    /* With remote nodes, every node (the local ones too) must use addresses the others can
+     * reach: the store's, and MASTER_ADDR, node 0's. */
+    char master[256] = "127.0.0.1";
+    if (first_remote) {
+        const char *n0 = job->nodes[0].host;
+        if (!ddp__job_host_is_local(n0))
+            snprintf(master, sizeof(master), "%s", n0);
+        else if (route_source(first_remote, master, sizeof(master)) < 0)
+            snprintf(master, sizeof(master), "127.0.0.1");
+    }
     bool spawned_all = true;
     for (size_t i = 0; i < job->nnodes && spawned_all; i++) {
+        char node_store[300];
+        snprintf(node_store, sizeof(node_store), "%s", store_addr);
+        if (first_remote && wildcard) {
+            char ip[INET6_ADDRSTRLEN];
+            const char *toward =
+                ddp__job_host_is_local(job->nodes[i].host) ? first_remote : job->nodes[i].host;
+            if (route_source(toward, ip, sizeof(ip)) == 0)
+                snprintf(node_store, sizeof(node_store), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
+                         ip, store_port);
+        }
         struct ddp__agent_start st = {.token = token,
-                                      .store_addr = store_addr,
+                                      .store_addr = node_store,
                                       .job_id = L.job_id,
                                       .host_label = job->nodes[i].host,
-                                      .master_addr = "127.0.0.1",
+                                      .master_addr = master,
                                       .master_port = (uint32_t)master_port,
                                       .node_rank = (uint32_t)i,
                                       .nnodes = (uint32_t)job->nnodes,

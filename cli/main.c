@@ -183,6 +183,8 @@ int main(int argc, char **argv)
     struct ddp_job *job = NULL;
     int i = 1, rc;
 
+    if (argc >= 2 && strcmp(argv[1], "__ssh-bridge") == 0)
+        return ddp__cmd_ssh_bridge(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)
         return ddp__cmd_smoke_worker();
     if (argc >= 2 && strcmp(argv[1], "agent") == 0)

@@ -85,11 +85,13 @@ logdir() { # the one job folder under ddprun-logs
   assert_output --partial "launch failed"
 }
 
-@test "remote nodes are refused with status 3 until SSH support lands" {
-  printf 'command: [true]\nnodes: [localhost, gpu-node-7]\n' >job.yaml
+@test "a remote node nobody answers for is a launch error (status 3) naming it; the local node is stopped" {
+  printf 'command: [sleep, "30"]\nnodes: [localhost, 127.0.0.9]\nssh: {port: 1}\n' >job.yaml
   run "$DDPRUN" job.yaml
   assert_failure 3
-  assert_output --partial "node 'gpu-node-7': starting ranks on other hosts needs SSH support"
+  assert_output --partial "ddprun: error: node '127.0.0.9': cannot connect to 127.0.0.9 port 1"
+  assert_output --partial "node '127.0.0.9' could not be provisioned"
+  ! pgrep -f "^sleep 30$"
 }
 
 @test "env, workdir and checkpoint.dir reach the ranks" {

@@ -1,0 +1,243 @@
+/*
+ * The SSH bridge: how the launcher reaches a node agent on another host.
+ *
+ * The launcher starts `ddprun __ssh-bridge ...` where it would start a local agent, with the
+ * same pipes. The bridge opens an SSH session with libssh, verifies the server's host key
+ * against known_hosts (strict, accept-new or no, as OpenSSH's StrictHostKeyChecking; a changed
+ * key is always refused), authenticates with the identity file or the SSH agent and default
+ * keys, runs `REMOTE_DDPRUN agent` on the node, and then copies bytes: its stdin to the
+ * channel (so the START frame and its token travel inside the encrypted channel, never on a
+ * command line) and the channel's stdout and stderr back. EOF on its stdin becomes EOF on the
+ * agent's stdin, which stops the node's workers; if the launcher dies, the bridge dies with it
+ * (PDEATHSIG), the connection closes, and the remote agent sees EOF too.
+ *
+ * A node that cannot be provisioned (unreachable, host key refused, authentication refused,
+ * ddprun missing there) is one message naming the node and the cause, and exit status 3.
+ */
+#include "cli/cli.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <libssh/libssh.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+struct bridge {
+    const char *host, *user, *identity, *known_hosts, *strict, *remote;
+    int port;
+    ssh_session s;
+    ssh_channel ch;
+};
+
+static int fail(const struct bridge *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(const struct bridge *b, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ddprun: error: node '%s': %s\n", b->host, msg);
+    return DDP_EXIT_LAUNCH;
+}
+
+static const char *kh_file(const struct bridge *b, char *buf, size_t n)
+{
+    if (b->known_hosts && *b->known_hosts)
+        return b->known_hosts;
+    const char *home = getenv("HOME");
+    snprintf(buf, n, "%s/.ssh/known_hosts", home ? home : "~");
+    return buf;
+}
+
+static int verify_host(struct bridge *b)
+{
+    char khb[4096];
+    const char *kh = kh_file(b, khb, sizeof(khb));
+    enum ssh_known_hosts_e st = ssh_session_is_known_server(b->s);
+    switch (st) {
+    case SSH_KNOWN_HOSTS_OK:
+        return 0;
+    case SSH_KNOWN_HOSTS_CHANGED:
+        return fail(b,
+                    "the host key of %s port %d has CHANGED from the one recorded in %s; refusing "
+                    "to connect (someone may be intercepting the connection; if the host was "
+                    "reinstalled, remove the old key with: ssh-keygen -f '%s' -R '[%s]:%d')",
+                    b->host, b->port, kh, kh, b->host, b->port);
+    case SSH_KNOWN_HOSTS_OTHER:
+        return fail(b,
+                    "%s port %d offers a host key of a different type than the one recorded in "
+                    "%s; refusing to connect",
+                    b->host, b->port, kh);
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+        if (strcmp(b->strict, "accept-new") == 0) {
+            if (ssh_session_update_known_hosts(b->s) != SSH_OK)
+                return fail(b, "cannot add the host key of %s to %s: %s", b->host, kh,
+                            ssh_get_error(b->s));
+            fprintf(stderr, "ddprun: node '%s': host key of %s port %d added to %s\n", b->host,
+                    b->host, b->port, kh);
+            return 0;
+        }
+        if (strcmp(b->strict, "no") == 0) {
+            fprintf(stderr,
+                    "ddprun: warning: node '%s': host key of %s port %d not verified "
+                    "(strict_host_key_checking: no)\n",
+                    b->host, b->host, b->port);
+            return 0;
+        }
+        return fail(b,
+                    "the host key of %s port %d is not in %s (strict_host_key_checking: yes); add "
+                    "it (ssh-keyscan -p %d %s >> %s, after checking it) or set "
+                    "ssh.strict_host_key_checking: accept-new",
+                    b->host, b->port, kh, b->port, b->host, kh);
+    case SSH_KNOWN_HOSTS_ERROR:
+    default:
+        return fail(b, "cannot check the host key against %s: %s", kh, ssh_get_error(b->s));
+    }
+}
+
+static int authenticate(struct bridge *b)
+{
+    int r;
+    if (b->identity && *b->identity) {
+        ssh_key key = NULL;
+        if (ssh_pki_import_privkey_file(b->identity, NULL, NULL, NULL, &key) != SSH_OK)
+            return fail(b, "cannot read the identity file %s (missing, unreadable, or protected "
+                           "by a passphrase: load it into ssh-agent and leave ssh.identity out)",
+                        b->identity);
+        r = ssh_userauth_publickey(b->s, NULL, key);
+        ssh_key_free(key);
+        if (r != SSH_AUTH_SUCCESS)
+            return fail(b, "the server refused the key %s for user '%s'", b->identity,
+                        b->user && *b->user ? b->user : "(current user)");
+        return 0;
+    }
+    r = ssh_userauth_publickey_auto(b->s, NULL, NULL);
+    if (r != SSH_AUTH_SUCCESS)
+        return fail(b,
+                    "authentication as '%s' failed: the server accepted none of the SSH agent's "
+                    "keys or the default keys in ~/.ssh (set ssh.identity, or ssh.user)",
+                    b->user && *b->user ? b->user : "(current user)");
+    return 0;
+}
+
+static int write_fd(int fd, const char *p, size_t n)
+{
+    return ddp_write_all(fd, p, n);
+}
+
+/* Copies stdin to the channel and the channel's stdout/stderr back until the remote agent
+ * exits; returns its exit status. */
+static int pump(struct bridge *b)
+{
+    char buf[65536];
+    bool in_open = true, got_output = false;
+    for (;;) {
+        /* Drain what libssh has (it may hold data the socket no longer shows). */
+        for (int stream = 0; stream < 2; stream++) {
+            int n;
+            while ((n = ssh_channel_read_nonblocking(b->ch, buf, sizeof(buf), stream)) > 0) {
+                if (stream == 0) {
+                    got_output = true;
+                    if (write_fd(1, buf, (size_t)n) < 0)
+                        return 1; /* the launcher is gone */
+                } else {
+                    write_fd(2, buf, (size_t)n);
+                }
+            }
+            if (n == SSH_ERROR)
+                return fail(b, "lost the SSH connection: %s", ssh_get_error(b->s)), 1;
+        }
+        if (ssh_channel_is_eof(b->ch) || ssh_channel_is_closed(b->ch)) {
+            int st = (int)ssh_channel_get_exit_status(b->ch);
+            if (st == 127 && !got_output) {
+                return fail(b, "'%s' was not found there (install ddprun on the node at the same "
+                               "path, or set ssh.remote_ddprun)",
+                            b->remote);
+            }
+            if (st == 126 && !got_output)
+                return fail(b, "'%s' is not executable there", b->remote);
+            return st < 0 ? 1 : st;
+        }
+        struct pollfd p[2] = {{.fd = ssh_get_fd(b->s), .events = POLLIN},
+                              {.fd = in_open ? 0 : -1, .events = POLLIN}};
+        if (poll(p, 2, 200) < 0 && errno != EINTR)
+            return 1;
+        if (in_open && p[1].revents) {
+            ssize_t n = read(0, buf, sizeof(buf));
+            if (n > 0) {
+                if (ssh_channel_write(b->ch, buf, (uint32_t)n) != n)
+                    return fail(b, "lost the SSH connection: %s", ssh_get_error(b->s)), 1;
+            } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+                /* The launcher closed our stdin: the agent's stdin closes, it stops its ranks,
+                 * and we keep relaying until it has reported and exited. */
+                ssh_channel_send_eof(b->ch);
+                in_open = false;
+            }
+        }
+    }
+}
+
+/* argv: host port user identity known_hosts strict remote_ddprun ("" = unset) */
+int ddp__cmd_ssh_bridge(int argc, char **argv)
+{
+    if (argc != 9) {
+        fprintf(stderr, "ddprun: __ssh-bridge is internal to ddprun\n");
+        return DDP_EXIT_USAGE;
+    }
+    struct bridge b = {.host = argv[2],
+                       .port = atoi(argv[3]),
+                       .user = argv[4],
+                       .identity = argv[5],
+                       .known_hosts = argv[6],
+                       .strict = argv[7],
+                       .remote = argv[8]};
+    int rc = DDP_EXIT_LAUNCH;
+    long timeout = 10;
+    char cmd[8192];
+    if (!(b.s = ssh_new()))
+        return fail(&b, "out of memory");
+    ssh_options_set(b.s, SSH_OPTIONS_HOST, b.host);
+    ssh_options_set(b.s, SSH_OPTIONS_PORT, &b.port);
+    ssh_options_set(b.s, SSH_OPTIONS_TIMEOUT, &timeout);
+    if (*b.user)
+        ssh_options_set(b.s, SSH_OPTIONS_USER, b.user);
+    if (*b.known_hosts) {
+        ssh_options_set(b.s, SSH_OPTIONS_KNOWNHOSTS, b.known_hosts);
+        ssh_options_set(b.s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+    }
+    if (ssh_connect(b.s) != SSH_OK) {
+        rc = fail(&b, "cannot connect to %s port %d: %s", b.host, b.port, ssh_get_error(b.s));
+        goto out;
+    }
+    if ((rc = verify_host(&b)) != 0 || (rc = authenticate(&b)) != 0)
+        goto out;
+    rc = DDP_EXIT_LAUNCH;
+    /* The path is single-quoted for the remote shell; a quote inside is refused. */
+    if (strchr(b.remote, '\'')) {
+        rc = fail(&b, "ssh.remote_ddprun must not contain a single quote");
+        goto out;
+    }
+    snprintf(cmd, sizeof(cmd), "exec '%s' agent", b.remote);
+    if (!(b.ch = ssh_channel_new(b.s)) || ssh_channel_open_session(b.ch) != SSH_OK ||
+        ssh_channel_request_exec(b.ch, cmd) != SSH_OK) {
+        rc = fail(&b, "cannot start a command over SSH: %s", ssh_get_error(b.s));
+        goto out;
+    }
+    rc = pump(&b);
+out:
+    if (b.ch) {
+        ssh_channel_close(b.ch);
+        ssh_channel_free(b.ch);
+    }
+    ssh_disconnect(b.s);
+    ssh_free(b.s);
+    return rc;
+}
