@@ -57,6 +57,12 @@ void ddp__block_job_signals(sigset_t *set, sigset_t *old);
 /* Signals every direct child of this process (see cli/agent.c); returns how many. */
 int ddp__kill_children(int sig);
 int ddp__cmd_smoke_worker(void);
+/* `ddprun doctor`: checks every node of the job (cli/doctor.c); 0 when all pass, else 1. */
+int ddp__doctor(const struct ddp_job *job);
+/* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes. */
+int ddp__cmd_probe(int argc, char **argv);
+/* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
+int ddp__route_source(const char *host, char *out, size_t n);
 /* Runs a job to the end; returns the exit status (enum ddp_exit). */
 int ddp__launch(const struct ddp_job *job);
 

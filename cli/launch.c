@@ -420,7 +420,7 @@ static int spawn_agent(size_t i, const struct ddp__agent_start *st)
 /* ---- setup helpers ---- */
 
 /* The local address the kernel would use to reach host (no packet is sent). */
-static int route_source(const char *host, char *out, size_t n)
+int ddp__route_source(const char *host, char *out, size_t n)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
     struct sockaddr_storage ss;
@@ -707,7 +707,7 @@ int ddp__launch(const struct ddp_job *job)
         const char *n0 = job->nodes[0].host;
         if (!ddp__job_host_is_local(n0))
             snprintf(master, sizeof(master), "%s", n0);
-        else if (route_source(first_remote, master, sizeof(master)) < 0)
+        else if (ddp__route_source(first_remote, master, sizeof(master)) < 0)
             snprintf(master, sizeof(master), "127.0.0.1");
     }
     bool spawned_all = true;
@@ -718,7 +718,7 @@ int ddp__launch(const struct ddp_job *job)
             char ip[INET6_ADDRSTRLEN];
             const char *toward =
                 ddp__job_host_is_local(job->nodes[i].host) ? first_remote : job->nodes[i].host;
-            if (route_source(toward, ip, sizeof(ip)) == 0)
+            if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
                 snprintf(node_store, sizeof(node_store), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
                          ip, store_port);
         }

@@ -104,6 +104,7 @@ static void usage(void)
     printf("usage: ddprun [OPTIONS] JOB.yaml [--set KEY=VALUE]...   run a job\n"
            "       ddprun plan JOB.yaml [--set KEY=VALUE]...        print the resolved job and "
            "rank map\n"
+           "       ddprun doctor JOB.yaml [--set KEY=VALUE]...      check every node before a run\n"
            "       ddprun [--nproc N]                               run the embedded default job\n"
            "       ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]\n"
            "\n"
@@ -116,6 +117,10 @@ static void usage(void)
     printf("\nCommands:\n"
            "  plan                     resolve JOB.yaml and print it with the rank map; start "
            "nothing\n"
+           "  doctor                   check every node of JOB.yaml at once (SSH, host key, "
+           "ddprun\n"
+           "                           version, the command, a free port, reaching the store); "
+           "table\n"
            "  store                    run a standalone rendezvous store\n"
            "  agent                    (internal) the node agent; takes its orders on stdin\n");
     printf("\nstore options:\n");
@@ -183,6 +188,8 @@ int main(int argc, char **argv)
     struct ddp_job *job = NULL;
     int i = 1, rc;
 
+    if (argc >= 2 && strcmp(argv[1], "__probe") == 0)
+        return ddp__cmd_probe(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__ssh-bridge") == 0)
         return ddp__cmd_ssh_bridge(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)
@@ -214,9 +221,9 @@ int main(int argc, char **argv)
         usage();
         return DDP_EXIT_OK;
     }
-    bool plan = strcmp(argv[i], "plan") == 0;
-    if (plan && ++i >= argc) {
-        ddp__cli_error("plan: which job file? (ddprun plan JOB.yaml)");
+    bool plan = strcmp(argv[i], "plan") == 0, doctor = strcmp(argv[i], "doctor") == 0;
+    if ((plan || doctor) && ++i >= argc) {
+        ddp__cli_error("%s: which job file? (ddprun %s JOB.yaml)", argv[i - 1], argv[i - 1]);
         return DDP_EXIT_USAGE;
     }
     if (o.vals[DDP_OPT_NPROC]) {
@@ -243,6 +250,8 @@ int main(int argc, char **argv)
         snprintf(id, sizeof(id), "%s-<timestamp>-<random>", job->name);
         ddp__job_print_plan(job, id, stdout);
         rc = DDP_EXIT_OK;
+    } else if (doctor) {
+        rc = ddp__doctor(job);
     } else {
         rc = ddp__launch(job);
     }

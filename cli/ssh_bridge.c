@@ -14,6 +14,7 @@
  * A node that cannot be provisioned (unreachable, host key refused, authentication refused,
  * ddprun missing there) is one message naming the node and the cause, and exit status 3.
  */
+#include "cli/ssh.h"
 #include "cli/cli.h"
 #include "common/util.h"
 
@@ -28,26 +29,21 @@
 
 #include "common/banned.h"
 
-struct bridge {
-    const char *host, *user, *identity, *known_hosts, *strict, *remote;
-    int port;
-    ssh_session s;
-    ssh_channel ch;
-};
 
-static int fail(const struct bridge *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(const struct bridge *b, const char *fmt, ...)
+/* Records why (printed at once unless quiet); returns DDP_EXIT_LAUNCH. */
+static int fail(struct ddp__ssh *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct ddp__ssh *b, const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(b->err, sizeof(b->err), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "ddprun: error: node '%s': %s\n", b->host, msg);
+    if (!b->quiet)
+        fprintf(stderr, "ddprun: error: node '%s': %s\n", b->host, b->err);
     return DDP_EXIT_LAUNCH;
 }
 
-static const char *kh_file(const struct bridge *b, char *buf, size_t n)
+static const char *kh_file(const struct ddp__ssh *b, char *buf, size_t n)
 {
     if (b->known_hosts && *b->known_hosts)
         return b->known_hosts;
@@ -56,8 +52,9 @@ static const char *kh_file(const struct bridge *b, char *buf, size_t n)
     return buf;
 }
 
-static int verify_host(struct bridge *b)
+static int verify_host(struct ddp__ssh *b)
 {
+    b->key_note = "";
     char khb[4096];
     const char *kh = kh_file(b, khb, sizeof(khb));
     enum ssh_known_hosts_e st = ssh_session_is_known_server(b->s);
@@ -78,6 +75,10 @@ static int verify_host(struct bridge *b)
     case SSH_KNOWN_HOSTS_NOT_FOUND:
     case SSH_KNOWN_HOSTS_UNKNOWN:
         if (strcmp(b->strict, "accept-new") == 0) {
+            if (b->dry_run) {
+                b->key_note = "new (accept-new will record it)";
+                return 0;
+            }
             if (ssh_session_update_known_hosts(b->s) != SSH_OK)
                 return fail(b, "cannot add the host key of %s to %s: %s", b->host, kh,
                             ssh_get_error(b->s));
@@ -86,7 +87,9 @@ static int verify_host(struct bridge *b)
             return 0;
         }
         if (strcmp(b->strict, "no") == 0) {
-            fprintf(stderr,
+            b->key_note = "not verified (strict_host_key_checking: no)";
+            if (!b->quiet)
+                fprintf(stderr,
                     "ddprun: warning: node '%s': host key of %s port %d not verified "
                     "(strict_host_key_checking: no)\n",
                     b->host, b->host, b->port);
@@ -103,7 +106,7 @@ static int verify_host(struct bridge *b)
     }
 }
 
-static int authenticate(struct bridge *b)
+static int authenticate(struct ddp__ssh *b)
 {
     int r;
     if (b->identity && *b->identity) {
@@ -135,7 +138,7 @@ static int write_fd(int fd, const char *p, size_t n)
 
 /* Copies stdin to the channel and the channel's stdout/stderr back until the remote agent
  * exits; returns its exit status. */
-static int pump(struct bridge *b)
+static int pump(struct ddp__ssh *b)
 {
     char buf[65536];
     bool in_open = true, got_output = false;
@@ -185,6 +188,75 @@ static int pump(struct bridge *b)
     }
 }
 
+int ddp__ssh_open(struct ddp__ssh *b)
+{
+    long timeout = 10;
+    int rc;
+    if (!(b->s = ssh_new()))
+        return fail(b, "out of memory");
+    ssh_options_set(b->s, SSH_OPTIONS_HOST, b->host);
+    ssh_options_set(b->s, SSH_OPTIONS_PORT, &b->port);
+    ssh_options_set(b->s, SSH_OPTIONS_TIMEOUT, &timeout);
+    if (b->user && *b->user)
+        ssh_options_set(b->s, SSH_OPTIONS_USER, b->user);
+    if (b->known_hosts && *b->known_hosts) {
+        ssh_options_set(b->s, SSH_OPTIONS_KNOWNHOSTS, b->known_hosts);
+        ssh_options_set(b->s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+    }
+    b->stage = DDP__SSH_CONNECT;
+    if (ssh_connect(b->s) != SSH_OK)
+        return fail(b, "cannot connect to %s port %d: %s", b->host, b->port, ssh_get_error(b->s));
+    b->stage = DDP__SSH_HOSTKEY;
+    if ((rc = verify_host(b)) != 0)
+        return rc;
+    b->stage = DDP__SSH_AUTH;
+    if ((rc = authenticate(b)) != 0)
+        return rc;
+    b->stage = DDP__SSH_READY;
+    return 0;
+}
+
+void ddp__ssh_close(struct ddp__ssh *b)
+{
+    if (b->ch) {
+        ssh_channel_close(b->ch);
+        ssh_channel_free(b->ch);
+        b->ch = NULL;
+    }
+    if (b->s) {
+        ssh_disconnect(b->s);
+        ssh_free(b->s);
+        b->s = NULL;
+    }
+}
+
+int ddp__ssh_run(struct ddp__ssh *b, const char *cmd, char *out, size_t outlen, int *status)
+{
+    ssh_channel ch = ssh_channel_new(b->s);
+    size_t got = 0;
+    if (!ch || ssh_channel_open_session(ch) != SSH_OK || ssh_channel_request_exec(ch, cmd) != SSH_OK) {
+        if (ch)
+            ssh_channel_free(ch);
+        fail(b, "cannot run a command over SSH: %s", ssh_get_error(b->s));
+        return -1;
+    }
+    char buf[4096];
+    int n;
+    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0) {
+        size_t k = (size_t)n < outlen - 1 - got ? (size_t)n : outlen - 1 - got;
+        memcpy(out + got, buf, k);
+        got += k;
+    }
+    while (ssh_channel_read(ch, buf, sizeof(buf), 1) > 0) {
+    }
+    out[got] = '\0';
+    ssh_channel_send_eof(ch);
+    *status = (int)ssh_channel_get_exit_status(ch);
+    ssh_channel_close(ch);
+    ssh_channel_free(ch);
+    return n < 0 ? -1 : 0;
+}
+
 /* argv: host port user identity known_hosts strict remote_ddprun ("" = unset) */
 int ddp__cmd_ssh_bridge(int argc, char **argv)
 {
@@ -192,32 +264,16 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
         fprintf(stderr, "ddprun: __ssh-bridge is internal to ddprun\n");
         return DDP_EXIT_USAGE;
     }
-    struct bridge b = {.host = argv[2],
+    struct ddp__ssh b = {.host = argv[2],
                        .port = atoi(argv[3]),
                        .user = argv[4],
                        .identity = argv[5],
                        .known_hosts = argv[6],
                        .strict = argv[7],
                        .remote = argv[8]};
-    int rc = DDP_EXIT_LAUNCH;
-    long timeout = 10;
+    int rc;
     char cmd[8192];
-    if (!(b.s = ssh_new()))
-        return fail(&b, "out of memory");
-    ssh_options_set(b.s, SSH_OPTIONS_HOST, b.host);
-    ssh_options_set(b.s, SSH_OPTIONS_PORT, &b.port);
-    ssh_options_set(b.s, SSH_OPTIONS_TIMEOUT, &timeout);
-    if (*b.user)
-        ssh_options_set(b.s, SSH_OPTIONS_USER, b.user);
-    if (*b.known_hosts) {
-        ssh_options_set(b.s, SSH_OPTIONS_KNOWNHOSTS, b.known_hosts);
-        ssh_options_set(b.s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
-    }
-    if (ssh_connect(b.s) != SSH_OK) {
-        rc = fail(&b, "cannot connect to %s port %d: %s", b.host, b.port, ssh_get_error(b.s));
-        goto out;
-    }
-    if ((rc = verify_host(&b)) != 0 || (rc = authenticate(&b)) != 0)
+    if ((rc = ddp__ssh_open(&b)) != 0)
         goto out;
     rc = DDP_EXIT_LAUNCH;
     /* The path is single-quoted for the remote shell; a quote inside is refused. */
@@ -233,11 +289,6 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
     }
     rc = pump(&b);
 out:
-    if (b.ch) {
-        ssh_channel_close(b.ch);
-        ssh_channel_free(b.ch);
-    }
-    ssh_disconnect(b.s);
-    ssh_free(b.s);
+    ddp__ssh_close(&b);
     return rc;
 }

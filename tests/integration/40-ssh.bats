@@ -119,3 +119,42 @@ teardown() {
   for _ in $(seq 100); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
   ! pgrep -f "$marker"
 }
+
+@test "ddprun doctor: passing nodes pass, a node without sshd and one with an unknown key fail with the reason" {
+  sshd_start 1
+  sshd_start 2
+  sshd_start 3 nokh
+  ssh_job job.yaml 1 1 2 3 8 -- "$FMNIST" --epochs 1
+  run "$DDPRUN" doctor job.yaml
+  assert_failure 1
+  assert_line --regexp "^127\.0\.0\.2 +ok +ok +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^127\.0\.0\.3 +ok +ok +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^127\.0\.0\.4 +ok +FAIL .*FAIL: the host key of 127\.0\.0\.4 port $SSH_PORT is not in $SSH_KH"
+  assert_line --regexp "^127\.0\.0\.9 +FAIL .*FAIL: cannot connect to 127\.0\.0\.9 port $SSH_PORT"
+  assert_output --partial "4 nodes checked: 2 passed, 2 failed"
+  # accept-new: the unknown key is reported as new, and nothing is written
+  run "$DDPRUN" doctor job.yaml --set ssh.strict_host_key_checking=accept-new --set "nodes=[$(sshd_addr 3)]"
+  assert_success
+  assert_line --regexp "^127\.0\.0\.4 +ok +new +ok +ok +ok +ok +pass$"
+  ! grep -q "127.0.0.4" "$SSH_KH"
+  # a command missing on the node, and a ddprun of another version
+  run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
+  assert_failure 1
+  assert_output --partial "FAIL: '/nonexistent/trainer' is not an executable program there"
+  printf '#!/bin/sh\necho "ddprun 0.0.1"\n' >old-ddprun
+  chmod +x old-ddprun
+  run "$DDPRUN" doctor job.yaml --set ssh.remote_ddprun="$PWD/old-ddprun" --set "nodes=[$(sshd_addr 1)]"
+  assert_failure 1
+  assert_output --partial "there is 'ddprun 0.0.1', this is ddprun"
+}
+
+@test "ddprun doctor on a local job checks the command and the store address" {
+  printf 'command: [/nonexistent/x]\n' >job.yaml
+  run "$DDPRUN" doctor job.yaml
+  assert_failure 1
+  assert_line --regexp "^localhost +local +local +ok +FAIL"
+  printf 'command: [sleep, "1"]\n' >job.yaml
+  run "$DDPRUN" doctor job.yaml
+  assert_success
+  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +pass$"
+}

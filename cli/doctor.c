@@ -1,0 +1,340 @@
+/*
+ * `ddprun doctor JOB.yaml`: checks every node of a job before it runs, all nodes at once:
+ * SSH reachable, host key known, authentication, ddprun present there in the same version,
+ * the command's program present, a port the node can listen on, and whether the node can
+ * reach the address the store would be served on (a listener of the doctor's own, on the
+ * address and interface a launch would use). Prints one row per node; exit status 0 when
+ * every node passes, 1 otherwise.
+ *
+ * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks.
+ */
+#include "cli/cli.h"
+#include "cli/job.h"
+#include "cli/ssh.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+enum { C_SSH, C_KEY, C_DDPRUN, C_CMD, C_PORT, C_STORE, C_N };
+static const char *const col_name[C_N] = {"ssh", "host key", "ddprun", "command", "port", "store"};
+
+struct node_check {
+    const struct ddp_job *job;
+    size_t i;
+    const char *self, *probe_host;
+    int probe_port;
+    const char *cell[C_N]; /* "ok", "FAIL", "-" or a short note */
+    char why[1200];        /* the first failure */
+};
+
+static void failed(struct node_check *n, int col, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void failed(struct node_check *n, int col, const char *fmt, ...)
+{
+    n->cell[col] = "FAIL";
+    for (int c = col + 1; c < C_N; c++)
+        if (!n->cell[c])
+            n->cell[c] = "-";
+    if (n->why[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->why, sizeof(n->why), fmt, ap);
+    va_end(ap);
+}
+
+/* Binds a free port and connects to host:port within 3 s; writes what happened to out. */
+static int probe(const char *host, int port, char *out, size_t n)
+{
+    int lfd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6};
+    struct sockaddr_in a4 = {.sin_family = AF_INET};
+    socklen_t sl;
+    int myport = -1;
+    if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a6, sizeof(a6)) == 0 && listen(lfd, 1) == 0) {
+        sl = sizeof(a6);
+        getsockname(lfd, (struct sockaddr *)&a6, &sl);
+        myport = ntohs(a6.sin6_port);
+    } else {
+        if (lfd >= 0)
+            close(lfd);
+        lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a4, sizeof(a4)) == 0 && listen(lfd, 1) == 0) {
+            sl = sizeof(a4);
+            getsockname(lfd, (struct sockaddr *)&a4, &sl);
+            myport = ntohs(a4.sin_port);
+        }
+    }
+    if (lfd >= 0)
+        close(lfd);
+    if (myport < 0) {
+        snprintf(out, n, "port: cannot listen on a free port: %s", strerror(errno));
+        return 2;
+    }
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int g = getaddrinfo(host, ps, &hints, &res);
+    if (g != 0) {
+        snprintf(out, n, "store: cannot resolve %s: %s", host, gai_strerror(g));
+        return 1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int ok = fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) == 0 || errno == EINPROGRESS);
+    if (ok) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int err = 0;
+        socklen_t el = sizeof(err);
+        ok = poll(&p, 1, 3000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+             err == 0;
+        if (!ok)
+            errno = err ? err : ETIMEDOUT;
+    }
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    if (!ok) {
+        snprintf(out, n, "store: cannot connect to %s:%d from here: %s", host, port, strerror(e));
+        return 1;
+    }
+    snprintf(out, n, "ok port %d", myport);
+    return 0;
+}
+
+int ddp__cmd_probe(int argc, char **argv)
+{
+    char host[256], out[512];
+    int port;
+    if (argc != 3 || ddp_parse_hostport(argv[2], host, sizeof(host), &port) < 0) {
+        fprintf(stderr, "ddprun: __probe is internal to ddprun doctor\n");
+        return DDP_EXIT_USAGE;
+    }
+    int r = probe(host, port, out, sizeof(out));
+    puts(out);
+    return r;
+}
+
+static bool local_program(const char *prog)
+{
+    if (strchr(prog, '/'))
+        return access(prog, X_OK) == 0;
+    const char *path = getenv("PATH");
+    char buf[PATH_MAX];
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        const char *c = strchr(p, ':');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)l, l ? p : ".", prog);
+        if (access(buf, X_OK) == 0)
+            return true;
+        p += l + (c ? 1 : 0);
+    }
+    return false;
+}
+
+static void apply_probe(struct node_check *n, int rc, const char *out)
+{
+    if (rc == 0) {
+        n->cell[C_PORT] = n->cell[C_STORE] = "ok";
+    } else if (rc == 2) {
+        failed(n, C_PORT, "%s", out);
+    } else {
+        n->cell[C_PORT] = "ok";
+        failed(n, C_STORE, "%s", out[0] ? out : "the probe failed");
+    }
+}
+
+static void *check_node(void *arg)
+{
+    struct node_check *n = arg;
+    const struct ddp_job *j = n->job;
+    const char *host = j->nodes[n->i].host;
+    const char *prog = j->shell ? "/bin/sh" : j->argv[0];
+    char out[1024];
+    if (ddp__job_host_is_local(host)) {
+        n->cell[C_SSH] = n->cell[C_KEY] = "local";
+        n->cell[C_DDPRUN] = "ok";
+        if (local_program(prog))
+            n->cell[C_CMD] = "ok";
+        else
+            failed(n, C_CMD, "'%s' is not an executable program here", prog);
+        if (!n->why[0])
+            apply_probe(n, probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
+        return NULL;
+    }
+    struct ddp__ssh s = {.host = host,
+                         .port = j->ssh_port,
+                         .user = j->ssh_user,
+                         .identity = j->ssh_identity,
+                         .known_hosts = j->ssh_known_hosts,
+                         .strict = j->ssh_strict,
+                         .remote = j->ssh_remote_ddprun ? j->ssh_remote_ddprun : n->self,
+                         .quiet = true,
+                         .dry_run = true};
+    if (ddp__ssh_open(&s) != 0) {
+        if (s.stage == DDP__SSH_CONNECT)
+            failed(n, C_SSH, "%s", s.err);
+        else if (s.stage == DDP__SSH_HOSTKEY)
+            n->cell[C_SSH] = "ok", failed(n, C_KEY, "%s", s.err);
+        else
+            n->cell[C_SSH] = "FAIL", n->cell[C_KEY] = "ok", failed(n, C_SSH, "%s", s.err);
+        ddp__ssh_close(&s);
+        return NULL;
+    }
+    n->cell[C_SSH] = "ok";
+    n->cell[C_KEY] = s.key_note[0] ? "new" : "ok";
+    char cmd[PATH_MAX * 2 + 64];
+    int st = -1;
+    bool quotable = !strchr(s.remote, '\'') && !strchr(prog, '\'');
+    snprintf(cmd, sizeof(cmd), "'%s' --version", s.remote);
+    if (!quotable || ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0) {
+        failed(n, C_DDPRUN, "'%s' is missing or broken there (exit %d)", s.remote, st);
+    } else {
+        out[strcspn(out, "\n")] = '\0';
+        if (strcmp(out, "ddprun " DDP_VERSION) != 0)
+            failed(n, C_DDPRUN, "'%s' there is '%s', this is ddprun %s", s.remote, out,
+                   DDP_VERSION);
+        else
+            n->cell[C_DDPRUN] = "ok";
+    }
+    if (!n->why[0]) {
+        snprintf(cmd, sizeof(cmd), "command -v '%s' >/dev/null || test -x '%s'", prog, prog);
+        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0)
+            failed(n, C_CMD, "'%s' is not an executable program there", prog);
+        else
+            n->cell[C_CMD] = "ok";
+    }
+    if (!n->why[0]) {
+        char ip[INET6_ADDRSTRLEN];
+        if (ddp__route_source(host, ip, sizeof(ip)) < 0)
+            snprintf(ip, sizeof(ip), "%s", n->probe_host);
+        snprintf(cmd, sizeof(cmd), strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'",
+                 s.remote, ip, n->probe_port);
+        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0)
+            failed(n, C_PORT, "%s", s.err);
+        else {
+            out[strcspn(out, "\n")] = '\0';
+            apply_probe(n, st, out);
+        }
+    }
+    ddp__ssh_close(&s);
+    return NULL;
+}
+
+static _Atomic bool stop_accepting;
+
+static void *accept_loop(void *arg)
+{
+    int lfd = *(int *)arg;
+    while (!atomic_load(&stop_accepting)) {
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (poll(&p, 1, 100) == 1) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0)
+                close(fd);
+        }
+    }
+    return NULL;
+}
+
+int ddp__doctor(const struct ddp_job *job)
+{
+    char self[PATH_MAX];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[sl > 0 ? sl : 0] = '\0';
+    bool remote = false;
+    for (size_t i = 0; i < job->nnodes; i++)
+        remote |= !ddp__job_host_is_local(job->nodes[i].host);
+    /* The store's stand-in: the address and interfaces a launch would serve on. */
+    const char *laddr = strcmp(job->rdzv_listen, "auto") != 0 ? job->rdzv_listen
+                         : remote                             ? "0.0.0.0"
+                                                              : "127.0.0.1";
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", job->rdzv_port);
+    int lfd = -1, port = -1;
+    if (getaddrinfo(laddr, ps, &hints, &res) == 0) {
+        lfd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int one = 1;
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_storage ss;
+        socklen_t l = sizeof(ss);
+        if (lfd >= 0 && bind(lfd, res->ai_addr, res->ai_addrlen) == 0 && listen(lfd, 64) == 0 &&
+            getsockname(lfd, (struct sockaddr *)&ss, &l) == 0)
+            port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                            : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        freeaddrinfo(res);
+    }
+    if (port < 0) {
+        ddp__cli_error("cannot listen on %s:%d (rendezvous.listen/port): %s", laddr,
+                       job->rdzv_port, strerror(errno));
+        if (lfd >= 0)
+            close(lfd);
+        return DDP_EXIT_LAUNCH;
+    }
+    pthread_t acc;
+    atomic_store(&stop_accepting, false);
+    pthread_create(&acc, NULL, accept_loop, &lfd);
+    bool wildcard = strcmp(laddr, "0.0.0.0") == 0 || strcmp(laddr, "::") == 0;
+    struct node_check *nc = calloc(job->nnodes, sizeof(*nc));
+    pthread_t *th = calloc(job->nnodes, sizeof(*th));
+    if (!nc || !th) {
+        ddp__cli_error("out of memory");
+        return DDP_EXIT_LAUNCH;
+    }
+    for (size_t i = 0; i < job->nnodes; i++) {
+        nc[i] = (struct node_check){.job = job,
+                                    .i = i,
+                                    .self = self,
+                                    .probe_host = wildcard ? "127.0.0.1" : laddr,
+                                    .probe_port = port};
+        pthread_create(&th[i], NULL, check_node, &nc[i]);
+    }
+    for (size_t i = 0; i < job->nnodes; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&stop_accepting, true);
+    pthread_join(acc, NULL);
+    close(lfd);
+    size_t hw = 4;
+    for (size_t i = 0; i < job->nnodes; i++) {
+        size_t l = strlen(job->nodes[i].host);
+        hw = l > hw ? l : hw;
+    }
+    printf("%-*s", (int)hw + 2, "node");
+    for (int c = 0; c < C_N; c++)
+        printf("%-10s", col_name[c]);
+    printf("result\n");
+    int bad = 0;
+    for (size_t i = 0; i < job->nnodes; i++) {
+        printf("%-*s", (int)hw + 2, job->nodes[i].host);
+        for (int c = 0; c < C_N; c++)
+            printf("%-10s", nc[i].cell[c] ? nc[i].cell[c] : "-");
+        if (nc[i].why[0]) {
+            bad++;
+            printf("FAIL: %s\n", nc[i].why);
+        } else {
+            printf("pass\n");
+        }
+    }
+    printf("%zu node%s checked: %zu passed, %d failed\n", job->nnodes,
+           job->nnodes == 1 ? "" : "s", job->nnodes - (size_t)bad, bad);
+    free(nc);
+    free(th);
+    return bad ? DDP_EXIT_JOB_FAILED : DDP_EXIT_OK;
+}
