@@ -265,23 +265,23 @@ static bool all_agents_gone(void)
     return true;
 }
 
-static void on_agent_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+/* Reads what the agent wrote and handles its frames: 1 when something was read, 0 when
+ * nothing was waiting, -1 at EOF. */
+static int agent_read(struct node_agent *a)
 {
-    (void)mask;
-    struct node_agent *a = arg;
-    if (ddp_buf_reserve(&a->rx, 65536) < 0)
-        return;
-    ssize_t n = ddp_read_eintr(fd, a->rx.data + a->rx.len, a->rx.cap - a->rx.len);
+    if (a->out_fd < 0 || ddp_buf_reserve(&a->rx, 65536) < 0)
+        return -1;
+    ssize_t n = ddp_read_eintr(a->out_fd, a->rx.data + a->rx.len, a->rx.cap - a->rx.len);
     if (n == -EAGAIN)
-        return;
+        return 0;
     if (n <= 0) {
         a->eof = true;
-        ddp_loop_del(loop, fd);
-        close(fd);
+        ddp_loop_del(L.loop, a->out_fd);
+        close(a->out_fd);
         a->out_fd = -1;
         if (all_agents_gone())
-            ddp_loop_stop(loop);
-        return;
+            ddp_loop_stop(L.loop);
+        return -1;
     }
     a->rx.len += (size_t)n;
     uint8_t type;
@@ -293,6 +293,15 @@ static void on_agent_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg
     ddp_buf_compact(&a->rx);
     if (r < 0)
         say("ddprun: error: bad frame from the agent on '%s'", L.job->nodes[a - L.ag].host);
+    return 1;
+}
+
+static void on_agent_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)mask;
+    agent_read(arg);
 }
 
 static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
@@ -311,6 +320,10 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                         continue;
                     a->reaped = true;
                     a->wstatus = st;
+                    /* What it wrote before exiting may still sit in the pipe (the signal can
+                     * be read first): take it before judging how it ended. */
+                    while (agent_read(a) > 0) {
+                    }
                     if (a->in_fd >= 0) {
                         close(a->in_fd);
                         a->in_fd = -1;

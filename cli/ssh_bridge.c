@@ -111,7 +111,13 @@ static int authenticate(struct ddp__ssh *b)
     int r;
     if (b->identity && *b->identity) {
         ssh_key key = NULL;
-        if (ssh_pki_import_privkey_file(b->identity, NULL, NULL, NULL, &key) != SSH_OK)
+        char path[4096];
+        const char *home = getenv("HOME");
+        if (strncmp(b->identity, "~/", 2) == 0 && home)
+            snprintf(path, sizeof(path), "%s/%s", home, b->identity + 2);
+        else
+            snprintf(path, sizeof(path), "%s", b->identity);
+        if (ssh_pki_import_privkey_file(path, NULL, NULL, NULL, &key) != SSH_OK)
             return fail(b, "cannot read the identity file %s (missing, unreadable, or protected "
                            "by a passphrase: load it into ssh-agent and leave ssh.identity out)",
                         b->identity);
@@ -142,8 +148,10 @@ static int pump(struct ddp__ssh *b)
 {
     char buf[65536];
     bool in_open = true, got_output = false;
-    for (;;) {
-        /* Drain what libssh has (it may hold data the socket no longer shows). */
+    for (bool last = false;; ) {
+        /* Drain what libssh has (it may hold data the socket no longer shows). Reading one
+         * stream can pull the other's data, the EOF and the close into libssh's buffers, so
+         * once the channel ends everything is drained once more before leaving. */
         for (int stream = 0; stream < 2; stream++) {
             int n;
             while ((n = ssh_channel_read_nonblocking(b->ch, buf, sizeof(buf), stream)) > 0) {
@@ -159,6 +167,10 @@ static int pump(struct ddp__ssh *b)
                 return fail(b, "lost the SSH connection: %s", ssh_get_error(b->s)), 1;
         }
         if (ssh_channel_is_eof(b->ch) || ssh_channel_is_closed(b->ch)) {
+            if (!last) {
+                last = true;
+                continue;
+            }
             int st = (int)ssh_channel_get_exit_status(b->ch);
             if (st == 127 && !got_output) {
                 return fail(b, "'%s' was not found there (install ddprun on the node at the same "
