@@ -698,7 +698,6 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
                 goto out;
             }
             free(j->ssh_strict);
-    free(j->ssh_remote_ddprun);
             j->ssh_strict = strdup(v);
         }
     }
@@ -890,6 +889,7 @@ void ddp__job_free(struct ddp_job *j)
     free(j->ssh_identity);
     free(j->ssh_known_hosts);
     free(j->ssh_strict);
+    free(j->ssh_remote_ddprun);
     free(j->logs_dir);
     free(j->checkpoint_dir);
     free(j);

@@ -111,3 +111,11 @@ spec_error() {
   run "$DDPRUN" plan job.yaml --set name=a --set name=b
   assert_line "name: b"
 }
+
+@test "ssh keys, remote_ddprun among them, reach the plan" {
+  printf 'command: [true]\nnodes: [n1, n2]\nssh: {strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun, port: 2222}\n' >"$BATS_TEST_TMPDIR/j.yaml"
+  run "$DDPRUN" plan "$BATS_TEST_TMPDIR/j.yaml"
+  assert_success
+  assert_output --partial "port: 2222"
+  assert_output --partial "strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun}"
+}
