@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
-# Remote nodes over SSH (libssh), against real OpenSSH sshd test hosts on 127.0.0.x
-# (tests/lib/sshd.bash): provisioning, host-key policy, provisioning failures, teardown.
+# Remote nodes over SSH (libssh), against real OpenSSH sshd test hosts (tests/lib/sshd.bash:
+# a network namespace per node joined by veth to a bridge, or sshd on 127.0.0.x where
+# namespaces cannot be made): provisioning, host-key policy, provisioning failures, teardown,
+# ddprun doctor.
 load '../lib/common'
 load '../lib/sshd'
 
@@ -17,18 +19,35 @@ teardown() {
   sshd_teardown
 }
 
+rx() { sed 's/\./\\./g' <<<"$1"; } # an address as a regular expression
+
+# Nothing of the job is left in node K's namespace: only its sshd.
+only_sshd_in() {
+  [ -z "$SSHD_NETNS" ] && return 0
+  local p left=""
+  for p in $(sshd_ns_pids "$1"); do
+    [ "$p" = "$(cat "$SSH_DIR/node$1/sshd.pid")" ] || left="$left $p"
+  done
+  [ -z "$left" ] || { echo "left in node $1:"; ps -o pid,args -p ${left// /,}; return 1; }
+}
+
 @test "3 nodes x 2 ranks over SSH: the Fashion-MNIST example trains across them" {
   for k in 1 2 3; do sshd_start "$k"; done
   ssh_job job.yaml 2 1 2 3 -- "$FMNIST" --max-steps 60 --eval-every 1
   run "$DDPRUN" job.yaml
   [ "$status" -eq 0 ] || { echo "$output"; cat ssh/node*/sshd.log; return 1; }
-  assert_output --partial "[127.0.0.2:0] ddprun-fmnist: 6 ranks"
+  assert_output --partial "[$(sshd_addr 1):0] ddprun-fmnist: 6 ranks"
+  if [ -n "$SSHD_NETNS" ]; then   # the nodes really were separate network namespaces
+    [[ "$(sshd_addr 1)" == 10.213.* ]]
+    grep -q "^$(sshd_ns 1)" <(ip netns list)
+  fi
   assert_output --partial "test-acc"
   # every node's ranks ran, with their node rank, and logs came back to this machine
   for r in 0 1 2 3 4 5; do [ -e "$(ls -d logs/*)/rank-$r.log" ]; done
   grep -q "test-acc" "$(ls -d logs/*)/rank-0.log"
   run "$DDPRUN" plan job.yaml
-  assert_output --partial "127.0.0.4"
+  assert_output --partial "$(sshd_addr 3)"
+  for k in 1 2 3; do only_sshd_in "$k"; done
 }
 
 @test "a store barrier job across 2 nodes reports each rank's node" {
@@ -37,8 +56,8 @@ teardown() {
   run "$DDPRUN" job.yaml
   assert_success
   assert_output --partial "4 ranks met at the store"
-  assert_output --regexp "  2 +127\.0\.0\.3 +exit 0"
-  assert_output --regexp "  3 +127\.0\.0\.3 +exit 0"
+  assert_output --regexp "  2 +$(rx "$(sshd_addr 2)") +exit 0"
+  assert_output --regexp "  3 +$(rx "$(sshd_addr 2)") +exit 0"
 }
 
 @test "an unknown host key is refused under strict checking and accepted (and recorded) with accept-new" {
@@ -46,11 +65,12 @@ teardown() {
   ssh_job job.yaml 1 1 -- "$DDPRUN" __smoke-worker
   run "$DDPRUN" job.yaml
   assert_failure 3
-  assert_output --partial "node '127.0.0.2': the host key of 127.0.0.2 port $SSH_PORT is not in $SSH_KH (strict_host_key_checking: yes)"
+  a=$(sshd_addr 1)
+  assert_output --partial "node '$a': the host key of $a port $SSH_PORT is not in $SSH_KH (strict_host_key_checking: yes)"
   [ ! -s "$SSH_KH" ]
   run "$DDPRUN" job.yaml --set ssh.strict_host_key_checking=accept-new
   assert_success
-  grep -q "127.0.0.2" "$SSH_KH"
+  grep -qF "$a" "$SSH_KH"
   run "$DDPRUN" job.yaml   # now known: strict checking passes
   assert_success
 }
@@ -61,33 +81,36 @@ teardown() {
   rm ssh/node1/host_ed25519 ssh/node1/host_ed25519.pub
   sshd_start 1 nokh   # same address, new key
   ssh_job job.yaml 1 1 -- "$DDPRUN" __smoke-worker
+  a=$(sshd_addr 1)
   for mode in yes accept-new; do
     run "$DDPRUN" job.yaml --set ssh.strict_host_key_checking=$mode
     assert_failure 3
-    assert_output --partial "node '127.0.0.2': the host key of 127.0.0.2 port $SSH_PORT has CHANGED from the one recorded in $SSH_KH; refusing to connect"
+    assert_output --partial "node '$a': the host key of $a port $SSH_PORT has CHANGED from the one recorded in $SSH_KH; refusing to connect"
   done
 }
 
 @test "a node without sshd, a wrong user key, and a missing remote ddprun: status 3 naming the node and cause, the good node cleaned up" {
   sshd_start 1
-  # 127.0.0.9: nothing listens there
+  # node 8: nobody there
   ssh_job job.yaml 1 1 8 -- sleep 30
   SECONDS=0
   run "$DDPRUN" job.yaml
   assert_failure 3
-  assert_output --partial "node '127.0.0.9': cannot connect to 127.0.0.9 port $SSH_PORT"
+  a=$(sshd_addr 8)
+  assert_output --partial "node '$a': cannot connect to $a port $SSH_PORT"
   [ "$SECONDS" -lt 20 ]
   ! pgrep -f "^sleep 30" >/dev/null
+  only_sshd_in 1
   # a key the nodes do not accept
   ssh-keygen -q -t ed25519 -N '' -f other_key
   ssh_job job.yaml 1 1 -- "$DDPRUN" __smoke-worker
   run "$DDPRUN" job.yaml --set ssh.identity="$PWD/other_key"
   assert_failure 3
-  assert_output --partial "node '127.0.0.2': the server refused the key $PWD/other_key"
+  assert_output --partial "node '$(sshd_addr 1)': the server refused the key $PWD/other_key"
   # ddprun missing on the node
   run "$DDPRUN" job.yaml --set ssh.remote_ddprun=/nonexistent/ddprun
   assert_failure 3
-  assert_output --partial "node '127.0.0.2': '/nonexistent/ddprun' was not found there"
+  assert_output --partial "node '$(sshd_addr 1)': '/nonexistent/ddprun' was not found there"
 }
 
 @test "interrupting ddprun leaves no process of the job on any node" {
@@ -104,6 +127,7 @@ teardown() {
   for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
   ! pgrep -f "$marker"
   ! pgrep -f "ddprun agent" -P "$(cat ssh/node1/sshd.pid)"
+  for k in 1 2; do only_sshd_in "$k"; done
 }
 
 @test "SIGKILL of ddprun: the remote agents see the connection close and stop their ranks" {
@@ -118,6 +142,8 @@ teardown() {
   wait "$pid" || true
   for _ in $(seq 100); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
   ! pgrep -f "$marker"
+  for _ in $(seq 50); do only_sshd_in 1 >/dev/null && break; sleep 0.1; done
+  only_sshd_in 1
 }
 
 @test "ddprun doctor: passing nodes pass, a node without sshd and one with an unknown key fail with the reason" {
@@ -127,16 +153,17 @@ teardown() {
   ssh_job job.yaml 1 1 2 3 8 -- "$FMNIST" --epochs 1
   run "$DDPRUN" doctor job.yaml
   assert_failure 1
-  assert_line --regexp "^127\.0\.0\.2 +ok +ok +ok +ok +ok +ok +pass$"
-  assert_line --regexp "^127\.0\.0\.3 +ok +ok +ok +ok +ok +ok +pass$"
-  assert_line --regexp "^127\.0\.0\.4 +ok +FAIL .*FAIL: the host key of 127\.0\.0\.4 port $SSH_PORT is not in $SSH_KH"
-  assert_line --regexp "^127\.0\.0\.9 +FAIL .*FAIL: cannot connect to 127\.0\.0\.9 port $SSH_PORT"
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)") a3=$(rx "$(sshd_addr 3)") a8=$(rx "$(sshd_addr 8)")
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^$a3 +ok +FAIL .*FAIL: the host key of $a3 port $SSH_PORT is not in $SSH_KH"
+  assert_line --regexp "^$a8 +FAIL .*FAIL: cannot connect to $a8 port $SSH_PORT"
   assert_output --partial "4 nodes checked: 2 passed, 2 failed"
   # accept-new: the unknown key is reported as new, and nothing is written
   run "$DDPRUN" doctor job.yaml --set ssh.strict_host_key_checking=accept-new --set "nodes=[$(sshd_addr 3)]"
   assert_success
-  assert_line --regexp "^127\.0\.0\.4 +ok +new +ok +ok +ok +ok +pass$"
-  ! grep -q "127.0.0.4" "$SSH_KH"
+  assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +pass$"
+  ! grep -qF "$(sshd_addr 3)" "$SSH_KH"
   # a command missing on the node, and a ddprun of another version
   run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1

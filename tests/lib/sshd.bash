@@ -1,12 +1,17 @@
-# Test hosts for the SSH tests: real OpenSSH sshd processes, one per "node", each on its own
-# loopback address (127.0.0.2, .3, ...) with its own generated host key, accepting a generated
-# user key. All traffic stays on 127.0.0.0/8. (Network namespaces would isolate processes too;
-# these hosts share the process table, which the tests use to check for leftovers.)
+# Test hosts for the SSH tests: real OpenSSH sshd processes, one per "node", each with its own
+# generated host key, accepting a generated user key.
 #
-#   sshd_setup            user key, known_hosts file, port; sets SSH_DIR SSH_PORT SSH_KEY SSH_KH
-#   sshd_start K          starts node K (K >= 1) on 127.0.0.$((K+1)), host key in known_hosts
-#   sshd_stop K           stops it
-#   sshd_teardown         stops every node started
+# Where network namespaces can be made (root, iproute2), node K is a namespace of its own with
+# address 10.213.X.(K+1)/24 on a veth pair joined to a bridge that holds 10.213.X.1 (the
+# "login node"): its sshd, agent and ranks live in it. Otherwise node K is an sshd on
+# 127.0.0.(K+1). Either way all traffic stays on this machine.
+#
+#   sshd_setup            user key, known_hosts file, port, bridge; sets SSH_DIR SSH_PORT SSH_KEY
+#                         SSH_KH and SSHD_NETNS (1 when the nodes are namespaces)
+#   sshd_start K          starts node K (K >= 1) at $(sshd_addr K), host key in known_hosts
+#   sshd_stop K           stops its sshd
+#   sshd_ns_pids K        the pids inside node K's namespace (empty without namespaces)
+#   sshd_teardown         stops every node, removes namespaces, links and the bridge
 
 sshd_setup() {
   SSH_DIR="$BATS_TEST_TMPDIR/ssh"
@@ -19,9 +24,40 @@ sshd_setup() {
   : >"$SSH_KH"
   SSH_PORT=$((20000 + RANDOM % 20000))
   SSHD_NODES=
+  SSHD_TAG=$((RANDOM % 200 + 20))
+  SSHD_NETNS=
+  if [ -z "${SSHD_NO_NETNS:-}" ] && [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null &&
+    ip link add "ddpbr$SSHD_TAG" type bridge 2>/dev/null; then
+    ip addr add "10.213.$SSHD_TAG.1/24" dev "ddpbr$SSHD_TAG"
+    ip link set "ddpbr$SSHD_TAG" up
+    SSHD_NETNS=1
+  fi
 }
 
-sshd_addr() { echo "127.0.0.$(($1 + 1))"; }
+sshd_addr() {
+  if [ -n "${SSHD_NETNS:-}" ]; then echo "10.213.$SSHD_TAG.$(($1 + 1))"; else echo "127.0.0.$(($1 + 1))"; fi
+}
+
+sshd_ns() { echo "ddp$SSHD_TAG-$1"; }
+
+# Creates node K's namespace (once): veth into the bridge, address, loopback up.
+sshd_make_ns() {
+  local k=$1 ns
+  ns=$(sshd_ns "$k")
+  ip netns list | grep -q "^$ns\b" && return 0
+  ip netns add "$ns"
+  ip link add "vd$SSHD_TAG-$k" type veth peer name "vn$SSHD_TAG-$k"
+  ip link set "vn$SSHD_TAG-$k" netns "$ns"
+  ip link set "vd$SSHD_TAG-$k" master "ddpbr$SSHD_TAG" up
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip addr add "$(sshd_addr "$k")/24" dev "vn$SSHD_TAG-$k"
+  ip netns exec "$ns" ip link set "vn$SSHD_TAG-$k" up
+  ip netns exec "$ns" ip route add default via "10.213.$SSHD_TAG.1"
+}
+
+sshd_ns_pids() {
+  [ -n "${SSHD_NETNS:-}" ] && ip netns pids "$(sshd_ns "$1")" 2>/dev/null || true
+}
 
 # Writes node K's host key, config, and (unless $2 = nokh) its known_hosts line.
 sshd_start() {
@@ -42,7 +78,12 @@ UsePAM no
 StrictModes no
 LogLevel ERROR
 CFG
-  /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
+  if [ -n "$SSHD_NETNS" ]; then
+    sshd_make_ns "$k"
+    ip netns exec "$(sshd_ns "$k")" /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
+  else
+    /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
+  fi
   for _ in $(seq 100); do [ -s "$d/sshd.pid" ] && break; sleep 0.02; done
   if [ "${2:-}" != nokh ]; then
     echo "[$addr]:$SSH_PORT $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" >>"$SSH_KH"
@@ -57,8 +98,15 @@ sshd_stop() {
 }
 
 sshd_teardown() {
-  local k
+  local k ns
   for k in ${SSHD_NODES:-}; do sshd_stop "$k"; done
+  if [ -n "${SSHD_NETNS:-}" ]; then
+    for ns in $(ip netns list | grep -o "^ddp$SSHD_TAG-[0-9]*"); do
+      ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
+      ip netns del "$ns"
+    done
+    ip link del "ddpbr$SSHD_TAG" 2>/dev/null || true
+  fi
   SSHD_NODES=
 }
 
