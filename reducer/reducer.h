@@ -50,7 +50,8 @@ struct ddp_param {
      * reducer copies *grad into the bucket when the parameter is marked ready and the
      * average back after the all-reduce. With it, the reducer points *grad into bucket
      * memory (copying the values it held, or zeros when NULL) and owns that memory; the
-     * pointer may change when buckets are rebuilt, so read it through *grad after finalize.
+     * pointer may change when buckets are rebuilt, so read it through *grad after finalize;
+     * ddp_reducer_free() sets it to NULL.
      */
     void **grad;
     size_t count; /* elements */
