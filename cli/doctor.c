@@ -188,12 +188,10 @@ static void *check_node(void *arg)
                          .quiet = true,
                          .dry_run = true};
     if (ddp__ssh_open(&s) != 0) {
-        if (s.stage == DDP__SSH_CONNECT)
-            failed(n, C_SSH, "%s", s.err);
-        else if (s.stage == DDP__SSH_HOSTKEY)
-            n->cell[C_SSH] = "ok", failed(n, C_KEY, "%s", s.err);
-        else
-            n->cell[C_SSH] = "FAIL", n->cell[C_KEY] = "ok", failed(n, C_SSH, "%s", s.err);
+        /* Authentication failing shows in the ssh column, after a good host key. */
+        if (s.stage != DDP__SSH_CONNECT)
+            n->cell[s.stage == DDP__SSH_HOSTKEY ? C_SSH : C_KEY] = "ok";
+        failed(n, s.stage == DDP__SSH_HOSTKEY ? C_KEY : C_SSH, "%s", s.err);
         ddp__ssh_close(&s);
         return NULL;
     }
@@ -258,13 +256,8 @@ int ddp__doctor(const struct ddp_job *job)
     char self[PATH_MAX];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
     self[sl > 0 ? sl : 0] = '\0';
-    bool remote = false;
-    for (size_t i = 0; i < job->nnodes; i++)
-        remote |= !ddp__job_host_is_local(job->nodes[i].host);
     /* The store's stand-in: the address and interfaces a launch would serve on. */
-    const char *laddr = strcmp(job->rdzv_listen, "auto") != 0 ? job->rdzv_listen
-                         : remote                             ? "0.0.0.0"
-                                                              : "127.0.0.1";
+    const char *laddr = ddp__job_store_listen(job);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
     char ps[16];
     snprintf(ps, sizeof(ps), "%d", job->rdzv_port);

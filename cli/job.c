@@ -448,6 +448,21 @@ bool ddp__job_host_is_local(const char *host)
            strcmp(host, "::1") == 0;
 }
 
+const char *ddp__job_first_remote(const struct ddp_job *j)
+{
+    for (size_t i = 0; i < j->nnodes; i++)
+        if (!ddp__job_host_is_local(j->nodes[i].host))
+            return j->nodes[i].host;
+    return NULL;
+}
+
+const char *ddp__job_store_listen(const struct ddp_job *j)
+{
+    if (strcmp(j->rdzv_listen, "auto") != 0)
+        return j->rdzv_listen;
+    return ddp__job_first_remote(j) ? "0.0.0.0" : "127.0.0.1";
+}
+
 /* Resolves p against base (a folder) unless it is absolute. */
 static char *resolve(const char *base, const char *p)
 {

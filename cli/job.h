@@ -62,6 +62,11 @@ int64_t ddp__parse_duration_ms(const char *s);
 
 /* True for the hosts ddprun starts locally without SSH. */
 bool ddp__job_host_is_local(const char *host);
+/* The first node reached over SSH, or NULL for a local job. */
+const char *ddp__job_first_remote(const struct ddp_job *j);
+/* Where the store listens: rendezvous.listen, or for auto loopback on a local job and every
+ * interface when some node is remote (each node is then told the address that routes to it). */
+const char *ddp__job_store_listen(const struct ddp_job *j);
 
 /* True when ranks get OMP_NUM_THREADS=1, as torchrun does: more than one rank on a node and
  * the variable set neither in env nor in ddprun's own environment. */

@@ -619,10 +619,7 @@ int ddp__launch(const struct ddp_job *job)
     L.tty = isatty(2);
     L.sfd = -1;
     make_job_id(job->name, L.job_id, sizeof(L.job_id));
-    const char *first_remote = NULL;
-    for (size_t i = 0; i < job->nnodes && !first_remote; i++)
-        if (!ddp__job_host_is_local(job->nodes[i].host))
-            first_remote = job->nodes[i].host;
+    const char *first_remote = ddp__job_first_remote(job);
     ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
     L.self[sl > 0 ? sl : 0] = '\0';
     if (job->max_restarts > 0)
@@ -664,11 +661,7 @@ int ddp__launch(const struct ddp_job *job)
     set_phase("starting store");
     if (ddp_store_token_generate(token) < 0)
         goto out;
-    /* auto: loopback for a local job; every interface when some node is remote, each node
-     * then told the address of the interface that routes to it. */
-    const char *listen = strcmp(job->rdzv_listen, "auto") != 0 ? job->rdzv_listen
-                         : first_remote                       ? "0.0.0.0"
-                                                              : "127.0.0.1";
+    const char *listen = ddp__job_store_listen(job);
     struct ddp_store_server_opts o = {
         .host = listen, .port = job->rdzv_port, .token = token, .token_len = strlen(token)};
     int r = ddp_store_server_new(&o, &srv);

@@ -163,8 +163,10 @@ static int pump(struct ddp__ssh *b)
                     write_fd(2, buf, (size_t)n);
                 }
             }
-            if (n == SSH_ERROR)
-                return fail(b, "lost the SSH connection: %s", ssh_get_error(b->s)), 1;
+            if (n == SSH_ERROR) {
+                fail(b, "lost the SSH connection: %s", ssh_get_error(b->s));
+                return 1;
+            }
         }
         if (ssh_channel_is_eof(b->ch) || ssh_channel_is_closed(b->ch)) {
             if (!last) {
@@ -188,8 +190,10 @@ static int pump(struct ddp__ssh *b)
         if (in_open && p[1].revents) {
             ssize_t n = read(0, buf, sizeof(buf));
             if (n > 0) {
-                if (ssh_channel_write(b->ch, buf, (uint32_t)n) != n)
-                    return fail(b, "lost the SSH connection: %s", ssh_get_error(b->s)), 1;
+                if (ssh_channel_write(b->ch, buf, (uint32_t)n) != n) {
+                    fail(b, "lost the SSH connection: %s", ssh_get_error(b->s));
+                    return 1;
+                }
             } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
                 /* The launcher closed our stdin: the agent's stdin closes, it stops its ranks,
                  * and we keep relaying until it has reported and exited. */

@@ -186,6 +186,13 @@ static void publish(struct ddp__shm *sh, uint64_t v)
         syscall(SYS_futex, &l->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
+/* One step of a round: publish that this rank reached it, wait for every local rank. */
+static int step(struct ddp__comm *c, uint64_t k)
+{
+    publish(&c->shm, c->shm.seq + k);
+    return wait_all(c, c->shm.seq + k);
+}
+
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op)
 {
@@ -201,8 +208,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
         char *mine = slot(sh, me);
         /* Phase 1: copy in. */
         memcpy(mine, b + done * esz, m * esz);
-        publish(sh, sh->seq + 1);
-        if ((e = wait_all(c, sh->seq + 1)) < 0)
+        if ((e = step(c, 1)) < 0)
             return e;
         /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
          * it in our slot (the others read other shards of our slot meanwhile). */
@@ -230,8 +236,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
                 ddp__scale_avg(out, s1 - s0, dt, total);
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
         }
-        publish(sh, sh->seq + 2);
-        if ((e = wait_all(c, sh->seq + 2)) < 0)
+        if ((e = step(c, 2)) < 0)
             return e;
         /* Phase 3: copy the other shards out. */
         for (int j = 0; j < n; j++) {
@@ -244,13 +249,6 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
         sh->round++;
     }
     return 0;
-}
-
-/* One step of a round: publish that this rank reached it, wait for every local rank. */
-static int step(struct ddp__comm *c, uint64_t k)
-{
-    publish(&c->shm, c->shm.seq + k);
-    return wait_all(c, c->shm.seq + k);
 }
 
 int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)

@@ -193,17 +193,20 @@ static size_t nparams(const struct model *m)
     return n;
 }
 
-/* Visits every parameter tensor (and its momentum) in registration order. */
-#define FOR_TENSORS(m, l, which, p, v, n)                                                          \
-    for (int l = 0; l < (m)->L; l++)                                                               \
-        for (int which = 0; which < 2; which++)                                                    \
-            for (float *p = which ? (m)->b[l] : (m)->W[l], *v = which ? (m)->vb[l] : (m)->vW[l],   \
-                       *p##_once = p;                                                              \
-                 p##_once; p##_once = NULL)                                                        \
-                for (size_t n = which ? (size_t)(m)->dim[l + 1]                                    \
-                                      : (size_t)(m)->dim[l] * (size_t)(m)->dim[l + 1],             \
-                            n##_once = 1;                                                          \
-                     n##_once; n##_once = 0)
+/* Every parameter tensor with its momentum, in registration order (W1, b1, W2, ...). */
+struct tensor {
+    float *p, *v;
+    size_t n;
+};
+
+static int tensors(const struct model *m, struct tensor *t)
+{
+    for (int l = 0; l < m->L; l++) {
+        t[2 * l] = (struct tensor){m->W[l], m->vW[l], (size_t)m->dim[l] * (size_t)m->dim[l + 1]};
+        t[2 * l + 1] = (struct tensor){m->b[l], m->vb[l], (size_t)m->dim[l + 1]};
+    }
+    return 2 * m->L;
+}
 
 /* Activations for a batch: A[0] = input, A[l+1] = layer l's output (pre-ReLU kept in Z). */
 struct acts {
@@ -363,12 +366,12 @@ static void ckpt_save(const struct model *m, const char *dir, int64_t step, int 
     uLong crc = crc32(0, Z_NULL, 0);
     int bad = write_all(fd, &h, sizeof(h), &crc);
     const char *crash = getenv("FMNIST_CRASH_AT_STEP"); /* tests: die in the middle of a write */
-    FOR_TENSORS(m, l, which, p, v, n)
-    {
-        bad |= write_all(fd, p, n * sizeof(float), &crc);
+    struct tensor t[2 * MAX_LAYERS];
+    for (int k = 0, nt = tensors(m, t); k < nt; k++) {
+        bad |= write_all(fd, t[k].p, t[k].n * sizeof(float), &crc);
         if (crash && atoll(crash) == step)
             _exit(9);
-        bad |= write_all(fd, v, n * sizeof(float), &crc);
+        bad |= write_all(fd, t[k].v, t[k].n * sizeof(float), &crc);
     }
     uint32_t c32 = (uint32_t)crc;
     uLong dummy = 0;
@@ -408,12 +411,13 @@ static int64_t ckpt_load(struct model *m, const char *dir, int batch)
         if (h.dim[l] != (uint32_t)m->dim[l])
             die("%s was written for another model (layer sizes differ)", fin);
     crc = crc32(crc, (const Bytef *)&h, sizeof(h));
-    FOR_TENSORS(m, l, which, p, v, n)
-    {
-        if (fread(p, sizeof(float), n, f) != n || fread(v, sizeof(float), n, f) != n)
+    struct tensor t[2 * MAX_LAYERS];
+    for (int k = 0, nt = tensors(m, t); k < nt; k++) {
+        if (fread(t[k].p, sizeof(float), t[k].n, f) != t[k].n ||
+            fread(t[k].v, sizeof(float), t[k].n, f) != t[k].n)
             die("%s is truncated", fin);
-        crc = crc32(crc, (const Bytef *)p, (uInt)(n * sizeof(float)));
-        crc = crc32(crc, (const Bytef *)v, (uInt)(n * sizeof(float)));
+        crc = crc32(crc, (const Bytef *)t[k].p, (uInt)(t[k].n * sizeof(float)));
+        crc = crc32(crc, (const Bytef *)t[k].v, (uInt)(t[k].n * sizeof(float)));
     }
     uint32_t c32;
     if (fread(&c32, sizeof(c32), 1, f) != 1 || c32 != (uint32_t)crc)
@@ -627,11 +631,9 @@ int main(int argc, char **argv)
         if (ddp_reducer_new(pg, ps, (size_t)(2 * m.L), &ro, &red) != 0)
             die("cannot create the reducer: %s", ddp_reducer_new_error());
         int rc = ddp_pg_broadcast(pg, &step, 1, DDP_I64, 0);
-        FOR_TENSORS(&m, l, which, p, v, n)
-        {
-            (void)p;
-            rc |= ddp_pg_broadcast(pg, v, n, DDP_F32, 0);
-        }
+        struct tensor t[2 * MAX_LAYERS];
+        for (int k = 0, nt = tensors(&m, t); k < nt; k++)
+            rc |= ddp_pg_broadcast(pg, t[k].v, t[k].n, DDP_F32, 0);
         if (rc)
             die("broadcasting the resume state failed: %s", ddp_pg_last_error(pg));
     }
@@ -724,11 +726,10 @@ int main(int argc, char **argv)
     if (rank == 0 && (c.dump || c.compare)) {
         size_t n = nparams(&m), k = 0;
         float *flat = malloc(n * sizeof(float));
-        FOR_TENSORS(&m, l, which, p, v, cnt)
-        {
-            (void)v;
-            memcpy(flat + k, p, cnt * sizeof(float));
-            k += cnt;
+        struct tensor t[2 * MAX_LAYERS];
+        for (int j = 0, nt = tensors(&m, t); j < nt; j++) {
+            memcpy(flat + k, t[j].p, t[j].n * sizeof(float));
+            k += t[j].n;
         }
         if (c.dump) {
             FILE *f = fopen(c.dump, "wb");
