@@ -222,8 +222,9 @@ static void *check_node(void *arg)
         char ip[INET6_ADDRSTRLEN];
         if (ddp__route_source(host, ip, sizeof(ip)) < 0)
             snprintf(ip, sizeof(ip), "%s", n->probe_host);
-        snprintf(cmd, sizeof(cmd), strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'",
-                 s.remote, ip, n->probe_port);
+        snprintf(cmd, sizeof(cmd),
+                 strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'", s.remote, ip,
+                 n->probe_port);
         if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0)
             failed(n, C_PORT, "%s", s.err);
         else {
@@ -275,8 +276,8 @@ int ddp__doctor(const struct ddp_job *job)
         freeaddrinfo(res);
     }
     if (port < 0) {
-        ddp__cli_error("cannot listen on %s:%d (rendezvous.listen/port): %s", laddr,
-                       job->rdzv_port, strerror(errno));
+        ddp__cli_error("cannot listen on %s:%d (rendezvous.listen/port): %s", laddr, job->rdzv_port,
+                       strerror(errno));
         if (lfd >= 0)
             close(lfd);
         return DDP_EXIT_LAUNCH;
@@ -325,8 +326,8 @@ int ddp__doctor(const struct ddp_job *job)
             printf("pass\n");
         }
     }
-    printf("%zu node%s checked: %zu passed, %d failed\n", job->nnodes,
-           job->nnodes == 1 ? "" : "s", job->nnodes - (size_t)bad, bad);
+    printf("%zu node%s checked: %zu passed, %d failed\n", job->nnodes, job->nnodes == 1 ? "" : "s",
+           job->nnodes - (size_t)bad, bad);
     free(nc);
     free(th);
     return bad ? DDP_EXIT_JOB_FAILED : DDP_EXIT_OK;

@@ -68,8 +68,8 @@ struct launcher {
     struct node_agent *ag;
     struct rank_info *rk;
     int ranks_up, ranks_done;
-    int first_fail;   /* rank, or -1 */
-    char *agent_fail; /* message when an agent died on its own */
+    int first_fail;      /* rank, or -1 */
+    char *agent_fail;    /* message when an agent died on its own */
     char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
     bool stopping, interrupted, launch_error;
     int sigints;
@@ -725,8 +725,8 @@ int ddp__launch(const struct ddp_job *job)
             const char *toward =
                 ddp__job_host_is_local(job->nodes[i].host) ? first_remote : job->nodes[i].host;
             if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
-                snprintf(node_store, sizeof(node_store), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
-                         ip, store_port);
+                snprintf(node_store, sizeof(node_store), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip,
+                         store_port);
         }
         struct ddp__agent_start st = {.token = token,
                                       .store_addr = node_store,

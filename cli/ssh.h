@@ -11,8 +11,8 @@ enum ddp__ssh_stage { DDP__SSH_CONNECT, DDP__SSH_HOSTKEY, DDP__SSH_AUTH, DDP__SS
 struct ddp__ssh {
     const char *host, *user, *identity, *known_hosts, *strict, *remote; /* "" or NULL: unset */
     int port;
-    bool quiet;   /* keep errors in err only */
-    bool dry_run; /* accept-new: report a new key without recording it */
+    bool quiet;                /* keep errors in err only */
+    bool dry_run;              /* accept-new: report a new key without recording it */
     enum ddp__ssh_stage stage; /* how far ddp__ssh_open got */
     const char *key_note;      /* "" or what was special about the host key */
     char err[1024];

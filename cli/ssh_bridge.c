@@ -29,7 +29,6 @@
 
 #include "common/banned.h"
 
-
 /* Records why (printed at once unless quiet); returns DDP_EXIT_LAUNCH. */
 static int fail(struct ddp__ssh *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(struct ddp__ssh *b, const char *fmt, ...)
@@ -90,9 +89,9 @@ static int verify_host(struct ddp__ssh *b)
             b->key_note = "not verified (strict_host_key_checking: no)";
             if (!b->quiet)
                 fprintf(stderr,
-                    "ddprun: warning: node '%s': host key of %s port %d not verified "
-                    "(strict_host_key_checking: no)\n",
-                    b->host, b->host, b->port);
+                        "ddprun: warning: node '%s': host key of %s port %d not verified "
+                        "(strict_host_key_checking: no)\n",
+                        b->host, b->host, b->port);
             return 0;
         }
         return fail(b,
@@ -118,8 +117,9 @@ static int authenticate(struct ddp__ssh *b)
         else
             snprintf(path, sizeof(path), "%s", b->identity);
         if (ssh_pki_import_privkey_file(path, NULL, NULL, NULL, &key) != SSH_OK)
-            return fail(b, "cannot read the identity file %s (missing, unreadable, or protected "
-                           "by a passphrase: load it into ssh-agent and leave ssh.identity out)",
+            return fail(b,
+                        "cannot read the identity file %s (missing, unreadable, or protected "
+                        "by a passphrase: load it into ssh-agent and leave ssh.identity out)",
                         b->identity);
         r = ssh_userauth_publickey(b->s, NULL, key);
         ssh_key_free(key);
@@ -148,7 +148,7 @@ static int pump(struct ddp__ssh *b)
 {
     char buf[65536];
     bool in_open = true, got_output = false;
-    for (bool last = false;; ) {
+    for (bool last = false;;) {
         /* Drain what libssh has (it may hold data the socket no longer shows). Reading one
          * stream can pull the other's data, the EOF and the close into libssh's buffers, so
          * once the channel ends everything is drained once more before leaving. */
@@ -175,8 +175,9 @@ static int pump(struct ddp__ssh *b)
             }
             int st = (int)ssh_channel_get_exit_status(b->ch);
             if (st == 127 && !got_output) {
-                return fail(b, "'%s' was not found there (install ddprun on the node at the same "
-                               "path, or set ssh.remote_ddprun)",
+                return fail(b,
+                            "'%s' was not found there (install ddprun on the node at the same "
+                            "path, or set ssh.remote_ddprun)",
                             b->remote);
             }
             if (st == 126 && !got_output)
@@ -250,7 +251,8 @@ int ddp__ssh_run(struct ddp__ssh *b, const char *cmd, char *out, size_t outlen, 
 {
     ssh_channel ch = ssh_channel_new(b->s);
     size_t got = 0;
-    if (!ch || ssh_channel_open_session(ch) != SSH_OK || ssh_channel_request_exec(ch, cmd) != SSH_OK) {
+    if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
+        ssh_channel_request_exec(ch, cmd) != SSH_OK) {
         if (ch)
             ssh_channel_free(ch);
         fail(b, "cannot run a command over SSH: %s", ssh_get_error(b->s));
@@ -281,12 +283,12 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
         return DDP_EXIT_USAGE;
     }
     struct ddp__ssh b = {.host = argv[2],
-                       .port = atoi(argv[3]),
-                       .user = argv[4],
-                       .identity = argv[5],
-                       .known_hosts = argv[6],
-                       .strict = argv[7],
-                       .remote = argv[8]};
+                         .port = atoi(argv[3]),
+                         .user = argv[4],
+                         .identity = argv[5],
+                         .known_hosts = argv[6],
+                         .strict = argv[7],
+                         .remote = argv[8]};
     int rc;
     char cmd[8192];
     if ((rc = ddp__ssh_open(&b)) != 0)

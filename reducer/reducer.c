@@ -131,7 +131,8 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
     size_t *bn = calloc(np ? np : 1, sizeof(size_t));     /* parameters per bucket */
     enum ddp_dtype *bdt = calloc(np ? np : 1, sizeof(*bdt));
     size_t *bp = malloc((np ? np : 1) * sizeof(size_t));
-    size_t *pb = malloc((np ? np : 1) * sizeof(size_t)), *poff = malloc((np ? np : 1) * sizeof(size_t));
+    size_t *pb = malloc((np ? np : 1) * sizeof(size_t)),
+           *poff = malloc((np ? np : 1) * sizeof(size_t));
     struct bucket *bk = NULL;
     int rc = DDP_ENOMEM;
     if (!bcount || !bn || !bdt || !bp || !pb || !poff)
@@ -262,8 +263,7 @@ static int launch_ready(struct ddp_reducer *r)
 
 static void describe(const struct ddp_param *p, char *out, size_t len)
 {
-    static const char *const dn[] = {"float32", "float64", "bfloat16",
-                                     "float16", "int32",   "int64"};
+    static const char *const dn[] = {"float32", "float64", "bfloat16", "float16", "int32", "int64"};
     int n = snprintf(out, len, "%s [", (unsigned)p->dtype <= DDP_I64 ? dn[p->dtype] : "?");
     if (p->ndim == 0)
         n += snprintf(out + n, len - (size_t)n, "%zu", p->count);
@@ -321,9 +321,11 @@ static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, siz
             const int64_t *a = all + i * DESC_WORDS, *b = all + ((size_t)k * n + i) * DESC_WORDS;
             if (memcmp(a, b, DESC_WORDS * sizeof(int64_t)) == 0)
                 continue;
-            struct ddp_param pa = {.count = (size_t)a[0], .dtype = (enum ddp_dtype)a[1],
+            struct ddp_param pa = {.count = (size_t)a[0],
+                                   .dtype = (enum ddp_dtype)a[1],
                                    .ndim = (int)a[2]},
-                             pk = {.count = (size_t)b[0], .dtype = (enum ddp_dtype)b[1],
+                             pk = {.count = (size_t)b[0],
+                                   .dtype = (enum ddp_dtype)b[1],
                                    .ndim = (int)b[2]};
             for (int d = 0; d < DDP_PARAM_MAX_DIMS; d++) {
                 pa.shape[d] = a[3 + d];
@@ -360,8 +362,8 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
         if (!params[i].grad || (params[i].count && !params[i].data) || params[i].ndim < 0 ||
             params[i].ndim > DDP_PARAM_MAX_DIMS) {
             snprintf(new_err, sizeof(new_err),
-                     "parameter %zu ('%s'): data and grad are required and ndim must be 0..%d",
-                     i, params[i].name ? params[i].name : "?", DDP_PARAM_MAX_DIMS);
+                     "parameter %zu ('%s'): data and grad are required and ndim must be 0..%d", i,
+                     params[i].name ? params[i].name : "?", DDP_PARAM_MAX_DIMS);
             return DDP_EINVAL;
         }
     if ((rc = check_across_ranks(pg, params, n)) < 0)
@@ -417,8 +419,8 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
     order = NULL;
     if (rc < 0)
         goto fail_r;
-    DDP_INFO(REDUCER, "rank %d: %zu parameters in %zu buckets (cap %zu bytes, first %zu)",
-             r->rank, n, r->nb, r->o.bucket_cap_bytes, r->o.first_bucket_bytes);
+    DDP_INFO(REDUCER, "rank %d: %zu parameters in %zu buckets (cap %zu bytes, first %zu)", r->rank,
+             n, r->nb, r->o.bucket_cap_bytes, r->o.first_bucket_bytes);
     *out = r;
     return 0;
 fail_r:
@@ -462,8 +464,8 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
                     r->np);
     struct rparam *p = &r->ps[i];
     if (p->ready)
-        return fail(r, DDP_EINVAL, "parameter %zu ('%s') marked ready twice in one iteration",
-                    i, p->name);
+        return fail(r, DDP_EINVAL, "parameter %zu ('%s') marked ready twice in one iteration", i,
+                    p->name);
     p->ready = true;
     r->order[r->norder++] = i;
     r->used[i] = 1;
@@ -549,8 +551,8 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
         size_t at = 0, listed = 0;
         for (size_t i = 0; i < r->np && listed < 8; i++)
             if (!r->ps[i].ready) {
-                at += (size_t)snprintf(names + at, sizeof(names) - at, "%s'%s'",
-                                       listed ? ", " : "", r->ps[i].name);
+                at += (size_t)snprintf(names + at, sizeof(names) - at, "%s'%s'", listed ? ", " : "",
+                                       r->ps[i].name);
                 listed++;
                 if (at >= sizeof(names))
                     break;

@@ -54,7 +54,7 @@ struct ddp_param {
      * ddp_reducer_free() sets it to NULL.
      */
     void **grad;
-    size_t count; /* elements */
+    size_t count;         /* elements */
     enum ddp_dtype dtype; /* a floating type: F32, F64, BF16, F16 */
     int ndim;             /* 0..DDP_PARAM_MAX_DIMS; shape is checked across ranks */
     int64_t shape[DDP_PARAM_MAX_DIMS];
@@ -115,11 +115,11 @@ size_t ddp_reducer_num_buckets(const struct ddp_reducer *r);
 size_t ddp_reducer_bucket_params(const struct ddp_reducer *r, size_t b, size_t *idx, size_t max);
 
 struct ddp_reducer_stats {
-    uint64_t iterations;              /* synchronised ones */
-    uint64_t buckets_launched;        /* all-reduces started */
-    uint64_t launched_in_backward;    /* of which before finalize was called */
-    uint64_t launch_host_ns;          /* host time spent starting them */
-    uint64_t finalize_wait_ns;        /* time finalize waited for communication */
+    uint64_t iterations;           /* synchronised ones */
+    uint64_t buckets_launched;     /* all-reduces started */
+    uint64_t launched_in_backward; /* of which before finalize was called */
+    uint64_t launch_host_ns;       /* host time spent starting them */
+    uint64_t finalize_wait_ns;     /* time finalize waited for communication */
     uint64_t rebuilds;
 };
 void ddp_reducer_get_stats(const struct ddp_reducer *r, struct ddp_reducer_stats *st);

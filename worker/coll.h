@@ -43,8 +43,8 @@ struct ddp__xfer {
 struct ddp__shm {
     void *base; /* NULL when not in use */
     size_t len;
-    int n, me;   /* local ranks, and ours */
-    int *grank;  /* the group rank of each local rank */
+    int n, me;  /* local ranks, and ours */
+    int *grank; /* the group rank of each local rank */
     size_t slot_bytes;
     uint64_t seq;   /* barriers passed, the same on every rank of the node */
     uint64_t round; /* rounds done (their parity picks the set of slots) */

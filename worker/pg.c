@@ -508,11 +508,11 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
 
 /* Where every rank runs, from the addresses they published. */
 struct layout {
-    bool uniform;    /* every node has local ranks 0..L-1 once each, L the same everywhere */
-    int nodes;       /* distinct node ranks */
-    int node_idx;    /* ours, counted in ascending node rank */
-    int *local_of;   /* [local rank] -> group rank, on our node */
-    int *cross_of;   /* [node index] -> group rank with our local rank on that node */
+    bool uniform;  /* every node has local ranks 0..L-1 once each, L the same everywhere */
+    int nodes;     /* distinct node ranks */
+    int node_idx;  /* ours, counted in ascending node rank */
+    int *local_of; /* [local rank] -> group rank, on our node */
+    int *cross_of; /* [node index] -> group rank with our local rank on that node */
 };
 
 static int cmp_int(const void *a, const void *b)
@@ -564,8 +564,8 @@ static int layout_compute(const struct ddp_pg *pg, const int *node_of, const int
         return DDP_ENOMEM;
     }
     for (int j = 0; j < W && l->uniform; j++) {
-        int k = (int)((int *)bsearch(&node_of[j], sorted, (size_t)n, sizeof(int), cmp_int) -
-                      sorted);
+        int k =
+            (int)((int *)bsearch(&node_of[j], sorted, (size_t)n, sizeof(int), cmp_int) - sorted);
         if (lw_of[j] != L || local_of[j] < 0 || local_of[j] >= L || seen[k * L + local_of[j]]++) {
             l->uniform = false;
             break;
@@ -798,8 +798,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int j = 0; j < world; j++) {
         char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
         int pport;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d", pip, &pport, psec, phost,
-                   &where[j], &where[world + j], &where[2 * world + j]) != 7) {
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d", pip, &pport, psec, phost, &where[j],
+                   &where[world + j], &where[2 * world + j]) != 7) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
             goto fail;

@@ -53,7 +53,7 @@ struct dataset {
 };
 
 struct model {
-    int L;            /* layers */
+    int L; /* layers */
     int dim[MAX_LAYERS + 1];
     float *W[MAX_LAYERS], *b[MAX_LAYERS];   /* W[l]: dim[l+1] x dim[l], row-major */
     float *gW[MAX_LAYERS], *gb[MAX_LAYERS]; /* gradients (maybe inside reducer buckets) */
@@ -111,8 +111,8 @@ static void *read_gz(const char *dir, const char *name, size_t *len)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     gzFile f = gzopen(path, "rb");
     if (!f)
-        die("cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)",
-            path, strerror(errno));
+        die("cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)", path,
+            strerror(errno));
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap);
     for (;;) {
@@ -236,8 +236,8 @@ static void forward(const struct model *m, struct acts *a, const float *x, int b
         float *Z = a->Z[l];
         for (int i = 0; i < b; i++)
             memcpy(Z + (size_t)i * (size_t)out, m->b[l], (size_t)out * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1.0f, a->A[l], in,
-                    m->W[l], in, 1.0f, Z, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1.0f, a->A[l], in, m->W[l],
+                    in, 1.0f, Z, out);
         float *A = a->A[l + 1];
         size_t n = (size_t)b * (size_t)out;
         if (l < m->L - 1)
@@ -250,8 +250,8 @@ static void forward(const struct model *m, struct acts *a, const float *x, int b
 
 /* Softmax cross-entropy of the logits in A[L]; returns the summed loss and writes
  * d(loss * scale)/dlogits into dZ, counting correct predictions. */
-static double loss_grad(const struct model *m, struct acts *a, const uint8_t *y, int b,
-                        float scale, float *dZ, long *correct)
+static double loss_grad(const struct model *m, struct acts *a, const uint8_t *y, int b, float scale,
+                        float *dZ, long *correct)
 {
     const float *lg = a->A[m->L];
     double total = 0;
@@ -286,8 +286,8 @@ static void backward(struct model *m, struct acts *a, int b, struct ddp_reducer 
     float *dZ = a->dZ, *dA = a->dA;
     for (int l = m->L - 1; l >= 0; l--) {
         int in = m->dim[l], out = m->dim[l + 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, b, 1.0f, dZ, out, a->A[l],
-                    in, 1.0f, m->gW[l], in);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, b, 1.0f, dZ, out, a->A[l], in,
+                    1.0f, m->gW[l], in);
         for (int i = 0; i < b; i++)
             for (int k = 0; k < out; k++)
                 m->gb[l][k] += dZ[(size_t)i * (size_t)out + (size_t)k];
@@ -454,26 +454,28 @@ static int cmp_double(const void *x, const void *y)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ddprun-fmnist [options]\n"
-            "  --epochs N          epochs (default 3)\n"
-            "  --batch B           global batch size, split over the ranks (default 64)\n"
-            "  --hidden A,B,...    hidden layer widths (default 256,128)\n"
-            "  --lr X --momentum X SGD with momentum (default 0.02, 0.9)\n"
-            "  --seed N            initialisation and shuffle seed (default 1)\n"
-            "  --data DIR          Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
-            "  --checkpoint-dir D  resume from and save to D (default $DDPRUN_CHECKPOINT_DIR)\n"
-            "  --checkpoint-every N  also checkpoint every N steps (default: each epoch)\n"
-            "  --max-steps N       stop after N global steps in total\n"
-            "  --eval-every N      evaluate every N epochs and at the end (default 1; 0 = never)\n"
-            "  --no-ddp            no process group: each rank trains its shard alone (compute only)\n"
-            "  --bucket-view       gradients live in the reducer's buckets\n"
-            "  --no-overlap        all-reduce everything after backward\n"
-            "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
-            "  --hook fp16|bf16    compress buckets\n"
-            "  --bench             print the median step time and reducer statistics\n"
-            "  --dump FILE         write the final parameters (rank 0)\n"
-            "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n");
+    fprintf(
+        f,
+        "usage: ddprun-fmnist [options]\n"
+        "  --epochs N          epochs (default 3)\n"
+        "  --batch B           global batch size, split over the ranks (default 64)\n"
+        "  --hidden A,B,...    hidden layer widths (default 256,128)\n"
+        "  --lr X --momentum X SGD with momentum (default 0.02, 0.9)\n"
+        "  --seed N            initialisation and shuffle seed (default 1)\n"
+        "  --data DIR          Fashion-MNIST IDX files (default "
+        "/usr/share/datasets/fashion-mnist)\n"
+        "  --checkpoint-dir D  resume from and save to D (default $DDPRUN_CHECKPOINT_DIR)\n"
+        "  --checkpoint-every N  also checkpoint every N steps (default: each epoch)\n"
+        "  --max-steps N       stop after N global steps in total\n"
+        "  --eval-every N      evaluate every N epochs and at the end (default 1; 0 = never)\n"
+        "  --no-ddp            no process group: each rank trains its shard alone (compute only)\n"
+        "  --bucket-view       gradients live in the reducer's buckets\n"
+        "  --no-overlap        all-reduce everything after backward\n"
+        "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
+        "  --hook fp16|bf16    compress buckets\n"
+        "  --bench             print the median step time and reducer statistics\n"
+        "  --dump FILE         write the final parameters (rank 0)\n"
+        "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n");
 }
 
 static void parse(int argc, char **argv, struct cfg *c)
@@ -493,27 +495,62 @@ static void parse(int argc, char **argv, struct cfg *c)
                       .eval_every = 1,
                       .bucket_mb = -1,
                       .first_mb = -1};
-    enum { O_EPOCHS = 256, O_BATCH, O_HIDDEN, O_LR, O_MOM, O_SEED, O_DATA, O_CKPT, O_CKEVERY,
-           O_MAXSTEPS, O_NODDP, O_VIEW, O_NOOVER, O_BMB, O_FMB, O_HOOK, O_BENCH, O_DUMP, O_CMP,
-           O_TOL, O_EVAL, O_HELP };
-    static const struct option lo[] = {
-        {"epochs", 1, 0, O_EPOCHS},       {"batch", 1, 0, O_BATCH},
-        {"hidden", 1, 0, O_HIDDEN},       {"lr", 1, 0, O_LR},
-        {"momentum", 1, 0, O_MOM},        {"seed", 1, 0, O_SEED},
-        {"data", 1, 0, O_DATA},           {"checkpoint-dir", 1, 0, O_CKPT},
-        {"checkpoint-every", 1, 0, O_CKEVERY}, {"max-steps", 1, 0, O_MAXSTEPS},
-        {"no-ddp", 0, 0, O_NODDP},        {"bucket-view", 0, 0, O_VIEW},
-        {"no-overlap", 0, 0, O_NOOVER},   {"bucket-mb", 1, 0, O_BMB},
-        {"first-bucket-mb", 1, 0, O_FMB}, {"hook", 1, 0, O_HOOK},
-        {"bench", 0, 0, O_BENCH},         {"dump", 1, 0, O_DUMP},
-        {"compare", 1, 0, O_CMP},         {"tol", 1, 0, O_TOL},
-        {"eval-every", 1, 0, O_EVAL},     {"help", 0, 0, O_HELP},
-        {0, 0, 0, 0}};
+    enum {
+        O_EPOCHS = 256,
+        O_BATCH,
+        O_HIDDEN,
+        O_LR,
+        O_MOM,
+        O_SEED,
+        O_DATA,
+        O_CKPT,
+        O_CKEVERY,
+        O_MAXSTEPS,
+        O_NODDP,
+        O_VIEW,
+        O_NOOVER,
+        O_BMB,
+        O_FMB,
+        O_HOOK,
+        O_BENCH,
+        O_DUMP,
+        O_CMP,
+        O_TOL,
+        O_EVAL,
+        O_HELP
+    };
+    static const struct option lo[] = {{"epochs", 1, 0, O_EPOCHS},
+                                       {"batch", 1, 0, O_BATCH},
+                                       {"hidden", 1, 0, O_HIDDEN},
+                                       {"lr", 1, 0, O_LR},
+                                       {"momentum", 1, 0, O_MOM},
+                                       {"seed", 1, 0, O_SEED},
+                                       {"data", 1, 0, O_DATA},
+                                       {"checkpoint-dir", 1, 0, O_CKPT},
+                                       {"checkpoint-every", 1, 0, O_CKEVERY},
+                                       {"max-steps", 1, 0, O_MAXSTEPS},
+                                       {"no-ddp", 0, 0, O_NODDP},
+                                       {"bucket-view", 0, 0, O_VIEW},
+                                       {"no-overlap", 0, 0, O_NOOVER},
+                                       {"bucket-mb", 1, 0, O_BMB},
+                                       {"first-bucket-mb", 1, 0, O_FMB},
+                                       {"hook", 1, 0, O_HOOK},
+                                       {"bench", 0, 0, O_BENCH},
+                                       {"dump", 1, 0, O_DUMP},
+                                       {"compare", 1, 0, O_CMP},
+                                       {"tol", 1, 0, O_TOL},
+                                       {"eval-every", 1, 0, O_EVAL},
+                                       {"help", 0, 0, O_HELP},
+                                       {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (o) {
-        case O_EPOCHS: c->epochs = atoi(optarg); break;
-        case O_BATCH: c->batch = atoi(optarg); break;
+        case O_EPOCHS:
+            c->epochs = atoi(optarg);
+            break;
+        case O_BATCH:
+            c->batch = atoi(optarg);
+            break;
         case O_HIDDEN: {
             c->nhidden = 0;
             for (char *s = optarg; *s && c->nhidden < MAX_LAYERS - 1;) {
@@ -525,18 +562,42 @@ static void parse(int argc, char **argv, struct cfg *c)
             }
             break;
         }
-        case O_LR: c->lr = strtof(optarg, NULL); break;
-        case O_MOM: c->momentum = strtof(optarg, NULL); break;
-        case O_SEED: c->seed = atoi(optarg); break;
-        case O_DATA: c->data = optarg; break;
-        case O_CKPT: c->ckpt_dir = optarg; break;
-        case O_CKEVERY: c->ckpt_every = atoi(optarg); break;
-        case O_MAXSTEPS: c->max_steps = atol(optarg); break;
-        case O_NODDP: c->ddp = false; break;
-        case O_VIEW: c->view = true; break;
-        case O_NOOVER: c->overlap = false; break;
-        case O_BMB: c->bucket_mb = atof(optarg); break;
-        case O_FMB: c->first_mb = atof(optarg); break;
+        case O_LR:
+            c->lr = strtof(optarg, NULL);
+            break;
+        case O_MOM:
+            c->momentum = strtof(optarg, NULL);
+            break;
+        case O_SEED:
+            c->seed = atoi(optarg);
+            break;
+        case O_DATA:
+            c->data = optarg;
+            break;
+        case O_CKPT:
+            c->ckpt_dir = optarg;
+            break;
+        case O_CKEVERY:
+            c->ckpt_every = atoi(optarg);
+            break;
+        case O_MAXSTEPS:
+            c->max_steps = atol(optarg);
+            break;
+        case O_NODDP:
+            c->ddp = false;
+            break;
+        case O_VIEW:
+            c->view = true;
+            break;
+        case O_NOOVER:
+            c->overlap = false;
+            break;
+        case O_BMB:
+            c->bucket_mb = atof(optarg);
+            break;
+        case O_FMB:
+            c->first_mb = atof(optarg);
+            break;
         case O_HOOK:
             if (strcmp(optarg, "fp16") == 0)
                 c->hook = DDP_HOOK_FP16;
@@ -545,13 +606,27 @@ static void parse(int argc, char **argv, struct cfg *c)
             else
                 die("--hook is fp16 or bf16, not '%s'", optarg);
             break;
-        case O_BENCH: c->bench = true; break;
-        case O_DUMP: c->dump = optarg; break;
-        case O_CMP: c->compare = optarg; break;
-        case O_TOL: c->tol = atof(optarg); break;
-        case O_EVAL: c->eval_every = atoi(optarg); break;
-        case O_HELP: usage(stdout); exit(0);
-        default: usage(stderr); exit(2);
+        case O_BENCH:
+            c->bench = true;
+            break;
+        case O_DUMP:
+            c->dump = optarg;
+            break;
+        case O_CMP:
+            c->compare = optarg;
+            break;
+        case O_TOL:
+            c->tol = atof(optarg);
+            break;
+        case O_EVAL:
+            c->eval_every = atoi(optarg);
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            exit(2);
         }
     }
     if (optind != argc || c->epochs < 1 || c->batch < 1 || c->nhidden < 0)
@@ -619,9 +694,8 @@ int main(int argc, char **argv)
                     .ndim = w ? 1 : 2,
                     .shape = {w ? m.dim[l + 1] : m.dim[l + 1], w ? 0 : m.dim[l]}};
             }
-        struct ddp_reducer_opts ro = {.gradient_as_bucket_view = c.view,
-                                      .no_overlap = !c.overlap,
-                                      .hook = c.hook};
+        struct ddp_reducer_opts ro = {
+            .gradient_as_bucket_view = c.view, .no_overlap = !c.overlap, .hook = c.hook};
         if (c.bucket_mb >= 0)
             ro.bucket_cap_bytes = c.bucket_mb > 0 ? (size_t)(c.bucket_mb * (1 << 20)) : 1;
         if (c.first_mb >= 0)
@@ -687,8 +761,8 @@ int main(int argc, char **argv)
             if (pg && ddp_pg_allreduce(pg, sums, 2, DDP_F64, DDP_SUM) != 0)
                 die("all-reduce failed: %s", ddp_pg_last_error(pg));
             double dt = now_s() - t_ep, tl = 0, ta = 0;
-            bool eval = c.eval_every && (step == total_steps ||
-                                         ((epoch + 1) % c.eval_every == 0 && epoch_end));
+            bool eval = c.eval_every &&
+                        (step == total_steps || ((epoch + 1) % c.eval_every == 0 && epoch_end));
             if (eval)
                 evaluate(&m, &a, &test, pg, &tl, &ta);
             if (rank == 0) {
@@ -715,11 +789,10 @@ int main(int argc, char **argv)
                    "%.2f us host time per launch, %.3f ms finalize wait per step\n",
                    ddp_reducer_num_buckets(red), (unsigned long long)st.buckets_launched,
                    (unsigned long long)st.launched_in_backward,
-                   st.buckets_launched ? (double)st.launch_host_ns / 1e3 /
-                                             (double)st.buckets_launched
-                                       : 0.0,
-                   st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations
-                                 : 0.0);
+                   st.buckets_launched
+                       ? (double)st.launch_host_ns / 1e3 / (double)st.buckets_launched
+                       : 0.0,
+                   st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations : 0.0);
         }
     }
     int rc = 0;

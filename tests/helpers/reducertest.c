@@ -24,7 +24,7 @@
 
 #define NP 9
 static const size_t counts[NP] = {1000, 7, 300000, 13, 65536, 1, 250001, 3, 4099};
-static const enum ddp_dtype dts[NP] = {DDP_F32, DDP_F32, DDP_F32, DDP_F64, DDP_F32,
+static const enum ddp_dtype dts[NP] = {DDP_F32, DDP_F32, DDP_F32,  DDP_F64, DDP_F32,
                                        DDP_F32, DDP_F32, DDP_BF16, DDP_F32};
 static int rank, world;
 static void *data[NP], *grads[NP], *orig[NP]; /* orig: the buffers grads started as */
@@ -189,7 +189,8 @@ static void check_buckets(struct ddp_reducer *red, size_t cap, size_t first)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: reducertest basic|nosync K|unused|rebuild|mismatch|overlap [opts]\n");
+        fprintf(stderr,
+                "usage: reducertest basic|nosync K|unused|rebuild|mismatch|overlap [opts]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -323,8 +324,7 @@ int main(int argc, char **argv)
                 double want = 0;
                 for (int r = 1; r < world; r++)
                     want += gval(r, 5, j, it);
-                expect(5, j, get(grads[5], dts[5], j), want / world, 1e-6,
-                       "partly used parameter");
+                expect(5, j, get(grads[5], dts[5], j), want / world, 1e-6, "partly used parameter");
             }
             for (size_t j = 0; j < counts[2]; j++)
                 expect(2, j, get(grads[2], dts[2], j), 0, 0, "unused parameter");
@@ -384,8 +384,7 @@ int main(int argc, char **argv)
                         if (a >= NP || b2 >= NP)
                             break;
                         if (flat[a] != want[b2]) {
-                            fprintf(stderr, "reducertest rank %d: rebuilt order differs\n",
-                                    rank);
+                            fprintf(stderr, "reducertest rank %d: rebuilt order differs\n", rank);
                             bad++;
                             break;
                         }
