@@ -1,9 +1,14 @@
 /*
- * `ddprun agent`: the node agent. It reads a START frame on stdin, starts the
- * node's workers with a torchrun-compatible environment, forwards their
- * output line by line and their exits as frames on stdout, and stops them
- * (SIGTERM, then SIGKILL after the grace period) on STOP, on EOF of stdin,
- * or on SIGTERM/SIGINT/SIGHUP. It exits once no process of the job is left.
+ * `ddprun agent`: the node agent. It reads a JOIN frame on stdin, joins the
+ * job's store and keeps a lease there alive (its heartbeat); then, for each
+ * START frame (one per rendezvous round), it starts the node's workers with a
+ * torchrun-compatible environment, forwards their output line by line and
+ * their exits as frames on stdout, and answers DONE once all are reaped. It
+ * stops them (SIGTERM, then SIGKILL after the grace period) on STOP; on EOF of
+ * stdin or on SIGTERM/SIGINT/SIGHUP it stops them and exits, once no process of
+ * the job is left. Should its lease be lost or the store stay unreachable for
+ * the heartbeat timeout, it does the same on its own (the launcher has counted
+ * the node lost by then, and a new round runs without it).
  */
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
@@ -11,6 +16,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/loop.h"
+#include "rendezvous/store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,16 +45,33 @@ struct worker {
     int64_t t0, t1;
 };
 
+/* The heartbeat: a thread renewing the node's lease every interval. */
+struct heartbeat {
+    pthread_t th;
+    bool started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ddp_store *s;
+    char host[256];
+    int port;
+    uint64_t lease;
+    int64_t interval, timeout;
+    int efd;        /* written once when the node must fence itself */
+    char why[256];  /* why, for the message */
+};
+
 struct agent {
     struct ddp_loop *loop;
+    struct ddp__agent_join join;
     struct ddp__agent_start st;
-    bool have_start, stopping;
+    bool have_join, have_start, stopping, exiting;
+    struct heartbeat hb;
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
     int sfd;
     sigset_t oldmask;
-    struct ddp_timer grace, reap;
+    struct ddp_timer grace, reap, fin, orphan;
     int rc;
 };
 
@@ -55,9 +79,10 @@ static struct agent A;
 
 static void send_buf(struct ddp_buf *b)
 {
-    if (ddp_write_all(1, b->data, b->len) < 0 && !A.stopping) {
-        /* The launcher is gone: nobody will read our output; stop the job. */
-        A.stopping = true;
+    if (ddp_write_all(1, b->data, b->len) < 0 && !A.exiting && A.loop) {
+        /* The launcher is gone: nobody will read our output; stop the job (from the
+         * loop: this may run deep inside a report). */
+        ddp_timer_start(A.loop, &A.orphan, 0);
     }
     b->len = b->off = 0;
 }
@@ -210,16 +235,41 @@ static void start_stop(const char *why)
         return;
     A.stopping = true;
     DDP_DEBUG(SUP, "agent stopping its workers: %s", why);
-    /* The whole process group: workers and whatever they started. The agent gets its
-     * own copy through the signalfd and ignores it while stopping. */
-    kill(0, SIGTERM);
-    ddp_timer_start(A.loop, &A.grace, (int64_t)A.st.grace_ms);
+    if (A.unreported > 0) {
+        /* The whole process group: workers and whatever they started. The agent gets its
+         * own copy through the signalfd and ignores it (it comes from itself). */
+        kill(0, SIGTERM);
+        ddp_timer_start(A.loop, &A.grace, (int64_t)A.st.grace_ms);
+    }
     finish_if_done();
 }
 
+static void hb_stop(void)
+{
+    if (!A.hb.started)
+        return;
+    pthread_mutex_lock(&A.hb.mu);
+    A.hb.stop = true;
+    pthread_cond_signal(&A.hb.cv);
+    pthread_mutex_unlock(&A.hb.mu);
+    pthread_join(A.hb.th, NULL);
+    A.hb.started = false;
+}
+
+/* Called whenever a worker's report went out or a stop began: once every worker of the
+ * round is reported, the round is over (DONE), and the agent exits if it was told to. The
+ * work is done from the loop, as callers may still hold pointers into the workers. */
 static void finish_if_done(void)
 {
-    if (A.unreported > 0 && A.have_start)
+    if (A.unreported == 0)
+        ddp_timer_start(A.loop, &A.fin, 0);
+}
+
+static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (A.unreported > 0)
         return;
     /* Stragglers the workers left behind are part of the job too. */
     while (ddp__kill_children(SIGKILL) > 0) {
@@ -227,13 +277,49 @@ static void finish_if_done(void)
             ;
         usleep(1000);
     }
-    struct ddp_buf b;
-    ddp_buf_init(&b);
-    size_t pos = ddp__agent_begin(&b, DDP__AG_DONE);
-    ddp__agent_end(&b, pos);
-    send_buf(&b);
-    ddp_buf_release(&b);
-    ddp_loop_stop(A.loop);
+    if (A.have_start) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        size_t pos = ddp__agent_begin(&b, DDP__AG_DONE);
+        ddp__agent_end(&b, pos);
+        send_buf(&b);
+        ddp_buf_release(&b);
+        for (int i = 0; i < A.nw; i++) {
+            ddp_buf_release(&A.w[i].line[0]);
+            ddp_buf_release(&A.w[i].line[1]);
+        }
+        free(A.w);
+        A.w = NULL;
+        A.nw = 0;
+        ddp__agent_start_release(&A.st);
+        A.have_start = false;
+    }
+    ddp_timer_stop(A.loop, &A.grace);
+    A.stopping = false;
+    if (A.exiting) {
+        hb_stop();
+        if (A.hb.s) {
+            /* A clean exit: the lease goes now rather than at its expiry. */
+            ddp_store_set_timeout(A.hb.s, 1000);
+            ddp_store_lease_revoke(A.hb.s, A.hb.lease);
+        }
+        ddp_loop_stop(A.loop);
+    }
+}
+
+/* Stop the workers and leave. */
+static void start_exit(const char *why)
+{
+    A.exiting = true;
+    start_stop(why);
+}
+
+static void on_orphan(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (!A.exiting)
+        start_exit("the launcher is gone");
 }
 
 static int set_env_int(const char *k, long v)
@@ -373,6 +459,129 @@ static void start_workers(void)
     }
 }
 
+/* ---- heartbeat ---- */
+
+static void *hb_main(void *arg)
+{
+    struct heartbeat *h = arg;
+    int64_t last_ok = ddp_now_ms();
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += h->interval / 1000;
+        ts.tv_nsec += (h->interval % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
+        }
+        if (h->stop)
+            break;
+        pthread_mutex_unlock(&h->mu);
+        int r = DDP_ECLOSED;
+        if (!h->s) {
+            /* The connection broke: a new one may still renew the lease in time. */
+            int left = (int)(h->timeout - (ddp_now_ms() - last_ok));
+            if (left > 0 && ddp_store_connect(h->host, h->port, A.join.token,
+                                              strlen(A.join.token), left, &h->s) < 0)
+                h->s = NULL;
+        }
+        if (h->s) {
+            ddp_store_set_timeout(h->s, (int)h->interval);
+            r = ddp_store_lease_keepalive(h->s, h->lease, NULL);
+        }
+        if (r == 0) {
+            last_ok = ddp_now_ms();
+        } else if (r == DDP_ENOLEASE) {
+            snprintf(h->why, sizeof(h->why),
+                     "its lease in the store expired: the launcher counts this node lost");
+        } else {
+            ddp_store_close(h->s);
+            h->s = NULL;
+            if (ddp_now_ms() - last_ok >= h->timeout)
+                snprintf(h->why, sizeof(h->why), "no contact with the store at %s for %.1f s",
+                         A.join.store_addr, (double)(ddp_now_ms() - last_ok) / 1000);
+        }
+        pthread_mutex_lock(&h->mu);
+        if (h->why[0]) {
+            uint64_t one = 1;
+            ssize_t w = write(h->efd, &one, sizeof(one));
+            (void)w;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+static void on_fence(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    uint64_t v;
+    if (read(fd, &v, sizeof(v)) < 0)
+        return;
+    ddp_loop_del(loop, fd);
+    fprintf(stderr, "ddprun agent on '%s': %s; stopping this node's workers\n",
+            A.join.host_label, A.hb.why);
+    start_exit("fenced");
+}
+
+/* Connects to the store, takes the lease and starts the heartbeat thread. */
+static int join_store(void)
+{
+    struct heartbeat *h = &A.hb;
+    const struct ddp__agent_join *j = &A.join;
+    int r;
+    if (ddp_parse_hostport(j->store_addr, h->host, sizeof(h->host), &h->port) < 0) {
+        fprintf(stderr, "ddprun agent on '%s': bad store address '%s'\n", j->host_label,
+                j->store_addr);
+        return DDP_EINVAL;
+    }
+    int timeout = j->heartbeat_timeout_ms > 10000 ? (int)j->heartbeat_timeout_ms : 10000;
+    if ((r = ddp_store_connect(h->host, h->port, j->token, strlen(j->token), timeout, &h->s)) <
+        0) {
+        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n",
+                j->host_label, j->store_addr, ddp_strerror(r));
+        return r;
+    }
+    char key[128], val[300];
+    snprintf(key, sizeof(key), "ddprun/nodes/%u.%u", j->node_index, j->incarnation);
+    int n = snprintf(val, sizeof(val), "%s %d", j->host_label, (int)getpid());
+    ddp_store_set_timeout(h->s, timeout);
+    if ((r = ddp_store_lease_grant(h->s, (int)j->heartbeat_timeout_ms, &h->lease)) < 0 ||
+        (r = ddp_store_set_leased(h->s, key, val, (size_t)n, h->lease)) < 0) {
+        fprintf(stderr, "ddprun agent on '%s': cannot take a lease in the store: %s\n",
+                j->host_label, ddp_strerror(r));
+        return r;
+    }
+    h->interval = (int64_t)j->heartbeat_interval_ms;
+    h->timeout = (int64_t)j->heartbeat_timeout_ms;
+    if ((h->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        ddp_loop_add(A.loop, h->efd, DDP_LOOP_READ, on_fence, NULL) < 0)
+        return DDP_ESYS;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&h->mu, NULL);
+    /* It inherits this thread's mask: the job's signals stay blocked there too. */
+    if (pthread_create(&h->th, NULL, hb_main, h) != 0)
+        return DDP_ESYS;
+    h->started = true;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_JOINED);
+    ddp_buf_put_u64(&b, h->lease);
+    ddp__agent_end(&b, pos);
+    send_buf(&b);
+    ddp_buf_release(&b);
+    return 0;
+}
+
 static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
     (void)mask;
@@ -382,13 +591,9 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     ssize_t n = ddp_read_eintr(fd, A.in.data + A.in.len, A.in.cap - A.in.len);
     if (n <= 0) {
         ddp_loop_del(loop, fd);
-        if (!A.have_start) {
-            /* Told nothing: nothing to stop. */
-            ddp_loop_stop(loop);
-            A.rc = DDP_EXIT_LAUNCH;
-            return;
-        }
-        start_stop("the launcher closed our stdin");
+        if (!A.have_join)
+            A.rc = DDP_EXIT_LAUNCH; /* told nothing */
+        start_exit("the launcher closed our stdin");
         return;
     }
     A.in.len += (size_t)n;
@@ -397,32 +602,50 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     size_t len;
     int r;
     while ((r = ddp__agent_next(&A.in, &type, &body, &len)) > 0) {
-        if (type == DDP__AG_START && !A.have_start) {
-            if (ddp__agent_get_start(body, len, &A.st) < 0) {
-                fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
+        if (type == DDP__AG_JOIN && !A.have_join) {
+            if (ddp__agent_get_join(body, len, &A.join) < 0) {
+                fprintf(stderr, "ddprun agent: malformed JOIN from the launcher\n");
                 A.rc = DDP_EXIT_LAUNCH;
                 ddp_loop_stop(loop);
                 return;
             }
+            A.have_join = true;
+            if (join_store() < 0) {
+                A.rc = DDP_EXIT_LAUNCH;
+                ddp_loop_stop(loop);
+                return;
+            }
+        } else if (type == DDP__AG_START && A.have_join && !A.have_start && !A.exiting) {
+            if (ddp__agent_get_start(body, len, &A.st) < 0) {
+                fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
+                A.rc = DDP_EXIT_LAUNCH;
+                start_exit("protocol error");
+                return;
+            }
             A.have_start = true;
+            A.stopping = false;
             ddp_log_set_rank(-1);
             start_workers();
         } else if (type == DDP__AG_STOP) {
             struct ddp_rd rd;
             uint64_t g;
             ddp_rd_init(&rd, body, len);
-            if (ddp_rd_u64(&rd, &g) == 0)
+            if (ddp_rd_u64(&rd, &g) == 0 && A.have_start)
                 A.st.grace_ms = g;
             if (A.stopping && g == 0)
                 on_grace(loop, &A.grace); /* a second, forceful stop */
             else
                 start_stop("the launcher asked");
+        } else {
+            fprintf(stderr, "ddprun agent: unexpected frame %u from the launcher\n", type);
+            start_exit("protocol error");
+            return;
         }
     }
     ddp_buf_compact(&A.in);
     if (r < 0) {
         fprintf(stderr, "ddprun agent: bad frame from the launcher\n");
-        start_stop("protocol error");
+        start_exit("protocol error");
     }
 }
 
@@ -452,8 +675,8 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGCHLD)
             reap();
-        else if (!A.stopping)
-            start_stop("signal");
+        else if ((pid_t)si.ssi_pid != getpid() && !A.exiting)
+            start_exit("signal"); /* not our own SIGTERM to the process group */
     }
 }
 
@@ -473,18 +696,28 @@ int ddp__cmd_agent(void)
     /* Orphans of the workers come back to us, to be killed at the end. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    A.hb.efd = -1;
     ddp_buf_init(&A.in);
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
         return DDP_EXIT_LAUNCH;
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
     ddp_timer_init(&A.grace, on_grace);
     ddp_timer_init(&A.reap, on_reap_tick);
+    ddp_timer_init(&A.fin, on_fin);
+    ddp_timer_init(&A.orphan, on_orphan);
     ddp_timer_start(A.loop, &A.reap, 200);
     ddp_loop_add(A.loop, 0, DDP_LOOP_READ, on_stdin, NULL);
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
     A.rc = 0;
     ddp_loop_run(A.loop);
     int rc = A.rc;
+    if (A.nw > 0) /* left without a clean round end (launch error): sweep */
+        while (ddp__kill_children(SIGKILL) > 0) {
+            while (waitpid(-1, NULL, WNOHANG) > 0)
+                ;
+            usleep(1000);
+        }
+    hb_stop();
     for (int i = 0; i < A.nw; i++) {
         ddp_buf_release(&A.w[i].line[0]);
         ddp_buf_release(&A.w[i].line[1]);
@@ -493,7 +726,11 @@ int ddp__cmd_agent(void)
                 close(A.w[i].fd[s]);
     }
     free(A.w);
+    ddp_store_close(A.hb.s);
+    if (A.hb.efd >= 0)
+        close(A.hb.efd);
     ddp__agent_start_release(&A.st);
+    ddp__agent_join_release(&A.join);
     ddp_buf_release(&A.in);
     ddp_loop_free(A.loop);
     close(A.sfd);

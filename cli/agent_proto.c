@@ -169,3 +169,54 @@ void ddp__agent_start_release(struct ddp__agent_start *st)
     free_list(st->env);
     memset(st, 0, sizeof(*st));
 }
+
+int ddp__agent_put_join(struct ddp_buf *b, const struct ddp__agent_join *j)
+{
+    size_t pos = ddp__agent_begin(b, DDP__AG_JOIN);
+    int r = 0;
+    r |= put_s(b, j->token);
+    r |= put_s(b, j->store_addr);
+    r |= put_s(b, j->job_id);
+    r |= put_s(b, j->host_label);
+    r |= ddp_buf_put_u32(b, j->node_index);
+    r |= ddp_buf_put_u32(b, j->incarnation);
+    r |= ddp_buf_put_u64(b, j->heartbeat_interval_ms);
+    r |= ddp_buf_put_u64(b, j->heartbeat_timeout_ms);
+    r |= ddp_buf_put_u64(b, j->grace_ms);
+    ddp__agent_end(b, pos);
+    return r ? DDP_ENOMEM : 0;
+}
+
+int ddp__agent_get_join(const uint8_t *body, size_t len, struct ddp__agent_join *j)
+{
+    struct ddp_rd r;
+    int e;
+    memset(j, 0, sizeof(*j));
+    ddp_rd_init(&r, body, len);
+    if ((e = get_s(&r, &j->token)) < 0 || (e = get_s(&r, &j->store_addr)) < 0 ||
+        (e = get_s(&r, &j->job_id)) < 0 || (e = get_s(&r, &j->host_label)) < 0)
+        goto fail;
+    e = DDP_EPROTO;
+    if (ddp_rd_u32(&r, &j->node_index) < 0 || ddp_rd_u32(&r, &j->incarnation) < 0 ||
+        ddp_rd_u64(&r, &j->heartbeat_interval_ms) < 0 ||
+        ddp_rd_u64(&r, &j->heartbeat_timeout_ms) < 0 || ddp_rd_u64(&r, &j->grace_ms) < 0 ||
+        ddp_rd_left(&r) != 0 || j->heartbeat_interval_ms == 0 ||
+        j->heartbeat_timeout_ms <= j->heartbeat_interval_ms ||
+        j->heartbeat_timeout_ms > INT32_MAX)
+        goto fail;
+    return 0;
+fail:
+    ddp__agent_join_release(j);
+    return e;
+}
+
+void ddp__agent_join_release(struct ddp__agent_join *j)
+{
+    if (j->token)
+        explicit_bzero(j->token, strlen(j->token));
+    free(j->token);
+    free(j->store_addr);
+    free(j->job_id);
+    free(j->host_label);
+    memset(j, 0, sizeof(*j));
+}

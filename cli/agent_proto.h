@@ -21,13 +21,36 @@ enum ddp__agent_msg {
     /* launcher -> agent */
     DDP__AG_START = 1, /* the node's share of the job (struct ddp__agent_start) */
     DDP__AG_STOP = 2,  /* u64 grace_ms: SIGTERM the workers, SIGKILL after grace */
+    DDP__AG_JOIN = 3,  /* first frame: join the job's store (struct ddp__agent_join) */
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81, /* u32 local_rank, u32 pid */
     DDP__AG_OUTPUT = 0x82,  /* u32 local_rank, u8 stream (1 out, 2 err), str line */
     DDP__AG_EXITED = 0x83,  /* u32 local_rank, i32 code (>= 0) or -signal, u64 runtime_ms,
                                u8 exec_failed */
-    DDP__AG_DONE = 0x84,    /* every worker reaped; the agent exits next */
+    DDP__AG_DONE = 0x84,    /* every worker of the last START reaped; the agent waits for
+                               the next START, and exits at EOF on its stdin */
+    DDP__AG_JOINED = 0x85,  /* u64 lease: connected to the store, heartbeating */
 };
+
+/*
+ * What an agent needs to join the job: it connects to the store, takes a lease
+ * of heartbeat_timeout_ms, sets "ddprun/nodes/<node_index>.<incarnation>" bound to
+ * it, renews it every heartbeat_interval_ms, and answers JOINED. Should the lease
+ * be lost, or the store stay unreachable for heartbeat_timeout_ms, the agent stops
+ * its workers and exits: the launcher has counted the node lost by then.
+ */
+struct ddp__agent_join {
+    char *token;
+    char *store_addr;
+    char *job_id;
+    char *host_label;
+    uint32_t node_index, incarnation;
+    uint64_t heartbeat_interval_ms, heartbeat_timeout_ms, grace_ms;
+};
+
+int ddp__agent_put_join(struct ddp_buf *b, const struct ddp__agent_join *j);
+int ddp__agent_get_join(const uint8_t *body, size_t len, struct ddp__agent_join *j);
+void ddp__agent_join_release(struct ddp__agent_join *j);
 
 /* What one agent needs to start its node's workers. Strings are owned. */
 struct ddp__agent_start {

@@ -306,9 +306,10 @@ out:
 static const char *const top_keys[] = {
     "name",       "command", "workdir", "env",  "nodes",      "nproc_per_node", "backend",
     "rendezvous", "elastic", "ssh",     "logs", "checkpoint", "stop_grace",     NULL};
-static const char *const rdzv_keys[] = {"listen", "port", "timeout", NULL};
+static const char *const rdzv_keys[] = {"listen", "port", "timeout", "last_call", NULL};
 static const char *const elastic_keys[] = {
-    "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout", NULL};
+    "min_nodes",         "max_nodes", "max_restarts", "heartbeat_interval",
+    "heartbeat_timeout", "cooldown",  NULL};
 static const char *const ssh_keys[] = {
     "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
 static const char *const logs_keys[] = {"dir", "tag_output", NULL};
@@ -654,7 +655,9 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
             ((n = map_get(sub, "port")) &&
              get_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
             ((n = map_get(sub, "timeout")) &&
-             get_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0))
+             get_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
+            ((n = map_get(sub, "last_call")) &&
+             get_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
             goto out;
     }
     j->min_nodes = j->max_nodes = (int)j->nnodes;
@@ -669,7 +672,9 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
             ((n = map_get(sub, "heartbeat_interval")) &&
              get_duration(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) < 0) ||
             ((n = map_get(sub, "heartbeat_timeout")) &&
-             get_duration(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0))
+             get_duration(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0) ||
+            ((n = map_get(sub, "cooldown")) &&
+             get_duration(c, n, "elastic.cooldown", &j->cooldown_ms) < 0))
             goto out;
         if (j->min_nodes > j->max_nodes) {
             err_at(c, mn ? mn : sub, "elastic.min_nodes (%d) is above elastic.max_nodes (%d)",
@@ -762,6 +767,8 @@ static void set_defaults(struct ddp_job *j)
     j->rdzv_timeout_ms = 60000;
     j->heartbeat_interval_ms = 1000;
     j->heartbeat_timeout_ms = 5000;
+    j->rdzv_last_call_ms = 2000;
+    j->cooldown_ms = 60000;
     j->ssh_port = 22;
     j->ssh_strict = strdup("yes");
     j->logs_dir = strdup("ddprun-logs");
@@ -943,14 +950,16 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
     fprintf(f, "nproc_per_node: %d\nbackend: %s\n", j->nproc_per_node, j->backend);
     char d1[32], d2[32];
-    fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s}\n", j->rdzv_listen, j->rdzv_port,
+    fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s, ", j->rdzv_listen, j->rdzv_port,
             fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
+    fprintf(f, "last_call: %s}\n", fmt_duration(d1, sizeof(d1), j->rdzv_last_call_ms));
     fprintf(f,
             "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
-            "heartbeat_timeout: %s}\n",
+            "heartbeat_timeout: %s, ",
             j->min_nodes, j->max_nodes, j->max_restarts,
             fmt_duration(d1, sizeof(d1), j->heartbeat_interval_ms),
             fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
+    fprintf(f, "cooldown: %s}\n", fmt_duration(d1, sizeof(d1), j->cooldown_ms));
     fprintf(f,
             "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
             "strict_host_key_checking: %s, remote_ddprun: %s}\n",

@@ -32,8 +32,10 @@ struct ddp_job {
     char *rdzv_listen;
     int rdzv_port;
     int64_t rdzv_timeout_ms;
+    int64_t rdzv_last_call_ms; /* once min_nodes joined, how long more may still join */
     int min_nodes, max_nodes, max_restarts;
     int64_t heartbeat_interval_ms, heartbeat_timeout_ms;
+    int64_t cooldown_ms; /* a node lost twice within this is left out for this long */
     char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
     char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;

@@ -1,9 +1,22 @@
 /*
- * The launcher: hosts the job's store, starts one node agent per node, and
- * supervises the job through the agents' frames. The first failed rank stops
- * every rank (SIGTERM, SIGKILL after stop_grace); SIGINT/SIGTERM stop the job
- * the same way and a second SIGINT kills at once. Output is tagged on the
- * console, one write per line, and kept per rank under logs.dir/<job id>/.
+ * The launcher: hosts the job's store, provisions one node agent per node
+ * (a local child, or over SSH), and runs the job as a series of rendezvous
+ * rounds. Each agent joins the store and keeps a lease alive there; a round
+ * closes once at least elastic.min_nodes agents have joined (at most
+ * max_nodes), ranks are numbered contiguously over the members in node order,
+ * and the workers start with TORCHELASTIC_RESTART_COUNT = the round number.
+ *
+ * A member node is lost when its lease expires (missed heartbeats), when its
+ * agent or SSH connection ends, and a round fails when a worker exits with an
+ * error. Then, while elastic.max_restarts allows, the surviving members stop
+ * their workers (SIGTERM, SIGKILL after stop_grace) and a new round opens, in
+ * which lost and spare nodes may join again; otherwise the job stops with
+ * status 1 and a summary of what was lost, when and why. Every transition is
+ * said on the console and written to logs.dir/<job id>/events.jsonl.
+ *
+ * SIGINT/SIGTERM stop the job the same way and a second SIGINT kills at once.
+ * Output is tagged on the console, one write per line, and kept per rank under
+ * logs.dir/<job id>/.
  */
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
@@ -30,6 +43,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +54,7 @@
 
 struct rank_info {
     int node, local;
-    bool started, exited, exec_failed;
+    bool started, exited, exec_failed, lost;
     int code;
     int64_t runtime_ms;
     int logfd;
@@ -49,39 +63,83 @@ struct rank_info {
     int ntail;
 };
 
+enum node_state {
+    NS_NONE,     /* no agent */
+    NS_JOINING,  /* agent started, JOIN sent, JOINED not yet seen */
+    NS_READY,    /* joined, no workers: waiting for a round (or a spare) */
+    NS_RUNNING,  /* a member of the current round, workers started */
+    NS_STOPPING, /* STOP sent, DONE not yet seen */
+    NS_GONE,     /* counted lost; its agent is being killed and reaped */
+};
+
 struct node_agent {
     pid_t pid;
     int in_fd, out_fd;
     struct ddp_buf rx;
-    bool done, eof, reaped;
-    int wstatus;
-    int rank_offset;
+    enum node_state state;
+    unsigned incarnation;
+    int rank_offset, member_index;
+    int64_t last_fail, cool_until;
 };
+
+struct loss {
+    int node, round;
+    int64_t t_ms;   /* since the job started */
+    char when[32];  /* wall clock, UTC */
+    char why[300];
+};
+
+enum phase { PH_RDZV, PH_RUNNING, PH_RESTARTING, PH_FINISHING };
 
 struct launcher {
     const struct ddp_job *job;
     char job_id[160];
     char logdir[PATH_MAX];
+    char token[DDP_STORE_TOKEN_HEX + 1];
+    char store_addr[300], store_host[256];
+    int store_port;
+    bool wildcard;
+    const char *first_remote;
+    char **env; /* the job's extra environment, "K=V" */
     struct ddp_loop *loop;
     int sfd;
     sigset_t oldmask;
     struct node_agent *ag;
-    struct rank_info *rk;
-    int ranks_up, ranks_done;
-    int first_fail;      /* rank, or -1 */
-    char *agent_fail;    /* message when an agent died on its own */
-    char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
-    bool stopping, interrupted, launch_error;
+    struct rank_info *rk; /* [0, world) are the current round's ranks */
+    int total_slots;
+    enum phase ph;
+    int round, world, nmembers;
+    int ranks_up, ranks_done, ranks_ok;
+    bool all_up;
+    int first_fail;      /* rank in the current round, or -1 */
+    char *fatal;         /* why the job stops, when it stops early */
+    int fatal_rc;
+    bool interrupted, opened;
     int sigints;
+    struct loss *losses;
+    int nlosses;
+    FILE *events;
+    char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
     bool tty, status_shown;
-    int64_t t0;
-    const char *phase;
-    struct ddp_timer tick, force;
+    int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
+    const char *phase_name;
+    struct ddp_timer tick, force, rdzv_deadline, last_call;
+    /* the lease watcher: a store client in its own thread, events to the loop through a pipe */
+    pthread_t wth;
+    bool wth_started;
+    volatile bool wstop;
+    int wpipe[2];
+    struct ddp_buf wrx;
 };
 
 static struct launcher L;
 
-/* ---- console ---- */
+static void rdzv_check(void);
+static void rdzv_open(void);
+static void finish(const char *why, int rc);
+static void maybe_restart(void);
+
+/* ---- console and event log ---- */
 
 static void clear_status(void)
 {
@@ -98,9 +156,9 @@ static void draw_status(void)
     char buf[256];
     int64_t s = (ddp_now_ms() - L.t0) / 1000;
     int n = snprintf(buf, sizeof(buf),
-                     "\r\033[K[ddprun] %s | ranks up %d/%d | restarts 0 | %02lld:%02lld:%02lld",
-                     L.phase, L.ranks_up - L.ranks_done, L.job->world_size, (long long)(s / 3600),
-                     (long long)(s / 60 % 60), (long long)(s % 60));
+                     "\r\033[K[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld",
+                     L.phase_name, L.ranks_up - L.ranks_done, L.world, L.round,
+                     (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
     ddp_write_all(2, buf, (size_t)n);
     L.status_shown = true;
 }
@@ -125,7 +183,7 @@ static void say(const char *fmt, ...)
 
 static void set_phase(const char *phase)
 {
-    L.phase = phase;
+    L.phase_name = phase;
     if (L.tty)
         draw_status();
     else
@@ -136,6 +194,69 @@ static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
     draw_status();
     ddp_timer_start(loop, t, 250);
+}
+
+static void wall_clock(char *out, size_t n)
+{
+    struct timeval tv;
+    struct tm tm;
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    char s[32];
+    strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, n, "%s.%03dZ", s, (int)(tv.tv_usec / 1000));
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/*
+ * One line of the event log: {"time", "t" (s since the start), "event", "round", then the
+ * fields given as pairs of a key and a value; a key starting with '#' takes a long long
+ * (the '#' dropped), any other a string (NULL: null).
+ */
+static void event(const char *name, ...)
+{
+    if (!L.events)
+        return;
+    char when[40];
+    wall_clock(when, sizeof(when));
+    fprintf(L.events, "{\"time\": \"%s\", \"t\": %.3f, \"event\": \"%s\", \"round\": %d", when,
+            (double)(ddp_now_ms() - L.t0) / 1000, name, L.round);
+    va_list ap;
+    va_start(ap, name);
+    for (const char *k; (k = va_arg(ap, const char *));) {
+        if (k[0] == '#') {
+            fprintf(L.events, ", \"%s\": %lld", k + 1, va_arg(ap, long long));
+        } else {
+            const char *v = va_arg(ap, const char *);
+            fprintf(L.events, ", \"%s\": ", k);
+            if (v)
+                json_str(L.events, v);
+            else
+                fputs("null", L.events);
+        }
+    }
+    va_end(ap);
+    fputs("}\n", L.events);
+    fflush(L.events);
+}
+
+static const char *host_of(int node)
+{
+    return L.job->nodes[node].host;
 }
 
 /* ---- ranks ---- */
@@ -153,12 +274,11 @@ static void keep_tail(struct rank_info *r, const uint8_t *line, size_t n)
 static void rank_output(int rank, int stream, const uint8_t *line, size_t n)
 {
     struct rank_info *r = &L.rk[rank];
-    const char *host = L.job->nodes[r->node].host;
     struct ddp_buf b;
     ddp_buf_init(&b);
     if (L.job->tag_output) {
         char tag[300];
-        int tl = snprintf(tag, sizeof(tag), "[%s:%d] ", host, rank);
+        int tl = snprintf(tag, sizeof(tag), "[%s:%d] ", host_of(r->node), rank);
         ddp_buf_put(&b, tag, (size_t)tl);
     }
     ddp_buf_put(&b, line, n);
@@ -174,26 +294,88 @@ static void rank_output(int rank, int stream, const uint8_t *line, size_t n)
     ddp_buf_release(&b);
 }
 
+static void release_ranks(void)
+{
+    for (int i = 0; L.rk && i < L.total_slots; i++) {
+        struct rank_info *r = &L.rk[i];
+        if (r->logfd >= 0)
+            close(r->logfd);
+        for (int k = 0; k < r->ntail; k++)
+            free(r->tail[k]);
+        memset(r, 0, sizeof(*r));
+        r->logfd = -1;
+    }
+}
+
+static void send_frame(struct node_agent *a, struct ddp_buf *b)
+{
+    if (a->in_fd >= 0 && ddp_write_all(a->in_fd, b->data, b->len) < 0) {
+        /* The agent is gone; its exit is handled when it is reaped. */
+        close(a->in_fd);
+        a->in_fd = -1;
+    }
+}
+
 static void send_stop(struct node_agent *a, uint64_t grace_ms)
 {
-    if (a->in_fd < 0)
-        return;
     struct ddp_buf b;
     ddp_buf_init(&b);
     size_t pos = ddp__agent_begin(&b, DDP__AG_STOP);
     ddp_buf_put_u64(&b, grace_ms);
     ddp__agent_end(&b, pos);
-    ddp_write_all(a->in_fd, b.data, b.len);
+    send_frame(a, &b);
     ddp_buf_release(&b);
 }
 
-static void stop_all(uint64_t grace_ms)
+/* Ends an agent: EOF on its stdin makes it stop what runs and exit. */
+static void release_agent(struct node_agent *a)
 {
-    if (!L.stopping)
-        set_phase("stopping");
-    L.stopping = true;
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        send_stop(&L.ag[i], grace_ms);
+    if (a->in_fd >= 0) {
+        close(a->in_fd);
+        a->in_fd = -1;
+    }
+}
+
+static void describe_exit(int code, char *buf, size_t n)
+{
+    if (code < 0)
+        snprintf(buf, n, "was killed by signal %d (%s)", -code, strsignal(-code));
+    else
+        snprintf(buf, n, "exited with status %d", code);
+}
+
+/* A round failed (a worker failed or a member node was lost): restart or stop. */
+static void round_failed(const char *what)
+{
+    if (L.ph != PH_RUNNING)
+        return;
+    const struct ddp_job *j = L.job;
+    if (L.round >= j->max_restarts) {
+        char why[600];
+        if (j->max_restarts == 0) {
+            say("ddprun: %s; stopping the job", what);
+            snprintf(why, sizeof(why), "%s", what);
+        } else {
+            say("ddprun: %s; no restarts left (elastic.max_restarts is %d); stopping the job",
+                what, j->max_restarts);
+            snprintf(why, sizeof(why), "%s, and the %d restarts of elastic.max_restarts were used",
+                     what, j->max_restarts);
+        }
+        finish(why, DDP_EXIT_JOB_FAILED);
+        return;
+    }
+    say("ddprun: %s; stopping the other workers for restart %d of %d", what, L.round + 1,
+        j->max_restarts);
+    L.ph = PH_RESTARTING;
+    set_phase("restarting");
+    for (size_t i = 0; i < j->nnodes; i++) {
+        struct node_agent *a = &L.ag[i];
+        if (a->state == NS_RUNNING) {
+            send_stop(a, (uint64_t)j->stop_grace_ms);
+            a->state = NS_STOPPING;
+        }
+    }
+    maybe_restart();
 }
 
 static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed)
@@ -204,42 +386,130 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
     r->runtime_ms = runtime_ms;
     r->exec_failed = exec_failed;
     L.ranks_done++;
-    if (code != 0 && !L.stopping && L.first_fail < 0) {
+    if (code == 0 && ++L.ranks_ok == L.world && L.ph == PH_RUNNING) {
+        finish(NULL, DDP_EXIT_OK);
+        return;
+    }
+    if (code == 0 || L.ph != PH_RUNNING)
+        return;
+    if (L.first_fail < 0)
         L.first_fail = rank;
-        if (exec_failed)
-            L.launch_error = true;
-        if (code < 0)
-            say("ddprun: rank %d (%s) was killed by signal %d (%s); stopping the job", rank,
-                L.job->nodes[r->node].host, -code, strsignal(-code));
-        else
-            say("ddprun: rank %d (%s) exited with status %d; stopping the job", rank,
-                L.job->nodes[r->node].host, code);
-        stop_all((uint64_t)L.job->stop_grace_ms);
+    char what[400], how[160];
+    describe_exit(code, how, sizeof(how));
+    snprintf(what, sizeof(what), "rank %d (%s) %s", rank, host_of(r->node), how);
+    event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "#exit_code",
+          (long long)(code >= 0 ? code : 128 - code), "reason", what, NULL);
+    if (exec_failed) {
+        /* The program cannot even start: another round would fail the same way. */
+        say("ddprun: %s; stopping the job", what);
+        finish(what, DDP_EXIT_LAUNCH);
+        return;
+    }
+    round_failed(what);
+}
+
+/* ---- nodes and agents ---- */
+
+static bool can_rejoin(int i);
+
+/* Records that node i is out: console, event log, summary, and the cooldown count. */
+static void record_loss(int i, const char *why)
+{
+    struct node_agent *a = &L.ag[i];
+    int64_t now = ddp_now_ms();
+    L.losses = realloc(L.losses, (size_t)(L.nlosses + 1) * sizeof(*L.losses));
+    struct loss *l = &L.losses[L.nlosses++];
+    l->node = i;
+    l->round = L.round;
+    l->t_ms = now - L.t0;
+    wall_clock(l->when, sizeof(l->when));
+    snprintf(l->why, sizeof(l->why), "%s", why);
+    event("node_lost", "node", host_of(i), "reason", why, NULL);
+    if (a->last_fail && now - a->last_fail <= L.job->cooldown_ms && L.job->max_restarts > 0) {
+        a->cool_until = now + L.job->cooldown_ms;
+        say("ddprun: node '%s' failed twice within %.0f s; leaving it out of rounds for %.0f s",
+            host_of(i), (double)L.job->cooldown_ms / 1000, (double)L.job->cooldown_ms / 1000);
+        event("node_cooldown", "node", host_of(i), "#until_ms", (long long)(a->cool_until - L.t0),
+              NULL);
+    }
+    a->last_fail = now;
+}
+
+/*
+ * Node i is out (its agent exited, or its lease expired). prev is the state it was in.
+ * Members end the round; a node that was joining or waiting may leave a round short.
+ */
+static void node_out(int i, enum node_state prev, const char *why)
+{
+    if (L.ph == PH_FINISHING)
+        return;
+    if (prev == NS_JOINING) {
+        say("ddprun: node '%s' %s", host_of(i), why);
+        record_loss(i, why);
+        rdzv_check();
+        return;
+    }
+    char what[512];
+    snprintf(what, sizeof(what), "node '%s' lost: %s", host_of(i), why);
+    record_loss(i, why);
+    if (prev == NS_RUNNING || prev == NS_STOPPING) {
+        for (int r = 0; r < L.world; r++)
+            if (L.rk[r].node == i && !L.rk[r].exited)
+                L.rk[r].lost = true;
+        L.t_lost = ddp_now_ms();
+    }
+    if (prev == NS_RUNNING && L.ph == PH_RUNNING) {
+        round_failed(what);
+    } else {
+        say("ddprun: %s", what);
+        if (L.ph == PH_RESTARTING)
+            maybe_restart();
+        else if (L.ph == PH_RDZV)
+            rdzv_check();
     }
 }
 
-/* ---- agents ---- */
-
-static void agent_frame(struct node_agent *a, uint8_t type, const uint8_t *body, size_t len)
+static void agent_frame(int i, uint8_t type, const uint8_t *body, size_t len)
 {
+    struct node_agent *a = &L.ag[i];
     struct ddp_rd rd;
     uint32_t lr, v32;
     uint64_t v64;
     uint8_t u8;
     ddp_rd_init(&rd, body, len);
-    int nlocal = L.job->nodes[a - L.ag].slots;
-    if (type == DDP__AG_DONE) {
-        a->done = true;
+    if (type == DDP__AG_JOINED) {
+        if (a->state != NS_JOINING)
+            return;
+        a->state = NS_READY;
+        event("node_joined", "node", host_of(i), "#incarnation", (long long)a->incarnation, NULL);
+        if (L.ph == PH_FINISHING)
+            release_agent(a);
+        else
+            rdzv_check();
         return;
     }
-    if (ddp_rd_u32(&rd, &lr) < 0 || (int)lr >= nlocal)
+    if (type == DDP__AG_DONE) {
+        if (a->state != NS_RUNNING && a->state != NS_STOPPING)
+            return;
+        a->state = NS_READY;
+        if (L.ph == PH_FINISHING)
+            release_agent(a);
+        else if (L.ph == PH_RESTARTING)
+            maybe_restart();
+        return;
+    }
+    /* Rank frames count only from the current round's members. */
+    if ((a->state != NS_RUNNING && a->state != NS_STOPPING) || ddp_rd_u32(&rd, &lr) < 0 ||
+        (int)lr >= L.job->nodes[i].slots)
         return;
     int rank = a->rank_offset + (int)lr;
     switch (type) {
     case DDP__AG_STARTED:
         L.rk[rank].started = true;
-        if (++L.ranks_up == L.job->world_size && !L.stopping)
+        if (++L.ranks_up == L.world && L.ph == PH_RUNNING) {
             set_phase("running");
+            event("workers_running", "#world_size", (long long)L.world, NULL);
+        }
         break;
     case DDP__AG_OUTPUT: {
         const uint8_t *p;
@@ -260,27 +530,25 @@ static void agent_frame(struct node_agent *a, uint8_t type, const uint8_t *body,
 static bool all_agents_gone(void)
 {
     for (size_t i = 0; i < L.job->nnodes; i++)
-        if (!L.ag[i].reaped || !L.ag[i].eof)
+        if (L.ag[i].pid)
             return false;
     return true;
 }
 
 /* Reads what the agent wrote and handles its frames: 1 when something was read, 0 when
  * nothing was waiting, -1 at EOF. */
-static int agent_read(struct node_agent *a)
+static int agent_read(int i)
 {
+    struct node_agent *a = &L.ag[i];
     if (a->out_fd < 0 || ddp_buf_reserve(&a->rx, 65536) < 0)
         return -1;
     ssize_t n = ddp_read_eintr(a->out_fd, a->rx.data + a->rx.len, a->rx.cap - a->rx.len);
     if (n == -EAGAIN)
         return 0;
     if (n <= 0) {
-        a->eof = true;
         ddp_loop_del(L.loop, a->out_fd);
         close(a->out_fd);
         a->out_fd = -1;
-        if (all_agents_gone())
-            ddp_loop_stop(L.loop);
         return -1;
     }
     a->rx.len += (size_t)n;
@@ -289,10 +557,13 @@ static int agent_read(struct node_agent *a)
     size_t len;
     int r;
     while ((r = ddp__agent_next(&a->rx, &type, &body, &len)) > 0)
-        agent_frame(a, type, body, len);
+        agent_frame(i, type, body, len);
     ddp_buf_compact(&a->rx);
-    if (r < 0)
-        say("ddprun: error: bad frame from the agent on '%s'", L.job->nodes[a - L.ag].host);
+    if (r < 0) {
+        say("ddprun: error: bad frame from the agent on '%s'; ending it", host_of(i));
+        a->rx.len = a->rx.off = 0;
+        kill(-a->pid, SIGKILL);
+    }
     return 1;
 }
 
@@ -301,97 +572,99 @@ static void on_agent_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg
     (void)loop;
     (void)fd;
     (void)mask;
-    agent_read(arg);
+    agent_read((int)(intptr_t)arg);
 }
 
-static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
-{
-    (void)mask;
-    (void)arg;
-    struct signalfd_siginfo si;
-    while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-        if (si.ssi_signo == SIGCHLD) {
-            int st;
-            pid_t p;
-            while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-                for (size_t i = 0; i < L.job->nnodes; i++) {
-                    struct node_agent *a = &L.ag[i];
-                    if (a->pid != p)
-                        continue;
-                    a->reaped = true;
-                    a->wstatus = st;
-                    /* What it wrote before exiting may still sit in the pipe (the signal can
-                     * be read first): take it before judging how it ended. */
-                    while (agent_read(a) > 0) {
-                    }
-                    if (a->in_fd >= 0) {
-                        close(a->in_fd);
-                        a->in_fd = -1;
-                    }
-                    if (!a->done && !L.agent_fail && WIFEXITED(st) &&
-                        WEXITSTATUS(st) == DDP_EXIT_LAUNCH &&
-                        !ddp__job_host_is_local(L.job->nodes[i].host)) {
-                        /* The SSH bridge could not provision the node; it said why. */
-                        L.launch_error = true;
-                        char msg[512];
-                        snprintf(msg, sizeof(msg), "node '%s' could not be provisioned",
-                                 L.job->nodes[i].host);
-                        L.agent_fail = strdup(msg);
-                        say("ddprun: %s; stopping the other nodes", msg);
-                        stop_all(0);
-                    } else if (!a->done && !L.agent_fail) {
-                        char msg[512];
-                        snprintf(msg, sizeof(msg), "the agent on node '%s' died (%s %d)",
-                                 L.job->nodes[i].host, WIFSIGNALED(st) ? "signal" : "status",
-                                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-                        L.agent_fail = strdup(msg);
-                        say("ddprun: error: %s; stopping the job", msg);
-                        stop_all((uint64_t)L.job->stop_grace_ms);
-                    }
-                }
-        } else {
-            L.sigints++;
-            L.interrupted = true;
-            if (L.sigints == 1) {
-                say("ddprun: %s: stopping %d ranks (SIGTERM, SIGKILL after %lld ms; "
-                    "interrupt again to kill them now)",
-                    strsignal((int)si.ssi_signo), L.ranks_up - L.ranks_done,
-                    (long long)L.job->stop_grace_ms);
-                stop_all((uint64_t)L.job->stop_grace_ms);
-            } else if (L.sigints == 2) {
-                say("ddprun: killing every rank now");
-                /* The agents SIGKILL their ranks and sweep what the ranks left behind;
-                 * should one not be gone in 2 s, its whole process group is killed. */
-                stop_all(0);
-                ddp_timer_start(loop, &L.force, 2000);
-            }
-        }
-    }
-    if (all_agents_gone())
-        ddp_loop_stop(loop);
-}
-
-static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
-{
-    (void)loop;
-    (void)t;
-    /* Local agents lead their own process groups: end them outright. */
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        if (L.ag[i].pid > 0 && !L.ag[i].reaped)
-            kill(-L.ag[i].pid, SIGKILL);
-}
-
-static int spawn_agent(size_t i, const struct ddp__agent_start *st)
+/* Agent i's process ended with wait status st. */
+static void agent_reaped(int i, int st)
 {
     struct node_agent *a = &L.ag[i];
+    /* What it wrote before exiting may still sit in the pipe (the signal can be read
+     * first): take it before judging how it ended. */
+    while (agent_read(i) > 0) {
+    }
+    if (a->out_fd >= 0) {
+        ddp_loop_del(L.loop, a->out_fd);
+        close(a->out_fd);
+        a->out_fd = -1;
+    }
+    release_agent(a);
+    ddp_buf_release(&a->rx);
+    a->pid = 0;
+    enum node_state prev = a->state;
+    a->state = NS_NONE;
+    if (prev == NS_GONE || L.ph == PH_FINISHING)
+        return;
+    bool remote = !ddp__job_host_is_local(host_of(i));
+    char why[300];
+    if (prev == NS_JOINING && remote && WIFEXITED(st) && WEXITSTATUS(st) == DDP_EXIT_LAUNCH)
+        snprintf(why, sizeof(why), "could not be provisioned");
+    else if (prev == NS_JOINING)
+        snprintf(why, sizeof(why), "could not join the store (its agent %s %d)",
+                 WIFSIGNALED(st) ? "died of signal" : "exited with status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    else if (remote)
+        snprintf(why, sizeof(why), "the SSH connection to it ended (%s %d)",
+                 WIFSIGNALED(st) ? "signal" : "status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    else
+        snprintf(why, sizeof(why), "its agent died (%s %d)", WIFSIGNALED(st) ? "signal" : "status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    node_out(i, prev, why);
+}
+
+/* The lease of agent incarnation inc of node i expired: the node missed its heartbeats. */
+static void lease_expired(int i, unsigned inc)
+{
+    struct node_agent *a = &L.ag[i];
+    if (a->incarnation != inc || !a->pid || a->state == NS_GONE || a->state == NS_NONE ||
+        L.ph == PH_FINISHING)
+        return;
+    enum node_state prev = a->state;
+    a->state = NS_GONE;
+    /* Whatever is left of it here goes: the bridge (its SSH connection), or a local agent
+     * and its workers (one process group). */
+    kill(-a->pid, SIGKILL);
+    char why[200];
+    snprintf(why, sizeof(why), "no heartbeat for %.1f s (elastic.heartbeat_timeout)",
+             (double)L.job->heartbeat_timeout_ms / 1000);
+    node_out(i, prev, why);
+}
+
+static void node_store_addr(int i, char *out, size_t n)
+{
+    snprintf(out, n, "%s", L.store_addr);
+    if (L.first_remote && L.wildcard) {
+        char ip[INET6_ADDRSTRLEN];
+        const char *toward = ddp__job_host_is_local(host_of(i)) ? L.first_remote : host_of(i);
+        if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
+            snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, L.store_port);
+    }
+}
+
+/* Starts node i's agent (a local child, or the SSH bridge) and sends it JOIN. */
+static int provision(int i)
+{
+    struct node_agent *a = &L.ag[i];
+    const struct ddp_job *j = L.job;
     int in[2], out[2];
     char port[16]; /* formatted before fork: the child only execs */
-    snprintf(port, sizeof(port), "%d", L.job->ssh_port);
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
+    snprintf(port, sizeof(port), "%d", j->ssh_port);
+    if (pipe2(in, O_CLOEXEC) != 0)
         return -1;
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
     pid_t pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
         return -1;
+    }
     if (pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
@@ -399,7 +672,6 @@ static int spawn_agent(size_t i, const struct ddp__agent_start *st)
         /* If ddprun is killed outright, its local agents go too (they then stop their
          * workers through EOF on stdin, or die with the process group). */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        const struct ddp_job *j = L.job;
         if (ddp__job_host_is_local(j->nodes[i].host)) {
             execl("/proc/self/exe", "ddprun", "agent", (char *)NULL);
         } else {
@@ -416,18 +688,412 @@ static int spawn_agent(size_t i, const struct ddp__agent_start *st)
     a->pid = pid;
     a->in_fd = in[1];
     a->out_fd = out[0];
+    a->state = NS_JOINING;
+    a->incarnation++;
     fcntl(a->out_fd, F_SETFL, O_NONBLOCK);
     ddp_buf_init(&a->rx);
+    char node_store[300];
+    node_store_addr(i, node_store, sizeof(node_store));
+    struct ddp__agent_join jf = {.token = L.token,
+                                 .store_addr = node_store,
+                                 .job_id = L.job_id,
+                                 .host_label = j->nodes[i].host,
+                                 .node_index = (uint32_t)i,
+                                 .incarnation = a->incarnation,
+                                 .heartbeat_interval_ms = (uint64_t)j->heartbeat_interval_ms,
+                                 .heartbeat_timeout_ms = (uint64_t)j->heartbeat_timeout_ms,
+                                 .grace_ms = (uint64_t)j->stop_grace_ms};
     struct ddp_buf b;
     ddp_buf_init(&b);
-    int r = ddp__agent_put_start(&b, st);
-    if (r == 0)
-        r = ddp_write_all(a->in_fd, b.data, b.len);
+    if (ddp__agent_put_join(&b, &jf) == 0)
+        send_frame(a, &b);
     explicit_bzero(b.data, b.len);
     ddp_buf_release(&b);
-    if (r < 0)
-        return -1;
-    return ddp_loop_add(L.loop, a->out_fd, DDP_LOOP_READ, on_agent_out, a);
+    return ddp_loop_add(L.loop, a->out_fd, DDP_LOOP_READ, on_agent_out, (void *)(intptr_t)i);
+}
+
+static bool can_rejoin(int i)
+{
+    return L.ag[i].state == NS_NONE && ddp_now_ms() >= L.ag[i].cool_until;
+}
+
+/* ---- rendezvous rounds ---- */
+
+static void count_nodes(int *ready, int *joining)
+{
+    *ready = *joining = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        *ready += L.ag[i].state == NS_READY;
+        *joining += L.ag[i].state == NS_JOINING;
+    }
+}
+
+static int free_port(void);
+
+/* Closes the round with the nodes that joined: numbers the ranks and starts the workers. */
+static void rdzv_close(void)
+{
+    const struct ddp_job *j = L.job;
+    ddp_timer_stop(L.loop, &L.rdzv_deadline);
+    ddp_timer_stop(L.loop, &L.last_call);
+    release_ranks();
+    L.world = L.nmembers = 0;
+    L.ranks_up = L.ranks_done = L.ranks_ok = 0;
+    L.first_fail = -1;
+    for (size_t i = 0; i < j->nnodes; i++)
+        L.ag[i].member_index = -1;
+    char names[2048] = "";
+    size_t nl = 0;
+    int first = -1;
+    for (size_t i = 0; i < j->nnodes && L.nmembers < j->max_nodes; i++) {
+        struct node_agent *a = &L.ag[i];
+        if (a->state != NS_READY)
+            continue;
+        if (first < 0)
+            first = (int)i;
+        a->member_index = L.nmembers++;
+        a->rank_offset = L.world;
+        for (int l = 0; l < j->nodes[i].slots; l++) {
+            struct rank_info *r = &L.rk[L.world];
+            r->node = (int)i;
+            r->local = l;
+            if (L.round == 0)
+                snprintf(r->logpath, sizeof(r->logpath), "%s/rank-%d.log", L.logdir, L.world);
+            else
+                snprintf(r->logpath, sizeof(r->logpath), "%s/rank-%d.restart-%d.log", L.logdir,
+                         L.world, L.round);
+            r->logfd = open(r->logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            L.world++;
+        }
+        int w = snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", host_of((int)i));
+        if (w > 0 && nl + (size_t)w < sizeof(names))
+            nl += (size_t)w;
+    }
+    /* With remote nodes, every node (the local ones too) must use addresses the others can
+     * reach: MASTER_ADDR is the first member's, or this machine's routable address. */
+    char master[256] = "127.0.0.1";
+    if (L.first_remote) {
+        if (!ddp__job_host_is_local(host_of(first)))
+            snprintf(master, sizeof(master), "%s", host_of(first));
+        else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
+            snprintf(master, sizeof(master), "127.0.0.1");
+    }
+    int master_port = free_port();
+    say("ddprun: round %d: %d node%s (%s), %d ranks%s", L.round, L.nmembers,
+        L.nmembers == 1 ? "" : "s", names, L.world,
+        L.round ? "; workers restart from the last checkpoint" : "");
+    event("membership", "nodes", names, "#world_size", (long long)L.world, "#restart_count",
+          (long long)L.round, NULL);
+    L.ph = PH_RUNNING;
+    set_phase(L.round ? "restarting workers" : "starting workers");
+    for (size_t i = 0; i < j->nnodes; i++) {
+        struct node_agent *a = &L.ag[i];
+        if (a->state != NS_READY || a->member_index < 0)
+            continue;
+        char node_store[300];
+        node_store_addr((int)i, node_store, sizeof(node_store));
+        struct ddp__agent_start st = {.token = L.token,
+                                      .store_addr = node_store,
+                                      .job_id = L.job_id,
+                                      .host_label = j->nodes[i].host,
+                                      .master_addr = master,
+                                      .master_port = (uint32_t)master_port,
+                                      .node_rank = (uint32_t)a->member_index,
+                                      .nnodes = (uint32_t)L.nmembers,
+                                      .world_size = (uint32_t)L.world,
+                                      .rank_offset = (uint32_t)a->rank_offset,
+                                      .nlocal = (uint32_t)j->nodes[i].slots,
+                                      .restart_count = (uint32_t)L.round,
+                                      .max_restarts = (uint32_t)j->max_restarts,
+                                      .grace_ms = (uint64_t)j->stop_grace_ms,
+                                      .workdir = j->workdir,
+                                      .backend = j->backend,
+                                      .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+                                      .shell = j->shell ? j->shell : "",
+                                      .argv = j->argv,
+                                      .env = L.env};
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        if (ddp__agent_put_start(&b, &st) == 0)
+            send_frame(a, &b);
+        explicit_bzero(b.data, b.len);
+        ddp_buf_release(&b);
+        a->state = NS_RUNNING;
+    }
+    for (size_t i = 0; i < j->nnodes; i++)
+        L.ag[i].member_index = -1;
+}
+
+static void rdzv_fail(const char *why)
+{
+    say("ddprun: round %d cannot start: %s", L.round, why);
+    finish(why, L.round == 0 ? DDP_EXIT_LAUNCH : DDP_EXIT_JOB_FAILED);
+}
+
+/* Decides whether the open round can close now, must fail, or waits. */
+static void rdzv_check(void)
+{
+    if (L.ph != PH_RDZV)
+        return;
+    const struct ddp_job *j = L.job;
+    int ready, joining;
+    count_nodes(&ready, &joining);
+    if (ready >= j->max_nodes || (ready >= j->min_nodes && joining == 0)) {
+        rdzv_close();
+    } else if (ready + joining < j->min_nodes) {
+        char why[300];
+        snprintf(why, sizeof(why), "only %d node%s can take part, and elastic.min_nodes is %d",
+                 ready + joining, ready + joining == 1 ? "" : "s", j->min_nodes);
+        rdzv_fail(why);
+    } else if (ready >= j->min_nodes && !ddp_timer_armed(&L.last_call)) {
+        /* Enough to train: late nodes get a short last call. */
+        ddp_timer_start(L.loop, &L.last_call, j->rdzv_last_call_ms);
+    }
+}
+
+static void on_last_call(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (L.ph == PH_RDZV)
+        rdzv_close();
+}
+
+static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (L.ph != PH_RDZV)
+        return;
+    int ready, joining;
+    count_nodes(&ready, &joining);
+    if (ready >= L.job->min_nodes) {
+        rdzv_close();
+        return;
+    }
+    char why[300];
+    snprintf(why, sizeof(why), "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s",
+             ready, L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000);
+    rdzv_fail(why);
+}
+
+/* Opens the next round: survivors are waiting already; lost and spare nodes are started. */
+static void rdzv_open(void)
+{
+    const struct ddp_job *j = L.job;
+    if (L.opened) /* round 0 is the first */
+        L.round++;
+    L.opened = true;
+    L.ph = PH_RDZV;
+    int64_t soonest = 0;
+    for (size_t i = 0; i < j->nnodes; i++) {
+        if (can_rejoin((int)i)) {
+            if (provision((int)i) < 0)
+                say("ddprun: cannot start the node agent for '%s': %s", host_of((int)i),
+                    strerror(errno));
+        } else if (L.ag[i].state == NS_NONE) {
+            soonest = !soonest || L.ag[i].cool_until < soonest ? L.ag[i].cool_until : soonest;
+        }
+    }
+    int ready, joining;
+    count_nodes(&ready, &joining);
+    say("ddprun: round %d: rendezvous of %d..%d nodes (%d ready, %d joining)", L.round,
+        j->min_nodes, j->max_nodes, ready, joining);
+    event("round_open", "#ready", (long long)ready, "#joining", (long long)joining, NULL);
+    set_phase("rendezvous");
+    ddp_timer_start(L.loop, &L.rdzv_deadline, j->rdzv_timeout_ms);
+    rdzv_check();
+}
+
+/* After a failure: once no member still runs workers, the next round opens. */
+static void maybe_restart(void)
+{
+    if (L.ph != PH_RESTARTING)
+        return;
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        if (L.ag[i].state == NS_RUNNING || L.ag[i].state == NS_STOPPING)
+            return;
+    event("workers_stopped", NULL);
+    rdzv_open();
+}
+
+/* The job ends: why is NULL on success. Members stop their workers; agents then exit. */
+static void finish(const char *why, int rc)
+{
+    if (L.ph == PH_FINISHING)
+        return;
+    L.ph = PH_FINISHING;
+    if (why && !L.fatal) {
+        L.fatal = strdup(why);
+        L.fatal_rc = rc;
+    }
+    ddp_timer_stop(L.loop, &L.rdzv_deadline);
+    ddp_timer_stop(L.loop, &L.last_call);
+    if (why)
+        set_phase("stopping");
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        struct node_agent *a = &L.ag[i];
+        if (a->state == NS_RUNNING || a->state == NS_STOPPING) {
+            send_stop(a, (uint64_t)L.job->stop_grace_ms);
+            a->state = NS_STOPPING;
+        } else {
+            release_agent(a);
+        }
+    }
+    if (all_agents_gone())
+        ddp_loop_stop(L.loop);
+}
+
+/* ---- the lease watcher ---- */
+
+/* Runs in its own thread: a store client watching "ddprun/", each event sent to the loop
+ * as one line "KIND KEY VALUE\n" (kind 'S' set, 'E' expired). */
+static void *watch_main(void *arg)
+{
+    struct ddp_store *s = arg;
+    while (!L.wstop) {
+        struct ddp_store_event *ev;
+        int r = ddp_store_next_event(s, 200, &ev);
+        if (r == DDP_ETIMEDOUT)
+            continue;
+        if (r < 0)
+            break;
+        char line[600];
+        int n = snprintf(line, sizeof(line), "%c %s %.64s\n",
+                         ev->kind == DDP_STORE_EV_SET ? 'S' : 'E', ev->key,
+                         ev->kind == DDP_STORE_EV_SET && ev->value ? (char *)ev->value : "-");
+        if (n > 0 && (size_t)n < sizeof(line) && !strchr(ev->key, ' ') && !strchr(ev->key, '\n'))
+            ddp_write_all(L.wpipe[1], line, (size_t)n);
+        ddp_store_event_free(ev);
+    }
+    ddp_store_close(s);
+    return NULL;
+}
+
+static void watch_event(char kind, const char *key, const char *val)
+{
+    unsigned node, inc;
+    long long step;
+    int round;
+    char tail;
+    if (kind == 'E' && sscanf(key, "ddprun/nodes/%u.%u%c", &node, &inc, &tail) == 2 &&
+        node < L.job->nnodes) {
+        lease_expired((int)node, inc);
+    } else if (kind == 'S' && sscanf(key, "ddprun/resume/%d%c", &round, &tail) == 1 &&
+               round == L.round && sscanf(val, "%lld", &step) == 1) {
+        char extra[96] = "";
+        if (L.t_lost && round > 0)
+            snprintf(extra, sizeof(extra), " (%.1f s after the node was lost)",
+                     (double)(ddp_now_ms() - L.t_lost) / 1000);
+        say("ddprun: round %d: training resumed at step %lld%s", round, step, extra);
+        event("resumed", "#step", step, "#since_loss_ms",
+              (long long)(L.t_lost ? ddp_now_ms() - L.t_lost : -1), NULL);
+    }
+}
+
+static void on_watch(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    if (ddp_buf_reserve(&L.wrx, 4096) < 0)
+        return;
+    ssize_t n = ddp_read_eintr(fd, L.wrx.data + L.wrx.len, L.wrx.cap - L.wrx.len);
+    if (n <= 0) {
+        ddp_loop_del(loop, fd);
+        return;
+    }
+    L.wrx.len += (size_t)n;
+    char *p, *nl;
+    while ((p = (char *)L.wrx.data + L.wrx.off), (nl = memchr(p, '\n', ddp_buf_pending(&L.wrx)))) {
+        *nl = '\0';
+        L.wrx.off += (size_t)(nl - p) + 1;
+        char *sp1 = strchr(p, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+        if (!sp2)
+            continue;
+        *sp1 = *sp2 = '\0';
+        watch_event(p[0], sp1 + 1, sp2 + 1);
+    }
+    ddp_buf_compact(&L.wrx);
+}
+
+static int start_watcher(void)
+{
+    struct ddp_store *s;
+    uint32_t id;
+    int r;
+    if ((r = ddp_store_connect(L.store_host, L.store_port, L.token, strlen(L.token), 10000, &s)) <
+        0)
+        return r;
+    if ((r = ddp_store_watch(s, "ddprun/", true, &id)) < 0) {
+        ddp_store_close(s);
+        return r;
+    }
+    if (pipe2(L.wpipe, O_CLOEXEC) != 0) {
+        ddp_store_close(s);
+        return DDP_ESYS;
+    }
+    fcntl(L.wpipe[0], F_SETFL, O_NONBLOCK);
+    ddp_buf_init(&L.wrx);
+    if (pthread_create(&L.wth, NULL, watch_main, s) != 0) {
+        ddp_store_close(s);
+        return DDP_ESYS;
+    }
+    L.wth_started = true;
+    return ddp_loop_add(L.loop, L.wpipe[0], DDP_LOOP_READ, on_watch, NULL);
+}
+
+/* ---- signals ---- */
+
+static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    struct signalfd_siginfo si;
+    while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD) {
+            int st;
+            pid_t p;
+            /* Orphans of the job reparented to us are reaped here too, and ignored. */
+            while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+                for (size_t i = 0; i < L.job->nnodes; i++)
+                    if (L.ag[i].pid == p)
+                        agent_reaped((int)i, st);
+        } else {
+            L.sigints++;
+            L.interrupted = true;
+            if (L.sigints == 1) {
+                say("ddprun: %s: stopping %d ranks (SIGTERM, SIGKILL after %lld ms; "
+                    "interrupt again to kill them now)",
+                    strsignal((int)si.ssi_signo), L.ranks_up - L.ranks_done,
+                    (long long)L.job->stop_grace_ms);
+                if (L.ph == PH_FINISHING) {
+                    /* already stopping */
+                } else {
+                    finish("interrupted", DDP_EXIT_INTERRUPTED);
+                }
+            } else if (L.sigints == 2) {
+                say("ddprun: killing every rank now");
+                /* The agents SIGKILL their ranks and sweep what the ranks left behind;
+                 * should one not be gone in 2 s, its whole process group is killed. */
+                for (size_t i = 0; i < L.job->nnodes; i++)
+                    if (L.ag[i].state == NS_STOPPING)
+                        send_stop(&L.ag[i], 0);
+                ddp_timer_start(loop, &L.force, 2000);
+            }
+        }
+    }
+    if (L.ph == PH_FINISHING && all_agents_gone())
+        ddp_loop_stop(loop);
+}
+
+static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    /* Agents lead their own process groups: end them outright. */
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        if (L.ag[i].pid > 0)
+            kill(-L.ag[i].pid, SIGKILL);
 }
 
 /* ---- setup helpers ---- */
@@ -507,24 +1173,12 @@ static void *serve(void *srv)
     return NULL;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
 
 static const char *rank_status(const struct rank_info *r, char *buf, size_t n)
 {
-    if (!r->exited)
+    if (r->lost)
+        snprintf(buf, n, "node lost");
+    else if (!r->exited)
         snprintf(buf, n, "never reported");
     else if (r->exec_failed)
         snprintf(buf, n, "did not start");
@@ -538,30 +1192,38 @@ static const char *rank_status(const struct rank_info *r, char *buf, size_t n)
 
 static void summarize(int rc, double secs)
 {
-    const struct ddp_job *j = L.job;
     const char *status = rc == DDP_EXIT_OK            ? "succeeded"
                          : rc == DDP_EXIT_INTERRUPTED ? "interrupted"
                          : rc == DDP_EXIT_LAUNCH      ? "launch failed"
                                                       : "failed";
     char buf[128];
-    say("ddprun: job %s %s after %.1f s (%d ranks on %zu node%s)", L.job_id, status, secs,
-        j->world_size, j->nnodes, j->nnodes == 1 ? "" : "s");
+    say("ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", L.job_id, status, secs,
+        L.world, L.nmembers, L.nmembers == 1 ? "" : "s", L.round ? ", after " : "", L.round,
+        L.round == 1 ? " restart" : L.round ? " restarts" : "");
+    if (L.fatal && rc != DDP_EXIT_OK && rc != DDP_EXIT_INTERRUPTED)
+        say("ddprun: the job cannot continue: %s", L.fatal);
+    for (int k = 0; k < L.nlosses; k++) {
+        const struct loss *l = &L.losses[k];
+        if (k == 0)
+            say("ddprun: nodes lost:");
+        say("    '%s' at %s (+%.1f s, round %d): %s", host_of(l->node), l->when,
+            (double)l->t_ms / 1000, l->round, l->why);
+    }
     if (L.first_fail >= 0) {
         struct rank_info *r = &L.rk[L.first_fail];
         say("ddprun: first failure: rank %d on '%s': %s; last lines of %s:", L.first_fail,
-            j->nodes[r->node].host, rank_status(r, buf, sizeof(buf)), r->logpath);
+            host_of(r->node), rank_status(r, buf, sizeof(buf)), r->logpath);
         for (int k = 0; k < r->ntail; k++)
             say("    %s", r->tail[k]);
-    } else if (L.agent_fail) {
-        say("ddprun: first failure: %s", L.agent_fail);
     }
-    say("  %-6s %-20s %-22s %-9s %s", "rank", "host", "status", "runtime", "log");
-    for (int i = 0; i < j->world_size; i++) {
+    if (L.world)
+        say("  %-6s %-20s %-22s %-9s %s", "rank", "host", "status", "runtime", "log");
+    for (int i = 0; i < L.world; i++) {
         struct rank_info *r = &L.rk[i];
         char rt[32];
         snprintf(rt, sizeof(rt), "%.1fs", (double)r->runtime_ms / 1000);
-        say("  %-6d %-20s %-22s %-9s %s", i, j->nodes[r->node].host,
-            rank_status(r, buf, sizeof(buf)), rt, r->logpath);
+        say("  %-6d %-20s %-22s %-9s %s", i, host_of(r->node), rank_status(r, buf, sizeof(buf)),
+            rt, r->logpath);
     }
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/summary.json", L.logdir);
@@ -573,17 +1235,33 @@ static void summarize(int rc, double secs)
     fprintf(f, ", \"status\": ");
     json_str(f, status);
     fprintf(f,
-            ", \"exit_code\": %d, \"runtime_s\": %.3f, \"world_size\": %d, \"first_failed_rank\": ",
-            rc, secs, j->world_size);
+            ", \"exit_code\": %d, \"runtime_s\": %.3f, \"world_size\": %d, \"restarts\": %d, "
+            "\"reason\": ",
+            rc, secs, L.world, L.round);
+    if (L.fatal && rc != DDP_EXIT_OK)
+        json_str(f, L.fatal);
+    else
+        fprintf(f, "null");
+    fprintf(f, ", \"first_failed_rank\": ");
     if (L.first_fail >= 0)
         fprintf(f, "%d", L.first_fail);
     else
         fprintf(f, "null");
-    fprintf(f, ",\n \"ranks\": [");
-    for (int i = 0; i < j->world_size; i++) {
+    fprintf(f, ",\n \"lost_nodes\": [");
+    for (int k = 0; k < L.nlosses; k++) {
+        const struct loss *l = &L.losses[k];
+        fprintf(f, "%s\n  {\"host\": ", k ? "," : "");
+        json_str(f, host_of(l->node));
+        fprintf(f, ", \"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"reason\": ", l->when,
+                (double)l->t_ms / 1000, l->round);
+        json_str(f, l->why);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\n \"ranks\": [");
+    for (int i = 0; i < L.world; i++) {
         struct rank_info *r = &L.rk[i];
         fprintf(f, "%s\n  {\"rank\": %d, \"host\": ", i ? "," : "", i);
-        json_str(f, j->nodes[r->node].host);
+        json_str(f, host_of(r->node));
         fprintf(f, ", \"local_rank\": %d, \"exit_code\": ", r->local);
         if (r->exited && r->code >= 0 && !r->exec_failed)
             fprintf(f, "%d", r->code);
@@ -607,7 +1285,6 @@ static void summarize(int rc, double secs)
 int ddp__launch(const struct ddp_job *job)
 {
     int rc = DDP_EXIT_LAUNCH;
-    char token[DDP_STORE_TOKEN_HEX + 1];
     struct ddp_store_server *srv = NULL;
     pthread_t th;
     bool th_started = false;
@@ -618,32 +1295,29 @@ int ddp__launch(const struct ddp_job *job)
     L.t0 = ddp_now_ms();
     L.tty = isatty(2);
     L.sfd = -1;
+    L.wpipe[0] = L.wpipe[1] = -1;
+    L.phase_name = "starting";
     make_job_id(job->name, L.job_id, sizeof(L.job_id));
-    const char *first_remote = ddp__job_first_remote(job);
+    L.first_remote = ddp__job_first_remote(job);
     ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
     L.self[sl > 0 ? sl : 0] = '\0';
-    if (job->max_restarts > 0)
-        say("ddprun: warning: elastic restarts are not implemented yet; the job stops at the "
-            "first failure (elastic.max_restarts=%d is ignored)",
-            job->max_restarts);
     snprintf(L.logdir, sizeof(L.logdir), "%s/%s", job->logs_dir, L.job_id);
     if (mkdir_p(L.logdir) < 0) {
         ddp__cli_error("cannot create the log folder '%s': %s", L.logdir, strerror(errno));
         return DDP_EXIT_LAUNCH;
     }
-    L.rk = calloc((size_t)job->world_size, sizeof(*L.rk));
+    char evpath[PATH_MAX + 16];
+    snprintf(evpath, sizeof(evpath), "%s/events.jsonl", L.logdir);
+    L.events = fopen(evpath, "we");
+    for (size_t i = 0; i < job->nnodes; i++)
+        L.total_slots += job->nodes[i].slots;
+    L.rk = calloc((size_t)L.total_slots, sizeof(*L.rk));
     L.ag = calloc(job->nnodes, sizeof(*L.ag));
-    int rank = 0;
+    for (int i = 0; i < L.total_slots; i++)
+        L.rk[i].logfd = -1;
     for (size_t i = 0; i < job->nnodes; i++) {
-        L.ag[i].rank_offset = rank;
         L.ag[i].in_fd = L.ag[i].out_fd = -1;
-        for (int l = 0; l < job->nodes[i].slots; l++, rank++) {
-            struct rank_info *r = &L.rk[rank];
-            r->node = (int)i;
-            r->local = l;
-            snprintf(r->logpath, sizeof(r->logpath), "%s/rank-%d.log", L.logdir, rank);
-            r->logfd = open(r->logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        }
+        L.ag[i].member_index = -1;
     }
 
     /*
@@ -659,11 +1333,11 @@ int ddp__launch(const struct ddp_job *job)
     ddp__block_job_signals(&set, &L.oldmask);
 
     set_phase("starting store");
-    if (ddp_store_token_generate(token) < 0)
+    if (ddp_store_token_generate(L.token) < 0)
         goto out;
     const char *listen = ddp__job_store_listen(job);
     struct ddp_store_server_opts o = {
-        .host = listen, .port = job->rdzv_port, .token = token, .token_len = strlen(token)};
+        .host = listen, .port = job->rdzv_port, .token = L.token, .token_len = strlen(L.token)};
     int r = ddp_store_server_new(&o, &srv);
     if (r < 0) {
         ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen, job->rdzv_port,
@@ -673,107 +1347,57 @@ int ddp__launch(const struct ddp_job *job)
     if (pthread_create(&th, NULL, serve, srv) != 0)
         goto out;
     th_started = true;
-    char store_addr[300];
-    int store_port = ddp_store_server_port(srv);
-    bool wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
-    snprintf(store_addr, sizeof(store_addr), strchr(listen, ':') ? "[%s]:%d" : "%s:%d",
-             wildcard ? "127.0.0.1" : listen, store_port);
+    L.store_port = ddp_store_server_port(srv);
+    L.wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
+    snprintf(L.store_host, sizeof(L.store_host), "%s", L.wildcard ? "127.0.0.1" : listen);
+    snprintf(L.store_addr, sizeof(L.store_addr), strchr(L.store_host, ':') ? "[%s]:%d" : "%s:%d",
+             L.store_host, L.store_port);
 
     if (ddp_loop_new(&L.loop) < 0 || (L.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
         ddp_loop_add(L.loop, L.sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
         goto out;
     ddp_timer_init(&L.tick, on_tick);
     ddp_timer_init(&L.force, on_force);
+    ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
+    ddp_timer_init(&L.last_call, on_last_call);
+    if ((r = start_watcher()) < 0) {
+        ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr,
+                       ddp_strerror(r));
+        goto out;
+    }
     /* Should an agent die abnormally, what its ranks leave behind is reparented to us
      * instead of init, and swept at the end. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (L.tty)
         ddp_timer_start(L.loop, &L.tick, 250);
 
-    set_phase("launching");
     if (!L.tty)
         say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
-            job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen, store_port,
+            job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen, L.store_port,
             L.logdir);
-    int master_port = free_port();
-    size_t nenv = job->nenv + 1;
-    char **env = calloc(nenv + 1, sizeof(char *));
+    event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes, "#min_nodes",
+          (long long)job->min_nodes, "#max_nodes", (long long)job->max_nodes, "#max_restarts",
+          (long long)job->max_restarts, NULL);
     size_t e = 0;
+    L.env = calloc(job->nenv + 2, sizeof(char *));
     if (ddp__job_omp_default(job))
-        env[e++] = strdup("OMP_NUM_THREADS=1");
+        L.env[e++] = strdup("OMP_NUM_THREADS=1");
     for (size_t k = 0; k < job->nenv; k++) {
         size_t len = strlen(job->env[k].key) + strlen(job->env[k].value) + 2;
-        env[e] = malloc(len);
-        snprintf(env[e++], len, "%s=%s", job->env[k].key, job->env[k].value);
+        L.env[e] = malloc(len);
+        snprintf(L.env[e++], len, "%s=%s", job->env[k].key, job->env[k].value);
     }
-    /* With remote nodes, every node (the local ones too) must use addresses the others can
-     * reach: the store's, and MASTER_ADDR, node 0's. */
-    char master[256] = "127.0.0.1";
-    if (first_remote) {
-        const char *n0 = job->nodes[0].host;
-        if (!ddp__job_host_is_local(n0))
-            snprintf(master, sizeof(master), "%s", n0);
-        else if (ddp__route_source(first_remote, master, sizeof(master)) < 0)
-            snprintf(master, sizeof(master), "127.0.0.1");
-    }
-    bool spawned_all = true;
-    for (size_t i = 0; i < job->nnodes && spawned_all; i++) {
-        char node_store[300];
-        snprintf(node_store, sizeof(node_store), "%s", store_addr);
-        if (first_remote && wildcard) {
-            char ip[INET6_ADDRSTRLEN];
-            const char *toward =
-                ddp__job_host_is_local(job->nodes[i].host) ? first_remote : job->nodes[i].host;
-            if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
-                snprintf(node_store, sizeof(node_store), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip,
-                         store_port);
-        }
-        struct ddp__agent_start st = {.token = token,
-                                      .store_addr = node_store,
-                                      .job_id = L.job_id,
-                                      .host_label = job->nodes[i].host,
-                                      .master_addr = master,
-                                      .master_port = (uint32_t)master_port,
-                                      .node_rank = (uint32_t)i,
-                                      .nnodes = (uint32_t)job->nnodes,
-                                      .world_size = (uint32_t)job->world_size,
-                                      .rank_offset = (uint32_t)L.ag[i].rank_offset,
-                                      .nlocal = (uint32_t)job->nodes[i].slots,
-                                      .restart_count = 0,
-                                      .max_restarts = (uint32_t)job->max_restarts,
-                                      .grace_ms = (uint64_t)job->stop_grace_ms,
-                                      .workdir = job->workdir,
-                                      .backend = job->backend,
-                                      .checkpoint_dir =
-                                          job->checkpoint_dir ? job->checkpoint_dir : "",
-                                      .shell = job->shell ? job->shell : "",
-                                      .argv = job->argv,
-                                      .env = env};
-        if (spawn_agent(i, &st) < 0) {
-            ddp__cli_error("cannot start the node agent for '%s': %s", job->nodes[i].host,
-                           strerror(errno));
-            spawned_all = false;
-            L.launch_error = true;
-            stop_all(0);
-        }
-    }
-    for (size_t k = 0; k < e; k++)
-        free(env[k]);
-    free(env);
-    explicit_bzero(token, sizeof(token));
-    for (size_t i = 0; i < job->nnodes; i++)
-        if (!L.ag[i].pid) /* never forked: nothing to wait for */
-            L.ag[i].reaped = L.ag[i].eof = true;
-    if (!all_agents_gone())
+    set_phase("launching");
+    rdzv_open();
+    if (!(L.ph == PH_FINISHING && all_agents_gone()))
         ddp_loop_run(L.loop);
 
-    rc = L.launch_error                      ? DDP_EXIT_LAUNCH
-         : L.interrupted                     ? DDP_EXIT_INTERRUPTED
-         : L.first_fail >= 0 || L.agent_fail ? DDP_EXIT_JOB_FAILED
-                                             : DDP_EXIT_OK;
-    for (int i = 0; i < job->world_size && rc == DDP_EXIT_OK; i++)
+    rc = L.fatal ? L.fatal_rc : DDP_EXIT_OK;
+    for (int i = 0; i < L.world && rc == DDP_EXIT_OK; i++)
         if (!L.rk[i].exited || L.rk[i].code != 0)
             rc = DDP_EXIT_JOB_FAILED;
+    if (L.world == 0 && rc == DDP_EXIT_OK)
+        rc = DDP_EXIT_LAUNCH;
     /* Anything still parented to us is an orphan of the job. */
     while (ddp__kill_children(SIGKILL) > 0) {
         while (waitpid(-1, NULL, WNOHANG) > 0)
@@ -781,9 +1405,15 @@ int ddp__launch(const struct ddp_job *job)
         usleep(1000);
     }
     clear_status();
+    event("job_end", "status", rc == DDP_EXIT_OK ? "succeeded" : "failed", "#exit_code",
+          (long long)rc, "reason", L.fatal, NULL);
     summarize(rc, (double)(ddp_now_ms() - L.t0) / 1000);
 out:
-    explicit_bzero(token, sizeof(token));
+    explicit_bzero(L.token, sizeof(L.token));
+    if (L.wth_started) {
+        L.wstop = true;
+        pthread_join(L.wth, NULL);
+    }
     if (th_started) {
         ddp_store_server_stop(srv);
         pthread_join(th, NULL);
@@ -793,13 +1423,12 @@ out:
         ddp_loop_free(L.loop);
     if (L.sfd >= 0)
         close(L.sfd);
+    for (int k = 0; k < 2; k++)
+        if (L.wpipe[k] >= 0)
+            close(L.wpipe[k]);
+    ddp_buf_release(&L.wrx);
     pthread_sigmask(SIG_SETMASK, &L.oldmask, NULL);
-    for (int i = 0; L.rk && i < job->world_size; i++) {
-        if (L.rk[i].logfd >= 0)
-            close(L.rk[i].logfd);
-        for (int k = 0; k < L.rk[i].ntail; k++)
-            free(L.rk[i].tail[k]);
-    }
+    release_ranks();
     for (size_t i = 0; L.ag && i < job->nnodes; i++) {
         if (L.ag[i].in_fd >= 0)
             close(L.ag[i].in_fd);
@@ -807,8 +1436,14 @@ out:
             close(L.ag[i].out_fd);
         ddp_buf_release(&L.ag[i].rx);
     }
+    for (char **p = L.env; p && *p; p++)
+        free(*p);
+    free(L.env);
+    if (L.events)
+        fclose(L.events);
     free(L.rk);
     free(L.ag);
-    free(L.agent_fail);
+    free(L.losses);
+    free(L.fatal);
     return rc;
 }

@@ -744,7 +744,14 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     }
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv, NULL);
-    const char *name = opts && opts->name ? opts->name : "default";
+    /* Keys of each restart of an elastic job stay apart from the earlier rounds' (whose
+     * ranks may have left keys behind in the same store). */
+    char scoped[200];
+    const char *rc_env = getenv("TORCHELASTIC_RESTART_COUNT");
+    snprintf(scoped, sizeof(scoped), "%s%s%s", opts && opts->name ? opts->name : "default",
+             rc_env && *rc_env && strcmp(rc_env, "0") != 0 ? "@r" : "",
+             rc_env && *rc_env && strcmp(rc_env, "0") != 0 ? rc_env : "");
+    const char *name = scoped;
     int64_t deadline = ddp_now_ms() + pg->timeout_ms;
     pg->store = store;
     snprintf(pg->abort_key, sizeof(pg->abort_key), "pg/%s/abort", name);
@@ -952,6 +959,17 @@ bool ddp_pg_is_alive(const struct ddp_pg *pg)
 const char *ddp_pg_last_error(const struct ddp_pg *pg)
 {
     return pg->err;
+}
+
+int ddp_pg_report_resume(struct ddp_pg *pg, int64_t step)
+{
+    const char *rc_env = getenv("TORCHELASTIC_RESTART_COUNT");
+    if (!pg || !pg->store || !getenv("DDPRUN_JOB_ID") || !rc_env || !*rc_env)
+        return 0;
+    char key[96], val[32];
+    snprintf(key, sizeof(key), "ddprun/resume/%d", atoi(rc_env));
+    int n = snprintf(val, sizeof(val), "%lld", (long long)step);
+    return ddp_store_set(pg->store, key, val, (size_t)n);
 }
 
 void ddp_pg_abort(struct ddp_pg *pg, const char *why)

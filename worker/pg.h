@@ -123,6 +123,15 @@ void ddp_work_free(struct ddp_work *work);
  * later operations fail at once, reporting it, instead of waiting out their timeouts. */
 void ddp_pg_abort(struct ddp_pg *pg, const char *why);
 
+/*
+ * Elastic jobs: tells ddprun where this restart of the job resumed (the global step read
+ * from the checkpoint, 0 for a fresh start), through the store key
+ * "ddprun/resume/<TORCHELASTIC_RESTART_COUNT>"; ddprun shows it and logs a "resumed"
+ * event. Call it from one rank (rank 0) once training can go on. Does nothing (returns 0)
+ * outside ddprun. 0 or a DDP_E* code.
+ */
+int ddp_pg_report_resume(struct ddp_pg *pg, int64_t step);
+
 /* The last error's description ("peer rank 3 (host-b) closed the connection during
  * allreduce"), valid until the group is freed. */
 const char *ddp_pg_last_error(const struct ddp_pg *pg);

@@ -710,6 +710,9 @@ int main(int argc, char **argv)
             rc |= ddp_pg_broadcast(pg, t[k].v, t[k].n, DDP_F32, 0);
         if (rc)
             die("broadcasting the resume state failed: %s", ddp_pg_last_error(pg));
+        /* Elastic jobs: ddprun logs where this restart picked up. */
+        if (rank == 0)
+            ddp_pg_report_resume(pg, step);
     }
     if (rank == 0)
         printf("ddprun-fmnist: %d ranks, %zu parameters, global batch %d, %d steps per epoch%s\n",
