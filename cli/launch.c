@@ -80,6 +80,7 @@ struct node_agent {
     unsigned incarnation;
     int rank_offset, member_index;
     int64_t last_fail, cool_until;
+    bool was_lost; /* lost before: it rejoins when it can, rounds do not wait for it */
 };
 
 struct loss {
@@ -123,7 +124,7 @@ struct launcher {
     bool tty, status_shown;
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
-    struct ddp_timer tick, force, rdzv_deadline, last_call;
+    struct ddp_timer tick, force, rdzv_deadline, last_call, retry;
     /* the lease watcher: a store client in its own thread, events to the loop through a pipe */
     pthread_t wth;
     bool wth_started;
@@ -186,8 +187,8 @@ static void set_phase(const char *phase)
     L.phase_name = phase;
     if (L.tty)
         draw_status();
-    else
-        say("ddprun: %s", phase);
+    else if (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)
+        say("ddprun: %s", phase); /* the others have their own lines */
 }
 
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
@@ -412,19 +413,13 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
 
 static bool can_rejoin(int i);
 
-/* Records that node i is out: console, event log, summary, and the cooldown count. */
-static void record_loss(int i, const char *why)
+/* Records that node i is out: the cooldown count and, when listed, the event log and the
+ * summary. */
+static void record_loss(int i, const char *why, bool listed)
 {
     struct node_agent *a = &L.ag[i];
     int64_t now = ddp_now_ms();
-    L.losses = realloc(L.losses, (size_t)(L.nlosses + 1) * sizeof(*L.losses));
-    struct loss *l = &L.losses[L.nlosses++];
-    l->node = i;
-    l->round = L.round;
-    l->t_ms = now - L.t0;
-    wall_clock(l->when, sizeof(l->when));
-    snprintf(l->why, sizeof(l->why), "%s", why);
-    event("node_lost", "node", host_of(i), "reason", why, NULL);
+    a->was_lost = true;
     if (a->last_fail && now - a->last_fail <= L.job->cooldown_ms && L.job->max_restarts > 0) {
         a->cool_until = now + L.job->cooldown_ms;
         say("ddprun: node '%s' failed twice within %.0f s; leaving it out of rounds for %.0f s",
@@ -433,6 +428,16 @@ static void record_loss(int i, const char *why)
               NULL);
     }
     a->last_fail = now;
+    if (!listed)
+        return;
+    L.losses = realloc(L.losses, (size_t)(L.nlosses + 1) * sizeof(*L.losses));
+    struct loss *l = &L.losses[L.nlosses++];
+    l->node = i;
+    l->round = L.round;
+    l->t_ms = now - L.t0;
+    wall_clock(l->when, sizeof(l->when));
+    snprintf(l->why, sizeof(l->why), "%s", why);
+    event("node_lost", "node", host_of(i), "reason", why, NULL);
 }
 
 /*
@@ -444,14 +449,18 @@ static void node_out(int i, enum node_state prev, const char *why)
     if (L.ph == PH_FINISHING)
         return;
     if (prev == NS_JOINING) {
-        say("ddprun: node '%s' %s", host_of(i), why);
-        record_loss(i, why);
+        /* Joining a round (or the first one) failed; a lost node's retries while the job
+         * runs fail quietly. */
+        bool listed = L.ph == PH_RDZV || !L.ag[i].was_lost;
+        if (listed)
+            say("ddprun: node '%s' %s", host_of(i), why);
+        record_loss(i, why, listed);
         rdzv_check();
         return;
     }
     char what[512];
     snprintf(what, sizeof(what), "node '%s' lost: %s", host_of(i), why);
-    record_loss(i, why);
+    record_loss(i, why, true);
     if (prev == NS_RUNNING || prev == NS_STOPPING) {
         for (int r = 0; r < L.world; r++)
             if (L.rk[r].node == i && !L.rk[r].exited)
@@ -719,12 +728,15 @@ static bool can_rejoin(int i)
 
 /* ---- rendezvous rounds ---- */
 
-static void count_nodes(int *ready, int *joining)
+/* Nodes ready for a round, nodes on their way, and of those the ones a round waits for
+ * (not the ones lost before: they join when they can, and the next round takes them). */
+static void count_nodes(int *ready, int *joining, int *awaited)
 {
-    *ready = *joining = 0;
+    *ready = *joining = *awaited = 0;
     for (size_t i = 0; i < L.job->nnodes; i++) {
         *ready += L.ag[i].state == NS_READY;
         *joining += L.ag[i].state == NS_JOINING;
+        *awaited += L.ag[i].state == NS_JOINING && !L.ag[i].was_lost;
     }
 }
 
@@ -836,9 +848,9 @@ static void rdzv_check(void)
     if (L.ph != PH_RDZV)
         return;
     const struct ddp_job *j = L.job;
-    int ready, joining;
-    count_nodes(&ready, &joining);
-    if (ready >= j->max_nodes || (ready >= j->min_nodes && joining == 0)) {
+    int ready, joining, awaited;
+    count_nodes(&ready, &joining, &awaited);
+    if (ready >= j->max_nodes || (ready >= j->min_nodes && awaited == 0)) {
         rdzv_close();
     } else if (ready + joining < j->min_nodes) {
         char why[300];
@@ -865,8 +877,8 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
     (void)t;
     if (L.ph != PH_RDZV)
         return;
-    int ready, joining;
-    count_nodes(&ready, &joining);
+    int ready, joining, awaited;
+    count_nodes(&ready, &joining, &awaited);
     if (ready >= L.job->min_nodes) {
         rdzv_close();
         return;
@@ -895,14 +907,29 @@ static void rdzv_open(void)
             soonest = !soonest || L.ag[i].cool_until < soonest ? L.ag[i].cool_until : soonest;
         }
     }
-    int ready, joining;
-    count_nodes(&ready, &joining);
+    int ready, joining, awaited;
+    count_nodes(&ready, &joining, &awaited);
     say("ddprun: round %d: rendezvous of %d..%d nodes (%d ready, %d joining)", L.round,
         j->min_nodes, j->max_nodes, ready, joining);
     event("round_open", "#ready", (long long)ready, "#joining", (long long)joining, NULL);
     set_phase("rendezvous");
     ddp_timer_start(L.loop, &L.rdzv_deadline, j->rdzv_timeout_ms);
     rdzv_check();
+}
+
+/* While the job runs, lost nodes are tried again now and then: one that is back joins
+ * and waits, as a spare, for the next round. */
+static void on_retry(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    if (L.ph == PH_FINISHING)
+        return;
+    if (L.ph == PH_RUNNING)
+        for (size_t i = 0; i < L.job->nnodes; i++)
+            if (L.ag[i].was_lost && can_rejoin((int)i) && provision((int)i) < 0)
+                DDP_DEBUG(SUP, "cannot start an agent for %s: %s", host_of((int)i),
+                          strerror(errno));
+    ddp_timer_start(loop, t, L.job->heartbeat_timeout_ms > 1000 ? L.job->heartbeat_timeout_ms
+                                                                : 1000);
 }
 
 /* After a failure: once no member still runs workers, the next round opens. */
@@ -1360,6 +1387,7 @@ int ddp__launch(const struct ddp_job *job)
     ddp_timer_init(&L.force, on_force);
     ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
     ddp_timer_init(&L.last_call, on_last_call);
+    ddp_timer_init(&L.retry, on_retry);
     if ((r = start_watcher()) < 0) {
         ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr,
                        ddp_strerror(r));
@@ -1388,6 +1416,8 @@ int ddp__launch(const struct ddp_job *job)
         snprintf(L.env[e++], len, "%s=%s", job->env[k].key, job->env[k].value);
     }
     set_phase("launching");
+    if (job->max_restarts > 0)
+        ddp_timer_start(L.loop, &L.retry, 1000);
     rdzv_open();
     if (!(L.ph == PH_FINISHING && all_agents_gone()))
         ddp_loop_run(L.loop);

@@ -87,6 +87,6 @@ assert_nothing_left() {
   kill -KILL "$AGENT"
   rc=0; wait "$DDP" || rc=$?
   [ "$rc" -eq 1 ]
-  grep -q "the agent on node 'localhost' died (signal 9)" out.txt
+  grep -q "node 'localhost' lost: its agent died (signal 9); stopping the job" out.txt
   assert_nothing_left
 }

@@ -1,0 +1,261 @@
+#!/usr/bin/env bats
+# Elastic jobs: rendezvous rounds, restarts after a failed worker or a lost node, resume from
+# the last complete checkpoint, and the summary when the job cannot go on. The node-loss tests
+# run on the SSH test hosts of tests/lib/sshd.bash (a network namespace per node).
+load '../lib/common'
+load '../lib/sshd'
+
+FMNIST="$BUILD/ddprun-fmnist"
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+}
+
+teardown() {
+  [ -n "${SSH_DIR:-}" ] && sshd_teardown
+  true
+}
+
+need_sshd() {
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  [ -x /usr/sbin/sshd ] || fail "openssh-server is not installed (./dev.sh deps installs it)"
+  sshd_setup
+}
+
+events() { cat logs/*/events.jsonl; }
+# The value of field $2 in the events named $1, one line per event.
+ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \(\"[^\"]*\|[^,}]*\)" | sed 's/^[^:]*: "\{0,1\}//'; }
+unix_of() { date -d "$1" +%s.%N; }
+
+# Every pid of node K: its sshd and all it started (agents, ranks, what they started), and
+# with namespaces whatever else runs in the node's namespace.
+node_pids() {
+  local root todo p kids all=""
+  root=$(cat "$SSH_DIR/node$1/sshd.pid" 2>/dev/null) || true
+  todo=$root
+  while [ -n "$todo" ]; do
+    set -- $todo
+    p=$1; shift; todo="$*"
+    all="$all $p"
+    kids=$(pgrep -P "$p" || true)
+    todo="$todo $kids"
+    todo=$(echo $todo)
+  done
+  echo $all $(sshd_ns_pids "$1")
+}
+
+# Nothing of the job is left on node K (besides a running sshd).
+nothing_of_job_on() {
+  local sshd p left=""
+  sshd=$(cat "$SSH_DIR/node$1/sshd.pid" 2>/dev/null || true)
+  for _ in $(seq 50); do
+    left=""
+    for p in $(node_pids "$1"); do [ "$p" = "$sshd" ] || left="$left $p"; done
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  echo "left on node $1:"; ps -o pid,args -p ${left// /,}
+  return 1
+}
+
+final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
+
+wait_event() { # event [count] [seconds]
+  for _ in $(seq $((${3:-60} * 10))); do
+    [ "$(events 2>/dev/null | grep -c "\"event\": \"$1\"")" -ge "${2:-1}" ] && return 0
+    sleep 0.1
+  done
+  echo "no '$1' event in time:"; events; return 1
+}
+
+# A 3-node job of the trainer, elastic between 2 and 3 nodes.
+fmnist_job() { # file epochs extra-elastic-keys
+  ssh_job "$1" 1 1 2 3 -- "$FMNIST" --epochs "$2" --hidden 64 --checkpoint-every 50 --eval-every 4
+  cat >>"$1" <<JOB
+checkpoint: {dir: $PWD/ckpt}
+elastic: {min_nodes: 2, max_restarts: 3, heartbeat_interval: 500ms, heartbeat_timeout: 2s$3}
+rendezvous: {last_call: 3s}
+JOB
+}
+
+@test "a failed worker is restarted with TORCHELASTIC_RESTART_COUNT + 1 until max_restarts; then status 1 with the reason" {
+  cat >job.yaml <<'JOB'
+command: "echo attempt $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; exit 3"
+elastic: {max_restarts: 2}
+logs: {dir: logs}
+JOB
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 1 ]
+  for a in 0 1 2; do assert_output --partial "[localhost:0] attempt $a of 2"; done
+  refute_output --partial "attempt 3"
+  assert_output --partial "stopping the other workers for restart 1 of 2"
+  assert_output --partial "stopping the other workers for restart 2 of 2"
+  assert_output --partial "rank 0 (localhost) exited with status 3; no restarts left (elastic.max_restarts is 2); stopping the job"
+  assert_output --partial "the job cannot continue: rank 0 (localhost) exited with status 3, and the 2 restarts of elastic.max_restarts were used"
+  [ "$(ev_field membership restart_count | tr '\n' ' ')" = "0 1 2 " ]
+  grep -q '"restarts": 2' logs/*/summary.json
+  grep -q '"reason": "rank 0 (localhost) exited with status 3, and the 2 restarts' logs/*/summary.json
+}
+
+@test "a worker that fails once is restarted and the job succeeds; a program that cannot start is not retried" {
+  cat >job.yaml <<'JOB'
+command: "[ $TORCHELASTIC_RESTART_COUNT -ge 1 ] || exit 4; echo second try"
+nproc_per_node: 2
+elastic: {max_restarts: 5}
+logs: {dir: logs}
+JOB
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "[localhost:1] second try"
+  assert_output --partial "after 1 restart"
+  cat >bad.yaml <<'JOB'
+command: [/nonexistent/trainer]
+elastic: {max_restarts: 5}
+logs: {dir: badlogs}
+JOB
+  run "$DDPRUN" bad.yaml
+  [ "$status" -eq 3 ]
+  [ "$(grep -c '"event": "membership"' badlogs/*/events.jsonl)" -eq 1 ]
+}
+
+@test "a hung node (its agent and ranks stopped) is lost by its lease within heartbeat_timeout + interval; the job goes on" {
+  # Three local "nodes" (localhost, 127.0.0.1, ::1): the lease path without SSH.
+  cat >job.yaml <<JOB
+command: [$FMNIST, --epochs, "3", --hidden, "64", --checkpoint-every, "50", --eval-every, "3"]
+nodes: [{host: localhost}, {host: 127.0.0.1}, {host: "::1"}]
+elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+checkpoint: {dir: $PWD/ckpt}
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  for _ in $(seq 100); do [ -e ckpt/fmnist.ckpt ] && break; sleep 0.1; done
+  agent=$(pgrep -f '^ddprun agent' -P "$ddp" | tail -n1)
+  t_stop=$(date +%s.%N)
+  kill -STOP -- "-$agent"
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "node '::1' lost: no heartbeat for 2.0 s" out.txt
+  t_lost=$(unix_of "$(events | grep '"event": "node_lost"' | grep -o '"time": "[^"]*' | cut -d'"' -f4)")
+  # lost within the timeout (2 s) plus one interval of the stop; never before it
+  awk -v a="$t_stop" -v b="$t_lost" 'BEGIN { d = b - a; print "detected after " d " s"; exit !(d > 1.4 && d <= 2.5) }'
+  [ "$(ev_field membership restart_count | tr '\n' ' ')" = "0 1 " ]
+  grep -q "training resumed at step [1-9]" out.txt
+  ! pgrep -g "$agent"
+}
+
+@test "3 SSH nodes, min 2: a node SIGKILLed mid-training; the job finishes on 2 nodes, as accurate as without the failure" {
+  need_sshd
+  for k in 1 2 3; do sshd_start "$k"; done
+  # the reference: the same job without a failure
+  fmnist_job job.yaml 4 ", cooldown: 60s"
+  "$DDPRUN" job.yaml >ref.txt 2>&1 || { cat ref.txt; return 1; }
+  ref=$(final_acc ref.txt)
+  rm -rf ckpt logs
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  for _ in $(seq 200); do [ -e ckpt/fmnist.ckpt ] && break; sleep 0.1; done
+  [ -e ckpt/fmnist.ckpt ]
+  t_kill=$(date +%s.%N)
+  kill -9 $(node_pids 3)
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "node '$(sshd_addr 3)' lost: the SSH connection to it ended" out.txt
+  t_lost=$(unix_of "$(events | grep '"event": "node_lost"' | head -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)")
+  awk -v a="$t_kill" -v b="$t_lost" 'BEGIN { d = b - a; print "detected after " d " s"; exit !(d >= 0 && d <= 2.5) }'
+  # the next round went on with the other two at once, training again within
+  # heartbeat_timeout + 2 s of the kill
+  t_resumed=$(unix_of "$(events | grep '"event": "resumed"' | tail -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)")
+  awk -v a="$t_kill" -v b="$t_resumed" 'BEGIN { d = b - a; print "training again after " d " s"; exit !(d <= 4) }'
+  [ "$(ev_field membership nodes | tail -n1)" = "$(sshd_addr 1), $(sshd_addr 2)" ]
+  [ "$(ev_field membership world_size | tail -n1)" = 2 ]
+  grep -q "\[$(sshd_addr 1):0\] resuming from $PWD/ckpt/fmnist.ckpt at step [1-9]" out.txt
+  grep -q "\[$(sshd_addr 1):0\] epoch 4/4 step 3748 " out.txt
+  acc=$(final_acc out.txt)
+  echo "accuracy: $acc with the failure, $ref without"
+  awk -v a="$acc" -v r="$ref" 'BEGIN { d = a - r; exit !(d < 1 && d > -1) }'
+  for k in 1 2; do nothing_of_job_on "$k"; done
+}
+
+@test "a node cut off the network is lost by its lease, fences itself, and rejoins at the next round once back" {
+  need_sshd
+  for k in 1 2 3; do sshd_start "$k"; done
+  fmnist_job job.yaml 6 ", cooldown: 1s"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  for _ in $(seq 200); do [ -e ckpt/fmnist.ckpt ] && break; sleep 0.1; done
+  t_cut=$(date +%s.%N)
+  if [ -n "$SSHD_NETNS" ]; then
+    ip link set "vd$SSHD_TAG-3" down
+  else
+    kill -STOP $(node_pids 3)   # no namespaces: a hung node instead
+  fi
+  wait_event membership 2
+  t_lost=$(unix_of "$(events | grep '"event": "node_lost"' | head -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)")
+  awk -v a="$t_cut" -v b="$t_lost" 'BEGIN { d = b - a; print "detected after " d " s"; exit !(d > 1.4 && d <= 2.5) }'
+  grep -q "node '$(sshd_addr 3)' lost: no heartbeat for 2.0 s" out.txt
+  [ "$(ev_field membership nodes | tail -n1)" = "$(sshd_addr 1), $(sshd_addr 2)" ]
+  # back on the network: its agent found its lease gone and stopped its rank on its own
+  if [ -n "$SSHD_NETNS" ]; then ip link set "vd$SSHD_TAG-3" up; else kill -CONT $(node_pids 3); fi
+  nothing_of_job_on 3
+  wait_event resumed 2
+  # tried again while the job runs, it joins as a spare
+  for _ in $(seq 300); do
+    events | grep '"event": "node_joined"' | grep -q "\"node\": \"$(sshd_addr 3)\", \"incarnation\": [2-9]" && break
+    sleep 0.1
+  done
+  events | grep '"event": "node_joined"' | grep -q "\"node\": \"$(sshd_addr 3)\", \"incarnation\": [2-9]"
+  # the next failure (a rank on node 2 killed) opens a round that node 3 joins again
+  kill -9 "$(for p in $(node_pids 2); do cat /proc/$p/cmdline 2>/dev/null | tr '\0' ' ' | grep -q '^[^ ]*ddprun-fmnist' && echo $p; done | head -n1)"
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  [ "$(ev_field membership nodes | tail -n1)" = "$(sshd_addr 1), $(sshd_addr 2), $(sshd_addr 3)" ]
+  [ "$(ev_field membership world_size | tr '\n' ' ')" = "3 2 3 " ]
+  grep -q "epoch 6/6 step 5622 " out.txt || { cat out.txt; return 1; }
+  for k in 1 2 3; do nothing_of_job_on "$k"; done
+}
+
+@test "below min_nodes: status 1, and the summary says which node was lost, when and why" {
+  need_sshd
+  for k in 1 2; do sshd_start "$k"; done
+  ssh_job job.yaml 1 1 2 -- /bin/sh -c 'while :; do sleep 0.2; done' elastic-min
+  cat >>job.yaml <<JOB
+elastic: {min_nodes: 2, max_restarts: 3, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  kill -9 $(node_pids 2)
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 1 ] || { cat out.txt; return 1; }
+  grep -q "the job cannot continue: only 1 node can take part, and elastic.min_nodes is 2" out.txt
+  grep -q "nodes lost:" out.txt
+  grep -Eq "^    '$(sshd_addr 2)' at 20[0-9-]+T[0-9:.]+Z \(\+[0-9.]+ s, round 0\): the SSH connection to it ended" out.txt
+  grep -Eq "^    '$(sshd_addr 2)' at .* \(\+[0-9.]+ s, round 1\): could not be provisioned" out.txt
+  grep -q '"lost_nodes": \[' logs/*/summary.json
+  grep -q '"reason": "only 1 node can take part' logs/*/summary.json
+  ! pgrep -f elastic-min
+  nothing_of_job_on 1
+}
+
+@test "a checkpoint interrupted mid-write never becomes the resume point" {
+  # rank 0 dies in the middle of writing step 150's checkpoint (first attempt only)
+  cat >job.yaml <<JOB
+command: '[ "\$TORCHELASTIC_RESTART_COUNT" = 0 ] && export FMNIST_CRASH_AT_STEP=150; exec $FMNIST --max-steps 300 --hidden 64 --checkpoint-every 50 --eval-every 0 --dump final.bin'
+nproc_per_node: 2
+elastic: {max_restarts: 1}
+checkpoint: {dir: $PWD/ckpt}
+logs: {dir: logs}
+JOB
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "rank 0 (localhost) exited with status 9"
+  assert_output --partial "resuming from $PWD/ckpt/fmnist.ckpt at step 100 "
+  [ "$(ev_field resumed step | tr '\n' ' ')" = "0 100 " ]
+  # and the result is the uninterrupted run's
+  OMP_NUM_THREADS=1 "$FMNIST" --no-ddp --max-steps 300 --hidden 64 --eval-every 0 --compare final.bin --tol 1e-5
+}
