@@ -465,6 +465,7 @@ static void *hb_main(void *arg)
 {
     struct heartbeat *h = arg;
     int64_t last_ok = ddp_now_ms();
+    char why[sizeof(h->why)] = "";
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         struct timespec ts;
@@ -495,17 +496,18 @@ static void *hb_main(void *arg)
         if (r == 0) {
             last_ok = ddp_now_ms();
         } else if (r == DDP_ENOLEASE) {
-            snprintf(h->why, sizeof(h->why),
+            snprintf(why, sizeof(why),
                      "its lease in the store expired: the launcher counts this node lost");
         } else {
             ddp_store_close(h->s);
             h->s = NULL;
             if (ddp_now_ms() - last_ok >= h->timeout)
-                snprintf(h->why, sizeof(h->why), "no contact with the store at %s for %.1f s",
+                snprintf(why, sizeof(why), "no contact with the store at %s for %.1f s",
                          A.join.store_addr, (double)(ddp_now_ms() - last_ok) / 1000);
         }
         pthread_mutex_lock(&h->mu);
-        if (h->why[0]) {
+        if (why[0]) {
+            memcpy(h->why, why, sizeof(why));
             uint64_t one = 1;
             ssize_t w = write(h->efd, &one, sizeof(one));
             (void)w;
@@ -524,8 +526,10 @@ static void on_fence(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     if (read(fd, &v, sizeof(v)) < 0)
         return;
     ddp_loop_del(loop, fd);
+    pthread_mutex_lock(&A.hb.mu);
     fprintf(stderr, "ddprun agent on '%s': %s; stopping this node's workers\n",
             A.join.host_label, A.hb.why);
+    pthread_mutex_unlock(&A.hb.mu);
     start_exit("fenced");
 }
 

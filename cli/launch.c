@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +129,7 @@ struct launcher {
     /* the lease watcher: a store client in its own thread, events to the loop through a pipe */
     pthread_t wth;
     bool wth_started;
-    volatile bool wstop;
+    atomic_bool wstop;
     int wpipe[2];
     struct ddp_buf wrx;
 };
@@ -978,7 +979,7 @@ static void finish(const char *why, int rc)
 static void *watch_main(void *arg)
 {
     struct ddp_store *s = arg;
-    while (!L.wstop) {
+    while (!atomic_load(&L.wstop)) {
         struct ddp_store_event *ev;
         int r = ddp_store_next_event(s, 200, &ev);
         if (r == DDP_ETIMEDOUT)
@@ -1441,7 +1442,7 @@ int ddp__launch(const struct ddp_job *job)
 out:
     explicit_bzero(L.token, sizeof(L.token));
     if (L.wth_started) {
-        L.wstop = true;
+        atomic_store(&L.wstop, true);
         pthread_join(L.wth, NULL);
     }
     if (th_started) {

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Detection and recovery time after a node is killed (SIGKILL of everything on it), for ddprun on
+# 2, 3 and 4 SSH test hosts (network namespaces from tests/lib/sshd.bash, one rank each) and for
+# torchrun's elastic agent (Debian's python3-torch, --rdzv-backend c10d, N agents on this
+# machine, the last one killed with its worker). Both run bench/elastic_worker.py (gloo, one
+# all-reduce every 20 ms); recovery is from the kill to the first all-reduce of the next attempt
+# on the survivors. Same settings on both sides: last call 1 s, heartbeat 5 s / 15 s (torch
+# 1.13's fixed keep-alive: 5 s interval, 3 attempts), monitor interval 0.1 s.
+# Medians of RUNS runs. Needs root, openssh-server, iproute2 and python3-torch.
+# Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+B=$(cd "${1:-build/release}" && pwd)
+RUNS=${2:-5}
+PY=/usr/bin/python3
+BATS_TEST_TMPDIR=$(mktemp -d)
+# shellcheck source=../tests/lib/sshd.bash
+. tests/lib/sshd.bash
+trap 'sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
+cd "$BATS_TEST_TMPDIR"
+sshd_setup
+[ -n "$SSHD_NETNS" ] || { echo "needs network namespaces" >&2; exit 1; }
+for k in 1 2 3 4; do sshd_start "$k"; done
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+wait_for() { # file pattern [count]
+  for _ in $(seq 600); do
+    [ "$(grep -c "$2" "$1" 2>/dev/null || true)" -ge "${3:-1}" ] && return 0
+    sleep 0.05
+  done
+  echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
+}
+tval() { grep "$2" "$1" | sed -n "${3:-1}p" | grep -o 't=[0-9.]*' | cut -d= -f2; }
+
+# Every pid of node K: its sshd's descendants (agent, ranks).
+node_job_pids() {
+  local p todo all=""
+  todo=$(pgrep -P "$(cat "$SSH_DIR/node$1/sshd.pid")" || true)
+  while [ -n "$todo" ]; do
+    set -- $todo; p=$1; shift; todo="$* $(pgrep -P "$p" || true)"; todo=$(echo $todo)
+    all="$all $p"
+  done
+  echo $all
+}
+
+ddprun_run() { # nodes -> "detect recover"
+  local n=$1
+  ssh_job job.yaml 1 $(seq "$n") -- /bin/sh -c \
+    'GLOO_SOCKET_IFNAME=$(ls /sys/class/net | grep "^vn" | head -n1) exec '"$PY $REPO/bench/elastic_worker.py"
+  cat >>job.yaml <<JOB
+elastic: {min_nodes: 1, max_restarts: 3, heartbeat_interval: 5s, heartbeat_timeout: 15s}
+rendezvous: {last_call: 1s}
+JOB
+  rm -rf logs
+  "$B/ddprun" job.yaml >out.txt 2>&1 &
+  local ddp=$!
+  wait_for out.txt "TRAINING restart=0"
+  sleep 1
+  local t0; t0=$(now)
+  kill -9 $(node_job_pids "$n")
+  wait_for out.txt "TRAINING restart=1"
+  local lost; lost=$(grep -o '"event": "node_lost".*' logs/*/events.jsonl | head -n1 | true)
+  local tl; tl=$(date -d "$(grep '"event": "node_lost"' logs/*/events.jsonl | head -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)" +%s.%N)
+  local tr; tr=$(tval out.txt "TRAINING restart=1")
+  kill -INT "$ddp"; wait "$ddp" || true
+  sshd_start "$n" >/dev/null 2>&1 || true # back for the next run (the key is known already)
+  awk -v a="$t0" -v l="$tl" -v r="$tr" 'BEGIN { printf "%.3f %.3f\n", l - a, r - a }'
+}
+
+torchrun_run() { # agents -> "recover"
+  local n=$1 port=$((30000 + RANDOM % 20000)) pids=() k
+  for k in $(seq "$n"); do
+    setsid "$PY" -m torch.distributed.run --nnodes "1:$n" --nproc_per_node 1 --rdzv_backend c10d \
+      --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "bench$port" --max_restarts 3 \
+      --monitor_interval 0.1 --rdzv_conf last_call_timeout=1 \
+      "$REPO/bench/elastic_worker.py" >"tr$k.txt" 2>&1 &
+    pids+=($!)
+    [ "$k" -eq 1 ] && sleep 1 # the first agent hosts the c10d store
+  done
+  cat tr*.txt >/dev/null
+  for _ in $(seq 600); do grep -q "TRAINING restart=0 world=$n" tr*.txt 2>/dev/null && break; sleep 0.05; done
+  sleep 1
+  local t0; t0=$(now)
+  kill -9 -- "-${pids[$((n - 1))]}"
+  for _ in $(seq 1200); do grep -q "TRAINING restart=1" tr*.txt 2>/dev/null && break; sleep 0.05; done
+  local tr; tr=$(grep -h "TRAINING restart=1" tr*.txt | head -n1 | grep -o 't=[0-9.]*' | cut -d= -f2)
+  for p in "${pids[@]}"; do kill -9 -- "-$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -f tr*.txt
+  [ -n "$tr" ] || { echo "inf"; return; }
+  awk -v a="$t0" -v r="$tr" 'BEGIN { printf "%.3f\n", r - a }'
+}
+
+echo "# $(date -u +%F) $(nproc) cores; torch $($PY -c 'import torch; print(torch.__version__)')"
+echo "| nodes | ddprun detection s | ddprun recovery s | torchrun recovery s | torchrun / ddprun |"
+echo "|---:|---:|---:|---:|---:|"
+for n in 2 3 4; do
+  : >d.txt; : >t.txt
+  for _ in $(seq "$RUNS"); do ddprun_run "$n" >>d.txt; torchrun_run "$n" >>t.txt; done
+  det=$(cut -d' ' -f1 d.txt | median); rec=$(cut -d' ' -f2 d.txt | median); trr=$(median <t.txt)
+  printf '| %d | %s | %s | %s | %s |\n' "$n" "$det" "$rec" "$trr" \
+    "$(awk -v a="$trr" -v b="$rec" 'BEGIN { printf "%.1fx", a / b }')"
+done
