@@ -32,7 +32,7 @@ wait_for() { # file pattern [count]
   done
   echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
 }
-tval() { grep "$2" "$1" | sed -n "${3:-1}p" | grep -o 't=[0-9.]*' | cut -d= -f2; }
+tval() { grep "$2" "$1" | sed -n "${3:-1}p" | grep -o ' t=[0-9.]*' | cut -d= -f2; }
 
 # Every pid of node K: its sshd's descendants (agent, ranks).
 node_job_pids() {
@@ -48,7 +48,7 @@ node_job_pids() {
 ddprun_run() { # nodes -> "detect recover"
   local n=$1
   ssh_job job.yaml 1 $(seq "$n") -- /bin/sh -c \
-    'GLOO_SOCKET_IFNAME=$(ls /sys/class/net | grep "^vn" | head -n1) exec '"$PY $REPO/bench/elastic_worker.py"
+    'GLOO_SOCKET_IFNAME=$(ls /sys/class/net | grep "^vn" | sed -n 1p) exec '"$PY $REPO/bench/elastic_worker.py"
   cat >>job.yaml <<JOB
 elastic: {min_nodes: 1, max_restarts: 3, heartbeat_interval: 5s, heartbeat_timeout: 15s}
 rendezvous: {last_call: 1s}
@@ -61,8 +61,7 @@ JOB
   local t0; t0=$(now)
   kill -9 $(node_job_pids "$n")
   wait_for out.txt "TRAINING restart=1"
-  local lost; lost=$(grep -o '"event": "node_lost".*' logs/*/events.jsonl | head -n1 | true)
-  local tl; tl=$(date -d "$(grep '"event": "node_lost"' logs/*/events.jsonl | head -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)" +%s.%N)
+  local tl; tl=$(date -d "$(grep '"event": "node_lost"' logs/*/events.jsonl | sed -n 1p | grep -o '"time": "[^"]*' | cut -d'"' -f4)" +%s.%N)
   local tr; tr=$(tval out.txt "TRAINING restart=1")
   kill -INT "$ddp"; wait "$ddp" || true
   sshd_start "$n" >/dev/null 2>&1 || true # back for the next run (the key is known already)
@@ -72,7 +71,8 @@ JOB
 torchrun_run() { # agents -> "recover"
   local n=$1 port=$((30000 + RANDOM % 20000)) pids=() k
   for k in $(seq "$n"); do
-    setsid "$PY" -m torch.distributed.run --nnodes "1:$n" --nproc_per_node 1 --rdzv_backend c10d \
+    setsid "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes "1:$n" --nproc_per_node 1 \
+      --rdzv_backend c10d \
       --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "bench$port" --max_restarts 3 \
       --monitor_interval 0.1 --rdzv_conf last_call_timeout=1 \
       "$REPO/bench/elastic_worker.py" >"tr$k.txt" 2>&1 &
@@ -85,7 +85,7 @@ torchrun_run() { # agents -> "recover"
   local t0; t0=$(now)
   kill -9 -- "-${pids[$((n - 1))]}"
   for _ in $(seq 1200); do grep -q "TRAINING restart=1" tr*.txt 2>/dev/null && break; sleep 0.05; done
-  local tr; tr=$(grep -h "TRAINING restart=1" tr*.txt | head -n1 | grep -o 't=[0-9.]*' | cut -d= -f2)
+  local tr; tr=$(grep -h "TRAINING restart=1" tr*.txt | sed -n 1p | grep -o ' t=[0-9.]*' | cut -d= -f2)
   for p in "${pids[@]}"; do kill -9 -- "-$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -f tr*.txt

@@ -1228,7 +1228,8 @@ static void summarize(int rc, double secs)
     say("ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", L.job_id, status, secs,
         L.world, L.nmembers, L.nmembers == 1 ? "" : "s", L.round ? ", after " : "", L.round,
         L.round == 1 ? " restart" : L.round ? " restarts" : "");
-    if (L.fatal && rc != DDP_EXIT_OK && rc != DDP_EXIT_INTERRUPTED)
+    if (L.fatal && rc != DDP_EXIT_OK && rc != DDP_EXIT_INTERRUPTED &&
+        (L.job->max_restarts > 0 || L.nlosses > 0))
         say("ddprun: the job cannot continue: %s", L.fatal);
     for (int k = 0; k < L.nlosses; k++) {
         const struct loss *l = &L.losses[k];

@@ -9,6 +9,9 @@
 #include "common/util.h"
 #include "rendezvous/store.h"
 #include "worker/coll.h"
+#ifdef DDP_HAVE_NCCL
+#include "worker/nccl.h"
+#endif
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -67,6 +70,7 @@ struct ddp_pg {
     struct ddp_store *store; /* for the abort record; borrowed, or owned when owns_store */
     bool owns_store;
     char abort_key[300];
+    struct ddp__nccl *nccl; /* the NCCL backend, or NULL */
 };
 
 static const char *kind_name(enum work_kind k)
@@ -94,6 +98,9 @@ static void complete(struct ddp_work *w, int result)
 static void abort_group(struct ddp_pg *pg)
 {
     pg->alive = false;
+#ifdef DDP_HAVE_NCCL
+    ddp__nccl_request_abort(pg->nccl);
+#endif
     for (int i = 0; i < pg->world; i++)
         if (pg->comm.peers[i].fd >= 0)
             shutdown(pg->comm.peers[i].fd, SHUT_RDWR);
@@ -105,6 +112,16 @@ static int run(struct ddp_pg *pg, struct ddp_work *w)
     size_t esz = ddp_dtype_size(w->dt);
     c->opname = kind_name(w->kind);
     c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
+#ifdef DDP_HAVE_NCCL
+    if (pg->nccl) {
+        static const enum ddp__nccl_kind k[] = {
+            [W_ALLREDUCE] = DDP__NCCL_ALLREDUCE, [W_BROADCAST] = DDP__NCCL_BROADCAST,
+            [W_ALLGATHER] = DDP__NCCL_ALLGATHER, [W_REDUCE_SCATTER] = DDP__NCCL_REDUCE_SCATTER,
+            [W_BARRIER] = DDP__NCCL_BARRIER};
+        return ddp__nccl_run(pg->nccl, k[w->kind], w->send, w->buf, w->count, w->dt, w->op,
+                             w->root, pg->timeout_ms, c->err, sizeof(c->err));
+    }
+#endif
     switch (w->kind) {
     case W_ALLREDUCE:
         return ddp__cpu_allreduce(c, w->buf, w->count, w->dt, w->op);
@@ -755,6 +772,26 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     int64_t deadline = ddp_now_ms() + pg->timeout_ms;
     pg->store = store;
     snprintf(pg->abort_key, sizeof(pg->abort_key), "pg/%s/abort", name);
+    if (opts && opts->backend == DDP_PG_BACKEND_NCCL) {
+#ifdef DDP_HAVE_NCCL
+        char key[300];
+        snprintf(key, sizeof(key), "pg/%s/nccl-id", name);
+        if ((r = ddp__nccl_init(store, key, rank, world, local_rank, pg->timeout_ms, &pg->nccl,
+                                pg->err, sizeof(pg->err))) < 0)
+            goto fail;
+        if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0) {
+            r = DDP_ESYS;
+            goto fail;
+        }
+        *out = pg;
+        return 0;
+#else
+        snprintf(pg->err, sizeof(pg->err),
+                 "backend nccl: this libddp was built without CUDA and NCCL");
+        r = DDP_ENOTSUP;
+        goto fail;
+#endif
+    }
 
     /* Listen on the interface that reaches the store; peers on other nodes can reach it too. */
     char ip[64];
@@ -864,6 +901,9 @@ fail:
             close(pg->comm.peers[i].fd);
     ddp__shm_detach(&pg->comm.shm);
     cross_free(pg->comm.cross);
+#ifdef DDP_HAVE_NCCL
+    ddp__nccl_free(pg->nccl);
+#endif
     if (have_lay)
         layout_free(&lay);
     free(where);
@@ -904,8 +944,21 @@ int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out)
         return DDP_EINVAL;
     }
     ddp_log_set_rank(rank);
+    struct ddp_pg_opts o = opts ? *opts : (struct ddp_pg_opts){0};
+    if (o.backend == DDP_PG_BACKEND_DEFAULT) {
+        const char *b = getenv("DDPRUN_BACKEND");
+        if (b && strcmp(b, "nccl") == 0)
+            o.backend = DDP_PG_BACKEND_NCCL;
+        else if (!b || !*b || strcmp(b, "cpu") == 0)
+            o.backend = DDP_PG_BACKEND_CPU;
+        else {
+            DDP_ERROR(PG, "DDPRUN_BACKEND='%s' is neither 'cpu' nor 'nccl'", b);
+            return DDP_EINVAL;
+        }
+    }
+    opts = &o;
     struct ddp_store *s;
-    int timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 300000;
+    int timeout = opts->timeout_ms > 0 ? opts->timeout_ms : 300000;
     if ((r = ddp_store_connect_env(timeout, &s)) < 0)
         return r;
     if ((r = ddp_pg_init(s, rank, world, lr, lw, node, opts, out)) < 0) {
@@ -932,6 +985,9 @@ void ddp_pg_free(struct ddp_pg *pg)
             close(pg->comm.peers[i].fd);
     ddp__shm_detach(&pg->comm.shm);
     cross_free(pg->comm.cross);
+#ifdef DDP_HAVE_NCCL
+    ddp__nccl_free(pg->nccl);
+#endif
     if (pg->owns_store)
         ddp_store_close(pg->store);
     free(pg->comm.scratch);
@@ -939,6 +995,21 @@ void ddp_pg_free(struct ddp_pg *pg)
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
     free(pg);
+}
+
+void *ddp_pg_cuda_stream(struct ddp_pg *pg)
+{
+#ifdef DDP_HAVE_NCCL
+    return pg ? ddp__nccl_stream(pg->nccl) : NULL;
+#else
+    (void)pg;
+    return NULL;
+#endif
+}
+
+bool ddp_pg_is_cuda(const struct ddp_pg *pg)
+{
+    return pg && pg->nccl;
 }
 
 int ddp_pg_rank(const struct ddp_pg *pg)

@@ -49,11 +49,18 @@ enum ddp_redop {
 /* Bytes per element of a dtype, or 0 for an unknown one. */
 size_t ddp_dtype_size(enum ddp_dtype dt);
 
+enum ddp_pg_backend {
+    DDP_PG_BACKEND_DEFAULT = 0, /* ddp_pg_init_env: DDPRUN_BACKEND ("cpu" or "nccl"), else cpu */
+    DDP_PG_BACKEND_CPU = 1,     /* host memory: TCP and shared memory */
+    DDP_PG_BACKEND_NCCL = 2,    /* CUDA device memory: NCCL on the group's own stream */
+};
+
 struct ddp_pg_opts {
     int timeout_ms;     /* per operation; 0 = DDP_PG_TIMEOUT_MS or 300000 */
     const char *name;   /* distinguishes several groups in one job; NULL = "default" */
     size_t small_bytes; /* all-reduce at or below this uses recursive doubling instead of
                            the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
+    enum ddp_pg_backend backend; /* NCCL: each rank uses CUDA device LOCAL_RANK */
 };
 
 /*
@@ -62,6 +69,11 @@ struct ddp_pg_opts {
  * DDPRUN_TOKEN_FILE): joins the store, publishes this rank's listening
  * address, learns the others' and connects to every peer. A missing or
  * inconsistent variable is one error naming it (DDP_EINVAL). opts may be NULL.
+ * With the NCCL backend (DDPRUN_BACKEND=nccl, as ddprun sets for backend: nccl)
+ * rank 0 creates the NCCL unique id and shares it through the store, and every
+ * rank joins the communicator on CUDA device LOCAL_RANK; collectives then take
+ * device pointers. DDP_ENOTSUP when libddp was built without NCCL or no device
+ * is visible.
  */
 int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out);
 
@@ -109,6 +121,12 @@ int ddp_pg_allgather(struct ddp_pg *pg, const void *send, void *recv, size_t cou
 int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                           enum ddp_dtype dt, enum ddp_redop op);
 int ddp_pg_barrier(struct ddp_pg *pg);
+
+/* NCCL groups: the communication stream (a cudaStream_t) every collective is enqueued on;
+ * NULL for CPU groups. */
+void *ddp_pg_cuda_stream(struct ddp_pg *pg);
+/* True for a group whose buffers are CUDA device memory (the NCCL backend). */
+bool ddp_pg_is_cuda(const struct ddp_pg *pg);
 
 /* Waits for the work and returns its result (0 or a DDP_E* code). */
 int ddp_work_wait(struct ddp_work *work);

@@ -645,6 +645,8 @@ int main(int argc, char **argv)
     if (c.ddp && getenv("WORLD_SIZE")) {
         if (ddp_pg_init_env(NULL, &pg) != 0)
             die("cannot join the process group");
+        if (ddp_pg_is_cuda(pg))
+            die("this trainer keeps its tensors in host memory; the job's backend must be cpu");
         rank = ddp_pg_rank(pg);
         world = ddp_pg_world_size(pg);
     } else if (getenv("RANK") && getenv("WORLD_SIZE")) {

@@ -1,0 +1,273 @@
+/* The NCCL backend of the process group (see nccl.h). */
+#include "worker/nccl.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/store.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "common/banned.h"
+
+struct ddp__nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t done;
+    void *scratch; /* one float of device memory: the barrier's all-reduce */
+    int rank, device;
+    bool aborted;
+    atomic_bool abort_requested;
+};
+
+static const char *kind_name(enum ddp__nccl_kind k)
+{
+    static const char *const names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                        "barrier"};
+    return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "collective";
+}
+
+static int nccl_dtype(enum ddp_dtype dt, ncclDataType_t *out)
+{
+    switch (dt) {
+    case DDP_F32: *out = ncclFloat32; return 0;
+    case DDP_F64: *out = ncclFloat64; return 0;
+    case DDP_BF16: *out = ncclBfloat16; return 0;
+    case DDP_F16: *out = ncclFloat16; return 0;
+    case DDP_I32: *out = ncclInt32; return 0;
+    case DDP_I64: *out = ncclInt64; return 0;
+    }
+    return DDP_EINVAL;
+}
+
+static int nccl_op(enum ddp_redop op, ncclRedOp_t *out)
+{
+    switch (op) {
+    case DDP_SUM: *out = ncclSum; return 0;
+    case DDP_AVG: *out = ncclAvg; return 0;
+    case DDP_MAX: *out = ncclMax; return 0;
+    case DDP_MIN: *out = ncclMin; return 0;
+    }
+    return DDP_EINVAL;
+}
+
+static void abort_comm(struct ddp__nccl *n)
+{
+    if (!n->aborted && n->comm) {
+        ncclCommAbort(n->comm);
+        n->comm = NULL;
+    }
+    n->aborted = true;
+}
+
+/*
+ * Waits for a non-blocking communicator to leave ncclInProgress (after init or an enqueue).
+ * 0, or DDP_ETIMEDOUT / DDP_ESYS with err set; the communicator is aborted then.
+ */
+static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err,
+                  size_t errlen)
+{
+    for (unsigned spins = 0;; spins++) {
+        ncclResult_t st = ncclInProgress;
+        ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
+        if (r == ncclSuccess && st == ncclSuccess)
+            return 0;
+        if (r != ncclSuccess || st != ncclInProgress) {
+            snprintf(err, errlen, "%s failed on rank %d: %s (%s)", what, n->rank,
+                     ncclGetErrorString(r != ncclSuccess ? r : st), ncclGetLastError(n->comm));
+            abort_comm(n);
+            return DDP_ESYS;
+        }
+        if (ddp_now_ms() > deadline || atomic_load(&n->abort_requested)) {
+            snprintf(err, errlen, "%s on rank %d %s", what, n->rank,
+                     atomic_load(&n->abort_requested)
+                         ? "was aborted"
+                         : "did not complete in time (a rank never joined, died or stopped)");
+            abort_comm(n);
+            return atomic_load(&n->abort_requested) ? DDP_EABORTED : DDP_ETIMEDOUT;
+        }
+        if (spins > 64)
+            usleep(spins > 1000 ? 1000 : 20);
+    }
+}
+
+int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world, int device,
+                   int timeout_ms, struct ddp__nccl **out, char *err, size_t errlen)
+{
+    int64_t deadline = ddp_now_ms() + timeout_ms;
+    uint8_t idbuf[DDP_STORE_NCCL_ID_BYTES];
+    ncclUniqueId id;
+    _Static_assert(sizeof(id) == DDP_STORE_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
+    int ndev = 0;
+    /* Rank 0's process creates the id and hosts NCCL's bootstrap root from now on; the
+     * launcher never does (it would have to outlive every rank's init). */
+    int r = ddp_store_nccl_id(store, key, rank, timeout_ms, idbuf);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot share the NCCL unique id through the store: %s",
+                 ddp_strerror(r));
+        return r;
+    }
+    memcpy(&id, idbuf, sizeof(id));
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || ndev == 0) {
+        snprintf(err, errlen, "backend nccl: no CUDA device is visible to rank %d (%s)", rank,
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        return DDP_ENOTSUP;
+    }
+    if (device < 0 || device >= ndev) {
+        snprintf(err, errlen,
+                 "backend nccl: rank %d wants CUDA device %d (its LOCAL_RANK) but %d are visible; "
+                 "run at most one rank per GPU",
+                 rank, device, ndev);
+        return DDP_EINVAL;
+    }
+    struct ddp__nccl *n = calloc(1, sizeof(*n));
+    if (!n)
+        return DDP_ENOMEM;
+    n->rank = rank;
+    n->device = device;
+    if ((ce = cudaSetDevice(device)) != cudaSuccess ||
+        (ce = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (ce = cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming)) != cudaSuccess ||
+        (ce = cudaMalloc(&n->scratch, sizeof(float))) != cudaSuccess ||
+        (ce = cudaMemset(n->scratch, 0, sizeof(float))) != cudaSuccess) {
+        snprintf(err, errlen, "backend nccl: rank %d cannot set up CUDA device %d: %s", rank,
+                 device, cudaGetErrorString(ce));
+        ddp__nccl_free(n);
+        return DDP_ESYS;
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* every call returns at once; settle() waits with a deadline */
+    ncclResult_t nr = ncclCommInitRankConfig(&n->comm, world, id, rank, &cfg);
+    if (nr != ncclSuccess && nr != ncclInProgress) {
+        snprintf(err, errlen, "ncclCommInitRankConfig failed on rank %d: %s", rank,
+                 ncclGetErrorString(nr));
+        n->comm = NULL;
+        ddp__nccl_free(n);
+        return DDP_ESYS;
+    }
+    if ((r = settle(n, "ncclCommInitRank", deadline, err, errlen)) < 0) {
+        ddp__nccl_free(n);
+        return r;
+    }
+    DDP_INFO(PG, "rank %d of %d: NCCL %d.%d communicator on CUDA device %d", rank, world,
+             NCCL_MAJOR, NCCL_MINOR, device);
+    *out = n;
+    return 0;
+}
+
+int ddp__nccl_run(struct ddp__nccl *n, enum ddp__nccl_kind kind, const void *send, void *buf,
+                  size_t count, enum ddp_dtype dt, enum ddp_redop op, int root, int timeout_ms,
+                  char *err, size_t errlen)
+{
+    ncclDataType_t ndt;
+    ncclRedOp_t nop;
+    const char *what = kind_name(kind);
+    if (n->aborted || !n->comm) {
+        snprintf(err, errlen, "%s on rank %d: the NCCL communicator was aborted", what, n->rank);
+        return DDP_EABORTED;
+    }
+    if (nccl_dtype(dt, &ndt) < 0 || nccl_op(op, &nop) < 0)
+        return DDP_EINVAL;
+    if (op == DDP_AVG && (dt == DDP_I32 || dt == DDP_I64)) {
+        snprintf(err, errlen, "%s: NCCL averages floating-point types only", what);
+        return DDP_EINVAL;
+    }
+    int64_t deadline = ddp_now_ms() + timeout_ms;
+    ncclResult_t nr;
+    switch (kind) {
+    case DDP__NCCL_ALLREDUCE:
+        nr = ncclAllReduce(buf, buf, count, ndt, nop, n->comm, n->stream);
+        break;
+    case DDP__NCCL_BROADCAST:
+        nr = ncclBroadcast(buf, buf, count, ndt, root, n->comm, n->stream);
+        break;
+    case DDP__NCCL_ALLGATHER:
+        nr = ncclAllGather(send, buf, count, ndt, n->comm, n->stream);
+        break;
+    case DDP__NCCL_REDUCE_SCATTER:
+        nr = ncclReduceScatter(send, buf, count, ndt, nop, n->comm, n->stream);
+        break;
+    case DDP__NCCL_BARRIER:
+        nr = ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->comm, n->stream);
+        break;
+    default:
+        return DDP_EINVAL;
+    }
+    if (nr != ncclSuccess && nr != ncclInProgress) {
+        snprintf(err, errlen, "%s failed on rank %d: %s (%s)", what, n->rank,
+                 ncclGetErrorString(nr), ncclGetLastError(n->comm));
+        abort_comm(n);
+        return DDP_ESYS;
+    }
+    int r = settle(n, what, deadline, err, errlen); /* the enqueue itself */
+    if (r < 0)
+        return r;
+    cudaError_t ce = cudaEventRecord(n->done, n->stream);
+    /* The watchdog: the collective's completion, NCCL's asynchronous errors and the deadline. */
+    for (unsigned spins = 0; ce == cudaSuccess; spins++) {
+        ce = cudaEventQuery(n->done);
+        if (ce == cudaSuccess)
+            return 0;
+        if (ce != cudaErrorNotReady)
+            break;
+        ce = cudaSuccess;
+        ncclResult_t st = ncclSuccess;
+        if (ncclCommGetAsyncError(n->comm, &st) != ncclSuccess ||
+            (st != ncclSuccess && st != ncclInProgress)) {
+            snprintf(err, errlen, "%s failed on rank %d: %s (%s); communicator aborted", what,
+                     n->rank, ncclGetErrorString(st), ncclGetLastError(n->comm));
+            abort_comm(n);
+            return DDP_ECLOSED;
+        }
+        if (ddp_now_ms() > deadline || atomic_load(&n->abort_requested)) {
+            bool asked = atomic_load(&n->abort_requested);
+            snprintf(err, errlen, "%s on rank %d %s; communicator aborted", what, n->rank,
+                     asked ? "was aborted"
+                           : "did not complete in time (a peer died or stopped answering)");
+            abort_comm(n);
+            return asked ? DDP_EABORTED : DDP_ETIMEDOUT;
+        }
+        if (spins > 64)
+            usleep(spins > 1000 ? 200 : 10);
+    }
+    snprintf(err, errlen, "%s on rank %d: CUDA error %s", what, n->rank, cudaGetErrorString(ce));
+    abort_comm(n);
+    return DDP_ESYS;
+}
+
+void ddp__nccl_request_abort(struct ddp__nccl *n)
+{
+    if (n)
+        atomic_store(&n->abort_requested, true);
+}
+
+void *ddp__nccl_stream(struct ddp__nccl *n)
+{
+    return n ? (void *)n->stream : NULL;
+}
+
+void ddp__nccl_free(struct ddp__nccl *n)
+{
+    if (!n)
+        return;
+    if (n->comm) {
+        if (n->aborted || atomic_load(&n->abort_requested))
+            ncclCommAbort(n->comm);
+        else
+            ncclCommDestroy(n->comm);
+    }
+    if (n->scratch)
+        cudaFree(n->scratch);
+    if (n->done)
+        cudaEventDestroy(n->done);
+    if (n->stream)
+        cudaStreamDestroy(n->stream);
+    free(n);
+}
