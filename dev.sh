@@ -63,6 +63,10 @@ test)
   build tsan
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build/tsan --output-on-failure -L unit
+  echo "== TSan: the launcher and agent threads (store, lease watcher, heartbeats) in elastic jobs"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
+    bats --print-output-on-failure -f "failed worker|fails once|hung node" \
+    tests/integration/50-elastic.bats
   build fuzz
   for t in store_proto:corpus job_spec:corpus-job; do
     echo "== libFuzzer: ${t%%:*}, ${FUZZ_SECONDS:-45} s"
