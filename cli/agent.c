@@ -56,8 +56,8 @@ struct heartbeat {
     int port;
     uint64_t lease;
     int64_t interval, timeout;
-    int efd;        /* written once when the node must fence itself */
-    char why[256];  /* why, for the message */
+    int efd;       /* written once when the node must fence itself */
+    char why[256]; /* why, for the message */
 };
 
 struct agent {
@@ -485,8 +485,8 @@ static void *hb_main(void *arg)
         if (!h->s) {
             /* The connection broke: a new one may still renew the lease in time. */
             int left = (int)(h->timeout - (ddp_now_ms() - last_ok));
-            if (left > 0 && ddp_store_connect(h->host, h->port, A.join.token,
-                                              strlen(A.join.token), left, &h->s) < 0)
+            if (left > 0 && ddp_store_connect(h->host, h->port, A.join.token, strlen(A.join.token),
+                                              left, &h->s) < 0)
                 h->s = NULL;
         }
         if (h->s) {
@@ -527,8 +527,8 @@ static void on_fence(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         return;
     ddp_loop_del(loop, fd);
     pthread_mutex_lock(&A.hb.mu);
-    fprintf(stderr, "ddprun agent on '%s': %s; stopping this node's workers\n",
-            A.join.host_label, A.hb.why);
+    fprintf(stderr, "ddprun agent on '%s': %s; stopping this node's workers\n", A.join.host_label,
+            A.hb.why);
     pthread_mutex_unlock(&A.hb.mu);
     start_exit("fenced");
 }
@@ -545,10 +545,9 @@ static int join_store(void)
         return DDP_EINVAL;
     }
     int timeout = j->heartbeat_timeout_ms > 10000 ? (int)j->heartbeat_timeout_ms : 10000;
-    if ((r = ddp_store_connect(h->host, h->port, j->token, strlen(j->token), timeout, &h->s)) <
-        0) {
-        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n",
-                j->host_label, j->store_addr, ddp_strerror(r));
+    if ((r = ddp_store_connect(h->host, h->port, j->token, strlen(j->token), timeout, &h->s)) < 0) {
+        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n", j->host_label,
+                j->store_addr, ddp_strerror(r));
         return r;
     }
     char key[128], val[300];

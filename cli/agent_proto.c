@@ -201,8 +201,7 @@ int ddp__agent_get_join(const uint8_t *body, size_t len, struct ddp__agent_join 
         ddp_rd_u64(&r, &j->heartbeat_interval_ms) < 0 ||
         ddp_rd_u64(&r, &j->heartbeat_timeout_ms) < 0 || ddp_rd_u64(&r, &j->grace_ms) < 0 ||
         ddp_rd_left(&r) != 0 || j->heartbeat_interval_ms == 0 ||
-        j->heartbeat_timeout_ms <= j->heartbeat_interval_ms ||
-        j->heartbeat_timeout_ms > INT32_MAX)
+        j->heartbeat_timeout_ms <= j->heartbeat_interval_ms || j->heartbeat_timeout_ms > INT32_MAX)
         goto fail;
     return 0;
 fail:

@@ -308,8 +308,8 @@ static const char *const top_keys[] = {
     "rendezvous", "elastic", "ssh",     "logs", "checkpoint", "stop_grace",     NULL};
 static const char *const rdzv_keys[] = {"listen", "port", "timeout", "last_call", NULL};
 static const char *const elastic_keys[] = {
-    "min_nodes",         "max_nodes", "max_restarts", "heartbeat_interval",
-    "heartbeat_timeout", "cooldown",  NULL};
+    "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
+    "cooldown",  NULL};
 static const char *const ssh_keys[] = {
     "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
 static const char *const logs_keys[] = {"dir", "tag_output", NULL};

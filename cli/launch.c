@@ -86,8 +86,8 @@ struct node_agent {
 
 struct loss {
     int node, round;
-    int64_t t_ms;   /* since the job started */
-    char when[32];  /* wall clock, UTC */
+    int64_t t_ms;  /* since the job started */
+    char when[32]; /* wall clock, UTC */
     char why[300];
 };
 
@@ -113,8 +113,8 @@ struct launcher {
     int round, world, nmembers;
     int ranks_up, ranks_done, ranks_ok;
     bool all_up;
-    int first_fail;      /* rank in the current round, or -1 */
-    char *fatal;         /* why the job stops, when it stops early */
+    int first_fail; /* rank in the current round, or -1 */
+    char *fatal;    /* why the job stops, when it stops early */
     int fatal_rc;
     bool interrupted, opened;
     int sigints;
@@ -358,8 +358,8 @@ static void round_failed(const char *what)
             say("ddprun: %s; stopping the job", what);
             snprintf(why, sizeof(why), "%s", what);
         } else {
-            say("ddprun: %s; no restarts left (elastic.max_restarts is %d); stopping the job",
-                what, j->max_restarts);
+            say("ddprun: %s; no restarts left (elastic.max_restarts is %d); stopping the job", what,
+                j->max_restarts);
             snprintf(why, sizeof(why), "%s, and the %d restarts of elastic.max_restarts were used",
                      what, j->max_restarts);
         }
@@ -885,8 +885,9 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
         return;
     }
     char why[300];
-    snprintf(why, sizeof(why), "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s",
-             ready, L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000);
+    snprintf(why, sizeof(why),
+             "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s", ready,
+             L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000);
     rdzv_fail(why);
 }
 
@@ -929,8 +930,8 @@ static void on_retry(struct ddp_loop *loop, struct ddp_timer *t)
             if (L.ag[i].was_lost && can_rejoin((int)i) && provision((int)i) < 0)
                 DDP_DEBUG(SUP, "cannot start an agent for %s: %s", host_of((int)i),
                           strerror(errno));
-    ddp_timer_start(loop, t, L.job->heartbeat_timeout_ms > 1000 ? L.job->heartbeat_timeout_ms
-                                                                : 1000);
+    ddp_timer_start(loop, t,
+                    L.job->heartbeat_timeout_ms > 1000 ? L.job->heartbeat_timeout_ms : 1000);
 }
 
 /* After a failure: once no member still runs workers, the next round opens. */
@@ -987,9 +988,9 @@ static void *watch_main(void *arg)
         if (r < 0)
             break;
         char line[600];
-        int n = snprintf(line, sizeof(line), "%c %s %.64s\n",
-                         ev->kind == DDP_STORE_EV_SET ? 'S' : 'E', ev->key,
-                         ev->kind == DDP_STORE_EV_SET && ev->value ? (char *)ev->value : "-");
+        int n =
+            snprintf(line, sizeof(line), "%c %s %.64s\n", ev->kind == DDP_STORE_EV_SET ? 'S' : 'E',
+                     ev->key, ev->kind == DDP_STORE_EV_SET && ev->value ? (char *)ev->value : "-");
         if (n > 0 && (size_t)n < sizeof(line) && !strchr(ev->key, ' ') && !strchr(ev->key, '\n'))
             ddp_write_all(L.wpipe[1], line, (size_t)n);
         ddp_store_event_free(ev);
@@ -1201,7 +1202,6 @@ static void *serve(void *srv)
     return NULL;
 }
 
-
 static const char *rank_status(const struct rank_info *r, char *buf, size_t n)
 {
     if (r->lost)
@@ -1227,7 +1227,9 @@ static void summarize(int rc, double secs)
     char buf[128];
     say("ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", L.job_id, status, secs,
         L.world, L.nmembers, L.nmembers == 1 ? "" : "s", L.round ? ", after " : "", L.round,
-        L.round == 1 ? " restart" : L.round ? " restarts" : "");
+        L.round == 1 ? " restart"
+        : L.round    ? " restarts"
+                     : "");
     if (L.fatal && rc != DDP_EXIT_OK && rc != DDP_EXIT_INTERRUPTED &&
         (L.job->max_restarts > 0 || L.nlosses > 0))
         say("ddprun: the job cannot continue: %s", L.fatal);
@@ -1251,8 +1253,8 @@ static void summarize(int rc, double secs)
         struct rank_info *r = &L.rk[i];
         char rt[32];
         snprintf(rt, sizeof(rt), "%.1fs", (double)r->runtime_ms / 1000);
-        say("  %-6d %-20s %-22s %-9s %s", i, host_of(r->node), rank_status(r, buf, sizeof(buf)),
-            rt, r->logpath);
+        say("  %-6d %-20s %-22s %-9s %s", i, host_of(r->node), rank_status(r, buf, sizeof(buf)), rt,
+            r->logpath);
     }
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/summary.json", L.logdir);
@@ -1391,8 +1393,7 @@ int ddp__launch(const struct ddp_job *job)
     ddp_timer_init(&L.last_call, on_last_call);
     ddp_timer_init(&L.retry, on_retry);
     if ((r = start_watcher()) < 0) {
-        ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr,
-                       ddp_strerror(r));
+        ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr, ddp_strerror(r));
         goto out;
     }
     /* Should an agent die abnormally, what its ranks leave behind is reparented to us

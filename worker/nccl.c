@@ -36,12 +36,24 @@ static const char *kind_name(enum ddp__nccl_kind k)
 static int nccl_dtype(enum ddp_dtype dt, ncclDataType_t *out)
 {
     switch (dt) {
-    case DDP_F32: *out = ncclFloat32; return 0;
-    case DDP_F64: *out = ncclFloat64; return 0;
-    case DDP_BF16: *out = ncclBfloat16; return 0;
-    case DDP_F16: *out = ncclFloat16; return 0;
-    case DDP_I32: *out = ncclInt32; return 0;
-    case DDP_I64: *out = ncclInt64; return 0;
+    case DDP_F32:
+        *out = ncclFloat32;
+        return 0;
+    case DDP_F64:
+        *out = ncclFloat64;
+        return 0;
+    case DDP_BF16:
+        *out = ncclBfloat16;
+        return 0;
+    case DDP_F16:
+        *out = ncclFloat16;
+        return 0;
+    case DDP_I32:
+        *out = ncclInt32;
+        return 0;
+    case DDP_I64:
+        *out = ncclInt64;
+        return 0;
     }
     return DDP_EINVAL;
 }
@@ -49,10 +61,18 @@ static int nccl_dtype(enum ddp_dtype dt, ncclDataType_t *out)
 static int nccl_op(enum ddp_redop op, ncclRedOp_t *out)
 {
     switch (op) {
-    case DDP_SUM: *out = ncclSum; return 0;
-    case DDP_AVG: *out = ncclAvg; return 0;
-    case DDP_MAX: *out = ncclMax; return 0;
-    case DDP_MIN: *out = ncclMin; return 0;
+    case DDP_SUM:
+        *out = ncclSum;
+        return 0;
+    case DDP_AVG:
+        *out = ncclAvg;
+        return 0;
+    case DDP_MAX:
+        *out = ncclMax;
+        return 0;
+    case DDP_MIN:
+        *out = ncclMin;
+        return 0;
     }
     return DDP_EINVAL;
 }
@@ -70,8 +90,7 @@ static void abort_comm(struct ddp__nccl *n)
  * Waits for a non-blocking communicator to leave ncclInProgress (after init or an enqueue).
  * 0, or DDP_ETIMEDOUT / DDP_ESYS with err set; the communicator is aborted then.
  */
-static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err,
-                  size_t errlen)
+static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err, size_t errlen)
 {
     for (unsigned spins = 0;; spins++) {
         ncclResult_t st = ncclInProgress;

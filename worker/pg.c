@@ -114,12 +114,13 @@ static int run(struct ddp_pg *pg, struct ddp_work *w)
     c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
 #ifdef DDP_HAVE_NCCL
     if (pg->nccl) {
-        static const enum ddp__nccl_kind k[] = {
-            [W_ALLREDUCE] = DDP__NCCL_ALLREDUCE, [W_BROADCAST] = DDP__NCCL_BROADCAST,
-            [W_ALLGATHER] = DDP__NCCL_ALLGATHER, [W_REDUCE_SCATTER] = DDP__NCCL_REDUCE_SCATTER,
-            [W_BARRIER] = DDP__NCCL_BARRIER};
-        return ddp__nccl_run(pg->nccl, k[w->kind], w->send, w->buf, w->count, w->dt, w->op,
-                             w->root, pg->timeout_ms, c->err, sizeof(c->err));
+        static const enum ddp__nccl_kind k[] = {[W_ALLREDUCE] = DDP__NCCL_ALLREDUCE,
+                                                [W_BROADCAST] = DDP__NCCL_BROADCAST,
+                                                [W_ALLGATHER] = DDP__NCCL_ALLGATHER,
+                                                [W_REDUCE_SCATTER] = DDP__NCCL_REDUCE_SCATTER,
+                                                [W_BARRIER] = DDP__NCCL_BARRIER};
+        return ddp__nccl_run(pg->nccl, k[w->kind], w->send, w->buf, w->count, w->dt, w->op, w->root,
+                             pg->timeout_ms, c->err, sizeof(c->err));
     }
 #endif
     switch (w->kind) {
