@@ -24,7 +24,7 @@ need_sshd() {
 
 events() { cat logs/*/events.jsonl; }
 # The value of field $2 in the events named $1, one line per event.
-ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \(\"[^\"]*\|[^,}]*\)" | sed 's/^[^:]*: "\{0,1\}//'; }
+ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \(\"[^\"]*\|[^,}]*\)" | sed 's/^[^:]*: "\{0,1\}//; s/"$//'; }
 unix_of() { date -d "$1" +%s.%N; }
 
 # Every pid of node K: its sshd and all it started (agents, ranks, what they started), and
@@ -233,6 +233,9 @@ JOB
   rc=0; wait "$ddp" || rc=$?
   [ "$rc" -eq 1 ] || { cat out.txt; return 1; }
   grep -q "the job cannot continue: only 1 node can take part, and elastic.min_nodes is 2" out.txt
+  # lost, then unreachable at once: a node that keeps failing is left out for elastic.cooldown
+  grep -q "node '$(sshd_addr 2)' failed twice within 60 s; leaving it out of rounds for 60 s" out.txt
+  [ "$(ev_field node_cooldown node)" = "$(sshd_addr 2)" ] || { events; return 1; }
   grep -q "nodes lost:" out.txt
   grep -Eq "^    '$(sshd_addr 2)' at 20[0-9-]+T[0-9:.]+Z \(\+[0-9.]+ s, round 0\): the SSH connection to it ended" out.txt
   grep -Eq "^    '$(sshd_addr 2)' at .* \(\+[0-9.]+ s, round 1\): could not be provisioned" out.txt
@@ -258,4 +261,41 @@ JOB
   [ "$(ev_field resumed step | tr '\n' ' ')" = "0 100 " ]
   # and the result is the uninterrupted run's
   OMP_NUM_THREADS=1 "$FMNIST" --no-ddp --max-steps 300 --hidden 64 --eval-every 0 --compare final.bin --tol 1e-5
+}
+
+@test "a node listed beyond max_nodes is a spare: it takes a lost node's place at the next round" {
+  cat >job.yaml <<'JOB'
+command: "echo up on $DDPRUN_NODE world $WORLD_SIZE; sleep 4"
+nodes: [{host: localhost}, {host: 127.0.0.1}, {host: "::1"}]
+elastic: {min_nodes: 1, max_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  # the first two to join are the members; the third waits as a spare
+  members=$(ev_field membership nodes)
+  [ "$(echo "$members" | tr ',' '\n' | wc -l)" -eq 2 ]
+  victim=$(echo "$members" | cut -d, -f2 | tr -d ' ')
+  spare=""
+  for h in localhost 127.0.0.1 ::1; do [[ ", $members," == *", $h,"* ]] || spare=$h; done
+  [ -n "$spare" ]
+  # the agent of the second member (the parent of the rank that runs there) dies
+  agent=""
+  for e in /proc/[0-9]*/environ; do
+    tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "DDPRUN_NODE=$victim" || continue
+    p=${e#/proc/}; p=${p%/environ}
+    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
+    tr '\0' ' ' <"/proc/$pp/cmdline" 2>/dev/null | grep -q '^ddprun agent' && { agent=$pp; break; }
+  done
+  [ -n "$agent" ]
+  kill -9 "$agent"
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "node '$victim' lost: its agent died (signal 9)" out.txt
+  # the spare, already joined, is in the next round: no waiting for the lost node
+  ev_field membership nodes | tail -n1 | grep -q "$spare"
+  ! ev_field membership nodes | tail -n1 | grep -q "$victim"
+  grep -q "up on $spare world 2" out.txt
 }
