@@ -11,9 +11,31 @@ setup() {
   cd "$BATS_TEST_TMPDIR"
 }
 
+# No process of any job this test ran is left (ranks and what they started carry the job id).
+no_job_left() {
+  local d id e left
+  for d in "$BATS_TEST_TMPDIR"/logs/*/; do
+    [ -d "$d" ] || continue
+    id=$(basename "$d")
+    for _ in $(seq 50); do
+      left=""
+      for e in /proc/[0-9]*/environ; do
+        if { tr '\0' '\n' <"$e"; } 2>/dev/null | grep -qx "DDPRUN_JOB_ID=$id"; then
+          left="$left ${e//[^0-9]/}"
+        fi
+      done
+      [ -z "$left" ] && break
+      sleep 0.1
+    done
+    [ -z "$left" ] || { echo "left of job $id:"; ps -o pid,args -p "$(echo $left | tr ' ' ',')"; return 1; }
+  done
+}
+
 teardown() {
+  local rc=0
+  no_job_left || rc=1
   [ -n "${SSH_DIR:-}" ] && sshd_teardown
-  true
+  return $rc
 }
 
 need_sshd() {
