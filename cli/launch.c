@@ -794,9 +794,9 @@ static void rdzv_close(void)
     int master_port = free_port();
     say("ddprun: round %d: %d node%s (%s), %d ranks%s", L.round, L.nmembers,
         L.nmembers == 1 ? "" : "s", names, L.world,
-        !L.round             ? ""
+        !L.round            ? ""
         : j->checkpoint_dir ? "; workers restart from the last checkpoint"
-                             : "; workers restart");
+                            : "; workers restart");
     event("membership", "nodes", names, "#world_size", (long long)L.world, "#restart_count",
           (long long)L.round, NULL);
     L.ph = PH_RUNNING;
