@@ -34,16 +34,8 @@ wait_for() { # file pattern [count]
 }
 tval() { grep "$2" "$1" | sed -n "${3:-1}p" | grep -o ' t=[0-9.]*' | cut -d= -f2; }
 
-# Every pid of node K: its sshd's descendants (agent, ranks).
-node_job_pids() {
-  local p todo all=""
-  todo=$(pgrep -P "$(cat "$SSH_DIR/node$1/sshd.pid")" || true)
-  while [ -n "$todo" ]; do
-    set -- $todo; p=$1; shift; todo="$* $(pgrep -P "$p" || true)"; todo=$(echo $todo)
-    all="$all $p"
-  done
-  echo $all
-}
+# Every pid of node K but its sshd: agent, ranks.
+node_job_pids() { sshd_tree "$1" | cut -s -d' ' -f2-; }
 
 ddprun_run() { # nodes -> "detect recover"
   local n=$1

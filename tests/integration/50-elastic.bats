@@ -51,20 +51,7 @@ unix_of() { date -d "$1" +%s.%N; }
 
 # Every pid of node K: its sshd and all it started (agents, ranks, what they started), and
 # with namespaces whatever else runs in the node's namespace.
-node_pids() {
-  local root todo p kids all=""
-  root=$(cat "$SSH_DIR/node$1/sshd.pid" 2>/dev/null) || true
-  todo=$root
-  while [ -n "$todo" ]; do
-    set -- $todo
-    p=$1; shift; todo="$*"
-    all="$all $p"
-    kids=$(pgrep -P "$p" || true)
-    todo="$todo $kids"
-    todo=$(echo $todo)
-  done
-  echo $all $(sshd_ns_pids "$1")
-}
+node_pids() { echo $(sshd_tree "$1") $(sshd_ns_pids "$1"); }
 
 # Nothing of the job is left on node K (besides a running sshd).
 nothing_of_job_on() {

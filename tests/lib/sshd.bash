@@ -11,6 +11,7 @@
 #   sshd_start K          starts node K (K >= 1) at $(sshd_addr K), host key in known_hosts
 #   sshd_stop K           stops its sshd
 #   sshd_ns_pids K        the pids inside node K's namespace (empty without namespaces)
+#   sshd_tree K           node K's sshd pid, then every process it started, their children, ...
 #   sshd_teardown         stops every node, removes namespaces, links and the bridge
 
 sshd_setup() {
@@ -57,6 +58,18 @@ sshd_make_ns() {
 
 sshd_ns_pids() {
   [ -n "${SSHD_NETNS:-}" ] && ip netns pids "$(sshd_ns "$1")" 2>/dev/null || true
+}
+
+sshd_tree() {
+  local todo p all=""
+  todo=$(cat "$SSH_DIR/node$1/sshd.pid" 2>/dev/null || true)
+  while [ -n "$todo" ]; do
+    set -- $todo
+    p=$1; shift
+    all="$all $p"
+    todo=$(echo "$@" $(pgrep -P "$p" || true))
+  done
+  echo $all
 }
 
 # Writes node K's host key, config, and (unless $2 = nokh) its known_hosts line.
