@@ -220,6 +220,15 @@ int ddp__kill_children(int sig)
     return n;
 }
 
+void ddp__sweep_children(void)
+{
+    while (ddp__kill_children(SIGKILL) > 0) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        usleep(1000);
+    }
+}
+
 static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)t;
@@ -272,11 +281,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     if (A.unreported > 0)
         return;
     /* Stragglers the workers left behind are part of the job too. */
-    while (ddp__kill_children(SIGKILL) > 0) {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
-        usleep(1000);
-    }
+    ddp__sweep_children();
     if (A.have_start) {
         struct ddp_buf b;
         ddp_buf_init(&b);
@@ -714,12 +719,8 @@ int ddp__cmd_agent(void)
     A.rc = 0;
     ddp_loop_run(A.loop);
     int rc = A.rc;
-    if (A.nw > 0) /* left without a clean round end (launch error): sweep */
-        while (ddp__kill_children(SIGKILL) > 0) {
-            while (waitpid(-1, NULL, WNOHANG) > 0)
-                ;
-            usleep(1000);
-        }
+    if (A.nw > 0) /* left without a clean round end (launch error) */
+        ddp__sweep_children();
     hb_stop();
     for (int i = 0; i < A.nw; i++) {
         ddp_buf_release(&A.w[i].line[0]);

@@ -56,6 +56,9 @@ void ddp__block_job_signals(sigset_t *set, sigset_t *old);
 
 /* Signals every direct child of this process (see cli/agent.c); returns how many. */
 int ddp__kill_children(int sig);
+/* SIGKILLs and reaps every child, again as orphans reparent to this subreaper, until none is
+ * left. */
+void ddp__sweep_children(void);
 int ddp__cmd_smoke_worker(void);
 /* `ddprun doctor`: checks every node of the job (cli/doctor.c); 0 when all pass, else 1. */
 int ddp__doctor(const struct ddp_job *job);

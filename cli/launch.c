@@ -753,8 +753,6 @@ static void rdzv_close(void)
     L.world = L.nmembers = 0;
     L.ranks_up = L.ranks_done = L.ranks_ok = 0;
     L.first_fail = -1;
-    for (size_t i = 0; i < j->nnodes; i++)
-        L.ag[i].member_index = -1;
     char names[2048] = "";
     size_t nl = 0;
     int first = -1;
@@ -764,6 +762,7 @@ static void rdzv_close(void)
             continue;
         if (first < 0)
             first = (int)i;
+        a->state = NS_RUNNING; /* a member: its START follows */
         a->member_index = L.nmembers++;
         a->rank_offset = L.world;
         for (int l = 0; l < j->nodes[i].slots; l++) {
@@ -803,7 +802,7 @@ static void rdzv_close(void)
     set_phase(L.round ? "restarting workers" : "starting workers");
     for (size_t i = 0; i < j->nnodes; i++) {
         struct node_agent *a = &L.ag[i];
-        if (a->state != NS_READY || a->member_index < 0)
+        if (a->state != NS_RUNNING)
             continue;
         char node_store[300];
         node_store_addr((int)i, node_store, sizeof(node_store));
@@ -833,10 +832,7 @@ static void rdzv_close(void)
             send_frame(a, &b);
         explicit_bzero(b.data, b.len);
         ddp_buf_release(&b);
-        a->state = NS_RUNNING;
     }
-    for (size_t i = 0; i < j->nnodes; i++)
-        L.ag[i].member_index = -1;
 }
 
 static void rdzv_fail(const char *why)
@@ -1350,7 +1346,6 @@ int ddp__launch(const struct ddp_job *job)
         L.rk[i].logfd = -1;
     for (size_t i = 0; i < job->nnodes; i++) {
         L.ag[i].in_fd = L.ag[i].out_fd = -1;
-        L.ag[i].member_index = -1;
     }
 
     /*
@@ -1434,11 +1429,7 @@ int ddp__launch(const struct ddp_job *job)
     if (L.world == 0 && rc == DDP_EXIT_OK)
         rc = DDP_EXIT_LAUNCH;
     /* Anything still parented to us is an orphan of the job. */
-    while (ddp__kill_children(SIGKILL) > 0) {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
-        usleep(1000);
-    }
+    ddp__sweep_children();
     clear_status();
     event("job_end", "status", rc == DDP_EXIT_OK ? "succeeded" : "failed", "#exit_code",
           (long long)rc, "reason", L.fatal, NULL);

@@ -87,32 +87,45 @@ static void abort_comm(struct ddp__nccl *n)
 }
 
 /*
- * Waits for a non-blocking communicator to leave ncclInProgress (after init or an enqueue).
- * 0, or DDP_ETIMEDOUT / DDP_ESYS with err set; the communicator is aborted then.
+ * The watchdog, run by the thread that waits: polls ncclCommGetAsyncError until the
+ * communicator has no call in progress and, when ev is given, until ev has completed, against
+ * the deadline and an abort request. On an asynchronous error, a CUDA error, the deadline or an
+ * abort request the communicator is aborted and err says which, naming `what` and the rank.
  */
-static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err, size_t errlen)
+static int watch(struct ddp__nccl *n, const char *what, cudaEvent_t ev, int64_t deadline,
+                 char *err, size_t errlen)
 {
     for (unsigned spins = 0;; spins++) {
         ncclResult_t st = ncclInProgress;
         ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
-        if (r == ncclSuccess && st == ncclSuccess)
-            return 0;
-        if (r != ncclSuccess || st != ncclInProgress) {
-            snprintf(err, errlen, "%s failed on rank %d: %s (%s)", what, n->rank,
-                     ncclGetErrorString(r != ncclSuccess ? r : st), ncclGetLastError(n->comm));
+        if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+            snprintf(err, errlen, "%s failed on rank %d: %s (%s); communicator aborted", what,
+                     n->rank, ncclGetErrorString(r != ncclSuccess ? r : st),
+                     ncclGetLastError(n->comm));
             abort_comm(n);
-            return DDP_ESYS;
+            return DDP_ECLOSED;
         }
-        if (ddp_now_ms() > deadline || atomic_load(&n->abort_requested)) {
-            snprintf(err, errlen, "%s on rank %d %s", what, n->rank,
-                     atomic_load(&n->abort_requested)
-                         ? "was aborted"
-                         : "did not complete in time (a rank never joined, died or stopped)");
+        if (st == ncclSuccess) {
+            cudaError_t ce = ev ? cudaEventQuery(ev) : cudaSuccess;
+            if (ce == cudaSuccess)
+                return 0;
+            if (ce != cudaErrorNotReady) {
+                snprintf(err, errlen, "%s on rank %d: CUDA error %s; communicator aborted", what,
+                         n->rank, cudaGetErrorString(ce));
+                abort_comm(n);
+                return DDP_ESYS;
+            }
+        }
+        bool asked = atomic_load(&n->abort_requested);
+        if (asked || ddp_now_ms() > deadline) {
+            snprintf(err, errlen, "%s on rank %d %s; communicator aborted", what, n->rank,
+                     asked ? "was aborted"
+                           : "did not complete in time (a rank never joined, died or stopped)");
             abort_comm(n);
-            return atomic_load(&n->abort_requested) ? DDP_EABORTED : DDP_ETIMEDOUT;
+            return asked ? DDP_EABORTED : DDP_ETIMEDOUT;
         }
         if (spins > 64)
-            usleep(spins > 1000 ? 1000 : 20);
+            usleep(spins > 1000 ? 200 : 10);
     }
 }
 
@@ -162,7 +175,7 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
         return DDP_ESYS;
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0; /* every call returns at once; settle() waits with a deadline */
+    cfg.blocking = 0; /* every call returns at once; watch() waits with a deadline */
     ncclResult_t nr = ncclCommInitRankConfig(&n->comm, world, id, rank, &cfg);
     if (nr != ncclSuccess && nr != ncclInProgress) {
         snprintf(err, errlen, "ncclCommInitRankConfig failed on rank %d: %s", rank,
@@ -171,7 +184,7 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
         ddp__nccl_free(n);
         return DDP_ESYS;
     }
-    if ((r = settle(n, "ncclCommInitRank", deadline, err, errlen)) < 0) {
+    if ((r = watch(n, "ncclCommInitRank", NULL, deadline, err, errlen)) < 0) {
         ddp__nccl_free(n);
         return r;
     }
@@ -225,40 +238,18 @@ int ddp__nccl_run(struct ddp__nccl *n, enum ddp__nccl_kind kind, const void *sen
         abort_comm(n);
         return DDP_ESYS;
     }
-    int r = settle(n, what, deadline, err, errlen); /* the enqueue itself */
+    /* The enqueue itself settles first; then the collective's completion. */
+    int r = watch(n, what, NULL, deadline, err, errlen);
     if (r < 0)
         return r;
     cudaError_t ce = cudaEventRecord(n->done, n->stream);
-    /* The watchdog: the collective's completion, NCCL's asynchronous errors and the deadline. */
-    for (unsigned spins = 0; ce == cudaSuccess; spins++) {
-        ce = cudaEventQuery(n->done);
-        if (ce == cudaSuccess)
-            return 0;
-        if (ce != cudaErrorNotReady)
-            break;
-        ce = cudaSuccess;
-        ncclResult_t st = ncclSuccess;
-        if (ncclCommGetAsyncError(n->comm, &st) != ncclSuccess ||
-            (st != ncclSuccess && st != ncclInProgress)) {
-            snprintf(err, errlen, "%s failed on rank %d: %s (%s); communicator aborted", what,
-                     n->rank, ncclGetErrorString(st), ncclGetLastError(n->comm));
-            abort_comm(n);
-            return DDP_ECLOSED;
-        }
-        if (ddp_now_ms() > deadline || atomic_load(&n->abort_requested)) {
-            bool asked = atomic_load(&n->abort_requested);
-            snprintf(err, errlen, "%s on rank %d %s; communicator aborted", what, n->rank,
-                     asked ? "was aborted"
-                           : "did not complete in time (a peer died or stopped answering)");
-            abort_comm(n);
-            return asked ? DDP_EABORTED : DDP_ETIMEDOUT;
-        }
-        if (spins > 64)
-            usleep(spins > 1000 ? 200 : 10);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "%s on rank %d: CUDA error %s", what, n->rank,
+                 cudaGetErrorString(ce));
+        abort_comm(n);
+        return DDP_ESYS;
     }
-    snprintf(err, errlen, "%s on rank %d: CUDA error %s", what, n->rank, cudaGetErrorString(ce));
-    abort_comm(n);
-    return DDP_ESYS;
+    return watch(n, what, n->done, deadline, err, errlen);
 }
 
 void ddp__nccl_request_abort(struct ddp__nccl *n)
