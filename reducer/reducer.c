@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/coll.h"
+#include "worker/devmem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,6 +54,8 @@ struct ddp_reducer {
     size_t norder;
     int32_t *used;
     bool sync, rebuilt, in_finalize;
+    bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
+    void *stream; /* the group's compute stream */
     struct ddp_reducer_stats st;
     char err[1024];
 };
@@ -105,14 +108,85 @@ static bool hooked(const struct ddp_reducer *r, const struct bucket *b)
     return r->o.hook != DDP_HOOK_ALLREDUCE && b->dt == DDP_F32;
 }
 
-static void free_buckets(struct bucket *bk, size_t nb)
+/*
+ * Bucket memory and the copies in and out of it: host memory and memcpy on a CPU group;
+ * device memory and copies queued on the compute stream (after the kernels that produced the
+ * gradients, never waited for by the host) on an NCCL group.
+ */
+static int bucket_alloc(const struct ddp_reducer *r, void **p, size_t bytes)
+{
+    if (r->cuda)
+        return ddp__dev_alloc(p, bytes);
+    return (*p = calloc(bytes ? bytes : 1, 1)) ? 0 : DDP_ENOMEM;
+}
+
+static int copy_in(const struct ddp_reducer *r, void *dst, const void *src, size_t bytes)
+{
+    if (r->cuda)
+        return ddp__dev_copy_async(dst, src, bytes, r->stream);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int zero(const struct ddp_reducer *r, void *dst, size_t bytes)
+{
+    if (r->cuda)
+        return ddp__dev_zero_async(dst, bytes, r->stream);
+    memset(dst, 0, bytes);
+    return 0;
+}
+
+static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t nb)
 {
     for (size_t i = 0; i < nb; i++) {
         ddp_work_free(bk[i].work);
-        free(bk[i].buf);
+        if (r->cuda)
+            ddp__dev_free(bk[i].buf);
+        else
+            free(bk[i].buf);
         free(bk[i].comp);
     }
     free(bk);
+}
+
+enum staged_kind { STAGED_ALLGATHER, STAGED_BROADCAST, STAGED_ALLREDUCE };
+
+/*
+ * The reducer's own small collectives on host arrays (parameter descriptions, the bucket
+ * order, the used map): on an NCCL group they go through device memory and the host waits.
+ * recv is also send for the in-place broadcast and all-reduce.
+ */
+static int staged(struct ddp_pg *pg, enum staged_kind kind, const void *send, void *recv,
+                  size_t count, enum ddp_dtype dt, enum ddp_redop op)
+{
+    size_t esz = ddp_dtype_size(dt), in = count * esz,
+           out = kind == STAGED_ALLGATHER ? in * (size_t)ddp_pg_world_size(pg) : in;
+    if (!ddp_pg_is_cuda(pg)) {
+        if (kind == STAGED_ALLGATHER)
+            return ddp_pg_allgather(pg, send, recv, count, dt);
+        if (kind == STAGED_BROADCAST)
+            return ddp_pg_broadcast(pg, recv, count, dt, 0);
+        return ddp_pg_allreduce(pg, recv, count, dt, op);
+    }
+    void *stream = ddp_pg_compute_stream(pg), *dsend = NULL, *drecv = NULL;
+    int rc;
+    if ((rc = ddp__dev_alloc(&drecv, out)) < 0 ||
+        (kind == STAGED_ALLGATHER && (rc = ddp__dev_alloc(&dsend, in)) < 0) ||
+        (rc = ddp__dev_from_host(kind == STAGED_ALLGATHER ? dsend : drecv,
+                                 kind == STAGED_ALLGATHER ? send : recv, in, stream)) < 0)
+        goto out;
+    if (kind == STAGED_ALLGATHER)
+        rc = ddp_pg_allgather(pg, dsend, drecv, count, dt);
+    else if (kind == STAGED_BROADCAST)
+        rc = ddp_pg_broadcast(pg, drecv, count, dt, 0);
+    else
+        rc = ddp_pg_allreduce(pg, drecv, count, dt, op);
+    if (rc == 0)
+        rc = ddp__dev_to_host(recv, drecv, out, stream);
+out:
+    ddp__dev_free(dsend);
+    ddp__dev_free(drecv);
+    return rc;
 }
 
 /*
@@ -161,9 +235,9 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
         bk[b].count = bcount[b];
         bk[b].params = bp + at;
         at += bn[b];
-        bk[b].buf = calloc(bcount[b] ? bcount[b] : 1, ddp_dtype_size(bdt[b]));
-        if (!bk[b].buf)
+        if ((rc = bucket_alloc(r, &bk[b].buf, bcount[b] * ddp_dtype_size(bdt[b]))) < 0)
             goto out;
+        rc = DDP_ENOMEM;
         if (r->o.hook != DDP_HOOK_ALLREDUCE && bdt[b] == DDP_F32 &&
             !(bk[b].comp = malloc((bcount[b] ? bcount[b] : 1) * sizeof(uint16_t))))
             goto out;
@@ -181,12 +255,12 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
         p->off = poff[i];
         if (r->o.gradient_as_bucket_view) {
             void *slot = (char *)bk[pb[i]].buf + poff[i] * ddp_dtype_size(p->p.dtype);
-            if (*p->p.grad)
-                memcpy(slot, *p->p.grad, pbytes(p));
+            if (*p->p.grad && (rc = copy_in(r, slot, *p->p.grad, pbytes(p))) < 0)
+                goto out;
             *p->p.grad = slot;
         }
     }
-    free_buckets(r->bk, r->nb);
+    free_buckets(r, r->bk, r->nb);
     free(r->bparams);
     r->bk = bk;
     r->nb = nb;
@@ -197,7 +271,7 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
     rc = 0;
 out:
     if (bk)
-        free_buckets(bk, nb);
+        free_buckets(r, bk, nb);
     free(bcount);
     free(bn);
     free(bdt);
@@ -291,7 +365,7 @@ static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, siz
     int64_t *all = NULL, *my = NULL;
     if (!counts)
         return DDP_ENOMEM;
-    if ((rc = ddp_pg_allgather(pg, &mine, counts, 1, DDP_I64)) < 0) {
+    if ((rc = staged(pg, STAGED_ALLGATHER, &mine, counts, 1, DDP_I64, DDP_SUM)) < 0) {
         snprintf(new_err, sizeof(new_err), "exchanging parameter counts failed: %s",
                  ddp_pg_last_error(pg));
         goto out;
@@ -311,7 +385,7 @@ static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, siz
         goto out;
     for (size_t i = 0; i < n; i++)
         desc_words(&ps[i], my + i * DESC_WORDS);
-    if ((rc = ddp_pg_allgather(pg, my, all, words, DDP_I64)) < 0) {
+    if ((rc = staged(pg, STAGED_ALLGATHER, my, all, words, DDP_I64, DDP_SUM)) < 0) {
         snprintf(new_err, sizeof(new_err), "exchanging parameter shapes failed: %s",
                  ddp_pg_last_error(pg));
         goto out;
@@ -376,6 +450,13 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
             rc = DDP_EINVAL;
             goto fail;
         }
+    if (ddp_pg_is_cuda(pg) && opts && opts->hook != DDP_HOOK_ALLREDUCE) {
+        snprintf(new_err, sizeof(new_err),
+                 "the fp16/bf16 compression hooks work on host buckets only, not on a CUDA "
+                 "(NCCL) group");
+        rc = DDP_ENOTSUP;
+        goto fail;
+    }
     rc = DDP_ENOMEM;
     if (!(r = calloc(1, sizeof(*r))))
         goto fail;
@@ -383,6 +464,8 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
     r->rank = ddp_pg_rank(pg);
     r->world = ddp_pg_world_size(pg);
     r->sync = true;
+    r->cuda = ddp_pg_is_cuda(pg);
+    r->stream = ddp_pg_compute_stream(pg);
     if (opts)
         r->o = *opts;
     if (!r->o.bucket_cap_bytes)
@@ -442,7 +525,7 @@ void ddp_reducer_free(struct ddp_reducer *r)
         for (size_t i = 0; i < r->np; i++)
             if (r->ps[i].p.grad)
                 *r->ps[i].p.grad = NULL;
-    free_buckets(r->bk, r->nb);
+    free_buckets(r, r->bk, r->nb);
     for (size_t i = 0; i < r->np && r->ps; i++)
         free(r->ps[i].name);
     free(r->ps);
@@ -472,10 +555,11 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
     if (!r->sync)
         return 0;
     if (!r->o.gradient_as_bucket_view) {
-        if (*p->p.grad)
-            memcpy(slot_of(r, p), *p->p.grad, pbytes(p));
-        else
-            memset(slot_of(r, p), 0, pbytes(p));
+        int rc = *p->p.grad ? copy_in(r, slot_of(r, p), *p->p.grad, pbytes(p))
+                            : zero(r, slot_of(r, p), pbytes(p));
+        if (rc < 0)
+            return fail(r, rc, "cannot copy the gradient of '%s' into its bucket: %s", p->name,
+                        ddp__dev_error());
     }
     r->bk[p->bucket].pending--;
     return r->o.no_overlap ? 0 : launch_ready(r);
@@ -512,7 +596,7 @@ static int rebuild(struct ddp_reducer *r)
     for (size_t j = n; j-- > 0;)
         if (!r->ps[j].ready)
             ord[k++] = (int64_t)j;
-    if ((rc = ddp_pg_broadcast(r->pg, ord, n, DDP_I64, 0)) < 0) {
+    if ((rc = staged(r->pg, STAGED_BROADCAST, ord, ord, n, DDP_I64, DDP_SUM)) < 0) {
         fail(r, rc, "broadcasting the bucket order failed: %s", ddp_pg_last_error(r->pg));
         goto out;
     }
@@ -572,19 +656,24 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
         struct rparam *p = &r->ps[i];
         if (p->ready)
             continue;
-        memset(slot_of(r, p), 0, pbytes(p));
+        if ((rc = zero(r, slot_of(r, p), pbytes(p))) < 0) {
+            fail(r, rc, "cannot zero the slot of '%s': %s", p->name, ddp__dev_error());
+            goto done;
+        }
         r->bk[p->bucket].pending--;
     }
     if ((rc = launch_ready(r)) < 0)
         goto done;
     if (r->o.find_unused_parameters &&
-        (rc = ddp_pg_allreduce(r->pg, r->used, r->np, DDP_I32, DDP_MAX)) < 0) {
+        (rc = staged(r->pg, STAGED_ALLREDUCE, r->used, r->used, r->np, DDP_I32, DDP_MAX)) < 0) {
         fail(r, rc, "agreeing on unused parameters failed: %s", ddp_pg_last_error(r->pg));
         goto done;
     }
+    /* CUDA: the compute stream waits for each bucket on the device; the host goes on. */
     int64_t t0 = ddp_now_ns();
     for (size_t b = 0; b < r->nb; b++) {
-        int e = r->bk[b].work ? ddp_work_wait(r->bk[b].work) : 0;
+        struct ddp_work *w = r->bk[b].work;
+        int e = !w ? 0 : r->cuda ? ddp_work_stream_wait(w) : ddp_work_wait(w);
         if (e < 0 && rc == 0)
             rc = fail(r, e, "all-reduce of bucket %zu failed: %s", b, ddp_pg_last_error(r->pg));
     }
@@ -608,8 +697,12 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
             continue;
         for (size_t k = 0; k < b->nparams; k++) {
             struct rparam *p = &r->ps[b->params[k]];
-            if (p->used_global && *p->p.grad)
-                memcpy(*p->p.grad, slot_of(r, p), pbytes(p));
+            if (p->used_global && *p->p.grad &&
+                (rc = copy_in(r, *p->p.grad, slot_of(r, p), pbytes(p))) < 0) {
+                fail(r, rc, "cannot copy the average of '%s' out of its bucket: %s", p->name,
+                     ddp__dev_error());
+                goto done;
+            }
         }
     }
     r->st.iterations++;

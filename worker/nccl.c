@@ -5,6 +5,7 @@
 #include "common/util.h"
 #include "rendezvous/store.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,6 @@
 struct ddp__nccl {
     ncclComm_t comm;
     cudaStream_t stream;
-    cudaEvent_t done;
     void *scratch; /* one float of device memory: the barrier's all-reduce */
     int rank, device;
     bool aborted;
@@ -87,43 +87,142 @@ static void abort_comm(struct ddp__nccl *n)
 }
 
 /*
- * The watchdog, run by the thread that waits: polls ncclCommGetAsyncError until the
- * communicator has no call in progress and, when ev is given, until ev has completed, against
- * the deadline and an abort request. On an asynchronous error, a CUDA error, the deadline or an
- * abort request the communicator is aborted and err says which, naming `what` and the rank.
+ * Events are pooled (per device: an event belongs to the device current when it was made), so
+ * starting a collective costs two cudaEventRecord calls and no creation. The pool is the
+ * process's, so a work handle may outlive its group.
  */
-static int watch(struct ddp__nccl *n, const char *what, cudaEvent_t ev, int64_t deadline,
-                 char *err, size_t errlen)
+#define POOL_MAX 1024
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    cudaEvent_t ev;
+    int dev;
+} pool[POOL_MAX];
+static int npool;
+
+static cudaError_t event_get(int dev, cudaEvent_t *ev)
+{
+    pthread_mutex_lock(&pool_mu);
+    for (int i = npool; i-- > 0;)
+        if (pool[i].dev == dev) {
+            *ev = pool[i].ev;
+            pool[i] = pool[--npool];
+            pthread_mutex_unlock(&pool_mu);
+            return cudaSuccess;
+        }
+    pthread_mutex_unlock(&pool_mu);
+    return cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+}
+
+static void event_put(int dev, cudaEvent_t ev)
+{
+    if (!ev)
+        return;
+    pthread_mutex_lock(&pool_mu);
+    if (npool < POOL_MAX) {
+        pool[npool].ev = ev;
+        pool[npool++].dev = dev;
+        ev = NULL;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (ev)
+        cudaEventDestroy(ev);
+}
+
+int ddp__nccl_op_begin(struct ddp__nccl *n, struct ddp__nccl_op *op, void *stream, char *err,
+                       size_t errlen)
+{
+    cudaEvent_t ready = NULL, done = NULL;
+    cudaError_t ce;
+    *op = (struct ddp__nccl_op){.device = n->device};
+    /* The caller's thread may have another device current; events and records are n's. */
+    int cur = -1;
+    cudaGetDevice(&cur);
+    if (cur != n->device)
+        cudaSetDevice(n->device);
+    if ((ce = event_get(n->device, &ready)) != cudaSuccess ||
+        (ce = event_get(n->device, &done)) != cudaSuccess ||
+        (ce = cudaEventRecord(ready, (cudaStream_t)stream)) != cudaSuccess) {
+        snprintf(err, errlen, "rank %d: cannot order the collective after the compute stream: %s",
+                 n->rank, cudaGetErrorString(ce));
+        event_put(n->device, ready);
+        event_put(n->device, done);
+        if (cur >= 0 && cur != n->device)
+            cudaSetDevice(cur);
+        return DDP_ESYS;
+    }
+    if (cur >= 0 && cur != n->device)
+        cudaSetDevice(cur);
+    op->ready = ready;
+    op->done = done;
+    return 0;
+}
+
+void ddp__nccl_op_end(struct ddp__nccl_op *op)
+{
+    event_put(op->device, op->ready);
+    event_put(op->device, op->done);
+    op->ready = op->done = NULL;
+}
+
+int ddp__nccl_op_query(const struct ddp__nccl_op *op)
+{
+    cudaError_t ce = cudaEventQuery((cudaEvent_t)op->done);
+    return ce == cudaSuccess ? 1 : ce == cudaErrorNotReady ? 0 : DDP_ESYS;
+}
+
+int ddp__nccl_op_stream_wait(const struct ddp__nccl_op *op, void *stream)
+{
+    return cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)op->done, 0) == cudaSuccess
+               ? 0
+               : DDP_ESYS;
+}
+
+/* The watchdog's check; *state (optional) says whether a call is still in progress. */
+static int check(struct ddp__nccl *n, const char *what, int64_t deadline_ms, char *err,
+                 size_t errlen, ncclResult_t *state)
+{
+    if (n->aborted || !n->comm) {
+        snprintf(err, errlen, "%s on rank %d: the NCCL communicator was aborted", what, n->rank);
+        return DDP_EABORTED;
+    }
+    ncclResult_t st = ncclInProgress;
+    ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
+    if (state)
+        *state = st;
+    if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
+        snprintf(err, errlen, "%s failed on rank %d: %s (%s); communicator aborted", what, n->rank,
+                 ncclGetErrorString(r != ncclSuccess ? r : st), ncclGetLastError(n->comm));
+        abort_comm(n);
+        return DDP_ECLOSED;
+    }
+    bool asked = atomic_load(&n->abort_requested);
+    if (asked || ddp_now_ms() > deadline_ms) {
+        snprintf(err, errlen, "%s on rank %d %s; communicator aborted", what, n->rank,
+                 asked ? "was aborted"
+                       : "did not complete in time (a rank never joined, died or stopped)");
+        abort_comm(n);
+        return asked ? DDP_EABORTED : DDP_ETIMEDOUT;
+    }
+    return 0;
+}
+
+int ddp__nccl_check(struct ddp__nccl *n, const char *what, int64_t deadline_ms, char *err,
+                    size_t errlen)
+{
+    return check(n, what, deadline_ms, err, errlen, NULL);
+}
+
+/* Waits (polling, against the deadline) until the communicator has no call in progress. */
+static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err,
+                  size_t errlen)
 {
     for (unsigned spins = 0;; spins++) {
         ncclResult_t st = ncclInProgress;
-        ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
-        if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
-            snprintf(err, errlen, "%s failed on rank %d: %s (%s); communicator aborted", what,
-                     n->rank, ncclGetErrorString(r != ncclSuccess ? r : st),
-                     ncclGetLastError(n->comm));
-            abort_comm(n);
-            return DDP_ECLOSED;
-        }
-        if (st == ncclSuccess) {
-            cudaError_t ce = ev ? cudaEventQuery(ev) : cudaSuccess;
-            if (ce == cudaSuccess)
-                return 0;
-            if (ce != cudaErrorNotReady) {
-                snprintf(err, errlen, "%s on rank %d: CUDA error %s; communicator aborted", what,
-                         n->rank, cudaGetErrorString(ce));
-                abort_comm(n);
-                return DDP_ESYS;
-            }
-        }
-        bool asked = atomic_load(&n->abort_requested);
-        if (asked || ddp_now_ms() > deadline) {
-            snprintf(err, errlen, "%s on rank %d %s; communicator aborted", what, n->rank,
-                     asked ? "was aborted"
-                           : "did not complete in time (a rank never joined, died or stopped)");
-            abort_comm(n);
-            return asked ? DDP_EABORTED : DDP_ETIMEDOUT;
-        }
+        int r = check(n, what, deadline, err, errlen, &st);
+        if (r < 0)
+            return r;
+        if (st == ncclSuccess)
+            return 0;
         if (spins > 64)
             usleep(spins > 1000 ? 200 : 10);
     }
@@ -166,7 +265,6 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
     n->device = device;
     if ((ce = cudaSetDevice(device)) != cudaSuccess ||
         (ce = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (ce = cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming)) != cudaSuccess ||
         (ce = cudaMalloc(&n->scratch, sizeof(float))) != cudaSuccess ||
         (ce = cudaMemset(n->scratch, 0, sizeof(float))) != cudaSuccess) {
         snprintf(err, errlen, "backend nccl: rank %d cannot set up CUDA device %d: %s", rank,
@@ -175,7 +273,7 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
         return DDP_ESYS;
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0; /* every call returns at once; watch() waits with a deadline */
+    cfg.blocking = 0; /* every call returns at once; settle() waits with a deadline */
     ncclResult_t nr = ncclCommInitRankConfig(&n->comm, world, id, rank, &cfg);
     if (nr != ncclSuccess && nr != ncclInProgress) {
         snprintf(err, errlen, "ncclCommInitRankConfig failed on rank %d: %s", rank,
@@ -184,7 +282,7 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
         ddp__nccl_free(n);
         return DDP_ESYS;
     }
-    if ((r = watch(n, "ncclCommInitRank", NULL, deadline, err, errlen)) < 0) {
+    if ((r = settle(n, "ncclCommInitRank", deadline, err, errlen)) < 0) {
         ddp__nccl_free(n);
         return r;
     }
@@ -194,24 +292,30 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
     return 0;
 }
 
-int ddp__nccl_run(struct ddp__nccl *n, enum ddp__nccl_kind kind, const void *send, void *buf,
-                  size_t count, enum ddp_dtype dt, enum ddp_redop op, int root, int timeout_ms,
-                  char *err, size_t errlen)
+int ddp__nccl_enqueue(struct ddp__nccl *n, const struct ddp__nccl_op *op, enum ddp__nccl_kind kind,
+                      const void *send, void *buf, size_t count, enum ddp_dtype dt,
+                      enum ddp_redop redop, int root, int64_t deadline_ms, char *err,
+                      size_t errlen)
 {
     ncclDataType_t ndt;
     ncclRedOp_t nop;
     const char *what = kind_name(kind);
-    if (n->aborted || !n->comm) {
-        snprintf(err, errlen, "%s on rank %d: the NCCL communicator was aborted", what, n->rank);
-        return DDP_EABORTED;
-    }
-    if (nccl_dtype(dt, &ndt) < 0 || nccl_op(op, &nop) < 0)
+    int r = check(n, what, deadline_ms, err, errlen, NULL);
+    if (r < 0)
+        return r;
+    if (nccl_dtype(dt, &ndt) < 0 || nccl_op(redop, &nop) < 0)
         return DDP_EINVAL;
-    if (op == DDP_AVG && (dt == DDP_I32 || dt == DDP_I64)) {
+    if (redop == DDP_AVG && (dt == DDP_I32 || dt == DDP_I64)) {
         snprintf(err, errlen, "%s: NCCL averages floating-point types only", what);
         return DDP_EINVAL;
     }
-    int64_t deadline = ddp_now_ms() + timeout_ms;
+    cudaError_t ce = cudaStreamWaitEvent(n->stream, (cudaEvent_t)op->ready, 0);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "%s on rank %d: CUDA error %s", what, n->rank,
+                 cudaGetErrorString(ce));
+        abort_comm(n);
+        return DDP_ESYS;
+    }
     ncclResult_t nr;
     switch (kind) {
     case DDP__NCCL_ALLREDUCE:
@@ -238,18 +342,16 @@ int ddp__nccl_run(struct ddp__nccl *n, enum ddp__nccl_kind kind, const void *sen
         abort_comm(n);
         return DDP_ESYS;
     }
-    /* The enqueue itself settles first; then the collective's completion. */
-    int r = watch(n, what, NULL, deadline, err, errlen);
-    if (r < 0)
+    /* A non-blocking communicator may still be setting up connections for this call. */
+    if (nr == ncclInProgress && (r = settle(n, what, deadline_ms, err, errlen)) < 0)
         return r;
-    cudaError_t ce = cudaEventRecord(n->done, n->stream);
-    if (ce != cudaSuccess) {
+    if ((ce = cudaEventRecord((cudaEvent_t)op->done, n->stream)) != cudaSuccess) {
         snprintf(err, errlen, "%s on rank %d: CUDA error %s", what, n->rank,
                  cudaGetErrorString(ce));
         abort_comm(n);
         return DDP_ESYS;
     }
-    return watch(n, what, n->done, deadline, err, errlen);
+    return 0;
 }
 
 void ddp__nccl_request_abort(struct ddp__nccl *n)
@@ -275,8 +377,6 @@ void ddp__nccl_free(struct ddp__nccl *n)
     }
     if (n->scratch)
         cudaFree(n->scratch);
-    if (n->done)
-        cudaEventDestroy(n->done);
     if (n->stream)
         cudaStreamDestroy(n->stream);
     free(n);

@@ -52,7 +52,17 @@ struct ddp_work {
     bool done;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct ddp_work *next; /* queue link, owned by the group while queued */
+    struct ddp_work *next; /* queue link, owned by the group while queued or in flight */
+    /* NCCL works are handed to the device, not run: `enqueued` once the collective is on the
+     * communication stream; the caller and the communication thread (the watchdog, which
+     * keeps it in its in-flight list until it completes) each hold a reference. */
+    bool nccl, enqueued;
+    int refs;
+    int64_t deadline;
+    void *stream; /* the compute stream at start (stream waits) */
+#ifdef DDP_HAVE_NCCL
+    struct ddp__nccl_op nop;
+#endif
 };
 
 struct ddp_pg {
@@ -71,6 +81,7 @@ struct ddp_pg {
     bool owns_store;
     char abort_key[300];
     struct ddp__nccl *nccl; /* the NCCL backend, or NULL */
+    void *compute_stream;   /* what NCCL collectives wait for (ddp_pg_set_compute_stream) */
 };
 
 static const char *kind_name(enum work_kind k)
@@ -87,7 +98,8 @@ static const char *kind_name(enum work_kind k)
 static void complete(struct ddp_work *w, int result)
 {
     pthread_mutex_lock(&w->mu);
-    w->result = result;
+    if (!w->done)
+        w->result = result;
     w->done = true;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -112,17 +124,6 @@ static int run(struct ddp_pg *pg, struct ddp_work *w)
     size_t esz = ddp_dtype_size(w->dt);
     c->opname = kind_name(w->kind);
     c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
-#ifdef DDP_HAVE_NCCL
-    if (pg->nccl) {
-        static const enum ddp__nccl_kind k[] = {[W_ALLREDUCE] = DDP__NCCL_ALLREDUCE,
-                                                [W_BROADCAST] = DDP__NCCL_BROADCAST,
-                                                [W_ALLGATHER] = DDP__NCCL_ALLGATHER,
-                                                [W_REDUCE_SCATTER] = DDP__NCCL_REDUCE_SCATTER,
-                                                [W_BARRIER] = DDP__NCCL_BARRIER};
-        return ddp__nccl_run(pg->nccl, k[w->kind], w->send, w->buf, w->count, w->dt, w->op, w->root,
-                             pg->timeout_ms, c->err, sizeof(c->err));
-    }
-#endif
     switch (w->kind) {
     case W_ALLREDUCE:
         return ddp__cpu_allreduce(c, w->buf, w->count, w->dt, w->op);
@@ -160,25 +161,29 @@ static char *record_abort(struct ddp_pg *pg, const char *why)
     return cur;
 }
 
+/* An operation failed with r (pg->comm.err says why): record the cause, abort the group. */
+static void fail_group(struct ddp_pg *pg, enum work_kind kind, int r)
+{
+    const char *what = pg->comm.err[0] ? pg->comm.err : ddp_strerror(r);
+    char *root = record_abort(pg, what);
+    if (root)
+        snprintf(pg->err, sizeof(pg->err), "%s; the group had already failed at %s", what, root);
+    else
+        snprintf(pg->err, sizeof(pg->err), "%s", what);
+    free(root);
+    DDP_ERROR(PG, "rank %d: %s failed: %s; aborting the group", pg->rank, kind_name(kind),
+              pg->err);
+    abort_group(pg);
+}
+
 /* Runs one operation (with pg->busy held by the caller) and aborts the group if it fails. */
 static int execute(struct ddp_pg *pg, struct ddp_work *w, bool stopping)
 {
     if (stopping || !pg->alive)
         return DDP_EABORTED;
     int r = run(pg, w);
-    if (r < 0) {
-        const char *what = pg->comm.err[0] ? pg->comm.err : ddp_strerror(r);
-        char *root = record_abort(pg, what);
-        if (root)
-            snprintf(pg->err, sizeof(pg->err), "%s; the group had already failed at %s", what,
-                     root);
-        else
-            snprintf(pg->err, sizeof(pg->err), "%s", what);
-        free(root);
-        DDP_ERROR(PG, "rank %d: %s failed: %s; aborting the group", pg->rank, kind_name(w->kind),
-                  pg->err);
-        abort_group(pg);
-    }
+    if (r < 0)
+        fail_group(pg, w->kind, r);
     return r;
 }
 
@@ -213,6 +218,162 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
+static void work_destroy(struct ddp_work *w)
+{
+#ifdef DDP_HAVE_NCCL
+    if (w->nccl)
+        ddp__nccl_op_end(&w->nop);
+#endif
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+/* Drops one reference to an NCCL work; the last one frees it. */
+static void work_release(struct ddp_work *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool last = --w->refs == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (last)
+        work_destroy(w);
+}
+
+#ifdef DDP_HAVE_NCCL
+static const enum ddp__nccl_kind nccl_kind[] = {[W_ALLREDUCE] = DDP__NCCL_ALLREDUCE,
+                                                [W_BROADCAST] = DDP__NCCL_BROADCAST,
+                                                [W_ALLGATHER] = DDP__NCCL_ALLGATHER,
+                                                [W_REDUCE_SCATTER] = DDP__NCCL_REDUCE_SCATTER,
+                                                [W_BARRIER] = DDP__NCCL_BARRIER};
+
+/*
+ * The watchdog's sweep over the collectives in flight (oldest first; one stream completes
+ * them in order): completed ones are finished and let go; the oldest still running is
+ * checked for an asynchronous error, its deadline and an abort request. On a failure every
+ * collective in flight fails with it, and the group is aborted.
+ */
+static void sweep(struct ddp_pg *pg, struct ddp_work **fly)
+{
+    while (*fly) {
+        struct ddp_work *w = *fly;
+        int q = ddp__nccl_op_query(&w->nop);
+        if (q == 1) {
+            *fly = w->next;
+            complete(w, 0);
+            work_release(w);
+            continue;
+        }
+        int r = q < 0 ? DDP_ESYS
+                      : ddp__nccl_check(pg->nccl, kind_name(w->kind), w->deadline, pg->comm.err,
+                                        sizeof(pg->comm.err));
+        if (r == 0)
+            return;
+        if (q < 0)
+            snprintf(pg->comm.err, sizeof(pg->comm.err),
+                     "%s on rank %d: CUDA error while it ran on the device", kind_name(w->kind),
+                     pg->rank);
+        if (pg->alive)
+            fail_group(pg, w->kind, r);
+        while (*fly) {
+            w = *fly;
+            *fly = w->next;
+            complete(w, r);
+            work_release(w);
+        }
+    }
+}
+
+/*
+ * The communication thread of an NCCL group: enqueues each collective as it arrives without
+ * waiting for the ones before it (the stream orders them), and between arrivals watches the
+ * ones in flight every millisecond. Stopping drains what is in flight.
+ */
+static void *comm_nccl_main(void *arg)
+{
+    struct ddp_pg *pg = arg;
+    struct ddp_work *fly = NULL, **fly_end = &fly;
+    pthread_mutex_lock(&pg->mu);
+    for (;;) {
+        struct ddp_work *w = pg->head;
+        if (w) {
+            pg->head = w->next;
+            if (!pg->head)
+                pg->tail = NULL;
+            bool stopping = pg->stop;
+            pthread_mutex_unlock(&pg->mu);
+            int r = DDP_EABORTED;
+            w->next = NULL;
+            w->deadline = ddp_now_ms() + pg->timeout_ms;
+            if (!stopping && pg->alive &&
+                (r = ddp__nccl_enqueue(pg->nccl, &w->nop, nccl_kind[w->kind], w->send, w->buf,
+                                       w->count, w->dt, w->op, w->root, w->deadline,
+                                       pg->comm.err, sizeof(pg->comm.err))) < 0)
+                fail_group(pg, w->kind, r);
+            if (r < 0) {
+                complete(w, r);
+                work_release(w);
+            } else {
+                *fly_end = w;
+                fly_end = &w->next;
+                pthread_mutex_lock(&w->mu);
+                w->enqueued = true;
+                pthread_cond_broadcast(&w->cv);
+                pthread_mutex_unlock(&w->mu);
+            }
+            pthread_mutex_lock(&pg->mu);
+            continue;
+        }
+        if (!fly) {
+            if (pg->stop)
+                break;
+            fly_end = &fly;
+            pthread_cond_wait(&pg->cv, &pg->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&pg->mu);
+        sweep(pg, &fly);
+        if (!fly)
+            fly_end = &fly;
+        pthread_mutex_lock(&pg->mu);
+        if (fly && !pg->head) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&pg->cv, &pg->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+#endif
+
+/* NCCL works: until the collective is on the stream (or failed before). */
+static void wait_enqueued(struct ddp_work *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->enqueued && !w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* NCCL works: whether the device has finished it (marking it done). */
+static bool nccl_finished(struct ddp_work *w)
+{
+#ifdef DDP_HAVE_NCCL
+    if (ddp__nccl_op_query(&w->nop) == 1) {
+        complete(w, 0);
+        return true;
+    }
+#else
+    (void)w;
+#endif
+    return false;
+}
+
 /*
  * The blocking forms' fast path: when nothing is queued or running, the caller runs the
  * operation itself, saving two thread hand-offs (each a futex wake-up, tens of microseconds
@@ -240,13 +401,15 @@ static int enqueue(struct ddp_pg *pg, struct ddp_work *w, struct ddp_work **out)
 {
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    *out = w;
+    pthread_mutex_lock(&pg->mu);
     if (!pg->alive) {
+        pthread_mutex_unlock(&pg->mu);
         w->done = true;
         w->result = DDP_EABORTED;
-        *out = w;
+        w->refs = 1; /* the communication thread never sees it */
         return 0;
     }
-    pthread_mutex_lock(&pg->mu);
     if (pg->tail)
         pg->tail->next = w;
     else
@@ -254,7 +417,6 @@ static int enqueue(struct ddp_pg *pg, struct ddp_work *w, struct ddp_work **out)
     pg->tail = w;
     pthread_cond_signal(&pg->cv);
     pthread_mutex_unlock(&pg->mu);
-    *out = w;
     return 0;
 }
 
@@ -288,11 +450,38 @@ static int start(struct ddp_pg *pg, const struct ddp_work *desc, struct ddp_work
     if (!w)
         return DDP_ENOMEM;
     *w = *desc;
+    w->refs = 1;
+#ifdef DDP_HAVE_NCCL
+    if (pg->nccl && pg->alive) {
+        /* Ordered after everything the program has queued on its compute stream so far. */
+        char err[256];
+        int r = ddp__nccl_op_begin(pg->nccl, &w->nop, pg->compute_stream, err, sizeof(err));
+        if (r < 0) {
+            DDP_ERROR(PG, "%s", err);
+            free(w);
+            return r;
+        }
+        w->nccl = true;
+        w->refs = 2;
+        w->stream = pg->compute_stream;
+    }
+#endif
     return enqueue(pg, w, out);
 }
 
 int ddp_work_wait(struct ddp_work *w)
 {
+    if (w->nccl) {
+        /* Poll the device (the watchdog fails it on an error or its deadline). */
+        wait_enqueued(w);
+        for (unsigned spins = 0;; spins++) {
+            int r;
+            if (ddp_work_test(w, &r))
+                return r;
+            if (spins > 64)
+                usleep(spins > 4096 ? 200 : 20);
+        }
+    }
     pthread_mutex_lock(&w->mu);
     while (!w->done)
         pthread_cond_wait(&w->cv, &w->mu);
@@ -304,28 +493,57 @@ int ddp_work_wait(struct ddp_work *w)
 bool ddp_work_test(struct ddp_work *w, int *result)
 {
     pthread_mutex_lock(&w->mu);
-    bool d = w->done;
-    if (d && result)
-        *result = w->result;
+    bool d = w->done, queued = w->enqueued;
     pthread_mutex_unlock(&w->mu);
+    if (!d && w->nccl && queued)
+        d = nccl_finished(w);
+    if (d && result) {
+        pthread_mutex_lock(&w->mu);
+        *result = w->result;
+        pthread_mutex_unlock(&w->mu);
+    }
     return d;
+}
+
+int ddp_work_stream_wait(struct ddp_work *w)
+{
+    if (!w->nccl)
+        return ddp_work_wait(w);
+    wait_enqueued(w);
+    pthread_mutex_lock(&w->mu);
+    int r = w->done ? w->result : 0;
+    pthread_mutex_unlock(&w->mu);
+    if (r < 0)
+        return r;
+#ifdef DDP_HAVE_NCCL
+    if (ddp__nccl_op_stream_wait(&w->nop, w->stream) < 0) {
+        DDP_ERROR(PG, "cannot make the compute stream wait for a collective");
+        return DDP_ESYS;
+    }
+#endif
+    return 0;
 }
 
 void ddp_work_free(struct ddp_work *w)
 {
     if (!w)
         return;
+    if (w->nccl) {
+        /* The device owns the buffers from here; the watchdog lets go of it when it is done. */
+        wait_enqueued(w);
+        work_release(w);
+        return;
+    }
     ddp_work_wait(w);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
+    work_destroy(w);
 }
 
-/* The blocking forms: inline when the group is idle, else queued behind earlier work. */
+/* The blocking forms: inline when the group is idle (CPU groups), else queued behind
+ * earlier work. */
 static int blocking(struct ddp_pg *pg, const struct ddp_work *desc)
 {
     struct ddp_work w = *desc, *q;
-    int r = run_inline(pg, &w);
+    int r = pg->nccl ? 1 : run_inline(pg, &w);
     if (r != 1)
         return r;
     if ((r = start(pg, desc, &q)) < 0)
@@ -780,7 +998,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
         if ((r = ddp__nccl_init(store, key, rank, world, local_rank, pg->timeout_ms, &pg->nccl,
                                 pg->err, sizeof(pg->err))) < 0)
             goto fail;
-        if (pthread_create(&pg->thread, NULL, comm_main, pg) != 0) {
+        if (pthread_create(&pg->thread, NULL, comm_nccl_main, pg) != 0) {
             r = DDP_ESYS;
             goto fail;
         }
@@ -998,7 +1216,18 @@ void ddp_pg_free(struct ddp_pg *pg)
     free(pg);
 }
 
-void *ddp_pg_cuda_stream(struct ddp_pg *pg)
+void ddp_pg_set_compute_stream(struct ddp_pg *pg, void *stream)
+{
+    if (pg)
+        pg->compute_stream = stream;
+}
+
+void *ddp_pg_compute_stream(const struct ddp_pg *pg)
+{
+    return pg ? pg->compute_stream : NULL;
+}
+
+void *ddp_pg_comm_stream(struct ddp_pg *pg)
 {
 #ifdef DDP_HAVE_NCCL
     return pg ? ddp__nccl_stream(pg->nccl) : NULL;

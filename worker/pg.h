@@ -122,9 +122,18 @@ int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_
                           enum ddp_dtype dt, enum ddp_redop op);
 int ddp_pg_barrier(struct ddp_pg *pg);
 
-/* NCCL groups: the communication stream (a cudaStream_t) every collective is enqueued on;
- * NULL for CPU groups. */
-void *ddp_pg_cuda_stream(struct ddp_pg *pg);
+/*
+ * NCCL groups. Buffers are CUDA device memory, and collectives are stream-ordered: each _start
+ * records an event on the group's compute stream (set below; by default the legacy default
+ * stream, NULL) and the collective runs on the group's own communication stream after it, so
+ * it sees everything the program queued on the compute stream before the call. The host never
+ * waits for the device to start one. ddp_work_stream_wait() makes the compute stream wait for
+ * a collective on the device; ddp_work_wait() waits on the host.
+ */
+void ddp_pg_set_compute_stream(struct ddp_pg *pg, void *stream); /* a cudaStream_t */
+void *ddp_pg_compute_stream(const struct ddp_pg *pg);
+/* The communication stream (a cudaStream_t); NULL for CPU groups. */
+void *ddp_pg_comm_stream(struct ddp_pg *pg);
 /* True for a group whose buffers are CUDA device memory (the NCCL backend). */
 bool ddp_pg_is_cuda(const struct ddp_pg *pg);
 
@@ -132,7 +141,16 @@ bool ddp_pg_is_cuda(const struct ddp_pg *pg);
 int ddp_work_wait(struct ddp_work *work);
 /* True once the work has completed; *result (optional) receives its result. */
 bool ddp_work_test(struct ddp_work *work, int *result);
-/* Frees a work handle; waits for it first if it is still running. NULL is a no-op. */
+/*
+ * NCCL groups: makes the compute stream the work was started under wait for it on the device
+ * and returns without waiting on the host (0, or the error of a collective that already
+ * failed). A collective that fails later aborts the group; the next operation reports it.
+ * CPU groups: the same as ddp_work_wait().
+ */
+int ddp_work_stream_wait(struct ddp_work *work);
+/* Frees a work handle; waits for it first if it is still running (NCCL groups: only until it
+ * is on the communication stream; order later uses of its buffers with
+ * ddp_work_stream_wait()). NULL is a no-op. */
 void ddp_work_free(struct ddp_work *work);
 
 /* Aborts the group from the program's side (for an error the collectives cannot see, such as

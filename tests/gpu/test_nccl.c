@@ -84,7 +84,7 @@ int main(void)
     int r = ddp_pg_init(s, 0, 1, 0, 1, 0, &o, &pg);
     CHECK(r == 0, "init: %s", ddp_strerror(r));
     if (r == 0) {
-        CHECK(ddp_pg_is_cuda(pg) && ddp_pg_cuda_stream(pg), "a CUDA group with its own stream");
+        CHECK(ddp_pg_is_cuda(pg) && ddp_pg_comm_stream(pg), "a CUDA group with its own stream");
         size_t n = 1 << 20;
         float *h = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++)
