@@ -1,0 +1,351 @@
+/*
+ * What the Fashion-MNIST trainers share: options, the dataset, the seeded generator and
+ * shuffle, weight initialisation and the final parameter dump/compare. ddprun-fmnist keeps its
+ * tensors in host memory (OpenBLAS), ddprun-fmnist-cuda on a GPU (cuBLAS and small kernels);
+ * both make the same reducer calls.
+ */
+#include "examples/fmnist/common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+
+int rank = 0, world = 1;
+const char *prog = "ddprun-fmnist";
+
+void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s rank %d: ", prog, rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* splitmix64: the seeded generator for initialisation and shuffles (same on every rank). */
+uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void shuffle(int *perm, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(mix(&seed) % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* ---- data: the IDX files of Debian's dataset-fashion-mnist ---- */
+
+static void *read_gz(const char *dir, const char *name, size_t *len)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        die("cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)", path,
+            strerror(errno));
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n == cap && !(buf = realloc(buf, cap *= 2)))
+            die("out of memory reading %s", path);
+        int r = gzread(f, buf + n, (unsigned)(cap - n));
+        if (r < 0)
+            die("%s is not a readable gzip file", path);
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    gzclose(f);
+    *len = n;
+    return buf;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+void load_set(const char *dir, const char *images, const char *labels, struct dataset *d)
+{
+    size_t il, ll;
+    uint8_t *im = read_gz(dir, images, &il), *lb = read_gz(dir, labels, &ll);
+    if (il < 16 || be32(im) != 0x803 || be32(im + 8) != 28 || be32(im + 12) != 28)
+        die("%s/%s is not an IDX file of 28x28 images", dir, images);
+    if (ll < 8 || be32(lb) != 0x801)
+        die("%s/%s is not an IDX label file", dir, labels);
+    uint32_t n = be32(im + 4);
+    if (be32(lb + 4) != n || il != 16 + (size_t)n * IMG || ll != 8 + (size_t)n)
+        die("%s: %s and %s disagree or are truncated", dir, images, labels);
+    d->n = (int)n;
+    d->x = malloc((size_t)n * IMG * sizeof(float));
+    d->y = malloc(n);
+    /* The dataset's mean and standard deviation of pixel values. */
+    for (size_t i = 0; i < (size_t)n * IMG; i++)
+        d->x[i] = ((float)im[16 + i] / 255.0f - 0.2860f) / 0.3530f;
+    for (uint32_t i = 0; i < n; i++) {
+        if (lb[8 + i] >= CLASSES)
+            die("%s/%s: label %u out of range", dir, labels, lb[8 + i]);
+        d->y[i] = lb[8 + i];
+    }
+    free(im);
+    free(lb);
+}
+
+int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: %s [options]\n"
+        "  --epochs N          epochs (default 3)\n"
+        "  --batch B           global batch size, split over the ranks (default 64)\n"
+        "  --hidden A,B,...    hidden layer widths (default 256,128)\n"
+        "  --lr X --momentum X SGD with momentum (default 0.02, 0.9)\n"
+        "  --seed N            initialisation and shuffle seed (default 1)\n"
+        "  --data DIR          Fashion-MNIST IDX files (default "
+        "/usr/share/datasets/fashion-mnist)\n"
+        "  --checkpoint-dir D  resume from and save to D (default $DDPRUN_CHECKPOINT_DIR)\n"
+        "  --checkpoint-every N  also checkpoint every N steps (default: each epoch)\n"
+        "  --max-steps N       stop after N global steps in total\n"
+        "  --eval-every N      evaluate every N epochs and at the end (default 1; 0 = never)\n"
+        "  --no-ddp            no process group: each rank trains its shard alone (compute only)\n"
+        "  --bucket-view       gradients live in the reducer's buckets\n"
+        "  --no-overlap        all-reduce everything after backward\n"
+        "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
+        "  --hook fp16|bf16    compress buckets\n"
+        "  --bench             print the median step time and reducer statistics\n"
+        "  --dump FILE         write the final parameters (rank 0)\n"
+        "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n",
+        prog);
+}
+
+void parse(int argc, char **argv, struct cfg *c)
+{
+    *c = (struct cfg){.epochs = 3,
+                      .batch = 64,
+                      .nhidden = 2,
+                      .hidden = {256, 128},
+                      .seed = 1,
+                      .lr = 0.02f,
+                      .momentum = 0.9f,
+                      .data = "/usr/share/datasets/fashion-mnist",
+                      .ckpt_dir = getenv("DDPRUN_CHECKPOINT_DIR"),
+                      .tol = 1e-4,
+                      .ddp = true,
+                      .overlap = true,
+                      .eval_every = 1,
+                      .bucket_mb = -1,
+                      .first_mb = -1};
+    enum {
+        O_EPOCHS = 256,
+        O_BATCH,
+        O_HIDDEN,
+        O_LR,
+        O_MOM,
+        O_SEED,
+        O_DATA,
+        O_CKPT,
+        O_CKEVERY,
+        O_MAXSTEPS,
+        O_NODDP,
+        O_VIEW,
+        O_NOOVER,
+        O_BMB,
+        O_FMB,
+        O_HOOK,
+        O_BENCH,
+        O_DUMP,
+        O_CMP,
+        O_TOL,
+        O_EVAL,
+        O_HELP
+    };
+    static const struct option lo[] = {{"epochs", 1, 0, O_EPOCHS},
+                                       {"batch", 1, 0, O_BATCH},
+                                       {"hidden", 1, 0, O_HIDDEN},
+                                       {"lr", 1, 0, O_LR},
+                                       {"momentum", 1, 0, O_MOM},
+                                       {"seed", 1, 0, O_SEED},
+                                       {"data", 1, 0, O_DATA},
+                                       {"checkpoint-dir", 1, 0, O_CKPT},
+                                       {"checkpoint-every", 1, 0, O_CKEVERY},
+                                       {"max-steps", 1, 0, O_MAXSTEPS},
+                                       {"no-ddp", 0, 0, O_NODDP},
+                                       {"bucket-view", 0, 0, O_VIEW},
+                                       {"no-overlap", 0, 0, O_NOOVER},
+                                       {"bucket-mb", 1, 0, O_BMB},
+                                       {"first-bucket-mb", 1, 0, O_FMB},
+                                       {"hook", 1, 0, O_HOOK},
+                                       {"bench", 0, 0, O_BENCH},
+                                       {"dump", 1, 0, O_DUMP},
+                                       {"compare", 1, 0, O_CMP},
+                                       {"tol", 1, 0, O_TOL},
+                                       {"eval-every", 1, 0, O_EVAL},
+                                       {"help", 0, 0, O_HELP},
+                                       {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (o) {
+        case O_EPOCHS:
+            c->epochs = atoi(optarg);
+            break;
+        case O_BATCH:
+            c->batch = atoi(optarg);
+            break;
+        case O_HIDDEN: {
+            c->nhidden = 0;
+            for (char *s = optarg; *s && c->nhidden < MAX_LAYERS - 1;) {
+                c->hidden[c->nhidden++] = (int)strtol(s, &s, 10);
+                if (*s == ',')
+                    s++;
+                else if (*s)
+                    die("--hidden wants widths separated by commas, not '%s'", optarg);
+            }
+            break;
+        }
+        case O_LR:
+            c->lr = strtof(optarg, NULL);
+            break;
+        case O_MOM:
+            c->momentum = strtof(optarg, NULL);
+            break;
+        case O_SEED:
+            c->seed = atoi(optarg);
+            break;
+        case O_DATA:
+            c->data = optarg;
+            break;
+        case O_CKPT:
+            c->ckpt_dir = optarg;
+            break;
+        case O_CKEVERY:
+            c->ckpt_every = atoi(optarg);
+            break;
+        case O_MAXSTEPS:
+            c->max_steps = atol(optarg);
+            break;
+        case O_NODDP:
+            c->ddp = false;
+            break;
+        case O_VIEW:
+            c->view = true;
+            break;
+        case O_NOOVER:
+            c->overlap = false;
+            break;
+        case O_BMB:
+            c->bucket_mb = atof(optarg);
+            break;
+        case O_FMB:
+            c->first_mb = atof(optarg);
+            break;
+        case O_HOOK:
+            if (strcmp(optarg, "fp16") == 0)
+                c->hook = DDP_HOOK_FP16;
+            else if (strcmp(optarg, "bf16") == 0)
+                c->hook = DDP_HOOK_BF16;
+            else
+                die("--hook is fp16 or bf16, not '%s'", optarg);
+            break;
+        case O_BENCH:
+            c->bench = true;
+            break;
+        case O_DUMP:
+            c->dump = optarg;
+            break;
+        case O_CMP:
+            c->compare = optarg;
+            break;
+        case O_TOL:
+            c->tol = atof(optarg);
+            break;
+        case O_EVAL:
+            c->eval_every = atoi(optarg);
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            exit(2);
+        }
+    }
+    if (optind != argc || c->epochs < 1 || c->batch < 1 || c->nhidden < 0)
+        die("bad arguments (see --help)");
+    for (int l = 0; l < c->nhidden; l++)
+        if (c->hidden[l] < 1)
+            die("--hidden widths must be positive");
+}
+
+
+void init_weights(uint64_t *s, float *W, size_t in, size_t out)
+{
+    float lim = sqrtf(6.0f / (float)in); /* He uniform, for ReLU */
+    for (size_t i = 0; i < in * out; i++)
+        W[i] = ((float)(mix(s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * lim;
+}
+
+double median_ms(double *t, long n, long *used)
+{
+    long skip = n > 10 ? 5 : 0; /* warm-up */
+    qsort(t + skip, (size_t)(n - skip), sizeof(double), cmp_double);
+    *used = n - skip;
+    return n > skip ? t[skip + (n - skip) / 2] * 1e3 : 0.0;
+}
+
+int dump_compare(const float *flat, size_t n, const struct cfg *c)
+{
+    int rc = 0;
+    if (c->dump) {
+        FILE *f = fopen(c->dump, "wb");
+        if (!f || fwrite(flat, sizeof(float), n, f) != n || fclose(f) != 0)
+            die("cannot write %s", c->dump);
+    }
+    if (c->compare) {
+        FILE *f = fopen(c->compare, "rb");
+        float *ref = malloc(n * sizeof(float));
+        if (!f || fread(ref, sizeof(float), n, f) != n)
+            die("cannot read %s (or it has another size)", c->compare);
+        fclose(f);
+        double md = 0;
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)flat[i] - (double)ref[i]);
+            md = d > md ? d : md;
+        }
+        printf("compare: max |difference| from %s = %.3g (tolerance %.3g)\n", c->compare, md,
+               c->tol);
+        rc = md <= c->tol ? 0 : 1;
+        free(ref);
+    }
+    return rc;
+}
