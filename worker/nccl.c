@@ -21,6 +21,8 @@ struct ddp__nccl {
     ncclComm_t comm;
     cudaStream_t stream;
     void *scratch; /* one float of device memory: the barrier's all-reduce */
+    ddp__nccl_trace_fn *trace;
+    void *trace_arg;
     int rank, device;
     bool aborted;
     atomic_bool abort_requested;
@@ -316,6 +318,8 @@ int ddp__nccl_enqueue(struct ddp__nccl *n, const struct ddp__nccl_op *op, enum d
         abort_comm(n);
         return DDP_ESYS;
     }
+    if (n->trace)
+        n->trace(n->trace_arg, what, count, 0, n->stream);
     ncclResult_t nr;
     switch (kind) {
     case DDP__NCCL_ALLREDUCE:
@@ -345,6 +349,8 @@ int ddp__nccl_enqueue(struct ddp__nccl *n, const struct ddp__nccl_op *op, enum d
     /* A non-blocking communicator may still be setting up connections for this call. */
     if (nr == ncclInProgress && (r = settle(n, what, deadline_ms, err, errlen)) < 0)
         return r;
+    if (n->trace)
+        n->trace(n->trace_arg, what, count, 1, n->stream);
     if ((ce = cudaEventRecord((cudaEvent_t)op->done, n->stream)) != cudaSuccess) {
         snprintf(err, errlen, "%s on rank %d: CUDA error %s", what, n->rank,
                  cudaGetErrorString(ce));
@@ -352,6 +358,17 @@ int ddp__nccl_enqueue(struct ddp__nccl *n, const struct ddp__nccl_op *op, enum d
         return DDP_ESYS;
     }
     return 0;
+}
+
+void ddp__nccl_bind_thread(struct ddp__nccl *n)
+{
+    cudaSetDevice(n->device);
+}
+
+void ddp__nccl_set_trace(struct ddp__nccl *n, ddp__nccl_trace_fn *fn, void *arg)
+{
+    n->trace = fn;
+    n->trace_arg = arg;
 }
 
 void ddp__nccl_request_abort(struct ddp__nccl *n)

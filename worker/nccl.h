@@ -48,6 +48,10 @@ struct ddp__nccl_op {
 int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world, int device,
                    int timeout_ms, struct ddp__nccl **out, char *err, size_t errlen);
 
+/* Makes the communicator's device the calling thread's current one (the communication
+ * thread calls it first). */
+void ddp__nccl_bind_thread(struct ddp__nccl *n);
+
 /* Caller's thread: takes two events (pooled) and records op->ready on `stream` (a
  * cudaStream_t; NULL is the legacy default stream). 0 or DDP_ESYS with err set. */
 int ddp__nccl_op_begin(struct ddp__nccl *n, struct ddp__nccl_op *op, void *stream, char *err,
@@ -72,6 +76,15 @@ int ddp__nccl_enqueue(struct ddp__nccl *n, const struct ddp__nccl_op *op, enum d
  * DDP_ETIMEDOUT past deadline_ms, DDP_EABORTED on an abort request. */
 int ddp__nccl_check(struct ddp__nccl *n, const char *what, int64_t deadline_ms, char *err,
                     size_t errlen);
+
+/* Tests and tools: called on the communication thread for each collective, with phase 0 after
+ * the stream waits for the caller's event and before the collective, and phase 1 after it,
+ * so that events recorded on `stream` time the collective on the device. */
+typedef void ddp__nccl_trace_fn(void *arg, const char *what, size_t count, int phase,
+                                void *stream);
+void ddp__nccl_set_trace(struct ddp__nccl *n, ddp__nccl_trace_fn *fn, void *arg);
+/* The same for a group (no-op on a CPU group). */
+void ddp__pg_set_trace(struct ddp_pg *pg, ddp__nccl_trace_fn *fn, void *arg);
 
 /* Asks the watchdog to abort the communicator (thread-safe). */
 void ddp__nccl_request_abort(struct ddp__nccl *n);

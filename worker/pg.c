@@ -292,6 +292,7 @@ static void *comm_nccl_main(void *arg)
 {
     struct ddp_pg *pg = arg;
     struct ddp_work *fly = NULL, **fly_end = &fly;
+    ddp__nccl_bind_thread(pg->nccl);
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         struct ddp_work *w = pg->head;
@@ -1215,6 +1216,14 @@ void ddp_pg_free(struct ddp_pg *pg)
     pthread_cond_destroy(&pg->cv);
     free(pg);
 }
+
+#ifdef DDP_HAVE_NCCL
+void ddp__pg_set_trace(struct ddp_pg *pg, ddp__nccl_trace_fn *fn, void *arg)
+{
+    if (pg && pg->nccl)
+        ddp__nccl_set_trace(pg->nccl, fn, arg);
+}
+#endif
 
 void ddp_pg_set_compute_stream(struct ddp_pg *pg, void *stream)
 {
