@@ -19,7 +19,10 @@ int ddp__dev_alloc(void **p, size_t bytes)
 {
     *p = NULL;
     int r = ok(cudaMalloc(p, bytes ? bytes : 1));
-    if (r == 0 && (r = ok(cudaMemset(*p, 0, bytes ? bytes : 1))) < 0) {
+    /* cudaMemset runs on the legacy stream, which the program's non-blocking streams do not
+     * wait for: finish it here. */
+    if (r == 0 && ((r = ok(cudaMemset(*p, 0, bytes ? bytes : 1))) < 0 ||
+                   (r = ok(cudaDeviceSynchronize())) < 0)) {
         cudaFree(*p);
         *p = NULL;
     }

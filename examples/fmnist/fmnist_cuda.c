@@ -62,6 +62,7 @@ static float *dalloc(size_t n)
     void *p = NULL;
     CK(cudaMalloc(&p, (n ? n : 1) * sizeof(float)));
     CK(cudaMemset(p, 0, (n ? n : 1) * sizeof(float)));
+    CK(cudaDeviceSynchronize()); /* the legacy stream's memset, before any stream uses p */
     return p;
 }
 
@@ -259,6 +260,9 @@ int main(int argc, char **argv)
     struct model m;
     model_init(&m, &c);
     int steps_per_epoch = train.n / c.batch;
+    /* The uploads and cudaMemset above ran on the legacy stream, which the non-blocking
+     * compute and communication streams do not wait for. */
+    CK(cudaDeviceSynchronize());
 
     struct ddp_reducer *red = NULL;
     struct ddp_param ps[2 * MAX_LAYERS];
@@ -310,6 +314,7 @@ int main(int argc, char **argv)
     double *acc = NULL; /* this epoch's loss sum and sample count, then the evaluation's */
     CK(cudaMalloc((void **)&acc, 4 * sizeof(double)));
     CK(cudaMemset(acc, 0, 4 * sizeof(double)));
+    CK(cudaDeviceSynchronize()); /* the memset and uploads before the compute stream */
     float scale = (float)world / (float)c.batch;
     int64_t total_steps = (int64_t)c.epochs * steps_per_epoch, step = 0;
     if (c.max_steps && c.max_steps < total_steps)

@@ -119,6 +119,7 @@ static void run_case(struct ddp_pg *pg, cudaStream_t cs, bool view, bool overlap
     for (int p = 0; p < 2; p++)
         for (int k = 0; k < 16; k++)
             cudaEventCreate(&tl.t[p][k]);
+    cudaDeviceSynchronize(); /* the memsets ran on the legacy stream */
     atomic_store(&tl.on, false);
     tl.n = 0;
     ddp__pg_set_trace(pg, trace, &tl);
