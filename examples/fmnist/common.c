@@ -349,3 +349,116 @@ int dump_compare(const float *flat, size_t n, const struct cfg *c)
     }
     return rc;
 }
+
+void model_shape(struct model *m, const struct cfg *c)
+{
+    m->L = c->nhidden + 1;
+    m->dim[0] = IMG;
+    for (int l = 0; l < c->nhidden; l++)
+        m->dim[l + 1] = c->hidden[l];
+    m->dim[m->L] = CLASSES;
+}
+
+size_t nparams(const struct model *m)
+{
+    size_t n = 0;
+    for (int l = 0; l < m->L; l++)
+        n += (size_t)m->dim[l] * (size_t)m->dim[l + 1] + (size_t)m->dim[l + 1];
+    return n;
+}
+
+struct ddp_reducer *make_reducer(struct ddp_pg *pg, struct model *m, const struct cfg *c)
+{
+    struct ddp_param ps[2 * MAX_LAYERS];
+    char pname[2 * MAX_LAYERS][32];
+    for (int l = 0; l < m->L; l++)
+        for (int w = 0; w < 2; w++) {
+            int i = 2 * l + w;
+            snprintf(pname[i], sizeof(pname[i]), "fc%d.%s", l + 1, w ? "bias" : "weight");
+            ps[i] = (struct ddp_param){
+                .name = pname[i],
+                .data = w ? m->b[l] : m->W[l],
+                .grad = (void **)(w ? &m->gb[l] : &m->gW[l]),
+                .count = w ? (size_t)m->dim[l + 1] : (size_t)m->dim[l] * (size_t)m->dim[l + 1],
+                .dtype = DDP_F32,
+                .ndim = w ? 1 : 2,
+                .shape = {m->dim[l + 1], w ? 0 : m->dim[l]}};
+        }
+    struct ddp_reducer_opts ro = {.gradient_as_bucket_view = c->view,
+                                  .no_overlap = !c->overlap,
+                                  .find_unused_parameters = c->find_unused,
+                                  .hook = c->hook};
+    if (c->bucket_mb >= 0)
+        ro.bucket_cap_bytes = c->bucket_mb > 0 ? (size_t)(c->bucket_mb * (1 << 20)) : 1;
+    if (c->first_mb >= 0)
+        ro.first_bucket_bytes = c->first_mb > 0 ? (size_t)(c->first_mb * (1 << 20)) : 1;
+    else if (c->bucket_mb == 0)
+        ro.first_bucket_bytes = 1;
+    struct ddp_reducer *red = NULL;
+    if (ddp_reducer_new(pg, ps, (size_t)(2 * m->L), &ro, &red) != 0)
+        die("cannot create the reducer: %s", ddp_reducer_new_error());
+    return red;
+}
+
+void print_epoch(const struct cfg *c, int epoch, int64_t step, double loss_sum, double samples,
+                 bool eval, double test_loss, double test_acc, double seconds)
+{
+    if (rank != 0)
+        return;
+    printf("epoch %d/%d step %lld train-loss %.4f", epoch + 1, c->epochs, (long long)step,
+           samples > 0 ? loss_sum / samples : 0.0);
+    if (eval)
+        printf(" test-loss %.4f test-acc %.2f%%", test_loss, test_acc);
+    printf(" %.0f samples/s\n", samples / seconds);
+    fflush(stdout);
+}
+
+void print_bench(double *step_t, long n, struct ddp_reducer *red)
+{
+    if (rank != 0 || n <= 0)
+        return;
+    long used;
+    double med = median_ms(step_t, n, &used);
+    printf("bench: median step %.3f ms over %ld steps\n", med, used);
+    if (!red)
+        return;
+    struct ddp_reducer_stats st;
+    ddp_reducer_get_stats(red, &st);
+    printf("bench: %zu buckets, %llu all-reduces (%llu started in backward), "
+           "%.2f us host time per launch, %.3f ms finalize wait per step\n",
+           ddp_reducer_num_buckets(red), (unsigned long long)st.buckets_launched,
+           (unsigned long long)st.launched_in_backward,
+           st.buckets_launched ? (double)st.launch_host_ns / 1e3 / (double)st.buckets_launched
+                               : 0.0,
+           st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations : 0.0);
+}
+
+void model_free(struct model *m, void (*release)(void *))
+{
+    for (int l = 0; l < m->L; l++) {
+        release(m->W[l]);
+        release(m->b[l]);
+        release(m->vW[l]);
+        release(m->vb[l]);
+        release(m->own_g[2 * l]);
+        release(m->own_g[2 * l + 1]);
+    }
+}
+
+int dump_model(const struct model *m, const struct cfg *c,
+               void (*copy)(void *dst, const void *src, size_t bytes))
+{
+    if (rank != 0 || (!c->dump && !c->compare))
+        return 0;
+    size_t n = nparams(m), k = 0;
+    float *flat = malloc(n * sizeof(float));
+    for (int l = 0; l < m->L; l++) {
+        size_t nw = (size_t)m->dim[l] * (size_t)m->dim[l + 1], nb = (size_t)m->dim[l + 1];
+        copy(flat + k, m->W[l], nw * sizeof(float));
+        copy(flat + k + nw, m->b[l], nb * sizeof(float));
+        k += nw + nb;
+    }
+    int rc = dump_compare(flat, n, c);
+    free(flat);
+    return rc;
+}

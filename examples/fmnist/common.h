@@ -30,6 +30,16 @@ struct dataset {
     uint8_t *y;
 };
 
+/* The MLP: host or device pointers, as the trainer keeps them. */
+struct model {
+    int L; /* layers */
+    int dim[MAX_LAYERS + 1];
+    float *W[MAX_LAYERS], *b[MAX_LAYERS];   /* W[l]: dim[l+1] x dim[l], row-major */
+    float *gW[MAX_LAYERS], *gb[MAX_LAYERS]; /* gradients (maybe inside reducer buckets) */
+    float *vW[MAX_LAYERS], *vb[MAX_LAYERS]; /* momentum */
+    float *own_g[2 * MAX_LAYERS];           /* the gradient buffers we allocated */
+};
+
 extern int rank, world; /* this process's place in the job (0 of 1 alone) */
 extern const char *prog; /* for messages */
 
@@ -45,6 +55,23 @@ void parse(int argc, char **argv, struct cfg *c);
 int cmp_double(const void *x, const void *y);
 /* He-uniform weights of an out x in layer from the seeded generator. */
 void init_weights(uint64_t *s, float *W, size_t in, size_t out);
+/* The layer sizes of c's model in m (L, dim). */
+void model_shape(struct model *m, const struct cfg *c);
+size_t nparams(const struct model *m);
+/* Frees m's tensors with release (free, or a cudaFree wrapper). */
+void model_free(struct model *m, void (*release)(void *));
+/* --dump / --compare of m's parameters (rank 0), read with copy (memcpy, or a copy from the
+ * device): 0, or 1 when the comparison fails. */
+int dump_model(const struct model *m, const struct cfg *c,
+               void (*copy)(void *dst, const void *src, size_t bytes));
+/* Registers m's parameters in forward order (fc1.weight, fc1.bias, ...) and creates the
+ * reducer with c's options; dies with the reducer's message on failure. */
+struct ddp_reducer *make_reducer(struct ddp_pg *pg, struct model *m, const struct cfg *c);
+/* Rank 0's epoch line. */
+void print_epoch(const struct cfg *c, int epoch, int64_t step, double loss_sum, double samples,
+                 bool eval, double test_loss, double test_acc, double seconds);
+/* --bench: the median step and the reducer's statistics. */
+void print_bench(double *step_t, long n, struct ddp_reducer *red);
 /* The median of t[] (seconds) in ms, after 5 warm-up steps when there are more than 10. */
 double median_ms(double *t, long n, long *used);
 /* --dump and --compare of the final parameters (flat, registration order): 0, or 1 when the

@@ -39,13 +39,8 @@
             die("%s: cuBLAS status %d", #call, (int)s_);                                           \
     } while (0)
 
-/* Device tensors. W[l] is out x in, row-major: to cuBLAS (column-major) it is W^T, in x out. */
-struct model {
-    int L, dim[MAX_LAYERS + 1];
-    float *W[MAX_LAYERS], *b[MAX_LAYERS], *gW[MAX_LAYERS], *gb[MAX_LAYERS];
-    float *vW[MAX_LAYERS], *vb[MAX_LAYERS];
-    float *own_g[2 * MAX_LAYERS];
-};
+/* The model's tensors are device pointers. W[l] is out x in, row-major: to cuBLAS
+ * (column-major) it is W^T, in x out. */
 
 struct acts {
     int cap;
@@ -66,6 +61,16 @@ static float *dalloc(size_t n)
     return p;
 }
 
+static void dfree(void *p)
+{
+    cudaFree(p);
+}
+
+static void from_device(void *dst, const void *src, size_t bytes)
+{
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
 static void *upload(const void *h, size_t bytes)
 {
     void *d = NULL;
@@ -82,11 +87,7 @@ static size_t wcount(const struct model *m, int l)
 /* The host trainer's initialisation (same seed, same values), uploaded. */
 static void model_init(struct model *m, const struct cfg *c)
 {
-    m->L = c->nhidden + 1;
-    m->dim[0] = IMG;
-    for (int l = 0; l < c->nhidden; l++)
-        m->dim[l + 1] = c->hidden[l];
-    m->dim[m->L] = CLASSES;
+    model_shape(m, c);
     uint64_t s = (uint64_t)c->seed * 7919u + 1;
     for (int l = 0; l < m->L; l++) {
         size_t in = (size_t)m->dim[l], out = (size_t)m->dim[l + 1];
@@ -264,37 +265,8 @@ int main(int argc, char **argv)
      * compute and communication streams do not wait for. */
     CK(cudaDeviceSynchronize());
 
-    struct ddp_reducer *red = NULL;
-    struct ddp_param ps[2 * MAX_LAYERS];
-    char pname[2 * MAX_LAYERS][32];
-    if (pg) {
-        for (int l = 0; l < m.L; l++)
-            for (int w = 0; w < 2; w++) {
-                int i = 2 * l + w;
-                snprintf(pname[i], sizeof(pname[i]), "fc%d.%s", l + 1, w ? "bias" : "weight");
-                ps[i] = (struct ddp_param){.name = pname[i],
-                                           .data = w ? m.b[l] : m.W[l],
-                                           .grad = (void **)(w ? &m.gb[l] : &m.gW[l]),
-                                           .count = w ? (size_t)m.dim[l + 1] : wcount(&m, l),
-                                           .dtype = DDP_F32,
-                                           .ndim = w ? 1 : 2,
-                                           .shape = {m.dim[l + 1], w ? 0 : m.dim[l]}};
-            }
-        struct ddp_reducer_opts ro = {.gradient_as_bucket_view = c.view,
-                                      .no_overlap = !c.overlap,
-                                      .find_unused_parameters = c.find_unused};
-        if (c.bucket_mb >= 0)
-            ro.bucket_cap_bytes = c.bucket_mb > 0 ? (size_t)(c.bucket_mb * (1 << 20)) : 1;
-        if (c.first_mb >= 0)
-            ro.first_bucket_bytes = c.first_mb > 0 ? (size_t)(c.first_mb * (1 << 20)) : 1;
-        else if (c.bucket_mb == 0)
-            ro.first_bucket_bytes = 1;
-        if (ddp_reducer_new(pg, ps, (size_t)(2 * m.L), &ro, &red) != 0)
-            die("cannot create the reducer: %s", ddp_reducer_new_error());
-    }
-    size_t np = 0;
-    for (int l = 0; l < m.L; l++)
-        np += wcount(&m, l) + (size_t)m.dim[l + 1];
+    struct ddp_reducer *red = pg ? make_reducer(pg, &m, &c) : NULL;
+    size_t np = nparams(&m);
     if (rank == 0) {
         struct cudaDeviceProp prop;
         CK(cudaGetDeviceProperties(&prop, dev));
@@ -357,60 +329,19 @@ int main(int argc, char **argv)
                         (step == total_steps || ((epoch + 1) % c.eval_every == 0 && epoch_end));
             if (eval)
                 evaluate(&m, &a, dtex, dtey, test.n, pg, acc + 2, &g, &tl, &ta);
-            if (rank == 0) {
-                printf("epoch %d/%d step %lld train-loss %.4f", epoch + 1, c.epochs,
-                       (long long)step, h[1] > 0 ? h[0] / h[1] : 0.0);
-                if (eval)
-                    printf(" test-loss %.4f test-acc %.2f%%", tl, ta);
-                printf(" %.0f samples/s\n", h[1] / dt);
-                fflush(stdout);
-            }
+            print_epoch(&c, epoch, step, h[0], h[1], eval, tl, ta, dt);
             ep_n = 0;
             t_ep = now_s();
         }
     }
     CK(cudaStreamSynchronize(g.s));
-    if (c.bench && rank == 0 && nstep_t > 0) {
-        long used;
-        double med = median_ms(step_t, nstep_t, &used);
-        printf("bench: median step %.3f ms over %ld steps\n", med, used);
-        if (red) {
-            struct ddp_reducer_stats st;
-            ddp_reducer_get_stats(red, &st);
-            printf("bench: %zu buckets, %llu all-reduces (%llu started in backward), "
-                   "%.2f us host time per launch, %.3f ms finalize host time per step\n",
-                   ddp_reducer_num_buckets(red), (unsigned long long)st.buckets_launched,
-                   (unsigned long long)st.launched_in_backward,
-                   st.buckets_launched
-                       ? (double)st.launch_host_ns / 1e3 / (double)st.buckets_launched
-                       : 0.0,
-                   st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations : 0.0);
-        }
-    }
-    int rc = 0;
-    if (rank == 0 && (c.dump || c.compare)) {
-        float *flat = malloc(np * sizeof(float));
-        size_t k = 0;
-        for (int l = 0; l < m.L; l++) {
-            CK(cudaMemcpy(flat + k, m.W[l], wcount(&m, l) * sizeof(float),
-                          cudaMemcpyDeviceToHost));
-            k += wcount(&m, l);
-            CK(cudaMemcpy(flat + k, m.b[l], (size_t)m.dim[l + 1] * sizeof(float),
-                          cudaMemcpyDeviceToHost));
-            k += (size_t)m.dim[l + 1];
-        }
-        rc = dump_compare(flat, np, &c);
-        free(flat);
-    }
+    if (c.bench)
+        print_bench(step_t, nstep_t, red);
+    int rc = dump_model(&m, &c, from_device);
     ddp_reducer_free(red);
     ddp_pg_free(pg);
+    model_free(&m, dfree);
     for (int l = 0; l < m.L; l++) {
-        cudaFree(m.W[l]);
-        cudaFree(m.b[l]);
-        cudaFree(m.vW[l]);
-        cudaFree(m.vb[l]);
-        cudaFree(m.own_g[2 * l]);
-        cudaFree(m.own_g[2 * l + 1]);
         cudaFree(a.Z[l]);
         cudaFree(a.A[l + 1]);
     }

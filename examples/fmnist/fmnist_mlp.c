@@ -30,24 +30,12 @@
 
 #define CKPT_MAGIC "DDPFMN01"
 
-struct model {
-    int L; /* layers */
-    int dim[MAX_LAYERS + 1];
-    float *W[MAX_LAYERS], *b[MAX_LAYERS];   /* W[l]: dim[l+1] x dim[l], row-major */
-    float *gW[MAX_LAYERS], *gb[MAX_LAYERS]; /* gradients (maybe inside reducer buckets) */
-    float *vW[MAX_LAYERS], *vb[MAX_LAYERS]; /* momentum */
-    float *own_g[2 * MAX_LAYERS];           /* the gradient buffers we allocated */
-};
 
 /* ---- model ---- */
 
 static void model_init(struct model *m, const struct cfg *c)
 {
-    m->L = c->nhidden + 1;
-    m->dim[0] = IMG;
-    for (int l = 0; l < c->nhidden; l++)
-        m->dim[l + 1] = c->hidden[l];
-    m->dim[m->L] = CLASSES;
+    model_shape(m, c);
     uint64_t s = (uint64_t)c->seed * 7919u + 1;
     for (int l = 0; l < m->L; l++) {
         size_t in = (size_t)m->dim[l], out = (size_t)m->dim[l + 1];
@@ -59,14 +47,6 @@ static void model_init(struct model *m, const struct cfg *c)
         m->vb[l] = calloc(out, sizeof(float));
         init_weights(&s, m->W[l], in, out);
     }
-}
-
-static size_t nparams(const struct model *m)
-{
-    size_t n = 0;
-    for (int l = 0; l < m->L; l++)
-        n += (size_t)m->dim[l] * (size_t)m->dim[l + 1] + (size_t)m->dim[l + 1];
-    return n;
 }
 
 /* Every parameter tensor with its momentum, in registration order (W1, b1, W2, ...). */
@@ -302,6 +282,11 @@ static int64_t ckpt_load(struct model *m, const char *dir, int batch)
     return h.step;
 }
 
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+
 /* ---- evaluation: test set sharded by rank, counts summed ---- */
 
 static void evaluate(const struct model *m, struct acts *a, const struct dataset *t,
@@ -366,32 +351,8 @@ int main(int argc, char **argv)
     /* The reducer: parameters registered in forward order; rank 0's values (fresh or
      * resumed) go to every rank. The momentum and the position follow. */
     struct ddp_reducer *red = NULL;
-    struct ddp_param ps[2 * MAX_LAYERS];
-    char pname[2 * MAX_LAYERS][32];
     if (pg) {
-        for (int l = 0; l < m.L; l++)
-            for (int w = 0; w < 2; w++) {
-                int i = 2 * l + w;
-                snprintf(pname[i], sizeof(pname[i]), "fc%d.%s", l + 1, w ? "bias" : "weight");
-                ps[i] = (struct ddp_param){
-                    .name = pname[i],
-                    .data = w ? m.b[l] : m.W[l],
-                    .grad = (void **)(w ? &m.gb[l] : &m.gW[l]),
-                    .count = w ? (size_t)m.dim[l + 1] : (size_t)m.dim[l] * (size_t)m.dim[l + 1],
-                    .dtype = DDP_F32,
-                    .ndim = w ? 1 : 2,
-                    .shape = {w ? m.dim[l + 1] : m.dim[l + 1], w ? 0 : m.dim[l]}};
-            }
-        struct ddp_reducer_opts ro = {
-            .gradient_as_bucket_view = c.view, .no_overlap = !c.overlap, .hook = c.hook};
-        if (c.bucket_mb >= 0)
-            ro.bucket_cap_bytes = c.bucket_mb > 0 ? (size_t)(c.bucket_mb * (1 << 20)) : 1;
-        if (c.first_mb >= 0)
-            ro.first_bucket_bytes = c.first_mb > 0 ? (size_t)(c.first_mb * (1 << 20)) : 1;
-        else if (c.bucket_mb == 0)
-            ro.first_bucket_bytes = 1;
-        if (ddp_reducer_new(pg, ps, (size_t)(2 * m.L), &ro, &red) != 0)
-            die("cannot create the reducer: %s", ddp_reducer_new_error());
+        red = make_reducer(pg, &m, &c);
         int rc = ddp_pg_broadcast(pg, &step, 1, DDP_I64, 0);
         struct tensor t[2 * MAX_LAYERS];
         for (int k = 0, nt = tensors(&m, t); k < nt; k++)
@@ -456,56 +417,18 @@ int main(int argc, char **argv)
                         (step == total_steps || ((epoch + 1) % c.eval_every == 0 && epoch_end));
             if (eval)
                 evaluate(&m, &a, &test, pg, &tl, &ta);
-            if (rank == 0) {
-                printf("epoch %d/%d step %lld train-loss %.4f", epoch + 1, c.epochs,
-                       (long long)step, sums[1] > 0 ? sums[0] / sums[1] : 0.0);
-                if (eval)
-                    printf(" test-loss %.4f test-acc %.2f%%", tl, ta);
-                printf(" %.0f samples/s\n", sums[1] / dt);
-                fflush(stdout);
-            }
+            print_epoch(&c, epoch, step, sums[0], sums[1], eval, tl, ta, dt);
             ep_loss = ep_n = 0;
             t_ep = now_s();
         }
     }
-    if (c.bench && rank == 0 && nstep_t > 0) {
-        long used;
-        double med = median_ms(step_t, nstep_t, &used);
-        printf("bench: median step %.3f ms over %ld steps\n", med, used);
-        if (red) {
-            struct ddp_reducer_stats st;
-            ddp_reducer_get_stats(red, &st);
-            printf("bench: %zu buckets, %llu all-reduces (%llu started in backward), "
-                   "%.2f us host time per launch, %.3f ms finalize wait per step\n",
-                   ddp_reducer_num_buckets(red), (unsigned long long)st.buckets_launched,
-                   (unsigned long long)st.launched_in_backward,
-                   st.buckets_launched
-                       ? (double)st.launch_host_ns / 1e3 / (double)st.buckets_launched
-                       : 0.0,
-                   st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations : 0.0);
-        }
-    }
-    int rc = 0;
-    if (rank == 0 && (c.dump || c.compare)) {
-        size_t n = nparams(&m), k = 0;
-        float *flat = malloc(n * sizeof(float));
-        struct tensor t[2 * MAX_LAYERS];
-        for (int j = 0, nt = tensors(&m, t); j < nt; j++) {
-            memcpy(flat + k, t[j].p, t[j].n * sizeof(float));
-            k += t[j].n;
-        }
-        rc = dump_compare(flat, n, &c);
-        free(flat);
-    }
+    if (c.bench)
+        print_bench(step_t, nstep_t, red);
+    int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
     ddp_pg_free(pg);
+    model_free(&m, free);
     for (int l = 0; l < m.L; l++) {
-        free(m.W[l]);
-        free(m.b[l]);
-        free(m.vW[l]);
-        free(m.vb[l]);
-        free(m.own_g[2 * l]);
-        free(m.own_g[2 * l + 1]);
         free(a.Z[l]);
         free(a.A[l + 1]);
     }

@@ -10,6 +10,7 @@
 #include "common/util.h"
 #include "rendezvous/store.h"
 #include "worker/pg.h"
+#include "tests/gpu/gpu_test.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -18,24 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIP 77
 
-static int failures;
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static void *serve(void *srv)
-{
-    ddp_store_server_run(srv);
-    return NULL;
-}
 
 static float *dev_from(const float *h, size_t n)
 {
@@ -53,31 +37,13 @@ static void to_host(float *h, const float *d, size_t n)
 
 int main(void)
 {
-    int ndev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&ndev);
-    if (ce != cudaSuccess || ndev == 0) {
-        printf("SKIP: no CUDA device (%s): the GPU tests need a GPU\n",
-               ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-        return SKIP;
-    }
-    struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    printf("device 0: %s, %d device(s)\n", prop.name, ndev);
-
-    char tok[DDP_STORE_TOKEN_HEX + 1];
-    ddp_store_token_generate(tok);
-    struct ddp_store_server *srv;
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .port = 0, .token = tok, .token_len = strlen(tok)};
-    if (ddp_store_server_new(&so, &srv) < 0)
-        return 1;
-    pthread_t th;
-    pthread_create(&th, NULL, serve, srv);
-    int port = ddp_store_server_port(srv);
+    gpu_or_skip();
+    struct test_store ts;
+    test_store_start(&ts);
 
     /* world size 1: every collective against the host reference */
     struct ddp_store *s;
-    if (ddp_store_connect("127.0.0.1", port, tok, strlen(tok), 5000, &s) < 0)
+    if (!(s = test_store_client(&ts)))
         return 1;
     struct ddp_pg_opts o = {.backend = DDP_PG_BACKEND_NCCL, .timeout_ms = 30000, .name = "w1"};
     struct ddp_pg *pg;
@@ -116,7 +82,7 @@ int main(void)
     ddp_store_close(s);
 
     /* abort path: rank 1 never joins; rank 0 must fail within its 3 s timeout */
-    if (ddp_store_connect("127.0.0.1", port, tok, strlen(tok), 5000, &s) < 0)
+    if (!(s = test_store_client(&ts)))
         return 1;
     o = (struct ddp_pg_opts){.backend = DDP_PG_BACKEND_NCCL, .timeout_ms = 3000, .name = "lonely"};
     int64_t t0 = ddp_now_ms();
@@ -130,9 +96,7 @@ int main(void)
         ddp_pg_free(pg);
     ddp_store_close(s);
 
-    ddp_store_server_stop(srv);
-    pthread_join(th, NULL);
-    ddp_store_server_free(srv);
+    test_store_stop(&ts);
     if (failures)
         return 1;
     printf("all NCCL checks passed\n");

@@ -21,6 +21,7 @@
 #include "rendezvous/store.h"
 #include "worker/nccl.h"
 #include "worker/pg.h"
+#include "tests/gpu/gpu_test.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -29,27 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIP 77
 #define LAYERS 4
 #define ELEMS (2u << 20) /* 8 MiB of float32 per parameter */
 #define LAYER_NS 3000000ull
-
-static int failures;
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-static void *serve(void *srv)
-{
-    ddp_store_server_run(srv);
-    return NULL;
-}
 
 /* The trace hook: timing events around each all-reduce on the communication stream. */
 struct timeline {
@@ -238,27 +221,11 @@ static void stream_order(struct ddp_pg *pg, cudaStream_t cs)
 
 int main(void)
 {
-    int ndev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&ndev);
-    if (ce != cudaSuccess || ndev == 0) {
-        printf("SKIP: no CUDA device (%s): the GPU tests need a GPU\n",
-               ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-        return SKIP;
-    }
-    struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    printf("device 0: %s\n", prop.name);
-    char tok[DDP_STORE_TOKEN_HEX + 1];
-    ddp_store_token_generate(tok);
-    struct ddp_store_server *srv;
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .port = 0, .token = tok, .token_len = strlen(tok)};
-    if (ddp_store_server_new(&so, &srv) < 0)
-        return 1;
-    pthread_t th;
-    pthread_create(&th, NULL, serve, srv);
-    struct ddp_store *s;
-    if (ddp_store_connect("127.0.0.1", ddp_store_server_port(srv), tok, strlen(tok), 5000, &s) < 0)
+    gpu_or_skip();
+    struct test_store ts;
+    test_store_start(&ts);
+    struct ddp_store *s = test_store_client(&ts);
+    if (!s)
         return 1;
     struct ddp_pg_opts o = {.backend = DDP_PG_BACKEND_NCCL, .timeout_ms = 30000};
     struct ddp_pg *pg;
@@ -276,9 +243,7 @@ int main(void)
         cudaStreamDestroy(cs);
     }
     ddp_store_close(s);
-    ddp_store_server_stop(srv);
-    pthread_join(th, NULL);
-    ddp_store_server_free(srv);
+    test_store_stop(&ts);
     if (failures)
         return 1;
     printf("all reducer GPU checks passed\n");
