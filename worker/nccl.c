@@ -215,8 +215,7 @@ int ddp__nccl_check(struct ddp__nccl *n, const char *what, int64_t deadline_ms, 
 }
 
 /* Waits (polling, against the deadline) until the communicator has no call in progress. */
-static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err,
-                  size_t errlen)
+static int settle(struct ddp__nccl *n, const char *what, int64_t deadline, char *err, size_t errlen)
 {
     for (unsigned spins = 0;; spins++) {
         ncclResult_t st = ncclInProgress;
@@ -296,8 +295,7 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
 
 int ddp__nccl_enqueue(struct ddp__nccl *n, const struct ddp__nccl_op *op, enum ddp__nccl_kind kind,
                       const void *send, void *buf, size_t count, enum ddp_dtype dt,
-                      enum ddp_redop redop, int root, int64_t deadline_ms, char *err,
-                      size_t errlen)
+                      enum ddp_redop redop, int root, int64_t deadline_ms, char *err, size_t errlen)
 {
     ncclDataType_t ndt;
     ncclRedOp_t nop;

@@ -80,8 +80,7 @@ int ddp__nccl_check(struct ddp__nccl *n, const char *what, int64_t deadline_ms, 
 /* Tests and tools: called on the communication thread for each collective, with phase 0 after
  * the stream waits for the caller's event and before the collective, and phase 1 after it,
  * so that events recorded on `stream` time the collective on the device. */
-typedef void ddp__nccl_trace_fn(void *arg, const char *what, size_t count, int phase,
-                                void *stream);
+typedef void ddp__nccl_trace_fn(void *arg, const char *what, size_t count, int phase, void *stream);
 void ddp__nccl_set_trace(struct ddp__nccl *n, ddp__nccl_trace_fn *fn, void *arg);
 /* The same for a group (no-op on a CPU group). */
 void ddp__pg_set_trace(struct ddp_pg *pg, ddp__nccl_trace_fn *fn, void *arg);

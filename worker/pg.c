@@ -171,8 +171,7 @@ static void fail_group(struct ddp_pg *pg, enum work_kind kind, int r)
     else
         snprintf(pg->err, sizeof(pg->err), "%s", what);
     free(root);
-    DDP_ERROR(PG, "rank %d: %s failed: %s; aborting the group", pg->rank, kind_name(kind),
-              pg->err);
+    DDP_ERROR(PG, "rank %d: %s failed: %s; aborting the group", pg->rank, kind_name(kind), pg->err);
     abort_group(pg);
 }
 
@@ -307,8 +306,8 @@ static void *comm_nccl_main(void *arg)
             w->deadline = ddp_now_ms() + pg->timeout_ms;
             if (!stopping && pg->alive &&
                 (r = ddp__nccl_enqueue(pg->nccl, &w->nop, nccl_kind[w->kind], w->send, w->buf,
-                                       w->count, w->dt, w->op, w->root, w->deadline,
-                                       pg->comm.err, sizeof(pg->comm.err))) < 0)
+                                       w->count, w->dt, w->op, w->root, w->deadline, pg->comm.err,
+                                       sizeof(pg->comm.err))) < 0)
                 fail_group(pg, w->kind, r);
             if (r < 0) {
                 complete(w, r);

@@ -307,7 +307,6 @@ void parse(int argc, char **argv, struct cfg *c)
             die("--hidden widths must be positive");
 }
 
-
 void init_weights(uint64_t *s, float *W, size_t in, size_t out)
 {
     float lim = sqrtf(6.0f / (float)in); /* He uniform, for ReLU */
@@ -375,14 +374,14 @@ struct ddp_reducer *make_reducer(struct ddp_pg *pg, struct model *m, const struc
         for (int w = 0; w < 2; w++) {
             int i = 2 * l + w;
             snprintf(pname[i], sizeof(pname[i]), "fc%d.%s", l + 1, w ? "bias" : "weight");
-            ps[i] = (struct ddp_param){
-                .name = pname[i],
-                .data = w ? m->b[l] : m->W[l],
-                .grad = (void **)(w ? &m->gb[l] : &m->gW[l]),
-                .count = w ? (size_t)m->dim[l + 1] : (size_t)m->dim[l] * (size_t)m->dim[l + 1],
-                .dtype = DDP_F32,
-                .ndim = w ? 1 : 2,
-                .shape = {m->dim[l + 1], w ? 0 : m->dim[l]}};
+            ps[i] = (struct ddp_param){.name = pname[i],
+                                       .data = w ? m->b[l] : m->W[l],
+                                       .grad = (void **)(w ? &m->gb[l] : &m->gW[l]),
+                                       .count = w ? (size_t)m->dim[l + 1]
+                                                  : (size_t)m->dim[l] * (size_t)m->dim[l + 1],
+                                       .dtype = DDP_F32,
+                                       .ndim = w ? 1 : 2,
+                                       .shape = {m->dim[l + 1], w ? 0 : m->dim[l]}};
         }
     struct ddp_reducer_opts ro = {.gradient_as_bucket_view = c->view,
                                   .no_overlap = !c->overlap,

@@ -40,7 +40,7 @@ struct model {
     float *own_g[2 * MAX_LAYERS];           /* the gradient buffers we allocated */
 };
 
-extern int rank, world; /* this process's place in the job (0 of 1 alone) */
+extern int rank, world;  /* this process's place in the job (0 of 1 alone) */
 extern const char *prog; /* for messages */
 
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

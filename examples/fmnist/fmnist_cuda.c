@@ -140,8 +140,7 @@ static void forward(const struct model *m, struct acts *a, const float *x, int b
 
 /* Backward, accumulating into the gradients; each layer goes to the reducer as soon as its
  * gradient kernels are queued (bias then weight: the reverse of registration order). */
-static void backward(struct model *m, struct acts *a, int b, struct ddp_reducer *red,
-                     struct gpu *g)
+static void backward(struct model *m, struct acts *a, int b, struct ddp_reducer *red, struct gpu *g)
 {
     const float one = 1.0f, zero = 0.0f;
     float *dZ = a->dZ, *dA = a->dA;

@@ -30,7 +30,6 @@
 
 #define CKPT_MAGIC "DDPFMN01"
 
-
 /* ---- model ---- */
 
 static void model_init(struct model *m, const struct cfg *c)

@@ -6,7 +6,8 @@
 #define IMG 784
 #define CLASSES 10
 
-namespace {
+namespace
+{
 
 constexpr int kThreads = 256;
 
@@ -112,18 +113,18 @@ __global__ void spin(uint64_t ns)
 
 } // namespace
 
-extern "C" int fmk_gather(float *xb, uint8_t *yb, const float *x, const uint8_t *y,
-                          const int *perm, int off, int b, void *stream)
+extern "C" int fmk_gather(float *xb, uint8_t *yb, const float *x, const uint8_t *y, const int *perm,
+                          int off, int b, void *stream)
 {
     gather<<<blocks_for((size_t)b * IMG), kThreads, 0, (cudaStream_t)stream>>>(xb, yb, x, y, perm,
-                                                                                 off, b);
+                                                                               off, b);
     return launched();
 }
 
 extern "C" int fmk_bias_rows(float *Z, const float *bias, int rows, int cols, void *stream)
 {
-    bias_rows<<<blocks_for((size_t)rows * cols), kThreads, 0, (cudaStream_t)stream>>>(Z, bias,
-                                                                                        rows, cols);
+    bias_rows<<<blocks_for((size_t)rows * cols), kThreads, 0, (cudaStream_t)stream>>>(Z, bias, rows,
+                                                                                      cols);
     return launched();
 }
 
@@ -142,8 +143,8 @@ extern "C" int fmk_relu_backward(float *dA, const float *Z, size_t n, void *stre
 extern "C" int fmk_softmax_xent(const float *logits, const uint8_t *y, int b, float scale,
                                 float *dZ, double *acc, void *stream)
 {
-    softmax_xent<<<blocks_for((size_t)b), kThreads, 0, (cudaStream_t)stream>>>(logits, y, b,
-                                                                                scale, dZ, acc);
+    softmax_xent<<<blocks_for((size_t)b), kThreads, 0, (cudaStream_t)stream>>>(logits, y, b, scale,
+                                                                               dZ, acc);
     return launched();
 }
 

@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-
 static float *dev_from(const float *h, size_t n)
 {
     void *d = NULL;

@@ -137,8 +137,8 @@ static void run_case(struct ddp_pg *pg, cudaStream_t cs, bool view, bool overlap
         size_t bad = 0;
         for (size_t i = 0; i < ELEMS; i++)
             bad += h[i] != want;
-        CHECK(bad == 0, "%s%s: %zu of %u gradient values are not %g", view ? "view " : "",
-              names[l], bad, ELEMS, (double)want);
+        CHECK(bad == 0, "%s%s: %zu of %u gradient values are not %g", view ? "view " : "", names[l],
+              bad, ELEMS, (double)want);
     }
     free(h);
 
