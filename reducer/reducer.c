@@ -120,7 +120,7 @@ static int bucket_alloc(const struct ddp_reducer *r, void **p, size_t bytes)
     return (*p = calloc(bytes ? bytes : 1, 1)) ? 0 : DDP_ENOMEM;
 }
 
-static int copy_in(const struct ddp_reducer *r, void *dst, const void *src, size_t bytes)
+static int bucket_copy(const struct ddp_reducer *r, void *dst, const void *src, size_t bytes)
 {
     if (r->cuda)
         return ddp__dev_copy_async(dst, src, bytes, r->stream);
@@ -255,7 +255,7 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
         p->off = poff[i];
         if (r->o.gradient_as_bucket_view) {
             void *slot = (char *)bk[pb[i]].buf + poff[i] * ddp_dtype_size(p->p.dtype);
-            if (*p->p.grad && (rc = copy_in(r, slot, *p->p.grad, pbytes(p))) < 0)
+            if (*p->p.grad && (rc = bucket_copy(r, slot, *p->p.grad, pbytes(p))) < 0)
                 goto out;
             *p->p.grad = slot;
         }
@@ -555,7 +555,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
     if (!r->sync)
         return 0;
     if (!r->o.gradient_as_bucket_view) {
-        int rc = *p->p.grad ? copy_in(r, slot_of(r, p), *p->p.grad, pbytes(p))
+        int rc = *p->p.grad ? bucket_copy(r, slot_of(r, p), *p->p.grad, pbytes(p))
                             : zero(r, slot_of(r, p), pbytes(p));
         if (rc < 0)
             return fail(r, rc, "cannot copy the gradient of '%s' into its bucket: %s", p->name,
@@ -673,7 +673,7 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
     int64_t t0 = ddp_now_ns();
     for (size_t b = 0; b < r->nb; b++) {
         struct ddp_work *w = r->bk[b].work;
-        int e = !w ? 0 : r->cuda ? ddp_work_stream_wait(w) : ddp_work_wait(w);
+        int e = w ? ddp_work_stream_wait(w) : 0; /* a host wait on CPU groups */
         if (e < 0 && rc == 0)
             rc = fail(r, e, "all-reduce of bucket %zu failed: %s", b, ddp_pg_last_error(r->pg));
     }
@@ -698,7 +698,7 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
         for (size_t k = 0; k < b->nparams; k++) {
             struct rparam *p = &r->ps[b->params[k]];
             if (p->used_global && *p->p.grad &&
-                (rc = copy_in(r, *p->p.grad, slot_of(r, p), pbytes(p))) < 0) {
+                (rc = bucket_copy(r, *p->p.grad, slot_of(r, p), pbytes(p))) < 0) {
                 fail(r, rc, "cannot copy the average of '%s' out of its bucket: %s", p->name,
                      ddp__dev_error());
                 goto done;

@@ -326,7 +326,6 @@ static void *comm_nccl_main(void *arg)
         if (!fly) {
             if (pg->stop)
                 break;
-            fly_end = &fly;
             pthread_cond_wait(&pg->cv, &pg->mu);
             continue;
         }
