@@ -139,6 +139,10 @@ void usage(FILE *f)
         "  --max-steps N       stop after N global steps in total\n"
         "  --eval-every N      evaluate every N epochs and at the end (default 1; 0 = never)\n"
         "  --no-ddp            no process group: each rank trains its shard alone (compute only)\n"
+        "  --simulate-ranks N  no process group: one process computes every step as N ranks on\n"
+        "                      one node do, shard by shard, and averages their gradients in the\n"
+        "                      order and arithmetic of libddp's shared-memory all-reduce (a\n"
+        "                      bit-exact reference for a data-parallel run)\n"
         "  --bucket-view       gradients live in the reducer's buckets\n"
         "  --no-overlap        all-reduce everything after backward\n"
         "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
@@ -178,6 +182,7 @@ void parse(int argc, char **argv, struct cfg *c)
         O_CKEVERY,
         O_MAXSTEPS,
         O_NODDP,
+        O_SIM,
         O_VIEW,
         O_NOOVER,
         O_BMB,
@@ -201,6 +206,7 @@ void parse(int argc, char **argv, struct cfg *c)
                                        {"checkpoint-every", 1, 0, O_CKEVERY},
                                        {"max-steps", 1, 0, O_MAXSTEPS},
                                        {"no-ddp", 0, 0, O_NODDP},
+                                       {"simulate-ranks", 1, 0, O_SIM},
                                        {"bucket-view", 0, 0, O_VIEW},
                                        {"no-overlap", 0, 0, O_NOOVER},
                                        {"bucket-mb", 1, 0, O_BMB},
@@ -255,6 +261,12 @@ void parse(int argc, char **argv, struct cfg *c)
             c->max_steps = atol(optarg);
             break;
         case O_NODDP:
+            c->ddp = false;
+            break;
+        case O_SIM:
+            c->sim_ranks = atoi(optarg);
+            if (c->sim_ranks < 1)
+                die("--simulate-ranks wants a positive number of ranks, not '%s'", optarg);
             c->ddp = false;
             break;
         case O_VIEW:

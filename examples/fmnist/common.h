@@ -15,6 +15,7 @@
 
 struct cfg {
     int epochs, batch, nhidden, hidden[MAX_LAYERS], seed, ckpt_every, eval_every;
+    int sim_ranks; /* --simulate-ranks: one process computes the steps of this many ranks */
     long max_steps;
     float lr, momentum;
     const char *data, *ckpt_dir, *dump, *compare;

@@ -210,6 +210,8 @@ int main(int argc, char **argv)
     parse(argc, argv, &c);
     if (c.hook != DDP_HOOK_ALLREDUCE)
         die("--hook: the compression hooks work on host buckets; ddprun-fmnist has them");
+    if (c.sim_ranks)
+        die("--simulate-ranks is the host trainer's reference; ddprun-fmnist has it");
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev == 0)

@@ -164,6 +164,76 @@ static void backward(struct model *m, struct acts *a, int b, struct ddp_reducer 
     }
 }
 
+/*
+ * --simulate-ranks: the gradients of one step as nsh ranks on one node compute them, each on
+ * its shard, then averaged the way libddp's shared-memory all-reduce does it (rank 0's
+ * gradient, plus rank 1's, plus rank 2's ..., in that order, then divided by (float)nsh).
+ * The arithmetic is the data-parallel run's, operation for operation, so its parameters must
+ * equal this run's bit for bit; a tolerance could hide a real difference or fail on a CPU
+ * whose rounding sends the two runs apart (a ReLU that flips grows into a visible change).
+ */
+struct sim {
+    int n;
+    float *gW[MAX_LAYERS], *gb[MAX_LAYERS]; /* ranks 1..n-1 in turn */
+};
+
+static void sim_alloc(struct sim *sm, const struct model *m, int n)
+{
+    sm->n = n;
+    for (int l = 0; l < m->L && n > 1; l++) {
+        sm->gW[l] = calloc((size_t)m->dim[l] * (size_t)m->dim[l + 1], sizeof(float));
+        sm->gb[l] = calloc((size_t)m->dim[l + 1], sizeof(float));
+        if (!sm->gW[l] || !sm->gb[l])
+            die("out of memory");
+    }
+}
+
+static void sim_free(struct sim *sm, const struct model *m)
+{
+    for (int l = 0; l < m->L && sm->n > 1; l++) {
+        free(sm->gW[l]);
+        free(sm->gb[l]);
+    }
+}
+
+/* Points the model's gradients at the scratch buffers (zeroed) or back at its own. */
+static void sim_swap(struct sim *sm, struct model *m)
+{
+    for (int l = 0; l < m->L; l++) {
+        float *t = m->gW[l];
+        m->gW[l] = sm->gW[l];
+        sm->gW[l] = t;
+        t = m->gb[l];
+        m->gb[l] = sm->gb[l];
+        sm->gb[l] = t;
+    }
+}
+
+/* After rank r's gradients are in the scratch buffers: the model's += them, scratch zeroed. */
+static void sim_add(struct sim *sm, struct model *m)
+{
+    for (int l = 0; l < m->L; l++) {
+        size_t nw = (size_t)m->dim[l] * (size_t)m->dim[l + 1], nb = (size_t)m->dim[l + 1];
+        for (size_t i = 0; i < nw; i++)
+            m->gW[l][i] += sm->gW[l][i];
+        for (size_t i = 0; i < nb; i++)
+            m->gb[l][i] += sm->gb[l][i];
+        memset(sm->gW[l], 0, nw * sizeof(float));
+        memset(sm->gb[l], 0, nb * sizeof(float));
+    }
+}
+
+static void sim_average(struct sim *sm, struct model *m)
+{
+    for (int l = 0; l < m->L && sm->n > 1; l++) {
+        size_t nw = (size_t)m->dim[l] * (size_t)m->dim[l + 1], nb = (size_t)m->dim[l + 1];
+        for (size_t i = 0; i < nw; i++)
+            m->gW[l][i] /= (float)sm->n;
+        for (size_t i = 0; i < nb; i++)
+            m->gb[l][i] /= (float)sm->n;
+    }
+}
+
 static void sgd(struct model *m, float lr, float mu)
 {
     for (int l = 0; l < m->L; l++) {
@@ -367,14 +437,25 @@ int main(int argc, char **argv)
                world, nparams(&m), c.batch, steps_per_epoch,
                red ? "" : (pg ? "" : " (no process group)"));
 
+    /* The shards this process computes each step: its own, or with --simulate-ranks all of
+     * them (shard r of nsh in turn). */
+    int nsh = c.sim_ranks ? c.sim_ranks : world;
+    int r_first = c.sim_ranks ? 0 : rank, r_last = c.sim_ranks ? nsh : rank + 1;
+    if (c.batch < nsh)
+        die("global batch %d is smaller than the number of ranks %d", c.batch, nsh);
+    struct sim sm;
+    sim_alloc(&sm, &m, c.sim_ranks);
+    if (c.sim_ranks && rank == 0)
+        printf("ddprun-fmnist: simulating %d ranks in one process\n", nsh);
+
     struct acts a;
-    int local_max = (c.batch + world - 1) / world;
+    int local_max = (c.batch + nsh - 1) / nsh;
     acts_alloc(&a, &m, local_max > 1000 ? local_max : 1000);
     int *perm = malloc((size_t)train.n * sizeof(int));
     float *xb = malloc((size_t)local_max * IMG * sizeof(float));
     uint8_t *yb = malloc((size_t)local_max);
     /* Local gradients are sum/B*N, so that the average over ranks is the global batch mean. */
-    float scale = (float)world / (float)c.batch;
+    float scale = (float)nsh / (float)c.batch;
     int64_t total_steps = (int64_t)c.epochs * steps_per_epoch;
     if (c.max_steps && c.max_steps < total_steps)
         total_steps = c.max_steps;
@@ -388,17 +469,26 @@ int main(int argc, char **argv)
             shuffle(perm, train.n, (uint64_t)c.seed * 1000003u + (uint64_t)epoch);
             cur_epoch = epoch;
         }
-        int lo = c.batch * rank / world, hi = c.batch * (rank + 1) / world, b = hi - lo;
-        for (int i = 0; i < b; i++) {
-            int idx = perm[s * c.batch + lo + i];
-            memcpy(xb + (size_t)i * IMG, train.x + (size_t)idx * IMG, IMG * sizeof(float));
-            yb[i] = train.y[idx];
-        }
         double t0 = now_s();
-        forward(&m, &a, xb, b);
-        ep_loss += loss_grad(&m, &a, yb, b, scale, a.dZ, NULL);
-        ep_n += b;
-        backward(&m, &a, b, red);
+        for (int r = r_first; r < r_last; r++) {
+            int lo = c.batch * r / nsh, hi = c.batch * (r + 1) / nsh, b = hi - lo;
+            for (int i = 0; i < b; i++) {
+                int idx = perm[s * c.batch + lo + i];
+                memcpy(xb + (size_t)i * IMG, train.x + (size_t)idx * IMG, IMG * sizeof(float));
+                yb[i] = train.y[idx];
+            }
+            if (r > r_first)
+                sim_swap(&sm, &m);
+            forward(&m, &a, xb, b);
+            ep_loss += loss_grad(&m, &a, yb, b, scale, a.dZ, NULL);
+            ep_n += b;
+            backward(&m, &a, b, red);
+            if (r > r_first) {
+                sim_swap(&sm, &m);
+                sim_add(&sm, &m);
+            }
+        }
+        sim_average(&sm, &m);
         if (red && ddp_reducer_finalize(red) != 0)
             die("gradient reduction failed: %s", ddp_reducer_last_error(red));
         sgd(&m, c.lr, c.momentum);
@@ -426,6 +516,7 @@ int main(int argc, char **argv)
     int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
     ddp_pg_free(pg);
+    sim_free(&sm, &m);
     model_free(&m, free);
     for (int l = 0; l < m.L; l++) {
         free(a.Z[l]);

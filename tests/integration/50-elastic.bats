@@ -183,9 +183,13 @@ JOB
   [ "$(ev_field membership world_size | tail -n1)" = 2 ]
   grep -q "\[$(sshd_addr 1):0\] resuming from $PWD/ckpt/fmnist.ckpt at step [1-9]" out.txt
   grep -q "\[$(sshd_addr 1):0\] epoch 4/4 step 3748 " out.txt
+  # The two runs see the same data in the same order and differ only in rounding (3 ranks,
+  # then 2, from the checkpoint on): such runs end within 0.4 points of each other (1 to 6
+  # simulated ranks, 4 epochs), and even 8 other seeds stay within 1.2; a run that lost its
+  # progress or resumed wrong parameters would not.
   acc=$(final_acc out.txt)
   echo "accuracy: $acc with the failure, $ref without"
-  awk -v a="$acc" -v r="$ref" 'BEGIN { d = a - r; exit !(d < 1 && d > -1) }'
+  awk -v a="$acc" -v r="$ref" 'BEGIN { d = a - r; exit !(d < 1.5 && d > -1.5) }'
   for k in 1 2; do nothing_of_job_on "$k"; done
 }
 
@@ -284,8 +288,11 @@ JOB
   assert_output --partial "rank 0 (localhost) exited with status 9"
   assert_output --partial "resuming from $PWD/ckpt/fmnist.ckpt at step 100 "
   [ "$(ev_field resumed step | tr '\n' ' ')" = "0 100 " ]
-  # and the result is the uninterrupted run's
-  OMP_NUM_THREADS=1 "$FMNIST" --no-ddp --max-steps 300 --hidden 64 --eval-every 0 --compare final.bin --tol 1e-5
+  # and the result is the uninterrupted 2-rank run's, bit for bit: the reference does the same
+  # arithmetic in the same order (a 1-process run would part from it by rounding)
+  run "$FMNIST" --simulate-ranks 2 --max-steps 300 --hidden 64 --eval-every 0 --compare final.bin --tol 0
+  assert_success
+  assert_output --partial "compare: max |difference| from final.bin = 0 (tolerance 0)"
 }
 
 @test "a node listed beyond max_nodes is a spare: it takes a lost node's place at the next round" {

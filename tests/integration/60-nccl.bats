@@ -77,9 +77,14 @@ gpu_job() { # ranks, then trainer arguments
 @test "GPU: the CUDA trainer follows the host trainer (same model, data order and steps)" {
   has_gpu || skip "no CUDA device"
   [ -e "$BUILD/ddprun-fmnist-cuda" ] || skip "no CUDA trainer in this build"
-  run "$BUILD/ddprun-fmnist" --max-steps 100 --eval-every 0 --dump host.bin
+  # cuBLAS and OpenBLAS sum in other orders: after many steps rounding flips a ReLU and the
+  # runs part, so the parameters are compared after 5 steps (rounding 1e-7, a flipped ReLU
+  # under 1e-3, a wrong gradient 1e-1), and the longer run only by what it learns.
+  run "$BUILD/ddprun-fmnist" --max-steps 5 --eval-every 0 --dump host.bin
   assert_success
-  run "$BUILD/ddprun-fmnist-cuda" --max-steps 100 --compare host.bin --tol 2e-3
+  run "$BUILD/ddprun-fmnist-cuda" --max-steps 5 --eval-every 0 --compare host.bin --tol 2e-3
+  assert_success
+  run "$BUILD/ddprun-fmnist-cuda" --max-steps 100
   assert_success
   assert_output --regexp "test-acc [6-9][0-9]\.[0-9]+%"
 }
