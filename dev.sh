@@ -68,11 +68,18 @@ test)
     bats --print-output-on-failure -f "failed worker|fails once|hung node" \
     tests/integration/50-elastic.bats
   build fuzz
-  for t in store_proto:corpus job_spec:corpus-job; do
-    echo "== libFuzzer: ${t%%:*}, ${FUZZ_SECONDS:-45} s"
-    mkdir -p "build/fuzz/${t#*:}"
-    ./build/fuzz/tests/fuzz_"${t%%:*}" -max_total_time="${FUZZ_SECONDS:-45}" -print_final_stats=1 \
-      "build/fuzz/${t#*:}" "tests/fuzz/${t#*:}" 2>&1 | tail -n 6
+  # -timeout: an input that takes seconds (quadratic key handling, say) is a failure too;
+  # -max_len: room for deep nesting and many keys; job_spec gets a dictionary of YAML tokens.
+  for t in store_proto:corpus: job_spec:corpus-job:-dict=tests/fuzz/job.dict; do
+    IFS=: read -r name corpus extra <<<"$t"
+    echo "== libFuzzer: $name, ${FUZZ_SECONDS:-45} s"
+    mkdir -p "build/fuzz/$corpus"
+    # shellcheck disable=SC2086
+    if ! ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-45}" -print_final_stats=1 \
+      -timeout=10 -max_len=65536 $extra "build/fuzz/$corpus" "tests/fuzz/$corpus" 2>&1 | tail -n 6; then
+      echo "dev.sh: fuzz_$name found a failing input (above)" >&2
+      exit 1
+    fi
   done
   echo "== all suites passed"
   ;;

@@ -1,11 +1,11 @@
 /*
- * Job spec loading: libyaml events become a small tree whose nodes remember
- * their line and column (or the --set that made them); a schema walk then
- * fills struct ddp_job and reports the first problem as
- * "FILE:LINE:COL: what is wrong (what was expected)".
+ * Job spec loading: the YAML tree of cli/ytree.c (nodes that remember their line and
+ * column, or the --set that made them) is walked against the schema, which fills struct
+ * ddp_job and reports the first problem as "FILE:LINE:COL: what is wrong (what was expected)".
  */
 #include "cli/job.h"
 #include "cli/cli.h"
+#include "cli/ytree.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,288 +15,23 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include "common/banned.h"
-
-enum ytype { Y_SCALAR, Y_SEQ, Y_MAP };
-
-struct ynode {
-    enum ytype type;
-    int line, col;       /* 1-based, in the job file */
-    const char *origin;  /* "--set a.b=..." for overrides (borrowed), else NULL */
-    char *str;           /* scalar text */
-    struct ynode **kids; /* seq items; map: key, value, key, value... */
-    size_t n;
-};
 
 struct ctx {
     const char *file;
 };
 
-static void ynode_free(struct ynode *n)
-{
-    if (!n)
-        return;
-    for (size_t i = 0; i < n->n; i++)
-        ynode_free(n->kids[i]);
-    free(n->kids);
-    free(n->str);
-    free(n);
-}
-
-static void err_at(const struct ctx *c, const struct ynode *n, const char *fmt, ...)
+static void err_at(const struct ctx *c, const struct ddp_ynode *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void err_at(const struct ctx *c, const struct ynode *n, const char *fmt, ...)
+static void err_at(const struct ctx *c, const struct ddp_ynode *n, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (n && n->origin)
-        ddp__cli_error("%s: %s", n->origin, msg);
-    else if (n)
-        ddp__cli_error("%s:%d:%d: %s", c->file, n->line, n->col, msg);
-    else
-        ddp__cli_error("%s: %s", c->file, msg);
-}
-
-/* ------------------------------------------------------------------ */
-/* YAML events -> tree                                                */
-/* ------------------------------------------------------------------ */
-
-static int add_kid(struct ynode *p, struct ynode *k)
-{
-    struct ynode **v = realloc(p->kids, (p->n + 1) * sizeof(*v));
-    if (!v)
-        return -1;
-    p->kids = v;
-    p->kids[p->n++] = k;
-    return 0;
-}
-
-static struct ynode *new_node(enum ytype t, const yaml_mark_t *m, const char *origin)
-{
-    struct ynode *n = calloc(1, sizeof(*n));
-    if (n) {
-        n->type = t;
-        n->line = (int)m->line + 1;
-        n->col = (int)m->column + 1;
-        n->origin = origin;
-    }
-    return n;
-}
-
-static void syntax_error(const struct ctx *c, yaml_parser_t *p, const char *origin)
-{
-    const char *what = p->problem ? p->problem : "malformed YAML";
-    if (origin)
-        ddp__cli_error("%s: YAML syntax error: %s", origin, what);
-    else
-        ddp__cli_error("%s:%zu:%zu: YAML syntax error: %s%s%s", c->file, p->problem_mark.line + 1,
-                       p->problem_mark.column + 1, what, p->context ? " " : "",
-                       p->context ? p->context : "");
-}
-
-/* Builds the node for the event just read (ev) and everything under it. */
-static struct ynode *build(const struct ctx *c, yaml_parser_t *p, yaml_event_t *ev,
-                           const char *origin)
-{
-    struct ynode *n = NULL;
-    switch (ev->type) {
-    case YAML_SCALAR_EVENT:
-        if (!(n = new_node(Y_SCALAR, &ev->start_mark, origin)) ||
-            !(n->str = strndup((const char *)ev->data.scalar.value, ev->data.scalar.length))) {
-            ynode_free(n);
-            return NULL;
-        }
-        return n;
-    case YAML_SEQUENCE_START_EVENT:
-    case YAML_MAPPING_START_EVENT: {
-        bool map = ev->type == YAML_MAPPING_START_EVENT;
-        yaml_event_type_t end = map ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
-        if (!(n = new_node(map ? Y_MAP : Y_SEQ, &ev->start_mark, origin)))
-            return NULL;
-        for (;;) {
-            yaml_event_t e;
-            if (!yaml_parser_parse(p, &e)) {
-                syntax_error(c, p, origin);
-                ynode_free(n);
-                return NULL;
-            }
-            if (e.type == end) {
-                yaml_event_delete(&e);
-                return n;
-            }
-            struct ynode *k = build(c, p, &e, origin);
-            yaml_event_delete(&e);
-            if (!k || add_kid(n, k) < 0) {
-                ynode_free(k);
-                ynode_free(n);
-                return NULL;
-            }
-            if (map && (n->n % 2) == 1 && k->type != Y_SCALAR) {
-                err_at(c, k, "a mapping key must be a plain word");
-                ynode_free(n);
-                return NULL;
-            }
-        }
-    }
-    case YAML_ALIAS_EVENT: {
-        struct ynode tmp = {.line = (int)ev->start_mark.line + 1,
-                            .col = (int)ev->start_mark.column + 1,
-                            .origin = origin};
-        err_at(c, &tmp, "YAML aliases (*name) are not supported in job files");
-        return NULL;
-    }
-    default:
-        ddp__cli_error("%s: unexpected YAML event %d", c->file, (int)ev->type);
-        return NULL;
-    }
-}
-
-/* Parses one YAML document from text; *root is NULL for an empty document. */
-static int parse_yaml(const struct ctx *c, const char *text, size_t len, const char *origin,
-                      struct ynode **root)
-{
-    yaml_parser_t p;
-    yaml_event_t ev;
-    struct ynode *r = NULL;
-    int rc = -1, docs = 0;
-    yaml_parser_initialize(&p);
-    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
-    for (;;) {
-        if (!yaml_parser_parse(&p, &ev)) {
-            syntax_error(c, &p, origin);
-            goto out;
-        }
-        yaml_event_type_t t = ev.type;
-        if (t == YAML_STREAM_END_EVENT) {
-            yaml_event_delete(&ev);
-            break;
-        }
-        if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1) {
-            struct ynode tmp = {.line = (int)ev.start_mark.line + 1,
-                                .col = (int)ev.start_mark.column + 1,
-                                .origin = origin};
-            err_at(c, &tmp, "a job file holds one YAML document, found a second one");
-            yaml_event_delete(&ev);
-            goto out;
-        }
-        if (t == YAML_SCALAR_EVENT || t == YAML_SEQUENCE_START_EVENT ||
-            t == YAML_MAPPING_START_EVENT || t == YAML_ALIAS_EVENT) {
-            r = build(c, &p, &ev, origin);
-            yaml_event_delete(&ev);
-            if (!r)
-                goto out;
-            continue;
-        }
-        yaml_event_delete(&ev);
-    }
-    *root = r;
-    r = NULL;
-    rc = 0;
-out:
-    ynode_free(r);
-    yaml_parser_delete(&p);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* --set overrides                                                    */
-/* ------------------------------------------------------------------ */
-
-static struct ynode *map_get(const struct ynode *m, const char *key)
-{
-    for (size_t i = 0; i + 1 < m->n; i += 2)
-        if (strcmp(m->kids[i]->str, key) == 0)
-            return m->kids[i + 1];
-    return NULL;
-}
-
-/* set is "KEY=VALUE"; origin ("--set KEY=VALUE") labels the nodes it makes and must outlive them.
- */
-static int apply_set(const struct ctx *c, struct ynode **root, const char *set, const char *origin)
-{
-    const char *eq = strchr(set, '=');
-    if (!eq || eq == set) {
-        ddp__cli_error("%s: expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes",
-                       origin);
-        return -1;
-    }
-    struct ynode *val = NULL;
-    yaml_mark_t m0 = {0};
-    if (parse_yaml(c, eq + 1, strlen(eq + 1), origin, &val) < 0)
-        return -1;
-    if (!val) { /* "--set key=" means an empty string */
-        if (!(val = new_node(Y_SCALAR, &m0, origin)) || !(val->str = strdup(""))) {
-            ynode_free(val);
-            return -1;
-        }
-    }
-    if (!*root && !(*root = new_node(Y_MAP, &m0, origin))) {
-        ynode_free(val);
-        return -1;
-    }
-    char *path = strndup(set, (size_t)(eq - set));
-    struct ynode *cur = *root;
-    char *save = NULL, *tok = strtok_r(path, ".", &save);
-    int rc = -1;
-    while (tok) {
-        char *next = strtok_r(NULL, ".", &save);
-        if (cur->type == Y_SEQ) {
-            char *end;
-            long idx = strtol(tok, &end, 10);
-            if (*end || idx < 0 || (size_t)idx >= cur->n) {
-                ddp__cli_error("%s: '%s' is not an index of the list (0 to %zu)", origin, tok,
-                               cur->n ? cur->n - 1 : 0);
-                goto out;
-            }
-            if (!next) {
-                ynode_free(cur->kids[idx]);
-                cur->kids[idx] = val;
-                val = NULL;
-                rc = 0;
-                goto out;
-            }
-            cur = cur->kids[idx];
-        } else if (cur->type == Y_MAP) {
-            size_t i;
-            for (i = 0; i + 1 < cur->n && strcmp(cur->kids[i]->str, tok) != 0; i += 2)
-                ;
-            if (i + 1 >= cur->n) { /* a new key */
-                struct ynode *k = new_node(Y_SCALAR, &m0, origin);
-                struct ynode *v = next ? new_node(Y_MAP, &m0, origin) : val;
-                if (!k || !v || !(k->str = strdup(tok)) || add_kid(cur, k) < 0 ||
-                    add_kid(cur, v) < 0) {
-                    ddp__cli_error("out of memory");
-                    goto out;
-                }
-                if (!next)
-                    val = NULL;
-                i = cur->n - 2;
-            } else if (!next) {
-                ynode_free(cur->kids[i + 1]);
-                cur->kids[i + 1] = val;
-                val = NULL;
-            }
-            if (!next) {
-                rc = 0;
-                goto out;
-            }
-            cur = cur->kids[i + 1];
-        } else {
-            ddp__cli_error("%s: '%s' is inside a value that is not a mapping or a list", origin,
-                           tok);
-            goto out;
-        }
-        tok = next;
-    }
-out:
-    free(path);
-    ynode_free(val);
-    return rc;
+    ddp__ytree_error(c->file, n, "%s", msg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -316,16 +51,41 @@ static const char *const logs_keys[] = {"dir", "tag_output", NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
 
+/* A key given twice in mapping m is an error (O(n log n): a file may hold many keys). */
+static int check_dup_keys(const struct ctx *c, const struct ddp_ynode *m, const char *where)
+{
+    size_t nk = m->n / 2, dup, first;
+    const char **keys = malloc((nk ? nk : 1) * sizeof(*keys));
+    if (!keys) {
+        ddp__cli_error("out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < nk; i++)
+        keys[i] = m->kids[2 * i]->str;
+    bool found = ddp__ytree_find_dup(keys, nk, &dup, &first);
+    free(keys);
+    if (found) {
+        const struct ddp_ynode *k = m->kids[2 * dup], *k0 = m->kids[2 * first];
+        if (k0->origin || k->origin)
+            err_at(c, k, "duplicate key '%s' in %s", k->str, where);
+        else
+            err_at(c, k, "duplicate key '%s' in %s (first given at line %d)", k->str, where,
+                   k0->line);
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks a mapping's keys against a list: unknown and duplicate keys are errors. */
-static int check_keys(const struct ctx *c, const struct ynode *m, const char *where,
+static int check_keys(const struct ctx *c, const struct ddp_ynode *m, const char *where,
                       const char *const *allowed)
 {
-    if (m->type != Y_MAP) {
+    if (m->type != DDP_Y_MAP) {
         err_at(c, m, "%s must be a mapping of keys to values", where);
         return -1;
     }
     for (size_t i = 0; i + 1 < m->n; i += 2) {
-        const struct ynode *k = m->kids[i];
+        const struct ddp_ynode *k = m->kids[i];
         bool ok = false;
         for (const char *const *a = allowed; *a; a++)
             ok |= strcmp(*a, k->str) == 0;
@@ -338,27 +98,21 @@ static int check_keys(const struct ctx *c, const struct ynode *m, const char *wh
             err_at(c, k, "unknown key '%s' in %s (expected one of: %s)", k->str, where, list);
             return -1;
         }
-        for (size_t j = 0; j < i; j += 2)
-            if (strcmp(m->kids[j]->str, k->str) == 0) {
-                err_at(c, k, "duplicate key '%s' in %s (first given at line %d)", k->str, where,
-                       m->kids[j]->line);
-                return -1;
-            }
     }
-    return 0;
+    return check_dup_keys(c, m, where);
 }
 
-static int want_scalar(const struct ctx *c, const struct ynode *n, const char *what)
+static int want_scalar(const struct ctx *c, const struct ddp_ynode *n, const char *what)
 {
-    if (n->type != Y_SCALAR) {
+    if (n->type != DDP_Y_SCALAR) {
         err_at(c, n, "%s must be a single value, not a %s", what,
-               n->type == Y_MAP ? "mapping" : "list");
+               n->type == DDP_Y_MAP ? "mapping" : "list");
         return -1;
     }
     return 0;
 }
 
-static int get_str(const struct ctx *c, const struct ynode *n, const char *what, char **out)
+static int get_str(const struct ctx *c, const struct ddp_ynode *n, const char *what, char **out)
 {
     if (want_scalar(c, n, what) < 0)
         return -1;
@@ -371,8 +125,8 @@ static int get_str(const struct ctx *c, const struct ynode *n, const char *what,
     return *out ? 0 : -1;
 }
 
-static int get_int(const struct ctx *c, const struct ynode *n, const char *what, long lo, long hi,
-                   int *out)
+static int get_int(const struct ctx *c, const struct ddp_ynode *n, const char *what, long lo,
+                   long hi, int *out)
 {
     if (want_scalar(c, n, what) < 0)
         return -1;
@@ -387,7 +141,7 @@ static int get_int(const struct ctx *c, const struct ynode *n, const char *what,
     return 0;
 }
 
-static int get_bool(const struct ctx *c, const struct ynode *n, const char *what, bool *out)
+static int get_bool(const struct ctx *c, const struct ddp_ynode *n, const char *what, bool *out)
 {
     static const char *const t[] = {"true", "yes", "on", "1"}, *const f[] = {"false", "no", "off",
                                                                              "0"};
@@ -429,7 +183,8 @@ int64_t ddp__parse_duration_ms(const char *s)
     return ms > 1e15 ? -1 : (int64_t)(ms + 0.5);
 }
 
-static int get_duration(const struct ctx *c, const struct ynode *n, const char *what, int64_t *out)
+static int get_duration(const struct ctx *c, const struct ddp_ynode *n, const char *what,
+                        int64_t *out)
 {
     if (want_scalar(c, n, what) < 0)
         return -1;
@@ -486,13 +241,13 @@ static bool env_name_ok(const char *s)
     return true;
 }
 
-static int load_command(const struct ctx *c, const struct ynode *n, struct ddp_job *j)
+static int load_command(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
-    if (n->type == Y_SCALAR)
+    if (n->type == DDP_Y_SCALAR)
         return get_str(c, n, "command", &j->shell);
-    if (n->type != Y_SEQ || n->n == 0) {
+    if (n->type != DDP_Y_SEQ || n->n == 0) {
         err_at(c, n, "command must be a list of arguments or a shell command string%s",
-               n->type == Y_SEQ ? ", not an empty list" : "");
+               n->type == DDP_Y_SEQ ? ", not an empty list" : "");
         return -1;
     }
     if (!(j->argv = calloc(n->n + 1, sizeof(char *))))
@@ -510,25 +265,22 @@ static int load_command(const struct ctx *c, const struct ynode *n, struct ddp_j
     return 0;
 }
 
-static int load_env(const struct ctx *c, const struct ynode *n, struct ddp_job *j)
+static int load_env(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
-    if (n->type != Y_MAP) {
+    if (n->type != DDP_Y_MAP) {
         err_at(c, n, "env must be a mapping of variable names to values");
         return -1;
     }
+    if (check_dup_keys(c, n, "env") < 0)
+        return -1;
     if (!(j->env = calloc(n->n / 2 + 1, sizeof(*j->env))))
         return -1;
     for (size_t i = 0; i + 1 < n->n; i += 2) {
-        const struct ynode *k = n->kids[i], *v = n->kids[i + 1];
+        const struct ddp_ynode *k = n->kids[i], *v = n->kids[i + 1];
         if (!env_name_ok(k->str)) {
             err_at(c, k, "env: '%s' is not a valid variable name (letters, digits, _)", k->str);
             return -1;
         }
-        for (size_t p = 0; p < j->nenv; p++)
-            if (strcmp(j->env[p].key, k->str) == 0) {
-                err_at(c, k, "env: duplicate variable '%s'", k->str);
-                return -1;
-            }
         if (want_scalar(c, v, "an env value") < 0)
             return -1;
         j->env[j->nenv].key = strdup(k->str);
@@ -538,10 +290,61 @@ static int load_env(const struct ctx *c, const struct ynode *n, struct ddp_job *
     return 0;
 }
 
-static int load_nodes(const struct ctx *c, const struct ynode *n, struct ddp_job *j,
+/*
+ * The command and env reach every rank through exec(2), whose kernel limits are 128 KiB per
+ * string and about 2 MiB for all of them with the inherited environment, and reach remote
+ * agents in one frame of at most 1 MiB: a job over these would fail at launch with "Argument
+ * list too long", so it is refused here, where the file and line can be named.
+ */
+#define DDP_JOB_MAX_STRING (128u << 10)
+#define DDP_JOB_MAX_EXEC (512u << 10)
+
+static int check_exec_size(const struct ctx *c, const struct ddp_ynode *root,
+                           const struct ddp_job *j)
+{
+    size_t total = 0;
+    const struct ddp_ynode *cmd = ddp__ytree_get(root, "command"),
+                           *env = ddp__ytree_get(root, "env");
+    for (size_t i = 0; j->argv && j->argv[i]; i++) {
+        size_t l = strlen(j->argv[i]) + 1;
+        if (l > DDP_JOB_MAX_STRING) {
+            err_at(c, cmd->kids[i], "command argument %zu is %zu bytes; exec takes at most %u", i,
+                   l - 1, DDP_JOB_MAX_STRING - 1);
+            return -1;
+        }
+        total += l + sizeof(char *);
+    }
+    if (j->shell) {
+        total += strlen(j->shell) + 1;
+        if (strlen(j->shell) + 1 > DDP_JOB_MAX_STRING) {
+            err_at(c, cmd, "command is %zu bytes; exec takes at most %u", strlen(j->shell),
+                   DDP_JOB_MAX_STRING - 1);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < j->nenv; i++) {
+        size_t l = strlen(j->env[i].key) + strlen(j->env[i].value) + 2;
+        if (l > DDP_JOB_MAX_STRING) {
+            err_at(c, env->kids[2 * i], "env: %s=... is %zu bytes; a variable holds at most %u",
+                   j->env[i].key, l - 1, DDP_JOB_MAX_STRING - 1);
+            return -1;
+        }
+        total += l + sizeof(char *);
+    }
+    if (total > DDP_JOB_MAX_EXEC) {
+        err_at(c, env ? env : cmd,
+               "command and env take %zu KiB (%zu variables); a rank's command line and "
+               "environment are limited to %u KiB",
+               (total + 1023) / 1024, j->nenv, DDP_JOB_MAX_EXEC >> 10);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_nodes(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                       int **slots_given)
 {
-    if (n->type != Y_SEQ || n->n == 0) {
+    if (n->type != DDP_Y_SEQ || n->n == 0) {
         err_at(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
         return -1;
     }
@@ -550,26 +353,35 @@ static int load_nodes(const struct ctx *c, const struct ynode *n, struct ddp_job
     if (!j->nodes || !*slots_given)
         return -1;
     for (size_t i = 0; i < n->n; i++) {
-        const struct ynode *e = n->kids[i], *host = e;
-        if (e->type == Y_MAP) {
+        const struct ddp_ynode *e = n->kids[i], *host = e;
+        if (e->type == DDP_Y_MAP) {
             if (check_keys(c, e, "a node", node_keys) < 0)
                 return -1;
-            if (!(host = map_get(e, "host"))) {
+            if (!(host = ddp__ytree_get(e, "host"))) {
                 err_at(c, e, "a node needs 'host'");
                 return -1;
             }
-            const struct ynode *s = map_get(e, "slots");
+            const struct ddp_ynode *s = ddp__ytree_get(e, "slots");
             if (s && get_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
                 return -1;
         }
         if (get_str(c, host, "host", &j->nodes[i].host) < 0)
             return -1;
         j->nnodes = i + 1; /* counted now, so an error below still frees it */
-        for (size_t p = 0; p < i; p++)
-            if (strcmp(j->nodes[p].host, j->nodes[i].host) == 0) {
-                err_at(c, host, "node '%s' is listed twice", j->nodes[i].host);
-                return -1;
-            }
+    }
+    const char **hosts = malloc(j->nnodes * sizeof(*hosts));
+    size_t dup, first;
+    if (!hosts)
+        return -1;
+    for (size_t i = 0; i < j->nnodes; i++)
+        hosts[i] = j->nodes[i].host;
+    bool found = ddp__ytree_find_dup(hosts, j->nnodes, &dup, &first);
+    free(hosts);
+    if (found) {
+        const struct ddp_ynode *e = n->kids[dup];
+        err_at(c, e->type == DDP_Y_MAP ? ddp__ytree_get(e, "host") : e, "node '%s' is listed twice",
+               j->nodes[dup].host);
+        return -1;
     }
     return 0;
 }
@@ -585,27 +397,39 @@ static char *default_name(const char *file)
     return n;
 }
 
-static int load_tree(const struct ctx *c, const struct ynode *root, const char *basedir,
+static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const char *basedir,
                      struct ddp_job *j)
 {
-    const struct ynode *n, *sub;
+    const struct ddp_ynode *n, *sub;
     int *slots_given = NULL, rc = -1;
 
     if (!root) {
         err_at(c, NULL, "the job file is empty (it needs at least 'command')");
         return -1;
     }
+    if (root->type != DDP_Y_MAP) {
+        /* Most often a program given where a job file goes: ddprun train.py. */
+        const char *dot = strrchr(c->file, '.');
+        bool prog = dot && (!strcmp(dot, ".py") || !strcmp(dot, ".sh") || !strcmp(dot, ".pl"));
+        err_at(c, prog ? NULL : root,
+               "%s, not a job file: a job file is a YAML mapping of keys to values (see "
+               "ddprun-job(5)); to run a program put it in one, as command: [python3, train.py]",
+               prog                      ? "this is a program"
+               : root->type == DDP_Y_SEQ ? "this is a YAML list"
+                                         : "this is a single value");
+        return -1;
+    }
     if (check_keys(c, root, "the job spec", top_keys) < 0)
         return -1;
-    if ((n = map_get(root, "name")) && get_str(c, n, "name", &j->name) < 0)
+    if ((n = ddp__ytree_get(root, "name")) && get_str(c, n, "name", &j->name) < 0)
         return -1;
-    if (!(n = map_get(root, "command"))) {
+    if (!(n = ddp__ytree_get(root, "command"))) {
         err_at(c, root, "missing 'command' (the program each rank runs, as a list or a string)");
         return -1;
     }
     if (load_command(c, n, j) < 0)
         return -1;
-    if ((n = map_get(root, "workdir"))) {
+    if ((n = ddp__ytree_get(root, "workdir"))) {
         char *w = NULL;
         if (get_str(c, n, "workdir", &w) < 0)
             return -1;
@@ -614,9 +438,11 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
     } else {
         j->workdir = strdup(basedir);
     }
-    if ((n = map_get(root, "env")) && load_env(c, n, j) < 0)
+    if ((n = ddp__ytree_get(root, "env")) && load_env(c, n, j) < 0)
         return -1;
-    if ((n = map_get(root, "nodes"))) {
+    if (check_exec_size(c, root, j) < 0)
+        return -1;
+    if ((n = ddp__ytree_get(root, "nodes"))) {
         if (load_nodes(c, n, j, &slots_given) < 0)
             goto out;
     } else {
@@ -625,7 +451,7 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         j->nodes[0].host = strdup("localhost");
         j->nnodes = 1;
     }
-    if ((n = map_get(root, "nproc_per_node")) &&
+    if ((n = ddp__ytree_get(root, "nproc_per_node")) &&
         get_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
         goto out;
     j->world_size = 0;
@@ -633,7 +459,7 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         j->nodes[i].slots = slots_given[i] ? slots_given[i] : j->nproc_per_node;
         j->world_size += j->nodes[i].slots;
     }
-    if ((n = map_get(root, "backend"))) {
+    if ((n = ddp__ytree_get(root, "backend"))) {
         if (get_str(c, n, "backend", &j->backend) < 0)
             goto out;
         if (strcmp(j->backend, "cpu") != 0 && strcmp(j->backend, "nccl") != 0) {
@@ -648,32 +474,32 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         }
 #endif
     }
-    if ((sub = map_get(root, "rendezvous"))) {
+    if ((sub = ddp__ytree_get(root, "rendezvous"))) {
         if (check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
-            ((n = map_get(sub, "listen")) &&
+            ((n = ddp__ytree_get(sub, "listen")) &&
              get_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
-            ((n = map_get(sub, "port")) &&
+            ((n = ddp__ytree_get(sub, "port")) &&
              get_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
-            ((n = map_get(sub, "timeout")) &&
+            ((n = ddp__ytree_get(sub, "timeout")) &&
              get_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
-            ((n = map_get(sub, "last_call")) &&
+            ((n = ddp__ytree_get(sub, "last_call")) &&
              get_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
             goto out;
     }
     j->min_nodes = j->max_nodes = (int)j->nnodes;
-    if ((sub = map_get(root, "elastic"))) {
-        const struct ynode *mn = map_get(sub, "min_nodes");
+    if ((sub = ddp__ytree_get(root, "elastic"))) {
+        const struct ddp_ynode *mn = ddp__ytree_get(sub, "min_nodes");
         if (check_keys(c, sub, "elastic", elastic_keys) < 0 ||
             (mn && get_int(c, mn, "elastic.min_nodes", 1, 100000, &j->min_nodes) < 0) ||
-            ((n = map_get(sub, "max_nodes")) &&
+            ((n = ddp__ytree_get(sub, "max_nodes")) &&
              get_int(c, n, "elastic.max_nodes", 1, 100000, &j->max_nodes) < 0) ||
-            ((n = map_get(sub, "max_restarts")) &&
+            ((n = ddp__ytree_get(sub, "max_restarts")) &&
              get_int(c, n, "elastic.max_restarts", 0, 1000000, &j->max_restarts) < 0) ||
-            ((n = map_get(sub, "heartbeat_interval")) &&
+            ((n = ddp__ytree_get(sub, "heartbeat_interval")) &&
              get_duration(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) < 0) ||
-            ((n = map_get(sub, "heartbeat_timeout")) &&
+            ((n = ddp__ytree_get(sub, "heartbeat_timeout")) &&
              get_duration(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0) ||
-            ((n = map_get(sub, "cooldown")) &&
+            ((n = ddp__ytree_get(sub, "cooldown")) &&
              get_duration(c, n, "elastic.cooldown", &j->cooldown_ms) < 0))
             goto out;
         if (j->min_nodes > j->max_nodes) {
@@ -687,23 +513,24 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         }
     }
     if (j->max_nodes > (int)j->nnodes) {
-        err_at(c, map_get(root, "elastic"),
+        err_at(c, ddp__ytree_get(root, "elastic"),
                "elastic.max_nodes (%d) is above the number of nodes listed (%zu)", j->max_nodes,
                j->nnodes);
         goto out;
     }
-    if ((sub = map_get(root, "ssh"))) {
+    if ((sub = ddp__ytree_get(root, "ssh"))) {
         if (check_keys(c, sub, "ssh", ssh_keys) < 0 ||
-            ((n = map_get(sub, "user")) && get_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
-            ((n = map_get(sub, "port")) && get_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
-            ((n = map_get(sub, "identity")) &&
+            ((n = ddp__ytree_get(sub, "user")) && get_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
+            ((n = ddp__ytree_get(sub, "port")) &&
+             get_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
+            ((n = ddp__ytree_get(sub, "identity")) &&
              get_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
-            ((n = map_get(sub, "known_hosts")) &&
+            ((n = ddp__ytree_get(sub, "known_hosts")) &&
              get_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0) ||
-            ((n = map_get(sub, "remote_ddprun")) &&
+            ((n = ddp__ytree_get(sub, "remote_ddprun")) &&
              get_str(c, n, "ssh.remote_ddprun", &j->ssh_remote_ddprun) < 0))
             goto out;
-        if ((n = map_get(sub, "strict_host_key_checking"))) {
+        if ((n = ddp__ytree_get(sub, "strict_host_key_checking"))) {
             if (want_scalar(c, n, "ssh.strict_host_key_checking") < 0)
                 goto out;
             /* YAML 1.1 reads yes/no as booleans; they are names here. */
@@ -721,25 +548,25 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
             j->ssh_strict = strdup(v);
         }
     }
-    if ((sub = map_get(root, "logs"))) {
+    if ((sub = ddp__ytree_get(root, "logs"))) {
         if (check_keys(c, sub, "logs", logs_keys) < 0 ||
-            ((n = map_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
-            ((n = map_get(sub, "tag_output")) &&
+            ((n = ddp__ytree_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
+            ((n = ddp__ytree_get(sub, "tag_output")) &&
              get_bool(c, n, "logs.tag_output", &j->tag_output) < 0))
             goto out;
     }
-    if ((sub = map_get(root, "checkpoint"))) {
+    if ((sub = ddp__ytree_get(root, "checkpoint"))) {
         char *d = NULL;
         if (check_keys(c, sub, "checkpoint", ckpt_keys) < 0)
             goto out;
-        if ((n = map_get(sub, "dir"))) {
+        if ((n = ddp__ytree_get(sub, "dir"))) {
             if (get_str(c, n, "checkpoint.dir", &d) < 0)
                 goto out;
             j->checkpoint_dir = resolve(j->workdir, d);
             free(d);
         }
     }
-    if ((n = map_get(root, "stop_grace")) &&
+    if ((n = ddp__ytree_get(root, "stop_grace")) &&
         get_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
         goto out;
     bool all_local = true;
@@ -747,7 +574,7 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
         all_local &= ddp__job_host_is_local(j->nodes[i].host);
     if (all_local) {
         struct stat st;
-        n = map_get(root, "workdir");
+        n = ddp__ytree_get(root, "workdir");
         if (stat(j->workdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
             err_at(c, n, "workdir '%s' is not a folder", j->workdir);
             goto out;
@@ -757,6 +584,46 @@ static int load_tree(const struct ctx *c, const struct ynode *root, const char *
 out:
     free(slots_given);
     return rc;
+}
+
+/*
+ * Before a --set below nodes (nodes.0.slots=4): the list it addresses must exist in its long
+ * form. A job without nodes gets the default list, [{host: localhost}], and a node given as
+ * a bare host name becomes {host: NAME}, so the set adds a key beside it.
+ */
+static int expand_nodes(struct ddp_ynode **root, const char *origin)
+{
+    struct ddp_ynode *list =
+        *root && (*root)->type == DDP_Y_MAP ? ddp__ytree_get(*root, "nodes") : NULL;
+    if (*root && (*root)->type != DDP_Y_MAP)
+        return 0; /* the schema walk says what is wrong with it */
+    if (!list) {
+        if (ddp__ytree_apply_set("--set", root, "nodes=[localhost]", origin) < 0)
+            return -1;
+        list = ddp__ytree_get(*root, "nodes");
+    }
+    if (list->type != DDP_Y_SEQ)
+        return 0;
+    for (size_t i = 0; i < list->n; i++) {
+        struct ddp_ynode *e = list->kids[i];
+        if (e->type != DDP_Y_SCALAR)
+            continue;
+        struct ddp_ynode *m = ddp__ytree_new(DDP_Y_MAP, e->line, e->col, e->origin);
+        struct ddp_ynode *k = ddp__ytree_new(DDP_Y_SCALAR, e->line, e->col, e->origin);
+        if (!m || !k || !(k->str = strdup("host")) || ddp__ytree_add(m, k) < 0) {
+            ddp__ytree_free(k);
+            ddp__ytree_free(m);
+            ddp__cli_error("out of memory");
+            return -1;
+        }
+        if (ddp__ytree_add(m, e) < 0) {
+            ddp__ytree_free(m);
+            ddp__cli_error("out of memory");
+            return -1;
+        }
+        list->kids[i] = m;
+    }
+    return 0;
 }
 
 static void set_defaults(struct ddp_job *j)
@@ -780,7 +647,7 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
                 const char *const *sets, size_t nsets, struct ddp_job **out)
 {
     struct ctx c = {.file = file};
-    struct ynode *root = NULL;
+    struct ddp_ynode *root = NULL;
     char **origins = NULL;
     struct ddp_job *j = calloc(1, sizeof(*j));
     int rc = -1;
@@ -788,7 +655,7 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
         return -1;
     set_defaults(j);
     j->file = strdup(file);
-    if (parse_yaml(&c, text, len, NULL, &root) < 0)
+    if (ddp__ytree_parse(file, text, len, NULL, &root) < 0)
         goto out;
     if (nsets && !(origins = calloc(nsets, sizeof(char *))))
         goto out;
@@ -797,7 +664,9 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
         if (!(origins[i] = malloc(n)))
             goto out;
         snprintf(origins[i], n, "--set %s", sets[i]);
-        if (apply_set(&c, &root, sets[i], origins[i]) < 0)
+        if (strncmp(sets[i], "nodes.", 6) == 0 && expand_nodes(&root, origins[i]) < 0)
+            goto out;
+        if (ddp__ytree_apply_set(file, &root, sets[i], origins[i]) < 0)
             goto out;
     }
     if (load_tree(&c, root, basedir, j) < 0)
@@ -815,7 +684,7 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
     j = NULL;
     rc = 0;
 out:
-    ynode_free(root);
+    ddp__ytree_free(root);
     for (size_t i = 0; origins && i < nsets; i++)
         free(origins[i]);
     free(origins);
@@ -825,6 +694,11 @@ out:
 
 int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struct ddp_job **out)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        ddp__cli_error("%s: is a folder, not a job file", path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         ddp__cli_error("%s: cannot read the job file: %s", path, strerror(errno));

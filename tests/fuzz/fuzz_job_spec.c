@@ -1,7 +1,8 @@
 /*
- * libFuzzer target for the job-spec loader (cli/job.c): arbitrary bytes as a
- * job file, with and without --set overrides. Every input must either load
- * or be refused with an error, without crashing or leaking.
+ * libFuzzer target for the job-spec loader (cli/ytree.c, cli/job.c): arbitrary bytes as a
+ * job file, with and without --set overrides. Every input must either load or be refused
+ * with an error, without crashing, leaking or taking long (dev.sh runs it with a dictionary
+ * of YAML tokens, tests/fuzz/job.dict, inputs up to 64 KiB and a per-input time limit).
  */
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -32,16 +33,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         ddp__job_free(job);
     }
-    /* The same text as a --set value exercises the override path. */
-    const char *sets[2] = {"command=[true]", NULL};
-    size_t n = strlen(text) + 16;
-    char *set = malloc(n);
-    snprintf(set, n, "env.X=%s", text);
-    sets[1] = set;
-    job = NULL;
-    if (ddp__job_load_string("fuzz.yaml", "command: [true]\n", sets, 2, &job) == 0)
-        ddp__job_free(job);
-    free(set);
+    /* The same text as a --set value exercises the override path, and below nodes the
+     * expansion of the default node list. */
+    static const char *const paths[] = {"env.X", "nodes.0.slots"};
+    for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++) {
+        const char *sets[2] = {"command=[true]", NULL};
+        size_t n = strlen(text) + 32;
+        char *set = malloc(n);
+        if (!set)
+            break;
+        snprintf(set, n, "%s=%s", paths[k], text);
+        sets[1] = set;
+        job = NULL;
+        if (ddp__job_load_string("fuzz.yaml", "command: [true]\n", sets, 2, &job) == 0)
+            ddp__job_free(job);
+        free(set);
+    }
     free(text);
     return 0;
 }
