@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Documented exit statuses (man/ddprun.1). */
 enum ddp_exit {
@@ -22,20 +23,34 @@ enum ddp_opt_id {
     DDP_OPT__COUNT
 };
 
-/* Parsed options: the last value of each option (borrowed from argv; "" for flags), and
- * every --set in order. */
+#define DDP_CLI_MAX_SETS 64
+#define DDP_CLI_MAX_WORDS 8
+
+/* Parsed options: the last value of each option (borrowed from argv; "" for flags), every
+ * --set (and --nproc, as nproc_per_node=N) in order with its label for messages (NULL:
+ * "--set KEY=VALUE"), and the words that are not options. */
 struct ddp_cli_opts {
+    const char *cmd; /* the command ("plan") for messages, or NULL for a run */
     const char *vals[DDP_OPT__COUNT];
-    const char *sets[64];
+    const char *sets[DDP_CLI_MAX_SETS], *labels[DDP_CLI_MAX_SETS];
     size_t nsets;
+    char set_buf[DDP_CLI_MAX_SETS][48], label_buf[DDP_CLI_MAX_SETS][40];
+    const char *pos[DDP_CLI_MAX_WORDS];
+    size_t npos;
 };
 
 /*
- * Parses "--name value" / "--name=value" options of the given commands from
- * argv[*i...] into o, stopping at the first non-option. Returns 0, or prints
+ * Parses "--name value", "--name=value" and "-h" options of the given option groups
+ * (cli/options.def) from argv[*i...] into o. Words that are not options are collected in
+ * o->pos, wherever they stand (ddprun plan --set a=b job.yaml), or with stop_at_word parsing
+ * stops at the first one (the command name). "--" makes the rest words. Returns 0, or prints
  * an error and returns -1.
  */
-int ddp__cli_parse(int argc, char **argv, int *i, const char *const *cmds, struct ddp_cli_opts *o);
+int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, bool stop_at_word,
+                   struct ddp_cli_opts *o);
+
+/* Prints the options of one group, a line each, for a command's --help. */
+void ddp__cli_print_opts(const char *group, FILE *f);
 
 /* Sets the log level from a --log-level value; prints an error and returns -1 if unknown. */
 int ddp__cli_apply_log_level(const char *lvl);
@@ -45,7 +60,8 @@ void ddp__cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 struct ddp_job;
 
-int ddp__cmd_store(int argc, char **argv, int i);
+/* `ddprun store` with its parsed options (cli/store_cmd.c). */
+int ddp__cmd_store(const struct ddp_cli_opts *o);
 int ddp__cmd_agent(void);
 /* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN`:
  * a node agent on another host, reached over SSH (cli/ssh_bridge.c). */

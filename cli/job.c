@@ -644,7 +644,8 @@ static void set_defaults(struct ddp_job *j)
 }
 
 static int load(const char *file, const char *basedir, const char *text, size_t len,
-                const char *const *sets, size_t nsets, struct ddp_job **out)
+                const char *const *sets, const char *const *labels, size_t nsets,
+                struct ddp_job **out)
 {
     struct ctx c = {.file = file};
     struct ddp_ynode *root = NULL;
@@ -661,9 +662,14 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
         goto out;
     for (size_t i = 0; i < nsets; i++) {
         size_t n = strlen(sets[i]) + 8;
+        if (labels && labels[i])
+            n = strlen(labels[i]) + 1;
         if (!(origins[i] = malloc(n)))
             goto out;
-        snprintf(origins[i], n, "--set %s", sets[i]);
+        if (labels && labels[i])
+            snprintf(origins[i], n, "%s", labels[i]);
+        else
+            snprintf(origins[i], n, "--set %s", sets[i]);
         if (strncmp(sets[i], "nodes.", 6) == 0 && expand_nodes(&root, origins[i]) < 0)
             goto out;
         if (ddp__ytree_apply_set(file, &root, sets[i], origins[i]) < 0)
@@ -692,7 +698,8 @@ out:
     return rc;
 }
 
-int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struct ddp_job **out)
+int ddp__job_load(const char *path, const char *const *sets, const char *const *labels,
+                  size_t nsets, struct ddp_job **out)
 {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -745,18 +752,48 @@ int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struc
     if (slash && slash != base)
         *slash = '\0';
     free(rp);
-    int rc = load(path, base, text, len, sets, nsets, out);
+    int rc = load(path, base, text, len, sets, labels, nsets, out);
     free(text);
     return rc;
 }
 
-int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets, size_t nsets,
-                         struct ddp_job **out)
+int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets,
+                         const char *const *labels, size_t nsets, struct ddp_job **out)
 {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof(cwd)))
         snprintf(cwd, sizeof(cwd), "/");
-    return load(name, cwd, yaml, strlen(yaml), sets, nsets, out);
+    return load(name, cwd, yaml, strlen(yaml), sets, labels, nsets, out);
+}
+
+int ddp__job_load_default(const char *const *sets, const char *const *labels, size_t nsets,
+                          struct ddp_job **out)
+{
+    char self[PATH_MAX], trainer[PATH_MAX + 32], yaml[2 * PATH_MAX + 256];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        ddp__cli_error("cannot find the ddprun executable: %s", strerror(errno));
+        return -1;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    snprintf(trainer, sizeof(trainer), "%.*s/ddprun-fmnist", slash ? (int)(slash - self) : 1,
+             slash ? self : ".");
+    if (access(trainer, X_OK) == 0)
+        snprintf(yaml, sizeof(yaml),
+                 "name: default\n"
+                 "command: ['%s', --epochs, '3']\n"
+                 "nproc_per_node: 2\n"
+                 "stop_grace: 5s\n",
+                 trainer);
+    else
+        snprintf(yaml, sizeof(yaml),
+                 "name: default\n"
+                 "command: ['%s', __smoke-worker]\n"
+                 "nproc_per_node: 2\n"
+                 "stop_grace: 5s\n",
+                 self);
+    return ddp__job_load_string("<default job>", yaml, sets, labels, nsets, out);
 }
 
 void ddp__job_free(struct ddp_job *j)

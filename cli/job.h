@@ -47,15 +47,22 @@ struct ddp_job {
 };
 
 /*
- * Parses a job file and applies "--set a.b=value" overrides (sets[0..nsets)).
- * On error prints one message naming the file, line and column (or the
- * --set) and what was expected, and returns -1; *out is untouched.
+ * Parses a job file and applies overrides: sets[0..nsets) are "a.b=value"; labels[k], when
+ * labels and it are not NULL, names set k in messages ("--nproc 3"), else "--set a.b=value".
+ * On error prints one message naming the file, line and column (or the override) and what
+ * was expected, and returns -1; *out is untouched.
  */
-int ddp__job_load(const char *path, const char *const *sets, size_t nsets, struct ddp_job **out);
+int ddp__job_load(const char *path, const char *const *sets, const char *const *labels,
+                  size_t nsets, struct ddp_job **out);
 
-/* The same from YAML text in memory (the embedded default job); name is used in messages. */
-int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets, size_t nsets,
-                         struct ddp_job **out);
+/* The same from YAML text in memory; name is used in messages. */
+int ddp__job_load_string(const char *name, const char *yaml, const char *const *sets,
+                         const char *const *labels, size_t nsets, struct ddp_job **out);
+
+/* The embedded default job: ddprun-fmnist (installed beside ddprun) on two local ranks for 3
+ * epochs, or where it is not installed ranks that meet at the store and pass a barrier. */
+int ddp__job_load_default(const char *const *sets, const char *const *labels, size_t nsets,
+                          struct ddp_job **out);
 
 void ddp__job_free(struct ddp_job *job);
 

@@ -22,24 +22,14 @@ static void on_signal(int sig)
         ddp_store_server_stop(g_srv); /* async-signal-safe: one eventfd write */
 }
 
-int ddp__cmd_store(int argc, char **argv, int i)
+int ddp__cmd_store(const struct ddp_cli_opts *cli)
 {
-    struct ddp_cli_opts cli = {0};
-    const char *const *vals = cli.vals;
-    static const char *const cmds[] = {"global", "store", NULL};
+    const char *const *vals = cli->vals;
     char host[256];
     int port, r;
     uint8_t *tok = NULL;
     size_t toklen = 0;
 
-    if (ddp__cli_parse(argc, argv, &i, cmds, &cli) < 0)
-        return DDP_EXIT_USAGE;
-    if (i < argc) {
-        ddp__cli_error("store: unexpected argument '%s'", argv[i]);
-        return DDP_EXIT_USAGE;
-    }
-    if (vals[DDP_OPT_LOG_LEVEL] && ddp__cli_apply_log_level(vals[DDP_OPT_LOG_LEVEL]) < 0)
-        return DDP_EXIT_USAGE;
     if (!vals[DDP_OPT_LISTEN]) {
         ddp__cli_error("store: --listen HOST:PORT is required");
         return DDP_EXIT_USAGE;

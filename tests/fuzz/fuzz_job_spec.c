@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
     struct ddp_job *job = NULL;
-    if (ddp__job_load_string("fuzz.yaml", text, NULL, 0, &job) == 0) {
+    if (ddp__job_load_string("fuzz.yaml", text, NULL, NULL, 0, &job) == 0) {
         if (!job->name || (!job->argv && !job->shell) || job->world_size < 1)
             abort();
         ddp__job_free(job);
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(set, n, "%s=%s", paths[k], text);
         sets[1] = set;
         job = NULL;
-        if (ddp__job_load_string("fuzz.yaml", "command: [true]\n", sets, 2, &job) == 0)
+        if (ddp__job_load_string("fuzz.yaml", "command: [true]\n", sets, NULL, 2, &job) == 0)
             ddp__job_free(job);
         free(set);
     }

@@ -43,5 +43,5 @@ load '../lib/common'
 @test "default job: bad --nproc is a usage error" {
   run "$DDPRUN" --nproc 0
   assert_failure 2
-  assert_output "ddprun: error: --set nproc_per_node=0: nproc_per_node must be a whole number from 1 to 4096, got '0'"
+  assert_output "ddprun: error: --nproc 0: nproc_per_node must be a whole number from 1 to 4096, got '0'"
 }

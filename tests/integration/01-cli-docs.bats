@@ -63,3 +63,115 @@ load '../lib/common'
     done
   done
 }
+
+@test "every command has help: COMMAND --help, -h, help COMMAND; version as a command" {
+  for c in plan doctor store agent help version; do
+    run "$DDPRUN" "$c" --help
+    assert_success
+    assert_output --partial "usage: ddprun $c"
+    run "$DDPRUN" help "$c"
+    assert_success
+    assert_output --partial "usage: ddprun $c"
+  done
+  run "$DDPRUN" plan --help
+  assert_output --partial "--set KEY=VALUE"
+  assert_output --partial "--nproc N"
+  run "$DDPRUN" -h
+  assert_success
+  assert_output --partial "usage: ddprun [OPTIONS] JOB.yaml"
+  run "$DDPRUN" version
+  assert_success
+  assert_output --regexp "^ddprun [0-9]+\.[0-9]+\.[0-9]+$"
+  run "$DDPRUN" help frobnicate
+  assert_failure 2
+  assert_output --partial "help: no command 'frobnicate'"
+  # the agent's frames never come from a terminal: refused at once instead of waiting forever
+  run timeout 5 script -qec "$DDPRUN agent" /dev/null
+  assert_failure 2
+  assert_output --partial "agent: the node agent takes its orders from ddprun on stdin, not from a terminal"
+}
+
+@test "options stand anywhere: before or after the job file, --nproc overrides nproc_per_node" {
+  cd "$BATS_TEST_TMPDIR"
+  printf 'command: "echo rank $RANK of $WORLD_SIZE"\nlogs: {dir: logs}\n' >job.yaml
+  run "$DDPRUN" plan --set nproc_per_node=3 job.yaml
+  assert_success
+  assert_output --partial "world_size: 3"
+  run "$DDPRUN" plan job.yaml --nproc 4 --log-level warn
+  assert_success
+  assert_output --partial "world_size: 4"
+  # later ones win, whichever form
+  run "$DDPRUN" plan --nproc 4 job.yaml --set nproc_per_node=2
+  assert_output --partial "world_size: 2"
+  run "$DDPRUN" job.yaml --nproc 3
+  assert_success
+  assert_output --partial "rank 2 of 3"
+  run "$DDPRUN" plan job.yaml --nproc 0
+  assert_failure 2
+  assert_output "ddprun: error: --nproc 0: nproc_per_node must be a whole number from 1 to 4096, got '0'"
+  run "$DDPRUN" plan job.yaml other.yaml
+  assert_failure 2
+  assert_output --partial "plan: unexpected argument 'other.yaml'"
+  run "$DDPRUN" job.yaml python3 train.py
+  assert_failure 2
+  assert_output --partial "unexpected argument 'python3' after the job file 'job.yaml'"
+  run "$DDPRUN" plan job.yaml --frobnicate
+  assert_failure 2
+  assert_output --partial "unknown option '--frobnicate' (see 'ddprun plan --help')"
+}
+
+@test "the --set examples of --help work, nodes.0.slots even on a job without nodes" {
+  cd "$BATS_TEST_TMPDIR"
+  printf 'command: [true]\nnodes: [localhost, 127.0.0.1]\n' >job.yaml
+  help=$("$DDPRUN" --help | grep -- '--set KEY=VALUE')
+  kvs=$(echo "$help" | grep -oE '[a-z_]+\.[a-z_.0-9]+=[0-9]+')
+  [ "$(echo "$kvs" | wc -l)" -ge 2 ]
+  for kv in $kvs; do
+    run "$DDPRUN" plan job.yaml --set "$kv"
+    [ "$status" -eq 0 ] || { echo "--set $kv: $output"; return 1; }
+  done
+  printf 'command: [true]\n' >job.yaml
+  run "$DDPRUN" plan job.yaml --set nodes.0.slots=4
+  assert_output --partial "  - {host: localhost, slots: 4}"
+}
+
+# The EXAMPLES of a man page: each .nf/.fi block, unescaped, blocks separated by a line "@@".
+examples_of() {
+  awk '/^\.SH EXAMPLES?/{e=1;next} /^\.SH/{e=0} e&&/^\.nf/{b=1;next} e&&/^\.fi/{b=0;print "@@";next} e&&b' "$1" |
+    sed 's/\\-/-/g; s/\\e/\\/g'
+}
+
+@test "every EXAMPLES line of the man pages works as written" {
+  cd "$BATS_TEST_TMPDIR"
+  n=0
+  for page in "$REPO"/man/*.[0-9]; do
+    # a job.yaml the commands can run: a YAML block of the page if it has one
+    printf 'command: "echo rank $RANK of $WORLD_SIZE"\nlogs: {dir: logs}\n' >job.yaml
+    block=""
+    while IFS= read -r line; do
+      if [ "$line" != "@@" ]; then block+="$line"$'\n'; continue; fi
+      if [[ "$block" == ddprun* || "$block" == \(* ]]; then
+        while IFS= read -r cmd; do
+          [ -n "$cmd" ] || continue
+          n=$((n + 1))
+          cmd=${cmd//ddprun /$DDPRUN }
+          if [[ "$cmd" == *" store "* ]]; then   # a store serves until stopped
+            bash -c "$cmd" >store.out 2>&1 &
+            for _ in $(seq 50); do [ -s store.out ] && break; sleep 0.1; done
+            kill %1; wait %1 || true
+            grep -Eq '^0\.0\.0\.0:[0-9]+$' store.out || { echo "$page: $cmd"; cat store.out; return 1; }
+          else
+            run timeout 120 bash -c "$cmd"
+            [ "$status" -eq 0 ] || { echo "$page: $cmd"; echo "$output"; return 1; }
+          fi
+        done <<<"$block"
+      else
+        printf '%s' "$block" >job.yaml   # a job file: the commands below use it
+        run "$DDPRUN" plan job.yaml
+        [ "$status" -eq 0 ] || { echo "$page: this job file does not load:"; cat job.yaml; echo "$output"; return 1; }
+      fi
+      block=""
+    done < <(examples_of "$page")
+  done
+  [ "$n" -ge 4 ]
+}

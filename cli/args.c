@@ -1,0 +1,150 @@
+/*
+ * The command line's shared helpers (a leaf: it calls no other cli file): the error printer,
+ * option parsing from the table in cli/options.def, the log level, and the generated option
+ * list of each command's help.
+ */
+#include "cli/cli.h"
+#include "common/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static const struct {
+    const char *group, *name, *arg, *help;
+} opts[] = {
+#define DDP_OPT(group, id, name, arg, help) {#group, name, arg, help},
+#include "cli/options.def"
+#undef DDP_OPT
+};
+
+void ddp__cli_error(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ddprun: error: %s\n", buf);
+}
+
+static bool in_groups(const char *g, const char *const *groups)
+{
+    for (; *groups; groups++)
+        if (strcmp(g, *groups) == 0)
+            return true;
+    return false;
+}
+
+/* The option named a (after "--"), or -1. "-h" is --help. */
+static int find_opt(const char *name, size_t nl, const char *const *groups)
+{
+    for (int k = 0; k < DDP_OPT__COUNT; k++)
+        if (in_groups(opts[k].group, groups) && strlen(opts[k].name) == nl &&
+            strncmp(opts[k].name, name, nl) == 0)
+            return k;
+    return -1;
+}
+
+int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, bool stop_at_word,
+                   struct ddp_cli_opts *o)
+{
+    for (; *i < argc; (*i)++) {
+        const char *a = argv[*i];
+        if (strcmp(a, "--") == 0) { /* the rest are words, even if they start with - */
+            for ((*i)++; *i < argc; (*i)++) {
+                if (o->npos == DDP_CLI_MAX_WORDS) {
+                    ddp__cli_error("unexpected argument '%s'", argv[*i]);
+                    return -1;
+                }
+                o->pos[o->npos++] = argv[*i];
+            }
+            return 0;
+        }
+        if (strcmp(a, "-h") == 0)
+            a = "--help";
+        if (strncmp(a, "--", 2) != 0 || !a[2]) {
+            if (a[0] == '-' && a[1]) {
+                ddp__cli_error("unknown option '%s' (options are long: --help)", a);
+                return -1;
+            }
+            if (stop_at_word)
+                return 0;
+            if (o->npos == DDP_CLI_MAX_WORDS) {
+                ddp__cli_error("unexpected argument '%s'", a);
+                return -1;
+            }
+            o->pos[o->npos++] = a;
+            continue;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t nl = eq ? (size_t)(eq - name) : strlen(name);
+        int found = find_opt(name, nl, groups);
+        if (found < 0) {
+            ddp__cli_error("unknown option '%.*s' (see 'ddprun %s%s--help')", (int)nl + 2, a,
+                           o->cmd ? o->cmd : "", o->cmd ? " " : "");
+            return -1;
+        }
+        const char *val;
+        if (!opts[found].arg) {
+            if (eq) {
+                ddp__cli_error("option '--%s' takes no value", opts[found].name);
+                return -1;
+            }
+            val = "";
+        } else if (eq) {
+            val = eq + 1;
+        } else if (*i + 1 < argc) {
+            val = argv[++(*i)];
+        } else {
+            ddp__cli_error("option '--%s' needs a value (%s)", opts[found].name, opts[found].arg);
+            return -1;
+        }
+        if (found == DDP_OPT_SET || found == DDP_OPT_NPROC) {
+            if (o->nsets == DDP_CLI_MAX_SETS) {
+                ddp__cli_error("too many --set options (at most %d)", DDP_CLI_MAX_SETS);
+                return -1;
+            }
+            /* --nproc N is --set nproc_per_node=N, named as the user wrote it. */
+            size_t k = o->nsets++;
+            if (found == DDP_OPT_NPROC) {
+                snprintf(o->set_buf[k], sizeof(o->set_buf[k]), "nproc_per_node=%s", val);
+                o->sets[k] = o->set_buf[k];
+                snprintf(o->label_buf[k], sizeof(o->label_buf[k]), "--nproc %s", val);
+                o->labels[k] = o->label_buf[k];
+            } else {
+                o->sets[k] = val;
+                o->labels[k] = NULL;
+            }
+        }
+        o->vals[found] = val;
+    }
+    return 0;
+}
+
+void ddp__cli_print_opts(const char *group, FILE *f)
+{
+    for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+        if (strcmp(opts[k].group, group) != 0)
+            continue;
+        char left[64];
+        snprintf(left, sizeof(left), "--%s%s%s", opts[k].name, opts[k].arg ? " " : "",
+                 opts[k].arg ? opts[k].arg : "");
+        fprintf(f, "  %-24s %s\n", left, opts[k].help);
+    }
+}
+
+int ddp__cli_apply_log_level(const char *lvl)
+{
+    static const char *const names[] = {"none", "error", "warn", "info", "debug", "trace"};
+    for (int k = 0; k < 6; k++)
+        if (strcmp(lvl, names[k]) == 0) {
+            ddp_log_set_level((enum ddp_log_level)k);
+            return 0;
+        }
+    ddp__cli_error("--log-level '%s' is not one of none, error, warn, info, debug, trace", lvl);
+    return -1;
+}
