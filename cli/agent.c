@@ -4,7 +4,8 @@
  * START frame (one per rendezvous round), it starts the node's workers with a
  * torchrun-compatible environment, forwards their output line by line and
  * their exits as frames on stdout, and answers DONE once all are reaped. It
- * stops them (SIGTERM, then SIGKILL after the grace period) on STOP; on EOF of
+ * stops them on STOP (its signal, SIGTERM after half the grace period when that was SIGINT,
+ * SIGKILL after all of it), passes SIGNAL's signal to the workers; on EOF of
  * stdin or on SIGTERM/SIGINT/SIGHUP it stops them and exits, once no process of
  * the job is left. Should its lease be lost or the store stay unreachable for
  * the heartbeat timeout, it does the same on its own (the launcher has counted
@@ -71,7 +72,8 @@ struct agent {
     struct ddp_buf in;
     int sfd;
     sigset_t oldmask;
-    struct ddp_timer grace, reap, fin, orphan;
+    struct ddp_timer grace, term, reap, fin, orphan;
+    int stop_sig; /* the signal a stop began with */
     int rc;
 };
 
@@ -182,6 +184,8 @@ void ddp__block_job_signals(sigset_t *set, sigset_t *old)
     sigaddset(set, SIGINT);
     sigaddset(set, SIGTERM);
     sigaddset(set, SIGHUP);
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, set, old);
     signal(SIGPIPE, SIG_IGN);
 }
@@ -238,19 +242,42 @@ static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
         ddp_timer_start(loop, &A.grace, 20);
 }
 
-static void start_stop(const char *why)
+/* Half the grace period into a stop that began with another signal: SIGTERM. */
+static void on_term(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (A.unreported > 0)
+        kill(0, SIGTERM);
+}
+
+/* Stops the workers: sig (SIGINT or SIGTERM) to their process group now, SIGTERM after half
+ * the grace period when sig was SIGINT, SIGKILL after all of it (agent_proto.h, STOP). */
+static void start_stop(const char *why, int sig)
 {
     if (A.stopping && ddp_timer_armed(&A.grace))
         return;
     A.stopping = true;
-    DDP_DEBUG(SUP, "agent stopping its workers: %s", why);
+    A.stop_sig = sig;
+    DDP_DEBUG(SUP, "agent stopping its workers with %s: %s", sigabbrev_np(sig), why);
     if (A.unreported > 0) {
         /* The whole process group: workers and whatever they started. The agent gets its
          * own copy through the signalfd and ignores it (it comes from itself). */
-        kill(0, SIGTERM);
+        kill(0, sig);
+        if (sig != SIGTERM)
+            ddp_timer_start(A.loop, &A.term, (int64_t)A.st.grace_ms / 2);
         ddp_timer_start(A.loop, &A.grace, (int64_t)A.st.grace_ms);
     }
     finish_if_done();
+}
+
+/* SIGUSR1, SIGUSR2 or SIGHUP for the job: to each worker that runs (the processes ddprun
+ * started, as mpirun forwards them; not what they started, such as data loaders). */
+static void forward_signal(int sig)
+{
+    for (int i = 0; i < A.nw; i++)
+        if (A.w[i].pid > 0 && !A.w[i].exited)
+            kill(A.w[i].pid, sig);
 }
 
 static void hb_stop(void)
@@ -300,6 +327,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
         A.have_start = false;
     }
     ddp_timer_stop(A.loop, &A.grace);
+    ddp_timer_stop(A.loop, &A.term);
     A.stopping = false;
     if (A.exiting) {
         hb_stop();
@@ -316,7 +344,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
 static void start_exit(const char *why)
 {
     A.exiting = true;
-    start_stop(why);
+    start_stop(why, SIGTERM);
 }
 
 static void on_orphan(struct ddp_loop *loop, struct ddp_timer *t)
@@ -636,14 +664,23 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             start_workers();
         } else if (type == DDP__AG_STOP) {
             struct ddp_rd rd;
-            uint64_t g;
+            uint64_t g = 0;
+            uint8_t sig = SIGTERM;
             ddp_rd_init(&rd, body, len);
             if (ddp_rd_u64(&rd, &g) == 0 && A.have_start)
                 A.st.grace_ms = g;
+            if (ddp_rd_u8(&rd, &sig) < 0 || (sig != SIGINT && sig != SIGTERM))
+                sig = SIGTERM;
             if (A.stopping && g == 0)
                 on_grace(loop, &A.grace); /* a second, forceful stop */
             else
-                start_stop("the launcher asked");
+                start_stop("the launcher asked", sig);
+        } else if (type == DDP__AG_SIGNAL) {
+            struct ddp_rd rd;
+            uint8_t sig;
+            ddp_rd_init(&rd, body, len);
+            if (ddp_rd_u8(&rd, &sig) == 0 && (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP))
+                forward_signal(sig);
         } else {
             fprintf(stderr, "ddprun agent: unexpected frame %u from the launcher\n", type);
             start_exit("protocol error");
@@ -683,8 +720,12 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGCHLD)
             reap();
-        else if ((pid_t)si.ssi_pid != getpid() && !A.exiting)
-            start_exit("signal"); /* not our own SIGTERM to the process group */
+        else if ((pid_t)si.ssi_pid == getpid())
+            continue; /* our own stop signal to the process group */
+        else if (si.ssi_signo == SIGUSR1 || si.ssi_signo == SIGUSR2)
+            forward_signal((int)si.ssi_signo); /* to this node's job (Slurm's --signal) */
+        else if (!A.exiting)
+            start_exit("signal");
     }
 }
 
@@ -710,6 +751,7 @@ int ddp__cmd_agent(void)
         return DDP_EXIT_LAUNCH;
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
     ddp_timer_init(&A.grace, on_grace);
+    ddp_timer_init(&A.term, on_term);
     ddp_timer_init(&A.reap, on_reap_tick);
     ddp_timer_init(&A.fin, on_fin);
     ddp_timer_init(&A.orphan, on_orphan);

@@ -19,9 +19,10 @@
 
 enum ddp__agent_msg {
     /* launcher -> agent */
-    DDP__AG_START = 1, /* the node's share of the job (struct ddp__agent_start) */
-    DDP__AG_STOP = 2,  /* u64 grace_ms: SIGTERM the workers, SIGKILL after grace */
-    DDP__AG_JOIN = 3,  /* first frame: join the job's store (struct ddp__agent_join) */
+    DDP__AG_START = 1,  /* the node's share of the job (struct ddp__agent_start) */
+    DDP__AG_STOP = 2,   /* u64 grace_ms [, u8 signal]: stop the workers (see below) */
+    DDP__AG_JOIN = 3,   /* first frame: join the job's store (struct ddp__agent_join) */
+    DDP__AG_SIGNAL = 4, /* u8 signal: pass it to every running worker (SIGUSR1, ...) */
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81, /* u32 local_rank, u32 pid */
     DDP__AG_OUTPUT = 0x82,  /* u32 local_rank, u8 stream (1 out, 2 err), str line */
@@ -31,6 +32,13 @@ enum ddp__agent_msg {
                                the next START, and exits at EOF on its stdin */
     DDP__AG_JOINED = 0x85,  /* u64 lease: connected to the store, heartbeating */
 };
+
+/*
+ * STOP: the signal (default SIGTERM) goes to the workers' process group at once; when it is
+ * not SIGTERM (SIGINT, for an interrupt: Python's KeyboardInterrupt and finally blocks run),
+ * SIGTERM follows after half of grace_ms; SIGKILL after grace_ms. A second STOP with
+ * grace_ms 0 kills at once.
+ */
 
 /*
  * What an agent needs to join the job: it connects to the store, takes a lease

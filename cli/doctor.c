@@ -1,10 +1,10 @@
 /*
  * `ddprun doctor JOB.yaml`: checks every node of a job before it runs, all nodes at once:
  * SSH reachable, host key known, authentication, ddprun present there in the same version,
- * the command's program present, a port the node can listen on, and whether the node can
- * reach the address the store would be served on (a listener of the doctor's own, on the
- * address and interface a launch would use). Prints one row per node; exit status 0 when
- * every node passes, 1 otherwise.
+ * the workdir present, the command's program present (as the agent runs it, from workdir), a port
+ * the node can listen on, and whether the node can reach the address the store would be served on
+ * (a listener of the doctor's own, on the address and interface a launch would use). Prints one row
+ * per node; exit status 0 when every node passes, 1 otherwise.
  *
  * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks.
  */
@@ -31,8 +31,9 @@
 
 #include "common/banned.h"
 
-enum { C_SSH, C_KEY, C_DDPRUN, C_CMD, C_PORT, C_STORE, C_N };
-static const char *const col_name[C_N] = {"ssh", "host key", "ddprun", "command", "port", "store"};
+enum { C_SSH, C_KEY, C_DDPRUN, C_WORKDIR, C_CMD, C_PORT, C_STORE, C_N };
+static const char *const col_name[C_N] = {"ssh",     "host key", "ddprun", "workdir",
+                                          "command", "port",     "store"};
 
 struct node_check {
     const struct ddp_job *job;
@@ -131,10 +132,15 @@ int ddp__cmd_probe(int argc, char **argv)
     return r;
 }
 
-static bool local_program(const char *prog)
+/* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
+static bool local_program(const char *prog, const char *workdir)
 {
-    if (strchr(prog, '/'))
-        return access(prog, X_OK) == 0;
+    if (strchr(prog, '/')) {
+        char p[PATH_MAX * 2];
+        snprintf(p, sizeof(p), "%s%s%s", prog[0] == '/' ? "" : workdir, prog[0] == '/' ? "" : "/",
+                 prog);
+        return access(p, X_OK) == 0;
+    }
     const char *path = getenv("PATH");
     char buf[PATH_MAX];
     for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
@@ -170,10 +176,13 @@ static void *check_node(void *arg)
     if (ddp__job_host_is_local(host)) {
         n->cell[C_SSH] = n->cell[C_KEY] = "local";
         n->cell[C_DDPRUN] = "ok";
-        if (local_program(prog))
+        if (access(j->workdir, X_OK) != 0)
+            failed(n, C_WORKDIR, "workdir '%s' is not a folder here", j->workdir);
+        else if ((n->cell[C_WORKDIR] = "ok"), local_program(prog, j->workdir))
             n->cell[C_CMD] = "ok";
         else
-            failed(n, C_CMD, "'%s' is not an executable program here", prog);
+            failed(n, C_CMD, "'%s' is not an executable program here (from workdir %s)", prog,
+                   j->workdir);
         if (!n->why[0])
             apply_probe(n, probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
         return NULL;
@@ -199,7 +208,7 @@ static void *check_node(void *arg)
     n->cell[C_KEY] = s.key_note[0] ? "new" : "ok";
     char cmd[PATH_MAX * 2 + 64];
     int st = -1;
-    bool quotable = !strchr(s.remote, '\'') && !strchr(prog, '\'');
+    bool quotable = !strchr(s.remote, '\'') && !strchr(prog, '\'') && !strchr(j->workdir, '\'');
     snprintf(cmd, sizeof(cmd), "'%s' --version", s.remote);
     if (!quotable || ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0) {
         failed(n, C_DDPRUN, "'%s' is missing or broken there (exit %d)", s.remote, st);
@@ -212,9 +221,19 @@ static void *check_node(void *arg)
             n->cell[C_DDPRUN] = "ok";
     }
     if (!n->why[0]) {
-        snprintf(cmd, sizeof(cmd), "command -v '%s' >/dev/null || test -x '%s'", prog, prog);
+        snprintf(cmd, sizeof(cmd), "test -d '%s' && cd '%s'", j->workdir, j->workdir);
         if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0)
-            failed(n, C_CMD, "'%s' is not an executable program there", prog);
+            failed(n, C_WORKDIR, "workdir '%s' is not a folder there", j->workdir);
+        else
+            n->cell[C_WORKDIR] = "ok";
+    }
+    if (!n->why[0]) {
+        /* As the agent runs it: from workdir, a name looked up in PATH. */
+        snprintf(cmd, sizeof(cmd), "cd '%s' && { command -v '%s' >/dev/null || test -x '%s'; }",
+                 j->workdir, prog, prog);
+        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0)
+            failed(n, C_CMD, "'%s' is not an executable program there (from workdir %s)", prog,
+                   j->workdir);
         else
             n->cell[C_CMD] = "ok";
     }

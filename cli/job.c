@@ -219,11 +219,23 @@ const char *ddp__job_store_listen(const struct ddp_job *j)
     return ddp__job_first_remote(j) ? "0.0.0.0" : "127.0.0.1";
 }
 
-/* Resolves p against base (a folder) unless it is absolute. */
+/*
+ * The one rule for paths in a job spec: absolute as given; "~/..." in the home folder; any
+ * other relative path relative to base, the job file's folder (the current folder for the
+ * embedded default job), whether it came from the file or from --set.
+ */
 static char *resolve(const char *base, const char *p)
 {
     if (p[0] == '/')
         return strdup(p);
+    const char *home = getenv("HOME");
+    if (p[0] == '~' && (p[1] == '/' || !p[1]) && home && home[0]) {
+        size_t n = strlen(home) + strlen(p) + 1;
+        char *r = malloc(n);
+        if (r)
+            snprintf(r, n, "%s%s", home, p + 1);
+        return r;
+    }
     size_t n = strlen(base) + strlen(p) + 2;
     char *r = malloc(n);
     if (r)
@@ -548,6 +560,13 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
             j->ssh_strict = strdup(v);
         }
     }
+    char **local_paths[] = {&j->ssh_identity, &j->ssh_known_hosts};
+    for (size_t k = 0; k < sizeof(local_paths) / sizeof(local_paths[0]); k++)
+        if (*local_paths[k]) {
+            char *abs = resolve(basedir, *local_paths[k]);
+            free(*local_paths[k]);
+            *local_paths[k] = abs;
+        }
     if ((sub = ddp__ytree_get(root, "logs"))) {
         if (check_keys(c, sub, "logs", logs_keys) < 0 ||
             ((n = ddp__ytree_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
@@ -562,10 +581,13 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
         if ((n = ddp__ytree_get(sub, "dir"))) {
             if (get_str(c, n, "checkpoint.dir", &d) < 0)
                 goto out;
-            j->checkpoint_dir = resolve(j->workdir, d);
+            j->checkpoint_dir = resolve(basedir, d);
             free(d);
         }
     }
+    char *ld = resolve(basedir, j->logs_dir);
+    free(j->logs_dir);
+    j->logs_dir = ld;
     if ((n = ddp__ytree_get(root, "stop_grace")) &&
         get_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
         goto out;
@@ -679,13 +701,6 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
         goto out;
     if (!j->name)
         j->name = default_name(file);
-    /* logs.dir is relative to where ddprun runs, as torchrun's --log-dir is. */
-    char cwd[PATH_MAX];
-    if (j->logs_dir[0] != '/' && getcwd(cwd, sizeof(cwd))) {
-        char *abs = resolve(cwd, j->logs_dir);
-        free(j->logs_dir);
-        j->logs_dir = abs;
-    }
     *out = j;
     j = NULL;
     rc = 0;

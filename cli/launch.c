@@ -52,6 +52,7 @@
 #include "common/banned.h"
 
 #define TAIL_LINES 10
+#define STOP_SLACK_MS 5000 /* beyond stop_grace, for agents to report before they are ended */
 
 struct rank_info {
     int node, local;
@@ -82,6 +83,7 @@ struct node_agent {
     int rank_offset, member_index;
     int64_t last_fail, cool_until;
     bool was_lost; /* lost before: it rejoins when it can, rounds do not wait for it */
+    char why[160]; /* why it was last out, for the rendezvous timeout's message */
 };
 
 struct loss {
@@ -118,6 +120,8 @@ struct launcher {
     int fatal_rc;
     bool interrupted, opened;
     int sigints;
+    int stop_sig;   /* what a stop sends the ranks first: SIGINT after an interrupt */
+    int escalation; /* 0; 1 once agents were told to end; 2 once SIGKILLed */
     struct loss *losses;
     int nlosses;
     FILE *events;
@@ -125,7 +129,7 @@ struct launcher {
     bool tty, status_shown;
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
-    struct ddp_timer tick, force, rdzv_deadline, last_call, retry;
+    struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;
     /* the lease watcher: a store client in its own thread, events to the loop through a pipe */
     pthread_t wth;
     bool wth_started;
@@ -256,6 +260,15 @@ static void event(const char *name, ...)
     fflush(L.events);
 }
 
+/* "SIGINT" for SIGINT. */
+static const char *sig_name(int sig)
+{
+    static char buf[32];
+    const char *a = sigabbrev_np(sig);
+    snprintf(buf, sizeof(buf), "SIG%s", a ? a : "?");
+    return buf;
+}
+
 static const char *host_of(int node)
 {
     return L.job->nodes[node].host;
@@ -318,12 +331,26 @@ static void send_frame(struct node_agent *a, struct ddp_buf *b)
     }
 }
 
-static void send_stop(struct node_agent *a, uint64_t grace_ms)
+/* Asks an agent to stop its workers: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms
+ * (see agent_proto.h). */
+static void send_stop(struct node_agent *a, uint64_t grace_ms, int sig)
 {
     struct ddp_buf b;
     ddp_buf_init(&b);
     size_t pos = ddp__agent_begin(&b, DDP__AG_STOP);
     ddp_buf_put_u64(&b, grace_ms);
+    ddp_buf_put_u8(&b, (uint8_t)sig);
+    ddp__agent_end(&b, pos);
+    send_frame(a, &b);
+    ddp_buf_release(&b);
+}
+
+static void send_signal(struct node_agent *a, int sig)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_SIGNAL);
+    ddp_buf_put_u8(&b, (uint8_t)sig);
     ddp__agent_end(&b, pos);
     send_frame(a, &b);
     ddp_buf_release(&b);
@@ -373,7 +400,7 @@ static void round_failed(const char *what)
     for (size_t i = 0; i < j->nnodes; i++) {
         struct node_agent *a = &L.ag[i];
         if (a->state == NS_RUNNING) {
-            send_stop(a, (uint64_t)j->stop_grace_ms);
+            send_stop(a, (uint64_t)j->stop_grace_ms, SIGTERM);
             a->state = NS_STOPPING;
         }
     }
@@ -429,6 +456,7 @@ static void record_loss(int i, const char *why, bool listed)
               NULL);
     }
     a->last_fail = now;
+    snprintf(a->why, sizeof(a->why), "%s", why);
     if (!listed)
         return;
     L.losses = realloc(L.losses, (size_t)(L.nlosses + 1) * sizeof(*L.losses));
@@ -658,8 +686,10 @@ static int provision(int i)
     struct node_agent *a = &L.ag[i];
     const struct ddp_job *j = L.job;
     int in[2], out[2];
-    char port[16]; /* formatted before fork: the child only execs */
+    char port[16], grace[24]; /* formatted before fork: the child only execs */
     snprintf(port, sizeof(port), "%d", j->ssh_port);
+    snprintf(grace, sizeof(grace), "%lld", (long long)j->stop_grace_ms);
+    bool local = ddp__job_host_is_local(j->nodes[i].host);
     if (pipe2(in, O_CLOEXEC) != 0)
         return -1;
     if (pipe2(out, O_CLOEXEC) != 0) {
@@ -679,16 +709,17 @@ static int provision(int i)
         dup2(in[0], 0);
         dup2(out[1], 1);
         sigprocmask(SIG_SETMASK, &L.oldmask, NULL);
-        /* If ddprun is killed outright, its local agents go too (they then stop their
-         * workers through EOF on stdin, or die with the process group). */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (ddp__job_host_is_local(j->nodes[i].host)) {
+        /* If ddprun is killed outright, its local agents stop their workers (SIGTERM) and
+         * exit; a bridge ignores its SIGHUP, and the EOF on its stdin that follows stops the
+         * remote node the same way (see cli/ssh_bridge.c). */
+        prctl(PR_SET_PDEATHSIG, local ? SIGTERM : SIGHUP);
+        if (local) {
             execl("/proc/self/exe", "ddprun", "agent", (char *)NULL);
         } else {
             execl("/proc/self/exe", "ddprun", "__ssh-bridge", j->nodes[i].host, port,
                   j->ssh_user ? j->ssh_user : "", j->ssh_identity ? j->ssh_identity : "",
                   j->ssh_known_hosts ? j->ssh_known_hosts : "", j->ssh_strict,
-                  j->ssh_remote_ddprun ? j->ssh_remote_ddprun : L.self, (char *)NULL);
+                  j->ssh_remote_ddprun ? j->ssh_remote_ddprun : L.self, grace, (char *)NULL);
         }
         _exit(127);
     }
@@ -882,10 +913,28 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
         rdzv_close();
         return;
     }
-    char why[300];
+    /* Name the nodes that are not there, and what is known of each. */
+    char why[1400], missing[1024] = "";
+    size_t ml = 0;
+    int nmissing = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        const struct node_agent *a = &L.ag[i];
+        if (a->state == NS_READY)
+            continue;
+        nmissing++;
+        const char *what = a->state == NS_JOINING ? "started, no answer"
+                           : a->why[0]            ? a->why
+                                                  : "not started";
+        int w = snprintf(missing + ml, sizeof(missing) - ml, "%s'%s' (%s)", ml ? ", " : "",
+                         host_of((int)i), what);
+        if (w > 0 && ml + (size_t)w < sizeof(missing))
+            ml += (size_t)w;
+    }
     snprintf(why, sizeof(why),
-             "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s", ready,
-             L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000);
+             "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s "
+             "(rendezvous.timeout); not joined: %s",
+             ready, L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000,
+             nmissing ? missing : "none");
     rdzv_fail(why);
 }
 
@@ -961,14 +1010,55 @@ static void finish(const char *why, int rc)
     for (size_t i = 0; i < L.job->nnodes; i++) {
         struct node_agent *a = &L.ag[i];
         if (a->state == NS_RUNNING || a->state == NS_STOPPING) {
-            send_stop(a, (uint64_t)L.job->stop_grace_ms);
+            send_stop(a, (uint64_t)L.job->stop_grace_ms, L.stop_sig ? L.stop_sig : SIGTERM);
             a->state = NS_STOPPING;
         } else {
             release_agent(a);
         }
     }
+    /* Whatever the nodes do (a hung node never answers), the stop ends: the workers have
+     * stop_grace, their agents a few seconds more to report; then the agents are ended. */
+    ddp_timer_start(L.loop, &L.stop_deadline, L.job->stop_grace_ms + STOP_SLACK_MS);
     if (all_agents_gone())
         ddp_loop_stop(L.loop);
+}
+
+/*
+ * Ends every agent process still there: a local agent with its process group (its workers
+ * too); an SSH bridge with SIGTERM, on which it has the remote session killed (an SSH
+ * "signal KILL" request: the remote agent and its workers) and closes. Two seconds later,
+ * whatever is left is SIGKILLed.
+ */
+static void escalate(void)
+{
+    if (L.escalation >= 2)
+        return;
+    L.escalation++;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        pid_t p = L.ag[i].pid;
+        if (p <= 0)
+            continue;
+        if (L.escalation == 1 && !ddp__job_host_is_local(host_of((int)i)))
+            kill(p, SIGTERM);
+        else
+            kill(-p, SIGKILL);
+    }
+    if (L.escalation == 1)
+        ddp_timer_start(L.loop, &L.force, 2000);
+}
+
+static void on_stop_deadline(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    int left = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        left += L.ag[i].pid > 0;
+    if (!left)
+        return;
+    say("ddprun: %d node agent%s did not stop within stop_grace + %d s; ending them", left,
+        left == 1 ? "" : "s", STOP_SLACK_MS / 1000);
+    escalate();
 }
 
 /* ---- the lease watcher ---- */
@@ -1085,27 +1175,45 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                 for (size_t i = 0; i < L.job->nnodes; i++)
                     if (L.ag[i].pid == p)
                         agent_reaped((int)i, st);
+        } else if (si.ssi_signo == SIGUSR1 || si.ssi_signo == SIGUSR2 || si.ssi_signo == SIGHUP) {
+            /* For the job, not for ddprun (Slurm's --signal=USR1@T checkpoint pattern). */
+            int n = 0;
+            for (size_t i = 0; i < L.job->nnodes; i++)
+                if (L.ag[i].state == NS_RUNNING || L.ag[i].state == NS_STOPPING) {
+                    send_signal(&L.ag[i], (int)si.ssi_signo);
+                    n += L.job->nodes[i].slots;
+                }
+            say("ddprun: %s: passed to the %d rank%s running", sig_name((int)si.ssi_signo), n,
+                n == 1 ? "" : "s");
+            event("signal", "signal", sig_name((int)si.ssi_signo), "#ranks", (long long)n, NULL);
         } else {
             L.sigints++;
-            L.interrupted = true;
             if (L.sigints == 1) {
-                say("ddprun: %s: stopping %d ranks (SIGTERM, SIGKILL after %lld ms; "
-                    "interrupt again to kill them now)",
-                    strsignal((int)si.ssi_signo), L.ranks_up - L.ranks_done,
-                    (long long)L.job->stop_grace_ms);
-                if (L.ph == PH_FINISHING) {
-                    /* already stopping */
-                } else {
-                    finish("interrupted", DDP_EXIT_INTERRUPTED);
+                bool stopping = L.ph == PH_FINISHING;
+                if (!stopping) {
+                    L.interrupted = true;
+                    L.stop_sig = si.ssi_signo == SIGINT ? SIGINT : SIGTERM;
                 }
+                say("ddprun: %s: stopping %d rank%s (%s, %sSIGKILL after %lld ms; "
+                    "interrupt again to end them now)",
+                    strsignal((int)si.ssi_signo), L.ranks_up - L.ranks_done,
+                    L.ranks_up - L.ranks_done == 1 ? "" : "s",
+                    stopping ? "stopping already" : sig_name(L.stop_sig),
+                    L.stop_sig == SIGINT ? "SIGTERM halfway, " : "",
+                    (long long)L.job->stop_grace_ms);
+                if (!stopping)
+                    finish("interrupted", DDP_EXIT_INTERRUPTED);
             } else if (L.sigints == 2) {
-                say("ddprun: killing every rank now");
+                say("ddprun: ending every rank now");
                 /* The agents SIGKILL their ranks and sweep what the ranks left behind;
-                 * should one not be gone in 2 s, its whole process group is killed. */
+                 * should one not be gone in 2 s, it is ended (escalate). */
                 for (size_t i = 0; i < L.job->nnodes; i++)
                     if (L.ag[i].state == NS_STOPPING)
-                        send_stop(&L.ag[i], 0);
+                        send_stop(&L.ag[i], 0, SIGKILL);
+                ddp_timer_stop(loop, &L.stop_deadline);
                 ddp_timer_start(loop, &L.force, 2000);
+            } else {
+                escalate();
             }
         }
     }
@@ -1117,10 +1225,7 @@ static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
     (void)t;
-    /* Agents lead their own process groups: end them outright. */
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        if (L.ag[i].pid > 0)
-            kill(-L.ag[i].pid, SIGKILL);
+    escalate();
 }
 
 /* ---- setup helpers ---- */
@@ -1386,6 +1491,7 @@ int ddp__launch(const struct ddp_job *job)
         goto out;
     ddp_timer_init(&L.tick, on_tick);
     ddp_timer_init(&L.force, on_force);
+    ddp_timer_init(&L.stop_deadline, on_stop_deadline);
     ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
     ddp_timer_init(&L.last_call, on_last_call);
     ddp_timer_init(&L.retry, on_retry);
@@ -1422,7 +1528,7 @@ int ddp__launch(const struct ddp_job *job)
     if (!(L.ph == PH_FINISHING && all_agents_gone()))
         ddp_loop_run(L.loop);
 
-    rc = L.fatal ? L.fatal_rc : DDP_EXIT_OK;
+    rc = L.interrupted ? DDP_EXIT_INTERRUPTED : L.fatal ? L.fatal_rc : DDP_EXIT_OK;
     for (int i = 0; i < L.world && rc == DDP_EXIT_OK; i++)
         if (!L.rk[i].exited || L.rk[i].code != 0)
             rc = DDP_EXIT_JOB_FAILED;

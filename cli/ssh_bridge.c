@@ -8,8 +8,15 @@
  * keys, runs `REMOTE_DDPRUN agent` on the node, and then copies bytes: its stdin to the
  * channel (so the START frame and its token travel inside the encrypted channel, never on a
  * command line) and the channel's stdout and stderr back. EOF on its stdin becomes EOF on the
- * agent's stdin, which stops the node's workers; if the launcher dies, the bridge dies with it
- * (PDEATHSIG), the connection closes, and the remote agent sees EOF too.
+ * agent's stdin, which stops the node's workers; if the launcher dies, its end of the pipe
+ * closes, and the bridge passes that EOF on the same way.
+ *
+ * Stopping is bounded whatever the node does: once its stdin closed, the bridge waits at most
+ * the job's stop grace plus a few seconds for the remote agent to finish, and on SIGTERM (the
+ * launcher ending it) not at all, before it has the remote session killed with an SSH "signal
+ * KILL" request (sshd signals the session's process group: the agent and its workers) and
+ * leaves. Its parent-death signal is SIGHUP, which it ignores: the EOF that follows on its
+ * stdin starts the graceful stop.
  *
  * A node that cannot be provisioned (unreachable, host key refused, authentication refused,
  * ddprun missing there) is one message naming the node and the cause, and exit status 3.
@@ -21,6 +28,7 @@
 #include <errno.h>
 #include <libssh/libssh.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +36,40 @@
 #include <unistd.h>
 
 #include "common/banned.h"
+
+#define BRIDGE_SLACK_MS 5000 /* beyond the stop grace, as the launcher's own deadline */
+
+static volatile sig_atomic_t g_term;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    g_term = 1;
+}
+
+/*
+ * The remote session goes, with its process group (the agent and its workers): an SSH
+ * "signal KILL" request, which sshd (OpenSSH 7.9 and later) honours with killpg for sessions
+ * under privilege separation, and, as sshd refuses it for root logins, `kill -KILL -- -PGID`
+ * on a second channel of the same connection (the session's pid, its process group since
+ * sshd puts it in a session of its own, came first on the channel).
+ */
+static int kill_remote(struct ddp__ssh *b, long pgid, const char *why)
+{
+    if (!b->quiet)
+        fprintf(stderr, "ddprun: node '%s': %s; killing what runs there\n", b->host, why);
+    ssh_channel_request_send_signal(b->ch, "KILL");
+    if (pgid > 1) {
+        char cmd[96], out[64];
+        int st;
+        snprintf(cmd, sizeof(cmd), "kill -KILL -- -%ld 2>/dev/null", pgid);
+        ddp__ssh_run(b, cmd, out, sizeof(out), &st);
+    }
+    return 1;
+}
+
+/* The first line on the channel is "ddprun-pid N" (see ddp__cmd_ssh_bridge). */
+#define PID_LINE "ddprun-pid "
 
 /* Records why (printed at once unless quiet); returns DDP_EXIT_LAUNCH. */
 static int fail(struct ddp__ssh *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -144,11 +186,18 @@ static int write_fd(int fd, const char *p, size_t n)
 
 /* Copies stdin to the channel and the channel's stdout/stderr back until the remote agent
  * exits; returns its exit status. */
-static int pump(struct ddp__ssh *b)
+static int pump(struct ddp__ssh *b, int64_t grace_ms)
 {
-    char buf[65536];
-    bool in_open = true, got_output = false;
+    char buf[65536], first[64];
+    size_t nfirst = 0;
+    bool in_open = true, got_output = false, first_done = false;
+    long pgid = 0;
+    int64_t deadline = 0; /* once stdin closed: when the remote agent must be done */
     for (bool last = false;;) {
+        if (g_term)
+            return kill_remote(b, pgid, "ddprun is ending the node");
+        if (deadline && ddp_now_ms() > deadline)
+            return kill_remote(b, pgid, "the node agent did not stop within stop_grace");
         /* Drain what libssh has (it may hold data the socket no longer shows). Reading one
          * stream can pull the other's data, the EOF and the close into libssh's buffers, so
          * once the channel ends everything is drained once more before leaving. */
@@ -156,8 +205,29 @@ static int pump(struct ddp__ssh *b)
             int n;
             while ((n = ssh_channel_read_nonblocking(b->ch, buf, sizeof(buf), stream)) > 0) {
                 if (stream == 0) {
-                    got_output = true;
-                    if (write_fd(1, buf, (size_t)n) < 0)
+                    const char *p = buf;
+                    size_t len = (size_t)n;
+                    if (!first_done) {
+                        /* Take the pid line off the front; what follows is the agent's. */
+                        while (len && nfirst < sizeof(first) - 1 && *p != '\n') {
+                            first[nfirst++] = *p++;
+                            len--;
+                        }
+                        if (len && *p == '\n') {
+                            p++;
+                            len--;
+                        } else if (nfirst < sizeof(first) - 1) {
+                            continue; /* the line is not whole yet */
+                        }
+                        first[nfirst] = '\0';
+                        first_done = true;
+                        if (strncmp(first, PID_LINE, strlen(PID_LINE)) == 0)
+                            pgid = atol(first + strlen(PID_LINE));
+                        else if (write_fd(1, first, nfirst) < 0) /* not ours: pass it on */
+                            return 1;
+                    }
+                    got_output |= len > 0;
+                    if (len && write_fd(1, p, len) < 0)
                         return 1; /* the launcher is gone */
                 } else {
                     write_fd(2, buf, (size_t)n);
@@ -200,6 +270,7 @@ static int pump(struct ddp__ssh *b)
                  * and we keep relaying until it has reported and exited. */
                 ssh_channel_send_eof(b->ch);
                 in_open = false;
+                deadline = ddp_now_ms() + grace_ms + BRIDGE_SLACK_MS;
             }
         }
     }
@@ -275,10 +346,10 @@ int ddp__ssh_run(struct ddp__ssh *b, const char *cmd, char *out, size_t outlen, 
     return n < 0 ? -1 : 0;
 }
 
-/* argv: host port user identity known_hosts strict remote_ddprun ("" = unset) */
+/* argv: host port user identity known_hosts strict remote_ddprun grace_ms ("" = unset) */
 int ddp__cmd_ssh_bridge(int argc, char **argv)
 {
-    if (argc != 9) {
+    if (argc != 10) {
         fprintf(stderr, "ddprun: __ssh-bridge is internal to ddprun\n");
         return DDP_EXIT_USAGE;
     }
@@ -291,6 +362,11 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
                          .remote = argv[8]};
     int rc;
     char cmd[8192];
+    struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: poll returns */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGHUP, SIG_IGN);
+    int64_t grace_ms = atoll(argv[9]);
     if ((rc = ddp__ssh_open(&b)) != 0)
         goto out;
     rc = DDP_EXIT_LAUNCH;
@@ -299,13 +375,14 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
         rc = fail(&b, "ssh.remote_ddprun must not contain a single quote");
         goto out;
     }
-    snprintf(cmd, sizeof(cmd), "exec '%s' agent", b.remote);
+    /* The session's pid first (for kill_remote), then the agent in its place. */
+    snprintf(cmd, sizeof(cmd), "echo " PID_LINE "$$; exec '%s' agent", b.remote);
     if (!(b.ch = ssh_channel_new(b.s)) || ssh_channel_open_session(b.ch) != SSH_OK ||
         ssh_channel_request_exec(b.ch, cmd) != SSH_OK) {
         rc = fail(&b, "cannot start a command over SSH: %s", ssh_get_error(b.s));
         goto out;
     }
-    rc = pump(&b);
+    rc = pump(&b, grace_ms);
 out:
     ddp__ssh_close(&b);
     return rc;

@@ -119,3 +119,23 @@ spec_error() {
   assert_output --partial "port: 2222"
   assert_output --partial "strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun}"
 }
+
+@test "one rule for paths: relative to the job file's folder, from the file or --set, wherever ddprun runs; ~/ is home" {
+  mkdir -p proj/wd elsewhere
+  printf 'command: [./train]\nworkdir: wd\nlogs: {dir: runs}\ncheckpoint: {dir: ckpt}\nnodes: [n1]\nssh: {identity: keys/id, known_hosts: ~/kh}\n' >proj/job.yaml
+  cd elsewhere
+  run "$DDPRUN" plan ../proj/job.yaml
+  assert_success
+  p=$(cd .. && pwd)/proj
+  assert_output --partial "workdir: $p/wd"
+  assert_output --partial "logs: {dir: $p/runs,"
+  assert_output --partial "checkpoint: {dir: $p/ckpt}"
+  assert_output --partial "identity: $p/keys/id, known_hosts: $HOME/kh,"
+  run "$DDPRUN" plan ../proj/job.yaml --set logs.dir=other --set checkpoint.dir=/abs/ck
+  assert_output --partial "logs: {dir: $p/other,"
+  assert_output --partial "checkpoint: {dir: /abs/ck}"
+  # the default logs folder too
+  printf 'command: [true]\n' >../proj/plain.yaml
+  run "$DDPRUN" plan ../proj/plain.yaml
+  assert_output --partial "logs: {dir: $p/ddprun-logs,"
+}

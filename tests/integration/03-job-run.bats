@@ -99,5 +99,6 @@ logdir() { # the one job folder under ddprun-logs
   printf 'command: "echo $SEED $(pwd) $DDPRUN_CHECKPOINT_DIR $OMP_NUM_THREADS"\nworkdir: work\nenv: {SEED: "42"}\ncheckpoint: {dir: ckpt}\nnproc_per_node: 2\n' >job.yaml
   run "$DDPRUN" job.yaml
   assert_success
-  assert_line "[localhost:0] 42 $BATS_TEST_TMPDIR/work $BATS_TEST_TMPDIR/work/ckpt 1"
+  # every relative path of a job is relative to the job file's folder
+  assert_line "[localhost:0] 42 $BATS_TEST_TMPDIR/work $BATS_TEST_TMPDIR/ckpt 1"
 }

@@ -90,3 +90,102 @@ assert_nothing_left() {
   grep -q "node 'localhost' lost: its agent died (signal 9); stopping the job" out.txt
   assert_nothing_left
 }
+
+# A rank that logs each signal it gets, with the time, and keeps running.
+logging_rank() { # file grace
+  cat >sig.sh <<'SH'
+#!/bin/bash
+log=$PWD/sig-$RANK.txt
+for s in INT TERM USR1 USR2 HUP; do trap "echo $s \$(date +%s.%N) >>$log" $s; done
+echo up
+while :; do sleep 0.05; done
+SH
+  chmod +x sig.sh
+  printf 'command: [./sig.sh]\nnproc_per_node: 2\nstop_grace: %s\nlogs: {dir: logs}\n' "$2" >"$1"
+}
+
+@test "the first SIGINT reaches the ranks as SIGINT, then SIGTERM halfway through stop_grace, SIGKILL at its end (as torchrun)" {
+  logging_rank job.yaml 4s
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP=$!
+  for _ in $(seq 100); do [ "$(grep -c '] up' out.txt)" -eq 2 ] && break; sleep 0.05; done
+  JOB_ID=$(basename "$(ls -d logs/*/)")
+  t0=$(date +%s.%N)
+  kill -INT "$DDP"
+  rc=0; wait "$DDP" || rc=$?
+  t1=$(date +%s.%N)
+  cat out.txt
+  [ "$rc" -eq 130 ]
+  for r in 0 1; do
+    cat "sig-$r.txt"
+    [ "$(cut -d' ' -f1 "sig-$r.txt" | tr '\n' ' ')" = "INT TERM " ]
+    ti=$(grep INT "sig-$r.txt" | cut -d' ' -f2) tt=$(grep TERM "sig-$r.txt" | cut -d' ' -f2)
+    # SIGINT at once, SIGTERM at 2 s (half of 4 s), SIGKILL at 4 s: windows far wider than
+    # a busy machine's delays, narrow enough to tell the three apart
+    awk -v a="$t0" -v i="$ti" -v t="$tt" -v e="$t1" 'BEGIN {
+      printf "INT after %.2f s, TERM after %.2f s, ddprun done after %.2f s\n", i - a, t - a, e - a
+      exit !(i - a < 1.5 && t - a > 1.5 && t - a < 3.5 && e - a > 3.5 && e - a < 9) }'
+  done
+  grep -q "ranks (SIGINT, SIGTERM halfway, SIGKILL after 4000 ms" out.txt
+  [ -z "$(job_pids "$JOB_ID")" ]
+}
+
+@test "Python ranks see KeyboardInterrupt on the first SIGINT and their finally blocks run" {
+  [ -x /usr/bin/python3 ] || fail "Debian's python3 is missing"
+  cat >train.py <<'PY'
+import time
+try:
+    print("up", flush=True)
+    time.sleep(100)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+finally:
+    print("finally ran", flush=True)
+PY
+  printf 'command: [/usr/bin/python3, train.py]\nnproc_per_node: 2\nstop_grace: 20s\nlogs: {dir: logs}\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP=$!
+  for _ in $(seq 200); do [ "$(grep -c '] up' out.txt)" -eq 2 ] && break; sleep 0.05; done
+  JOB_ID=$(basename "$(ls -d logs/*/)")
+  SECONDS=0
+  kill -INT "$DDP"
+  rc=0; wait "$DDP" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 130 ]
+  [ "$SECONDS" -lt 10 ]   # the ranks ended on SIGINT, long before the 20 s grace
+  for r in 0 1; do
+    grep -q "^\[localhost:$r\] KeyboardInterrupt" out.txt
+    grep -q "^\[localhost:$r\] finally ran" out.txt
+  done
+}
+
+@test "SIGUSR1, SIGUSR2 and SIGHUP to ddprun are passed to every rank and do not stop the job" {
+  cat >usr.sh <<'SH'
+#!/bin/bash
+n=0
+for s in USR1 USR2 HUP; do trap "echo got $s; n=\$((n + 1))" $s; done
+echo up
+while [ $n -lt 3 ]; do sleep 0.05; done
+echo all three
+SH
+  chmod +x usr.sh
+  printf 'command: [./usr.sh]\nnproc_per_node: 3\nlogs: {dir: logs}\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP=$!
+  for _ in $(seq 100); do [ "$(grep -c '] up' out.txt)" -eq 3 ] && break; sleep 0.05; done
+  JOB_ID=$(basename "$(ls -d logs/*/)")
+  for s in USR1 USR2 HUP; do
+    kill -"$s" "$DDP"
+    for _ in $(seq 100); do [ "$(grep -c "got $s" out.txt)" -eq 3 ] && break; sleep 0.05; done
+    kill -0 "$DDP"   # ddprun is still there
+  done
+  rc=0; wait "$DDP" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 0 ]
+  for r in 0 1 2; do
+    for s in USR1 USR2 HUP; do grep -q "^\[localhost:$r\] got $s" out.txt; done
+    grep -q "^\[localhost:$r\] all three" out.txt
+  done
+  grep -q "ddprun: SIGUSR1: passed to the 3 ranks running" out.txt
+  [ "$(grep -c '"event": "signal"' logs/*/events.jsonl)" -eq 3 ]
+}

@@ -22,13 +22,19 @@ teardown() {
 rx() { sed 's/\./\\./g' <<<"$1"; } # an address as a regular expression
 
 # Nothing of the job is left in node K's namespace: only its sshd.
+# (What a session leaves ends within moments of its connection closing: wait up to 5 s.)
 only_sshd_in() {
   [ -z "$SSHD_NETNS" ] && return 0
-  local p left=""
-  for p in $(sshd_ns_pids "$1"); do
-    [ "$p" = "$(cat "$SSH_DIR/node$1/sshd.pid")" ] || left="$left $p"
+  local p left="" i
+  for i in $(seq 50); do
+    left=""
+    for p in $(sshd_ns_pids "$1"); do
+      [ "$p" = "$(cat "$SSH_DIR/node$1/sshd.pid")" ] || left="$left,$p"
+    done
+    [ -z "$left" ] && return 0
+    sleep 0.1
   done
-  [ -z "$left" ] || { echo "left in node $1:"; ps -o pid,args -p ${left// /,}; return 1; }
+  echo "left in node $1:"; ps -o pid,ppid,pgid,args -p "${left#,}"; return 1
 }
 
 @test "3 nodes x 2 ranks over SSH: the Fashion-MNIST example trains across them" {
@@ -154,20 +160,30 @@ only_sshd_in() {
   run "$DDPRUN" doctor job.yaml
   assert_failure 1
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)") a3=$(rx "$(sshd_addr 3)") a8=$(rx "$(sshd_addr 8)")
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +pass$"
   assert_line --regexp "^$a3 +ok +FAIL .*FAIL: the host key of $a3 port $SSH_PORT is not in $SSH_KH"
   assert_line --regexp "^$a8 +FAIL .*FAIL: cannot connect to $a8 port $SSH_PORT"
   assert_output --partial "4 nodes checked: 2 passed, 2 failed"
   # accept-new: the unknown key is reported as new, and nothing is written
   run "$DDPRUN" doctor job.yaml --set ssh.strict_host_key_checking=accept-new --set "nodes=[$(sshd_addr 3)]"
   assert_success
-  assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +ok +pass$"
   ! grep -qF "$(sshd_addr 3)" "$SSH_KH"
   # a command missing on the node, and a ddprun of another version
   run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1
   assert_output --partial "FAIL: '/nonexistent/trainer' is not an executable program there"
+  # a workdir missing on the node; a program relative to the workdir, found there
+  run "$DDPRUN" doctor job.yaml --set workdir=/nonexistent/wd --set "nodes=[$(sshd_addr 1)]"
+  assert_failure 1
+  assert_line --regexp "^$a1 +ok +ok +ok +FAIL +- .*FAIL: workdir '/nonexistent/wd' is not a folder there"
+  mkdir wd && printf '#!/bin/sh\n' >wd/train.sh && chmod +x wd/train.sh
+  run "$DDPRUN" doctor job.yaml --set workdir=wd --set "command=[./train.sh]" --set "nodes=[$(sshd_addr 1)]"
+  assert_success
+  run "$DDPRUN" doctor job.yaml --set "command=[./train.sh]" --set "nodes=[$(sshd_addr 1)]"
+  assert_failure 1
+  assert_output --partial "FAIL: './train.sh' is not an executable program there (from workdir $PWD)"
   printf '#!/bin/sh\necho "ddprun 0.0.1"\n' >old-ddprun
   chmod +x old-ddprun
   run "$DDPRUN" doctor job.yaml --set ssh.remote_ddprun="$PWD/old-ddprun" --set "nodes=[$(sshd_addr 1)]"
@@ -175,13 +191,107 @@ only_sshd_in() {
   assert_output --partial "there is 'ddprun 0.0.1', this is ddprun"
 }
 
-@test "ddprun doctor on a local job checks the command and the store address" {
+@test "ddprun doctor on a local job checks the workdir, the command (from the workdir) and the store address" {
   printf 'command: [/nonexistent/x]\n' >job.yaml
   run "$DDPRUN" doctor job.yaml
   assert_failure 1
-  assert_line --regexp "^localhost +local +local +ok +FAIL"
+  assert_line --regexp "^localhost +local +local +ok +ok +FAIL"
   printf 'command: [sleep, "1"]\n' >job.yaml
   run "$DDPRUN" doctor job.yaml
   assert_success
-  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +pass$"
+  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +pass$"
+  # the program relative to the workdir, which is relative to the job file's folder
+  mkdir -p sub/wd && printf '#!/bin/sh\n' >sub/wd/t.sh && chmod +x sub/wd/t.sh
+  printf 'command: [./t.sh]\nworkdir: wd\n' >sub/job.yaml
+  run "$DDPRUN" doctor sub/job.yaml
+  assert_success
+}
+
+# A ddprun for the nodes that hangs on node 2 (it never answers, never reads its stdin) and is
+# the real one elsewhere; the hung process carries $marker.
+hang_on_node2() { # marker
+  cat >hang.sh <<SH
+#!/bin/sh
+case "\$SSH_CONNECTION" in
+*" $(sshd_addr 2) "*) exec /bin/sh -c 'while :; do sleep 0.2; done' hung-$1 ;;
+esac
+exec $DDPRUN "\$@"
+SH
+  chmod +x hang.sh
+}
+
+@test "a node that hangs on start: SIGINT ends ddprun within stop_grace + a few seconds, status 130, the hung process killed" {
+  for k in 1 2; do sshd_start "$k"; done
+  marker="ddprun-hang-$RANDOM$RANDOM"
+  hang_on_node2 "$marker"
+  ssh_job job.yaml 1 1 2 -- /bin/sh -c 'while :; do sleep 0.2; done' "$marker-rank"
+  "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/hang.sh" >out.txt 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do pgrep -f "hung-$marker" >/dev/null && grep -q node_joined logs/*/events.jsonl 2>/dev/null && break; sleep 0.1; done
+  pgrep -f "hung-$marker"
+  SECONDS=0
+  kill -INT "$pid"
+  rc=0; wait "$pid" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 130 ]
+  echo "ended after $SECONDS s"
+  [ "$SECONDS" -le 12 ]   # stop_grace 2 s + 5 s for agents to report + killing: about 7 s
+  grep -q "did not stop within stop_grace" out.txt
+  for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+  ! pgrep -f "$marker"
+  for k in 1 2; do only_sshd_in "$k"; done
+}
+
+@test "a second signal while stopping ends at once, killing the hung node's processes; the rendezvous timeout names the nodes that never joined" {
+  for k in 1 2; do sshd_start "$k"; done
+  marker="ddprun-hang-$RANDOM$RANDOM"
+  hang_on_node2 "$marker"
+  ssh_job job.yaml 1 1 2 -- /bin/sh -c 'while :; do sleep 0.2; done' "$marker-rank"
+  "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/hang.sh" --set stop_grace=60s >out.txt 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do pgrep -f "hung-$marker" >/dev/null && break; sleep 0.1; done
+  kill -INT "$pid"
+  sleep 1
+  kill -0 "$pid"   # in its 60 s grace
+  SECONDS=0
+  kill -TERM "$pid"
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 130 ]
+  [ "$SECONDS" -le 8 ]
+  for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+  ! pgrep -f "$marker"
+  # the rendezvous timeout: status 3 naming the node and what is known of it
+  rm -rf logs
+  run "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/hang.sh" --set rendezvous.timeout=2s
+  assert_failure 3
+  assert_output --partial "round 0 cannot start: only 1 of the 2 nodes elastic.min_nodes needs joined within 2 s (rendezvous.timeout); not joined: '$(sshd_addr 2)' (started, no answer)"
+  for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+  ! pgrep -f "$marker"
+  for k in 1 2; do only_sshd_in "$k"; done
+}
+
+@test "signals across SSH: SIGUSR1 reaches remote ranks, the first SIGINT reaches them as SIGINT" {
+  for k in 1 2; do sshd_start "$k"; done
+  cat >sig.sh <<'SH'
+#!/bin/bash
+for s in INT USR1; do trap "echo got $s" $s; done
+echo up
+while :; do sleep 0.05; done
+SH
+  chmod +x sig.sh
+  ssh_job job.yaml 1 1 2 -- "$PWD/sig.sh"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do [ "$(grep -c '] up' out.txt)" -eq 2 ] && break; sleep 0.1; done
+  kill -USR1 "$pid"
+  for _ in $(seq 100); do [ "$(grep -c 'got USR1' out.txt)" -eq 2 ] && break; sleep 0.1; done
+  kill -INT "$pid"
+  rc=0; wait "$pid" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 130 ]
+  for k in 1 2; do
+    grep -q "^\[$(rx "$(sshd_addr $k)"):$((k - 1))\] got USR1" out.txt
+    grep -q "^\[$(rx "$(sshd_addr $k)"):$((k - 1))\] got INT" out.txt
+  done
+  for k in 1 2; do only_sshd_in "$k"; done
 }
