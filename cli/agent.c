@@ -41,6 +41,7 @@ struct worker {
     pid_t pid;
     int fd[2]; /* stdout, stderr pipes; -1 once at EOF */
     struct ddp_buf line[2];
+    bool progress[2]; /* the pending line of the stream began after a '\r' */
     bool exited, reported, exec_failed;
     int code; /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
@@ -159,20 +160,46 @@ static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         return;
     }
     ddp_buf_put(lb, tmp, (size_t)n);
-    /* Whole lines go out one frame each; an over-long line is cut at the limit. */
+    /* Whole lines go out one frame each; an over-long line is cut at the limit. A line ends
+     * at '\n' (a '\r' just before it is dropped); within a line, a '\r' starts the text over
+     * (a progress bar), so only what follows the last one is the line. */
     for (;;) {
         uint8_t *start = lb->data + lb->off;
         size_t pend = ddp_buf_pending(lb);
         uint8_t *nl = memchr(start, '\n', pend);
         if (nl) {
-            send_output(w, s + 1, start, (size_t)(nl - start));
+            size_t len = (size_t)(nl - start);
+            const uint8_t *from = start;
+            if (len && start[len - 1] == '\r')
+                len--;
+            for (size_t k = len; k-- > 0;)
+                if (start[k] == '\r') {
+                    from = start + k + 1;
+                    break;
+                }
+            send_output(w, s + 1, from, len - (size_t)(from - start));
             lb->off += (size_t)(nl - start) + 1;
+            w->progress[s] = false;
         } else if (pend >= DDP__AGENT_MAX_LINE) {
             send_output(w, s + 1, start, DDP__AGENT_MAX_LINE);
             lb->off += DDP__AGENT_MAX_LINE;
         } else {
             break;
         }
+    }
+    /* A progress bar: text after a '\r' with no newline yet is shown now (in place), and
+     * stays pending as the start of the line. A '\r' at the very end may be half of "\r\n". */
+    uint8_t *start = lb->data + lb->off;
+    size_t pend = ddp_buf_pending(lb), k = pend;
+    while (k > 0 && start[k - 1] != '\r')
+        k--;
+    if (k == 0 || k < pend) { /* no '\r', or text after the last one */
+        if (k > 0) {
+            lb->off += k;
+            w->progress[s] = true;
+        }
+        if (w->progress[s] && pend > k)
+            send_output(w, (s + 1) | DDP__AG_OUT_PROGRESS, start + k, pend - k);
     }
     ddp_buf_compact(lb);
 }

@@ -25,13 +25,18 @@ enum ddp__agent_msg {
     DDP__AG_SIGNAL = 4, /* u8 signal: pass it to every running worker (SIGUSR1, ...) */
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81, /* u32 local_rank, u32 pid */
-    DDP__AG_OUTPUT = 0x82,  /* u32 local_rank, u8 stream (1 out, 2 err), str line */
+    DDP__AG_OUTPUT = 0x82,  /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
+                               str line */
     DDP__AG_EXITED = 0x83,  /* u32 local_rank, i32 code (>= 0) or -signal, u64 runtime_ms,
                                u8 exec_failed */
     DDP__AG_DONE = 0x84,    /* every worker of the last START reaped; the agent waits for
                                the next START, and exits at EOF on its stdin */
     DDP__AG_JOINED = 0x85,  /* u64 lease: connected to the store, heartbeating */
 };
+
+/* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage
+ * return (a progress bar): the text after its last '\r', sent before the line ends. */
+#define DDP__AG_OUT_PROGRESS 0x10
 
 /*
  * STOP: the signal (default SIGTERM) goes to the workers' process group at once; when it is

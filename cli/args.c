@@ -103,17 +103,25 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             ddp__cli_error("option '--%s' needs a value (%s)", opts[found].name, opts[found].arg);
             return -1;
         }
-        if (found == DDP_OPT_SET || found == DDP_OPT_NPROC) {
+        if (found == DDP_OPT_SET || found == DDP_OPT_NPROC || found == DDP_OPT_RANKS) {
             if (o->nsets == DDP_CLI_MAX_SETS) {
                 ddp__cli_error("too many --set options (at most %d)", DDP_CLI_MAX_SETS);
                 return -1;
             }
-            /* --nproc N is --set nproc_per_node=N, named as the user wrote it. */
+            /* --nproc N is --set nproc_per_node=N (--ranks L: logs.console_ranks=L), named as
+             * the user wrote it. */
             size_t k = o->nsets++;
-            if (found == DDP_OPT_NPROC) {
-                snprintf(o->set_buf[k], sizeof(o->set_buf[k]), "nproc_per_node=%s", val);
+            if (found != DDP_OPT_SET) {
+                bool np = found == DDP_OPT_NPROC;
+                if (strlen(val) > 120) {
+                    ddp__cli_error("option '--%s': the value is too long", opts[found].name);
+                    return -1;
+                }
+                snprintf(o->set_buf[k], sizeof(o->set_buf[k]), "%s=%s",
+                         np ? "nproc_per_node" : "logs.console_ranks", val);
                 o->sets[k] = o->set_buf[k];
-                snprintf(o->label_buf[k], sizeof(o->label_buf[k]), "--nproc %s", val);
+                snprintf(o->label_buf[k], sizeof(o->label_buf[k]), "--%s %s",
+                         np ? "nproc" : "ranks", val);
                 o->labels[k] = o->label_buf[k];
             } else {
                 o->sets[k] = val;

@@ -34,7 +34,7 @@ struct ddp_cli_opts {
     const char *vals[DDP_OPT__COUNT];
     const char *sets[DDP_CLI_MAX_SETS], *labels[DDP_CLI_MAX_SETS];
     size_t nsets;
-    char set_buf[DDP_CLI_MAX_SETS][48], label_buf[DDP_CLI_MAX_SETS][40];
+    char set_buf[DDP_CLI_MAX_SETS][160], label_buf[DDP_CLI_MAX_SETS][160];
     const char *pos[DDP_CLI_MAX_WORDS];
     size_t npos;
 };

@@ -47,7 +47,7 @@ static const char *const elastic_keys[] = {
     "cooldown",  NULL};
 static const char *const ssh_keys[] = {
     "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
-static const char *const logs_keys[] = {"dir", "tag_output", NULL};
+static const char *const logs_keys[] = {"dir", "tag_output", "timestamps", "console_ranks", NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
 
@@ -353,6 +353,54 @@ static int check_exec_size(const struct ctx *c, const struct ddp_ynode *root,
     return 0;
 }
 
+/* "all", or comma-separated ranks N and ranges N-M (N <= M). */
+static bool rank_list_ok(const char *s)
+{
+    if (strcmp(s, "all") == 0)
+        return true;
+    for (;;) {
+        char *end;
+        if (!isdigit((unsigned char)*s))
+            return false;
+        long a = strtol(s, &end, 10), b = a;
+        s = end;
+        if (*s == '-') {
+            if (!isdigit((unsigned char)s[1]))
+                return false;
+            b = strtol(s + 1, &end, 10);
+            s = end;
+        }
+        if (a < 0 || b < a || b > 10000000)
+            return false;
+        if (!*s)
+            return true;
+        if (*s++ != ',')
+            return false;
+    }
+}
+
+bool ddp__job_rank_listed(const char *list, int rank)
+{
+    if (!list)
+        return true;
+    for (const char *s = list; *s;) {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+        s = end;
+        if (*s == '-') {
+            b = strtol(s + 1, &end, 10);
+            s = end;
+        }
+        if (rank >= a && rank <= b)
+            return true;
+        if (*s == ',')
+            s++;
+        else
+            break;
+    }
+    return false;
+}
+
 static int load_nodes(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                       int **slots_given)
 {
@@ -571,8 +619,25 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
         if (check_keys(c, sub, "logs", logs_keys) < 0 ||
             ((n = ddp__ytree_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
             ((n = ddp__ytree_get(sub, "tag_output")) &&
-             get_bool(c, n, "logs.tag_output", &j->tag_output) < 0))
+             get_bool(c, n, "logs.tag_output", &j->tag_output) < 0) ||
+            ((n = ddp__ytree_get(sub, "timestamps")) &&
+             get_bool(c, n, "logs.timestamps", &j->log_timestamps) < 0))
             goto out;
+        if ((n = ddp__ytree_get(sub, "console_ranks"))) {
+            if (get_str(c, n, "logs.console_ranks", &j->console_ranks) < 0)
+                goto out;
+            if (!rank_list_ok(j->console_ranks)) {
+                err_at(c, n,
+                       "logs.console_ranks must be 'all' or ranks and ranges such as 0 or 0,4-7, "
+                       "got '%s'",
+                       j->console_ranks);
+                goto out;
+            }
+            if (strcmp(j->console_ranks, "all") == 0) {
+                free(j->console_ranks);
+                j->console_ranks = NULL;
+            }
+        }
     }
     if ((sub = ddp__ytree_get(root, "checkpoint"))) {
         char *d = NULL;
@@ -699,6 +764,13 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
     }
     if (load_tree(&c, root, basedir, j) < 0)
         goto out;
+    if (nsets && !(j->overrides = calloc(nsets, sizeof(char *))))
+        goto out;
+    for (size_t i = 0; i < nsets; i++) {
+        if (!(j->overrides[i] = strdup(origins[i])))
+            goto out;
+        j->noverrides = i + 1;
+    }
     if (!j->name)
         j->name = default_name(file);
     *out = j;
@@ -840,6 +912,10 @@ void ddp__job_free(struct ddp_job *j)
     free(j->ssh_remote_ddprun);
     free(j->logs_dir);
     free(j->checkpoint_dir);
+    free(j->console_ranks);
+    for (size_t i = 0; i < j->noverrides; i++)
+        free(j->overrides[i]);
+    free(j->overrides);
     free(j);
 }
 
@@ -893,7 +969,9 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
             j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
             j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
-    fprintf(f, "logs: {dir: %s, tag_output: %s}\n", j->logs_dir, j->tag_output ? "true" : "false");
+    fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s}\n", j->logs_dir,
+            j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
+            j->console_ranks ? j->console_ranks : "all");
     fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
     fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
     fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s\n", j->world_size, "node",

@@ -41,10 +41,17 @@ struct ddp_job {
     int ssh_port;
     char *logs_dir; /* absolute */
     bool tag_output;
+    bool log_timestamps;  /* each line of a rank's log starts with its UTC time */
+    char *console_ranks;  /* logs.console_ranks: ranks shown on the console, NULL for all */
     char *checkpoint_dir; /* absolute, or NULL */
     int64_t stop_grace_ms;
-    int world_size; /* derived: sum of slots */
+    int world_size;   /* derived: sum of slots */
+    char **overrides; /* the --set (and --nproc) given, as written: "--set a=b" */
+    size_t noverrides;
 };
+
+/* Whether rank is in a rank list of logs.console_ranks ("0,2-3"); NULL shows every rank. */
+bool ddp__job_rank_listed(const char *list, int rank);
 
 /*
  * Parses a job file and applies overrides: sets[0..nsets) are "a.b=value"; labels[k], when

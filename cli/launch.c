@@ -20,7 +20,9 @@
  */
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
+#include "cli/console.h"
 #include "cli/job.h"
+#include "cli/record.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -57,6 +59,7 @@
 struct rank_info {
     int node, local;
     bool started, exited, exec_failed, lost;
+    bool stopped; /* it ended after its node was asked to stop it */
     int code;
     int64_t runtime_ms;
     int logfd;
@@ -76,8 +79,8 @@ enum node_state {
 
 struct node_agent {
     pid_t pid;
-    int in_fd, out_fd;
-    struct ddp_buf rx;
+    int in_fd, out_fd, err_fd; /* its stdin, stdout (frames), stderr (its messages) */
+    struct ddp_buf rx, erx;
     enum node_state state;
     unsigned incarnation;
     int rank_offset, member_index;
@@ -124,9 +127,10 @@ struct launcher {
     int escalation; /* 0; 1 once agents were told to end; 2 once SIGKILLed */
     struct loss *losses;
     int nlosses;
-    FILE *events;
+    struct ddp__rec rec;
+    struct ddp__console con;
     char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
-    bool tty, status_shown;
+    bool tty;
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
     struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;
@@ -145,15 +149,10 @@ static void rdzv_open(void);
 static void finish(const char *why, int rc);
 static void maybe_restart(void);
 
-/* ---- console and event log ---- */
+/* ---- console and records ---- */
 
-static void clear_status(void)
-{
-    if (L.status_shown) {
-        ddp_write_all(2, "\r\033[K", 4);
-        L.status_shown = false;
-    }
-}
+#define say(...) ddp__con_say(&L.con, __VA_ARGS__)
+#define event(...) ddp__rec_event(&L.rec, L.round, __VA_ARGS__)
 
 static void draw_status(void)
 {
@@ -161,30 +160,10 @@ static void draw_status(void)
         return;
     char buf[256];
     int64_t s = (ddp_now_ms() - L.t0) / 1000;
-    int n = snprintf(buf, sizeof(buf),
-                     "\r\033[K[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld",
-                     L.phase_name, L.ranks_up - L.ranks_done, L.world, L.round,
-                     (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
-    ddp_write_all(2, buf, (size_t)n);
-    L.status_shown = true;
-}
-
-/* One message from ddprun itself: one write, never mixed into the status line. */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n > sizeof(buf) - 2)
-        n = (int)sizeof(buf) - 2;
-    buf[n++] = '\n';
-    clear_status();
-    ddp_write_all(2, buf, (size_t)n);
+    snprintf(buf, sizeof(buf), "[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld",
+             L.phase_name, L.ranks_up - L.ranks_done, L.world, L.round, (long long)(s / 3600),
+             (long long)(s / 60 % 60), (long long)(s % 60));
+    ddp__con_status(&L.con, buf);
 }
 
 static void set_phase(const char *phase)
@@ -200,64 +179,6 @@ static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
     draw_status();
     ddp_timer_start(loop, t, 250);
-}
-
-static void wall_clock(char *out, size_t n)
-{
-    struct timeval tv;
-    struct tm tm;
-    gettimeofday(&tv, NULL);
-    gmtime_r(&tv.tv_sec, &tm);
-    char s[32];
-    strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, n, "%s.%03dZ", s, (int)(tv.tv_usec / 1000));
-}
-
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/*
- * One line of the event log: {"time", "t" (s since the start), "event", "round", then the
- * fields given as pairs of a key and a value; a key starting with '#' takes a long long
- * (the '#' dropped), any other a string (NULL: null).
- */
-static void event(const char *name, ...)
-{
-    if (!L.events)
-        return;
-    char when[40];
-    wall_clock(when, sizeof(when));
-    fprintf(L.events, "{\"time\": \"%s\", \"t\": %.3f, \"event\": \"%s\", \"round\": %d", when,
-            (double)(ddp_now_ms() - L.t0) / 1000, name, L.round);
-    va_list ap;
-    va_start(ap, name);
-    for (const char *k; (k = va_arg(ap, const char *));) {
-        if (k[0] == '#') {
-            fprintf(L.events, ", \"%s\": %lld", k + 1, va_arg(ap, long long));
-        } else {
-            const char *v = va_arg(ap, const char *);
-            fprintf(L.events, ", \"%s\": ", k);
-            if (v)
-                json_str(L.events, v);
-            else
-                fputs("null", L.events);
-        }
-    }
-    va_end(ap);
-    fputs("}\n", L.events);
-    fflush(L.events);
 }
 
 /* "SIGINT" for SIGINT. */
@@ -286,27 +207,27 @@ static void keep_tail(struct rank_info *r, const uint8_t *line, size_t n)
     r->tail[r->ntail++] = strndup((const char *)line, n > 500 ? 500 : n);
 }
 
-static void rank_output(int rank, int stream, const uint8_t *line, size_t n)
+/* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
+static void rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress)
 {
     struct rank_info *r = &L.rk[rank];
-    struct ddp_buf b;
-    ddp_buf_init(&b);
-    if (L.job->tag_output) {
-        char tag[300];
-        int tl = snprintf(tag, sizeof(tag), "[%s:%d] ", host_of(r->node), rank);
-        ddp_buf_put(&b, tag, (size_t)tl);
-    }
-    ddp_buf_put(&b, line, n);
-    ddp_buf_put_u8(&b, '\n');
-    /* One write per line: lines from different ranks never mix within a line. */
-    clear_status();
-    ddp_write_all(stream == 2 ? 2 : 1, b.data, b.len);
-    if (r->logfd >= 0) {
-        ddp_write_all(r->logfd, line, n);
-        ddp_write_all(r->logfd, "\n", 1);
-    }
+    ddp__con_rank(&L.con, rank, host_of(r->node), stream, line, n, progress);
+    if (progress)
+        return;
+    ddp__rec_rank_line(r->logfd, L.job->log_timestamps, line, n);
     keep_tail(r, line, n);
-    ddp_buf_release(&b);
+}
+
+/* How rank r ended, in the records' one model. */
+static struct ddp__outcome outcome(const struct rank_info *r)
+{
+    if (r->lost)
+        return (struct ddp__outcome){.state = DDP__RS_LOST};
+    if (!r->exited)
+        return (struct ddp__outcome){.state = DDP__RS_RUNNING};
+    struct ddp__outcome o = ddp__outcome_of(r->code, r->exec_failed);
+    o.stopped = r->stopped;
+    return o;
 }
 
 static void release_ranks(void)
@@ -411,6 +332,7 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
 {
     struct rank_info *r = &L.rk[rank];
     r->exited = true;
+    r->stopped = L.ag[r->node].state == NS_STOPPING;
     r->code = code;
     r->runtime_ms = runtime_ms;
     r->exec_failed = exec_failed;
@@ -423,11 +345,16 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
         return;
     if (L.first_fail < 0)
         L.first_fail = rank;
-    char what[400], how[160];
+    char what[700], how[160];
     describe_exit(code, how, sizeof(how));
-    snprintf(what, sizeof(what), "rank %d (%s) %s", rank, host_of(r->node), how);
-    event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "#exit_code",
-          (long long)(code >= 0 ? code : 128 - code), "reason", what, NULL);
+    if (exec_failed && r->ntail) /* the agent's note: cannot run 'x': why */
+        snprintf(what, sizeof(what), "rank %d (%s) did not start: %s", rank, host_of(r->node),
+                 r->tail[r->ntail - 1]);
+    else
+        snprintf(what, sizeof(what), "rank %d (%s) %s", rank, host_of(r->node), how);
+    struct ddp__outcome o = outcome(r);
+    event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "@outcome", &o,
+          "reason", what, NULL);
     if (exec_failed) {
         /* The program cannot even start: another round would fail the same way. */
         say("ddprun: %s; stopping the job", what);
@@ -464,7 +391,7 @@ static void record_loss(int i, const char *why, bool listed)
     l->node = i;
     l->round = L.round;
     l->t_ms = now - L.t0;
-    wall_clock(l->when, sizeof(l->when));
+    ddp__rec_wall_clock(l->when, sizeof(l->when));
     snprintf(l->why, sizeof(l->why), "%s", why);
     event("node_lost", "node", host_of(i), "reason", why, NULL);
 }
@@ -553,7 +480,7 @@ static void agent_frame(int i, uint8_t type, const uint8_t *body, size_t len)
         const uint8_t *p;
         uint32_t n;
         if (ddp_rd_u8(&rd, &u8) == 0 && ddp_rd_str(&rd, DDP__AGENT_MAX_FRAME, &p, &n) == 0)
-            rank_output(rank, u8, p, n);
+            rank_output(rank, u8 & 0x0f, p, n, u8 & DDP__AG_OUT_PROGRESS);
         break;
     }
     case DDP__AG_EXITED:
@@ -605,6 +532,49 @@ static int agent_read(int i)
     return 1;
 }
 
+/* Reads agent i's stderr (its own messages and, over SSH, the bridge's and the remote
+ * agent's): each line is said as ddprun's. At EOF the rest goes out and the pipe closes. */
+static void agent_err_read(int i)
+{
+    struct node_agent *a = &L.ag[i];
+    for (;;) {
+        if (a->err_fd < 0 || ddp_buf_reserve(&a->erx, 4096) < 0)
+            return;
+        ssize_t n = ddp_read_eintr(a->err_fd, a->erx.data + a->erx.len, a->erx.cap - a->erx.len);
+        if (n == -EAGAIN)
+            return;
+        if (n > 0)
+            a->erx.len += (size_t)n;
+        char *p, *nl;
+        while ((p = (char *)a->erx.data + a->erx.off),
+               (nl = memchr(p, '\n', ddp_buf_pending(&a->erx)))) {
+            say("%.*s", (int)(nl - p), p);
+            a->erx.off += (size_t)(nl - p) + 1;
+        }
+        if (n <= 0 || ddp_buf_pending(&a->erx) > 4000) { /* EOF, or a line without end */
+            if (ddp_buf_pending(&a->erx))
+                say("%.*s", (int)ddp_buf_pending(&a->erx), (char *)a->erx.data + a->erx.off);
+            a->erx.off = a->erx.len;
+        }
+        ddp_buf_compact(&a->erx);
+        if (n <= 0) {
+            ddp_loop_del(L.loop, a->err_fd);
+            close(a->err_fd);
+            a->err_fd = -1;
+            ddp_buf_release(&a->erx);
+            return;
+        }
+    }
+}
+
+static void on_agent_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)mask;
+    agent_err_read((int)(intptr_t)arg);
+}
+
 static void on_agent_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
     (void)loop;
@@ -620,6 +590,13 @@ static void agent_reaped(int i, int st)
     /* What it wrote before exiting may still sit in the pipe (the signal can be read
      * first): take it before judging how it ended. */
     while (agent_read(i) > 0) {
+    }
+    agent_err_read(i);
+    if (a->err_fd >= 0) { /* a child of its may still hold the pipe: what it said is in */
+        ddp_loop_del(L.loop, a->err_fd);
+        close(a->err_fd);
+        a->err_fd = -1;
+        ddp_buf_release(&a->erx);
     }
     if (a->out_fd >= 0) {
         ddp_loop_del(L.loop, a->out_fd);
@@ -685,7 +662,7 @@ static int provision(int i)
 {
     struct node_agent *a = &L.ag[i];
     const struct ddp_job *j = L.job;
-    int in[2], out[2];
+    int in[2], out[2], err[2];
     char port[16], grace[24]; /* formatted before fork: the child only execs */
     snprintf(port, sizeof(port), "%d", j->ssh_port);
     snprintf(grace, sizeof(grace), "%lld", (long long)j->stop_grace_ms);
@@ -697,17 +674,27 @@ static int provision(int i)
         close(in[1]);
         return -1;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
+    if (pipe2(err, O_CLOEXEC) != 0) {
         close(in[0]);
         close(in[1]);
         close(out[0]);
         close(out[1]);
         return -1;
     }
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        close(err[0]);
+        close(err[1]);
+        return -1;
+    }
     if (pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
+        dup2(err[1], 2); /* its messages come back as lines, to the console and ddprun.log */
         sigprocmask(SIG_SETMASK, &L.oldmask, NULL);
         /* If ddprun is killed outright, its local agents stop their workers (SIGTERM) and
          * exit; a bridge ignores its SIGHUP, and the EOF on its stdin that follows stops the
@@ -726,9 +713,14 @@ static int provision(int i)
     setpgid(pid, pid); /* as the agent does itself: no race with a kill(-pid) */
     close(in[0]);
     close(out[1]);
+    close(err[1]);
     a->pid = pid;
     a->in_fd = in[1];
     a->out_fd = out[0];
+    a->err_fd = err[0];
+    fcntl(a->err_fd, F_SETFL, O_NONBLOCK);
+    ddp_buf_init(&a->erx);
+    ddp_loop_add(L.loop, a->err_fd, DDP_LOOP_READ, on_agent_err, (void *)(intptr_t)i);
     a->state = NS_JOINING;
     a->incarnation++;
     fcntl(a->out_fd, F_SETFL, O_NONBLOCK);
@@ -1305,31 +1297,12 @@ static void *serve(void *srv)
     return NULL;
 }
 
-static const char *rank_status(const struct rank_info *r, char *buf, size_t n)
-{
-    if (r->lost)
-        snprintf(buf, n, "node lost");
-    else if (!r->exited)
-        snprintf(buf, n, "never reported");
-    else if (r->exec_failed)
-        snprintf(buf, n, "did not start");
-    else if (r->code < 0)
-        snprintf(buf, n, "signal %d (%s)", -r->code,
-                 sigabbrev_np(-r->code) ? sigabbrev_np(-r->code) : "?");
-    else
-        snprintf(buf, n, "exit %d", r->code);
-    return buf;
-}
-
 static void summarize(int rc, double secs)
 {
-    const char *status = rc == DDP_EXIT_OK            ? "succeeded"
-                         : rc == DDP_EXIT_INTERRUPTED ? "interrupted"
-                         : rc == DDP_EXIT_LAUNCH      ? "launch failed"
-                                                      : "failed";
     char buf[128];
-    say("ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", L.job_id, status, secs,
-        L.world, L.nmembers, L.nmembers == 1 ? "" : "s", L.round ? ", after " : "", L.round,
+    say("ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", L.job_id,
+        rc == DDP_EXIT_LAUNCH ? "launch failed" : ddp__job_status(rc), secs, L.world, L.nmembers,
+        L.nmembers == 1 ? "" : "s", L.round ? ", after " : "", L.round,
         L.round == 1 ? " restart"
         : L.round    ? " restarts"
                      : "");
@@ -1345,75 +1318,52 @@ static void summarize(int rc, double secs)
     }
     if (L.first_fail >= 0) {
         struct rank_info *r = &L.rk[L.first_fail];
+        struct ddp__outcome o = outcome(r);
         say("ddprun: first failure: rank %d on '%s': %s; last lines of %s:", L.first_fail,
-            host_of(r->node), rank_status(r, buf, sizeof(buf)), r->logpath);
+            host_of(r->node), ddp__outcome_text(&o, buf, sizeof(buf)), r->logpath);
         for (int k = 0; k < r->ntail; k++)
             say("    %s", r->tail[k]);
     }
     if (L.world)
         say("  %-6s %-20s %-22s %-9s %s", "rank", "host", "status", "runtime", "log");
+    struct ddp__rank_rec *rr = calloc((size_t)L.world + 1, sizeof(*rr));
+    struct ddp__loss_rec *lr = calloc((size_t)L.nlosses + 1, sizeof(*lr));
     for (int i = 0; i < L.world; i++) {
         struct rank_info *r = &L.rk[i];
         char rt[32];
+        struct ddp__outcome o = outcome(r);
         snprintf(rt, sizeof(rt), "%.1fs", (double)r->runtime_ms / 1000);
-        say("  %-6d %-20s %-22s %-9s %s", i, host_of(r->node), rank_status(r, buf, sizeof(buf)), rt,
-            r->logpath);
+        say("  %-6d %-20s %-22s %-9s %s", i, host_of(r->node),
+            ddp__outcome_text(&o, buf, sizeof(buf)), rt, r->logpath);
+        if (rr)
+            rr[i] = (struct ddp__rank_rec){.rank = i,
+                                           .local = r->local,
+                                           .host = host_of(r->node),
+                                           .log = r->logpath,
+                                           .out = o,
+                                           .started = r->started,
+                                           .runtime_s = (double)r->runtime_ms / 1000};
     }
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof(path), "%s/summary.json", L.logdir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return;
-    fprintf(f, "{\"job_id\": ");
-    json_str(f, L.job_id);
-    fprintf(f, ", \"status\": ");
-    json_str(f, status);
-    fprintf(f,
-            ", \"exit_code\": %d, \"runtime_s\": %.3f, \"world_size\": %d, \"restarts\": %d, "
-            "\"reason\": ",
-            rc, secs, L.world, L.round);
-    if (L.fatal && rc != DDP_EXIT_OK)
-        json_str(f, L.fatal);
-    else
-        fprintf(f, "null");
-    fprintf(f, ", \"first_failed_rank\": ");
-    if (L.first_fail >= 0)
-        fprintf(f, "%d", L.first_fail);
-    else
-        fprintf(f, "null");
-    fprintf(f, ",\n \"lost_nodes\": [");
-    for (int k = 0; k < L.nlosses; k++) {
-        const struct loss *l = &L.losses[k];
-        fprintf(f, "%s\n  {\"host\": ", k ? "," : "");
-        json_str(f, host_of(l->node));
-        fprintf(f, ", \"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"reason\": ", l->when,
-                (double)l->t_ms / 1000, l->round);
-        json_str(f, l->why);
-        fprintf(f, "}");
+    for (int k = 0; lr && k < L.nlosses; k++)
+        lr[k] = (struct ddp__loss_rec){.host = host_of(L.losses[k].node),
+                                       .when = L.losses[k].when,
+                                       .why = L.losses[k].why,
+                                       .t = (double)L.losses[k].t_ms / 1000,
+                                       .round = L.losses[k].round};
+    if (rr && lr) {
+        struct ddp__summary sm = {.exit_status = rc,
+                                  .reason = L.fatal,
+                                  .world = L.world,
+                                  .nodes = L.nmembers,
+                                  .restarts = L.round,
+                                  .first_fail = L.first_fail,
+                                  .ranks = rr,
+                                  .losses = lr,
+                                  .nlosses = L.nlosses};
+        ddp__rec_summary(&L.rec, &sm);
     }
-    fprintf(f, "],\n \"ranks\": [");
-    for (int i = 0; i < L.world; i++) {
-        struct rank_info *r = &L.rk[i];
-        fprintf(f, "%s\n  {\"rank\": %d, \"host\": ", i ? "," : "", i);
-        json_str(f, host_of(r->node));
-        fprintf(f, ", \"local_rank\": %d, \"exit_code\": ", r->local);
-        if (r->exited && r->code >= 0 && !r->exec_failed)
-            fprintf(f, "%d", r->code);
-        else
-            fprintf(f, "null");
-        fprintf(f, ", \"signal\": ");
-        if (r->exited && r->code < 0)
-            fprintf(f, "%d", -r->code);
-        else
-            fprintf(f, "null");
-        fprintf(f,
-                ", \"started\": %s, \"runtime_s\": %.3f, \"log\": ", r->started ? "true" : "false",
-                (double)r->runtime_ms / 1000);
-        json_str(f, r->logpath);
-        fprintf(f, "}");
-    }
-    fprintf(f, "\n]}\n");
-    fclose(f);
+    free(rr);
+    free(lr);
 }
 
 int ddp__launch(const struct ddp_job *job)
@@ -1440,18 +1390,16 @@ int ddp__launch(const struct ddp_job *job)
         ddp__cli_error("cannot create the log folder '%s': %s", L.logdir, strerror(errno));
         return DDP_EXIT_LAUNCH;
     }
-    char evpath[PATH_MAX + 16];
-    snprintf(evpath, sizeof(evpath), "%s/events.jsonl", L.logdir);
-    L.events = fopen(evpath, "we");
+    ddp__rec_open(&L.rec, L.logdir, job, L.job_id);
+    ddp__con_init(&L.con, L.tty, job->tag_output, job->console_ranks, &L.rec);
     for (size_t i = 0; i < job->nnodes; i++)
         L.total_slots += job->nodes[i].slots;
     L.rk = calloc((size_t)L.total_slots, sizeof(*L.rk));
     L.ag = calloc(job->nnodes, sizeof(*L.ag));
     for (int i = 0; i < L.total_slots; i++)
         L.rk[i].logfd = -1;
-    for (size_t i = 0; i < job->nnodes; i++) {
-        L.ag[i].in_fd = L.ag[i].out_fd = -1;
-    }
+    for (size_t i = 0; i < job->nnodes; i++)
+        L.ag[i].in_fd = L.ag[i].out_fd = L.ag[i].err_fd = -1;
 
     /*
      * Signals are read from a signalfd, so they must be blocked in every thread, and that
@@ -1536,9 +1484,9 @@ int ddp__launch(const struct ddp_job *job)
         rc = DDP_EXIT_LAUNCH;
     /* Anything still parented to us is an orphan of the job. */
     ddp__sweep_children();
-    clear_status();
-    event("job_end", "status", rc == DDP_EXIT_OK ? "succeeded" : "failed", "#exit_code",
-          (long long)rc, "reason", L.fatal, NULL);
+    ddp__con_clear(&L.con);
+    event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc, "reason",
+          rc ? L.fatal : NULL, NULL);
     summarize(rc, (double)(ddp_now_ms() - L.t0) / 1000);
 out:
     explicit_bzero(L.token, sizeof(L.token));
@@ -1566,13 +1514,15 @@ out:
             close(L.ag[i].in_fd);
         if (L.ag[i].out_fd >= 0)
             close(L.ag[i].out_fd);
+        if (L.ag[i].err_fd >= 0)
+            close(L.ag[i].err_fd);
         ddp_buf_release(&L.ag[i].rx);
+        ddp_buf_release(&L.ag[i].erx);
     }
     for (char **p = L.env; p && *p; p++)
         free(*p);
     free(L.env);
-    if (L.events)
-        fclose(L.events);
+    ddp__rec_close(&L.rec);
     free(L.rk);
     free(L.ag);
     free(L.losses);

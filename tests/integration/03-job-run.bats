@@ -34,7 +34,7 @@ logdir() { # the one job folder under ddprun-logs
   grep -qx "err-1" "$d/rank-1.log"
   ! grep -q "out-0" "$d/rank-1.log"
   grep -q '"status": "succeeded"' "$d/summary.json"
-  grep -q '"exit_code": 0' "$d/summary.json"
+  grep -q '"exit_status": 0' "$d/summary.json"
 }
 
 @test "tag_output: false prints lines as they are" {
@@ -64,7 +64,7 @@ logdir() { # the one job folder under ddprun-logs
   assert_output --partial "rank 2 (localhost) exited with status 3; stopping the job"
   assert_output --partial "first failure: rank 2 on 'localhost': exit 3; last lines of"
   assert_output --partial "    about to fail"
-  assert_output --regexp "  0 +localhost +signal 15 \(TERM\)"
+  assert_output --regexp "  0 +localhost +stopped \(SIGTERM\)"
   assert_output --regexp "  2 +localhost +exit 3"
   grep -q '"first_failed_rank": 2' "$(logdir)/summary.json"
   grep -q '"status": "failed"' "$(logdir)/summary.json"
@@ -101,4 +101,93 @@ logdir() { # the one job folder under ddprun-logs
   assert_success
   # every relative path of a job is relative to the job file's folder
   assert_line "[localhost:0] 42 $BATS_TEST_TMPDIR/work $BATS_TEST_TMPDIR/ckpt 1"
+}
+
+# The value of "key" in the JSON object on the line of $2 (a file) that has "$1" in it.
+jfield() { grep -- "$1" "$3" | grep -o "\"$2\": \(\"[^\"]*\"\|[^,}]*\)" | head -n1 | sed 's/^[^:]*: //'; }
+
+@test "summary.json and events.jsonl tell the same outcome: a segfault, an interrupt, a program that cannot start" {
+  # a segfault: the rank's own signal in both, the others stopped by ddprun
+  printf 'command: "[ $RANK = 1 ] && kill -SEGV $$; exec sleep 30"\nnproc_per_node: 2\nstop_grace: 2s\nlogs: {dir: logs}\n' >job.yaml
+  run "$DDPRUN" job.yaml --set env.SEED=7
+  assert_failure 1
+  d=$(ls -d logs/*/)
+  ev=$d/events.jsonl sm=$d/summary.json
+  [ "$(jfield worker_failed signal "$ev")" = '"SIGSEGV"' ]
+  [ "$(jfield worker_failed exit_code "$ev")" = null ]
+  grep -q '{"rank": 1, "host": "localhost", "state": "signaled", "exit_code": null, "signal": "SIGSEGV", "signal_number": 11, "stopped_by_ddprun": false}' "$sm"
+  # only rank 1 failed; rank 0 was stopped by ddprun and says so
+  [ "$(grep -A3 '"failed_ranks"' "$sm" | grep -c '"rank"')" -eq 1 ]
+  grep -q '"rank": 0, "host": "localhost", "local_rank": 0, "state": "signaled", "exit_code": null, "signal": "SIGTERM", "signal_number": 15, "stopped_by_ddprun": true' "$sm"
+  [ "$(jfield job_end status "$ev")" = '"failed"' ] && grep -q '"status": "failed"' "$sm"
+  # the run's facts: times, command, overrides, the resolved spec, ddprun's own messages
+  grep -Eq '"started": "20[0-9-]+T[0-9:.]+Z", "ended": "20[0-9-]+T[0-9:.]+Z"' "$sm"
+  grep -q '"command": "\[ $RANK = 1 \] && kill -SEGV $$; exec sleep 30"' "$sm"
+  grep -q '"overrides": \["--set env.SEED=7"\]' "$sm"
+  grep -q "^  SEED: 7" "$d/spec.yaml"
+  grep -q "ddprun: rank 1 (localhost) was killed by signal 11 (Segmentation fault); stopping the job" "$d/ddprun.log"
+  # an interrupt: "interrupted" in both
+  rm -rf logs
+  printf 'command: [sleep, "30"]\nlogs: {dir: logs}\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do grep -q workers_running logs/*/events.jsonl 2>/dev/null && break; sleep 0.05; done
+  kill -INT "$pid"
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 130 ]
+  d=$(ls -d logs/*/)
+  [ "$(jfield job_end status "$d/events.jsonl")" = '"interrupted"' ]
+  grep -q '"status": "interrupted", "exit_status": 130' "$d/summary.json"
+  # a program that cannot start: "not_started" in both, with the reason
+  rm -rf logs
+  printf 'command: [/nonexistent/trainer]\nlogs: {dir: logs}\n' >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure 3
+  d=$(ls -d logs/*/)
+  [ "$(jfield worker_failed state "$d/events.jsonl")" = '"not_started"' ]
+  grep -q "\"reason\": \"rank 0 (localhost) did not start: ddprun agent: cannot run '/nonexistent/trainer': No such file or directory\"" "$d/events.jsonl"
+  grep -q '"status": "launch_failed", "exit_status": 3' "$d/summary.json"
+  grep -q '{"rank": 0, "host": "localhost", "state": "not_started"' "$d/summary.json"
+}
+
+@test "rank logs with timestamps; the console shows only the ranks chosen with --ranks, the logs keep all" {
+  printf 'command: "echo hello from $RANK"\nnproc_per_node: 3\nlogs: {dir: logs, timestamps: true}\n' >job.yaml
+  run "$DDPRUN" job.yaml --ranks 0,2
+  assert_success
+  assert_line "[localhost:0] hello from 0"
+  assert_line "[localhost:2] hello from 2"
+  refute_output --partial "hello from 1"
+  d=$(ls -d logs/*/)
+  grep -Eqx "20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]{3}Z hello from 1" "$d/rank-1.log"
+  run "$DDPRUN" plan job.yaml --ranks 1-2
+  assert_output --partial "console_ranks: 1-2}"
+  run "$DDPRUN" plan job.yaml --ranks 2-1
+  assert_failure 2
+  assert_output --partial "--ranks 2-1: logs.console_ranks must be 'all' or ranks and ranges such as 0 or 0,4-7, got '2-1'"
+}
+
+@test "progress bars (lines rewritten after a carriage return) update in place on a terminal; logs keep the final line" {
+  cat >bar.sh <<'SH'
+#!/bin/bash
+for i in 1 2 3; do printf '\rstep %d/3' "$i"; sleep 0.3; done
+printf '\rstep 3/3 done\n'
+printf 'a windows line\r\n'
+SH
+  chmod +x bar.sh
+  printf 'command: [./bar.sh]\nlogs: {dir: logs}\n' >job.yaml
+  # on a terminal (script gives ddprun one): each state is drawn over the last line
+  run script -qec "$DDPRUN job.yaml" /dev/null
+  assert_success
+  [[ "$output" == *$'\r\e[K[localhost:0] step 1/3'* ]]
+  [[ "$output" == *$'\r\e[K[localhost:0] step 2/3'* ]]
+  [[ "$output" == *"[localhost:0] step 3/3 done"* ]]
+  d=$(ls -d logs/*/ | tail -n1)
+  [ "$(cat "$d/rank-0.log")" = "step 3/3 done
+a windows line" ]
+  # not on a terminal: only whole lines
+  run "$DDPRUN" job.yaml
+  assert_success
+  refute_output --partial "step 1/3"
+  assert_line "[localhost:0] step 3/3 done"
+  assert_line "[localhost:0] a windows line"
 }

@@ -1,0 +1,311 @@
+/*
+ * The job's records (cli/record.h): one model of a rank's outcome and of the job's status,
+ * written the same way into events.jsonl and summary.json, plus ddprun.log and spec.yaml.
+ */
+#include "cli/record.h"
+#include "cli/job.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+void ddp__rec_wall_clock(char *out, size_t n)
+{
+    struct timeval tv;
+    struct tm tm;
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    char s[32];
+    strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, n, "%s.%03dZ", s, (int)(tv.tv_usec / 1000));
+}
+
+struct ddp__outcome ddp__outcome_of(int code, bool exec_failed)
+{
+    if (exec_failed)
+        return (struct ddp__outcome){.state = DDP__RS_NOT_STARTED};
+    if (code < 0)
+        return (struct ddp__outcome){.state = DDP__RS_SIGNALED, .signal = -code};
+    return (struct ddp__outcome){.state = DDP__RS_EXITED, .exit_code = code};
+}
+
+const char *ddp__signal_name(int sig, char *buf, size_t n)
+{
+    const char *a = sigabbrev_np(sig);
+    if (a)
+        snprintf(buf, n, "SIG%s", a);
+    else
+        snprintf(buf, n, "signal %d", sig);
+    return buf;
+}
+
+const char *ddp__outcome_text(const struct ddp__outcome *o, char *buf, size_t n)
+{
+    char s[32];
+    const char *a = o->stopped ? "stopped (" : "", *b = o->stopped ? ")" : "";
+    switch (o->state) {
+    case DDP__RS_EXITED:
+        snprintf(buf, n, "%sexit %d%s", a, o->exit_code, b);
+        break;
+    case DDP__RS_SIGNALED:
+        snprintf(buf, n, "%s%s%s", a, ddp__signal_name(o->signal, s, sizeof(s)), b);
+        break;
+    case DDP__RS_NOT_STARTED:
+        snprintf(buf, n, "did not start");
+        break;
+    case DDP__RS_LOST:
+        snprintf(buf, n, "node lost");
+        break;
+    default:
+        snprintf(buf, n, "no report");
+        break;
+    }
+    return buf;
+}
+
+const char *ddp__job_status(int exit_status)
+{
+    switch (exit_status) {
+    case 0:
+        return "succeeded";
+    case 130:
+        return "interrupted";
+    case 3:
+        return "launch_failed";
+    default:
+        return "failed";
+    }
+}
+
+static const char *state_name(enum ddp__rank_state s)
+{
+    static const char *const n[] = {"no_report", "exited", "signaled", "not_started", "lost"};
+    return n[s];
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* "state": ..., "exit_code": ..., "signal": ..., "signal_number": ... */
+static void outcome_json(FILE *f, const struct ddp__outcome *o)
+{
+    char s[32];
+    fprintf(f, "\"state\": \"%s\", \"exit_code\": ", state_name(o->state));
+    if (o->state == DDP__RS_EXITED)
+        fprintf(f, "%d", o->exit_code);
+    else
+        fputs("null", f);
+    fputs(", \"signal\": ", f);
+    if (o->state == DDP__RS_SIGNALED) {
+        json_str(f, ddp__signal_name(o->signal, s, sizeof(s)));
+        fprintf(f, ", \"signal_number\": %d", o->signal);
+    } else {
+        fputs("null, \"signal_number\": null", f);
+    }
+    fprintf(f, ", \"stopped_by_ddprun\": %s", o->stopped ? "true" : "false");
+}
+
+static FILE *open_in(const struct ddp__rec *r, const char *name, const char *mode)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
+    FILE *f = fopen(path, mode);
+    if (!f)
+        fprintf(stderr, "ddprun: warning: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job,
+                  const char *job_id)
+{
+    memset(r, 0, sizeof(*r));
+    snprintf(r->dir, sizeof(r->dir), "%s", dir);
+    r->job = job;
+    r->job_id = job_id;
+    r->t0_ms = ddp_now_ms();
+    ddp__rec_wall_clock(r->started, sizeof(r->started));
+    FILE *spec = open_in(r, "spec.yaml", "we");
+    if (spec) {
+        ddp__job_print_plan(job, job_id, spec);
+        fclose(spec);
+    }
+    r->events = open_in(r, "events.jsonl", "we");
+    r->log = open_in(r, "ddprun.log", "we");
+    return 0;
+}
+
+void ddp__rec_close(struct ddp__rec *r)
+{
+    if (r->events)
+        fclose(r->events);
+    if (r->log)
+        fclose(r->log);
+    r->events = r->log = NULL;
+}
+
+void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
+{
+    if (!r->events)
+        return;
+    char when[40];
+    ddp__rec_wall_clock(when, sizeof(when));
+    FILE *f = r->events;
+    fprintf(f, "{\"time\": \"%s\", \"t\": %.3f, \"event\": \"%s\", \"round\": %d", when,
+            (double)(ddp_now_ms() - r->t0_ms) / 1000, name, round);
+    va_list ap;
+    va_start(ap, name);
+    for (const char *k; (k = va_arg(ap, const char *));) {
+        if (k[0] == '#') {
+            fprintf(f, ", \"%s\": %lld", k + 1, va_arg(ap, long long));
+        } else if (strcmp(k, "@outcome") == 0) {
+            fputs(", ", f);
+            outcome_json(f, va_arg(ap, const struct ddp__outcome *));
+        } else {
+            fprintf(f, ", \"%s\": ", k);
+            json_str(f, va_arg(ap, const char *));
+        }
+    }
+    va_end(ap);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+void ddp__rec_message(struct ddp__rec *r, const char *msg, size_t n)
+{
+    if (!r->log)
+        return;
+    char when[40];
+    ddp__rec_wall_clock(when, sizeof(when));
+    fprintf(r->log, "%s %.*s\n", when, (int)n, msg);
+    fflush(r->log);
+}
+
+void ddp__rec_rank_line(int fd, bool stamp, const uint8_t *line, size_t n)
+{
+    if (fd < 0)
+        return;
+    if (stamp) {
+        char when[40];
+        ddp__rec_wall_clock(when, sizeof(when));
+        size_t l = strlen(when);
+        when[l++] = ' ';
+        ddp_write_all(fd, when, l);
+    }
+    ddp_write_all(fd, line, n);
+    ddp_write_all(fd, "\n", 1);
+}
+
+void ddp__rec_summary(struct ddp__rec *r, const struct ddp__summary *s)
+{
+    FILE *f = open_in(r, "summary.json", "we");
+    if (!f)
+        return;
+    const struct ddp_job *j = r->job;
+    char ended[40];
+    ddp__rec_wall_clock(ended, sizeof(ended));
+    fprintf(f, "{\"job_id\": ");
+    json_str(f, r->job_id);
+    fprintf(f, ", \"name\": ");
+    json_str(f, j->name);
+    fprintf(f, ", \"status\": \"%s\", \"exit_status\": %d,\n \"reason\": ",
+            ddp__job_status(s->exit_status), s->exit_status);
+    json_str(f, s->exit_status ? s->reason : NULL);
+    fprintf(f, ",\n \"started\": \"%s\", \"ended\": \"%s\", \"runtime_s\": %.3f,\n", r->started,
+            ended, (double)(ddp_now_ms() - r->t0_ms) / 1000);
+    char *abs = realpath(j->file, NULL); /* NULL for the embedded default job */
+    fprintf(f, " \"job_file\": ");
+    json_str(f, abs ? abs : j->file);
+    free(abs);
+    fprintf(f, ", \"spec\": \"spec.yaml\", \"log\": \"ddprun.log\", \"events\": \"events.jsonl\",\n"
+               " \"command\": ");
+    if (j->shell) {
+        json_str(f, j->shell);
+    } else {
+        fputc('[', f);
+        for (char **a = j->argv; *a; a++) {
+            if (a != j->argv)
+                fputs(", ", f);
+            json_str(f, *a);
+        }
+        fputc(']', f);
+    }
+    fprintf(f, ",\n \"overrides\": [");
+    for (size_t i = 0; i < j->noverrides; i++) {
+        if (i)
+            fputs(", ", f);
+        json_str(f, j->overrides[i]);
+    }
+    fprintf(f, "],\n \"workdir\": ");
+    json_str(f, j->workdir);
+    fprintf(f, ", \"world_size\": %d, \"nodes\": %d, \"restarts\": %d, \"first_failed_rank\": ",
+            s->world, s->nodes, s->restarts);
+    if (s->first_fail >= 0)
+        fprintf(f, "%d", s->first_fail);
+    else
+        fputs("null", f);
+    /* The ranks that failed on their own (not those ddprun stopped), each with its own exit
+     * code or signal. */
+    fprintf(f, ",\n \"failed_ranks\": [");
+    int nf = 0;
+    for (int i = 0; i < s->world; i++) {
+        const struct ddp__rank_rec *k = &s->ranks[i];
+        if ((k->out.state == DDP__RS_EXITED && k->out.exit_code == 0) || k->out.stopped ||
+            k->out.state == DDP__RS_RUNNING)
+            continue;
+        fprintf(f, "%s\n  {\"rank\": %d, \"host\": ", nf++ ? "," : "", k->rank);
+        json_str(f, k->host);
+        fputs(", ", f);
+        outcome_json(f, &k->out);
+        fputc('}', f);
+    }
+    fprintf(f, "],\n \"lost_nodes\": [");
+    for (int k = 0; k < s->nlosses; k++) {
+        const struct ddp__loss_rec *l = &s->losses[k];
+        fprintf(f, "%s\n  {\"host\": ", k ? "," : "");
+        json_str(f, l->host);
+        fprintf(f, ", \"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"reason\": ", l->when, l->t,
+                l->round);
+        json_str(f, l->why);
+        fputc('}', f);
+    }
+    fprintf(f, "],\n \"ranks\": [");
+    for (int i = 0; i < s->world; i++) {
+        const struct ddp__rank_rec *k = &s->ranks[i];
+        fprintf(f, "%s\n  {\"rank\": %d, \"host\": ", i ? "," : "", k->rank);
+        json_str(f, k->host);
+        fprintf(f, ", \"local_rank\": %d, ", k->local);
+        outcome_json(f, &k->out);
+        fprintf(f,
+                ", \"started\": %s, \"runtime_s\": %.3f, \"log\": ", k->started ? "true" : "false",
+                k->runtime_s);
+        json_str(f, k->log);
+        fputc('}', f);
+    }
+    fprintf(f, "\n]}\n");
+    fclose(f);
+}
