@@ -100,8 +100,9 @@ int ddp__proto_parse_req(const uint8_t *frame, size_t len, struct ddp__req *out)
     case DDP__OP_MULTI_GET:
         if ((e = ddp_rd_u32(&r, &q.nkeys)) < 0)
             return e;
-        if (q.nkeys == 0 || q.nkeys > DDP__MAX_MULTI)
-            return DDP_EPROTO;
+        /* n = 0 is an empty list (CHECK and WAIT: true at once; MULTI_GET: no values). */
+        if (q.nkeys > DDP__MAX_MULTI)
+            return DDP_ETOOBIG;
         q.keys = r;
         if ((e = check_keys(&r, q.nkeys)) < 0)
             return e;

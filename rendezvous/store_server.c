@@ -26,6 +26,8 @@
 
 #define READ_CHUNK (64u << 10)
 #define READ_MAX_PER_EVENT (1u << 20)
+/* Requests a client may pipeline behind a parked WAIT before it is dropped: two full frames. */
+#define PARKED_INPUT_MAX (2u * DDP__MAX_FRAME)
 #define MAX_REPLY (64u << 20)
 #define MAX_WATCHES_PER_CONN 1024
 
@@ -64,8 +66,12 @@ struct conn {
     struct ddp_list waiters;
     struct ddp_list watches;
     unsigned nwatches;
-    bool closing;           /* scheduled for teardown at the end of this iteration */
-    bool close_after_write; /* flush what is queued, then close */
+    /* A WAIT of this connection not answered yet: its later requests wait behind it, so that
+     * replies come in order (ddprun-store(7)); resumed after the iteration it is answered in. */
+    struct waiter *parked;
+    struct ddp_list resume_link; /* srv->resumeq */
+    bool closing;                /* scheduled for teardown at the end of this iteration */
+    bool close_after_write;      /* flush what is queued, then close */
     const char *close_reason;
 };
 
@@ -81,11 +87,15 @@ struct entry {
     struct ddp_list waiters; /* struct wlink */
 };
 
+/* A WAIT is linked to every key it names, present or not, and counts those absent now: a key
+ * deleted or expired after it was set counts as missing again. It is answered when the count
+ * reaches 0, that is when every key exists at that moment. */
 struct waiter;
 struct wlink {
-    struct ddp_list node;
+    struct ddp_list node; /* entry.waiters */
     struct waiter *w;
-    struct entry *e; /* NULL once satisfied */
+    struct entry *e;
+    bool present; /* what this link last counted */
 };
 
 struct waiter {
@@ -94,6 +104,7 @@ struct waiter {
     uint32_t missing;
     struct ddp_timer timer;
     struct ddp_list conn_link;
+    struct waiter *ready_next; /* while being answered after a SET */
     uint32_t nlinks;
     struct wlink links[];
 };
@@ -134,6 +145,7 @@ struct server {
     struct ddp_list conns;
     struct ddp_list closing;
     struct ddp_list flushq;
+    struct ddp_list resumeq; /* connections whose parked WAIT was answered */
     struct ddp_timer accept_pause;
     uint64_t next_conn_id;
     uint32_t next_watch_id;
@@ -253,6 +265,7 @@ static void conn_destroy(struct conn *c)
     close(c->fd);
     ddp_list_del(&c->link);
     ddp_list_del(&c->flush_link);
+    ddp_list_del(&c->resume_link);
     ddp_buf_release(&c->in);
     ddp_buf_release(&c->out);
     STAT_ADD(s, conns_open, (uint64_t)-1);
@@ -323,34 +336,51 @@ static void notify(struct server *s, enum ddp_store_event_kind kind, const struc
 
 static void waiter_free(struct waiter *w)
 {
-    struct server *s = w->c->srv;
+    struct conn *c = w->c;
+    struct server *s = c->srv;
     ddp_timer_stop(s->loop, &w->timer);
     ddp_list_del(&w->conn_link);
     for (uint32_t i = 0; i < w->nlinks; i++) {
         struct entry *e = w->links[i].e;
-        if (!e)
-            continue;
         ddp_list_del(&w->links[i].node);
         w->links[i].e = NULL;
         entry_maybe_free(s, e);
+    }
+    if (c->parked == w) {
+        /* Its later requests go on, after this iteration (we may be deep in another
+         * connection's request here). */
+        c->parked = NULL;
+        if (!c->closing && c->resume_link.next == &c->resume_link)
+            ddp_list_add_tail(&s->resumeq, &c->resume_link);
     }
     STAT_ADD(s, waiters, (uint64_t)-1);
     free(w);
 }
 
-/* The key just became present: release every waiter for whom it was the last one missing. */
-static void wake_waiters(struct entry *e)
+/* Key e's presence changed: recount its waiters, and answer those with nothing missing. The
+ * ready ones are collected first, so that no waiter is freed while the list is walked. */
+static void key_presence_changed(struct entry *e)
 {
-    struct ddp_list *p, *t;
-    DDP_LIST_FOREACH_SAFE (p, t, &e->waiters) {
+    struct waiter *ready = NULL;
+    struct ddp_list *p;
+    for (p = e->waiters.next; p != &e->waiters; p = p->next) {
         struct wlink *l = DDP_CONTAINER_OF(p, struct wlink, node);
         struct waiter *w = l->w;
-        ddp_list_del(&l->node);
-        l->e = NULL;
-        if (--w->missing == 0) {
-            reply_status(w->c, DDP__OP_WAIT, w->reqid, 0);
-            waiter_free(w);
+        if (l->present == e->present)
+            continue;
+        l->present = e->present;
+        if (!e->present) {
+            w->missing++;
+        } else if (--w->missing == 0) {
+            w->ready_next = ready;
+            ready = w;
         }
+    }
+    while (ready) {
+        struct waiter *w = ready;
+        ready = w->ready_next;
+        reply_status(w->c, DDP__OP_WAIT, w->reqid, 0);
+        waiter_free(w);
     }
 }
 
@@ -374,12 +404,14 @@ static void entry_set(struct server *s, struct entry *e, uint8_t *val, uint32_t 
     free(e->val);
     e->val = val;
     e->vlen = vlen;
-    if (!e->present) {
+    bool appeared = !e->present;
+    if (appeared) {
         e->present = true;
         STAT_ADD(s, keys, 1);
     }
     notify(s, DDP_STORE_EV_SET, e);
-    wake_waiters(e);
+    if (appeared)
+        key_presence_changed(e);
 }
 
 static void entry_delete(struct server *s, struct entry *e, enum ddp_store_event_kind why)
@@ -391,6 +423,7 @@ static void entry_delete(struct server *s, struct entry *e, enum ddp_store_event
     e->present = false;
     STAT_ADD(s, keys, (uint64_t)-1);
     notify(s, why, e);
+    key_presence_changed(e); /* its waiters count it missing again */
     free(e->val);
     e->val = NULL;
     e->vlen = 0;
@@ -445,17 +478,22 @@ static void lease_expired(struct ddp_loop *loop, struct ddp_timer *t)
 /* Requests                                                           */
 /* ------------------------------------------------------------------ */
 
+/* A stored value ADD accepts: an optional '-' and 1 to 19 decimal digits (leading zeros
+ * allowed), nothing else (no '+', no spaces), within int64. */
 static int parse_i64(const uint8_t *p, uint32_t n, int64_t *out)
 {
     char tmp[24];
-    if (n == 0 || n >= sizeof(tmp))
+    uint32_t d = n && p[0] == '-';
+    if (n <= d || n - d > 19 || n >= sizeof(tmp))
         return DDP_ENOTINT;
+    for (uint32_t i = d; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return DDP_ENOTINT;
     memcpy(tmp, p, n);
     tmp[n] = '\0';
-    char *end;
     errno = 0;
-    long long v = strtoll(tmp, &end, 10);
-    if (errno || *end || tmp[0] == ' ' || tmp[0] == '+' || tmp[0] == '\t')
+    long long v = strtoll(tmp, NULL, 10);
+    if (errno)
         return DDP_ENOTINT;
     *out = v;
     return 0;
@@ -601,7 +639,7 @@ static void op_wait(struct conn *c, const struct ddp__req *q)
         if (!e || !e->present)
             missing++;
     }
-    if (missing == 0) {
+    if (missing == 0) { /* n = 0 included */
         reply_status(c, q->op, q->id, 0);
         return;
     }
@@ -609,7 +647,7 @@ static void op_wait(struct conn *c, const struct ddp__req *q)
         reply_status(c, q->op, q->id, DDP_ETIMEDOUT);
         return;
     }
-    struct waiter *w = calloc(1, sizeof(*w) + missing * sizeof(struct wlink));
+    struct waiter *w = calloc(1, sizeof(*w) + q->nkeys * sizeof(struct wlink));
     if (!w) {
         reply_status(c, q->op, q->id, DDP_ENOMEM);
         return;
@@ -630,14 +668,14 @@ static void op_wait(struct conn *c, const struct ddp__req *q)
             reply_status(c, q->op, q->id, DDP_ENOMEM);
             return;
         }
-        if (e->present)
-            continue;
         struct wlink *l = &w->links[w->nlinks++];
         l->w = w;
         l->e = e;
+        l->present = e->present;
         ddp_list_add_tail(&e->waiters, &l->node);
-        w->missing++;
+        w->missing += !e->present;
     }
+    c->parked = w;
     if (q->u32 != DDP__WAIT_FOREVER)
         ddp_timer_start(s->loop, &w->timer, q->u32);
 }
@@ -852,6 +890,20 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
 {
     struct ddp__req q;
     int r = ddp__proto_parse_req(frame, len, &q);
+    if (r == DDP_ETOOBIG && c->state == CONN_READY) {
+        /* A well-framed request over a limit (a key over 4096 bytes, a value over 16 MiB, more
+         * than 65536 keys): answered ETOOBIG, and the connection goes on. The header was
+         * read by the parser: u32 len, u8 op, u32 id. */
+        struct ddp_rd rd;
+        uint32_t flen, id;
+        uint8_t op;
+        ddp_rd_init(&rd, frame, len);
+        ddp_rd_u32(&rd, &flen);
+        ddp_rd_u8(&rd, &op);
+        ddp_rd_u32(&rd, &id);
+        reply_status(c, op, id, DDP_ETOOBIG);
+        return;
+    }
     if (r < 0) {
         DDP_WARN(STORE, "dropping connection from '%s': malformed frame (%s)", c->peer,
                  ddp_strerror(r));
@@ -932,6 +984,38 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
 /* Socket events                                                      */
 /* ------------------------------------------------------------------ */
 
+/*
+ * Handles every whole frame buffered, in order, until one parks the connection (a WAIT not
+ * answered yet: the rest wait behind it) or closes it. -1 when the connection is closing.
+ */
+static int conn_process(struct conn *c)
+{
+    struct server *s = c->srv;
+    for (;;) {
+        if (c->closing || c->close_after_write)
+            return -1;
+        if (c->parked)
+            break;
+        uint32_t max = c->state == CONN_READY ? DDP__MAX_FRAME : DDP__MAX_PREAUTH_FRAME;
+        long fs = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max);
+        if (fs < 0) {
+            /* Checked before anything is allocated for the frame. */
+            DDP_WARN(STORE, "dropping connection from '%s': frame length %s", c->peer,
+                     fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
+            STAT_ADD(s, conns_dropped, 1);
+            conn_schedule_close(c, "bad frame length");
+            return -1;
+        }
+        if (fs == 0)
+            break;
+        const uint8_t *frame = c->in.data + c->in.off;
+        c->in.off += (size_t)fs;
+        dispatch(c, frame, (size_t)fs);
+    }
+    ddp_buf_compact(&c->in);
+    return 0;
+}
+
 static void conn_read(struct conn *c)
 {
     struct server *s = c->srv;
@@ -978,27 +1062,17 @@ static void conn_read(struct conn *c)
         size_t asked = c->in.cap - c->in.len;
         c->in.len += (size_t)n;
         budget -= (size_t)n < budget ? (size_t)n : budget;
-        /* Handle every whole frame now buffered. */
-        for (;;) {
-            if (c->closing || c->close_after_write)
-                return;
-            max = c->state == CONN_READY ? DDP__MAX_FRAME : DDP__MAX_PREAUTH_FRAME;
-            fs = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max);
-            if (fs < 0) {
-                /* Checked before anything is allocated for the frame. */
-                DDP_WARN(STORE, "dropping connection from '%s': frame length %s", c->peer,
-                         fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
-                STAT_ADD(s, conns_dropped, 1);
-                conn_schedule_close(c, "bad frame length");
-                return;
-            }
-            if (fs == 0)
-                break;
-            const uint8_t *frame = c->in.data + c->in.off;
-            c->in.off += (size_t)fs;
-            dispatch(c, frame, (size_t)fs);
+        if (conn_process(c) < 0)
+            return;
+        if (c->parked && ddp_buf_pending(&c->in) > PARKED_INPUT_MAX) {
+            DDP_WARN(STORE,
+                     "dropping connection from '%s': more than %u bytes of requests behind a "
+                     "WAIT that is not answered yet",
+                     c->peer, PARKED_INPUT_MAX);
+            STAT_ADD(s, conns_dropped, 1);
+            conn_schedule_close(c, "too much pipelined behind a parked WAIT");
+            return;
         }
-        ddp_buf_compact(&c->in);
         if (c->in.cap > (4u << 20) && ddp_buf_pending(&c->in) == 0)
             ddp_buf_release(&c->in);
         /* A short read drained the socket: epoll is level-triggered and will report more,
@@ -1091,6 +1165,7 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
         ddp_list_init(&c->waiters);
         ddp_list_init(&c->watches);
         ddp_list_init(&c->flush_link);
+        ddp_list_init(&c->resume_link);
         ddp_timer_init(&c->auth_timer, auth_timeout);
         if (ddp_loop_add(loop, fd, DDP_LOOP_READ, conn_io, c) < 0) {
             close(fd);
@@ -1110,6 +1185,13 @@ static void after_iteration(struct ddp_loop *loop, void *arg)
     (void)loop;
     struct server *s = arg;
     struct ddp_list *p, *t;
+    /* Connections whose parked WAIT was answered go on with what they sent behind it. */
+    while (!ddp_list_empty(&s->resumeq)) {
+        struct conn *c = DDP_CONTAINER_OF(s->resumeq.next, struct conn, resume_link);
+        ddp_list_del(&c->resume_link);
+        if (!c->closing)
+            conn_process(c);
+    }
     DDP_LIST_FOREACH_SAFE (p, t, &s->flushq) {
         struct conn *c = DDP_CONTAINER_OF(p, struct conn, flush_link);
         ddp_list_del(&c->flush_link);
@@ -1192,6 +1274,7 @@ int ddp_store_server_new(const struct ddp_store_server_opts *o, struct ddp_store
     ddp_list_init(&s->watches);
     ddp_list_init(&s->conns);
     ddp_list_init(&s->closing);
+    ddp_list_init(&s->resumeq);
     ddp_list_init(&s->flushq);
     ddp_timer_init(&s->accept_pause, accept_resume);
     s->max_conns = o->max_conns ? o->max_conns : 65536;

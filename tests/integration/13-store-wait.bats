@@ -40,3 +40,12 @@ teardown() { stop_store; }
   assert_success
   store_alive
 }
+
+@test "a client written from ddprun-store(7) alone gets what the page says: order, WAIT, n = 0, limits, ADD, events" {
+  start_store
+  run python3 "$REPO/tests/helpers/store_page_client.py" "$STORE_ADDR" "$TOKFILE"
+  echo "$output"
+  assert_success
+  refute_output --partial "FAIL"
+  store_alive
+}
