@@ -204,62 +204,6 @@ static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     ddp_buf_compact(lb);
 }
 
-void ddp__block_job_signals(sigset_t *set, sigset_t *old)
-{
-    sigemptyset(set);
-    sigaddset(set, SIGCHLD);
-    sigaddset(set, SIGINT);
-    sigaddset(set, SIGTERM);
-    sigaddset(set, SIGHUP);
-    sigaddset(set, SIGUSR1);
-    sigaddset(set, SIGUSR2);
-    pthread_sigmask(SIG_BLOCK, set, old);
-    signal(SIGPIPE, SIG_IGN);
-}
-
-/*
- * Signals every direct child of this process, in all its threads' lists (orphans that
- * reparent to a subreaper land there too). Returns how many it signalled.
- */
-int ddp__kill_children(int sig)
-{
-    char path[320], buf[16384];
-    int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/children", de->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = ddp_read_eintr(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        buf[len] = '\0';
-        char *save = NULL;
-        for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
-            kill((pid_t)atoi(t), sig);
-            n++;
-        }
-    }
-    closedir(d);
-    return n;
-}
-
-void ddp__sweep_children(void)
-{
-    while (ddp__kill_children(SIGKILL) > 0) {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
-        usleep(1000);
-    }
-}
-
 static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)t;

@@ -60,29 +60,36 @@ void ddp__cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 struct ddp_job;
 
+/* ---- the commands (each in its file) ---- */
+
 /* `ddprun store` with its parsed options (cli/store_cmd.c). */
 int ddp__cmd_store(const struct ddp_cli_opts *o);
+/* `ddprun agent` (cli/agent.c). */
 int ddp__cmd_agent(void);
-/* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN`:
- * a node agent on another host, reached over SSH (cli/ssh_bridge.c). */
+/* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
+ * GRACE_MS`: a node agent on another host, reached over SSH (cli/ssh_bridge.c). */
 int ddp__cmd_ssh_bridge(int argc, char **argv);
-/* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP (to be read from a signalfd made from *set) in
- * the calling thread, saving the old mask in *old, and ignores SIGPIPE. */
-void ddp__block_job_signals(sigset_t *set, sigset_t *old);
+/* The hidden `ddprun __smoke-worker` of the default job without the example (cli/smoke.c). */
+int ddp__cmd_smoke_worker(void);
+/* `ddprun doctor`: checks every node of the job (cli/doctor.c); 0 when all pass, else 1. */
+int ddp__doctor(const struct ddp_job *job);
+/* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor.c). */
+int ddp__cmd_probe(int argc, char **argv);
+/* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). */
+int ddp__launch(const struct ddp_job *job);
 
-/* Signals every direct child of this process (see cli/agent.c); returns how many. */
+/* ---- system helpers (cli/sys.c) ---- */
+
+/* Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 (to be read from a signalfd
+ * made from *set) in the calling thread, saving the old mask in *old, and ignores SIGPIPE. */
+void ddp__block_job_signals(sigset_t *set, sigset_t *old);
+/* Signals every direct child of this process (orphans of a subreaper included); returns how
+ * many. */
 int ddp__kill_children(int sig);
 /* SIGKILLs and reaps every child, again as orphans reparent to this subreaper, until none is
  * left. */
 void ddp__sweep_children(void);
-int ddp__cmd_smoke_worker(void);
-/* `ddprun doctor`: checks every node of the job (cli/doctor.c); 0 when all pass, else 1. */
-int ddp__doctor(const struct ddp_job *job);
-/* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes. */
-int ddp__cmd_probe(int argc, char **argv);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
-/* Runs a job to the end; returns the exit status (enum ddp_exit). */
-int ddp__launch(const struct ddp_job *job);
 
 #endif

@@ -5,6 +5,7 @@
  */
 #include "cli/job.h"
 #include "cli/cli.h"
+#include "cli/job_values.h"
 #include "cli/ytree.h"
 
 #include <ctype.h>
@@ -17,22 +18,6 @@
 #include <unistd.h>
 
 #include "common/banned.h"
-
-struct ctx {
-    const char *file;
-};
-
-static void err_at(const struct ctx *c, const struct ddp_ynode *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void err_at(const struct ctx *c, const struct ddp_ynode *n, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    ddp__ytree_error(c->file, n, "%s", msg);
-}
 
 /* ------------------------------------------------------------------ */
 /* Schema                                                             */
@@ -51,249 +36,48 @@ static const char *const logs_keys[] = {"dir", "tag_output", "timestamps", "cons
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
 
-/* A key given twice in mapping m is an error (O(n log n): a file may hold many keys). */
-static int check_dup_keys(const struct ctx *c, const struct ddp_ynode *m, const char *where)
-{
-    size_t nk = m->n / 2, dup, first;
-    const char **keys = malloc((nk ? nk : 1) * sizeof(*keys));
-    if (!keys) {
-        ddp__cli_error("out of memory");
-        return -1;
-    }
-    for (size_t i = 0; i < nk; i++)
-        keys[i] = m->kids[2 * i]->str;
-    bool found = ddp__ytree_find_dup(keys, nk, &dup, &first);
-    free(keys);
-    if (found) {
-        const struct ddp_ynode *k = m->kids[2 * dup], *k0 = m->kids[2 * first];
-        if (k0->origin || k->origin)
-            err_at(c, k, "duplicate key '%s' in %s", k->str, where);
-        else
-            err_at(c, k, "duplicate key '%s' in %s (first given at line %d)", k->str, where,
-                   k0->line);
-        return -1;
-    }
-    return 0;
-}
-
-/* Checks a mapping's keys against a list: unknown and duplicate keys are errors. */
-static int check_keys(const struct ctx *c, const struct ddp_ynode *m, const char *where,
-                      const char *const *allowed)
-{
-    if (m->type != DDP_Y_MAP) {
-        err_at(c, m, "%s must be a mapping of keys to values", where);
-        return -1;
-    }
-    for (size_t i = 0; i + 1 < m->n; i += 2) {
-        const struct ddp_ynode *k = m->kids[i];
-        bool ok = false;
-        for (const char *const *a = allowed; *a; a++)
-            ok |= strcmp(*a, k->str) == 0;
-        if (!ok) {
-            char list[512] = "";
-            size_t o = 0;
-            for (const char *const *a = allowed; *a && o < sizeof(list); a++)
-                o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s", a == allowed ? "" : ", ",
-                                      *a);
-            err_at(c, k, "unknown key '%s' in %s (expected one of: %s)", k->str, where, list);
-            return -1;
-        }
-    }
-    return check_dup_keys(c, m, where);
-}
-
-static int want_scalar(const struct ctx *c, const struct ddp_ynode *n, const char *what)
-{
-    if (n->type != DDP_Y_SCALAR) {
-        err_at(c, n, "%s must be a single value, not a %s", what,
-               n->type == DDP_Y_MAP ? "mapping" : "list");
-        return -1;
-    }
-    return 0;
-}
-
-static int get_str(const struct ctx *c, const struct ddp_ynode *n, const char *what, char **out)
-{
-    if (want_scalar(c, n, what) < 0)
-        return -1;
-    if (!n->str[0]) {
-        err_at(c, n, "%s must not be empty", what);
-        return -1;
-    }
-    free(*out);
-    *out = strdup(n->str);
-    return *out ? 0 : -1;
-}
-
-static int get_int(const struct ctx *c, const struct ddp_ynode *n, const char *what, long lo,
-                   long hi, int *out)
-{
-    if (want_scalar(c, n, what) < 0)
-        return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(n->str, &end, 10);
-    if (errno || !n->str[0] || *end || v < lo || v > hi) {
-        err_at(c, n, "%s must be a whole number from %ld to %ld, got '%s'", what, lo, hi, n->str);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int get_bool(const struct ctx *c, const struct ddp_ynode *n, const char *what, bool *out)
-{
-    static const char *const t[] = {"true", "yes", "on", "1"}, *const f[] = {"false", "no", "off",
-                                                                             "0"};
-    if (want_scalar(c, n, what) < 0)
-        return -1;
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(n->str, t[i]) == 0) {
-            *out = true;
-            return 0;
-        }
-        if (strcasecmp(n->str, f[i]) == 0) {
-            *out = false;
-            return 0;
-        }
-    }
-    err_at(c, n, "%s must be true or false, got '%s'", what, n->str);
-    return -1;
-}
-
-int64_t ddp__parse_duration_ms(const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0 || !isdigit((unsigned char)s[0]))
-        return -1;
-    double mul;
-    if (strcmp(end, "ms") == 0)
-        mul = 1;
-    else if (strcmp(end, "s") == 0)
-        mul = 1000;
-    else if (strcmp(end, "m") == 0)
-        mul = 60000;
-    else if (strcmp(end, "h") == 0)
-        mul = 3600000;
-    else
-        return -1;
-    double ms = v * mul;
-    return ms > 1e15 ? -1 : (int64_t)(ms + 0.5);
-}
-
-static int get_duration(const struct ctx *c, const struct ddp_ynode *n, const char *what,
-                        int64_t *out)
-{
-    if (want_scalar(c, n, what) < 0)
-        return -1;
-    int64_t v = ddp__parse_duration_ms(n->str);
-    if (v < 0) {
-        err_at(c, n, "%s: bad duration '%s' (expected a number and a unit: 500ms, 5s, 2m, 1h)",
-               what, n->str);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-bool ddp__job_host_is_local(const char *host)
-{
-    return strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0 ||
-           strcmp(host, "::1") == 0;
-}
-
-const char *ddp__job_first_remote(const struct ddp_job *j)
-{
-    for (size_t i = 0; i < j->nnodes; i++)
-        if (!ddp__job_host_is_local(j->nodes[i].host))
-            return j->nodes[i].host;
-    return NULL;
-}
-
-const char *ddp__job_store_listen(const struct ddp_job *j)
-{
-    if (strcmp(j->rdzv_listen, "auto") != 0)
-        return j->rdzv_listen;
-    return ddp__job_first_remote(j) ? "0.0.0.0" : "127.0.0.1";
-}
-
-/*
- * The one rule for paths in a job spec: absolute as given; "~/..." in the home folder; any
- * other relative path relative to base, the job file's folder (the current folder for the
- * embedded default job), whether it came from the file or from --set.
- */
-static char *resolve(const char *base, const char *p)
-{
-    if (p[0] == '/')
-        return strdup(p);
-    const char *home = getenv("HOME");
-    if (p[0] == '~' && (p[1] == '/' || !p[1]) && home && home[0]) {
-        size_t n = strlen(home) + strlen(p) + 1;
-        char *r = malloc(n);
-        if (r)
-            snprintf(r, n, "%s%s", home, p + 1);
-        return r;
-    }
-    size_t n = strlen(base) + strlen(p) + 2;
-    char *r = malloc(n);
-    if (r)
-        snprintf(r, n, "%s/%s", base, p);
-    return r;
-}
-
-static bool env_name_ok(const char *s)
-{
-    if (!(isalpha((unsigned char)s[0]) || s[0] == '_'))
-        return false;
-    for (; *s; s++)
-        if (!(isalnum((unsigned char)*s) || *s == '_'))
-            return false;
-    return true;
-}
-
-static int load_command(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j)
+static int load_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
     if (n->type == DDP_Y_SCALAR)
-        return get_str(c, n, "command", &j->shell);
+        return ddp__jv_str(c, n, "command", &j->shell);
     if (n->type != DDP_Y_SEQ || n->n == 0) {
-        err_at(c, n, "command must be a list of arguments or a shell command string%s",
-               n->type == DDP_Y_SEQ ? ", not an empty list" : "");
+        ddp__jv_err(c, n, "command must be a list of arguments or a shell command string%s",
+                    n->type == DDP_Y_SEQ ? ", not an empty list" : "");
         return -1;
     }
     if (!(j->argv = calloc(n->n + 1, sizeof(char *))))
         return -1;
     for (size_t i = 0; i < n->n; i++) {
-        if (want_scalar(c, n->kids[i], "each command argument") < 0)
+        if (ddp__jv_scalar(c, n->kids[i], "each command argument") < 0)
             return -1;
         if (!(j->argv[i] = strdup(n->kids[i]->str)))
             return -1;
     }
     if (!j->argv[0][0]) {
-        err_at(c, n->kids[0], "command: the program (first element) must not be empty");
+        ddp__jv_err(c, n->kids[0], "command: the program (first element) must not be empty");
         return -1;
     }
     return 0;
 }
 
-static int load_env(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j)
+static int load_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
     if (n->type != DDP_Y_MAP) {
-        err_at(c, n, "env must be a mapping of variable names to values");
+        ddp__jv_err(c, n, "env must be a mapping of variable names to values");
         return -1;
     }
-    if (check_dup_keys(c, n, "env") < 0)
+    if (ddp__jv_check_dups(c, n, "env") < 0)
         return -1;
     if (!(j->env = calloc(n->n / 2 + 1, sizeof(*j->env))))
         return -1;
     for (size_t i = 0; i + 1 < n->n; i += 2) {
         const struct ddp_ynode *k = n->kids[i], *v = n->kids[i + 1];
-        if (!env_name_ok(k->str)) {
-            err_at(c, k, "env: '%s' is not a valid variable name (letters, digits, _)", k->str);
+        if (!ddp__jv_env_name_ok(k->str)) {
+            ddp__jv_err(c, k, "env: '%s' is not a valid variable name (letters, digits, _)",
+                        k->str);
             return -1;
         }
-        if (want_scalar(c, v, "an env value") < 0)
+        if (ddp__jv_scalar(c, v, "an env value") < 0)
             return -1;
         j->env[j->nenv].key = strdup(k->str);
         j->env[j->nenv].value = strdup(v->str);
@@ -311,7 +95,7 @@ static int load_env(const struct ctx *c, const struct ddp_ynode *n, struct ddp_j
 #define DDP_JOB_MAX_STRING (128u << 10)
 #define DDP_JOB_MAX_EXEC (512u << 10)
 
-static int check_exec_size(const struct ctx *c, const struct ddp_ynode *root,
+static int check_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
                            const struct ddp_job *j)
 {
     size_t total = 0;
@@ -320,8 +104,8 @@ static int check_exec_size(const struct ctx *c, const struct ddp_ynode *root,
     for (size_t i = 0; j->argv && j->argv[i]; i++) {
         size_t l = strlen(j->argv[i]) + 1;
         if (l > DDP_JOB_MAX_STRING) {
-            err_at(c, cmd->kids[i], "command argument %zu is %zu bytes; exec takes at most %u", i,
-                   l - 1, DDP_JOB_MAX_STRING - 1);
+            ddp__jv_err(c, cmd->kids[i], "command argument %zu is %zu bytes; exec takes at most %u",
+                        i, l - 1, DDP_JOB_MAX_STRING - 1);
             return -1;
         }
         total += l + sizeof(char *);
@@ -329,83 +113,36 @@ static int check_exec_size(const struct ctx *c, const struct ddp_ynode *root,
     if (j->shell) {
         total += strlen(j->shell) + 1;
         if (strlen(j->shell) + 1 > DDP_JOB_MAX_STRING) {
-            err_at(c, cmd, "command is %zu bytes; exec takes at most %u", strlen(j->shell),
-                   DDP_JOB_MAX_STRING - 1);
+            ddp__jv_err(c, cmd, "command is %zu bytes; exec takes at most %u", strlen(j->shell),
+                        DDP_JOB_MAX_STRING - 1);
             return -1;
         }
     }
     for (size_t i = 0; i < j->nenv; i++) {
         size_t l = strlen(j->env[i].key) + strlen(j->env[i].value) + 2;
         if (l > DDP_JOB_MAX_STRING) {
-            err_at(c, env->kids[2 * i], "env: %s=... is %zu bytes; a variable holds at most %u",
-                   j->env[i].key, l - 1, DDP_JOB_MAX_STRING - 1);
+            ddp__jv_err(c, env->kids[2 * i],
+                        "env: %s=... is %zu bytes; a variable holds at most %u", j->env[i].key,
+                        l - 1, DDP_JOB_MAX_STRING - 1);
             return -1;
         }
         total += l + sizeof(char *);
     }
     if (total > DDP_JOB_MAX_EXEC) {
-        err_at(c, env ? env : cmd,
-               "command and env take %zu KiB (%zu variables); a rank's command line and "
-               "environment are limited to %u KiB",
-               (total + 1023) / 1024, j->nenv, DDP_JOB_MAX_EXEC >> 10);
+        ddp__jv_err(c, env ? env : cmd,
+                    "command and env take %zu KiB (%zu variables); a rank's command line and "
+                    "environment are limited to %u KiB",
+                    (total + 1023) / 1024, j->nenv, DDP_JOB_MAX_EXEC >> 10);
         return -1;
     }
     return 0;
 }
 
-/* "all", or comma-separated ranks N and ranges N-M (N <= M). */
-static bool rank_list_ok(const char *s)
-{
-    if (strcmp(s, "all") == 0)
-        return true;
-    for (;;) {
-        char *end;
-        if (!isdigit((unsigned char)*s))
-            return false;
-        long a = strtol(s, &end, 10), b = a;
-        s = end;
-        if (*s == '-') {
-            if (!isdigit((unsigned char)s[1]))
-                return false;
-            b = strtol(s + 1, &end, 10);
-            s = end;
-        }
-        if (a < 0 || b < a || b > 10000000)
-            return false;
-        if (!*s)
-            return true;
-        if (*s++ != ',')
-            return false;
-    }
-}
-
-bool ddp__job_rank_listed(const char *list, int rank)
-{
-    if (!list)
-        return true;
-    for (const char *s = list; *s;) {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-        s = end;
-        if (*s == '-') {
-            b = strtol(s + 1, &end, 10);
-            s = end;
-        }
-        if (rank >= a && rank <= b)
-            return true;
-        if (*s == ',')
-            s++;
-        else
-            break;
-    }
-    return false;
-}
-
-static int load_nodes(const struct ctx *c, const struct ddp_ynode *n, struct ddp_job *j,
+static int load_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                       int **slots_given)
 {
     if (n->type != DDP_Y_SEQ || n->n == 0) {
-        err_at(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
+        ddp__jv_err(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
         return -1;
     }
     j->nodes = calloc(n->n, sizeof(*j->nodes));
@@ -415,17 +152,17 @@ static int load_nodes(const struct ctx *c, const struct ddp_ynode *n, struct ddp
     for (size_t i = 0; i < n->n; i++) {
         const struct ddp_ynode *e = n->kids[i], *host = e;
         if (e->type == DDP_Y_MAP) {
-            if (check_keys(c, e, "a node", node_keys) < 0)
+            if (ddp__jv_check_keys(c, e, "a node", node_keys) < 0)
                 return -1;
             if (!(host = ddp__ytree_get(e, "host"))) {
-                err_at(c, e, "a node needs 'host'");
+                ddp__jv_err(c, e, "a node needs 'host'");
                 return -1;
             }
             const struct ddp_ynode *s = ddp__ytree_get(e, "slots");
-            if (s && get_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
+            if (s && ddp__jv_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
                 return -1;
         }
-        if (get_str(c, host, "host", &j->nodes[i].host) < 0)
+        if (ddp__jv_str(c, host, "host", &j->nodes[i].host) < 0)
             return -1;
         j->nnodes = i + 1; /* counted now, so an error below still frees it */
     }
@@ -439,8 +176,8 @@ static int load_nodes(const struct ctx *c, const struct ddp_ynode *n, struct ddp
     free(hosts);
     if (found) {
         const struct ddp_ynode *e = n->kids[dup];
-        err_at(c, e->type == DDP_Y_MAP ? ddp__ytree_get(e, "host") : e, "node '%s' is listed twice",
-               j->nodes[dup].host);
+        ddp__jv_err(c, e->type == DDP_Y_MAP ? ddp__ytree_get(e, "host") : e,
+                    "node '%s' is listed twice", j->nodes[dup].host);
         return -1;
     }
     return 0;
@@ -457,43 +194,45 @@ static char *default_name(const char *file)
     return n;
 }
 
-static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const char *basedir,
+static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, const char *basedir,
                      struct ddp_job *j)
 {
     const struct ddp_ynode *n, *sub;
     int *slots_given = NULL, rc = -1;
 
     if (!root) {
-        err_at(c, NULL, "the job file is empty (it needs at least 'command')");
+        ddp__jv_err(c, NULL, "the job file is empty (it needs at least 'command')");
         return -1;
     }
     if (root->type != DDP_Y_MAP) {
         /* Most often a program given where a job file goes: ddprun train.py. */
         const char *dot = strrchr(c->file, '.');
         bool prog = dot && (!strcmp(dot, ".py") || !strcmp(dot, ".sh") || !strcmp(dot, ".pl"));
-        err_at(c, prog ? NULL : root,
-               "%s, not a job file: a job file is a YAML mapping of keys to values (see "
-               "ddprun-job(5)); to run a program put it in one, as command: [python3, train.py]",
-               prog                      ? "this is a program"
-               : root->type == DDP_Y_SEQ ? "this is a YAML list"
-                                         : "this is a single value");
+        ddp__jv_err(
+            c, prog ? NULL : root,
+            "%s, not a job file: a job file is a YAML mapping of keys to values (see "
+            "ddprun-job(5)); to run a program put it in one, as command: [python3, train.py]",
+            prog                      ? "this is a program"
+            : root->type == DDP_Y_SEQ ? "this is a YAML list"
+                                      : "this is a single value");
         return -1;
     }
-    if (check_keys(c, root, "the job spec", top_keys) < 0)
+    if (ddp__jv_check_keys(c, root, "the job spec", top_keys) < 0)
         return -1;
-    if ((n = ddp__ytree_get(root, "name")) && get_str(c, n, "name", &j->name) < 0)
+    if ((n = ddp__ytree_get(root, "name")) && ddp__jv_str(c, n, "name", &j->name) < 0)
         return -1;
     if (!(n = ddp__ytree_get(root, "command"))) {
-        err_at(c, root, "missing 'command' (the program each rank runs, as a list or a string)");
+        ddp__jv_err(c, root,
+                    "missing 'command' (the program each rank runs, as a list or a string)");
         return -1;
     }
     if (load_command(c, n, j) < 0)
         return -1;
     if ((n = ddp__ytree_get(root, "workdir"))) {
         char *w = NULL;
-        if (get_str(c, n, "workdir", &w) < 0)
+        if (ddp__jv_str(c, n, "workdir", &w) < 0)
             return -1;
-        j->workdir = resolve(basedir, w);
+        j->workdir = ddp__jv_path(basedir, w);
         free(w);
     } else {
         j->workdir = strdup(basedir);
@@ -512,7 +251,7 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
         j->nnodes = 1;
     }
     if ((n = ddp__ytree_get(root, "nproc_per_node")) &&
-        get_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
+        ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
         goto out;
     j->world_size = 0;
     for (size_t i = 0; i < j->nnodes; i++) {
@@ -520,78 +259,79 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
         j->world_size += j->nodes[i].slots;
     }
     if ((n = ddp__ytree_get(root, "backend"))) {
-        if (get_str(c, n, "backend", &j->backend) < 0)
+        if (ddp__jv_str(c, n, "backend", &j->backend) < 0)
             goto out;
         if (strcmp(j->backend, "cpu") != 0 && strcmp(j->backend, "nccl") != 0) {
-            err_at(c, n, "backend must be 'cpu' or 'nccl', got '%s'", j->backend);
+            ddp__jv_err(c, n, "backend must be 'cpu' or 'nccl', got '%s'", j->backend);
             goto out;
         }
 #ifndef DDP_HAVE_NCCL
         if (strcmp(j->backend, "nccl") == 0) {
-            err_at(c, n,
-                   "backend 'nccl' needs a ddprun built with CUDA and NCCL; this one was not");
+            ddp__jv_err(c, n,
+                        "backend 'nccl' needs a ddprun built with CUDA and NCCL; this one was not");
             goto out;
         }
 #endif
     }
     if ((sub = ddp__ytree_get(root, "rendezvous"))) {
-        if (check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
+        if (ddp__jv_check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
             ((n = ddp__ytree_get(sub, "listen")) &&
-             get_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
+             ddp__jv_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
             ((n = ddp__ytree_get(sub, "port")) &&
-             get_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
+             ddp__jv_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
             ((n = ddp__ytree_get(sub, "timeout")) &&
-             get_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
+             ddp__jv_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
             ((n = ddp__ytree_get(sub, "last_call")) &&
-             get_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
+             ddp__jv_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
             goto out;
     }
     j->min_nodes = j->max_nodes = (int)j->nnodes;
     if ((sub = ddp__ytree_get(root, "elastic"))) {
         const struct ddp_ynode *mn = ddp__ytree_get(sub, "min_nodes");
-        if (check_keys(c, sub, "elastic", elastic_keys) < 0 ||
-            (mn && get_int(c, mn, "elastic.min_nodes", 1, 100000, &j->min_nodes) < 0) ||
+        if (ddp__jv_check_keys(c, sub, "elastic", elastic_keys) < 0 ||
+            (mn && ddp__jv_int(c, mn, "elastic.min_nodes", 1, 100000, &j->min_nodes) < 0) ||
             ((n = ddp__ytree_get(sub, "max_nodes")) &&
-             get_int(c, n, "elastic.max_nodes", 1, 100000, &j->max_nodes) < 0) ||
+             ddp__jv_int(c, n, "elastic.max_nodes", 1, 100000, &j->max_nodes) < 0) ||
             ((n = ddp__ytree_get(sub, "max_restarts")) &&
-             get_int(c, n, "elastic.max_restarts", 0, 1000000, &j->max_restarts) < 0) ||
+             ddp__jv_int(c, n, "elastic.max_restarts", 0, 1000000, &j->max_restarts) < 0) ||
             ((n = ddp__ytree_get(sub, "heartbeat_interval")) &&
-             get_duration(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) < 0) ||
+             ddp__jv_duration(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) < 0) ||
             ((n = ddp__ytree_get(sub, "heartbeat_timeout")) &&
-             get_duration(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0) ||
+             ddp__jv_duration(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0) ||
             ((n = ddp__ytree_get(sub, "cooldown")) &&
-             get_duration(c, n, "elastic.cooldown", &j->cooldown_ms) < 0))
+             ddp__jv_duration(c, n, "elastic.cooldown", &j->cooldown_ms) < 0))
             goto out;
         if (j->min_nodes > j->max_nodes) {
-            err_at(c, mn ? mn : sub, "elastic.min_nodes (%d) is above elastic.max_nodes (%d)",
-                   j->min_nodes, j->max_nodes);
+            ddp__jv_err(c, mn ? mn : sub, "elastic.min_nodes (%d) is above elastic.max_nodes (%d)",
+                        j->min_nodes, j->max_nodes);
             goto out;
         }
         if (j->heartbeat_timeout_ms <= j->heartbeat_interval_ms) {
-            err_at(c, sub, "elastic.heartbeat_timeout must be longer than heartbeat_interval");
+            ddp__jv_err(c, sub, "elastic.heartbeat_timeout must be longer than heartbeat_interval");
             goto out;
         }
     }
     if (j->max_nodes > (int)j->nnodes) {
-        err_at(c, ddp__ytree_get(root, "elastic"),
-               "elastic.max_nodes (%d) is above the number of nodes listed (%zu)", j->max_nodes,
-               j->nnodes);
+        ddp__jv_err(c, ddp__ytree_get(root, "elastic"),
+                    "elastic.max_nodes (%d) is above the number of nodes listed (%zu)",
+                    j->max_nodes, j->nnodes);
         goto out;
     }
     if ((sub = ddp__ytree_get(root, "ssh"))) {
-        if (check_keys(c, sub, "ssh", ssh_keys) < 0 ||
-            ((n = ddp__ytree_get(sub, "user")) && get_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
+        if (ddp__jv_check_keys(c, sub, "ssh", ssh_keys) < 0 ||
+            ((n = ddp__ytree_get(sub, "user")) &&
+             ddp__jv_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
             ((n = ddp__ytree_get(sub, "port")) &&
-             get_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
+             ddp__jv_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
             ((n = ddp__ytree_get(sub, "identity")) &&
-             get_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
+             ddp__jv_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
             ((n = ddp__ytree_get(sub, "known_hosts")) &&
-             get_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0) ||
+             ddp__jv_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0) ||
             ((n = ddp__ytree_get(sub, "remote_ddprun")) &&
-             get_str(c, n, "ssh.remote_ddprun", &j->ssh_remote_ddprun) < 0))
+             ddp__jv_str(c, n, "ssh.remote_ddprun", &j->ssh_remote_ddprun) < 0))
             goto out;
         if ((n = ddp__ytree_get(sub, "strict_host_key_checking"))) {
-            if (want_scalar(c, n, "ssh.strict_host_key_checking") < 0)
+            if (ddp__jv_scalar(c, n, "ssh.strict_host_key_checking") < 0)
                 goto out;
             /* YAML 1.1 reads yes/no as booleans; they are names here. */
             const char *v = n->str;
@@ -600,8 +340,9 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
             if (!strcasecmp(v, "false") || !strcasecmp(v, "off"))
                 v = "no";
             if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0 && strcmp(v, "accept-new") != 0) {
-                err_at(c, n, "ssh.strict_host_key_checking must be yes, no or accept-new, got '%s'",
-                       n->str);
+                ddp__jv_err(c, n,
+                            "ssh.strict_host_key_checking must be yes, no or accept-new, got '%s'",
+                            n->str);
                 goto out;
             }
             free(j->ssh_strict);
@@ -611,26 +352,27 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
     char **local_paths[] = {&j->ssh_identity, &j->ssh_known_hosts};
     for (size_t k = 0; k < sizeof(local_paths) / sizeof(local_paths[0]); k++)
         if (*local_paths[k]) {
-            char *abs = resolve(basedir, *local_paths[k]);
+            char *abs = ddp__jv_path(basedir, *local_paths[k]);
             free(*local_paths[k]);
             *local_paths[k] = abs;
         }
     if ((sub = ddp__ytree_get(root, "logs"))) {
-        if (check_keys(c, sub, "logs", logs_keys) < 0 ||
-            ((n = ddp__ytree_get(sub, "dir")) && get_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
+        if (ddp__jv_check_keys(c, sub, "logs", logs_keys) < 0 ||
+            ((n = ddp__ytree_get(sub, "dir")) && ddp__jv_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
             ((n = ddp__ytree_get(sub, "tag_output")) &&
-             get_bool(c, n, "logs.tag_output", &j->tag_output) < 0) ||
+             ddp__jv_bool(c, n, "logs.tag_output", &j->tag_output) < 0) ||
             ((n = ddp__ytree_get(sub, "timestamps")) &&
-             get_bool(c, n, "logs.timestamps", &j->log_timestamps) < 0))
+             ddp__jv_bool(c, n, "logs.timestamps", &j->log_timestamps) < 0))
             goto out;
         if ((n = ddp__ytree_get(sub, "console_ranks"))) {
-            if (get_str(c, n, "logs.console_ranks", &j->console_ranks) < 0)
+            if (ddp__jv_str(c, n, "logs.console_ranks", &j->console_ranks) < 0)
                 goto out;
-            if (!rank_list_ok(j->console_ranks)) {
-                err_at(c, n,
-                       "logs.console_ranks must be 'all' or ranks and ranges such as 0 or 0,4-7, "
-                       "got '%s'",
-                       j->console_ranks);
+            if (!ddp__jv_rank_list_ok(j->console_ranks)) {
+                ddp__jv_err(
+                    c, n,
+                    "logs.console_ranks must be 'all' or ranks and ranges such as 0 or 0,4-7, "
+                    "got '%s'",
+                    j->console_ranks);
                 goto out;
             }
             if (strcmp(j->console_ranks, "all") == 0) {
@@ -641,20 +383,20 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
     }
     if ((sub = ddp__ytree_get(root, "checkpoint"))) {
         char *d = NULL;
-        if (check_keys(c, sub, "checkpoint", ckpt_keys) < 0)
+        if (ddp__jv_check_keys(c, sub, "checkpoint", ckpt_keys) < 0)
             goto out;
         if ((n = ddp__ytree_get(sub, "dir"))) {
-            if (get_str(c, n, "checkpoint.dir", &d) < 0)
+            if (ddp__jv_str(c, n, "checkpoint.dir", &d) < 0)
                 goto out;
-            j->checkpoint_dir = resolve(basedir, d);
+            j->checkpoint_dir = ddp__jv_path(basedir, d);
             free(d);
         }
     }
-    char *ld = resolve(basedir, j->logs_dir);
+    char *ld = ddp__jv_path(basedir, j->logs_dir);
     free(j->logs_dir);
     j->logs_dir = ld;
     if ((n = ddp__ytree_get(root, "stop_grace")) &&
-        get_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
+        ddp__jv_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
         goto out;
     bool all_local = true;
     for (size_t i = 0; i < j->nnodes; i++)
@@ -663,7 +405,7 @@ static int load_tree(const struct ctx *c, const struct ddp_ynode *root, const ch
         struct stat st;
         n = ddp__ytree_get(root, "workdir");
         if (stat(j->workdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            err_at(c, n, "workdir '%s' is not a folder", j->workdir);
+            ddp__jv_err(c, n, "workdir '%s' is not a folder", j->workdir);
             goto out;
         }
     }
@@ -734,7 +476,7 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
                 const char *const *sets, const char *const *labels, size_t nsets,
                 struct ddp_job **out)
 {
-    struct ctx c = {.file = file};
+    struct ddp__jctx c = {.file = file};
     struct ddp_ynode *root = NULL;
     char **origins = NULL;
     struct ddp_job *j = calloc(1, sizeof(*j));
@@ -917,99 +659,4 @@ void ddp__job_free(struct ddp_job *j)
         free(j->overrides[i]);
     free(j->overrides);
     free(j);
-}
-
-/* "5s" or "500ms" into buf. */
-static const char *fmt_duration(char *buf, size_t n, int64_t ms)
-{
-    if (ms % 1000 == 0)
-        snprintf(buf, n, "%llds", (long long)(ms / 1000));
-    else
-        snprintf(buf, n, "%lldms", (long long)ms);
-    return buf;
-}
-
-void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
-{
-    fprintf(f, "# ddprun plan for %s (job id %s)\n", j->file, job_id);
-    fprintf(f, "name: %s\ncommand: ", j->name);
-    if (j->shell) {
-        fprintf(f, "%s   # run by /bin/sh -c\n", j->shell);
-    } else {
-        fprintf(f, "[");
-        for (char **a = j->argv; *a; a++)
-            fprintf(f, "%s%s", a == j->argv ? "" : ", ", *a);
-        fprintf(f, "]\n");
-    }
-    fprintf(f, "workdir: %s\nenv:", j->workdir);
-    if (!j->nenv)
-        fprintf(f, " {}");
-    fprintf(f, "\n");
-    for (size_t i = 0; i < j->nenv; i++)
-        fprintf(f, "  %s: %s\n", j->env[i].key, j->env[i].value);
-    fprintf(f, "nodes:\n");
-    for (size_t i = 0; i < j->nnodes; i++)
-        fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
-    fprintf(f, "nproc_per_node: %d\nbackend: %s\n", j->nproc_per_node, j->backend);
-    char d1[32], d2[32];
-    fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s, ", j->rdzv_listen, j->rdzv_port,
-            fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
-    fprintf(f, "last_call: %s}\n", fmt_duration(d1, sizeof(d1), j->rdzv_last_call_ms));
-    fprintf(f,
-            "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
-            "heartbeat_timeout: %s, ",
-            j->min_nodes, j->max_nodes, j->max_restarts,
-            fmt_duration(d1, sizeof(d1), j->heartbeat_interval_ms),
-            fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
-    fprintf(f, "cooldown: %s}\n", fmt_duration(d1, sizeof(d1), j->cooldown_ms));
-    fprintf(f,
-            "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
-            "strict_host_key_checking: %s, remote_ddprun: %s}\n",
-            j->ssh_user ? j->ssh_user : "(current user)", j->ssh_port,
-            j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
-            j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
-            j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
-    fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s}\n", j->logs_dir,
-            j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
-            j->console_ranks ? j->console_ranks : "all");
-    fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
-    fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
-    fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s\n", j->world_size, "node",
-            "host", "local_rank", "global_rank");
-    int rank = 0;
-    for (size_t i = 0; i < j->nnodes; i++)
-        for (int l = 0; l < j->nodes[i].slots; l++, rank++)
-            fprintf(f, "%-5zu %-20s %-10d %-11d\n", i, j->nodes[i].host, l, rank);
-    fprintf(f, "\n# environment added to every rank (per-rank values: see the rank map)\n");
-    fprintf(
-        f,
-        "RANK=<global_rank> LOCAL_RANK=<local_rank> GROUP_RANK=<node> ROLE_RANK=<global_rank>\n");
-    fprintf(f,
-            "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
-            "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
-            j->world_size, j->world_size, j->nnodes);
-    fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
-               "TORCHELASTIC_USE_AGENT_STORE=False\n");
-    fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
-            j->max_restarts, job_id);
-    fprintf(f,
-            "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=<store host:port> DDPRUN_TOKEN_FD=<pipe> "
-            "DDPRUN_BACKEND=%s%s%s\n",
-            job_id, j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
-            j->checkpoint_dir ? j->checkpoint_dir : "");
-    if (ddp__job_omp_default(j))
-        fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
-    for (size_t i = 0; i < j->nenv; i++)
-        fprintf(f, "%s=%s%s", j->env[i].key, j->env[i].value, i + 1 < j->nenv ? " " : "\n");
-}
-
-bool ddp__job_omp_default(const struct ddp_job *j)
-{
-    int most = 0;
-    for (size_t i = 0; i < j->nnodes; i++)
-        most = j->nodes[i].slots > most ? j->nodes[i].slots : most;
-    for (size_t i = 0; i < j->nenv; i++)
-        if (strcmp(j->env[i].key, "OMP_NUM_THREADS") == 0)
-            return false;
-    return most > 1 && !getenv("OMP_NUM_THREADS");
 }

@@ -1222,26 +1222,6 @@ static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
 
 /* ---- setup helpers ---- */
 
-/* The local address the kernel would use to reach host (no packet is sent). */
-int ddp__route_source(const char *host, char *out, size_t n)
-{
-    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    int fd = -1, r = -1;
-    if (getaddrinfo(host, "9", &hints, &res) != 0)
-        return -1;
-    if ((fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 &&
-        connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
-        getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) == 0)
-        r = 0;
-    if (fd >= 0)
-        close(fd);
-    freeaddrinfo(res);
-    return r;
-}
-
 static int mkdir_p(const char *path)
 {
     char tmp[PATH_MAX];

@@ -1,7 +1,8 @@
 /*
  * The ddprun rendezvous store: a TCP key-value server (one thread, one epoll
  * loop) and its blocking client, plus the helpers ranks use to meet (barrier,
- * all-gather, NCCL unique-id broadcast). Every connection proves knowledge of
+ * all-gather). The store only moves bytes: what they mean (an NCCL unique id, an
+ * address) is its users' business. Every connection proves knowledge of
  * the job token with an HMAC-SHA256 challenge-response. The wire protocol is
  * specified in man/ddprun-store.7.
  */
@@ -230,16 +231,6 @@ int ddp_store_barrier(struct ddp_store *s, const char *name, int n, int timeout_
  */
 int ddp_store_all_gather(struct ddp_store *s, const char *prefix, int rank, int n, const void *blob,
                          size_t len, int timeout_ms, struct ddp_store_value *out);
-
-#define DDP_STORE_NCCL_ID_BYTES 128
-/*
- * NCCL unique-id broadcast: rank 0 calls ncclGetUniqueId and publishes the
- * 128 bytes under key; other ranks wait for it. The calling rank-0 process
- * hosts NCCL's bootstrap root, so it must stay alive until all ranks have
- * called ncclCommInitRank. DDP_ENOTSUP when libddp was built without NCCL.
- */
-int ddp_store_nccl_id(struct ddp_store *s, const char *key, int rank, int timeout_ms,
-                      void *id /* 128 bytes */);
 
 /* ------------------------------------------------------------------ */
 /* Tokens                                                             */

@@ -1,4 +1,4 @@
-/* Rendezvous helpers built on the store client (barrier, all-gather, NCCL id) and job-token
+/* Rendezvous helpers built on the store client (barrier, all-gather) and job-token
  * handling. */
 #include "rendezvous/store.h"
 #include "common/err.h"
@@ -13,10 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#ifdef DDP_HAVE_NCCL
-#include <nccl.h>
-#endif
 
 #include "common/banned.h"
 
@@ -81,55 +77,6 @@ out:
         free(keys[i]);
     free(keys);
     return r;
-}
-
-int ddp_store_nccl_id(struct ddp_store *s, const char *key, int rank, int timeout_ms, void *id)
-{
-#ifdef DDP_HAVE_NCCL
-    int r;
-    if (!key || !id || rank < 0)
-        return DDP_EINVAL;
-    if (rank == 0) {
-        ncclUniqueId uid;
-        ncclResult_t nr = ncclGetUniqueId(&uid);
-        if (nr != ncclSuccess) {
-            DDP_ERROR(STORE, "ncclGetUniqueId failed: %s", ncclGetErrorString(nr));
-            return DDP_ESYS;
-        }
-        if ((r = ddp_store_set(s, key, &uid, sizeof(uid))) < 0)
-            return r;
-        memcpy(id, &uid, sizeof(uid));
-        return 0;
-    }
-    const char *keys[1] = {key};
-    if ((r = ddp_store_wait(s, keys, 1, timeout_ms)) < 0) {
-        if (r == DDP_ETIMEDOUT)
-            DDP_ERROR(STORE, "rank %d: no NCCL unique id under '%s' after %d ms (is rank 0 alive?)",
-                      rank, key, timeout_ms);
-        return r;
-    }
-    void *v;
-    size_t len;
-    if ((r = ddp_store_get(s, key, &v, &len)) < 0)
-        return r;
-    if (len != DDP_STORE_NCCL_ID_BYTES) {
-        DDP_ERROR(STORE, "NCCL unique id under '%s' has %zu bytes, expected %d", key, len,
-                  DDP_STORE_NCCL_ID_BYTES);
-        free(v);
-        return DDP_EPROTO;
-    }
-    memcpy(id, v, len);
-    free(v);
-    return 0;
-#else
-    (void)s;
-    (void)key;
-    (void)rank;
-    (void)timeout_ms;
-    (void)id;
-    DDP_ERROR(STORE, "NCCL unique-id exchange requested, but libddp was built without NCCL");
-    return DDP_ENOTSUP;
-#endif
 }
 
 /* ------------------------------------------------------------------ */

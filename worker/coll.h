@@ -1,4 +1,5 @@
-/* Private to worker/: reduction kernels, the TCP transport and the CPU algorithms. */
+/* Private to worker/: reduction kernels, the transports (TCP, shared memory) and the CPU
+ * collectives above them. */
 #ifndef DDP_WORKER_COLL_H
 #define DDP_WORKER_COLL_H
 
@@ -82,8 +83,18 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
                             enum ddp_dtype dt, enum ddp_redop op);
 int ddp__shm_barrier(struct ddp__comm *c);
 
+/* The TCP transport and its algorithms (worker/coll_tcp.c): rings, recursive doubling, a
+ * binomial tree, a dissemination barrier, over the group's connections. */
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x);
+int ddp__tcp_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                       enum ddp_redop op);
+int ddp__tcp_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);
+int ddp__tcp_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes);
+int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,
+                            enum ddp_dtype dt, enum ddp_redop op);
+int ddp__tcp_barrier(struct ddp__comm *c);
 
+/* The collectives of a CPU group, each on its transport (worker/coll_cpu.c). */
 int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);

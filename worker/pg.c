@@ -10,7 +10,7 @@
 #include "rendezvous/store.h"
 #include "worker/coll.h"
 #ifdef DDP_HAVE_NCCL
-#include "worker/nccl.h"
+#include "worker/pg_nccl.h"
 #endif
 
 #include <arpa/inet.h>

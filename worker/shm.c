@@ -224,7 +224,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
                 struct ddp__comm *x = c->cross;
                 x->deadline_ms = c->deadline_ms;
                 x->opname = c->opname;
-                e = ddp__cpu_allreduce(x, out, s1 - s0, dt, op == DDP_AVG ? DDP_SUM : op);
+                e = ddp__tcp_allreduce(x, out, s1 - s0, dt, op == DDP_AVG ? DDP_SUM : op);
                 if (e < 0) {
                     if (!c->err[0])
                         snprintf(c->err, sizeof(c->err), "%s", x->err);

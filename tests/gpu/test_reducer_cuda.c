@@ -19,7 +19,7 @@
 #include "examples/fmnist/kernels.h"
 #include "reducer/reducer.h"
 #include "rendezvous/store.h"
-#include "worker/nccl.h"
+#include "worker/pg_nccl.h"
 #include "worker/pg.h"
 #include "tests/gpu/gpu_test.h"
 

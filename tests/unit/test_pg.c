@@ -7,9 +7,11 @@
 #include "tests/unit/test.h"
 #include "worker/coll.h"
 #include "worker/pg.h"
+#include "worker/pg_nccl.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #define TOKEN "pg-unit-token"
 
@@ -150,6 +152,62 @@ TEST(groups_formed_by_threads_reduce_correctly)
         pthread_join(th[r], NULL);
         ASSERT_EQ(ra[r].rc, 0);
     }
+    ddp_store_server_stop(srv);
+    pthread_join(srv_th, NULL);
+    ddp_store_server_free(srv);
+}
+
+struct nccl_arg {
+    int rank;
+    int rc;
+    uint8_t id[DDP__NCCL_ID_BYTES];
+};
+
+static void *nccl_thread(void *a)
+{
+    struct nccl_arg *n = a;
+    struct ddp_store *s;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        return NULL;
+    n->rc = ddp__pg_nccl_id(s, "nccl/0", n->rank, 10000, n->id);
+    ddp_store_close(s);
+    return NULL;
+}
+
+TEST(nccl_unique_id_broadcast)
+{
+    struct ddp_store_server_opts so = {
+        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&so, &srv));
+    port = ddp_store_server_port(srv);
+    pthread_create(&srv_th, NULL, serve, NULL);
+    struct nccl_arg a[3];
+    pthread_t th[3];
+    /* start the receivers first: they must wait for rank 0 */
+    for (int i = 2; i >= 0; i--) {
+        memset(&a[i], 0, sizeof(a[i]));
+        a[i].rc = -1;
+        a[i].rank = i;
+        pthread_create(&th[i], NULL, nccl_thread, &a[i]);
+        if (i == 1)
+            usleep(100000);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+#ifdef DDP_HAVE_NCCL
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(a[i].rc);
+    ASSERT_MEMEQ(a[0].id, a[1].id, DDP__NCCL_ID_BYTES);
+    ASSERT_MEMEQ(a[0].id, a[2].id, DDP__NCCL_ID_BYTES);
+    uint8_t zero[DDP__NCCL_ID_BYTES] = {0};
+    ASSERT_TRUE(memcmp(a[0].id, zero, sizeof(zero)) != 0);
+    /* the id is NCCL's own: its first bytes hold the bootstrap root's socket family */
+    printf("nccl id bytes: %02x %02x %02x %02x ...\n", a[0].id[0], a[0].id[1], a[0].id[2],
+           a[0].id[3]);
+#else
+    for (int i = 0; i < 3; i++)
+        ASSERT_ERR(a[i].rc, DDP_ENOTSUP);
+#endif
     ddp_store_server_stop(srv);
     pthread_join(srv_th, NULL);
     ddp_store_server_free(srv);

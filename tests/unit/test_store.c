@@ -546,53 +546,6 @@ TEST(barrier_and_all_gather)
     stop_server();
 }
 
-struct nccl_arg {
-    int rank;
-    int rc;
-    uint8_t id[DDP_STORE_NCCL_ID_BYTES];
-};
-
-static void *nccl_thread(void *a)
-{
-    struct nccl_arg *n = a;
-    struct ddp_store *s = client();
-    n->rc = ddp_store_nccl_id(s, "nccl/0", n->rank, 10000, n->id);
-    ddp_store_close(s);
-    return NULL;
-}
-
-TEST(nccl_unique_id_broadcast)
-{
-    start_server();
-    struct nccl_arg a[3];
-    pthread_t th[3];
-    /* start the receivers first: they must wait for rank 0 */
-    for (int i = 2; i >= 0; i--) {
-        memset(&a[i], 0, sizeof(a[i]));
-        a[i].rank = i;
-        pthread_create(&th[i], NULL, nccl_thread, &a[i]);
-        if (i == 1)
-            usleep(100000);
-    }
-    for (int i = 0; i < 3; i++)
-        pthread_join(th[i], NULL);
-#ifdef DDP_HAVE_NCCL
-    for (int i = 0; i < 3; i++)
-        ASSERT_OK(a[i].rc);
-    ASSERT_MEMEQ(a[0].id, a[1].id, DDP_STORE_NCCL_ID_BYTES);
-    ASSERT_MEMEQ(a[0].id, a[2].id, DDP_STORE_NCCL_ID_BYTES);
-    uint8_t zero[DDP_STORE_NCCL_ID_BYTES] = {0};
-    ASSERT_TRUE(memcmp(a[0].id, zero, sizeof(zero)) != 0);
-    /* the id is NCCL's own: its first bytes hold the bootstrap root's socket family */
-    printf("nccl id bytes: %02x %02x %02x %02x ...\n", a[0].id[0], a[0].id[1], a[0].id[2],
-           a[0].id[3]);
-#else
-    for (int i = 0; i < 3; i++)
-        ASSERT_ERR(a[i].rc, DDP_ENOTSUP);
-#endif
-    stop_server();
-}
-
 TEST(tokens)
 {
     char a[65], b[65];

@@ -1,5 +1,5 @@
-/* The NCCL backend of the process group (see nccl.h). */
-#include "worker/nccl.h"
+/* The NCCL backend of the process group (see pg_nccl.h). */
+#include "worker/pg_nccl.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -233,13 +233,13 @@ int ddp__nccl_init(struct ddp_store *store, const char *key, int rank, int world
                    int timeout_ms, struct ddp__nccl **out, char *err, size_t errlen)
 {
     int64_t deadline = ddp_now_ms() + timeout_ms;
-    uint8_t idbuf[DDP_STORE_NCCL_ID_BYTES];
+    uint8_t idbuf[DDP__NCCL_ID_BYTES];
     ncclUniqueId id;
-    _Static_assert(sizeof(id) == DDP_STORE_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
+    _Static_assert(sizeof(id) == DDP__NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
     int ndev = 0;
     /* Rank 0's process creates the id and hosts NCCL's bootstrap root from now on; the
      * launcher never does (it would have to outlive every rank's init). */
-    int r = ddp_store_nccl_id(store, key, rank, timeout_ms, idbuf);
+    int r = ddp__pg_nccl_id(store, key, rank, timeout_ms, idbuf);
     if (r < 0) {
         snprintf(err, errlen, "cannot share the NCCL unique id through the store: %s",
                  ddp_strerror(r));

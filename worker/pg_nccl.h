@@ -1,5 +1,5 @@
 /*
- * The NCCL backend of the process group (worker/nccl.c, built when CUDA and NCCL are found):
+ * The NCCL backend of the process group (worker/pg_nccl.c, built when CUDA and NCCL are found):
  * a communicator per group, created non-blocking, and collectives enqueued on a dedicated
  * CUDA stream without waiting for them.
  *
@@ -13,8 +13,8 @@
  * Only the communication thread calls NCCL on the communicator (it is not thread-safe);
  * ddp__nccl_request_abort() and the ddp__nccl_op_* calls are safe from any thread.
  */
-#ifndef DDP_WORKER_NCCL_H
-#define DDP_WORKER_NCCL_H
+#ifndef DDP_WORKER_PG_NCCL_H
+#define DDP_WORKER_PG_NCCL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +24,17 @@
 
 struct ddp__nccl;
 struct ddp_store;
+
+/* The size of an NCCL unique id (ncclUniqueId). */
+#define DDP__NCCL_ID_BYTES 128
+
+/*
+ * The unique-id exchange through the store (worker/pg_nccl_id.c, built with or without NCCL):
+ * rank 0 calls ncclGetUniqueId and sets the id's bytes under key; the other ranks wait up to
+ * timeout_ms for the key and read them. The id (DDP__NCCL_ID_BYTES) goes to *id. 0, a store
+ * error, DDP_EPROTO for a value of another size, DDP_ENOTSUP without NCCL.
+ */
+int ddp__pg_nccl_id(struct ddp_store *s, const char *key, int rank, int timeout_ms, void *id);
 
 enum ddp__nccl_kind {
     DDP__NCCL_ALLREDUCE,

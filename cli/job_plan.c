@@ -1,0 +1,104 @@
+/* `ddprun plan`'s view of a job (the resolved spec, rank map and environment), also kept as
+ * the job's spec.yaml, and the rank environment's OMP_NUM_THREADS rule. */
+#include "cli/job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+/* "5s" or "500ms" into buf. */
+static const char *fmt_duration(char *buf, size_t n, int64_t ms)
+{
+    if (ms % 1000 == 0)
+        snprintf(buf, n, "%llds", (long long)(ms / 1000));
+    else
+        snprintf(buf, n, "%lldms", (long long)ms);
+    return buf;
+}
+
+void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
+{
+    fprintf(f, "# ddprun plan for %s (job id %s)\n", j->file, job_id);
+    fprintf(f, "name: %s\ncommand: ", j->name);
+    if (j->shell) {
+        fprintf(f, "%s   # run by /bin/sh -c\n", j->shell);
+    } else {
+        fprintf(f, "[");
+        for (char **a = j->argv; *a; a++)
+            fprintf(f, "%s%s", a == j->argv ? "" : ", ", *a);
+        fprintf(f, "]\n");
+    }
+    fprintf(f, "workdir: %s\nenv:", j->workdir);
+    if (!j->nenv)
+        fprintf(f, " {}");
+    fprintf(f, "\n");
+    for (size_t i = 0; i < j->nenv; i++)
+        fprintf(f, "  %s: %s\n", j->env[i].key, j->env[i].value);
+    fprintf(f, "nodes:\n");
+    for (size_t i = 0; i < j->nnodes; i++)
+        fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
+    fprintf(f, "nproc_per_node: %d\nbackend: %s\n", j->nproc_per_node, j->backend);
+    char d1[32], d2[32];
+    fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s, ", j->rdzv_listen, j->rdzv_port,
+            fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
+    fprintf(f, "last_call: %s}\n", fmt_duration(d1, sizeof(d1), j->rdzv_last_call_ms));
+    fprintf(f,
+            "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
+            "heartbeat_timeout: %s, ",
+            j->min_nodes, j->max_nodes, j->max_restarts,
+            fmt_duration(d1, sizeof(d1), j->heartbeat_interval_ms),
+            fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
+    fprintf(f, "cooldown: %s}\n", fmt_duration(d1, sizeof(d1), j->cooldown_ms));
+    fprintf(f,
+            "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
+            "strict_host_key_checking: %s, remote_ddprun: %s}\n",
+            j->ssh_user ? j->ssh_user : "(current user)", j->ssh_port,
+            j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
+            j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
+            j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
+    fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s}\n", j->logs_dir,
+            j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
+            j->console_ranks ? j->console_ranks : "all");
+    fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
+    fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
+    fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s\n", j->world_size, "node",
+            "host", "local_rank", "global_rank");
+    int rank = 0;
+    for (size_t i = 0; i < j->nnodes; i++)
+        for (int l = 0; l < j->nodes[i].slots; l++, rank++)
+            fprintf(f, "%-5zu %-20s %-10d %-11d\n", i, j->nodes[i].host, l, rank);
+    fprintf(f, "\n# environment added to every rank (per-rank values: see the rank map)\n");
+    fprintf(
+        f,
+        "RANK=<global_rank> LOCAL_RANK=<local_rank> GROUP_RANK=<node> ROLE_RANK=<global_rank>\n");
+    fprintf(f,
+            "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
+            "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
+            j->world_size, j->world_size, j->nnodes);
+    fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
+               "TORCHELASTIC_USE_AGENT_STORE=False\n");
+    fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
+            j->max_restarts, job_id);
+    fprintf(f,
+            "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=<store host:port> DDPRUN_TOKEN_FD=<pipe> "
+            "DDPRUN_BACKEND=%s%s%s\n",
+            job_id, j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
+            j->checkpoint_dir ? j->checkpoint_dir : "");
+    if (ddp__job_omp_default(j))
+        fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
+    for (size_t i = 0; i < j->nenv; i++)
+        fprintf(f, "%s=%s%s", j->env[i].key, j->env[i].value, i + 1 < j->nenv ? " " : "\n");
+}
+
+bool ddp__job_omp_default(const struct ddp_job *j)
+{
+    int most = 0;
+    for (size_t i = 0; i < j->nnodes; i++)
+        most = j->nodes[i].slots > most ? j->nodes[i].slots : most;
+    for (size_t i = 0; i < j->nenv; i++)
+        if (strcmp(j->env[i].key, "OMP_NUM_THREADS") == 0)
+            return false;
+    return most > 1 && !getenv("OMP_NUM_THREADS");
+}

@@ -1,0 +1,46 @@
+/*
+ * The job spec's value readers (cli/job_values.c), private to the job-spec files: each reads
+ * one YAML node (cli/ytree.h) as a value of a type, or says at the node's file:line:col (or
+ * the --set that made it) what is wrong and returns -1.
+ */
+#ifndef DDP_CLI_JOB_VALUES_H
+#define DDP_CLI_JOB_VALUES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cli/ytree.h"
+
+struct ddp__jctx {
+    const char *file; /* the job file, for messages */
+};
+
+/* "FILE:LINE:COL: message" (or "--set ...: message") for node n (NULL: the file alone). */
+void ddp__jv_err(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A key given twice in mapping m is an error (O(n log n)). */
+int ddp__jv_check_dups(const struct ddp__jctx *c, const struct ddp_ynode *m, const char *where);
+/* m must be a mapping of allowed keys (a NULL-terminated list), each at most once. */
+int ddp__jv_check_keys(const struct ddp__jctx *c, const struct ddp_ynode *m, const char *where,
+                       const char *const *allowed);
+/* n must be a single value (what names it in the message). */
+int ddp__jv_scalar(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what);
+/* A non-empty string; *out (freed first) takes a copy. */
+int ddp__jv_str(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what, char **out);
+/* A whole number from lo to hi. */
+int ddp__jv_int(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what, long lo,
+                long hi, int *out);
+/* true/yes/on/1 or false/no/off/0. */
+int ddp__jv_bool(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what, bool *out);
+/* A duration ("500ms", "5s", "2m", "1h") in ms. */
+int ddp__jv_duration(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                     int64_t *out);
+/* The one rule for paths: absolute as given, "~/..." in the home folder, else relative to
+ * base (the job file's folder). A new string, or NULL when out of memory. */
+char *ddp__jv_path(const char *base, const char *p);
+/* Letters, digits and _, not starting with a digit. */
+bool ddp__jv_env_name_ok(const char *s);
+/* "all", or ranks N and ranges N-M (N <= M) separated by commas. */
+bool ddp__jv_rank_list_ok(const char *s);
+
+#endif

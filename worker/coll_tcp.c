@@ -1,0 +1,313 @@
+/*
+ * Collectives over TCP (a transport of worker/coll_cpu.c): a full-duplex transfer primitive
+ * that reduces
+ * received bytes as soon as whole elements have arrived (so each ring step
+ * overlaps sending, receiving and reducing), the ring all-reduce
+ * (reduce-scatter then all-gather), recursive doubling for small messages,
+ * a binomial-tree broadcast, ring all-gather and reduce-scatter, and a
+ * dissemination barrier.
+ */
+#include "worker/coll.h"
+#include "common/err.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/banned.h"
+
+#define IO_SLICE (256u << 10) /* bytes per send/recv call, so both directions progress */
+
+static int fail(struct ddp__comm *c, int code, const struct ddp__peer *p, const char *what)
+{
+    if (!c->err[0])
+        snprintf(c->err, sizeof(c->err), "%s peer rank %d (%s) during %s", what, p->rank, p->host,
+                 c->opname);
+    return code;
+}
+
+int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
+{
+    size_t sent = 0, got = 0, reduced = 0;
+    size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
+    while (sent < x->slen || got < x->rlen) {
+        struct pollfd p[2];
+        int np = 0, is = -1, ir = -1;
+        if (sent < x->slen) {
+            p[np] = (struct pollfd){.fd = x->to->fd, .events = POLLOUT};
+            is = np++;
+        }
+        if (got < x->rlen) {
+            p[np] = (struct pollfd){.fd = x->from->fd, .events = POLLIN};
+            ir = np++;
+        }
+        int64_t rem = c->deadline_ms - ddp_now_ms();
+        if (rem <= 0)
+            return fail(c, DDP_ETIMEDOUT, ir >= 0 ? x->from : x->to, "timed out waiting for");
+        int pr = poll(p, (nfds_t)np, rem > 1000 ? 1000 : (int)rem);
+        if (pr < 0 && errno != EINTR)
+            return fail(c, DDP_ESYS, x->to, "poll failed with");
+        if (pr <= 0)
+            continue;
+        if (ir >= 0 && p[ir].revents) {
+            size_t want = x->rlen - got;
+            ssize_t n = recv(x->from->fd, (char *)x->rbuf + got, want > IO_SLICE ? IO_SLICE : want,
+                             MSG_DONTWAIT);
+            if (n == 0)
+                return fail(c, DDP_ECLOSED, x->from, "connection closed by");
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                return fail(c, DDP_ECLOSED, x->from, "connection lost to");
+            if (n > 0) {
+                got += (size_t)n;
+                if (x->reduce_dst) {
+                    size_t whole = got / esz * esz;
+                    if (whole > reduced) {
+                        ddp__reduce((char *)x->reduce_dst + reduced, (char *)x->rbuf + reduced,
+                                    (whole - reduced) / esz, x->dt, x->op);
+                        reduced = whole;
+                    }
+                }
+            }
+        }
+        if (is >= 0 && (p[is].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            size_t want = x->slen - sent;
+            ssize_t n = send(x->to->fd, (const char *)x->sbuf + sent,
+                             want > IO_SLICE ? IO_SLICE : want, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                return fail(c, DDP_ECLOSED, x->to, "connection lost to");
+            if (n > 0)
+                sent += (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static int scratch(struct ddp__comm *c, size_t bytes, void **out)
+{
+    if (c->scratch_len < bytes) {
+        void *p = realloc(c->scratch, bytes ? bytes : 1);
+        if (!p)
+            return DDP_ENOMEM;
+        c->scratch = p;
+        c->scratch_len = bytes;
+    }
+    *out = c->scratch;
+    return 0;
+}
+
+static struct ddp__peer *peer(struct ddp__comm *c, int r)
+{
+    return &c->peers[((r % c->world) + c->world) % c->world];
+}
+
+/* Element offset of chunk i when count elements are split into n nearly equal chunks. */
+static size_t chunk_off(size_t count, int n, int i)
+{
+    return (size_t)((unsigned __int128)count * (unsigned)i / (unsigned)n);
+}
+
+static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp_dtype dt,
+                          enum ddp_redop op)
+{
+    int n = c->world, r = c->rank, e;
+    size_t esz = ddp_dtype_size(dt), maxchunk = (count + (size_t)n - 1) / (size_t)n;
+    void *tmp;
+    if ((e = scratch(c, maxchunk * esz, &tmp)) < 0)
+        return e;
+    struct ddp__peer *next = peer(c, r + 1), *prev = peer(c, r - 1);
+    /* Reduce-scatter: after n-1 steps this rank holds the full reduction of chunk r+1. */
+    for (int s = 0; s < n - 1; s++) {
+        int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
+        size_t so = chunk_off(count, n, si), ro = chunk_off(count, n, ri);
+        struct ddp__xfer x = {.to = next,
+                              .sbuf = buf + so * esz,
+                              .slen = (chunk_off(count, n, si + 1) - so) * esz,
+                              .from = prev,
+                              .rbuf = tmp,
+                              .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
+                              .reduce_dst = buf + ro * esz,
+                              .dt = dt,
+                              .op = op};
+        if ((e = ddp__xfer(c, &x)) < 0)
+            return e;
+    }
+    if (op == DDP_AVG) {
+        int own = (r + 1) % n;
+        size_t o = chunk_off(count, n, own);
+        ddp__scale_avg(buf + o * esz, chunk_off(count, n, own + 1) - o, dt, n);
+    }
+    /* All-gather: pass the finished chunks around the ring, straight into place. */
+    for (int s = 0; s < n - 1; s++) {
+        int si = ((r - s + 1) % n + n) % n, ri = ((r - s) % n + n) % n;
+        size_t so = chunk_off(count, n, si), ro = chunk_off(count, n, ri);
+        struct ddp__xfer x = {.to = next,
+                              .sbuf = buf + so * esz,
+                              .slen = (chunk_off(count, n, si + 1) - so) * esz,
+                              .from = prev,
+                              .rbuf = buf + ro * esz,
+                              .rlen = (chunk_off(count, n, ri + 1) - ro) * esz};
+        if ((e = ddp__xfer(c, &x)) < 0)
+            return e;
+    }
+    return 0;
+}
+
+/* Latency-optimal for small messages: log2(n) exchanges of the whole buffer. Ranks beyond
+ * the largest power of two fold into a partner first and get the result back at the end. */
+static int rd_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp_dtype dt,
+                        enum ddp_redop op)
+{
+    int n = c->world, r = c->rank, e, p2 = 1;
+    size_t bytes = count * ddp_dtype_size(dt);
+    void *tmp;
+    while (p2 * 2 <= n)
+        p2 *= 2;
+    int extra = n - p2;
+    if ((e = scratch(c, bytes, &tmp)) < 0)
+        return e;
+    if (r >= p2) {
+        struct ddp__xfer out = {.to = peer(c, r - p2), .sbuf = buf, .slen = bytes};
+        struct ddp__xfer in = {.from = peer(c, r - p2), .rbuf = buf, .rlen = bytes};
+        if ((e = ddp__xfer(c, &out)) < 0 || (e = ddp__xfer(c, &in)) < 0)
+            return e;
+        return 0;
+    }
+    if (r < extra) {
+        struct ddp__xfer in = {.from = peer(c, r + p2), .rbuf = tmp, .rlen = bytes};
+        if ((e = ddp__xfer(c, &in)) < 0)
+            return e;
+        ddp__reduce(buf, tmp, count, dt, op);
+    }
+    for (int mask = 1; mask < p2; mask <<= 1) {
+        struct ddp__peer *pp = peer(c, r ^ mask);
+        /* Reduce only after the exchange: buf is being sent meanwhile. */
+        struct ddp__xfer x = {
+            .to = pp, .sbuf = buf, .slen = bytes, .from = pp, .rbuf = tmp, .rlen = bytes};
+        if ((e = ddp__xfer(c, &x)) < 0)
+            return e;
+        ddp__reduce(buf, tmp, count, dt, op);
+    }
+    if (op == DDP_AVG)
+        ddp__scale_avg(buf, count, dt, n);
+    if (r < extra) {
+        struct ddp__xfer out = {.to = peer(c, r + p2), .sbuf = buf, .slen = bytes};
+        if ((e = ddp__xfer(c, &out)) < 0)
+            return e;
+    }
+    return 0;
+}
+
+int ddp__tcp_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                       enum ddp_redop op)
+{
+    if (c->world == 1 || count == 0)
+        return 0; /* AVG over one rank is the value itself */
+    size_t bytes = count * ddp_dtype_size(dt);
+    /* The ring needs at least one element per rank to be worth its 2(n-1) steps. */
+    if (bytes <= c->small_bytes || count < (size_t)c->world)
+        return rd_allreduce(c, buf, count, dt, op);
+    return ring_allreduce(c, buf, count, dt, op);
+}
+
+int ddp__tcp_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)
+{
+    int n = c->world, vr = ((c->rank - root) % n + n) % n, mask = 1, e;
+    if (n == 1 || bytes == 0)
+        return 0;
+    /* Binomial tree on ranks relative to the root: receive once, then forward. */
+    while (mask < n) {
+        if (vr & mask) {
+            struct ddp__xfer in = {.from = peer(c, vr - mask + root), .rbuf = buf, .rlen = bytes};
+            if ((e = ddp__xfer(c, &in)) < 0)
+                return e;
+            break;
+        }
+        mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+        if (vr + mask < n) {
+            struct ddp__xfer out = {.to = peer(c, vr + mask + root), .sbuf = buf, .slen = bytes};
+            if ((e = ddp__xfer(c, &out)) < 0)
+                return e;
+        }
+    }
+    return 0;
+}
+
+int ddp__tcp_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes)
+{
+    int n = c->world, r = c->rank, e;
+    char *out = recv;
+    if (bytes)
+        memmove(out + (size_t)r * bytes, send, bytes);
+    for (int s = 0; s < n - 1 && bytes; s++) {
+        int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
+        struct ddp__xfer x = {.to = peer(c, r + 1),
+                              .sbuf = out + (size_t)si * bytes,
+                              .slen = bytes,
+                              .from = peer(c, r - 1),
+                              .rbuf = out + (size_t)ri * bytes,
+                              .rlen = bytes};
+        if ((e = ddp__xfer(c, &x)) < 0)
+            return e;
+    }
+    return 0;
+}
+
+int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,
+                            enum ddp_dtype dt, enum ddp_redop op)
+{
+    int n = c->world, r = c->rank, e;
+    size_t esz = ddp_dtype_size(dt), bytes = count * esz;
+    if (count == 0)
+        return 0;
+    char *work = malloc(bytes * (size_t)n + bytes);
+    if (!work)
+        return DDP_ENOMEM;
+    char *tmp = work + bytes * (size_t)n;
+    memcpy(work, send, bytes * (size_t)n);
+    /* The ring's reduce-scatter, shifted so that this rank ends with block r. */
+    for (int s = 0; s < n - 1; s++) {
+        int si = ((r - s - 1) % n + n) % n, ri = ((r - s - 2) % n + n) % n;
+        struct ddp__xfer x = {.to = peer(c, r + 1),
+                              .sbuf = work + (size_t)si * bytes,
+                              .slen = bytes,
+                              .from = peer(c, r - 1),
+                              .rbuf = tmp,
+                              .rlen = bytes,
+                              .reduce_dst = work + (size_t)ri * bytes,
+                              .dt = dt,
+                              .op = op};
+        if ((e = ddp__xfer(c, &x)) < 0) {
+            free(work);
+            return e;
+        }
+    }
+    if (op == DDP_AVG)
+        ddp__scale_avg(work + (size_t)r * bytes, count, dt, n);
+    memcpy(recv, work + (size_t)r * bytes, bytes);
+    free(work);
+    return 0;
+}
+
+int ddp__tcp_barrier(struct ddp__comm *c)
+{
+    int n = c->world, r = c->rank, e;
+    char out = 1, in;
+    /* Dissemination: after ceil(log2 n) rounds everyone has heard from everyone. */
+    for (int k = 1; k < n; k <<= 1) {
+        struct ddp__xfer x = {.to = peer(c, r + k),
+                              .sbuf = &out,
+                              .slen = 1,
+                              .from = peer(c, r - k),
+                              .rbuf = &in,
+                              .rlen = 1};
+        if ((e = ddp__xfer(c, &x)) < 0)
+            return e;
+    }
+    return 0;
+}
