@@ -1,0 +1,185 @@
+/*
+ * The store server's private model, shared by its three files (rendezvous/ only):
+ *   store_server.c  the loop: accepting, reading whole frames, the handshake, dispatch,
+ *                   teardown after each iteration, the public lifecycle and statistics
+ *   server_data.c   keys, waiters, watches and leases, and the requests on them
+ *   server_conn.c   a connection's replies and output (queued, drained on EPOLLOUT), closing
+ * Calls go down that list only.
+ */
+#ifndef DDP_RENDEZVOUS_SERVER_H
+#define DDP_RENDEZVOUS_SERVER_H
+
+#include "common/buf.h"
+#include "common/htab.h"
+#include "common/list.h"
+#include "rendezvous/loop.h"
+#include "rendezvous/proto.h"
+#include "rendezvous/store.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum ddp__conn_state { CONN_HELLO, CONN_AUTH, CONN_READY };
+
+/*
+ * Counters behind ddp_store_server_get_stats. Only the loop thread writes
+ * them, so an update is a relaxed load and store (no locked instruction);
+ * other threads read them with relaxed loads.
+ */
+struct stats {
+    _Atomic uint64_t conns_accepted, conns_open, conns_refused_auth, conns_dropped;
+    _Atomic uint64_t keys, waiters, watches, leases, leases_expired;
+};
+#define STAT_ADD(s, field, d)                                                                      \
+    atomic_store_explicit(&(s)->st.field,                                                          \
+                          atomic_load_explicit(&(s)->st.field, memory_order_relaxed) + (d),        \
+                          memory_order_relaxed)
+#define STAT_GET(s, field) atomic_load_explicit(&(s)->st.field, memory_order_relaxed)
+
+struct server;
+
+struct conn {
+    struct server *srv;
+    int fd;
+    uint64_t id;
+    enum ddp__conn_state state;
+    char peer[96];
+    uint8_t snonce[DDP__NONCE_LEN];
+    uint8_t cnonce[DDP__NONCE_LEN];
+    struct ddp_buf in;
+    struct ddp_buf out;
+    struct ddp_timer auth_timer;
+    struct ddp_list link;       /* srv->conns, or srv->closing once doomed */
+    struct ddp_list flush_link; /* srv->flushq while it has unsent output */
+    struct ddp_list waiters;
+    struct ddp_list watches;
+    unsigned nwatches;
+    /* A WAIT of this connection not answered yet: its later requests wait behind it, so that
+     * replies come in order (ddprun-store(7)); resumed after the iteration it is answered in. */
+    struct waiter *parked;
+    struct ddp_list resume_link; /* srv->resumeq */
+    bool closing;                /* scheduled for teardown at the end of this iteration */
+    bool close_after_write;      /* flush what is queued, then close */
+    const char *close_reason;
+};
+
+struct entry {
+    struct ddp_hnode h;
+    uint8_t *key;
+    uint32_t klen;
+    uint8_t *val;
+    uint32_t vlen;
+    bool present;
+    struct lease *lease;
+    struct ddp_list lease_link;
+    struct ddp_list waiters; /* struct wlink */
+};
+
+/* A WAIT is linked to every key it names, present or not, and counts those absent now: a key
+ * deleted or expired after it was set counts as missing again. It is answered when the count
+ * reaches 0, that is when every key exists at that moment. */
+struct waiter;
+struct wlink {
+    struct ddp_list node; /* entry.waiters */
+    struct waiter *w;
+    struct entry *e;
+    bool present; /* what this link last counted */
+};
+
+struct waiter {
+    struct conn *c;
+    uint32_t reqid;
+    uint32_t missing;
+    struct ddp_timer timer;
+    struct ddp_list conn_link;
+    struct waiter *ready_next; /* while being answered after a SET */
+    uint32_t nlinks;
+    struct wlink links[];
+};
+
+struct watch {
+    struct conn *c;
+    uint32_t id;
+    bool prefix;
+    uint8_t *key;
+    uint32_t klen;
+    struct ddp_list srv_link;
+    struct ddp_list conn_link;
+};
+
+struct lease {
+    struct ddp_hnode h;
+    uint64_t id;
+    uint8_t idbytes[8];
+    uint32_t ttl_ms;
+    struct ddp_timer timer;
+    struct ddp_list keys; /* struct entry.lease_link */
+    struct server *srv;
+};
+
+struct server {
+    struct ddp_loop *loop;
+    int lfd;
+    int efd;
+    int port;
+    uint8_t *token;
+    size_t toklen;
+    unsigned max_conns;
+    int auth_timeout_ms;
+    size_t max_outbuf;
+    struct ddp_htab keys;
+    struct ddp_htab leases;
+    struct ddp_list watches;
+    struct ddp_list conns;
+    struct ddp_list closing;
+    struct ddp_list flushq;
+    struct ddp_list resumeq; /* connections whose parked WAIT was answered */
+    struct ddp_timer accept_pause;
+    uint64_t next_conn_id;
+    uint32_t next_watch_id;
+    int64_t last_refuse_log_ms;
+    struct stats st;
+};
+
+/* The public name is the opaque struct ddp_store_server. */
+struct ddp_store_server {
+    struct server s;
+};
+
+/* ---- server_conn.c ---- */
+
+/* Marks c for teardown after this loop iteration (reason is logged). */
+void ddp__srv_close_later(struct conn *c, const char *reason);
+/* c has output queued: the after-hook writes it; a client that does not read is dropped. */
+void ddp__srv_want_flush(struct conn *c);
+/* Starts a reply to (op, id) with status in c's output; returns the position for _end. */
+size_t ddp__srv_reply_begin(struct conn *c, uint8_t op, uint32_t id, int status);
+void ddp__srv_reply_end(struct conn *c, size_t pos);
+/* A reply with a status and no payload. */
+void ddp__srv_reply(struct conn *c, uint8_t op, uint32_t id, int status);
+/* Writes as much queued output as the socket takes; arms EPOLLOUT for the rest. */
+void ddp__srv_flush(struct conn *c);
+
+/* ---- server_data.c ---- */
+
+void ddp__srv_op_set(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_get(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_add(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_cas(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_delete(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_check(struct conn *c, const struct ddp__req *q);
+/* A WAIT not answered at once parks c (its later requests wait: c->parked). */
+void ddp__srv_op_wait(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_multi_get(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_watch(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_unwatch(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_lease_grant(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_lease_keepalive(struct conn *c, const struct ddp__req *q);
+void ddp__srv_op_lease_revoke(struct conn *c, const struct ddp__req *q);
+/* Drops what connection c holds (its waiters and watches) before it is freed. */
+void ddp__srv_conn_forget(struct conn *c);
+/* Frees every key and lease (the server is being freed). */
+void ddp__srv_data_free(struct server *s);
+
+#endif
