@@ -56,10 +56,10 @@ enum ddp_pg_backend {
 };
 
 struct ddp_pg_opts {
-    int timeout_ms;     /* per operation; 0 = DDP_PG_TIMEOUT_MS or 300000 */
-    const char *name;   /* distinguishes several groups in one job; NULL = "default" */
-    size_t small_bytes; /* all-reduce at or below this uses recursive doubling instead of
-                           the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
+    int timeout_ms;              /* per operation; 0 = DDP_PG_TIMEOUT_MS or 300000 */
+    const char *name;            /* distinguishes several groups in one job; NULL = "default" */
+    size_t small_bytes;          /* all-reduce at or below this uses recursive doubling instead of
+                                    the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
     enum ddp_pg_backend backend; /* NCCL: each rank uses CUDA device LOCAL_RANK */
 };
 

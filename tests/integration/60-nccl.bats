@@ -30,7 +30,7 @@ JOB
 
 @test "the NCCL unique id goes from rank 0 to every rank through the store" {
   [ -e "$BUILD/tests/test_nccl" ] || skip "this build has no NCCL (CUDA or NCCL not found)"
-  run "$BUILD/tests/test_store" nccl_unique_id_broadcast
+  run "$BUILD/tests/test_pg" nccl_unique_id_broadcast
   assert_success
   assert_output --partial "nccl id bytes:"
 }

@@ -29,6 +29,16 @@ int main(int argc, char **argv)
     int passed = 0, failed = 0;
     unsigned timeout = getenv("DDP_TEST_TIMEOUT") ? (unsigned)atoi(getenv("DDP_TEST_TIMEOUT")) : 60;
     signal(SIGPIPE, SIG_IGN);
+    /* A test asked for by a name that no test has is a failure, not an empty pass. */
+    for (int a = 1; a < argc; a++) {
+        int found = 0;
+        for (int i = 0; i < ntests; i++)
+            found |= strcmp(argv[a], tests[i].name) == 0;
+        if (!found) {
+            printf("FAIL %s (no such test)\n", argv[a]);
+            failed++;
+        }
+    }
     for (int i = 0; i < ntests; i++) {
         if (argc > 1) {
             int want = 0;

@@ -1,0 +1,71 @@
+/*
+ * The process group's state, private to worker/ and shared by pg.c (the collectives and the
+ * communication thread) and pg_setup.c (forming and freeing a group), which calls pg.c only to
+ * start and stop the communication thread.
+ */
+#ifndef DDP_WORKER_GROUP_H
+#define DDP_WORKER_GROUP_H
+
+#include "worker/coll.h"
+#include "worker/pg.h"
+#ifdef DDP_HAVE_NCCL
+#include "worker/pg_nccl.h"
+#endif
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum work_kind { W_ALLREDUCE, W_BROADCAST, W_ALLGATHER, W_REDUCE_SCATTER, W_BARRIER };
+
+struct ddp_work {
+    enum work_kind kind;
+    void *buf;
+    const void *send;
+    size_t count;
+    enum ddp_dtype dt;
+    enum ddp_redop op;
+    int root;
+    int result;
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ddp_work *next; /* queue link, owned by the group while queued or in flight */
+    /* NCCL works are handed to the device, not run: `enqueued` once the collective is on the
+     * communication stream; the caller and the communication thread (the watchdog, which
+     * keeps it in its in-flight list until it completes) each hold a reference. */
+    bool nccl, enqueued;
+    int refs;
+    int64_t deadline;
+    void *stream; /* the compute stream at start (stream waits) */
+#ifdef DDP_HAVE_NCCL
+    struct ddp__nccl_op nop;
+#endif
+};
+
+struct ddp_pg {
+    int rank, world, local_rank, local_world, node_rank;
+    int timeout_ms;
+    struct ddp__comm comm;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ddp_work *head, *tail;
+    bool busy; /* an operation is running, on the comm thread or inline in a caller */
+    bool stop;
+    _Atomic bool alive;
+    char err[1024];
+    struct ddp_store *store; /* for the abort record; borrowed, or owned when owns_store */
+    bool owns_store;
+    char abort_key[300];
+    struct ddp__nccl *nccl; /* the NCCL backend, or NULL */
+    void *compute_stream;   /* what NCCL collectives wait for (ddp_pg_set_compute_stream) */
+};
+
+/* Starts the group's communication thread (the NCCL watchdog on an NCCL group). */
+int ddp__pg_comm_start(struct ddp_pg *pg);
+/* Stops it once what is queued has run, and joins it. */
+void ddp__pg_comm_stop(struct ddp_pg *pg);
+
+#endif

@@ -1,0 +1,616 @@
+/*
+ * Forming a process group and freeing it: the authenticated TCP mesh between ranks (addresses
+ * and one-time secrets exchanged through the store, each connection proven with an HMAC), the
+ * node layout, the node's shared-memory segment, the cross-node rings of the hierarchical
+ * all-reduce, the NCCL communicator on NCCL groups; and ddp_pg_init_env's reading of the
+ * torchrun environment.
+ */
+#include "worker/group.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define PEER_MAGIC 0x47504444u /* "DDPG" */
+#define SECRET_LEN 16
+#define DEFAULT_SMALL_BYTES (64u << 10)
+
+/* The proof a connecting rank sends: HMAC(listener's secret, "ddp-pg" || my rank). */
+static void peer_mac(const uint8_t *secret, uint32_t rank, uint8_t out[32])
+{
+    uint8_t msg[10] = {'d', 'd', 'p', '-', 'p', 'g'};
+    unsigned int len = 32;
+    for (int i = 0; i < 4; i++)
+        msg[6 + i] = (uint8_t)(rank >> (8 * i));
+    HMAC(EVP_sha256(), secret, SECRET_LEN, msg, sizeof(msg), out, &len);
+}
+
+static int hex_decode(const char *hex, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static void set_sock(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, const uint8_t *secret,
+                        int64_t deadline)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV},
+                    *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    if (getaddrinfo(ip, ps, &hints, &res) != 0)
+        return DDP_EINVAL;
+    int fd = -1;
+    while (ddp_now_ms() < deadline) {
+        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0)
+            break;
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+        usleep(20000);
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(pg->err, sizeof(pg->err), "cannot connect to peer rank %d (%s at %s:%d)", j,
+                 pg->comm.peers[j].host, ip, port);
+        return DDP_ECONNECT;
+    }
+    set_sock(fd);
+    uint8_t hello[40];
+    uint32_t v = PEER_MAGIC, me = (uint32_t)pg->rank;
+    memcpy(hello, &v, 4);
+    memcpy(hello + 4, &me, 4);
+    peer_mac(secret, me, hello + 8);
+    if (ddp_write_all(fd, hello, sizeof(hello)) < 0) {
+        close(fd);
+        return DDP_ECONNECT;
+    }
+    pg->comm.peers[j].fd = fd;
+    return 0;
+}
+
+static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
+{
+    int want = pg->world - 1 - pg->rank;
+    while (want > 0) {
+        int64_t rem = deadline - ddp_now_ms();
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (rem <= 0 || poll(&p, 1, (int)(rem > 1000 ? 1000 : rem)) < 0) {
+            if (rem > 0 && errno == EINTR)
+                continue;
+            snprintf(pg->err, sizeof(pg->err),
+                     "timed out waiting for %d higher-ranked peers to connect", want);
+            return DDP_ETIMEDOUT;
+        }
+        if (!(p.revents & POLLIN))
+            continue;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        uint8_t hello[40], mac[32];
+        struct timeval tv = {5, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ssize_t n = recv(fd, hello, sizeof(hello), MSG_WAITALL);
+        uint32_t magic, who;
+        memcpy(&magic, hello, 4);
+        memcpy(&who, hello + 4, 4);
+        if (n == (ssize_t)sizeof(hello) && magic == PEER_MAGIC && who > (uint32_t)pg->rank &&
+            who < (uint32_t)pg->world && pg->comm.peers[who].fd < 0) {
+            peer_mac(my_secret, who, mac);
+            if (CRYPTO_memcmp(mac, hello + 8, 32) == 0) {
+                tv.tv_sec = 0;
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                set_sock(fd);
+                pg->comm.peers[who].fd = fd;
+                want--;
+                continue;
+            }
+        }
+        DDP_WARN(PG, "rank %d: refused a peer connection that failed the handshake", pg->rank);
+        close(fd);
+    }
+    return 0;
+}
+
+/* Where every rank runs, from the addresses they published. */
+struct layout {
+    bool uniform;  /* every node has local ranks 0..L-1 once each, L the same everywhere */
+    int nodes;     /* distinct node ranks */
+    int node_idx;  /* ours, counted in ascending node rank */
+    int *local_of; /* [local rank] -> group rank, on our node */
+    int *cross_of; /* [node index] -> group rank with our local rank on that node */
+};
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static void layout_free(struct layout *l)
+{
+    free(l->local_of);
+    free(l->cross_of);
+}
+
+static int layout_compute(const struct ddp_pg *pg, const int *node_of, const int *local_of,
+                          const int *lw_of, struct layout *l)
+{
+    int W = pg->world, L = pg->local_world;
+    memset(l, 0, sizeof(*l));
+    int *sorted = malloc((size_t)W * sizeof(int));
+    l->local_of = malloc((size_t)L * sizeof(int));
+    l->cross_of = malloc((size_t)W * sizeof(int));
+    if (!sorted || !l->local_of || !l->cross_of) {
+        free(sorted);
+        layout_free(l);
+        return DDP_ENOMEM;
+    }
+    memcpy(sorted, node_of, (size_t)W * sizeof(int));
+    qsort(sorted, (size_t)W, sizeof(int), cmp_int);
+    int n = 0;
+    for (int i = 0; i < W; i++)
+        if (i == 0 || sorted[i] != sorted[i - 1])
+            sorted[n++] = sorted[i];
+    l->nodes = n;
+    l->uniform = n * L == W;
+    for (int k = 0; k < n; k++)
+        if (sorted[k] == pg->node_rank)
+            l->node_idx = k;
+    for (int i = 0; i < L; i++)
+        l->local_of[i] = -1;
+    for (int k = 0; k < n; k++)
+        l->cross_of[k] = -1;
+    /* Each (node, local rank) must occur once, with the same local world size everywhere:
+     * checked on everyone's data, so every rank reaches the same verdict. */
+    char *seen = l->uniform ? calloc((size_t)W, 1) : NULL;
+    if (l->uniform && !seen) {
+        free(sorted);
+        layout_free(l);
+        return DDP_ENOMEM;
+    }
+    for (int j = 0; j < W && l->uniform; j++) {
+        int k =
+            (int)((int *)bsearch(&node_of[j], sorted, (size_t)n, sizeof(int), cmp_int) - sorted);
+        if (lw_of[j] != L || local_of[j] < 0 || local_of[j] >= L || seen[k * L + local_of[j]]++) {
+            l->uniform = false;
+            break;
+        }
+        if (node_of[j] == pg->node_rank)
+            l->local_of[local_of[j]] = j;
+        if (local_of[j] == pg->local_rank)
+            l->cross_of[k] = j;
+    }
+    free(seen);
+    free(sorted);
+    return 0;
+}
+
+/*
+ * Maps the node's shared-memory segment when the node has several ranks, every node has the
+ * same number (DDP_PG_TRANSPORT=tcp turns it off). Local rank 0 creates it under a random
+ * name and publishes the name through the store; every rank maps its node's; all ranks of the
+ * group agree through an all-gather whether everyone succeeded (else all keep TCP, so every
+ * rank runs the same algorithms); then the names are unlinked, so nothing outlives the group
+ * even if it crashes.
+ */
+static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name,
+                     struct layout *lay)
+{
+    const char *tr = getenv("DDP_PG_TRANSPORT"), *sl = getenv("DDP_PG_SHM_SLOT_BYTES");
+    if ((tr && strcmp(tr, "tcp") == 0) || pg->local_world < 2)
+        return 0;
+    if (!lay->uniform) {
+        if (pg->rank == 0)
+            DDP_WARN(PG, "nodes have different numbers of ranks; collectives use TCP only");
+        return 0;
+    }
+    int L = pg->local_world;
+    size_t slot = sl && atol(sl) >= 4096 ? (size_t)atol(sl) : (size_t)1 << 20;
+    if (slot < (size_t)L * 64)
+        slot = (size_t)L * 64; /* a reduce-scatter round moves at least one element per rank */
+    slot = (slot + 63) / 64 * 64;
+    size_t len = ddp__shm_segment_bytes(L, slot);
+    char key[300], shmname[64] = "", prefix[300];
+    int r, fd = -1;
+    void *base = MAP_FAILED;
+    snprintf(key, sizeof(key), "pg/%s/shm/%d", name, pg->node_rank);
+    if (pg->local_rank == 0) {
+        uint64_t rnd;
+        if (ddp_random_bytes(&rnd, sizeof(rnd)) == 0) {
+            snprintf(shmname, sizeof(shmname), "/ddp-%016llx", (unsigned long long)rnd);
+            fd = shm_open(shmname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+            if (fd >= 0 && ftruncate(fd, (off_t)len) != 0) {
+                close(fd);
+                fd = -1;
+            }
+        }
+        if ((r = ddp_store_set(store, key, fd >= 0 ? shmname : "-",
+                               fd >= 0 ? strlen(shmname) : 1)) < 0)
+            goto out;
+    } else {
+        const char *keys[1] = {key};
+        void *v;
+        size_t vl;
+        if ((r = ddp_store_wait(store, keys, 1, pg->timeout_ms)) < 0 ||
+            (r = ddp_store_get(store, key, &v, &vl)) < 0)
+            goto out;
+        snprintf(shmname, sizeof(shmname), "%s", (char *)v);
+        free(v);
+        if (strcmp(shmname, "-") != 0)
+            fd = shm_open(shmname, O_RDWR | O_CLOEXEC, 0);
+    }
+    if (fd >= 0)
+        base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* Everyone or no one: agree on whether every rank mapped its node's segment. */
+    char ok = base != MAP_FAILED ? '1' : '0';
+    struct ddp_store_value *vals = calloc((size_t)pg->world, sizeof(*vals));
+    snprintf(prefix, sizeof(prefix), "pg/%s/shm-mapped", name);
+    r = vals
+            ? ddp_store_all_gather(store, prefix, pg->rank, pg->world, &ok, 1, pg->timeout_ms, vals)
+            : DDP_ENOMEM;
+    bool all = r == 0;
+    for (int i = 0; all && i < pg->world; i++)
+        all = vals[i].len == 1 && ((char *)vals[i].data)[0] == '1';
+    if (vals)
+        ddp_store_values_free(vals, (size_t)pg->world);
+    free(vals);
+    if (pg->local_rank == 0 && shmname[0] == '/')
+        shm_unlink(shmname); /* every rank has it mapped (or gave up): the name is not needed */
+    if (r < 0)
+        goto out;
+    if (all) {
+        ddp__shm_attach(&pg->comm.shm, base, L, pg->local_rank, lay->local_of, slot);
+        lay->local_of = NULL; /* owned by the segment now */
+        base = MAP_FAILED;
+        DDP_INFO(PG, "rank %d: shared-memory all-reduce on (%zu-byte slots)", pg->rank, slot);
+    } else {
+        DDP_WARN(PG, "rank %d: shared memory unavailable on some node; all-reduce uses TCP",
+                 pg->rank);
+    }
+out:
+    if (base != MAP_FAILED)
+        munmap(base, len);
+    if (fd >= 0)
+        close(fd);
+    return r;
+}
+
+/* With shared memory on several nodes: our ring across the nodes, for the hierarchical
+ * all-reduce. Its peers are copies of the group's connections (closed by the group). */
+static int setup_cross(struct ddp_pg *pg, const struct layout *lay)
+{
+    if (!pg->comm.shm.base || lay->nodes < 2)
+        return 0;
+    struct ddp__comm *x = calloc(1, sizeof(*x));
+    if (!x || !(x->peers = calloc((size_t)lay->nodes, sizeof(struct ddp__peer)))) {
+        free(x);
+        return DDP_ENOMEM;
+    }
+    x->rank = lay->node_idx;
+    x->world = lay->nodes;
+    x->small_bytes = pg->comm.small_bytes;
+    for (int k = 0; k < lay->nodes; k++) {
+        x->peers[k] = pg->comm.peers[lay->cross_of[k]];
+        if (k == x->rank)
+            x->peers[k].fd = -1;
+    }
+    pg->comm.cross = x;
+    if (pg->rank == 0)
+        DDP_INFO(PG, "hierarchical all-reduce: %d nodes x %d ranks, %d rings across nodes",
+                 lay->nodes, pg->local_world, pg->local_world);
+    return 0;
+}
+
+static void cross_free(struct ddp__comm *x)
+{
+    if (!x)
+        return;
+    free(x->scratch);
+    free(x->peers);
+    free(x);
+}
+
+int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
+                int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
+{
+    struct ddp_pg *pg = NULL;
+    struct ddp_store_value *vals = NULL;
+    int lfd = -1, r = DDP_EINVAL, *where = NULL; /* node, local rank, local world of each */
+    struct layout lay;
+    bool have_lay = false;
+    uint8_t secret[SECRET_LEN];
+    if (!store || world < 1 || rank < 0 || rank >= world || local_world < 1 || local_rank < 0 ||
+        local_rank >= local_world || node_rank < 0)
+        return DDP_EINVAL;
+    if (!(pg = calloc(1, sizeof(*pg))) ||
+        !(pg->comm.peers = calloc((size_t)world, sizeof(struct ddp__peer)))) {
+        free(pg);
+        return DDP_ENOMEM;
+    }
+    pg->rank = rank;
+    pg->world = world;
+    pg->local_rank = local_rank;
+    pg->local_world = local_world;
+    pg->node_rank = node_rank;
+    pg->alive = true;
+    const char *env;
+    pg->timeout_ms = opts && opts->timeout_ms > 0                           ? opts->timeout_ms
+                     : (env = getenv("DDP_PG_TIMEOUT_MS")) && atoi(env) > 0 ? atoi(env)
+                                                                            : 300000;
+    pg->comm.small_bytes = opts && opts->small_bytes ? opts->small_bytes
+                           : (env = getenv("DDP_PG_SMALL_BYTES")) && atol(env) > 0
+                               ? (size_t)atol(env)
+                               : DEFAULT_SMALL_BYTES;
+    pg->comm.rank = rank;
+    pg->comm.world = world;
+    for (int i = 0; i < world; i++) {
+        pg->comm.peers[i].fd = -1;
+        pg->comm.peers[i].rank = i;
+    }
+    pthread_mutex_init(&pg->mu, NULL);
+    pthread_cond_init(&pg->cv, NULL);
+    /* Keys of each restart of an elastic job stay apart from the earlier rounds' (whose
+     * ranks may have left keys behind in the same store). */
+    char scoped[200];
+    const char *rc_env = getenv("TORCHELASTIC_RESTART_COUNT");
+    snprintf(scoped, sizeof(scoped), "%s%s%s", opts && opts->name ? opts->name : "default",
+             rc_env && *rc_env && strcmp(rc_env, "0") != 0 ? "@r" : "",
+             rc_env && *rc_env && strcmp(rc_env, "0") != 0 ? rc_env : "");
+    const char *name = scoped;
+    int64_t deadline = ddp_now_ms() + pg->timeout_ms;
+    pg->store = store;
+    snprintf(pg->abort_key, sizeof(pg->abort_key), "pg/%s/abort", name);
+    if (opts && opts->backend == DDP_PG_BACKEND_NCCL) {
+#ifdef DDP_HAVE_NCCL
+        char key[300];
+        snprintf(key, sizeof(key), "pg/%s/nccl-id", name);
+        if ((r = ddp__nccl_init(store, key, rank, world, local_rank, pg->timeout_ms, &pg->nccl,
+                                pg->err, sizeof(pg->err))) < 0)
+            goto fail;
+        if (ddp__pg_comm_start(pg) < 0) {
+            r = DDP_ESYS;
+            goto fail;
+        }
+        *out = pg;
+        return 0;
+#else
+        snprintf(pg->err, sizeof(pg->err),
+                 "backend nccl: this libddp was built without CUDA and NCCL");
+        r = DDP_ENOTSUP;
+        goto fail;
+#endif
+    }
+
+    /* Listen on the interface that reaches the store; peers on other nodes can reach it too. */
+    char ip[64];
+    if ((r = ddp_store_local_addr(store, ip, sizeof(ip))) < 0)
+        goto fail;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
+                    *res = NULL;
+    r = DDP_ESYS;
+    if (getaddrinfo(ip, "0", &hints, &res) != 0)
+        goto fail;
+    lfd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || bind(lfd, res->ai_addr, res->ai_addrlen) != 0 || listen(lfd, 1024) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&ss, &sl) != 0) {
+        freeaddrinfo(res);
+        snprintf(pg->err, sizeof(pg->err), "cannot listen on %s: %s", ip, strerror(errno));
+        goto fail;
+    }
+    freeaddrinfo(res);
+    int port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if ((r = ddp_random_bytes(secret, sizeof(secret))) < 0)
+        goto fail;
+    char host[128], blob[512], hex[2 * SECRET_LEN + 1];
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    for (int i = 0; i < SECRET_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d", ip, port, hex, host, node_rank,
+                      local_rank, local_world);
+    char prefix[256];
+    snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
+    r = DDP_ENOMEM;
+    if (!(vals = calloc((size_t)world, sizeof(*vals))) ||
+        !(where = malloc(3 * (size_t)world * sizeof(int))))
+        goto fail;
+    if ((r = ddp_store_all_gather(store, prefix, rank, world, blob, (size_t)bl, pg->timeout_ms,
+                                  vals)) < 0) {
+        snprintf(pg->err, sizeof(pg->err), "ranks did not all publish their addresses in time");
+        goto fail;
+    }
+    /* Lower ranks are connected to (their backlog accepts even before they call accept);
+     * higher ranks connect to us. */
+    for (int j = 0; j < world; j++) {
+        char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
+        int pport;
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d", pip, &pport, psec, phost, &where[j],
+                   &where[world + j], &where[2 * world + j]) != 7) {
+            r = DDP_EPROTO;
+            snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
+            goto fail;
+        }
+        snprintf(pg->comm.peers[j].host, sizeof(pg->comm.peers[j].host), "%s", phost);
+        if (j < rank) {
+            uint8_t ps2[SECRET_LEN];
+            if (hex_decode(psec, ps2, SECRET_LEN) < 0) {
+                r = DDP_EPROTO;
+                goto fail;
+            }
+            if ((r = connect_peer(pg, j, pip, pport, ps2, deadline)) < 0)
+                goto fail;
+        }
+    }
+    if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
+        goto fail;
+    if ((r = layout_compute(pg, where, where + world, where + 2 * world, &lay)) < 0)
+        goto fail;
+    have_lay = true;
+    if ((r = setup_shm(pg, store, name, &lay)) < 0) {
+        snprintf(pg->err, sizeof(pg->err), "cannot agree on the shared-memory segment: %s",
+                 ddp_strerror(r));
+        goto fail;
+    }
+    if ((r = setup_cross(pg, &lay)) < 0)
+        goto fail;
+    layout_free(&lay);
+    have_lay = false;
+    free(where);
+    where = NULL;
+    close(lfd);
+    lfd = -1;
+    ddp_store_values_free(vals, (size_t)world);
+    free(vals);
+    vals = NULL;
+    if (ddp__pg_comm_start(pg) < 0) {
+        r = DDP_ESYS;
+        goto fail;
+    }
+    DDP_INFO(PG, "rank %d of %d: process group '%s' formed (%s:%d)", rank, world, name, ip, port);
+    *out = pg;
+    return 0;
+fail:
+    DDP_ERROR(PG, "rank %d: cannot form the process group: %s", rank,
+              pg->err[0] ? pg->err : ddp_strerror(r));
+    if (lfd >= 0)
+        close(lfd);
+    if (vals) {
+        ddp_store_values_free(vals, (size_t)world);
+        free(vals);
+    }
+    for (int i = 0; i < world; i++)
+        if (pg->comm.peers[i].fd >= 0)
+            close(pg->comm.peers[i].fd);
+    ddp__shm_detach(&pg->comm.shm);
+    cross_free(pg->comm.cross);
+#ifdef DDP_HAVE_NCCL
+    ddp__nccl_free(pg->nccl);
+#endif
+    if (have_lay)
+        layout_free(&lay);
+    free(where);
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->cv);
+    free(pg->comm.peers);
+    free(pg);
+    return r;
+}
+
+static int env_int(const char *name, int lo, int *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v) {
+        DDP_ERROR(PG, "%s is not set (is this process running under ddprun or torchrun?)", name);
+        return DDP_EINVAL;
+    }
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > 1 << 24) {
+        DDP_ERROR(PG, "%s='%s' is not a whole number of at least %d", name, v, lo);
+        return DDP_EINVAL;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int ddp_pg_init_env(const struct ddp_pg_opts *opts, struct ddp_pg **out)
+{
+    int rank, world, lr, lw, node, r;
+    if ((r = env_int("RANK", 0, &rank)) < 0 || (r = env_int("WORLD_SIZE", 1, &world)) < 0 ||
+        (r = env_int("LOCAL_RANK", 0, &lr)) < 0 || (r = env_int("LOCAL_WORLD_SIZE", 1, &lw)) < 0 ||
+        (r = env_int("GROUP_RANK", 0, &node)) < 0)
+        return r;
+    if (rank >= world || lr >= lw || lw > world) {
+        DDP_ERROR(PG, "inconsistent ranks: RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d",
+                  rank, world, lr, lw);
+        return DDP_EINVAL;
+    }
+    ddp_log_set_rank(rank);
+    struct ddp_pg_opts o = opts ? *opts : (struct ddp_pg_opts){0};
+    if (o.backend == DDP_PG_BACKEND_DEFAULT) {
+        const char *b = getenv("DDPRUN_BACKEND");
+        if (b && strcmp(b, "nccl") == 0)
+            o.backend = DDP_PG_BACKEND_NCCL;
+        else if (!b || !*b || strcmp(b, "cpu") == 0)
+            o.backend = DDP_PG_BACKEND_CPU;
+        else {
+            DDP_ERROR(PG, "DDPRUN_BACKEND='%s' is neither 'cpu' nor 'nccl'", b);
+            return DDP_EINVAL;
+        }
+    }
+    opts = &o;
+    struct ddp_store *s;
+    int timeout = opts->timeout_ms > 0 ? opts->timeout_ms : 300000;
+    if ((r = ddp_store_connect_env(timeout, &s)) < 0)
+        return r;
+    if ((r = ddp_pg_init(s, rank, world, lr, lw, node, opts, out)) < 0) {
+        ddp_store_close(s);
+        return r;
+    }
+    /* Kept for the abort record, which must not hang on a dead store. */
+    (*out)->owns_store = true;
+    ddp_store_set_timeout(s, 2000);
+    return 0;
+}
+
+void ddp_pg_free(struct ddp_pg *pg)
+{
+    if (!pg)
+        return;
+    ddp__pg_comm_stop(pg);
+    for (int i = 0; i < pg->world; i++)
+        if (pg->comm.peers[i].fd >= 0)
+            close(pg->comm.peers[i].fd);
+    ddp__shm_detach(&pg->comm.shm);
+    cross_free(pg->comm.cross);
+#ifdef DDP_HAVE_NCCL
+    ddp__nccl_free(pg->nccl);
+#endif
+    if (pg->owns_store)
+        ddp_store_close(pg->store);
+    free(pg->comm.scratch);
+    free(pg->comm.peers);
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->cv);
+    free(pg);
+}
