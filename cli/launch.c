@@ -608,6 +608,8 @@ static void agent_reaped(int i, int st)
     a->pid = 0;
     enum node_state prev = a->state;
     a->state = NS_NONE;
+    if (prev == NS_GONE && L.ph == PH_RESTARTING)
+        maybe_restart();
     if (prev == NS_GONE || L.ph == PH_FINISHING)
         return;
     bool remote = !ddp__job_host_is_local(host_of(i));
@@ -978,8 +980,11 @@ static void maybe_restart(void)
 {
     if (L.ph != PH_RESTARTING)
         return;
+    /* A node being ended (NS_GONE: SIGKILLed, its reaping a moment away) must be reaped
+     * first, or the round would open without trying it again. */
     for (size_t i = 0; i < L.job->nnodes; i++)
-        if (L.ag[i].state == NS_RUNNING || L.ag[i].state == NS_STOPPING)
+        if (L.ag[i].state == NS_RUNNING || L.ag[i].state == NS_STOPPING ||
+            L.ag[i].state == NS_GONE)
             return;
     event("workers_stopped", NULL);
     rdzv_open();
