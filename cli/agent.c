@@ -13,6 +13,7 @@
  */
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
+#include "cli/membership.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -47,27 +48,12 @@ struct worker {
     int64_t t0, t1;
 };
 
-/* The heartbeat: a thread renewing the node's lease every interval. */
-struct heartbeat {
-    pthread_t th;
-    bool started, stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct ddp_store *s;
-    char host[256];
-    int port;
-    uint64_t lease;
-    int64_t interval, timeout;
-    int efd;       /* written once when the node must fence itself */
-    char why[256]; /* why, for the message */
-};
-
 struct agent {
     struct ddp_loop *loop;
     struct ddp__agent_join join;
     struct ddp__agent_start st;
     bool have_join, have_start, stopping, exiting;
-    struct heartbeat hb;
+    struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
@@ -79,6 +65,9 @@ struct agent {
 };
 
 static struct agent A;
+
+/* The membership backend (cli/membership.h): the built-in store. */
+#define MEMBERSHIP (&ddp__member_store)
 
 static void send_buf(struct ddp_buf *b)
 {
@@ -251,18 +240,6 @@ static void forward_signal(int sig)
             kill(A.w[i].pid, sig);
 }
 
-static void hb_stop(void)
-{
-    if (!A.hb.started)
-        return;
-    pthread_mutex_lock(&A.hb.mu);
-    A.hb.stop = true;
-    pthread_cond_signal(&A.hb.cv);
-    pthread_mutex_unlock(&A.hb.mu);
-    pthread_join(A.hb.th, NULL);
-    A.hb.started = false;
-}
-
 /* Called whenever a worker's report went out or a stop began: once every worker of the
  * round is reported, the round is over (DONE), and the agent exits if it was told to. The
  * work is done from the loop, as callers may still hold pointers into the workers. */
@@ -301,12 +278,9 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     ddp_timer_stop(A.loop, &A.term);
     A.stopping = false;
     if (A.exiting) {
-        hb_stop();
-        if (A.hb.s) {
-            /* A clean exit: the lease goes now rather than at its expiry. */
-            ddp_store_set_timeout(A.hb.s, 1000);
-            ddp_store_lease_revoke(A.hb.s, A.hb.lease);
-        }
+        /* A clean exit: the lease goes now rather than at its expiry. */
+        MEMBERSHIP->leave(A.lease, true);
+        A.lease = NULL;
         ddp_loop_stop(A.loop);
     }
 }
@@ -463,126 +437,29 @@ static void start_workers(void)
     }
 }
 
-/* ---- heartbeat ---- */
+/* ---- membership: the node's lease ---- */
 
-static void *hb_main(void *arg)
+/* The lease is gone or the backend unreachable for the heartbeat timeout: the launcher has
+ * counted this node lost, so its workers must stop writing and computing. */
+static void on_fenced(void *arg, const char *why)
 {
-    struct heartbeat *h = arg;
-    int64_t last_ok = ddp_now_ms();
-    char why[sizeof(h->why)] = "";
-    pthread_mutex_lock(&h->mu);
-    while (!h->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += h->interval / 1000;
-        ts.tv_nsec += (h->interval % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
-        }
-        if (h->stop)
-            break;
-        pthread_mutex_unlock(&h->mu);
-        int r = DDP_ECLOSED;
-        if (!h->s) {
-            /* The connection broke: a new one may still renew the lease in time. */
-            int left = (int)(h->timeout - (ddp_now_ms() - last_ok));
-            if (left > 0 && ddp_store_connect(h->host, h->port, A.join.token, strlen(A.join.token),
-                                              left, &h->s) < 0)
-                h->s = NULL;
-        }
-        if (h->s) {
-            ddp_store_set_timeout(h->s, (int)h->interval);
-            r = ddp_store_lease_keepalive(h->s, h->lease, NULL);
-        }
-        if (r == 0) {
-            last_ok = ddp_now_ms();
-        } else if (r == DDP_ENOLEASE) {
-            snprintf(why, sizeof(why),
-                     "its lease in the store expired: the launcher counts this node lost");
-        } else {
-            ddp_store_close(h->s);
-            h->s = NULL;
-            if (ddp_now_ms() - last_ok >= h->timeout)
-                snprintf(why, sizeof(why), "no contact with the store at %s for %.1f s",
-                         A.join.store_addr, (double)(ddp_now_ms() - last_ok) / 1000);
-        }
-        pthread_mutex_lock(&h->mu);
-        if (why[0]) {
-            memcpy(h->why, why, sizeof(why));
-            uint64_t one = 1;
-            ssize_t w = write(h->efd, &one, sizeof(one));
-            (void)w;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
-
-static void on_fence(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
-{
-    (void)mask;
     (void)arg;
-    uint64_t v;
-    if (read(fd, &v, sizeof(v)) < 0)
-        return;
-    ddp_loop_del(loop, fd);
-    pthread_mutex_lock(&A.hb.mu);
     fprintf(stderr, "ddprun agent on '%s': %s; stopping this node's workers\n", A.join.host_label,
-            A.hb.why);
-    pthread_mutex_unlock(&A.hb.mu);
+            why);
     start_exit("fenced");
 }
 
-/* Connects to the store, takes the lease and starts the heartbeat thread. */
-static int join_store(void)
+/* Joins the membership (a lease kept alive by a heartbeat) and answers JOINED. */
+static int join_membership(void)
 {
-    struct heartbeat *h = &A.hb;
-    const struct ddp__agent_join *j = &A.join;
-    int r;
-    if (ddp_parse_hostport(j->store_addr, h->host, sizeof(h->host), &h->port) < 0) {
-        fprintf(stderr, "ddprun agent on '%s': bad store address '%s'\n", j->host_label,
-                j->store_addr);
-        return DDP_EINVAL;
-    }
-    int timeout = j->heartbeat_timeout_ms > 10000 ? (int)j->heartbeat_timeout_ms : 10000;
-    if ((r = ddp_store_connect(h->host, h->port, j->token, strlen(j->token), timeout, &h->s)) < 0) {
-        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n", j->host_label,
-                j->store_addr, ddp_strerror(r));
+    uint64_t lease = 0;
+    int r = MEMBERSHIP->join(&A.join, A.loop, on_fenced, NULL, &lease, &A.lease);
+    if (r < 0)
         return r;
-    }
-    char key[128], val[300];
-    snprintf(key, sizeof(key), "ddprun/nodes/%u.%u", j->node_index, j->incarnation);
-    int n = snprintf(val, sizeof(val), "%s %d", j->host_label, (int)getpid());
-    ddp_store_set_timeout(h->s, timeout);
-    if ((r = ddp_store_lease_grant(h->s, (int)j->heartbeat_timeout_ms, &h->lease)) < 0 ||
-        (r = ddp_store_set_leased(h->s, key, val, (size_t)n, h->lease)) < 0) {
-        fprintf(stderr, "ddprun agent on '%s': cannot take a lease in the store: %s\n",
-                j->host_label, ddp_strerror(r));
-        return r;
-    }
-    h->interval = (int64_t)j->heartbeat_interval_ms;
-    h->timeout = (int64_t)j->heartbeat_timeout_ms;
-    if ((h->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
-        ddp_loop_add(A.loop, h->efd, DDP_LOOP_READ, on_fence, NULL) < 0)
-        return DDP_ESYS;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&h->mu, NULL);
-    /* It inherits this thread's mask: the job's signals stay blocked there too. */
-    if (pthread_create(&h->th, NULL, hb_main, h) != 0)
-        return DDP_ESYS;
-    h->started = true;
     struct ddp_buf b;
     ddp_buf_init(&b);
     size_t pos = ddp__agent_begin(&b, DDP__AG_JOINED);
-    ddp_buf_put_u64(&b, h->lease);
+    ddp_buf_put_u64(&b, lease);
     ddp__agent_end(&b, pos);
     send_buf(&b);
     ddp_buf_release(&b);
@@ -617,7 +494,7 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                 return;
             }
             A.have_join = true;
-            if (join_store() < 0) {
+            if (join_membership() < 0) {
                 A.rc = DDP_EXIT_LAUNCH;
                 ddp_loop_stop(loop);
                 return;
@@ -716,7 +593,6 @@ int ddp__cmd_agent(void)
     /* Orphans of the workers come back to us, to be killed at the end. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-    A.hb.efd = -1;
     ddp_buf_init(&A.in);
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
         return DDP_EXIT_LAUNCH;
@@ -734,7 +610,7 @@ int ddp__cmd_agent(void)
     int rc = A.rc;
     if (A.nw > 0) /* left without a clean round end (launch error) */
         ddp__sweep_children();
-    hb_stop();
+    MEMBERSHIP->leave(A.lease, false);
     for (int i = 0; i < A.nw; i++) {
         ddp_buf_release(&A.w[i].line[0]);
         ddp_buf_release(&A.w[i].line[1]);
@@ -743,9 +619,6 @@ int ddp__cmd_agent(void)
                 close(A.w[i].fd[s]);
     }
     free(A.w);
-    ddp_store_close(A.hb.s);
-    if (A.hb.efd >= 0)
-        close(A.hb.efd);
     ddp__agent_start_release(&A.st);
     ddp__agent_join_release(&A.join);
     ddp_buf_release(&A.in);

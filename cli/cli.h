@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* Documented exit statuses (man/ddprun.1). */
 enum ddp_exit {
@@ -91,5 +92,16 @@ int ddp__kill_children(int sig);
 void ddp__sweep_children(void);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
+
+/* A child with its stdin, stdout and stderr piped to us (the last two non-blocking). */
+struct ddp__child {
+    pid_t pid;
+    int in_fd, out_fd, err_fd;
+};
+/* Starts this ddprun again with argv (argv[0] is only its name), in a process group of its
+ * own, with the signal mask mask (when not NULL) and the parent-death signal pdeathsig. 0, or
+ * -1 with errno. */
+int ddp__spawn_piped(char *const argv[], int pdeathsig, const sigset_t *mask,
+                     struct ddp__child *out);
 
 #endif

@@ -5,20 +5,17 @@
 #include "common/buf.h"
 #include "common/util.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/banned.h"
 
-void ddp__con_init(struct ddp__console *c, bool tty, bool tag, const char *ranks,
-                   struct ddp__rec *rec)
+void ddp__con_init(struct ddp__console *c, bool tty, bool tag, const char *ranks)
 {
     memset(c, 0, sizeof(*c));
     c->tty = tty;
     c->tag = tag;
     c->ranks = ranks;
-    c->rec = rec;
 }
 
 void ddp__con_clear(struct ddp__console *c)
@@ -29,37 +26,38 @@ void ddp__con_clear(struct ddp__console *c)
     }
 }
 
-void ddp__con_say(struct ddp__console *c, const char *fmt, ...)
+/* One message of ddprun's: one write to stderr, never mixed into another line. */
+static void con_message(void *self, const char *msg, size_t n)
 {
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n > sizeof(buf) - 2)
-        n = (int)sizeof(buf) - 2;
-    if (c->rec)
-        ddp__rec_message(c->rec, buf, (size_t)n);
-    buf[n++] = '\n';
+    struct ddp__console *c = self;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    ddp_buf_put(&b, msg, n);
+    ddp_buf_put_u8(&b, '\n');
     ddp__con_clear(c);
-    ddp_write_all(2, buf, (size_t)n);
+    ddp_write_all(2, b.data, b.len);
+    ddp_buf_release(&b);
 }
 
-void ddp__con_status(struct ddp__console *c, const char *text)
+static void con_status(void *self, const struct ddp__status *st)
 {
+    struct ddp__console *c = self;
     if (!c->tty || ddp_now_ms() - c->progress_ms < 1000)
         return;
     char buf[300];
-    int n = snprintf(buf, sizeof(buf), "\r\033[K%s", text);
+    int64_t s = st->elapsed_ms / 1000;
+    int n = snprintf(buf, sizeof(buf),
+                     "\r\033[K[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld",
+                     st->phase, st->ranks_up, st->world, st->restarts, (long long)(s / 3600),
+                     (long long)(s / 60 % 60), (long long)(s % 60));
     ddp_write_all(2, buf, (size_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1));
     c->transient = true;
 }
 
-void ddp__con_rank(struct ddp__console *c, int rank, const char *host, int stream,
-                   const uint8_t *line, size_t n, bool progress)
+static void con_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
+                          size_t n, bool progress)
 {
+    struct ddp__console *c = self;
     if (!ddp__job_rank_listed(c->ranks, rank) || (progress && !c->tty))
         return;
     struct ddp_buf b;
@@ -84,4 +82,29 @@ void ddp__con_rank(struct ddp__console *c, int rank, const char *host, int strea
         c->progress_ms = ddp_now_ms();
     }
     ddp_buf_release(&b);
+}
+
+static void con_round(void *self, int round, int world, const char *const *hosts)
+{
+    (void)self;
+    (void)round;
+    (void)world;
+    (void)hosts;
+}
+
+static void con_summary(void *self, const struct ddp__summary *s)
+{
+    ddp__con_clear(self);
+    ddp__summary_text(s, con_message, self);
+}
+
+static const struct ddp__view_ops con_ops = {.message = con_message,
+                                             .rank_line = con_rank_line,
+                                             .status = con_status,
+                                             .round = con_round,
+                                             .summary = con_summary};
+
+struct ddp__view ddp__con_view(struct ddp__console *c)
+{
+    return (struct ddp__view){.ops = &con_ops, .self = c};
 }

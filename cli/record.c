@@ -7,6 +7,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 #include "common/banned.h"
+
+static void close_logs(struct ddp__rec *r);
 
 void ddp__rec_wall_clock(char *out, size_t n)
 {
@@ -161,6 +164,7 @@ int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job
 
 void ddp__rec_close(struct ddp__rec *r)
 {
+    close_logs(r);
     if (r->events)
         fclose(r->events);
     if (r->log)
@@ -195,8 +199,9 @@ void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
     fflush(f);
 }
 
-void ddp__rec_message(struct ddp__rec *r, const char *msg, size_t n)
+static void rec_message(void *self, const char *msg, size_t n)
 {
+    struct ddp__rec *r = self;
     if (!r->log)
         return;
     char when[40];
@@ -205,11 +210,16 @@ void ddp__rec_message(struct ddp__rec *r, const char *msg, size_t n)
     fflush(r->log);
 }
 
-void ddp__rec_rank_line(int fd, bool stamp, const uint8_t *line, size_t n)
+static void rec_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
+                          size_t n, bool progress)
 {
-    if (fd < 0)
-        return;
-    if (stamp) {
+    (void)host;
+    (void)stream;
+    struct ddp__rec *r = self;
+    if (progress || rank < 0 || rank >= r->nlogs || r->logfd[rank] < 0)
+        return; /* a progress bar is logged as the line it ends with */
+    int fd = r->logfd[rank];
+    if (r->job->log_timestamps) {
         char when[40];
         ddp__rec_wall_clock(when, sizeof(when));
         size_t l = strlen(when);
@@ -220,8 +230,49 @@ void ddp__rec_rank_line(int fd, bool stamp, const uint8_t *line, size_t n)
     ddp_write_all(fd, "\n", 1);
 }
 
-void ddp__rec_summary(struct ddp__rec *r, const struct ddp__summary *s)
+static void close_logs(struct ddp__rec *r)
 {
+    for (int i = 0; i < r->nlogs; i++)
+        if (r->logfd[i] >= 0)
+            close(r->logfd[i]);
+    free(r->logfd);
+    free(r->logpath);
+    r->logfd = NULL;
+    r->logpath = NULL;
+    r->nlogs = 0;
+}
+
+static void rec_round(void *self, int round, int world, const char *const *hosts)
+{
+    (void)hosts;
+    struct ddp__rec *r = self;
+    close_logs(r);
+    r->logfd = malloc((size_t)(world ? world : 1) * sizeof(*r->logfd));
+    r->logpath = malloc((size_t)(world ? world : 1) * sizeof(*r->logpath));
+    if (!r->logfd || !r->logpath) {
+        close_logs(r);
+        return;
+    }
+    r->nlogs = world;
+    for (int i = 0; i < world; i++) {
+        if (round == 0)
+            snprintf(r->logpath[i], sizeof(r->logpath[i]), "%s/rank-%d.log", r->dir, i);
+        else
+            snprintf(r->logpath[i], sizeof(r->logpath[i]), "%s/rank-%d.restart-%d.log", r->dir, i,
+                     round);
+        r->logfd[i] = open(r->logpath[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+}
+
+const char *ddp__rec_rank_log(const struct ddp__rec *r, int rank)
+{
+    return rank >= 0 && rank < r->nlogs ? r->logpath[rank] : "";
+}
+
+static void rec_summary(void *self, const struct ddp__summary *s)
+{
+    struct ddp__rec *r = self;
+    ddp__summary_text(s, rec_message, r);
     FILE *f = open_in(r, "summary.json", "we");
     if (!f)
         return;
@@ -236,7 +287,7 @@ void ddp__rec_summary(struct ddp__rec *r, const struct ddp__summary *s)
             ddp__job_status(s->exit_status), s->exit_status);
     json_str(f, s->exit_status ? s->reason : NULL);
     fprintf(f, ",\n \"started\": \"%s\", \"ended\": \"%s\", \"runtime_s\": %.3f,\n", r->started,
-            ended, (double)(ddp_now_ms() - r->t0_ms) / 1000);
+            ended, s->runtime_s);
     char *abs = realpath(j->file, NULL); /* NULL for the embedded default job */
     fprintf(f, " \"job_file\": ");
     json_str(f, abs ? abs : j->file);
@@ -308,4 +359,73 @@ void ddp__rec_summary(struct ddp__rec *r, const struct ddp__summary *s)
     }
     fprintf(f, "\n]}\n");
     fclose(f);
+}
+
+/* A line of the summary's text, formatted, to line(arg, ...). */
+static void out(void (*line)(void *, const char *, size_t), void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void out(void (*line)(void *, const char *, size_t), void *arg, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n >= 0)
+        line(arg, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+void ddp__summary_text(const struct ddp__summary *s,
+                       void (*line)(void *arg, const char *msg, size_t n), void *arg)
+{
+    char buf[128];
+    out(line, arg, "ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", s->job_id,
+        s->exit_status == 3 ? "launch failed" : ddp__job_status(s->exit_status), s->runtime_s,
+        s->world, s->nodes, s->nodes == 1 ? "" : "s", s->restarts ? ", after " : "", s->restarts,
+        s->restarts == 1 ? " restart"
+        : s->restarts    ? " restarts"
+                         : "");
+    if (s->reason && s->explain)
+        out(line, arg, "ddprun: the job cannot continue: %s", s->reason);
+    for (int k = 0; k < s->nlosses; k++) {
+        const struct ddp__loss_rec *l = &s->losses[k];
+        if (k == 0)
+            out(line, arg, "ddprun: nodes lost:");
+        out(line, arg, "    '%s' at %s (+%.1f s, round %d): %s", l->host, l->when, l->t, l->round,
+            l->why);
+    }
+    if (s->first_fail >= 0 && s->first_fail < s->world) {
+        const struct ddp__rank_rec *r = &s->ranks[s->first_fail];
+        out(line, arg,
+            "ddprun: first failure: rank %d on '%s': %s; last lines of %s:", s->first_fail, r->host,
+            ddp__outcome_text(&r->out, buf, sizeof(buf)), r->log);
+        for (int k = 0; k < s->ntail; k++)
+            out(line, arg, "    %s", s->tail[k]);
+    }
+    if (s->world)
+        out(line, arg, "  %-6s %-20s %-22s %-9s %s", "rank", "host", "status", "runtime", "log");
+    for (int i = 0; i < s->world; i++) {
+        const struct ddp__rank_rec *r = &s->ranks[i];
+        char rt[32];
+        snprintf(rt, sizeof(rt), "%.1fs", r->runtime_s);
+        out(line, arg, "  %-6d %-20s %-22s %-9s %s", i, r->host,
+            ddp__outcome_text(&r->out, buf, sizeof(buf)), rt, r->log);
+    }
+}
+
+static void rec_status(void *self, const struct ddp__status *st)
+{
+    (void)self;
+    (void)st;
+}
+
+static const struct ddp__view_ops rec_ops = {.message = rec_message,
+                                             .rank_line = rec_rank_line,
+                                             .status = rec_status,
+                                             .round = rec_round,
+                                             .summary = rec_summary};
+
+struct ddp__view ddp__rec_view(struct ddp__rec *r)
+{
+    return (struct ddp__view){.ops = &rec_ops, .self = r};
 }

@@ -1,5 +1,5 @@
 /*
- * A job's records in its log folder, written from one model so that they agree:
+ * A job's records in its log folder, written from one model (cli/view.h) so that they agree:
  *   events.jsonl  one JSON object per transition, as it happens
  *   summary.json  the job at its end: status, times, command, overrides, every rank's outcome
  *   ddprun.log    every message ddprun printed about the job, each with its UTC time
@@ -14,22 +14,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli/view.h"
+
 struct ddp_job;
-
-/* How a rank ended (or did not). The same fields are written wherever a rank's outcome is. */
-enum ddp__rank_state {
-    DDP__RS_RUNNING,     /* no end reported (yet) */
-    DDP__RS_EXITED,      /* exit_code */
-    DDP__RS_SIGNALED,    /* killed by signal */
-    DDP__RS_NOT_STARTED, /* its program could not be started */
-    DDP__RS_LOST,        /* its node was lost while it ran */
-};
-
-struct ddp__outcome {
-    enum ddp__rank_state state;
-    int exit_code, signal;
-    bool stopped; /* it ended after ddprun stopped it (another rank failed, an interrupt) */
-};
 
 /* An outcome from the agent's report: code >= 0 an exit status, < 0 minus the signal. */
 struct ddp__outcome ddp__outcome_of(int code, bool exec_failed);
@@ -41,29 +28,6 @@ const char *ddp__signal_name(int sig, char *buf, size_t n);
 /* The job's status for ddprun's exit status: succeeded, failed, interrupted, launch_failed. */
 const char *ddp__job_status(int exit_status);
 
-struct ddp__rank_rec {
-    int rank, local;
-    const char *host, *log;
-    struct ddp__outcome out;
-    bool started;
-    double runtime_s;
-};
-
-struct ddp__loss_rec {
-    const char *host, *when, *why;
-    double t; /* seconds since the start */
-    int round;
-};
-
-struct ddp__summary {
-    int exit_status;
-    const char *reason; /* why the job stopped early, or NULL */
-    int world, nodes, restarts, first_fail;
-    const struct ddp__rank_rec *ranks; /* [world] */
-    const struct ddp__loss_rec *losses;
-    int nlosses;
-};
-
 struct ddp__rec {
     char dir[4096];
     const struct ddp_job *job;
@@ -71,6 +35,10 @@ struct ddp__rec {
     FILE *events, *log;
     int64_t t0_ms;    /* monotonic, for "t" */
     char started[40]; /* UTC */
+    /* the current round's rank logs */
+    int nlogs;
+    int *logfd;
+    char (*logpath)[4200];
 };
 
 /* Opens the records in dir (which exists): writes spec.yaml, opens events.jsonl and
@@ -87,14 +55,17 @@ void ddp__rec_close(struct ddp__rec *r);
  */
 void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...);
 
-/* A message of ddprun's (no newline) into ddprun.log, with its time. */
-void ddp__rec_message(struct ddp__rec *r, const char *msg, size_t n);
+/* The records as a view (cli/view.h): messages into ddprun.log, rank lines into the rank
+ * logs (rank-N.log, rank-N.restart-R.log from round R on; with logs.timestamps each line after
+ * its UTC time), a summary into summary.json. */
+struct ddp__view ddp__rec_view(struct ddp__rec *r);
 
-/* A line of a rank's output into its log (fd), with its UTC time first when stamp is set. */
-void ddp__rec_rank_line(int fd, bool stamp, const uint8_t *line, size_t n);
+/* The summary as ddprun prints it, a line (no newline) at a time to line(arg, ...). */
+void ddp__summary_text(const struct ddp__summary *s,
+                       void (*line)(void *arg, const char *msg, size_t n), void *arg);
 
-/* Writes summary.json. */
-void ddp__rec_summary(struct ddp__rec *r, const struct ddp__summary *s);
+/* The path of rank's log in the current round ("" before the first round). */
+const char *ddp__rec_rank_log(const struct ddp__rec *r, int rank);
 
 /* The wall clock as 2026-11-22T10:15:00.123Z. */
 void ddp__rec_wall_clock(char *out, size_t n);

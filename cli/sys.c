@@ -1,12 +1,13 @@
 /*
  * System helpers the launcher, the node agent and the doctor share (a leaf: it calls no other
- * cli file): the job's signal mask, ending every child of a subreaper, and the local address
- * toward a host.
+ * cli file): the job's signal mask, starting a child with its three standard streams piped,
+ * ending every child of a subreaper, and the local address toward a host.
  */
 #include "cli/cli.h"
 #include "common/util.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,4 +96,46 @@ int ddp__route_source(const char *host, char *out, size_t n)
         close(fd);
     freeaddrinfo(res);
     return r;
+}
+
+int ddp__spawn_piped(char *const argv[], int pdeathsig, const sigset_t *mask,
+                     struct ddp__child *out)
+{
+    int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1};
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0)
+        goto fail;
+    pid_t pid = fork();
+    if (pid < 0)
+        goto fail;
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        if (mask)
+            sigprocmask(SIG_SETMASK, mask, NULL);
+        prctl(PR_SET_PDEATHSIG, pdeathsig);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    /* Its own process group, as the agent makes itself: no race with a kill(-pid). */
+    setpgid(pid, pid);
+    close(in[0]);
+    close(o[1]);
+    close(e[1]);
+    fcntl(o[0], F_SETFL, O_NONBLOCK);
+    fcntl(e[0], F_SETFL, O_NONBLOCK);
+    *out = (struct ddp__child){.pid = pid, .in_fd = in[1], .out_fd = o[0], .err_fd = e[0]};
+    return 0;
+fail:;
+    int saved = errno;
+    for (int k = 0; k < 2; k++) {
+        if (in[k] >= 0)
+            close(in[k]);
+        if (o[k] >= 0)
+            close(o[k]);
+        if (e[k] >= 0)
+            close(e[k]);
+    }
+    errno = saved;
+    return -1;
 }

@@ -1,0 +1,57 @@
+/*
+ * Membership backends: where nodes hold their leases and the launcher learns of losses and of
+ * where training resumed. The round policy (cli/rounds.c) and the node agent (cli/agent.c) use
+ * only this interface. The built-in store implements it (cli/membership_store.c: a leased
+ * key per agent incarnation, a prefix watch); an etcd backend will be a second file behind the
+ * same ops.
+ *
+ * Agent side: join takes a lease of heartbeat_timeout and renews it every heartbeat_interval
+ * from a thread; should the lease be lost, or the backend stay unreachable for the timeout,
+ * `fenced` is called on the agent's loop (the launcher has counted the node lost by then, and
+ * the agent must stop its workers). Launcher side: a watch reports, on the launcher's loop,
+ * each agent incarnation whose lease ended, and each round's resume point as the workers
+ * report it (ddp_pg_report_resume).
+ */
+#ifndef DDP_CLI_MEMBERSHIP_H
+#define DDP_CLI_MEMBERSHIP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ddp_loop;
+struct ddp__agent_join;
+struct ddp__member_lease;
+struct ddp__member_watch;
+
+enum ddp__member_ev_kind {
+    DDP__MEV_LEASE_ENDED, /* node, incarnation */
+    DDP__MEV_RESUMED,     /* round, step */
+};
+
+struct ddp__member_ev {
+    enum ddp__member_ev_kind kind;
+    unsigned node, incarnation;
+    int round;
+    long long step;
+};
+
+struct ddp__member_ops {
+    const char *name;
+    /* Agent: joins as j says (token, store address, node index, incarnation, heartbeat);
+     * *lease_id for the launcher's records. Messages go to stderr. 0 or a DDP_E* code. */
+    int (*join)(const struct ddp__agent_join *j, struct ddp_loop *loop,
+                void (*fenced)(void *arg, const char *why), void *arg, uint64_t *lease_id,
+                struct ddp__member_lease **out);
+    /* Agent: stops the heartbeat; with revoke, the lease ends now rather than at expiry.
+     * NULL is a no-op. */
+    void (*leave)(struct ddp__member_lease *l, bool revoke);
+    /* Launcher: watches the job's membership; each event is given to cb on loop. */
+    int (*watch)(const char *host, int port, const char *token, struct ddp_loop *loop,
+                 void (*cb)(void *arg, const struct ddp__member_ev *ev), void *arg,
+                 struct ddp__member_watch **out);
+    void (*unwatch)(struct ddp__member_watch *w);
+};
+
+extern const struct ddp__member_ops ddp__member_store;
+
+#endif

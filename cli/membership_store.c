@@ -1,0 +1,341 @@
+/*
+ * The built-in store as a membership backend (cli/membership.h). An agent incarnation holds
+ * the key "ddprun/nodes/<node>.<incarnation>" bound to a lease it renews from a heartbeat
+ * thread; the launcher watches the prefix "ddprun/" from a thread of its own and hands each
+ * expiry, and each "ddprun/resume/<round>" the workers set, to its loop through a pipe. The
+ * store only moves the bytes; the key names are this file's.
+ */
+#include "cli/membership.h"
+#include "cli/agent_proto.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+#include "rendezvous/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+/* ------------------------------------------------------------------ */
+/* Agent side: the lease and its heartbeat                            */
+/* ------------------------------------------------------------------ */
+
+struct ddp__member_lease {
+    pthread_t th;
+    bool started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct ddp_store *s;
+    char host[256], addr[300], label[256];
+    int port;
+    char *token;
+    uint64_t lease;
+    int64_t interval, timeout;
+    int efd;       /* written once when the node must fence itself */
+    char why[400]; /* why, for the message */
+    struct ddp_loop *loop;
+    void (*fenced)(void *arg, const char *why);
+    void *arg;
+};
+
+static void *hb_main(void *arg)
+{
+    struct ddp__member_lease *h = arg;
+    int64_t last_ok = ddp_now_ms();
+    char why[sizeof(h->why)] = "";
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += h->interval / 1000;
+        ts.tv_nsec += (h->interval % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
+        }
+        if (h->stop)
+            break;
+        pthread_mutex_unlock(&h->mu);
+        int r = DDP_ECLOSED;
+        if (!h->s) {
+            /* The connection broke: a new one may still renew the lease in time. */
+            int left = (int)(h->timeout - (ddp_now_ms() - last_ok));
+            if (left > 0 &&
+                ddp_store_connect(h->host, h->port, h->token, strlen(h->token), left, &h->s) < 0)
+                h->s = NULL;
+        }
+        if (h->s) {
+            ddp_store_set_timeout(h->s, (int)h->interval);
+            r = ddp_store_lease_keepalive(h->s, h->lease, NULL);
+        }
+        if (r == 0) {
+            last_ok = ddp_now_ms();
+        } else if (r == DDP_ENOLEASE) {
+            snprintf(why, sizeof(why),
+                     "its lease in the store expired: the launcher counts this node lost");
+        } else {
+            ddp_store_close(h->s);
+            h->s = NULL;
+            if (ddp_now_ms() - last_ok >= h->timeout)
+                snprintf(why, sizeof(why), "no contact with the store at %.300s for %.1f s",
+                         h->addr, (double)(ddp_now_ms() - last_ok) / 1000);
+        }
+        pthread_mutex_lock(&h->mu);
+        if (why[0]) {
+            memcpy(h->why, why, sizeof(why));
+            uint64_t one = 1;
+            ssize_t w = write(h->efd, &one, sizeof(one));
+            (void)w;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+static void on_fence(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    struct ddp__member_lease *h = arg;
+    uint64_t v;
+    if (read(fd, &v, sizeof(v)) < 0)
+        return;
+    ddp_loop_del(loop, fd);
+    char why[sizeof(h->why)];
+    pthread_mutex_lock(&h->mu);
+    memcpy(why, h->why, sizeof(why));
+    pthread_mutex_unlock(&h->mu);
+    h->fenced(h->arg, why);
+}
+
+static void lease_free(struct ddp__member_lease *h)
+{
+    if (h->efd >= 0) {
+        ddp_loop_del(h->loop, h->efd);
+        close(h->efd);
+    }
+    ddp_store_close(h->s);
+    if (h->token)
+        ddp_freezero(h->token, strlen(h->token));
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
+                void (*fenced)(void *arg, const char *why), void *arg, uint64_t *lease_id,
+                struct ddp__member_lease **out)
+{
+    struct ddp__member_lease *h = calloc(1, sizeof(*h));
+    int r;
+    if (!h)
+        return DDP_ENOMEM;
+    h->efd = -1;
+    h->loop = loop;
+    h->fenced = fenced;
+    h->arg = arg;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&h->mu, NULL);
+    snprintf(h->label, sizeof(h->label), "%s", j->host_label);
+    snprintf(h->addr, sizeof(h->addr), "%s", j->store_addr);
+    if (!(h->token = strdup(j->token))) {
+        lease_free(h);
+        return DDP_ENOMEM;
+    }
+    if (ddp_parse_hostport(j->store_addr, h->host, sizeof(h->host), &h->port) < 0) {
+        fprintf(stderr, "ddprun agent on '%s': bad store address '%s'\n", h->label, h->addr);
+        lease_free(h);
+        return DDP_EINVAL;
+    }
+    int timeout = j->heartbeat_timeout_ms > 10000 ? (int)j->heartbeat_timeout_ms : 10000;
+    if ((r = ddp_store_connect(h->host, h->port, h->token, strlen(h->token), timeout, &h->s)) < 0) {
+        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n", h->label,
+                h->addr, ddp_strerror(r));
+        lease_free(h);
+        return r;
+    }
+    char key[128], val[300];
+    snprintf(key, sizeof(key), "ddprun/nodes/%u.%u", j->node_index, j->incarnation);
+    int n = snprintf(val, sizeof(val), "%s %d", h->label, (int)getpid());
+    ddp_store_set_timeout(h->s, timeout);
+    if ((r = ddp_store_lease_grant(h->s, (int)j->heartbeat_timeout_ms, &h->lease)) < 0 ||
+        (r = ddp_store_set_leased(h->s, key, val, (size_t)n, h->lease)) < 0) {
+        fprintf(stderr, "ddprun agent on '%s': cannot take a lease in the store: %s\n", h->label,
+                ddp_strerror(r));
+        lease_free(h);
+        return r;
+    }
+    h->interval = (int64_t)j->heartbeat_interval_ms;
+    h->timeout = (int64_t)j->heartbeat_timeout_ms;
+    if ((h->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        ddp_loop_add(loop, h->efd, DDP_LOOP_READ, on_fence, h) < 0) {
+        lease_free(h);
+        return DDP_ESYS;
+    }
+    /* It inherits this thread's mask: the job's signals stay blocked there too. */
+    if (pthread_create(&h->th, NULL, hb_main, h) != 0) {
+        lease_free(h);
+        return DDP_ESYS;
+    }
+    h->started = true;
+    *lease_id = h->lease;
+    *out = h;
+    return 0;
+}
+
+static void leave(struct ddp__member_lease *h, bool revoke)
+{
+    if (!h)
+        return;
+    if (h->started) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = true;
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->th, NULL);
+    }
+    if (revoke && h->s) {
+        /* A clean exit: the lease goes now rather than at its expiry. */
+        ddp_store_set_timeout(h->s, 1000);
+        ddp_store_lease_revoke(h->s, h->lease);
+    }
+    lease_free(h);
+}
+
+/* ------------------------------------------------------------------ */
+/* Launcher side: the watch                                           */
+/* ------------------------------------------------------------------ */
+
+struct ddp__member_watch {
+    pthread_t th;
+    bool started;
+    atomic_bool stop;
+    struct ddp_store *s;
+    struct ddp_loop *loop;
+    int pipe[2];
+    void (*cb)(void *arg, const struct ddp__member_ev *ev);
+    void *arg;
+};
+
+/* A store event as a membership event, or false when it is not one. */
+static bool parse_event(const struct ddp_store_event *e, struct ddp__member_ev *ev)
+{
+    char tail;
+    memset(ev, 0, sizeof(*ev));
+    if (e->kind == DDP_STORE_EV_EXPIRE &&
+        sscanf(e->key, "ddprun/nodes/%u.%u%c", &ev->node, &ev->incarnation, &tail) == 2) {
+        ev->kind = DDP__MEV_LEASE_ENDED;
+        return true;
+    }
+    if (e->kind == DDP_STORE_EV_SET && e->value && e->value_len < 32 &&
+        sscanf(e->key, "ddprun/resume/%d%c", &ev->round, &tail) == 1) {
+        char v[32];
+        memcpy(v, e->value, e->value_len);
+        v[e->value_len] = '\0';
+        if (sscanf(v, "%lld", &ev->step) == 1) {
+            ev->kind = DDP__MEV_RESUMED;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The watch's own thread: a store client blocked on its events; each membership event goes
+ * to the loop as one record through the pipe (a write of at most PIPE_BUF is atomic). */
+static void *watch_main(void *arg)
+{
+    struct ddp__member_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        struct ddp_store_event *e;
+        int r = ddp_store_next_event(w->s, 200, &e);
+        if (r == DDP_ETIMEDOUT)
+            continue;
+        if (r < 0)
+            break;
+        struct ddp__member_ev ev;
+        if (parse_event(e, &ev))
+            ddp_write_all(w->pipe[1], &ev, sizeof(ev));
+        ddp_store_event_free(e);
+    }
+    return NULL;
+}
+
+static void on_watch(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    struct ddp__member_watch *w = arg;
+    struct ddp__member_ev ev;
+    ssize_t n;
+    while ((n = ddp_read_eintr(fd, &ev, sizeof(ev))) == (ssize_t)sizeof(ev))
+        w->cb(w->arg, &ev);
+    if (n == 0 || (n < 0 && n != -EAGAIN))
+        ddp_loop_del(loop, fd);
+}
+
+static void unwatch(struct ddp__member_watch *w)
+{
+    if (!w)
+        return;
+    if (w->started) {
+        atomic_store(&w->stop, true);
+        pthread_join(w->th, NULL);
+    }
+    if (w->pipe[0] >= 0) {
+        ddp_loop_del(w->loop, w->pipe[0]);
+        close(w->pipe[0]);
+    }
+    if (w->pipe[1] >= 0)
+        close(w->pipe[1]);
+    ddp_store_close(w->s);
+    free(w);
+}
+
+static int watch(const char *host, int port, const char *token, struct ddp_loop *loop,
+                 void (*cb)(void *arg, const struct ddp__member_ev *ev), void *arg,
+                 struct ddp__member_watch **out)
+{
+    struct ddp__member_watch *w = calloc(1, sizeof(*w));
+    uint32_t id;
+    int r;
+    if (!w)
+        return DDP_ENOMEM;
+    w->pipe[0] = w->pipe[1] = -1;
+    w->loop = loop;
+    w->cb = cb;
+    w->arg = arg;
+    if ((r = ddp_store_connect(host, port, token, strlen(token), 10000, &w->s)) < 0 ||
+        (r = ddp_store_watch(w->s, "ddprun/", true, &id)) < 0)
+        goto fail;
+    r = DDP_ESYS;
+    if (pipe2(w->pipe, O_CLOEXEC) != 0)
+        goto fail;
+    fcntl(w->pipe[0], F_SETFL, O_NONBLOCK);
+    if (ddp_loop_add(loop, w->pipe[0], DDP_LOOP_READ, on_watch, w) < 0)
+        goto fail;
+    if (pthread_create(&w->th, NULL, watch_main, w) != 0)
+        goto fail;
+    w->started = true;
+    *out = w;
+    return 0;
+fail:
+    unwatch(w);
+    return r;
+}
+
+const struct ddp__member_ops ddp__member_store = {
+    .name = "store", .join = join, .leave = leave, .watch = watch, .unwatch = unwatch};

@@ -1,0 +1,258 @@
+/* The launcher's node agents as processes (cli/nodes.h). */
+#include "cli/nodes.h"
+#include "cli/agent_proto.h"
+#include "cli/job.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
+                    const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb)
+{
+    memset(n, 0, sizeof(*n));
+    n->loop = loop;
+    n->job = job;
+    n->ctx = *ctx;
+    n->cb = *cb;
+    if (!(n->p = calloc(job->nnodes, sizeof(*n->p))))
+        return DDP_ENOMEM;
+    for (size_t i = 0; i < job->nnodes; i++) {
+        n->p[i].owner = n;
+        n->p[i].index = (int)i;
+        n->p[i].prov = ddp__provisioner(job, i);
+        n->p[i].ch.in_fd = n->p[i].ch.out_fd = n->p[i].ch.err_fd = -1;
+    }
+    return 0;
+}
+
+static void close_fd(struct ddp__nodes *n, int *fd, bool watched)
+{
+    if (*fd < 0)
+        return;
+    if (watched)
+        ddp_loop_del(n->loop, *fd);
+    close(*fd);
+    *fd = -1;
+}
+
+void ddp__nodes_release(struct ddp__nodes *n)
+{
+    for (size_t i = 0; n->p && i < n->job->nnodes; i++) {
+        struct ddp__node_proc *p = &n->p[i];
+        close_fd(n, &p->ch.in_fd, false);
+        close_fd(n, &p->ch.out_fd, true);
+        close_fd(n, &p->ch.err_fd, true);
+        ddp_buf_release(&p->rx);
+        ddp_buf_release(&p->erx);
+    }
+    free(n->p);
+    n->p = NULL;
+}
+
+static void send_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->ch.in_fd >= 0 && ddp_write_all(p->ch.in_fd, b->data, b->len) < 0)
+        close_fd(n, &p->ch.in_fd, false); /* the agent is gone; its reaping tells the rest */
+}
+
+/* Reads what agent i wrote and hands over its frames: 1 when something was read, 0 when
+ * nothing was waiting, -1 at EOF. */
+static int read_frames(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->ch.out_fd < 0 || ddp_buf_reserve(&p->rx, 65536) < 0)
+        return -1;
+    ssize_t r = ddp_read_eintr(p->ch.out_fd, p->rx.data + p->rx.len, p->rx.cap - p->rx.len);
+    if (r == -EAGAIN)
+        return 0;
+    if (r <= 0) {
+        close_fd(n, &p->ch.out_fd, true);
+        return -1;
+    }
+    p->rx.len += (size_t)r;
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    int k;
+    while ((k = ddp__agent_next(&p->rx, &type, &body, &len)) > 0)
+        n->cb.frame(n->cb.arg, i, type, body, len);
+    ddp_buf_compact(&p->rx);
+    if (k < 0) {
+        char msg[300];
+        int m = snprintf(msg, sizeof(msg),
+                         "ddprun: error: bad frame from the agent on '%s'; "
+                         "ending it",
+                         n->job->nodes[i].host);
+        n->cb.message(n->cb.arg, i, msg, (size_t)m);
+        p->rx.len = p->rx.off = 0;
+        ddp__nodes_end(n, i, 2);
+    }
+    return 1;
+}
+
+/* Reads agent i's stderr (its own messages and, over SSH, the bridge's and the remote
+ * agent's): each line goes to cb.message. At EOF the rest goes out and the pipe closes. */
+static void read_messages(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    for (;;) {
+        if (p->ch.err_fd < 0 || ddp_buf_reserve(&p->erx, 4096) < 0)
+            return;
+        ssize_t r = ddp_read_eintr(p->ch.err_fd, p->erx.data + p->erx.len, p->erx.cap - p->erx.len);
+        if (r == -EAGAIN)
+            return;
+        if (r > 0)
+            p->erx.len += (size_t)r;
+        char *s, *nl;
+        while ((s = (char *)p->erx.data + p->erx.off),
+               (nl = memchr(s, '\n', ddp_buf_pending(&p->erx)))) {
+            n->cb.message(n->cb.arg, i, s, (size_t)(nl - s));
+            p->erx.off += (size_t)(nl - s) + 1;
+        }
+        if (r <= 0 || ddp_buf_pending(&p->erx) > 4000) { /* EOF, or a line without end */
+            if (ddp_buf_pending(&p->erx))
+                n->cb.message(n->cb.arg, i, (char *)p->erx.data + p->erx.off,
+                              ddp_buf_pending(&p->erx));
+            p->erx.off = p->erx.len;
+        }
+        ddp_buf_compact(&p->erx);
+        if (r <= 0) {
+            close_fd(n, &p->ch.err_fd, true);
+            ddp_buf_release(&p->erx);
+            return;
+        }
+    }
+}
+
+static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)mask;
+    struct ddp__node_proc *p = arg;
+    read_frames(p->owner, p->index);
+}
+
+static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)mask;
+    struct ddp__node_proc *p = arg;
+    read_messages(p->owner, p->index);
+}
+
+int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
+        return -1;
+    ddp_buf_init(&p->rx);
+    ddp_buf_init(&p->erx);
+    ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_join(&b, join) == 0)
+        send_frame(n, i, &b);
+    explicit_bzero(b.data, b.len); /* it holds the token */
+    ddp_buf_release(&b);
+    return ddp_loop_add(n->loop, p->ch.out_fd, DDP_LOOP_READ, on_out, p);
+}
+
+void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_start(&b, st) == 0)
+        send_frame(n, i, &b);
+    explicit_bzero(b.data, b.len);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STOP);
+    ddp_buf_put_u64(&b, grace_ms);
+    ddp_buf_put_u8(&b, (uint8_t)sig);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_SIGNAL);
+    ddp_buf_put_u8(&b, (uint8_t)sig);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_close(struct ddp__nodes *n, int i)
+{
+    close_fd(n, &n->p[i].ch.in_fd, false);
+}
+
+void ddp__nodes_end(struct ddp__nodes *n, int i, int level)
+{
+    if (n->p[i].ch.pid > 0)
+        n->p[i].prov->end(n->p[i].ch.pid, level);
+}
+
+pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i)
+{
+    return n->p[i].ch.pid;
+}
+
+bool ddp__nodes_all_gone(const struct ddp__nodes *n)
+{
+    for (size_t i = 0; i < n->job->nnodes; i++)
+        if (n->p[i].ch.pid)
+            return false;
+    return true;
+}
+
+void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
+                         size_t len)
+{
+    n->p[i].prov->describe(st, joining, buf, len);
+}
+
+bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st)
+{
+    for (size_t k = 0; k < n->job->nnodes; k++) {
+        struct ddp__node_proc *p = &n->p[k];
+        if (p->ch.pid != pid)
+            continue;
+        /* What it wrote before exiting may still sit in the pipes (the signal can be read
+         * first): take it before telling how it ended. A child of its may still hold its
+         * stderr: what it said is in. */
+        while (read_frames(n, (int)k) > 0) {
+        }
+        read_messages(n, (int)k);
+        close_fd(n, &p->ch.out_fd, true);
+        close_fd(n, &p->ch.err_fd, true);
+        close_fd(n, &p->ch.in_fd, false);
+        ddp_buf_release(&p->rx);
+        ddp_buf_release(&p->erx);
+        p->ch.pid = 0;
+        n->cb.ended(n->cb.arg, (int)k, st);
+        return true;
+    }
+    return false;
+}

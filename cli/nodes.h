@@ -1,0 +1,78 @@
+/*
+ * The launcher's node agents as processes: one per node, started through its provisioner
+ * (cli/provision.h), sent the agent frames (cli/agent_proto.h) on its stdin. What comes back
+ * is handed to the supervisor through callbacks on the launcher's loop: each whole frame, each
+ * line the agent (or its SSH bridge) writes on stderr, and its end once the launcher has
+ * reaped it (ddp__nodes_reaped) and read the last of its output.
+ */
+#ifndef DDP_CLI_NODES_H
+#define DDP_CLI_NODES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cli/provision.h"
+#include "common/buf.h"
+
+struct ddp_loop;
+struct ddp_job;
+struct ddp__agent_join;
+struct ddp__agent_start;
+
+struct ddp__nodes_cb {
+    void (*frame)(void *arg, int node, uint8_t type, const uint8_t *body, size_t len);
+    void (*message)(void *arg, int node, const char *line, size_t n);
+    /* The agent process ended with wait status st (its last frames were delivered first). */
+    void (*ended)(void *arg, int node, int st);
+    void *arg;
+};
+
+struct ddp__nodes;
+
+struct ddp__node_proc {
+    struct ddp__nodes *owner; /* for the loop's callbacks */
+    int index;
+    const struct ddp__prov_ops *prov;
+    struct ddp__child ch; /* pid 0 when none runs */
+    struct ddp_buf rx, erx;
+};
+
+struct ddp__nodes {
+    struct ddp_loop *loop;
+    const struct ddp_job *job;
+    struct ddp__prov_ctx ctx;
+    struct ddp__nodes_cb cb;
+    struct ddp__node_proc *p; /* one per node of the job */
+};
+
+int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
+                    const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb);
+/* Closes what is left (the processes must have been reaped). */
+void ddp__nodes_release(struct ddp__nodes *n);
+
+/* Starts node i's agent and sends it JOIN; 0, or -1 with errno. */
+int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
+/* START for a round. */
+void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st);
+/* STOP: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms; grace_ms 0 kills at once. */
+void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig);
+/* SIGNAL: sig to each running worker. */
+void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig);
+/* EOF on the agent's stdin: it stops what runs and exits. */
+void ddp__nodes_close(struct ddp__nodes *n, int i);
+/* Ends node i's agent process at once (level 1, then 2: see ddp__prov_ops.end). */
+void ddp__nodes_end(struct ddp__nodes *n, int i, int level);
+
+/* The pid of node i's agent process, 0 when none runs. */
+pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i);
+bool ddp__nodes_all_gone(const struct ddp__nodes *n);
+/* Why node i's agent that ended with st is gone ("the SSH connection to it ended", ...). */
+void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
+                         size_t len);
+/* A child was reaped: when it was an agent, its output is read to the end and cb.ended is
+ * called. True when pid was one. */
+bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st);
+
+#endif

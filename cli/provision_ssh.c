@@ -1,0 +1,60 @@
+/*
+ * The SSH provisioner (cli/provision.h): `ddprun __ssh-bridge` as a child of the launcher,
+ * which runs the agent on the node over libssh and relays its frames (cli/ssh_bridge.c).
+ */
+#include "cli/provision.h"
+#include "cli/job.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include "common/banned.h"
+
+static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *ctx,
+                 struct ddp__child *out)
+{
+    char port[16], grace[24];
+    snprintf(port, sizeof(port), "%d", j->ssh_port);
+    snprintf(grace, sizeof(grace), "%lld", (long long)j->stop_grace_ms);
+    char *argv[] = {"ddprun",
+                    "__ssh-bridge",
+                    j->nodes[i].host,
+                    port,
+                    j->ssh_user ? j->ssh_user : "",
+                    j->ssh_identity ? j->ssh_identity : "",
+                    j->ssh_known_hosts ? j->ssh_known_hosts : "",
+                    j->ssh_strict,
+                    j->ssh_remote_ddprun ? j->ssh_remote_ddprun : (char *)ctx->self,
+                    grace,
+                    NULL};
+    /* The bridge ignores SIGHUP: should ddprun die, the EOF on its stdin that follows stops
+     * the remote node gracefully (see cli/ssh_bridge.c). */
+    return ddp__spawn_piped(argv, SIGHUP, ctx->mask, out);
+}
+
+/* Level 1: SIGTERM, on which the bridge has the remote session killed and leaves. */
+static void end(pid_t pid, int level)
+{
+    if (level <= 1)
+        kill(pid, SIGTERM);
+    else
+        kill(-pid, SIGKILL);
+}
+
+static void describe(int st, bool joining, char *buf, size_t n)
+{
+    if (joining && WIFEXITED(st) && WEXITSTATUS(st) == DDP_EXIT_LAUNCH)
+        snprintf(buf, n, "could not be provisioned");
+    else if (joining)
+        snprintf(buf, n, "could not join the store (its agent %s %d)",
+                 WIFSIGNALED(st) ? "died of signal" : "exited with status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    else
+        snprintf(buf, n, "the SSH connection to it ended (%s %d)",
+                 WIFSIGNALED(st) ? "signal" : "status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+const struct ddp__prov_ops ddp__prov_ssh = {
+    .name = "ssh", .start = start, .end = end, .describe = describe};

@@ -1,0 +1,773 @@
+/*
+ * The supervisor's policy: a job runs as a series of rendezvous rounds. Each node's agent
+ * joins the membership (a lease it keeps alive); a round closes once at least
+ * elastic.min_nodes agents have joined (at most max_nodes), ranks are numbered contiguously
+ * over the members in node order, and the workers start with TORCHELASTIC_RESTART_COUNT = the
+ * round number.
+ *
+ * A member node is lost when its lease ends (missed heartbeats), when its agent or SSH
+ * connection ends, and a round fails when a worker exits with an error. Then, while
+ * elastic.max_restarts allows, the surviving members stop their workers (SIGTERM, SIGKILL
+ * after stop_grace) and a new round opens, in which lost and spare nodes may join again;
+ * otherwise the job stops with status 1 and a summary of what was lost, when and why. Every
+ * transition is said to the views and written to events.jsonl.
+ *
+ * Stopping is bounded: members get stop_grace, their agents a few seconds more, then the
+ * agents are ended through their provisioners (ddp__sup_escalate).
+ */
+#include "cli/supervisor.h"
+#include "cli/agent_proto.h"
+#include "cli/cli.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+struct ddp__sup ddp__S;
+#define L ddp__S
+
+static void rdzv_check(void);
+static void rdzv_open(void);
+static void maybe_restart(void);
+static bool can_rejoin(int i);
+
+void ddp__sup_say(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1;
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->message(L.views[v].self, buf, len);
+}
+
+static const char *host_of(int node)
+{
+    return L.job->nodes[node].host;
+}
+
+static void keep_tail(struct ddp__sup_rank *r, const uint8_t *line, size_t n)
+{
+    if (r->ntail == DDP__SUP_TAIL_LINES) {
+        free(r->tail[0]);
+        memmove(r->tail, r->tail + 1, (DDP__SUP_TAIL_LINES - 1) * sizeof(char *));
+        r->ntail--;
+    }
+    r->tail[r->ntail++] = strndup((const char *)line, n > 500 ? 500 : n);
+}
+
+/* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
+static void rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress)
+{
+    struct ddp__sup_rank *r = &L.rk[rank];
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->rank_line(L.views[v].self, rank, host_of(r->node), stream, line, n,
+                                  progress);
+    if (!progress)
+        keep_tail(r, line, n);
+}
+
+/* How rank r ended, in the records' one model. */
+struct ddp__outcome ddp__sup_outcome(int rank)
+{
+    const struct ddp__sup_rank *r = &L.rk[rank];
+    if (r->lost)
+        return (struct ddp__outcome){.state = DDP__RS_LOST};
+    if (!r->exited)
+        return (struct ddp__outcome){.state = DDP__RS_RUNNING};
+    struct ddp__outcome o = ddp__outcome_of(r->code, r->exec_failed);
+    o.stopped = r->stopped;
+    return o;
+}
+
+static void release_ranks(void)
+{
+    for (int i = 0; L.rk && i < L.total_slots; i++) {
+        struct ddp__sup_rank *r = &L.rk[i];
+        for (int k = 0; k < r->ntail; k++)
+            free(r->tail[k]);
+        memset(r, 0, sizeof(*r));
+    }
+}
+
+static void describe_exit(int code, char *buf, size_t n)
+{
+    if (code < 0)
+        snprintf(buf, n, "was killed by signal %d (%s)", -code, strsignal(-code));
+    else
+        snprintf(buf, n, "exited with status %d", code);
+}
+
+/* A round failed (a worker failed or a member node was lost): restart or stop. */
+static void round_failed(const char *what)
+{
+    if (L.ph != DDP__PH_RUNNING)
+        return;
+    const struct ddp_job *j = L.job;
+    if (L.round >= j->max_restarts) {
+        char why[600];
+        if (j->max_restarts == 0) {
+            ddp__sup_say("ddprun: %s; stopping the job", what);
+            snprintf(why, sizeof(why), "%s", what);
+        } else {
+            ddp__sup_say(
+                "ddprun: %s; no restarts left (elastic.max_restarts is %d); stopping the job", what,
+                j->max_restarts);
+            snprintf(why, sizeof(why), "%s, and the %d restarts of elastic.max_restarts were used",
+                     what, j->max_restarts);
+        }
+        ddp__sup_finish(why, DDP_EXIT_JOB_FAILED);
+        return;
+    }
+    ddp__sup_say("ddprun: %s; stopping the other workers for restart %d of %d", what, L.round + 1,
+                 j->max_restarts);
+    L.ph = DDP__PH_RESTARTING;
+    ddp__sup_set_phase("restarting");
+    for (size_t i = 0; i < j->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state == DDP__NS_RUNNING) {
+            ddp__nodes_stop(&L.nodes, (int)i, (uint64_t)j->stop_grace_ms, SIGTERM);
+            a->state = DDP__NS_STOPPING;
+        }
+    }
+    maybe_restart();
+}
+
+static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed)
+{
+    struct ddp__sup_rank *r = &L.rk[rank];
+    r->exited = true;
+    r->stopped = L.nd[r->node].state == DDP__NS_STOPPING;
+    r->code = code;
+    r->runtime_ms = runtime_ms;
+    r->exec_failed = exec_failed;
+    L.ranks_done++;
+    if (code == 0 && ++L.ranks_ok == L.world && L.ph == DDP__PH_RUNNING) {
+        ddp__sup_finish(NULL, DDP_EXIT_OK);
+        return;
+    }
+    if (code == 0 || L.ph != DDP__PH_RUNNING)
+        return;
+    if (L.first_fail < 0)
+        L.first_fail = rank;
+    char what[700], how[160];
+    describe_exit(code, how, sizeof(how));
+    if (exec_failed && r->ntail) /* the agent's note: cannot run 'x': why */
+        snprintf(what, sizeof(what), "rank %d (%s) did not start: %s", rank, host_of(r->node),
+                 r->tail[r->ntail - 1]);
+    else
+        snprintf(what, sizeof(what), "rank %d (%s) %s", rank, host_of(r->node), how);
+    struct ddp__outcome o = ddp__sup_outcome(rank);
+    ddp__sup_event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "@outcome",
+                   &o, "reason", what, NULL);
+    if (exec_failed) {
+        /* The program cannot even start: another round would fail the same way. */
+        ddp__sup_say("ddprun: %s; stopping the job", what);
+        ddp__sup_finish(what, DDP_EXIT_LAUNCH);
+        return;
+    }
+    round_failed(what);
+}
+
+/* Records that node i is out: the cooldown count and, when listed, the event log and the
+ * summary. */
+static void record_loss(int i, const char *why, bool listed)
+{
+    struct ddp__sup_node *a = &L.nd[i];
+    int64_t now = ddp_now_ms();
+    a->was_lost = true;
+    if (a->last_fail && now - a->last_fail <= L.job->cooldown_ms && L.job->max_restarts > 0) {
+        a->cool_until = now + L.job->cooldown_ms;
+        ddp__sup_say(
+            "ddprun: node '%s' failed twice within %.0f s; leaving it out of rounds for %.0f s",
+            host_of(i), (double)L.job->cooldown_ms / 1000, (double)L.job->cooldown_ms / 1000);
+        ddp__sup_event("node_cooldown", "node", host_of(i), "#until_ms",
+                       (long long)(a->cool_until - L.t0), NULL);
+    }
+    a->last_fail = now;
+    snprintf(a->why, sizeof(a->why), "%s", why);
+    if (!listed)
+        return;
+    L.losses = realloc(L.losses, (size_t)(L.nlosses + 1) * sizeof(*L.losses));
+    struct ddp__sup_loss *l = &L.losses[L.nlosses++];
+    l->node = i;
+    l->round = L.round;
+    l->t_ms = now - L.t0;
+    ddp__rec_wall_clock(l->when, sizeof(l->when));
+    snprintf(l->why, sizeof(l->why), "%s", why);
+    ddp__sup_event("node_lost", "node", host_of(i), "reason", why, NULL);
+}
+
+/*
+ * Node i is out (its agent exited, or its lease expired). prev is the state it was in.
+ * Members end the round; a node that was joining or waiting may leave a round short.
+ */
+static void node_out(int i, enum ddp__node_state prev, const char *why)
+{
+    if (L.ph == DDP__PH_FINISHING)
+        return;
+    if (prev == DDP__NS_JOINING) {
+        /* Joining a round (or the first one) failed; a lost node's retries while the job
+         * runs fail quietly. */
+        bool listed = L.ph == DDP__PH_RDZV || !L.nd[i].was_lost;
+        if (listed)
+            ddp__sup_say("ddprun: node '%s' %s", host_of(i), why);
+        record_loss(i, why, listed);
+        rdzv_check();
+        return;
+    }
+    char what[512];
+    snprintf(what, sizeof(what), "node '%s' lost: %s", host_of(i), why);
+    record_loss(i, why, true);
+    if (prev == DDP__NS_RUNNING || prev == DDP__NS_STOPPING) {
+        for (int r = 0; r < L.world; r++)
+            if (L.rk[r].node == i && !L.rk[r].exited)
+                L.rk[r].lost = true;
+        L.t_lost = ddp_now_ms();
+    }
+    if (prev == DDP__NS_RUNNING && L.ph == DDP__PH_RUNNING) {
+        round_failed(what);
+    } else {
+        ddp__sup_say("ddprun: %s", what);
+        if (L.ph == DDP__PH_RESTARTING)
+            maybe_restart();
+        else if (L.ph == DDP__PH_RDZV)
+            rdzv_check();
+    }
+}
+
+static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, size_t len)
+{
+    (void)arg;
+    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp_rd rd;
+    uint32_t lr, v32;
+    uint64_t v64;
+    uint8_t u8;
+    ddp_rd_init(&rd, body, len);
+    if (type == DDP__AG_JOINED) {
+        if (a->state != DDP__NS_JOINING)
+            return;
+        a->state = DDP__NS_READY;
+        ddp__sup_event("node_joined", "node", host_of(i), "#incarnation", (long long)a->incarnation,
+                       NULL);
+        if (L.ph == DDP__PH_FINISHING)
+            ddp__nodes_close(&L.nodes, i);
+        else
+            rdzv_check();
+        return;
+    }
+    if (type == DDP__AG_DONE) {
+        if (a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING)
+            return;
+        a->state = DDP__NS_READY;
+        if (L.ph == DDP__PH_FINISHING)
+            ddp__nodes_close(&L.nodes, i);
+        else if (L.ph == DDP__PH_RESTARTING)
+            maybe_restart();
+        return;
+    }
+    /* Rank frames count only from the current round's members. */
+    if ((a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING) || ddp_rd_u32(&rd, &lr) < 0 ||
+        (int)lr >= L.job->nodes[i].slots)
+        return;
+    int rank = a->rank_offset + (int)lr;
+    switch (type) {
+    case DDP__AG_STARTED:
+        L.rk[rank].started = true;
+        if (++L.ranks_up == L.world && L.ph == DDP__PH_RUNNING) {
+            ddp__sup_set_phase("running");
+            ddp__sup_event("workers_running", "#world_size", (long long)L.world, NULL);
+        }
+        break;
+    case DDP__AG_OUTPUT: {
+        const uint8_t *p;
+        uint32_t n;
+        if (ddp_rd_u8(&rd, &u8) == 0 && ddp_rd_str(&rd, DDP__AGENT_MAX_FRAME, &p, &n) == 0)
+            rank_output(rank, u8 & 0x0f, p, n, u8 & DDP__AG_OUT_PROGRESS);
+        break;
+    }
+    case DDP__AG_EXITED:
+        if (ddp_rd_u32(&rd, &v32) == 0 && ddp_rd_u64(&rd, &v64) == 0 && ddp_rd_u8(&rd, &u8) == 0)
+            rank_exited(rank, (int32_t)v32, (int64_t)v64, u8 != 0);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Agent i's process ended with wait status st (its last frames were handled first). */
+static void agent_ended(void *arg, int i, int st)
+{
+    (void)arg;
+    struct ddp__sup_node *a = &L.nd[i];
+    enum ddp__node_state prev = a->state;
+    a->state = DDP__NS_NONE;
+    if (prev == DDP__NS_GONE && L.ph == DDP__PH_RESTARTING)
+        maybe_restart();
+    if (prev == DDP__NS_GONE || L.ph == DDP__PH_FINISHING)
+        return;
+    char why[300];
+    ddp__nodes_describe(&L.nodes, i, st, prev == DDP__NS_JOINING, why, sizeof(why));
+    node_out(i, prev, why);
+}
+
+/* A line an agent (or its SSH bridge) wrote on stderr: one of ddprun's messages. */
+static void agent_message(void *arg, int i, const char *line, size_t n)
+{
+    (void)arg;
+    (void)i;
+    ddp__sup_say("%.*s", (int)n, line);
+}
+
+const struct ddp__nodes_cb ddp__sup_nodes_cb = {
+    .frame = agent_frame, .message = agent_message, .ended = agent_ended};
+
+/* The lease of agent incarnation inc of node i expired: the node missed its heartbeats. */
+static void lease_expired(int i, unsigned inc)
+{
+    struct ddp__sup_node *a = &L.nd[i];
+    if (a->incarnation != inc || !ddp__nodes_pid(&L.nodes, i) || a->state == DDP__NS_GONE ||
+        a->state == DDP__NS_NONE || L.ph == DDP__PH_FINISHING)
+        return;
+    enum ddp__node_state prev = a->state;
+    a->state = DDP__NS_GONE;
+    /* Whatever is left of it here goes: the bridge (its SSH connection), or a local agent
+     * and its workers (one process group). */
+    ddp__nodes_end(&L.nodes, i, 2);
+    char why[200];
+    snprintf(why, sizeof(why), "no heartbeat for %.1f s (elastic.heartbeat_timeout)",
+             (double)L.job->heartbeat_timeout_ms / 1000);
+    node_out(i, prev, why);
+}
+
+static void node_store_addr(int i, char *out, size_t n)
+{
+    snprintf(out, n, "%s", L.store_addr);
+    if (L.first_remote && L.wildcard) {
+        char ip[INET6_ADDRSTRLEN];
+        const char *toward = ddp__job_host_is_local(host_of(i)) ? L.first_remote : host_of(i);
+        if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
+            snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, L.store_port);
+    }
+}
+
+/* Starts node i's agent through its provisioner and sends it JOIN. */
+static int provision(int i)
+{
+    struct ddp__sup_node *a = &L.nd[i];
+    const struct ddp_job *j = L.job;
+    char node_store[300];
+    node_store_addr(i, node_store, sizeof(node_store));
+    struct ddp__agent_join jf = {.token = L.token,
+                                 .store_addr = node_store,
+                                 .job_id = L.job_id,
+                                 .host_label = j->nodes[i].host,
+                                 .node_index = (uint32_t)i,
+                                 .incarnation = a->incarnation + 1,
+                                 .heartbeat_interval_ms = (uint64_t)j->heartbeat_interval_ms,
+                                 .heartbeat_timeout_ms = (uint64_t)j->heartbeat_timeout_ms,
+                                 .grace_ms = (uint64_t)j->stop_grace_ms};
+    if (ddp__nodes_start(&L.nodes, i, &jf) < 0)
+        return -1;
+    a->state = DDP__NS_JOINING;
+    a->incarnation++;
+    return 0;
+}
+
+static bool can_rejoin(int i)
+{
+    return L.nd[i].state == DDP__NS_NONE && ddp_now_ms() >= L.nd[i].cool_until;
+}
+
+/* Nodes ready for a round, nodes on their way, and of those the ones a round waits for
+ * (not the ones lost before: they join when they can, and the next round takes them). */
+static void count_nodes(int *ready, int *joining, int *awaited)
+{
+    *ready = *joining = *awaited = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        *ready += L.nd[i].state == DDP__NS_READY;
+        *joining += L.nd[i].state == DDP__NS_JOINING;
+        *awaited += L.nd[i].state == DDP__NS_JOINING && !L.nd[i].was_lost;
+    }
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(a);
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* Closes the round with the nodes that joined: numbers the ranks and starts the workers. */
+static void rdzv_close(void)
+{
+    const struct ddp_job *j = L.job;
+    ddp_timer_stop(L.loop, &L.rdzv_deadline);
+    ddp_timer_stop(L.loop, &L.last_call);
+    release_ranks();
+    L.world = L.nmembers = 0;
+    L.ranks_up = L.ranks_done = L.ranks_ok = 0;
+    L.first_fail = -1;
+    char names[2048] = "";
+    size_t nl = 0;
+    int first = -1;
+    for (size_t i = 0; i < j->nnodes && L.nmembers < j->max_nodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state != DDP__NS_READY)
+            continue;
+        if (first < 0)
+            first = (int)i;
+        a->state = DDP__NS_RUNNING; /* a member: its START follows */
+        a->member_index = L.nmembers++;
+        a->rank_offset = L.world;
+        for (int l = 0; l < j->nodes[i].slots; l++) {
+            struct ddp__sup_rank *r = &L.rk[L.world];
+            r->node = (int)i;
+            r->local = l;
+            L.world++;
+        }
+        int w = snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", host_of((int)i));
+        if (w > 0 && nl + (size_t)w < sizeof(names))
+            nl += (size_t)w;
+    }
+    /* With remote nodes, every node (the local ones too) must use addresses the others can
+     * reach: MASTER_ADDR is the first member's, or this machine's routable address. */
+    char master[256] = "127.0.0.1";
+    if (L.first_remote) {
+        if (!ddp__job_host_is_local(host_of(first)))
+            snprintf(master, sizeof(master), "%s", host_of(first));
+        else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
+            snprintf(master, sizeof(master), "127.0.0.1");
+    }
+    int master_port = free_port();
+    /* The views learn the round's ranks before any of their output (the records open the rank
+     * logs). */
+    const char **hosts = calloc((size_t)L.world + 1, sizeof(*hosts));
+    for (int r = 0; hosts && r < L.world; r++)
+        hosts[r] = host_of(L.rk[r].node);
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->round(L.views[v].self, L.round, L.world, hosts);
+    free(hosts);
+    ddp__sup_say("ddprun: round %d: %d node%s (%s), %d ranks%s", L.round, L.nmembers,
+                 L.nmembers == 1 ? "" : "s", names, L.world,
+                 !L.round            ? ""
+                 : j->checkpoint_dir ? "; workers restart from the last checkpoint"
+                                     : "; workers restart");
+    ddp__sup_event("membership", "nodes", names, "#world_size", (long long)L.world,
+                   "#restart_count", (long long)L.round, NULL);
+    L.ph = DDP__PH_RUNNING;
+    ddp__sup_set_phase(L.round ? "restarting workers" : "starting workers");
+    for (size_t i = 0; i < j->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state != DDP__NS_RUNNING)
+            continue;
+        char node_store[300];
+        node_store_addr((int)i, node_store, sizeof(node_store));
+        struct ddp__agent_start st = {.token = L.token,
+                                      .store_addr = node_store,
+                                      .job_id = L.job_id,
+                                      .host_label = j->nodes[i].host,
+                                      .master_addr = master,
+                                      .master_port = (uint32_t)master_port,
+                                      .node_rank = (uint32_t)a->member_index,
+                                      .nnodes = (uint32_t)L.nmembers,
+                                      .world_size = (uint32_t)L.world,
+                                      .rank_offset = (uint32_t)a->rank_offset,
+                                      .nlocal = (uint32_t)j->nodes[i].slots,
+                                      .restart_count = (uint32_t)L.round,
+                                      .max_restarts = (uint32_t)j->max_restarts,
+                                      .grace_ms = (uint64_t)j->stop_grace_ms,
+                                      .workdir = j->workdir,
+                                      .backend = j->backend,
+                                      .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+                                      .shell = j->shell ? j->shell : "",
+                                      .argv = j->argv,
+                                      .env = L.env};
+        ddp__nodes_start_round(&L.nodes, (int)i, &st);
+    }
+}
+
+static void rdzv_fail(const char *why)
+{
+    ddp__sup_say("ddprun: round %d cannot start: %s", L.round, why);
+    ddp__sup_finish(why, L.round == 0 ? DDP_EXIT_LAUNCH : DDP_EXIT_JOB_FAILED);
+}
+
+/* Decides whether the open round can close now, must fail, or waits. */
+static void rdzv_check(void)
+{
+    if (L.ph != DDP__PH_RDZV)
+        return;
+    const struct ddp_job *j = L.job;
+    int ready, joining, awaited;
+    count_nodes(&ready, &joining, &awaited);
+    if (ready >= j->max_nodes || (ready >= j->min_nodes && awaited == 0)) {
+        rdzv_close();
+    } else if (ready + joining < j->min_nodes) {
+        char why[300];
+        snprintf(why, sizeof(why), "only %d node%s can take part, and elastic.min_nodes is %d",
+                 ready + joining, ready + joining == 1 ? "" : "s", j->min_nodes);
+        rdzv_fail(why);
+    } else if (ready >= j->min_nodes && !ddp_timer_armed(&L.last_call)) {
+        /* Enough to train: late nodes get a short last call. */
+        ddp_timer_start(L.loop, &L.last_call, j->rdzv_last_call_ms);
+    }
+}
+
+static void on_last_call(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (L.ph == DDP__PH_RDZV)
+        rdzv_close();
+}
+
+static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (L.ph != DDP__PH_RDZV)
+        return;
+    int ready, joining, awaited;
+    count_nodes(&ready, &joining, &awaited);
+    if (ready >= L.job->min_nodes) {
+        rdzv_close();
+        return;
+    }
+    /* Name the nodes that are not there, and what is known of each. */
+    char why[1400], missing[1024] = "";
+    size_t ml = 0;
+    int nmissing = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        const struct ddp__sup_node *a = &L.nd[i];
+        if (a->state == DDP__NS_READY)
+            continue;
+        nmissing++;
+        const char *what = a->state == DDP__NS_JOINING ? "started, no answer"
+                           : a->why[0]                 ? a->why
+                                                       : "not started";
+        int w = snprintf(missing + ml, sizeof(missing) - ml, "%s'%s' (%s)", ml ? ", " : "",
+                         host_of((int)i), what);
+        if (w > 0 && ml + (size_t)w < sizeof(missing))
+            ml += (size_t)w;
+    }
+    snprintf(why, sizeof(why),
+             "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s "
+             "(rendezvous.timeout); not joined: %s",
+             ready, L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000,
+             nmissing ? missing : "none");
+    rdzv_fail(why);
+}
+
+/* Opens the next round: survivors are waiting already; lost and spare nodes are started. */
+static void rdzv_open(void)
+{
+    const struct ddp_job *j = L.job;
+    if (L.opened) /* round 0 is the first */
+        L.round++;
+    L.opened = true;
+    L.ph = DDP__PH_RDZV;
+    int64_t soonest = 0;
+    for (size_t i = 0; i < j->nnodes; i++) {
+        if (can_rejoin((int)i)) {
+            if (provision((int)i) < 0)
+                ddp__sup_say("ddprun: cannot start the node agent for '%s': %s", host_of((int)i),
+                             strerror(errno));
+        } else if (L.nd[i].state == DDP__NS_NONE) {
+            soonest = !soonest || L.nd[i].cool_until < soonest ? L.nd[i].cool_until : soonest;
+        }
+    }
+    int ready, joining, awaited;
+    count_nodes(&ready, &joining, &awaited);
+    ddp__sup_say("ddprun: round %d: rendezvous of %d..%d nodes (%d ready, %d joining)", L.round,
+                 j->min_nodes, j->max_nodes, ready, joining);
+    ddp__sup_event("round_open", "#ready", (long long)ready, "#joining", (long long)joining, NULL);
+    ddp__sup_set_phase("rendezvous");
+    ddp_timer_start(L.loop, &L.rdzv_deadline, j->rdzv_timeout_ms);
+    rdzv_check();
+}
+
+/* While the job runs, lost nodes are tried again now and then: one that is back joins
+ * and waits, as a spare, for the next round. */
+static void on_retry(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    if (L.ph == DDP__PH_FINISHING)
+        return;
+    if (L.ph == DDP__PH_RUNNING)
+        for (size_t i = 0; i < L.job->nnodes; i++)
+            if (L.nd[i].was_lost && can_rejoin((int)i) && provision((int)i) < 0)
+                DDP_DEBUG(SUP, "cannot start an agent for %s: %s", host_of((int)i),
+                          strerror(errno));
+    ddp_timer_start(loop, t,
+                    L.job->heartbeat_timeout_ms > 1000 ? L.job->heartbeat_timeout_ms : 1000);
+}
+
+/* After a failure: once no member still runs workers, the next round opens. */
+static void maybe_restart(void)
+{
+    if (L.ph != DDP__PH_RESTARTING)
+        return;
+    /* A node being ended (DDP__NS_GONE: SIGKILLed, its reaping a moment away) must be reaped
+     * first, or the round would open without trying it again. */
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        if (L.nd[i].state == DDP__NS_RUNNING || L.nd[i].state == DDP__NS_STOPPING ||
+            L.nd[i].state == DDP__NS_GONE)
+            return;
+    ddp__sup_event("workers_stopped", NULL);
+    rdzv_open();
+}
+
+/* The job ends: why is NULL on success. Members stop their workers; agents then exit. */
+void ddp__sup_finish(const char *why, int rc)
+{
+    if (L.ph == DDP__PH_FINISHING)
+        return;
+    L.ph = DDP__PH_FINISHING;
+    if (why && !L.fatal) {
+        L.fatal = strdup(why);
+        L.fatal_rc = rc;
+    }
+    ddp_timer_stop(L.loop, &L.rdzv_deadline);
+    ddp_timer_stop(L.loop, &L.last_call);
+    if (why)
+        ddp__sup_set_phase("stopping");
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state == DDP__NS_RUNNING || a->state == DDP__NS_STOPPING) {
+            ddp__nodes_stop(&L.nodes, (int)i, (uint64_t)L.job->stop_grace_ms,
+                            L.stop_sig ? L.stop_sig : SIGTERM);
+            a->state = DDP__NS_STOPPING;
+        } else {
+            ddp__nodes_close(&L.nodes, (int)i);
+        }
+    }
+    /* Whatever the nodes do (a hung node never answers), the stop ends: the workers have
+     * stop_grace, their agents a few seconds more to report; then the agents are ended. */
+    ddp_timer_start(L.loop, &L.stop_deadline, L.job->stop_grace_ms + DDP__SUP_STOP_SLACK_MS);
+    if (ddp__nodes_all_gone(&L.nodes))
+        ddp_loop_stop(L.loop);
+}
+
+/*
+ * Ends every agent process still there, through its provisioner: at level 1 a local agent
+ * with its process group (its workers too), an SSH bridge with SIGTERM, on which it has the
+ * remote session killed and closes. Two seconds later (level 2), whatever is left is
+ * SIGKILLed.
+ */
+void ddp__sup_escalate(void)
+{
+    if (L.escalation >= 2)
+        return;
+    L.escalation++;
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        ddp__nodes_end(&L.nodes, (int)i, L.escalation);
+    if (L.escalation == 1)
+        ddp_timer_start(L.loop, &L.force, 2000);
+}
+
+static void on_stop_deadline(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    int left = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        left += ddp__nodes_pid(&L.nodes, (int)i) > 0;
+    if (!left)
+        return;
+    ddp__sup_say("ddprun: %d node agent%s did not stop within stop_grace + %d s; ending them", left,
+                 left == 1 ? "" : "s", DDP__SUP_STOP_SLACK_MS / 1000);
+    ddp__sup_escalate();
+}
+
+static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    ddp__sup_escalate();
+}
+
+static void draw_status(void)
+{
+    struct ddp__status st = {.phase = L.phase_name,
+                             .ranks_up = L.ranks_up - L.ranks_done,
+                             .world = L.world,
+                             .restarts = L.round,
+                             .elapsed_ms = ddp_now_ms() - L.t0};
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->status(L.views[v].self, &st);
+}
+void ddp__sup_set_phase(const char *phase)
+{
+    L.phase_name = phase;
+    if (L.tty)
+        draw_status();
+    else if (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)
+        ddp__sup_say("ddprun: %s", phase); /* the others have their own lines */
+}
+
+static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    draw_status();
+    ddp_timer_start(loop, t, 250);
+}
+
+void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev)
+{
+    (void)arg;
+    if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < L.job->nnodes) {
+        lease_expired((int)ev->node, ev->incarnation);
+    } else if (ev->kind == DDP__MEV_RESUMED && ev->round == L.round) {
+        char extra[96] = "";
+        if (L.t_lost && ev->round > 0)
+            snprintf(extra, sizeof(extra), " (%.1f s after the node was lost)",
+                     (double)(ddp_now_ms() - L.t_lost) / 1000);
+        ddp__sup_say("ddprun: round %d: training resumed at step %lld%s", ev->round, ev->step,
+                     extra);
+        ddp__sup_event("resumed", "#step", ev->step, "#since_loss_ms",
+                       (long long)(L.t_lost ? ddp_now_ms() - L.t_lost : -1), NULL);
+    }
+}
+
+void ddp__sup_open(void)
+{
+    rdzv_open();
+}
+
+void ddp__sup_timers_init(void)
+{
+    ddp_timer_init(&L.tick, on_tick);
+    ddp_timer_init(&L.force, on_force);
+    ddp_timer_init(&L.stop_deadline, on_stop_deadline);
+    ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
+    ddp_timer_init(&L.last_call, on_last_call);
+    ddp_timer_init(&L.retry, on_retry);
+    if (L.tty)
+        ddp_timer_start(L.loop, &L.tick, 250);
+    if (L.job->max_restarts > 0)
+        ddp_timer_start(L.loop, &L.retry, 1000);
+}

@@ -1,0 +1,349 @@
+/*
+ * `ddprun JOB.yaml`: a job from start to end. It hosts the job's store (a thread of its own),
+ * sets up the views (the console, the records), the node agents (cli/nodes.c) and the
+ * membership watch, runs the round policy (cli/rounds.c) on one loop with the job's signals,
+ * and at the end gives every view the summary and leaves nothing behind.
+ *
+ * Signals: SIGINT and SIGTERM stop the job (the ranks get SIGINT or SIGTERM first), a second
+ * one ends every rank at once; SIGUSR1, SIGUSR2 and SIGHUP are passed to every running rank.
+ */
+#include "cli/supervisor.h"
+#include "cli/cli.h"
+#include "cli/console.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define L ddp__S
+
+static int mkdir_p(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void make_job_id(const char *name, char *out, size_t n)
+{
+    char stamp[32], clean[64];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+    size_t k = 0;
+    for (const char *p = name; *p && k + 1 < sizeof(clean); p++)
+        clean[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                                    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
+                                ? *p
+                                : '-');
+    clean[k] = '\0';
+    uint16_t rnd = 0;
+    ddp_random_bytes(&rnd, sizeof(rnd));
+    snprintf(out, n, "%s-%s-%04x", clean[0] ? clean : "job", stamp, rnd);
+}
+
+static void *serve(void *srv)
+{
+    ddp_store_server_run(srv);
+    return NULL;
+}
+
+/* SIGUSR1, SIGUSR2, SIGHUP: for the job, not for ddprun (Slurm's --signal=USR1@T pattern). */
+static void pass_signal(int sig)
+{
+    char name[32];
+    int n = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++)
+        if (L.nd[i].state == DDP__NS_RUNNING || L.nd[i].state == DDP__NS_STOPPING) {
+            ddp__nodes_signal(&L.nodes, (int)i, sig);
+            n += L.job->nodes[i].slots;
+        }
+    ddp__signal_name(sig, name, sizeof(name));
+    ddp__sup_say("ddprun: %s: passed to the %d rank%s running", name, n, n == 1 ? "" : "s");
+    ddp__sup_event("signal", "signal", name, "#ranks", (long long)n, NULL);
+}
+
+/* SIGINT or SIGTERM: the first stops the job, the second ends every rank now, a third ends
+ * the agents themselves. */
+static void stop_signal(struct ddp_loop *loop, int sig)
+{
+    char name[32];
+    if (++L.sigints == 1) {
+        bool stopping = L.ph == DDP__PH_FINISHING;
+        if (!stopping) {
+            L.interrupted = true;
+            L.stop_sig = sig == SIGINT ? SIGINT : SIGTERM;
+        }
+        ddp__sup_say(
+            "ddprun: %s: stopping %d rank%s (%s, %sSIGKILL after %lld ms; "
+            "interrupt again to end them now)",
+            strsignal(sig), L.ranks_up - L.ranks_done, L.ranks_up - L.ranks_done == 1 ? "" : "s",
+            stopping ? "stopping already" : ddp__signal_name(L.stop_sig, name, sizeof(name)),
+            L.stop_sig == SIGINT ? "SIGTERM halfway, " : "", (long long)L.job->stop_grace_ms);
+        if (!stopping)
+            ddp__sup_finish("interrupted", DDP_EXIT_INTERRUPTED);
+    } else if (L.sigints == 2) {
+        ddp__sup_say("ddprun: ending every rank now");
+        /* The agents SIGKILL their ranks and sweep what the ranks left behind; should one
+         * not be gone in 2 s, it is ended (ddp__sup_escalate). */
+        for (size_t i = 0; i < L.job->nnodes; i++)
+            if (L.nd[i].state == DDP__NS_STOPPING)
+                ddp__nodes_stop(&L.nodes, (int)i, 0, SIGKILL);
+        ddp_timer_stop(loop, &L.stop_deadline);
+        ddp_timer_start(loop, &L.force, 2000);
+    } else {
+        ddp__sup_escalate();
+    }
+}
+
+static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    struct signalfd_siginfo si;
+    while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD) {
+            int st;
+            pid_t p;
+            /* Orphans of the job reparented to us are reaped here too, and ignored. */
+            while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+                ddp__nodes_reaped(&L.nodes, p, st);
+        } else if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP) {
+            pass_signal(sig);
+        } else {
+            stop_signal(loop, sig);
+        }
+    }
+    if (L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes))
+        ddp_loop_stop(loop);
+}
+
+/* Every view gets the summary: the console's table, summary.json and ddprun.log. */
+static void summarize(int rc)
+{
+    struct ddp__rank_rec *rr = calloc((size_t)L.world + 1, sizeof(*rr));
+    struct ddp__loss_rec *lr = calloc((size_t)L.nlosses + 1, sizeof(*lr));
+    if (!rr || !lr) {
+        free(rr);
+        free(lr);
+        return;
+    }
+    for (int i = 0; i < L.world; i++) {
+        const struct ddp__sup_rank *r = &L.rk[i];
+        rr[i] = (struct ddp__rank_rec){.rank = i,
+                                       .local = r->local,
+                                       .host = L.job->nodes[r->node].host,
+                                       .log = ddp__rec_rank_log(&L.rec, i),
+                                       .out = ddp__sup_outcome(i),
+                                       .started = r->started,
+                                       .runtime_s = (double)r->runtime_ms / 1000};
+    }
+    for (int k = 0; k < L.nlosses; k++)
+        lr[k] = (struct ddp__loss_rec){.host = L.job->nodes[L.losses[k].node].host,
+                                       .when = L.losses[k].when,
+                                       .why = L.losses[k].why,
+                                       .t = (double)L.losses[k].t_ms / 1000,
+                                       .round = L.losses[k].round};
+    const struct ddp__sup_rank *ff = L.first_fail >= 0 ? &L.rk[L.first_fail] : NULL;
+    struct ddp__summary sm = {.job_id = L.job_id,
+                              .exit_status = rc,
+                              .reason = rc ? L.fatal : NULL,
+                              .explain = L.fatal && rc != DDP_EXIT_OK &&
+                                         rc != DDP_EXIT_INTERRUPTED &&
+                                         (L.job->max_restarts > 0 || L.nlosses > 0),
+                              .runtime_s = (double)(ddp_now_ms() - L.t0) / 1000,
+                              .world = L.world,
+                              .nodes = L.nmembers,
+                              .restarts = L.round,
+                              .first_fail = L.first_fail,
+                              .ranks = rr,
+                              .losses = lr,
+                              .nlosses = L.nlosses,
+                              .tail = ff ? ff->tail : NULL,
+                              .ntail = ff ? ff->ntail : 0};
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->summary(L.views[v].self, &sm);
+    free(rr);
+    free(lr);
+}
+
+/* The ranks' extra environment: OMP_NUM_THREADS=1 as torchrun sets it, then the job's env. */
+static char **job_env(const struct ddp_job *job)
+{
+    size_t e = 0;
+    char **env = calloc(job->nenv + 2, sizeof(char *));
+    if (!env)
+        return NULL;
+    if (ddp__job_omp_default(job))
+        env[e++] = strdup("OMP_NUM_THREADS=1");
+    for (size_t k = 0; k < job->nenv; k++) {
+        size_t len = strlen(job->env[k].key) + strlen(job->env[k].value) + 2;
+        if ((env[e] = malloc(len)))
+            snprintf(env[e++], len, "%s=%s", job->env[k].key, job->env[k].value);
+    }
+    return env;
+}
+
+int ddp__launch(const struct ddp_job *job)
+{
+    int rc = DDP_EXIT_LAUNCH, sfd = -1;
+    struct ddp_store_server *srv = NULL;
+    pthread_t th;
+    bool th_started = false, nodes_up = false;
+
+    memset(&L, 0, sizeof(L));
+    L.job = job;
+    L.first_fail = -1;
+    L.t0 = ddp_now_ms();
+    L.tty = isatty(2);
+    L.phase_name = "starting";
+    L.member = &ddp__member_store;
+    make_job_id(job->name, L.job_id, sizeof(L.job_id));
+    L.first_remote = ddp__job_first_remote(job);
+    ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
+    L.self[sl > 0 ? sl : 0] = '\0';
+    snprintf(L.logdir, sizeof(L.logdir), "%s/%s", job->logs_dir, L.job_id);
+    if (mkdir_p(L.logdir) < 0) {
+        ddp__cli_error("cannot create the log folder '%s': %s", L.logdir, strerror(errno));
+        return DDP_EXIT_LAUNCH;
+    }
+    ddp__rec_open(&L.rec, L.logdir, job, L.job_id);
+    ddp__con_init(&L.con, L.tty, job->tag_output, job->console_ranks);
+    L.views[L.nviews++] = ddp__con_view(&L.con);
+    L.views[L.nviews++] = ddp__rec_view(&L.rec);
+    for (size_t i = 0; i < job->nnodes; i++)
+        L.total_slots += job->nodes[i].slots;
+    L.rk = calloc((size_t)L.total_slots, sizeof(*L.rk));
+    L.nd = calloc(job->nnodes, sizeof(*L.nd));
+    if (!L.rk || !L.nd)
+        goto out;
+
+    /*
+     * Signals are read from a signalfd, so they must be blocked in every thread, and that
+     * before the store thread exists (it inherits the mask; otherwise the kernel may hand
+     * SIGTERM to it, and the default action ends the process). A shell starts background
+     * jobs with SIGINT ignored, and an ignored signal never reaches a signalfd: take
+     * SIGINT and SIGTERM back. An ignored SIGHUP (nohup) is respected.
+     */
+    sigset_t set;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    ddp__block_job_signals(&set, &L.oldmask);
+
+    ddp__sup_set_phase("starting store");
+    if (ddp_store_token_generate(L.token) < 0)
+        goto out;
+    const char *listen = ddp__job_store_listen(job);
+    struct ddp_store_server_opts o = {
+        .host = listen, .port = job->rdzv_port, .token = L.token, .token_len = strlen(L.token)};
+    int r = ddp_store_server_new(&o, &srv);
+    if (r < 0) {
+        ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen, job->rdzv_port,
+                       ddp_strerror(r));
+        goto out;
+    }
+    if (pthread_create(&th, NULL, serve, srv) != 0)
+        goto out;
+    th_started = true;
+    L.store_port = ddp_store_server_port(srv);
+    L.wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
+    snprintf(L.store_host, sizeof(L.store_host), "%s", L.wildcard ? "127.0.0.1" : listen);
+    snprintf(L.store_addr, sizeof(L.store_addr), strchr(L.store_host, ':') ? "[%s]:%d" : "%s:%d",
+             L.store_host, L.store_port);
+
+    if (ddp_loop_new(&L.loop) < 0 || (sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
+        ddp_loop_add(L.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
+        goto out;
+    struct ddp__prov_ctx ctx = {.self = L.self, .mask = &L.oldmask};
+    if (ddp__nodes_init(&L.nodes, L.loop, job, &ctx, &ddp__sup_nodes_cb) < 0)
+        goto out;
+    nodes_up = true;
+    if ((r = L.member->watch(L.store_host, L.store_port, L.token, L.loop, ddp__sup_on_member, NULL,
+                             &L.watch)) < 0) {
+        ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr, ddp_strerror(r));
+        goto out;
+    }
+    /* Should an agent die abnormally, what its ranks leave behind is reparented to us
+     * instead of init, and swept at the end. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    ddp__sup_timers_init();
+    if (!L.tty)
+        ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
+                     job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen,
+                     L.store_port, L.logdir);
+    ddp__sup_event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes, "#min_nodes",
+                   (long long)job->min_nodes, "#max_nodes", (long long)job->max_nodes,
+                   "#max_restarts", (long long)job->max_restarts, NULL);
+    if (!(L.env = job_env(job)))
+        goto out;
+    ddp__sup_set_phase("launching");
+    ddp__sup_open();
+    if (!(L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes)))
+        ddp_loop_run(L.loop);
+
+    rc = L.interrupted ? DDP_EXIT_INTERRUPTED : L.fatal ? L.fatal_rc : DDP_EXIT_OK;
+    for (int i = 0; i < L.world && rc == DDP_EXIT_OK; i++)
+        if (!L.rk[i].exited || L.rk[i].code != 0)
+            rc = DDP_EXIT_JOB_FAILED;
+    if (L.world == 0 && rc == DDP_EXIT_OK)
+        rc = DDP_EXIT_LAUNCH;
+    /* Anything still parented to us is an orphan of the job. */
+    ddp__sweep_children();
+    ddp__con_clear(&L.con);
+    ddp__sup_event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc,
+                   "reason", rc ? L.fatal : NULL, NULL);
+    summarize(rc);
+out:
+    explicit_bzero(L.token, sizeof(L.token));
+    if (L.member)
+        L.member->unwatch(L.watch);
+    if (th_started) {
+        ddp_store_server_stop(srv);
+        pthread_join(th, NULL);
+    }
+    ddp_store_server_free(srv);
+    if (nodes_up)
+        ddp__nodes_release(&L.nodes);
+    if (L.loop)
+        ddp_loop_free(L.loop);
+    if (sfd >= 0)
+        close(sfd);
+    pthread_sigmask(SIG_SETMASK, &L.oldmask, NULL);
+    for (int i = 0; L.rk && i < L.total_slots; i++)
+        for (int k = 0; k < L.rk[i].ntail; k++)
+            free(L.rk[i].tail[k]);
+    for (char **p = L.env; p && *p; p++)
+        free(*p);
+    free(L.env);
+    ddp__rec_close(&L.rec);
+    free(L.rk);
+    free(L.nd);
+    free(L.losses);
+    free(L.fatal);
+    return rc;
+}

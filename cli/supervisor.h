@@ -1,0 +1,131 @@
+/*
+ * The supervisor's state, private to its two files: cli/rounds.c (the policy: rendezvous
+ * rounds, elastic restarts, the ranks' bookkeeping, stopping) and cli/supervise.c (a job from
+ * start to end: the store, the views, the nodes, signals, the summary), which calls rounds.c
+ * and is never called by it. The supervisor talks to the nodes through cli/nodes.h, to the
+ * membership backend through cli/membership.h, and to the console and the records only as
+ * views (cli/view.h).
+ */
+#ifndef DDP_CLI_SUPERVISOR_H
+#define DDP_CLI_SUPERVISOR_H
+
+#include "cli/console.h"
+#include "cli/job.h"
+#include "cli/membership.h"
+#include "cli/nodes.h"
+#include "cli/record.h"
+#include "cli/view.h"
+#include "rendezvous/loop.h"
+#include "rendezvous/store.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DDP__SUP_TAIL_LINES 10
+#define DDP__SUP_STOP_SLACK_MS 5000 /* beyond stop_grace, for agents to report before they end */
+
+struct ddp__sup_rank {
+    int node, local;
+    bool started, exited, exec_failed, lost;
+    bool stopped; /* it ended after its node was asked to stop it */
+    int code;     /* >= 0 exit status, < 0 minus the signal */
+    int64_t runtime_ms;
+    char *tail[DDP__SUP_TAIL_LINES];
+    int ntail;
+};
+
+enum ddp__node_state {
+    DDP__NS_NONE,     /* no agent */
+    DDP__NS_JOINING,  /* agent started, JOIN sent, JOINED not yet seen */
+    DDP__NS_READY,    /* joined, no workers: waiting for a round (or a spare) */
+    DDP__NS_RUNNING,  /* a member of the current round, workers started */
+    DDP__NS_STOPPING, /* STOP sent, DONE not yet seen */
+    DDP__NS_GONE,     /* counted lost; its agent is being killed and reaped */
+};
+
+struct ddp__sup_node {
+    enum ddp__node_state state;
+    unsigned incarnation;
+    int rank_offset, member_index;
+    int64_t last_fail, cool_until;
+    bool was_lost; /* lost before: it rejoins when it can, rounds do not wait for it */
+    char why[160]; /* why it was last out, for the rendezvous timeout's message */
+};
+
+struct ddp__sup_loss {
+    int node, round;
+    int64_t t_ms;  /* since the job started */
+    char when[32]; /* wall clock, UTC */
+    char why[300];
+};
+
+enum ddp__sup_phase { DDP__PH_RDZV, DDP__PH_RUNNING, DDP__PH_RESTARTING, DDP__PH_FINISHING };
+
+struct ddp__sup {
+    const struct ddp_job *job;
+    char job_id[160];
+    char logdir[PATH_MAX];
+    char token[DDP_STORE_TOKEN_HEX + 1];
+    char store_addr[300], store_host[256];
+    int store_port;
+    bool wildcard;
+    const char *first_remote;
+    char **env;          /* the job's extra environment, "K=V" */
+    char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
+    struct ddp_loop *loop;
+    sigset_t oldmask;
+    struct ddp__nodes nodes;
+    struct ddp__sup_node *nd; /* per node */
+    struct ddp__sup_rank *rk; /* [0, world) are the current round's ranks */
+    int total_slots;
+    enum ddp__sup_phase ph;
+    int round, world, nmembers;
+    int ranks_up, ranks_done, ranks_ok;
+    int first_fail; /* rank in the current round, or -1 */
+    char *fatal;    /* why the job stops, when it stops early */
+    int fatal_rc;
+    bool interrupted, opened;
+    int sigints;
+    int stop_sig;   /* what a stop sends the ranks first: SIGINT after an interrupt */
+    int escalation; /* 0; 1 once agents were told to end; 2 once SIGKILLed */
+    struct ddp__sup_loss *losses;
+    int nlosses;
+    struct ddp__rec rec;
+    struct ddp__console con;
+    struct ddp__view views[2]; /* the console, the records */
+    int nviews;
+    const struct ddp__member_ops *member;
+    struct ddp__member_watch *watch;
+    bool tty;
+    int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
+    const char *phase_name;
+    struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;
+};
+
+/* The one supervisor of this process (cli/rounds.c). */
+extern struct ddp__sup ddp__S;
+
+/* ---- cli/rounds.c, for cli/supervise.c ---- */
+
+/* A message of ddprun's to every view. */
+void ddp__sup_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* An event in events.jsonl: see ddp__rec_event. */
+#define ddp__sup_event(...) ddp__rec_event(&ddp__S.rec, ddp__S.round, __VA_ARGS__)
+void ddp__sup_set_phase(const char *phase);
+/* Arms the supervisor's timers on its loop. */
+void ddp__sup_timers_init(void);
+/* Opens the first round (and, as it closes, starts the workers). */
+void ddp__sup_open(void);
+/* The job ends: why is NULL on success, rc the exit status it stands for. */
+void ddp__sup_finish(const char *why, int rc);
+/* Ends the agents that are left: level 1, then 2 (cli/nodes.h). */
+void ddp__sup_escalate(void);
+/* How rank r of the current round ended. */
+struct ddp__outcome ddp__sup_outcome(int r);
+/* The callbacks of the nodes (cli/nodes.h) and of the membership watch. */
+extern const struct ddp__nodes_cb ddp__sup_nodes_cb;
+void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev);
+
+#endif

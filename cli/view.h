@@ -1,0 +1,86 @@
+/*
+ * Views of a job: what the supervisor (cli/rounds.c, cli/supervise.c) tells those who show it
+ * or keep it, and the model they share (how a rank ended, the job's summary). The console
+ * (cli/console.c) shows a job on the terminal, the records (cli/record.c) keep it in its log
+ * folder; a console that attaches to a detached job would be one more view, over a socket.
+ * The supervisor only talks to views through this ops struct.
+ */
+#ifndef DDP_CLI_VIEW_H
+#define DDP_CLI_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* How a rank ended (or did not). The same fields are written wherever a rank's outcome is. */
+enum ddp__rank_state {
+    DDP__RS_RUNNING,     /* no end reported (yet) */
+    DDP__RS_EXITED,      /* exit_code */
+    DDP__RS_SIGNALED,    /* killed by signal */
+    DDP__RS_NOT_STARTED, /* its program could not be started */
+    DDP__RS_LOST,        /* its node was lost while it ran */
+};
+
+struct ddp__outcome {
+    enum ddp__rank_state state;
+    int exit_code, signal;
+    bool stopped; /* it ended after ddprun stopped it (another rank failed, an interrupt) */
+};
+
+struct ddp__rank_rec {
+    int rank, local;
+    const char *host, *log;
+    struct ddp__outcome out;
+    bool started;
+    double runtime_s;
+};
+
+struct ddp__loss_rec {
+    const char *host, *when, *why;
+    double t; /* seconds since the start */
+    int round;
+};
+
+/* The job at its end. */
+struct ddp__summary {
+    const char *job_id;
+    int exit_status;
+    const char *reason; /* why the job stopped early, or NULL */
+    bool explain;       /* the reason is worth a line (elastic jobs, lost nodes) */
+    double runtime_s;
+    int world, nodes, restarts, first_fail;
+    const struct ddp__rank_rec *ranks; /* [world] */
+    const struct ddp__loss_rec *losses;
+    int nlosses;
+    char *const *tail; /* the first failed rank's last lines */
+    int ntail;
+};
+
+/* What the status line shows. */
+struct ddp__status {
+    const char *phase;
+    int ranks_up, world, restarts;
+    int64_t elapsed_ms;
+};
+
+struct ddp__view_ops {
+    /* One message of ddprun's, without its newline. */
+    void (*message)(void *self, const char *msg, size_t n);
+    /* A line of a rank's output (stream 1 stdout, 2 stderr), without its newline; progress:
+     * a line the rank rewrites in place after a carriage return (a progress bar). */
+    void (*rank_line)(void *self, int rank, const char *host, int stream, const uint8_t *line,
+                      size_t n, bool progress);
+    /* The phase and counts changed, or a second passed. */
+    void (*status)(void *self, const struct ddp__status *st);
+    /* Round round's world ranks are about to start (host of each, by rank). */
+    void (*round)(void *self, int round, int world, const char *const *hosts);
+    /* The job ended. */
+    void (*summary)(void *self, const struct ddp__summary *s);
+};
+
+struct ddp__view {
+    const struct ddp__view_ops *ops;
+    void *self;
+};
+
+#endif

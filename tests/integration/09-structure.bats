@@ -1,0 +1,27 @@
+#!/usr/bin/env bats
+# The shape of the tree (../shared/STYLE.md, "Structure as the project grows"): no cycle of
+# includes or of calls between files, no file over 800 lines without a reason in its opening
+# comment. Calls are read from the build's object files (tests/helpers/check_structure.py).
+load '../lib/common'
+
+@test "no include cycle, no call cycle between files, no file over 800 lines without a reason" {
+  run python3 "$REPO/tests/helpers/check_structure.py" "$REPO" "$BUILD"
+  echo "$output"
+  assert_success
+  assert_output --regexp "[0-9]+ files, [0-9]+ with calls between them checked: 0 problems"
+}
+
+@test "the check sees a cycle when there is one" {
+  # two files that call each other, and two headers that include each other
+  d="$BATS_TEST_TMPDIR/tree"
+  mkdir -p "$d/cli" "$d/build/CMakeFiles/x.dir/cli"
+  printf '#include "cli/b.h"\n' >"$d/cli/a.h"
+  printf '#include "cli/a.h"\n' >"$d/cli/b.h"
+  printf 'int b(void);\nint a(void) { return b(); }\n' >"$d/cli/a.c"
+  printf 'int a(void);\nint b(void) { return a() + 1; }\n' >"$d/cli/b.c"
+  for f in a b; do cc -c -o "$d/build/CMakeFiles/x.dir/cli/$f.c.o" "$d/cli/$f.c"; done
+  run python3 "$REPO/tests/helpers/check_structure.py" "$d" "$d/build"
+  assert_failure
+  assert_output --partial "include cycle: cli/a.h -> cli/b.h"
+  assert_output --partial "call cycle between files: cli/a.c, cli/b.c"
+}
