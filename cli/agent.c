@@ -54,6 +54,7 @@ struct agent {
     struct ddp__agent_start st;
     bool have_join, have_start, stopping, exiting;
     struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
+    char iface[64]; /* this node's interface toward the store: the ranks' network default */
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
@@ -350,6 +351,14 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, pid_
         setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
     for (char **e = st->env; *e; e++)
         putenv(*e);
+    /* Gloo, NCCL and TensorPipe bind to the interface that reaches the other nodes, not to
+     * whatever the host name resolves to (often 127.0.1.1), unless the job or the node's
+     * environment chose one. */
+    static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                         "TP_SOCKET_IFNAME"};
+    for (int k = 0; k < 3 && A.iface[0]; k++)
+        if (!getenv(ifvars[k]))
+            setenv(ifvars[k], A.iface, 1);
     if (chdir(st->workdir) != 0) {
         err = errno;
         int msg[2] = {1, err};
@@ -508,6 +517,12 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             }
             A.have_start = true;
             A.stopping = false;
+            char host[256];
+            int port;
+            A.iface[0] = '\0';
+            if (ddp_parse_hostport(A.st.store_addr, host, sizeof(host), &port) == 0 &&
+                ddp__route_iface(host, A.iface, sizeof(A.iface), NULL, 0) < 0)
+                A.iface[0] = '\0';
             ddp_log_set_rank(-1);
             start_workers();
         } else if (type == DDP__AG_STOP) {

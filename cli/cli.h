@@ -92,6 +92,8 @@ int ddp__kill_children(int sig);
 void ddp__sweep_children(void);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
+/* The network interface (and its address, when ip is not NULL) that routes to host; 0 or -1. */
+int ddp__route_iface(const char *host, char *ifname, size_t n, char *ip, size_t ipn);
 
 /* A child with its stdin, stdout and stderr piped to us (the last two non-blocking). */
 struct ddp__child {

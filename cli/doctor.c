@@ -1,7 +1,8 @@
 /*
  * `ddprun doctor JOB.yaml`: checks every node of a job before it runs, all nodes at once:
  * SSH reachable, host key known, authentication, ddprun present there in the same version,
- * the workdir present, the command's program present (as the agent runs it, from workdir), a port
+ * the workdir present, the command's program present (as the agent runs it, from workdir),
+ * the interface its ranks will use (the one that routes to the store), a port
  * the node can listen on, and whether the node can reach the address the store would be served on
  * (a listener of the doctor's own, on the address and interface a launch would use). Prints one row
  * per node; exit status 0 when every node passes, 1 otherwise.
@@ -31,9 +32,9 @@
 
 #include "common/banned.h"
 
-enum { C_SSH, C_KEY, C_DDPRUN, C_WORKDIR, C_CMD, C_PORT, C_STORE, C_N };
+enum { C_SSH, C_KEY, C_DDPRUN, C_WORKDIR, C_CMD, C_PORT, C_STORE, C_IFACE, C_N };
 static const char *const col_name[C_N] = {"ssh",     "host key", "ddprun", "workdir",
-                                          "command", "port",     "store"};
+                                          "command", "port",     "store",  "interface"};
 
 struct node_check {
     const struct ddp_job *job;
@@ -42,6 +43,7 @@ struct node_check {
     int probe_port;
     const char *cell[C_N]; /* "ok", "FAIL", "-" or a short note */
     char why[1200];        /* the first failure */
+    char iface[64];        /* the node's interface toward the store: its ranks' default */
 };
 
 static void failed(struct node_check *n, int col, const char *fmt, ...)
@@ -115,7 +117,10 @@ static int probe(const char *host, int port, char *out, size_t n)
         snprintf(out, n, "store: cannot connect to %s:%d from here: %s", host, port, strerror(e));
         return 1;
     }
-    snprintf(out, n, "ok port %d", myport);
+    char ifname[64];
+    if (ddp__route_iface(host, ifname, sizeof(ifname), NULL, 0) < 0)
+        snprintf(ifname, sizeof(ifname), "?");
+    snprintf(out, n, "ok port %d iface %s", myport, ifname);
     return 0;
 }
 
@@ -158,6 +163,12 @@ static void apply_probe(struct node_check *n, int rc, const char *out)
 {
     if (rc == 0) {
         n->cell[C_PORT] = n->cell[C_STORE] = "ok";
+        const char *f = strstr(out, " iface ");
+        if (n->job->net_iface)
+            snprintf(n->iface, sizeof(n->iface), "%s", n->job->net_iface);
+        else if (f)
+            snprintf(n->iface, sizeof(n->iface), "%.*s", (int)strcspn(f + 7, " \n"), f + 7);
+        n->cell[C_IFACE] = n->iface[0] ? n->iface : "?";
     } else if (rc == 2) {
         failed(n, C_PORT, "%s", out);
     } else {
@@ -331,13 +342,13 @@ int ddp__doctor(const struct ddp_job *job)
     }
     printf("%-*s", (int)hw + 2, "node");
     for (int c = 0; c < C_N; c++)
-        printf("%-10s", col_name[c]);
+        printf("%-*s", c == C_IFACE ? 16 : 10, col_name[c]);
     printf("result\n");
     int bad = 0;
     for (size_t i = 0; i < job->nnodes; i++) {
         printf("%-*s", (int)hw + 2, job->nodes[i].host);
         for (int c = 0; c < C_N; c++)
-            printf("%-10s", nc[i].cell[c] ? nc[i].cell[c] : "-");
+            printf("%-*s", c == C_IFACE ? 16 : 10, nc[i].cell[c] ? nc[i].cell[c] : "-");
         if (nc[i].why[0]) {
             bad++;
             printf("FAIL: %s\n", nc[i].why);

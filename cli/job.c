@@ -24,8 +24,9 @@
 /* ------------------------------------------------------------------ */
 
 static const char *const top_keys[] = {
-    "name",       "command", "workdir", "env",  "nodes",      "nproc_per_node", "backend",
-    "rendezvous", "elastic", "ssh",     "logs", "checkpoint", "stop_grace",     NULL};
+    "name",           "command",    "workdir",    "env",     "nodes",
+    "nproc_per_node", "backend",    "rendezvous", "elastic", "ssh",
+    "logs",           "checkpoint", "stop_grace", "network", NULL};
 static const char *const rdzv_keys[] = {"listen", "port", "timeout", "last_call", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
@@ -35,6 +36,7 @@ static const char *const ssh_keys[] = {
 static const char *const logs_keys[] = {"dir", "tag_output", "timestamps", "console_ranks", NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
+static const char *const network_keys[] = {"interface", "family", NULL};
 
 static int load_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
@@ -395,6 +397,38 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     char *ld = ddp__jv_path(basedir, j->logs_dir);
     free(j->logs_dir);
     j->logs_dir = ld;
+    if ((sub = ddp__ytree_get(root, "network"))) {
+        if (ddp__jv_check_keys(c, sub, "network", network_keys) < 0)
+            goto out;
+        if ((n = ddp__ytree_get(sub, "interface"))) {
+            if (ddp__jv_str(c, n, "network.interface", &j->net_iface) < 0)
+                goto out;
+            if (strcmp(j->net_iface, "auto") == 0) {
+                free(j->net_iface);
+                j->net_iface = NULL;
+            } else if (strlen(j->net_iface) >= 16 || strpbrk(j->net_iface, " /,:")) {
+                ddp__jv_err(c, n,
+                            "network.interface must be 'auto' or an interface name such as eth0 "
+                            "(at most 15 characters), got '%s'",
+                            j->net_iface);
+                goto out;
+            }
+        }
+        if ((n = ddp__ytree_get(sub, "family"))) {
+            if (ddp__jv_scalar(c, n, "network.family") < 0)
+                goto out;
+            if (!strcmp(n->str, "auto"))
+                j->net_family = 0;
+            else if (!strcmp(n->str, "ipv4"))
+                j->net_family = 4;
+            else if (!strcmp(n->str, "ipv6"))
+                j->net_family = 6;
+            else {
+                ddp__jv_err(c, n, "network.family must be auto, ipv4 or ipv6, got '%s'", n->str);
+                goto out;
+            }
+        }
+    }
     if ((n = ddp__ytree_get(root, "stop_grace")) &&
         ddp__jv_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
         goto out;
@@ -654,6 +688,7 @@ void ddp__job_free(struct ddp_job *j)
     free(j->ssh_remote_ddprun);
     free(j->logs_dir);
     free(j->checkpoint_dir);
+    free(j->net_iface);
     free(j->console_ranks);
     for (size_t i = 0; i < j->noverrides; i++)
         free(j->overrides[i]);

@@ -44,6 +44,8 @@ struct ddp_job {
     bool log_timestamps;  /* each line of a rank's log starts with its UTC time */
     char *console_ranks;  /* logs.console_ranks: ranks shown on the console, NULL for all */
     char *checkpoint_dir; /* absolute, or NULL */
+    char *net_iface;      /* network.interface: forced for every node, or NULL (auto) */
+    int net_family;       /* network.family: 0 auto, 4 IPv4, 6 IPv6 */
     int64_t stop_grace_ms;
     int world_size;   /* derived: sum of slots */
     char **overrides; /* the --set (and --nproc) given, as written: "--set a=b" */

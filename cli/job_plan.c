@@ -1,5 +1,6 @@
 /* `ddprun plan`'s view of a job (the resolved spec, rank map and environment), also kept as
  * the job's spec.yaml, and the rank environment's OMP_NUM_THREADS rule. */
+#include "cli/cli.h"
 #include "cli/job.h"
 
 #include <stdio.h>
@@ -63,6 +64,10 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             j->console_ranks ? j->console_ranks : "all");
     fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
     fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
+    fprintf(f, "network: {interface: %s, family: %s}\n", j->net_iface ? j->net_iface : "auto",
+            j->net_family == 4   ? "ipv4"
+            : j->net_family == 6 ? "ipv6"
+                                 : "auto");
     fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s\n", j->world_size, "node",
             "host", "local_rank", "global_rank");
     int rank = 0;
@@ -90,6 +95,24 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
     for (size_t i = 0; i < j->nenv; i++)
         fprintf(f, "%s=%s%s", j->env[i].key, j->env[i].value, i + 1 < j->nenv ? " " : "\n");
+    /* The interface the ranks' libraries use (Gloo, NCCL, TensorPipe), unless env sets it. */
+    fprintf(f,
+            "\n# network interface of each node's ranks: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, "
+            "TP_SOCKET_IFNAME%s (unless env or the node's environment sets them)\n",
+            j->net_family ? ", NCCL_SOCKET_FAMILY" : "");
+    const char *toward = ddp__job_first_remote(j) ? NULL : "127.0.0.1";
+    for (size_t i = 0; i < j->nnodes; i++) {
+        char ifname[64];
+        if (j->net_iface)
+            fprintf(f, "%-20s %s (network.interface)\n", j->nodes[i].host, j->net_iface);
+        else if (toward && ddp__route_iface(toward, ifname, sizeof(ifname), NULL, 0) == 0)
+            fprintf(f, "%-20s %s (routes to the store at %s)\n", j->nodes[i].host, ifname, toward);
+        else
+            fprintf(f,
+                    "%-20s the interface that routes to the store, chosen on the node (ddprun "
+                    "doctor shows it)\n",
+                    j->nodes[i].host);
+    }
 }
 
 bool ddp__job_omp_default(const struct ddp_job *j)

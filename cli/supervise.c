@@ -192,15 +192,35 @@ static void summarize(int rc)
     free(lr);
 }
 
-/* The ranks' extra environment: OMP_NUM_THREADS=1 as torchrun sets it, then the job's env. */
+static bool env_has(const struct ddp_job *job, const char *key)
+{
+    for (size_t k = 0; k < job->nenv; k++)
+        if (strcmp(job->env[k].key, key) == 0)
+            return true;
+    return false;
+}
+
+/* The ranks' extra environment: OMP_NUM_THREADS=1 as torchrun sets it, a forced network
+ * interface or family (network:; an automatic interface is chosen by each node's agent),
+ * then the job's env. */
 static char **job_env(const struct ddp_job *job)
 {
+    static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                         "TP_SOCKET_IFNAME"};
     size_t e = 0;
-    char **env = calloc(job->nenv + 2, sizeof(char *));
+    char **env = calloc(job->nenv + 6, sizeof(char *));
     if (!env)
         return NULL;
     if (ddp__job_omp_default(job))
         env[e++] = strdup("OMP_NUM_THREADS=1");
+    for (size_t k = 0; k < 3 && job->net_iface; k++) {
+        size_t len = strlen(ifvars[k]) + strlen(job->net_iface) + 2;
+        if (!env_has(job, ifvars[k]) && (env[e] = malloc(len)))
+            snprintf(env[e++], len, "%s=%s", ifvars[k], job->net_iface);
+    }
+    if (job->net_family && !env_has(job, "NCCL_SOCKET_FAMILY"))
+        env[e++] = strdup(job->net_family == 6 ? "NCCL_SOCKET_FAMILY=AF_INET6"
+                                               : "NCCL_SOCKET_FAMILY=AF_INET");
     for (size_t k = 0; k < job->nenv; k++) {
         size_t len = strlen(job->env[k].key) + strlen(job->env[k].value) + 2;
         if ((env[e] = malloc(len)))

@@ -1,7 +1,7 @@
 /*
  * System helpers the launcher, the node agent and the doctor share (a leaf: it calls no other
  * cli file): the job's signal mask, starting a child with its three standard streams piped,
- * ending every child of a subreaper, and the local address toward a host.
+ * ending every child of a subreaper, and the local address and interface toward a host.
  */
 #include "cli/cli.h"
 #include "common/util.h"
@@ -9,6 +9,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -138,4 +141,36 @@ fail:;
     }
     errno = saved;
     return -1;
+}
+
+int ddp__route_iface(const char *host, char *ifname, size_t n, char *ip, size_t ipn)
+{
+    char addr[INET6_ADDRSTRLEN];
+    if (ddp__route_source(host, addr, sizeof(addr)) < 0)
+        return -1;
+    struct ifaddrs *ifs = NULL, *i;
+    int r = -1;
+    if (getifaddrs(&ifs) != 0)
+        return -1;
+    for (i = ifs; i && r < 0; i = i->ifa_next) {
+        if (!i->ifa_addr ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        char a[INET6_ADDRSTRLEN];
+        socklen_t sl = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                         : sizeof(struct sockaddr_in6);
+        if (getnameinfo(i->ifa_addr, sl, a, sizeof(a), NULL, 0, NI_NUMERICHOST) != 0)
+            continue;
+        char *pct = strchr(a, '%'); /* a link-local address carries its scope */
+        if (pct)
+            *pct = '\0';
+        if (strcmp(a, addr) == 0) {
+            snprintf(ifname, n, "%s", i->ifa_name);
+            if (ip)
+                snprintf(ip, ipn, "%s", addr);
+            r = 0;
+        }
+    }
+    freeifaddrs(ifs);
+    return r;
 }

@@ -21,7 +21,7 @@ spec_error() {
 
 @test "unknown key" {
   spec_error 'command: [true]\nnproc_per_nodes: 2\n' \
-    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, rendezvous, elastic, ssh, logs, checkpoint, stop_grace)"
+    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, rendezvous, elastic, ssh, logs, checkpoint, stop_grace, network)"
   spec_error 'command: [true]\nelastic:\n  min_node: 1\n' \
     "job.yaml:3:3: unknown key 'min_node' in elastic (expected one of: min_nodes, max_nodes, max_restarts, heartbeat_interval, heartbeat_timeout, cooldown)"
 }
@@ -138,4 +138,29 @@ spec_error() {
   printf 'command: [true]\n' >../proj/plain.yaml
   run "$DDPRUN" plan ../proj/plain.yaml
   assert_output --partial "logs: {dir: $p/ddprun-logs,"
+}
+
+@test "network: interface and family are checked, shown by plan, and reach the ranks" {
+  cd "$BATS_TEST_TMPDIR"
+  printf 'command: [true]\nnetwork: {interface: "eth0 x"}\n' >job.yaml
+  run "$DDPRUN" plan job.yaml
+  assert_failure 2
+  assert_output --regexp "job.yaml:2:[0-9]+: network.interface must be 'auto' or an interface name such as eth0"
+  printf 'command: [true]\nnetwork: {family: ipx}\n' >job.yaml
+  run "$DDPRUN" plan job.yaml
+  assert_failure 2
+  assert_output --partial "network.family must be auto, ipv4 or ipv6, got 'ipx'"
+  printf 'command: "echo $GLOO_SOCKET_IFNAME/$NCCL_SOCKET_IFNAME/$TP_SOCKET_IFNAME/$NCCL_SOCKET_FAMILY"\nlogs: {dir: logs}\n' >job.yaml
+  run "$DDPRUN" plan job.yaml
+  assert_output --partial "network: {interface: auto, family: auto}"
+  assert_line --regexp "^localhost +lo \(routes to the store at 127\.0\.0\.1\)$"
+  # auto: the interface that routes to the store (loopback for a local job)
+  run "$DDPRUN" job.yaml
+  assert_line "[localhost:0] lo/lo/lo/"
+  # forced, and a variable the job sets itself is kept
+  run "$DDPRUN" job.yaml --set network.interface=eth7 --set network.family=ipv6 --set env.NCCL_SOCKET_IFNAME=mine
+  assert_line "[localhost:0] eth7/mine/eth7/AF_INET6"
+  # and one from the launching shell (a local node's environment) too
+  GLOO_SOCKET_IFNAME=shell run "$DDPRUN" job.yaml
+  assert_line "[localhost:0] shell/lo/lo/"
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bats
+# Unmodified PyTorch DDP programs under ddprun (Debian's python3-torch, under /usr/bin/python3):
+# on local ranks, and across SSH test hosts whose host name resolves to a loopback address,
+# where Gloo must be told which interface reaches the other nodes (the agents choose it).
+load '../lib/common'
+load '../lib/sshd'
+
+PY=/usr/bin/python3
+TRAIN="$REPO/tests/integration/py/ddp_train.py"
+
+setup() {
+  "$PY" -c 'import torch' 2>/dev/null || skip "python3-torch is not installed (./dev.sh deps installs it)"
+  cd "$BATS_TEST_TMPDIR"
+}
+
+teardown() {
+  [ -n "${SSH_DIR:-}" ] && sshd_teardown
+  true
+}
+
+# Every rank's "params sum" line is the same: the replicas agree.
+replicas_equal() { # output n
+  local sums
+  sums=$(grep -o 'params sum [-0-9.]* after [0-9]* steps' <<<"$1" | sort -u)
+  [ "$(grep -c 'params sum' <<<"$1")" -eq "$2" ] || { echo "expected $2 ranks' lines"; return 1; }
+  [ "$(echo "$sums" | wc -l)" -eq 1 ] || { echo "replicas differ: $sums"; return 1; }
+}
+
+@test "an ordinary PyTorch DDP script (env://, DistributedSampler, DDP) runs on 2 local ranks" {
+  printf 'command: [%s, %s]\nnproc_per_node: 2\nlogs: {dir: logs}\n' "$PY" "$TRAIN" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  replicas_equal "$output" 2
+  assert_output --partial "rank 1 of 2: params sum"
+}
+
+@test "across 3 SSH hosts whose host name resolves to loopback: Gloo uses the interface each agent chose" {
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  sshd_setup
+  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces (a host name resolving to loopback only matters across hosts)"
+  for k in 1 2 3; do sshd_start "$k"; done
+  # the host name these "nodes" share resolves to a loopback address, as Debian's default does
+  getent hosts "$(hostname)" | grep -Eq '^127\.' || skip "this machine's host name does not resolve to loopback"
+  ssh_job job.yaml 1 1 2 3 -- "$PY" "$TRAIN"
+  run "$DDPRUN" job.yaml
+  echo "$output"
+  assert_success
+  replicas_equal "$output" 3
+  # each node's ranks were given that node's own interface
+  ssh_job env.yaml 1 1 2 3 -- /bin/sh -c 'echo "iface $GLOO_SOCKET_IFNAME $NCCL_SOCKET_IFNAME $TP_SOCKET_IFNAME"'
+  run "$DDPRUN" env.yaml
+  assert_success
+  for k in 1 2 3; do
+    assert_output --regexp "\\[$(sshd_addr $k | sed 's/\./\\./g'):$((k - 1))\\] iface (vn[0-9]+-$k) \\1 \\1"
+  done
+  # The control: told to use the loopback interface, as a host name resolving to 127.0.0.1
+  # makes it, Gloo cannot reach the other nodes.
+  SECONDS=0
+  run "$DDPRUN" job.yaml --set env.GLOO_SOCKET_IFNAME=lo --set stop_grace=2s
+  assert_failure 1
+  assert_output --regexp "Connection refused|Connection reset|timed out|connect"
+  [ "$SECONDS" -lt 120 ]
+}
