@@ -323,6 +323,10 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, pid_
     dup2(ofd, 1);
     dup2(efd, 2);
     int tokfd = dup(tfd); /* without CLOEXEC: the worker reads the token from it */
+    /* The launching shell's variables (the export rule) first: ddprun's own and the job's env
+     * below win over them. */
+    for (char **e = st->shell_env; e && *e; e++)
+        putenv(*e);
     int rank = (int)st->rank_offset + local_rank;
     set_env_int("RANK", rank);
     set_env_int("LOCAL_RANK", local_rank);

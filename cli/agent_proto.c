@@ -80,6 +80,7 @@ int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st)
     r |= put_s(b, st->shell);
     r |= put_list(b, st->argv);
     r |= put_list(b, st->env);
+    r |= put_list(b, st->shell_env);
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
 }
@@ -133,7 +134,8 @@ int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_star
         goto fail;
     if ((e = get_s(&r, &st->workdir)) < 0 || (e = get_s(&r, &st->backend)) < 0 ||
         (e = get_s(&r, &st->checkpoint_dir)) < 0 || (e = get_s(&r, &st->shell)) < 0 ||
-        (e = get_list(&r, &st->argv)) < 0 || (e = get_list(&r, &st->env)) < 0)
+        (e = get_list(&r, &st->argv)) < 0 || (e = get_list(&r, &st->env)) < 0 ||
+        (e = get_list(&r, &st->shell_env)) < 0)
         goto fail;
     e = DDP_EPROTO;
     if (ddp_rd_left(&r) != 0 || st->nlocal == 0 || st->nlocal > 4096 ||
@@ -167,6 +169,7 @@ void ddp__agent_start_release(struct ddp__agent_start *st)
     free(st->shell);
     free_list(st->argv);
     free_list(st->env);
+    free_list(st->shell_env);
     memset(st, 0, sizeof(*st));
 }
 

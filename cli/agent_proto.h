@@ -81,7 +81,8 @@ struct ddp__agent_start {
     char *checkpoint_dir; /* "" when none */
     char *shell;          /* "" when argv is used */
     char **argv;          /* NULL-terminated */
-    char **env;           /* "K=V" strings, NULL-terminated */
+    char **env;           /* "K=V" strings, NULL-terminated: the job's env, applied last */
+    char **shell_env;     /* "K=V" from the launching shell (the export rule), applied first */
 };
 
 /* Appends a START frame to b. */

@@ -24,9 +24,9 @@
 /* ------------------------------------------------------------------ */
 
 static const char *const top_keys[] = {
-    "name",           "command",    "workdir",    "env",     "nodes",
-    "nproc_per_node", "backend",    "rendezvous", "elastic", "ssh",
-    "logs",           "checkpoint", "stop_grace", "network", NULL};
+    "name",       "command",    "workdir", "env", "nodes", "nproc_per_node",
+    "backend",    "rendezvous", "elastic", "ssh", "logs",  "checkpoint",
+    "stop_grace", "network",    "export",  NULL};
 static const char *const rdzv_keys[] = {"listen", "port", "timeout", "last_call", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
@@ -397,6 +397,33 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     char *ld = ddp__jv_path(basedir, j->logs_dir);
     free(j->logs_dir);
     j->logs_dir = ld;
+    if ((sub = ddp__ytree_get(root, "export"))) {
+        if (sub->type != DDP_Y_SEQ) {
+            ddp__jv_err(c, sub,
+                        "export must be a list of variable names or patterns (NCCL_*, "
+                        "-PATH)");
+            goto out;
+        }
+        if (!(j->export_pats = calloc(sub->n + 1, sizeof(char *))))
+            goto out;
+        for (size_t k = 0; k < sub->n; k++) {
+            const struct ddp_ynode *e = sub->kids[k];
+            if (ddp__jv_str(c, e, "an export entry", &j->export_pats[k]) < 0)
+                goto out;
+            j->nexport = k + 1;
+            const char *p = j->export_pats[k] + (j->export_pats[k][0] == '-');
+            bool ok = *p != '\0';
+            for (; *p && ok; p++)
+                ok = isalnum((unsigned char)*p) || *p == '_' || *p == '*' || *p == '?';
+            if (!ok) {
+                ddp__jv_err(c, e,
+                            "export: '%s' is not a variable name or pattern (letters, digits, _, "
+                            "* and ?; a leading - removes)",
+                            j->export_pats[k]);
+                goto out;
+            }
+        }
+    }
     if ((sub = ddp__ytree_get(root, "network"))) {
         if (ddp__jv_check_keys(c, sub, "network", network_keys) < 0)
             goto out;
@@ -405,6 +432,9 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
                 goto out;
             if (strcmp(j->net_iface, "auto") == 0) {
                 free(j->net_iface);
+                for (size_t k = 0; k < j->nexport; k++)
+                    free(j->export_pats[k]);
+                free(j->export_pats);
                 j->net_iface = NULL;
             } else if (strlen(j->net_iface) >= 16 || strpbrk(j->net_iface, " /,:")) {
                 ddp__jv_err(c, n,
@@ -689,6 +719,9 @@ void ddp__job_free(struct ddp_job *j)
     free(j->logs_dir);
     free(j->checkpoint_dir);
     free(j->net_iface);
+    for (size_t k = 0; k < j->nexport; k++)
+        free(j->export_pats[k]);
+    free(j->export_pats);
     free(j->console_ranks);
     for (size_t i = 0; i < j->noverrides; i++)
         free(j->overrides[i]);

@@ -44,13 +44,24 @@ struct ddp_job {
     bool log_timestamps;  /* each line of a rank's log starts with its UTC time */
     char *console_ranks;  /* logs.console_ranks: ranks shown on the console, NULL for all */
     char *checkpoint_dir; /* absolute, or NULL */
-    char *net_iface;      /* network.interface: forced for every node, or NULL (auto) */
-    int net_family;       /* network.family: 0 auto, 4 IPv4, 6 IPv6 */
+    char **export_pats;   /* export: patterns added ("NAME", "PREFIX_*") or removed ("-...") */
+    size_t nexport;
+    char *net_iface; /* network.interface: forced for every node, or NULL (auto) */
+    int net_family;  /* network.family: 0 auto, 4 IPv4, 6 IPv6 */
     int64_t stop_grace_ms;
     int world_size;   /* derived: sum of slots */
     char **overrides; /* the --set (and --nproc) given, as written: "--set a=b" */
     size_t noverrides;
 };
+
+/* The patterns of the launching shell's variables that remote ranks get by default. */
+extern const char *const ddp__job_export_defaults[];
+/* Whether the shell variable name goes to remote ranks: it matches a default or added pattern
+ * of export and no removed one. */
+bool ddp__job_exports(const struct ddp_job *j, const char *name);
+/* The "K=V" strings of this process's environment that the rule exports (NULL-terminated,
+ * malloc'd; free each and the array), or NULL when out of memory. *bytes: their total size. */
+char **ddp__job_shell_env(const struct ddp_job *j, size_t *bytes);
 
 /* Whether rank is in a rank list of logs.console_ranks ("0,2-3"); NULL shows every rank. */
 bool ddp__job_rank_listed(const char *list, int rank);

@@ -95,6 +95,20 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
     for (size_t i = 0; i < j->nenv; i++)
         fprintf(f, "%s=%s%s", j->env[i].key, j->env[i].value, i + 1 < j->nenv ? " " : "\n");
+    /* What the launching shell gives: everything to local ranks, the export rule's share to
+     * remote ones. */
+    fprintf(f, "\n# from this shell: local nodes' ranks inherit all of its environment; remote "
+               "nodes' ranks get the variables the export rule takes (defaults");
+    for (size_t k = 0; k < j->nexport; k++)
+        fprintf(f, "%s %s", k ? "," : ";", j->export_pats[k]);
+    fprintf(f, "), before the env above:\n");
+    size_t bytes = 0;
+    char **sh = ddp__job_shell_env(j, &bytes);
+    for (char **e = sh; e && *e; e++) {
+        fprintf(f, "%s\n", *e);
+        free(*e);
+    }
+    free(sh);
     /* The interface the ranks' libraries use (Gloo, NCCL, TensorPipe), unless env sets it. */
     fprintf(f,
             "\n# network interface of each node's ranks: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, "

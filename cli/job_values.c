@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,4 +276,79 @@ bool ddp__job_rank_listed(const char *list, int rank)
             break;
     }
     return false;
+}
+
+/*
+ * What remote ranks get from the launching shell, as mpirun's -x and DeepSpeed's exported
+ * prefixes do it (local ranks inherit the whole environment, as with torchrun): the libraries'
+ * tuning and debugging (NCCL, CUDA, OpenMP, BLAS, PyTorch, Gloo, UCX, libfabric, Hugging Face),
+ * Python's own variables, and an activated virtualenv or conda environment with its PATH.
+ */
+const char *const ddp__job_export_defaults[] = {"NCCL_*",
+                                                "CUDA_*",
+                                                "CUBLAS_*",
+                                                "CUDNN_*",
+                                                "PYTHON*",
+                                                "OMP_*",
+                                                "MKL_*",
+                                                "OPENBLAS_*",
+                                                "TORCH_*",
+                                                "GLOO_*",
+                                                "TP_*",
+                                                "UCX_*",
+                                                "FI_*",
+                                                "HF_*",
+                                                "TRANSFORMERS_*",
+                                                "VIRTUAL_ENV",
+                                                "CONDA_*",
+                                                "PATH",
+                                                "LD_LIBRARY_PATH",
+                                                "LANG",
+                                                "LC_*",
+                                                "TZ",
+                                                "DDP_LOG_*",
+                                                NULL};
+
+bool ddp__job_exports(const struct ddp_job *j, const char *name)
+{
+    bool in = false;
+    for (const char *const *p = ddp__job_export_defaults; *p && !in; p++)
+        in = fnmatch(*p, name, 0) == 0;
+    for (size_t k = 0; k < j->nexport && !in; k++)
+        in = j->export_pats[k][0] != '-' && fnmatch(j->export_pats[k], name, 0) == 0;
+    for (size_t k = 0; k < j->nexport && in; k++)
+        in = !(j->export_pats[k][0] == '-' && fnmatch(j->export_pats[k] + 1, name, 0) == 0);
+    return in;
+}
+
+char **ddp__job_shell_env(const struct ddp_job *j, size_t *bytes)
+{
+    extern char **environ;
+    size_t n = 0, total = 0;
+    for (char **e = environ; e && *e; e++)
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    if (!out)
+        return NULL;
+    n = 0;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[256];
+        if (!eq || eq == *e || (size_t)(eq - *e) >= sizeof(name))
+            continue;
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
+        if (!ddp__job_exports(j, name))
+            continue;
+        if (!(out[n] = strdup(*e))) {
+            for (size_t k = 0; k < n; k++)
+                free(out[k]);
+            free(out);
+            return NULL;
+        }
+        total += strlen(*e) + 1;
+        n++;
+    }
+    if (bytes)
+        *bytes = total;
+    return out;
 }

@@ -488,26 +488,29 @@ static void rdzv_close(void)
             continue;
         char node_store[300];
         node_store_addr((int)i, node_store, sizeof(node_store));
-        struct ddp__agent_start st = {.token = L.token,
-                                      .store_addr = node_store,
-                                      .job_id = L.job_id,
-                                      .host_label = j->nodes[i].host,
-                                      .master_addr = master,
-                                      .master_port = (uint32_t)master_port,
-                                      .node_rank = (uint32_t)a->member_index,
-                                      .nnodes = (uint32_t)L.nmembers,
-                                      .world_size = (uint32_t)L.world,
-                                      .rank_offset = (uint32_t)a->rank_offset,
-                                      .nlocal = (uint32_t)j->nodes[i].slots,
-                                      .restart_count = (uint32_t)L.round,
-                                      .max_restarts = (uint32_t)j->max_restarts,
-                                      .grace_ms = (uint64_t)j->stop_grace_ms,
-                                      .workdir = j->workdir,
-                                      .backend = j->backend,
-                                      .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
-                                      .shell = j->shell ? j->shell : "",
-                                      .argv = j->argv,
-                                      .env = L.env};
+        struct ddp__agent_start st = {
+            .token = L.token,
+            .store_addr = node_store,
+            .job_id = L.job_id,
+            .host_label = j->nodes[i].host,
+            .master_addr = master,
+            .master_port = (uint32_t)master_port,
+            .node_rank = (uint32_t)a->member_index,
+            .nnodes = (uint32_t)L.nmembers,
+            .world_size = (uint32_t)L.world,
+            .rank_offset = (uint32_t)a->rank_offset,
+            .nlocal = (uint32_t)j->nodes[i].slots,
+            .restart_count = (uint32_t)L.round,
+            .max_restarts = (uint32_t)j->max_restarts,
+            .grace_ms = (uint64_t)j->stop_grace_ms,
+            .workdir = j->workdir,
+            .backend = j->backend,
+            .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+            .shell = j->shell ? j->shell : "",
+            .argv = j->argv,
+            .env = L.env,
+            /* local ranks inherit this shell's whole environment */
+            .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : L.shell_env};
         ddp__nodes_start_round(&L.nodes, (int)i, &st);
     }
 }

@@ -321,6 +321,18 @@ int ddp__launch(const struct ddp_job *job)
                    "#max_restarts", (long long)job->max_restarts, NULL);
     if (!(L.env = job_env(job)))
         goto out;
+    /* The START frame carries it to remote nodes beside the job's env (at most 512 KiB). */
+    size_t shell_bytes = 0;
+    if (!(L.shell_env = ddp__job_shell_env(job, &shell_bytes)))
+        goto out;
+    if (ddp__job_first_remote(job) && shell_bytes > DDP__SUP_MAX_SHELL_ENV) {
+        ddp__cli_error("the launching shell's variables that remote ranks would get (the export "
+                       "rule of ddprun-job(5)) take %zu KiB, over %u KiB; leave some out with "
+                       "export: [-NAME]",
+                       (shell_bytes + 1023) / 1024, DDP__SUP_MAX_SHELL_ENV >> 10);
+        rc = DDP_EXIT_USAGE;
+        goto out;
+    }
     ddp__sup_set_phase("launching");
     ddp__sup_open();
     if (!(L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes)))
@@ -360,6 +372,9 @@ out:
     for (char **p = L.env; p && *p; p++)
         free(*p);
     free(L.env);
+    for (char **p = L.shell_env; p && *p; p++)
+        free(*p);
+    free(L.shell_env);
     ddp__rec_close(&L.rec);
     free(L.rk);
     free(L.nd);

@@ -25,6 +25,7 @@
 
 #define DDP__SUP_TAIL_LINES 10
 #define DDP__SUP_STOP_SLACK_MS 5000 /* beyond stop_grace, for agents to report before they end */
+#define DDP__SUP_MAX_SHELL_ENV (384u << 10) /* exported shell variables, beside the job's env */
 
 struct ddp__sup_rank {
     int node, local;
@@ -73,6 +74,7 @@ struct ddp__sup {
     bool wildcard;
     const char *first_remote;
     char **env;          /* the job's extra environment, "K=V" */
+    char **shell_env;    /* what remote ranks get from the launching shell (the export rule) */
     char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
     struct ddp_loop *loop;
     sigset_t oldmask;

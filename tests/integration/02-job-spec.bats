@@ -21,7 +21,7 @@ spec_error() {
 
 @test "unknown key" {
   spec_error 'command: [true]\nnproc_per_nodes: 2\n' \
-    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, rendezvous, elastic, ssh, logs, checkpoint, stop_grace, network)"
+    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, rendezvous, elastic, ssh, logs, checkpoint, stop_grace, network, export)"
   spec_error 'command: [true]\nelastic:\n  min_node: 1\n' \
     "job.yaml:3:3: unknown key 'min_node' in elastic (expected one of: min_nodes, max_nodes, max_restarts, heartbeat_interval, heartbeat_timeout, cooldown)"
 }
@@ -163,4 +163,23 @@ spec_error() {
   # and one from the launching shell (a local node's environment) too
   GLOO_SOCKET_IFNAME=shell run "$DDPRUN" job.yaml
   assert_line "[localhost:0] shell/lo/lo/"
+}
+
+@test "export: patterns are checked and plan shows what remote ranks get from this shell" {
+  cd "$BATS_TEST_TMPDIR"
+  printf 'command: [true]\nexport: NCCL_*\n' >job.yaml
+  run "$DDPRUN" plan job.yaml
+  assert_failure 2
+  assert_output --partial "job.yaml:2:9: export must be a list of variable names or patterns"
+  printf 'command: [true]\nexport: [NCCL_*, "A=B"]\n' >job.yaml
+  run "$DDPRUN" plan job.yaml
+  assert_failure 2
+  assert_output --partial "export: 'A=B' is not a variable name or pattern"
+  printf 'command: [true]\nexport: [MY_*, -OMP_NUM_THREADS]\n' >job.yaml
+  MY_VAR=1 OMP_NUM_THREADS=3 OMP_PROC_BIND=close XYZ=2 run "$DDPRUN" plan job.yaml
+  assert_success
+  assert_line "MY_VAR=1"
+  assert_line "OMP_PROC_BIND=close"
+  refute_line "OMP_NUM_THREADS=3"
+  refute_line "XYZ=2"
 }

@@ -296,3 +296,26 @@ SH
   done
   for k in 1 2; do only_sshd_in "$k"; done
 }
+
+@test "the launching shell's environment reaches remote ranks by the export rule" {
+  sshd_start 1
+  mkdir venv-bin
+  printf '#!/bin/sh\necho "from the venv"\n' >venv-bin/venvtool
+  chmod +x venv-bin/venvtool
+  ssh_job job.yaml 1 1 -- /bin/sh -c 'venvtool; echo "NCCL_DEBUG=${NCCL_DEBUG:-unset} FOO=${FOO:-unset} WANDB_MODE=${WANDB_MODE:-unset}"'
+  # the defaults: PATH (an activated virtualenv) and NCCL_* go, FOO and WANDB_* do not
+  PATH="$PWD/venv-bin:$PATH" NCCL_DEBUG=INFO FOO=bar WANDB_MODE=offline run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial ":0] from the venv"
+  assert_output --partial ":0] NCCL_DEBUG=INFO FOO=unset WANDB_MODE=unset"
+  # export adds and removes patterns; the job's env wins over the shell
+  PATH="$PWD/venv-bin:$PATH" NCCL_DEBUG=INFO WANDB_MODE=offline run "$DDPRUN" job.yaml \
+    --set 'export=[WANDB_*, -NCCL_DEBUG]'
+  assert_output --partial ":0] NCCL_DEBUG=unset FOO=unset WANDB_MODE=offline"
+  PATH="$PWD/venv-bin:$PATH" NCCL_DEBUG=INFO run "$DDPRUN" job.yaml --set env.NCCL_DEBUG=WARN
+  assert_output --partial ":0] NCCL_DEBUG=WARN"
+  # plan says what the remote ranks get
+  PATH="$PWD/venv-bin:$PATH" NCCL_DEBUG=INFO run "$DDPRUN" plan job.yaml
+  assert_line "NCCL_DEBUG=INFO"
+  assert_line "PATH=$PWD/venv-bin:$PATH"
+}
