@@ -66,6 +66,10 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
         }
         if (strcmp(a, "-h") == 0)
             a = "--help";
+        else if (strcmp(a, "-H") == 0) /* Horovod's host list */
+            a = "--nodes";
+        else if (strcmp(a, "-m") == 0) /* python -m, as torchrun takes it */
+            a = "--module";
         if (strncmp(a, "--", 2) != 0 || !a[2]) {
             if (a[0] == '-' && a[1]) {
                 ddp__cli_error("unknown option '%s' (options are long: --help)", a);
@@ -103,7 +107,8 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             ddp__cli_error("option '--%s' needs a value (%s)", opts[found].name, opts[found].arg);
             return -1;
         }
-        if (found == DDP_OPT_SET || found == DDP_OPT_NPROC || found == DDP_OPT_RANKS) {
+        if (found == DDP_OPT_SET || found == DDP_OPT_NPROC || found == DDP_OPT_NPROC_PER_NODE ||
+            found == DDP_OPT_RANKS || found == DDP_OPT_MAX_RESTARTS) {
             if (o->nsets == DDP_CLI_MAX_SETS) {
                 ddp__cli_error("too many --set options (at most %d)", DDP_CLI_MAX_SETS);
                 return -1;
@@ -112,16 +117,17 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
              * the user wrote it. */
             size_t k = o->nsets++;
             if (found != DDP_OPT_SET) {
-                bool np = found == DDP_OPT_NPROC;
+                const char *key = found == DDP_OPT_RANKS          ? "logs.console_ranks"
+                                  : found == DDP_OPT_MAX_RESTARTS ? "elastic.max_restarts"
+                                                                  : "nproc_per_node";
                 if (strlen(val) > 120) {
                     ddp__cli_error("option '--%s': the value is too long", opts[found].name);
                     return -1;
                 }
-                snprintf(o->set_buf[k], sizeof(o->set_buf[k]), "%s=%s",
-                         np ? "nproc_per_node" : "logs.console_ranks", val);
+                snprintf(o->set_buf[k], sizeof(o->set_buf[k]), "%s=%s", key, val);
                 o->sets[k] = o->set_buf[k];
-                snprintf(o->label_buf[k], sizeof(o->label_buf[k]), "--%s %s",
-                         np ? "nproc" : "ranks", val);
+                snprintf(o->label_buf[k], sizeof(o->label_buf[k]), "--%s %s", opts[found].name,
+                         val);
                 o->labels[k] = o->label_buf[k];
             } else {
                 o->sets[k] = val;

@@ -38,6 +38,10 @@ struct ddp_cli_opts {
     char set_buf[DDP_CLI_MAX_SETS][160], label_buf[DDP_CLI_MAX_SETS][160];
     const char *pos[DDP_CLI_MAX_WORDS];
     size_t npos;
+    /* A program run without a job file (torchrun style): the program and its arguments. */
+    const char *program;
+    char *const *prog_args;
+    int nprog_args;
 };
 
 /*

@@ -140,6 +140,37 @@ static int check_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *ro
     return 0;
 }
 
+/*
+ * Other tools' host syntax is an error naming the right form, never a host literally called
+ * "gpu1:4" (Horovod's host:slots) or "gpu1 slots=4" (a DeepSpeed or Open MPI hostfile line).
+ * An IPv6 address has more than one colon and is a host.
+ */
+static int check_host_syntax(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *h)
+{
+    const char *colon = strchr(h, ':');
+    char *end;
+    if (colon && !strchr(colon + 1, ':') && colon[1] && (strtol(colon + 1, &end, 10), !*end)) {
+        ddp__jv_err(c, n,
+                    "node '%s' looks like Horovod's host:slots; in a job file write "
+                    "{host: %.*s, slots: %s}",
+                    h, (int)(colon - h), h, colon + 1);
+        return -1;
+    }
+    const char *sp = strpbrk(h, " \t");
+    if (sp) {
+        const char *slots = strstr(h, "slots=");
+        if (slots)
+            ddp__jv_err(c, n,
+                        "node '%s' is a hostfile line; in a job file write {host: %.*s, "
+                        "slots: %s}",
+                        h, (int)(sp - h), h, slots + 6);
+        else
+            ddp__jv_err(c, n, "node '%s' is not a host name (no spaces)", h);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                       int **slots_given)
 {
@@ -167,6 +198,8 @@ static int load_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, stru
         if (ddp__jv_str(c, host, "host", &j->nodes[i].host) < 0)
             return -1;
         j->nnodes = i + 1; /* counted now, so an error below still frees it */
+        if (check_host_syntax(c, host, j->nodes[i].host) < 0)
+            return -1;
     }
     const char **hosts = malloc(j->nnodes * sizeof(*hosts));
     size_t dup, first;
@@ -213,7 +246,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         ddp__jv_err(
             c, prog ? NULL : root,
             "%s, not a job file: a job file is a YAML mapping of keys to values (see "
-            "ddprun-job(5)); to run a program put it in one, as command: [python3, train.py]",
+            "ddprun-job(5)); to run a program without one, as torchrun does: ddprun "
+            "[--nproc-per-node N] --no-python PROGRAM ARGS... (a .py script: ddprun train.py)",
             prog                      ? "this is a program"
             : root->type == DDP_Y_SEQ ? "this is a YAML list"
                                       : "this is a single value");

@@ -84,6 +84,22 @@ int ddp__job_load_string(const char *name, const char *yaml, const char *const *
 int ddp__job_load_default(const char *const *sets, const char *const *labels, size_t nsets,
                           struct ddp_job **out);
 
+/* A program run without a job file, torchrun style (cli/job_cmdline.c). */
+struct ddp_cmdline {
+    const char *program; /* a .py script (run under python3), a module (-m), or with no_python
+                            a program */
+    char *const *args;   /* its arguments */
+    int nargs;
+    bool module, no_python;
+    const char *nodes;       /* --nodes / -H: h1,h2 or h1:4,h2:4; NULL for localhost */
+    const char *nodes_label; /* "--nodes h1,h2", for messages */
+    const char *hostfile;    /* --hostfile */
+};
+
+/* The job such a command line describes, with the overrides (as ddp__job_load). */
+int ddp__job_from_cmdline(const struct ddp_cmdline *cl, const char *const *sets,
+                          const char *const *labels, size_t nsets, struct ddp_job **out);
+
 void ddp__job_free(struct ddp_job *job);
 
 /* Parses "500ms", "5s", "2m", "1h" (also "1.5s"). -1 if malformed. */

@@ -94,6 +94,7 @@ static void usage_of(const struct command *c)
 static void usage(void)
 {
     printf("usage: ddprun [OPTIONS] JOB.yaml [OPTIONS]        run a job\n"
+           "       ddprun [OPTIONS] train.py [ARGS...]         run a program as torchrun does\n"
            "       ddprun plan [OPTIONS] JOB.yaml              print the resolved job and rank "
            "map\n"
            "       ddprun doctor [OPTIONS] JOB.yaml            check every node before a run\n"
@@ -119,9 +120,37 @@ static void usage(void)
            "130 interrupted.\nSee ddprun(1), ddprun-job(5) and ddprun-store(7).\n");
 }
 
-/* The job of a run, plan or doctor: JOB.yaml with the overrides, or the default job. */
+/* The job of a run, plan or doctor: JOB.yaml with the overrides, a program's command line
+ * (torchrun style), or the default job. */
 static int load_job(const struct ddp_cli_opts *o, bool file_needed, struct ddp_job **job)
 {
+    const char *const *v = o->vals;
+    if (o->program) {
+        if (v[DDP_OPT_NODES] && v[DDP_OPT_HOSTFILE]) {
+            ddp__cli_error("give the hosts with --nodes or with --hostfile, not both");
+            return -1;
+        }
+        char label[300];
+        snprintf(label, sizeof(label), "--nodes %s", v[DDP_OPT_NODES] ? v[DDP_OPT_NODES] : "");
+        struct ddp_cmdline cl = {.program = o->program,
+                                 .args = o->prog_args,
+                                 .nargs = o->nprog_args,
+                                 .module = v[DDP_OPT_MODULE] != NULL,
+                                 .no_python = v[DDP_OPT_NO_PYTHON] != NULL,
+                                 .nodes = v[DDP_OPT_NODES],
+                                 .nodes_label = label,
+                                 .hostfile = v[DDP_OPT_HOSTFILE]};
+        return ddp__job_from_cmdline(&cl, o->sets, o->labels, o->nsets, job);
+    }
+    static const int prog_only[] = {DDP_OPT_NODES, DDP_OPT_HOSTFILE, DDP_OPT_MODULE,
+                                    DDP_OPT_NO_PYTHON};
+    for (size_t k = 0; k < sizeof(prog_only) / sizeof(prog_only[0]); k++)
+        if (v[prog_only[k]]) {
+            ddp__cli_error("--nodes, -H, --hostfile, -m and --no-python are for a program run "
+                           "without a job file (ddprun [OPTIONS] train.py ARGS...); a job file "
+                           "says it with nodes: and command:");
+            return -1;
+        }
     if (o->npos == 0) {
         if (file_needed) {
             ddp__cli_error("%s: which job file? (ddprun %s JOB.yaml)", o->cmd, o->cmd);
@@ -204,6 +233,14 @@ static int cmd_version(struct ddp_cli_opts *o)
     return DDP_EXIT_OK;
 }
 
+/* A program rather than a job file: a .py script, or any word with -m or --no-python. */
+static bool is_program(const char *word, const struct ddp_cli_opts *o)
+{
+    size_t n = strlen(word);
+    return o->vals[DDP_OPT_MODULE] || o->vals[DDP_OPT_NO_PYTHON] ||
+           (n > 3 && strcmp(word + n - 3, ".py") == 0);
+}
+
 int main(int argc, char **argv)
 {
     /* Hidden helpers that ddprun runs itself; their arguments are positional. */
@@ -235,6 +272,16 @@ int main(int argc, char **argv)
     for (int g = 0; c->groups[g]; g++)
         groups[g + 1] = c->groups[g];
     o.cmd = c != &commands[0] ? c->name : NULL;
+    /* Options before the first word; then a program (torchrun style) takes every word after
+     * it as its own arguments, while after a job file options may still follow. */
+    if (ddp__cli_parse(argc, argv, &i, groups, true, &o) < 0)
+        return DDP_EXIT_USAGE;
+    if (c->groups[0] && strcmp(c->groups[0], "job") == 0 && i < argc && is_program(argv[i], &o)) {
+        o.program = argv[i];
+        o.prog_args = argv + i + 1;
+        o.nprog_args = argc - i - 1;
+        i = argc;
+    }
     if (ddp__cli_parse(argc, argv, &i, groups, false, &o) < 0)
         return DDP_EXIT_USAGE;
     if (o.vals[DDP_OPT_HELP]) {

@@ -117,10 +117,10 @@ for i in range(20000): print(f'  K{i}: v{i}')" >big.yaml
 }
 
 @test "a program given instead of a job file gets a hint" {
-  printf 'import torch\nprint(torch.__version__)\n' >train.py
-  run "$DDPRUN" train.py
+  printf '#!/bin/sh\necho hi\n' >train.sh
+  run "$DDPRUN" train.sh
   [ "$status" -eq 2 ]
-  assert_output --partial "train.py: this is a program, not a job file: a job file is a YAML mapping of keys to values (see ddprun-job(5)); to run a program put it in one, as command: [python3, train.py]"
+  assert_output --partial "train.sh: this is a program, not a job file: a job file is a YAML mapping of keys to values (see ddprun-job(5)); to run a program without one, as torchrun does: ddprun [--nproc-per-node N] --no-python PROGRAM ARGS... (a .py script: ddprun train.py)"
   printf -- '- a\n- b\n' >list.yaml
   refused list.yaml "list.yaml:1:1: this is a YAML list, not a job file"
 }
