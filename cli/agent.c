@@ -342,7 +342,9 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, pid_
     set_env_int("TORCHELASTIC_RESTART_COUNT", st->restart_count);
     set_env_int("TORCHELASTIC_MAX_RESTARTS", st->max_restarts);
     setenv("TORCHELASTIC_RUN_ID", st->job_id, 1);
-    setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+    /* True: every rank is a client of MASTER_ADDR:MASTER_PORT, the launcher's TCPStore port
+     * (torch's agent store); False: rank 0 hosts a TCPStore there. */
+    setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);
     setenv("DDPRUN_JOB_ID", st->job_id, 1);
     setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
     setenv("DDPRUN_BACKEND", st->backend, 1);

@@ -83,6 +83,7 @@ struct ddp__agent_start {
     char **argv;          /* NULL-terminated */
     char **env;           /* "K=V" strings, NULL-terminated: the job's env, applied last */
     char **shell_env;     /* "K=V" from the launching shell (the export rule), applied first */
+    uint8_t agent_store;  /* MASTER_ADDR:MASTER_PORT is the launcher's TCPStore port */
 };
 
 /* Appends a START frame to b. */

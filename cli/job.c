@@ -27,7 +27,8 @@ static const char *const top_keys[] = {
     "name",       "command",    "workdir", "env", "nodes", "nproc_per_node",
     "backend",    "rendezvous", "elastic", "ssh", "logs",  "checkpoint",
     "stop_grace", "network",    "export",  NULL};
-static const char *const rdzv_keys[] = {"listen", "port", "timeout", "last_call", NULL};
+static const char *const rdzv_keys[] = {"listen",    "port",        "timeout",
+                                        "last_call", "torch_store", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
     "cooldown",  NULL};
@@ -320,6 +321,17 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             ((n = ddp__ytree_get(sub, "last_call")) &&
              ddp__jv_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
             goto out;
+        if ((n = ddp__ytree_get(sub, "torch_store"))) {
+            if (ddp__jv_scalar(c, n, "rendezvous.torch_store") < 0)
+                goto out;
+            if (strcmp(n->str, "rank0") == 0)
+                j->torch_store_rank0 = true;
+            else if (strcmp(n->str, "launcher") != 0) {
+                ddp__jv_err(c, n, "rendezvous.torch_store must be launcher or rank0, got '%s'",
+                            n->str);
+                goto out;
+            }
+        }
     }
     j->min_nodes = j->max_nodes = (int)j->nnodes;
     if ((sub = ddp__ytree_get(root, "elastic"))) {

@@ -33,6 +33,7 @@ struct ddp_job {
     int rdzv_port;
     int64_t rdzv_timeout_ms;
     int64_t rdzv_last_call_ms; /* once min_nodes joined, how long more may still join */
+    bool torch_store_rank0;    /* rendezvous.torch_store: rank0 (else the launcher's port) */
     int min_nodes, max_nodes, max_restarts;
     int64_t heartbeat_interval_ms, heartbeat_timeout_ms;
     int64_t cooldown_ms; /* a node lost twice within this is left out for this long */

@@ -82,8 +82,13 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
             "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
             j->world_size, j->world_size, j->nnodes);
-    fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
-               "TORCHELASTIC_USE_AGENT_STORE=False\n");
+    if (j->torch_store_rank0)
+        fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
+                   "TORCHELASTIC_USE_AGENT_STORE=False   # rank 0 hosts the TCPStore\n");
+    else
+        fprintf(f, "MASTER_ADDR=<this machine, as each node reaches the store> "
+                   "MASTER_PORT=<the launcher's TCPStore port> "
+                   "TORCHELASTIC_USE_AGENT_STORE=True\n");
     fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
             j->max_restarts, job_id);
     fprintf(f,

@@ -464,7 +464,10 @@ static void rdzv_close(void)
         else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
             snprintf(master, sizeof(master), "127.0.0.1");
     }
-    int master_port = free_port();
+    int master_port = L.torch_port ? L.torch_port : free_port();
+    /* TCPStore connections from now on use this round's key space. */
+    if (L.torch_port)
+        ddp_store_server_torch_round(L.srv, L.round);
     /* The views learn the round's ranks before any of their output (the records open the rank
      * logs). */
     const char **hosts = calloc((size_t)L.world + 1, sizeof(*hosts));
@@ -486,14 +489,20 @@ static void rdzv_close(void)
         struct ddp__sup_node *a = &L.nd[i];
         if (a->state != DDP__NS_RUNNING)
             continue;
-        char node_store[300];
+        char node_store[300], store_host[300], node_master[300];
+        int store_port;
         node_store_addr((int)i, node_store, sizeof(node_store));
+        /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it. */
+        snprintf(node_master, sizeof(node_master), "%s", master);
+        if (L.torch_port &&
+            ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
+            snprintf(node_master, sizeof(node_master), "%s", store_host);
         struct ddp__agent_start st = {
             .token = L.token,
             .store_addr = node_store,
             .job_id = L.job_id,
             .host_label = j->nodes[i].host,
-            .master_addr = master,
+            .master_addr = node_master,
             .master_port = (uint32_t)master_port,
             .node_rank = (uint32_t)a->member_index,
             .nnodes = (uint32_t)L.nmembers,
@@ -510,7 +519,8 @@ static void rdzv_close(void)
             .argv = j->argv,
             .env = L.env,
             /* local ranks inherit this shell's whole environment */
-            .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : L.shell_env};
+            .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : L.shell_env,
+            .agent_store = L.torch_port != 0};
         ddp__nodes_start_round(&L.nodes, (int)i, &st);
     }
 }

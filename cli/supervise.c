@@ -15,6 +15,11 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -200,6 +205,65 @@ static bool env_has(const struct ddp_job *job, const char *key)
     return false;
 }
 
+/* Appends the numeric addresses of host to the list (a few, each once). */
+static void add_addrs(char ***list, size_t *n, const struct addrinfo *ai)
+{
+    for (; ai; ai = ai->ai_next) {
+        char ip[INET6_ADDRSTRLEN];
+        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, ip, sizeof(ip), NULL, 0, NI_NUMERICHOST) != 0)
+            continue;
+        char *pct = strchr(ip, '%');
+        if (pct)
+            *pct = '\0';
+        bool seen = false;
+        for (size_t k = 0; k < *n && !seen; k++)
+            seen = strcmp((*list)[k], ip) == 0;
+        char **v = seen ? NULL : realloc(*list, (*n + 2) * sizeof(char *));
+        if (v) {
+            *list = v;
+            if (((*list)[*n] = strdup(ip)))
+                (*n)++;
+        }
+    }
+}
+
+/*
+ * The TCPStore port (rendezvous.torch_store: launcher): PyTorch's protocol has no
+ * authentication, so it serves only the job's nodes: every address of each node's host, and
+ * every address of this machine (its local nodes' ranks come from one of them).
+ */
+static int torch_listen(const struct ddp_job *job, const char *listen)
+{
+    char **allow = NULL;
+    size_t n = 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+    for (size_t i = 0; i < job->nnodes; i++)
+        if (getaddrinfo(job->nodes[i].host, NULL, &hints, &res) == 0) {
+            add_addrs(&allow, &n, res);
+            freeaddrinfo(res);
+        }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *f = ifs; f; f = f->ifa_next) {
+            if (!f->ifa_addr ||
+                (f->ifa_addr->sa_family != AF_INET && f->ifa_addr->sa_family != AF_INET6))
+                continue;
+            struct addrinfo one = {.ai_addr = f->ifa_addr,
+                                   .ai_addrlen = f->ifa_addr->sa_family == AF_INET
+                                                     ? sizeof(struct sockaddr_in)
+                                                     : sizeof(struct sockaddr_in6)};
+            add_addrs(&allow, &n, &one);
+        }
+        freeifaddrs(ifs);
+    }
+    int r = ddp_store_server_torch_listen(L.srv, listen, 0, (const char *const *)allow, n,
+                                          &L.torch_port);
+    for (size_t k = 0; k < n; k++)
+        free(allow[k]);
+    free(allow);
+    return r;
+}
+
 /* The ranks' extra environment: OMP_NUM_THREADS=1 as torchrun sets it, a forced network
  * interface or family (network:; an automatic interface is chosen by each node's agent),
  * then the job's env. */
@@ -284,6 +348,12 @@ int ddp__launch(const struct ddp_job *job)
     int r = ddp_store_server_new(&o, &srv);
     if (r < 0) {
         ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen, job->rdzv_port,
+                       ddp_strerror(r));
+        goto out;
+    }
+    L.srv = srv;
+    if (!job->torch_store_rank0 && (r = torch_listen(job, listen)) < 0) {
+        ddp__cli_error("cannot serve PyTorch's TCPStore protocol on '%s': %s", listen,
                        ddp_strerror(r));
         goto out;
     }

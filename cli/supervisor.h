@@ -71,6 +71,8 @@ struct ddp__sup {
     char token[DDP_STORE_TOKEN_HEX + 1];
     char store_addr[300], store_host[256];
     int store_port;
+    struct ddp_store_server *srv; /* the job\'s store (its thread runs it) */
+    int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
     const char *first_remote;
     char **env;          /* the job's extra environment, "K=V" */

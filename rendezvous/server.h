@@ -3,8 +3,9 @@
  *   store_server.c  the loop: accepting, reading whole frames, the handshake, dispatch,
  *                   teardown after each iteration, the public lifecycle and statistics
  *   server_data.c   keys, waiters, watches and leases, and the requests on them
+ *   server_torch.c  PyTorch's TCPStore protocol on a port of its own, over the same data
  *   server_conn.c   a connection's replies and output (queued, drained on EPOLLOUT), closing
- * Calls go down that list only.
+ * Calls go down that list only (server_torch.c calls server_data.c and server_conn.c).
  */
 #ifndef DDP_RENDEZVOUS_SERVER_H
 #define DDP_RENDEZVOUS_SERVER_H
@@ -62,6 +63,11 @@ struct conn {
     bool closing;                /* scheduled for teardown at the end of this iteration */
     bool close_after_write;      /* flush what is queued, then close */
     const char *close_reason;
+    /* A connection to the TCPStore port (server_torch.c): PyTorch's protocol, no handshake. */
+    bool torch;
+    bool torch_known; /* its version is decided (the first request tells) */
+    bool torch_v22;   /* torch >= 2.2 numbering (it began with VALIDATE); else 1.13's */
+    int torch_round;  /* the restart round whose key space it uses (taken at accept) */
 };
 
 struct entry {
@@ -140,6 +146,12 @@ struct server {
     uint32_t next_watch_id;
     int64_t last_refuse_log_ms;
     struct stats st;
+    /* The TCPStore port (ddp_store_server_torch_listen): its socket, the peer addresses it
+     * accepts, and the round whose key space new connections get. */
+    int tfd;
+    char **torch_allow;
+    size_t ntorch_allow;
+    _Atomic int torch_round;
 };
 
 /* The public name is the opaque struct ddp_store_server. */
@@ -158,8 +170,17 @@ size_t ddp__srv_reply_begin(struct conn *c, uint8_t op, uint32_t id, int status)
 void ddp__srv_reply_end(struct conn *c, size_t pos);
 /* A reply with a status and no payload. */
 void ddp__srv_reply(struct conn *c, uint8_t op, uint32_t id, int status);
+/* The answer to a parked WAIT: a WAIT reply, or on a TCPStore connection its one byte
+ * (STOP_WAITING 0 when the keys exist). */
+void ddp__srv_reply_wait(struct conn *c, uint32_t id, int status);
 /* Writes as much queued output as the socket takes; arms EPOLLOUT for the rest. */
 void ddp__srv_flush(struct conn *c);
+
+/* ---- server_torch.c ---- */
+
+/* Handles every whole TCPStore request buffered on c (see ddp__srv_process); -1 when c is
+ * closing. */
+int ddp__srv_torch_process(struct conn *c);
 
 /* ---- server_data.c ---- */
 
@@ -177,6 +198,25 @@ void ddp__srv_op_unwatch(struct conn *c, const struct ddp__req *q);
 void ddp__srv_op_lease_grant(struct conn *c, const struct ddp__req *q);
 void ddp__srv_op_lease_keepalive(struct conn *c, const struct ddp__req *q);
 void ddp__srv_op_lease_revoke(struct conn *c, const struct ddp__req *q);
+/* For the TCPStore protocol (server_torch.c): the data without ddprun's request framing. */
+struct entry *ddp__srv_find(struct server *s, const uint8_t *key, uint32_t klen);
+/* The entry of key, made (absent) if there is none; NULL when out of memory. */
+struct entry *ddp__srv_get(struct server *s, const uint8_t *key, uint32_t klen);
+/* Stores a value (taking ownership of val), waking waiters and sending SET events. */
+void ddp__srv_set(struct server *s, struct entry *e, uint8_t *val, uint32_t vlen);
+/* Deletes a present key (DELETE events); frees the entry when nothing refers to it. */
+void ddp__srv_delete(struct server *s, struct entry *e);
+/* A copy of n bytes (NULL when out of memory; a 0-length copy is not NULL). */
+uint8_t *ddp__srv_dup(const uint8_t *p, uint32_t n);
+/* The decimal integer ADD accepts (an optional '-' and digits): 0 or DDP_ENOTINT. */
+int ddp__srv_parse_i64(const uint8_t *p, uint32_t n, int64_t *out);
+/* Parks c on the n keys (until all exist at once; timeout_ms, DDP__WAIT_FOREVER for none):
+ * 0 when parked, 1 when they all exist now (nothing parked), DDP_ENOMEM. */
+int ddp__srv_park(struct conn *c, uint32_t reqid, const uint8_t *const *keys, const uint32_t *klens,
+                  uint32_t n, uint32_t timeout_ms);
+/* Drops c's parked WAIT without answering it (TCPStore's CANCEL_WAIT). */
+void ddp__srv_unpark(struct conn *c);
+
 /* Drops what connection c holds (its waiters and watches) before it is freed. */
 void ddp__srv_conn_forget(struct conn *c);
 /* Frees every key and lease (the server is being freed). */

@@ -80,3 +80,16 @@ void ddp__srv_flush(struct conn *c)
                         c->close_after_write ? DDP_LOOP_WRITE : DDP_LOOP_READ | DDP_LOOP_WRITE);
     }
 }
+
+void ddp__srv_reply_wait(struct conn *c, uint32_t id, int status)
+{
+    if (!c->torch) {
+        ddp__srv_reply(c, DDP__OP_WAIT, id, status);
+        return;
+    }
+    /* TCPStore: STOP_WAITING (0) once the keys exist; its waits do not time out here. */
+    if (status == 0) {
+        ddp_buf_put_u8(&c->out, 0);
+        ddp__srv_want_flush(c);
+    }
+}

@@ -139,7 +139,7 @@ static void key_presence_changed(struct entry *e)
     while (ready) {
         struct waiter *w = ready;
         ready = w->ready_next;
-        ddp__srv_reply(w->c, DDP__OP_WAIT, w->reqid, 0);
+        ddp__srv_reply_wait(w->c, w->reqid, 0);
         waiter_free(w);
     }
 }
@@ -148,7 +148,7 @@ static void waiter_timeout(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
     struct waiter *w = DDP_CONTAINER_OF(t, struct waiter, timer);
-    ddp__srv_reply(w->c, DDP__OP_WAIT, w->reqid, DDP_ETIMEDOUT);
+    ddp__srv_reply_wait(w->c, w->reqid, DDP_ETIMEDOUT);
     waiter_free(w);
 }
 
@@ -604,4 +604,80 @@ void ddp__srv_data_free(struct server *s)
         ddp_htab_foreach(&s->keys, free_entry_cb, NULL);
     if (s->leases.slots)
         ddp_htab_foreach(&s->leases, free_lease_cb, NULL);
+}
+
+/* ---- the data for the TCPStore protocol (server_torch.c) ---- */
+
+struct entry *ddp__srv_find(struct server *s, const uint8_t *key, uint32_t klen)
+{
+    return entry_find(s, key, klen);
+}
+
+struct entry *ddp__srv_get(struct server *s, const uint8_t *key, uint32_t klen)
+{
+    return entry_get(s, key, klen);
+}
+
+void ddp__srv_set(struct server *s, struct entry *e, uint8_t *val, uint32_t vlen)
+{
+    entry_set(s, e, val, vlen);
+}
+
+void ddp__srv_delete(struct server *s, struct entry *e)
+{
+    entry_delete(s, e, DDP_STORE_EV_DELETE);
+}
+
+uint8_t *ddp__srv_dup(const uint8_t *p, uint32_t n)
+{
+    return dup_bytes(p, n);
+}
+
+int ddp__srv_parse_i64(const uint8_t *p, uint32_t n, int64_t *out)
+{
+    return parse_i64(p, n, out);
+}
+
+int ddp__srv_park(struct conn *c, uint32_t reqid, const uint8_t *const *keys, const uint32_t *klens,
+                  uint32_t n, uint32_t timeout_ms)
+{
+    struct server *s = c->srv;
+    uint32_t missing = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct entry *e = entry_find(s, keys[i], klens[i]);
+        missing += !e || !e->present;
+    }
+    if (missing == 0)
+        return 1;
+    struct waiter *w = calloc(1, sizeof(*w) + n * sizeof(struct wlink));
+    if (!w)
+        return DDP_ENOMEM;
+    w->c = c;
+    w->reqid = reqid;
+    ddp_timer_init(&w->timer, waiter_timeout);
+    ddp_list_add_tail(&c->waiters, &w->conn_link);
+    STAT_ADD(s, waiters, 1);
+    for (uint32_t i = 0; i < n; i++) {
+        struct entry *e = entry_get(s, keys[i], klens[i]);
+        if (!e) {
+            waiter_free(w);
+            return DDP_ENOMEM;
+        }
+        struct wlink *l = &w->links[w->nlinks++];
+        l->w = w;
+        l->e = e;
+        l->present = e->present;
+        ddp_list_add_tail(&e->waiters, &l->node);
+        w->missing += !e->present;
+    }
+    c->parked = w;
+    if (timeout_ms != DDP__WAIT_FOREVER)
+        ddp_timer_start(s->loop, &w->timer, timeout_ms);
+    return 0;
+}
+
+void ddp__srv_unpark(struct conn *c)
+{
+    if (c->parked)
+        waiter_free(c->parked);
 }

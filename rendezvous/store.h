@@ -53,6 +53,19 @@ int ddp_store_server_new(const struct ddp_store_server_opts *opts, struct ddp_st
 int ddp_store_server_port(const struct ddp_store_server *srv);
 
 /*
+ * Also serves PyTorch's TCPStore protocol (torch 1.13, and 2.2 and later) on host:port (port
+ * 0 picks a free one, written to *port_out), for unmodified PyTorch programs: MASTER_ADDR and
+ * MASTER_PORT point there, as at torchrun's agent store. That protocol has no authentication:
+ * only connections from the nallow addresses of allow (numeric IPs: the job's nodes) are served;
+ * others are closed at once. Call before ddp_store_server_run. Its keys live in a key space per
+ * round (ddp_store_server_torch_round), under "torch/<round>/" in the store. 0 or a DDP_E code.
+ */
+int ddp_store_server_torch_listen(struct ddp_store_server *srv, const char *host, int port,
+                                  const char *const *allow, size_t nallow, int *port_out);
+/* The round whose key space TCPStore connections accepted from now on use (thread-safe). */
+void ddp_store_server_torch_round(struct ddp_store_server *srv, int round);
+
+/*
  * Serves on the calling thread until ddp_store_server_stop. Returns 0, or
  * DDP_ESYS if the event loop fails.
  */

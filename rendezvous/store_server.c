@@ -224,6 +224,8 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
 static int conn_process(struct conn *c)
 {
     struct server *s = c->srv;
+    if (c->torch)
+        return ddp__srv_torch_process(c);
     for (;;) {
         if (c->closing || c->close_after_write)
             return -1;
@@ -257,8 +259,8 @@ static void conn_read(struct conn *c)
         uint32_t max = c->state == CONN_READY ? DDP__MAX_FRAME : DDP__MAX_PREAUTH_FRAME;
         /* Size the read to the frame in progress; its header was checked when it arrived. */
         size_t want = READ_CHUNK;
-        long fs = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max);
-        if (ddp_buf_pending(&c->in) >= 4 && fs == 0) {
+        if (!c->torch && ddp_buf_pending(&c->in) >= 4 &&
+            ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max) == 0) {
             struct ddp_rd r;
             uint32_t flen;
             ddp_rd_init(&r, c->in.data + c->in.off, 4);
@@ -351,6 +353,21 @@ static void accept_resume(struct ddp_loop *loop, struct ddp_timer *t)
     ddp_loop_modify(loop, s->lfd, DDP_LOOP_READ);
 }
 
+/* Whether a TCPStore peer is one of the job's node addresses (an IPv4 address mapped into
+ * IPv6 counts as the IPv4 one). */
+static bool torch_peer_allowed(const struct server *s, const struct sockaddr_storage *ss,
+                               socklen_t sl)
+{
+    char ip[INET6_ADDRSTRLEN];
+    if (getnameinfo((const struct sockaddr *)ss, sl, ip, sizeof(ip), NULL, 0, NI_NUMERICHOST) != 0)
+        return false;
+    const char *a = strncmp(ip, "::ffff:", 7) == 0 && strchr(ip, '.') ? ip + 7 : ip;
+    for (size_t i = 0; i < s->ntorch_allow; i++)
+        if (strcmp(a, s->torch_allow[i]) == 0)
+            return true;
+    return false;
+}
+
 static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
 {
     (void)mask;
@@ -382,6 +399,18 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
             close(fd);
             continue;
         }
+        bool torch = lfd == s->tfd;
+        if (torch && !torch_peer_allowed(s, &ss, sl)) {
+            char peer[96];
+            format_peer(&ss, sl, peer, sizeof(peer));
+            DDP_WARN(STORE,
+                     "refusing a TCPStore connection from '%s': not one of the job's "
+                     "nodes",
+                     peer);
+            STAT_ADD(s, conns_dropped, 1);
+            close(fd);
+            continue;
+        }
         struct conn *c = calloc(1, sizeof(*c));
         if (!c) {
             close(fd);
@@ -406,7 +435,13 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
             continue;
         }
         ddp_list_add_tail(&s->conns, &c->link);
-        ddp_timer_start(loop, &c->auth_timer, s->auth_timeout_ms);
+        if (torch) { /* no handshake in PyTorch's protocol: the peer check above is all */
+            c->torch = true;
+            c->state = CONN_READY;
+            c->torch_round = atomic_load(&s->torch_round);
+        } else {
+            ddp_timer_start(loop, &c->auth_timer, s->auth_timeout_ms);
+        }
         STAT_ADD(s, conns_accepted, 1);
         STAT_ADD(s, conns_open, 1);
     }
@@ -453,7 +488,8 @@ static void on_stop(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 /* Public API                                                         */
 /* ------------------------------------------------------------------ */
 
-static int listen_on(struct server *s, const char *host, int port)
+/* A listening socket on host:port (port 0: a free one): *fd and the port chosen. */
+static int open_listener(const char *host, int port, int *fd_out, int *port_out)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -479,9 +515,9 @@ static int listen_on(struct server *s, const char *host, int port)
             struct sockaddr_storage ss;
             socklen_t sl = sizeof(ss);
             getsockname(fd, (struct sockaddr *)&ss, &sl);
-            s->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            s->lfd = fd;
+            *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                                 : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            *fd_out = fd;
             freeaddrinfo(res);
             return 0;
         }
@@ -491,6 +527,11 @@ static int listen_on(struct server *s, const char *host, int port)
     freeaddrinfo(res);
     DDP_ERROR(STORE, "cannot listen on '%s:%d': %s", host, port, strerror(err));
     return DDP_ESYS;
+}
+
+static int listen_on(struct server *s, const char *host, int port)
+{
+    return open_listener(host, port, &s->lfd, &s->port);
 }
 
 int ddp_store_server_new(const struct ddp_store_server_opts *o, struct ddp_store_server **out)
@@ -503,7 +544,7 @@ int ddp_store_server_new(const struct ddp_store_server_opts *o, struct ddp_store
     if (!ss)
         return DDP_ENOMEM;
     struct server *s = &ss->s;
-    s->lfd = s->efd = -1;
+    s->lfd = s->efd = s->tfd = -1;
     ddp_list_init(&s->watches);
     ddp_list_init(&s->conns);
     ddp_list_init(&s->closing);
@@ -575,6 +616,11 @@ void ddp_store_server_free(struct ddp_store_server *srv)
     ddp_htab_release(&s->leases);
     if (s->lfd >= 0)
         close(s->lfd);
+    if (s->tfd >= 0)
+        close(s->tfd);
+    for (size_t i = 0; i < s->ntorch_allow; i++)
+        free(s->torch_allow[i]);
+    free(s->torch_allow);
     if (s->efd >= 0)
         close(s->efd);
     ddp_loop_free(s->loop);
@@ -595,4 +641,31 @@ void ddp_store_server_get_stats(const struct ddp_store_server *srv,
     st->watches = STAT_GET(s, watches);
     st->leases = STAT_GET(s, leases);
     st->leases_expired = STAT_GET(s, leases_expired);
+}
+
+int ddp_store_server_torch_listen(struct ddp_store_server *srv, const char *host, int port,
+                                  const char *const *allow, size_t nallow, int *port_out)
+{
+    struct server *s = &srv->s;
+    int r, tport = 0;
+    if (s->tfd >= 0 || !allow || !port_out)
+        return DDP_EINVAL;
+    if (!(s->torch_allow = calloc(nallow + 1, sizeof(char *))))
+        return DDP_ENOMEM;
+    for (size_t i = 0; i < nallow; i++) {
+        if (!(s->torch_allow[i] = strdup(allow[i])))
+            return DDP_ENOMEM;
+        s->ntorch_allow = i + 1;
+    }
+    if ((r = open_listener(host ? host : "0.0.0.0", port, &s->tfd, &tport)) < 0)
+        return r;
+    if ((r = ddp_loop_add(s->loop, s->tfd, DDP_LOOP_READ, on_accept, s)) < 0)
+        return r;
+    *port_out = tport;
+    return 0;
+}
+
+void ddp_store_server_torch_round(struct ddp_store_server *srv, int round)
+{
+    atomic_store(&srv->s.torch_round, round);
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bats
+# The launcher's TCPStore-compatible port: PyTorch programs find their store at
+# MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), served by the job's store with
+# a key space per restart round, to the job's node addresses only.
+load '../lib/common'
+
+PY=/usr/bin/python3
+CHECKS="$REPO/tests/integration/py/tcpstore_checks.py"
+
+setup() {
+  "$PY" -c 'import torch' 2>/dev/null || skip "python3-torch is not installed (./dev.sh deps installs it)"
+  cd "$BATS_TEST_TMPDIR"
+}
+
+checks() { # mode [extra yaml]
+  printf 'command: [%s, %s, %s]\nlogs: {dir: logs}\nstop_grace: 2s\n%s' "$PY" "$CHECKS" "$1" "${2:-}" >job.yaml
+  run timeout 120 "$DDPRUN" job.yaml
+  echo "$output"
+}
+
+@test "torch's own TCPStore client: set, get, add, compare_set, wait (and its timeout), num_keys, delete_key" {
+  checks ops
+  assert_success
+  assert_output --partial "ok: set, get, add, compare_set, wait, num_keys, delete_key, wait timeout"
+  run "$DDPRUN" plan job.yaml
+  assert_output --partial "MASTER_PORT=<the launcher's TCPStore port> TORCHELASTIC_USE_AGENT_STORE=True"
+}
+
+@test "a connection from an address that is not one of the job's nodes is refused" {
+  checks refused
+  assert_success
+  assert_output --partial "ok: a connection from an address that is not a node is refused"
+  assert_output --partial "refusing a TCPStore connection from '127.0.0.2:"
+}
+
+@test "a restart round starts with an empty key space: round 1 does not see round 0's keys" {
+  checks round "elastic: {max_restarts: 1}"$'\n'
+  assert_success
+  assert_output --partial "round 0 set its keys"
+  assert_output --partial "ok: round 1 does not see round 0's keys"
+}
+
+@test "malformed, truncated and oversized TCPStore requests close only their connection" {
+  checks bad
+  assert_success
+  assert_output --partial "ok: an unknown op closes its connection"
+  assert_output --partial "ok: a key of 2**40 bytes closes its connection"
+  assert_output --partial "ok: a truncated request closes only its connection; others are served"
+}
+
+@test "torch >= 2.2's numbering: VALIDATE and PING first, CANCEL_WAIT answers a parked WAIT" {
+  checks v22
+  assert_success
+  assert_output --partial "ok: torch >= 2.2"
+}
+
+@test "rendezvous.torch_store: rank0 keeps rank 0's own TCPStore (USE_AGENT_STORE=False)" {
+  printf 'command: [%s, %s]\nnproc_per_node: 2\nrendezvous: {torch_store: rank0}\nlogs: {dir: logs}\n' "$PY" "$REPO/tests/integration/py/ddp_train.py" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "rank 1 of 2: params sum"
+  run "$DDPRUN" plan job.yaml
+  assert_output --partial "TORCHELASTIC_USE_AGENT_STORE=False"
+}
