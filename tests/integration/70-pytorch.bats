@@ -61,3 +61,32 @@ replicas_equal() { # output n
   assert_output --regexp "Connection refused|Connection reset|timed out|connect"
   [ "$SECONDS" -lt 120 ]
 }
+
+@test "elastically across 3 SSH hosts: one SIGKILLed mid-run, the survivors resume from the script's checkpoint" {
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  sshd_setup
+  for k in 1 2 3; do sshd_start "$k"; done
+  mkdir ckpt
+  ssh_job job.yaml 1 1 2 3 -- "$PY" "$TRAIN"
+  cat >>job.yaml <<JOB
+env: {CKPT: $PWD/ckpt/model.pt, STEPS: "200", STEP_SLEEP: "0.05"}
+elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+rendezvous: {last_call: 3s}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  # rank 0 has saved a checkpoint (step 10): the job is training on all three
+  for _ in $(seq 600); do [ -e ckpt/model.pt ] && break; sleep 0.1; done
+  [ -e ckpt/model.pt ] || { kill "$ddp"; cat out.txt; return 1; }
+  kill -9 $(sshd_tree 3) $(sshd_ns_pids 3)
+  rc=0; wait "$ddp" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 0 ]
+  grep -q "node '$(sshd_addr 3)' lost" out.txt
+  # round 1 ran on the two others, from the checkpoint rank 0 wrote in round 0, to the end
+  grep -Eq "^\[$(sshd_addr 1):0\] resumed at step [1-9][0-9]*0$" out.txt
+  out=$(grep 'params sum' out.txt)
+  replicas_equal "$out" 2
+  grep -q "rank 1 of 2: params sum [-0-9.]* after 200 steps" out.txt
+  grep -q '"event": "membership".*"world_size": 2' logs/*/events.jsonl
+}

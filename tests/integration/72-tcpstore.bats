@@ -18,10 +18,10 @@ checks() { # mode [extra yaml]
   echo "$output"
 }
 
-@test "torch's own TCPStore client: set, get, add, compare_set, wait (and its timeout), num_keys, delete_key" {
+@test "torch's own TCPStore client: set, get, add, compare_set, wait (and its timeout), check, num_keys, delete_key" {
   checks ops
   assert_success
-  assert_output --partial "ok: set, get, add, compare_set, wait, num_keys, delete_key, wait timeout"
+  assert_output --partial "ok: set, get, add, compare_set, wait, check, num_keys, delete_key, wait timeout"
   run "$DDPRUN" plan job.yaml
   assert_output --partial "MASTER_PORT=<the launcher's TCPStore port> TORCHELASTIC_USE_AGENT_STORE=True"
 }

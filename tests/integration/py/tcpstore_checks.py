@@ -50,6 +50,14 @@ if mode == "ops":
     assert s.compare_set("k", "bad", "xx") == b"ww"
     assert s.compare_set("absent", "x", "y") == b"x"
     s.wait(["k", "c"])
+    # CHECK (op 4 in 1.13's numbering): torch 1.13's Python binding has no check(), so a raw
+    # client sends it; the Python client's keys go on the wire under "/"
+    raw = socket.create_connection((H, P))
+    raw.sendall(b"\x04" + struct.pack("<Q", 2) + s_(b"/k") + s_(b"/c"))
+    assert raw.recv(1) == b"\x00"  # READY
+    raw.sendall(b"\x04" + struct.pack("<Q", 2) + s_(b"/k") + s_(b"/nokey_yet"))
+    assert raw.recv(1) == b"\x01"  # NOT_READY
+    raw.close()
     assert s.num_keys() == 3, s.num_keys()
     assert s.delete_key("c") is True and s.delete_key("c") is False
     s.set_timeout(datetime.timedelta(milliseconds=300))
@@ -70,7 +78,7 @@ if mode == "ops":
     threading.Timer(0.3, lambda: s2.set("later", "1")).start()
     s3 = client()
     s3.wait(["later"], datetime.timedelta(seconds=5))
-    ok("set, get, add, compare_set, wait, num_keys, delete_key, wait timeout")
+    ok("set, get, add, compare_set, wait, check, num_keys, delete_key, wait timeout")
 elif mode == "refused":
     a = socket.socket()
     a.bind(("127.0.0.2", 0))
