@@ -49,7 +49,7 @@ static const struct command commands[] = {
      1,
      cmd_doctor},
     {"store",
-     "ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]",
+     "ddprun store --listen HOST:PORT --token-file FILE [--max-conns N] [--torch-listen HOST:PORT]",
      "Runs a standalone rendezvous store until SIGINT or SIGTERM; with port 0 it prints the\n"
      "address it chose on stdout's first line. The wire protocol is in ddprun-store(7).",
      {"store", NULL},
@@ -100,6 +100,7 @@ static void usage(void)
            "       ddprun doctor [OPTIONS] JOB.yaml            check every node before a run\n"
            "       ddprun [--nproc N]                          run the embedded default job\n"
            "       ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]\n"
+           "                    [--torch-listen HOST:PORT [--torch-allow LIST]]\n"
            "       ddprun help [COMMAND] | COMMAND --help       help on one command\n"
            "\n"
            "ddprun runs a data-parallel job described by a YAML file (see ddprun-job(5)): it\n"

@@ -5,6 +5,7 @@
 #include "common/util.h"
 #include "rendezvous/store.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +21,60 @@ static void on_signal(int sig)
     (void)sig;
     if (g_srv)
         ddp_store_server_stop(g_srv); /* async-signal-safe: one eventfd write */
+}
+
+/* HOST:PORT of the listen value, with the bound port (IPv6 in brackets). */
+static void print_addr(const char *listen, int port)
+{
+    char host[256];
+    int ignored;
+    if (ddp_parse_hostport(listen, host, sizeof(host), &ignored) < 0)
+        return;
+    printf(strchr(host, ':') ? "[%s]:%d\n" : "%s:%d\n", host, port);
+}
+
+/* --torch-listen and --torch-allow: the TCPStore port, serving only the allowed addresses (the
+ * protocol has no authentication). An exit status. */
+static int torch_port(const char *const *vals, int *tport)
+{
+    char host[256], list[4096];
+    int port;
+    if (ddp_parse_hostport(vals[DDP_OPT_TORCH_LISTEN], host, sizeof(host), &port) < 0) {
+        ddp__cli_error("store: --torch-listen '%s' is not HOST:PORT (port 0 picks a free one)",
+                       vals[DDP_OPT_TORCH_LISTEN]);
+        return DDP_EXIT_USAGE;
+    }
+    const char *allow_s = vals[DDP_OPT_TORCH_ALLOW] ? vals[DDP_OPT_TORCH_ALLOW] : "127.0.0.1,::1";
+    if (strlen(allow_s) >= sizeof(list)) {
+        ddp__cli_error("store: --torch-allow is too long");
+        return DDP_EXIT_USAGE;
+    }
+    snprintf(list, sizeof(list), "%s", allow_s);
+    const char *allow[256];
+    size_t n = 0;
+    char *save = NULL;
+    for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        unsigned char bin[16];
+        if ((inet_pton(AF_INET, a, bin) != 1 && inet_pton(AF_INET6, a, bin) != 1) ||
+            n == sizeof(allow) / sizeof(allow[0])) {
+            ddp__cli_error("store: --torch-allow '%s' is not a numeric IPv4 or IPv6 address "
+                           "(at most 256 of them)",
+                           a);
+            return DDP_EXIT_USAGE;
+        }
+        allow[n++] = a;
+    }
+    if (n == 0) {
+        ddp__cli_error("store: --torch-allow names no address");
+        return DDP_EXIT_USAGE;
+    }
+    int r = ddp_store_server_torch_listen(g_srv, host, port, allow, n, tport);
+    if (r < 0) {
+        ddp__cli_error("store: cannot serve TCPStore on '%s': %s", vals[DDP_OPT_TORCH_LISTEN],
+                       ddp_strerror(r));
+        return DDP_EXIT_LAUNCH;
+    }
+    return DDP_EXIT_OK;
 }
 
 int ddp__cmd_store(const struct ddp_cli_opts *cli)
@@ -70,6 +125,18 @@ int ddp__cmd_store(const struct ddp_cli_opts *cli)
         ddp__cli_error("store: cannot start on '%s': %s", vals[DDP_OPT_LISTEN], ddp_strerror(r));
         return DDP_EXIT_LAUNCH;
     }
+    int tport = 0;
+    if (vals[DDP_OPT_TORCH_ALLOW] && !vals[DDP_OPT_TORCH_LISTEN]) {
+        ddp__cli_error("store: --torch-allow needs --torch-listen HOST:PORT");
+        ddp_store_server_free(g_srv);
+        g_srv = NULL;
+        return DDP_EXIT_USAGE;
+    }
+    if (vals[DDP_OPT_TORCH_LISTEN] && (r = torch_port(vals, &tport)) != DDP_EXIT_OK) {
+        ddp_store_server_free(g_srv);
+        g_srv = NULL;
+        return r;
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -81,6 +148,8 @@ int ddp__cmd_store(const struct ddp_cli_opts *cli)
         printf("[%s]:%d\n", host, ddp_store_server_port(g_srv));
     else
         printf("%s:%d\n", host, ddp_store_server_port(g_srv));
+    if (tport)
+        print_addr(vals[DDP_OPT_TORCH_LISTEN], tport);
     fflush(stdout);
     DDP_INFO(STORE, "serving on '%s' port %d", host, ddp_store_server_port(g_srv));
 

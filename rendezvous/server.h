@@ -144,7 +144,7 @@ struct server {
     struct ddp_timer accept_pause;
     uint64_t next_conn_id;
     uint32_t next_watch_id;
-    int64_t last_refuse_log_ms;
+    int64_t last_refuse_log_ms, last_torch_refuse_log_ms;
     struct stats st;
     /* The TCPStore port (ddp_store_server_torch_listen): its socket, the peer addresses it
      * accepts, and the round whose key space new connections get. */

@@ -403,10 +403,15 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
         if (torch && !torch_peer_allowed(s, &ss, sl)) {
             char peer[96];
             format_peer(&ss, sl, peer, sizeof(peer));
-            DDP_WARN(STORE,
-                     "refusing a TCPStore connection from '%s': not one of the job's "
-                     "nodes",
-                     peer);
+            /* at most a line a second, whoever knocks */
+            int64_t now = ddp_now_ms();
+            if (now - s->last_torch_refuse_log_ms >= 1000) {
+                DDP_WARN(STORE,
+                         "refusing a TCPStore connection from '%s': not an address it serves "
+                         "(the job's nodes)",
+                         peer);
+                s->last_torch_refuse_log_ms = now;
+            }
             STAT_ADD(s, conns_dropped, 1);
             close(fd);
             continue;

@@ -63,3 +63,36 @@ teardown() { stop_store; }
   ! grep -q "$tok" "$BATS_TEST_TMPDIR/store.err"
   ! grep -q "$tok" "$BATS_TEST_TMPDIR/store.out"
 }
+
+@test "--torch-listen: PyTorch's TCPStore protocol on a second port, for the allowed addresses only" {
+  start_store --torch-listen 127.0.0.1:0
+  TADDR=$(sed -n 2p "$BATS_TEST_TMPDIR/store.out")
+  [[ "$TADDR" =~ ^127\.0\.0\.1:[0-9]+$ ]]
+  # torch >= 2.2's VALIDATE, then PING 7, SET /k v and GET /k, by a raw client
+  run python3 - "${TADDR#*:}" <<'PY'
+import socket, struct, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s_ = lambda b: struct.pack("<Q", len(b)) + b
+c.sendall(b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", 7)
+          + b"\x01" + s_(b"/k") + s_(b"v") + b"\x03" + s_(b"/k"))
+got = b""
+while len(got) < 13:
+    got += c.recv(13 - len(got))
+print("reply", got.hex())
+PY
+  assert_success
+  assert_output "reply 07000000""0100000000000000""76"
+  stop_store
+  # 127.0.0.1 is not allowed: the connection is closed at once, and the log says why
+  start_store --torch-listen 127.0.0.1:0 --torch-allow 10.0.0.1,::1
+  TADDR=$(sed -n 2p "$BATS_TEST_TMPDIR/store.out")
+  run python3 -c "import socket,sys; c=socket.create_connection(('127.0.0.1', int(sys.argv[1]))); c.settimeout(5); print('closed' if c.recv(1) == b'' else 'served')" "${TADDR#*:}"
+  assert_output closed
+  grep -q "refusing a TCPStore connection from '127.0.0.1:[0-9]*': not an address it serves" "$BATS_TEST_TMPDIR/store.err"
+  run "$DDPRUN" store --listen 127.0.0.1:0 --token-file "$TOKFILE" --torch-listen 127.0.0.1:0 --torch-allow localhost
+  assert_failure 2
+  assert_output --partial "--torch-allow 'localhost' is not a numeric IPv4 or IPv6 address"
+  run "$DDPRUN" store --listen 127.0.0.1:0 --token-file "$TOKFILE" --torch-allow 127.0.0.1
+  assert_failure 2
+  assert_output --partial "--torch-allow needs --torch-listen HOST:PORT"
+}
