@@ -6,8 +6,9 @@
  * The protocol (written from its description in ../shared/reference, read in torch's c10d
  * sources): no framing, no authentication; a request is a 1-byte op and its fields, integers
  * little-endian, strings as a u64 length and the bytes. Two numberings are served: torch 1.13's
- * (SET 0 ... DELETE_KEY 8) and that of torch 2.2 and later, whose clients begin with VALIDATE
- * (0 and the magic 0x3C85F7CE); the first request tells which. The keys live in the store's own
+ * (SET 0 ... DELETE_KEY 8, which 2.0 and 2.1 extend with APPEND 9 ... CANCEL_WAIT 12) and that of
+ * torch 2.2 and later, whose clients begin with VALIDATE (0 and the magic 0x3C85F7CE); the first
+ * request tells which. The keys live in the store's own
  * table under "torch/<round>/", so every restart round starts with an empty key space (a
  * restarted rank never reads an earlier round's NCCL id), and waits are the store's own parked
  * waits.
@@ -49,8 +50,11 @@ enum top {
 /* The op of wire byte b in the connection's numbering. */
 static enum top op_of(const struct conn *c, uint8_t b)
 {
-    static const enum top v113[] = {
-        T_SET, T_CAS, T_GET, T_ADD, T_CHECK, T_WAIT, T_NUMKEYS, T_BAD /* WATCH_KEY */, T_DELETE};
+    /* 1.13's nine ops; 2.0 and 2.1 added APPEND to CANCEL_WAIT after them */
+    static const enum top v113[] = {T_SET,        T_CAS,    T_GET,       T_ADD,
+                                    T_CHECK,      T_WAIT,   T_NUMKEYS,   T_BAD /* WATCH_KEY */,
+                                    T_DELETE,     T_APPEND, T_MULTI_GET, T_MULTI_SET,
+                                    T_CANCEL_WAIT};
     static const enum top v22[] = {T_VALIDATE,  T_SET,       T_CAS,         T_GET,    T_ADD,
                                    T_CHECK,     T_WAIT,      T_NUMKEYS,     T_DELETE, T_APPEND,
                                    T_MULTI_GET, T_MULTI_SET, T_CANCEL_WAIT, T_PING};

@@ -53,7 +53,7 @@ int ddp_store_server_new(const struct ddp_store_server_opts *opts, struct ddp_st
 int ddp_store_server_port(const struct ddp_store_server *srv);
 
 /*
- * Also serves PyTorch's TCPStore protocol (torch 1.13, and 2.2 and later) on host:port (port
+ * Also serves PyTorch's TCPStore protocol (torch 1.13 to 2.1, and 2.2 on) on host:port (port
  * 0 picks a free one, written to *port_out), for unmodified PyTorch programs: MASTER_ADDR and
  * MASTER_PORT point there, as at torchrun's agent store. That protocol has no authentication:
  * only connections from the nallow addresses of allow (numeric IPs: the job's nodes) are served;

@@ -62,3 +62,9 @@ checks() { # mode [extra yaml]
   run "$DDPRUN" plan job.yaml
   assert_output --partial "TORCHELASTIC_USE_AGENT_STORE=False"
 }
+
+@test "torch 2.0 and 2.1's numbering: 1.13's with APPEND, MULTI_GET, MULTI_SET and CANCEL_WAIT after it" {
+  checks v20
+  assert_success
+  assert_output --partial "ok: torch 2.0/2.1"
+}

@@ -3,7 +3,8 @@ Mode "ops": torch's own client, every operation. "refused": a connection from an
 is not a node's is closed at once. "round": what round 0 set, round 1 does not see. "bad":
 malformed, truncated and oversized requests close only their connection. "v22": torch >= 2.2's
 numbering (VALIDATE, PING, CANCEL_WAIT, MULTI_GET/SET, APPEND) by a raw client written from the
-protocol's description. Prints "ok: ..." lines; exits non-zero at the first failure."""
+protocol's description; "v20": torch 2.0 and 2.1's (1.13's, extended). Prints "ok: ..." lines;
+exits non-zero at the first failure."""
 import datetime
 import os
 import socket
@@ -123,7 +124,7 @@ elif mode == "bad":
     good.set("alive", "1")
     assert good.get("alive") == b"1"
     ok("a truncated request closes only its connection; others are served")
-elif mode == "v22":
+elif mode in ("v22", "v20"):
     c = socket.create_connection((H, P))
     def req(b, n=None):
         c.sendall(b)
@@ -138,6 +139,24 @@ elif mode == "v22":
     def bytes_reply():
         n = struct.unpack("<Q", req(b"", 8))[0]
         return req(b"", n) if n else b""
+    if mode == "v20":
+        # torch 2.0 and 2.1: 1.13's numbering (no VALIDATE) with APPEND 9, MULTI_GET 10,
+        # MULTI_SET 11 and CANCEL_WAIT 12 after it
+        req(b"\x00" + s_(b"/a") + s_(b"1"))  # SET
+        req(b"\x09" + s_(b"/a") + s_(b"23"))  # APPEND
+        req(b"\x02" + s_(b"/a")); assert bytes_reply() == b"123"  # GET
+        req(b"\x0b" + struct.pack("<q", 2) + s_(b"/x") + s_(b"X") + s_(b"/y") + s_(b"Y"))
+        req(b"\x0a" + struct.pack("<Q", 2) + s_(b"/x") + s_(b"/y"))
+        assert bytes_reply() == b"X" and bytes_reply() == b"Y"
+        req(b"\x05" + struct.pack("<Q", 1) + s_(b"/no"))  # WAIT, parked
+        assert req(b"\x0c", 1) == b"\x01"  # CANCEL_WAIT: WAIT_CANCELED
+        assert struct.unpack("<q", req(b"\x06", 8))[0] == 3  # GETNUMKEYS
+        assert struct.unpack("<q", req(b"\x08" + s_(b"/x"), 8))[0] == 1  # DELETE_KEY
+        w = socket.create_connection((H, P))
+        w.sendall(b"\x07" + s_(b"/a"))  # WATCH_KEY
+        assert closed(w), "WATCH_KEY was served"
+        ok("torch 2.0/2.1: SET, APPEND, GET, MULTI_SET, MULTI_GET, WAIT + CANCEL_WAIT, GETNUMKEYS, DELETE_KEY; WATCH_KEY refused")
+        sys.exit(0)
     req(b"\x00" + struct.pack("<I", 0x3C85F7CE))  # VALIDATE
     assert req(b"\x0d" + struct.pack("<I", 4242), 4) == struct.pack("<I", 4242)  # PING
     req(b"\x01" + s_(b"/a") + s_(b"1"))  # SET
