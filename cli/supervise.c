@@ -256,8 +256,23 @@ static int torch_listen(const struct ddp_job *job, const char *listen)
         }
         freeifaddrs(ifs);
     }
-    int r = ddp_store_server_torch_listen(L.srv, listen, 0, (const char *const *)allow, n,
-                                          &L.torch_port);
+    /* On a wildcard store, the port is bound to the address the nodes are reached from when it
+     * is one for all of them (the job's interface), else to the wildcard. */
+    char bind_ip[INET6_ADDRSTRLEN] = "", ip[INET6_ADDRSTRLEN];
+    bool one = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
+    for (size_t i = 0; i < job->nnodes && one; i++) {
+        if (ddp__job_host_is_local(job->nodes[i].host))
+            continue;
+        if (ddp__route_source(job->nodes[i].host, ip, sizeof(ip)) < 0 ||
+            (bind_ip[0] && strcmp(ip, bind_ip) != 0))
+            one = false;
+        else
+            snprintf(bind_ip, sizeof(bind_ip), "%s", ip);
+    }
+    const char *host = one && bind_ip[0] ? bind_ip : listen;
+    DDP_INFO(SUP, "serving PyTorch's TCPStore protocol on '%s'", host);
+    int r =
+        ddp_store_server_torch_listen(L.srv, host, 0, (const char *const *)allow, n, &L.torch_port);
     for (size_t k = 0; k < n; k++)
         free(allow[k]);
     free(allow);

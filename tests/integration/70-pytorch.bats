@@ -42,10 +42,12 @@ replicas_equal() { # output n
   # the host name these "nodes" share resolves to a loopback address, as Debian's default does
   getent hosts "$(hostname)" | grep -Eq '^127\.' || skip "this machine's host name does not resolve to loopback"
   ssh_job job.yaml 1 1 2 3 -- "$PY" "$TRAIN"
-  run "$DDPRUN" job.yaml
+  run "$DDPRUN" job.yaml --log-level info
   echo "$output"
   assert_success
   replicas_equal "$output" 3
+  # the TCPStore port is bound to the job's interface, the address the nodes reach the store at
+  assert_output --regexp "serving PyTorch's TCPStore protocol on '10\.[0-9.]+'"
   # each node's ranks were given that node's own interface
   ssh_job env.yaml 1 1 2 3 -- /bin/sh -c 'echo "iface $GLOO_SOCKET_IFNAME $NCCL_SOCKET_IFNAME $TP_SOCKET_IFNAME"'
   run "$DDPRUN" env.yaml
