@@ -27,6 +27,9 @@
 #define TORCH_MAX_KEY 8192u
 #define TORCH_MAX_VALUE (16u << 20)
 #define TORCH_MAX_KEYS 65536u
+/* A whole request: any one SET fits; a request still not whole past it is dropped, so that one
+ * connection never holds more than this of the store's memory in its input. */
+#define TORCH_MAX_REQUEST (TORCH_MAX_VALUE + (1u << 20))
 #define NS_MAX 32 /* "torch/<round>/" */
 
 enum top {
@@ -307,6 +310,10 @@ static int one_request(struct conn *c)
     }
     if (need < 0) {
         drop(c, "a key, value or key count over the limit");
+        return -1;
+    }
+    if (need == 0 && r.len > TORCH_MAX_REQUEST) {
+        drop(c, "a request over 17 MiB");
         return -1;
     }
     if (need == 0)

@@ -45,6 +45,7 @@ checks() { # mode [extra yaml]
   assert_success
   assert_output --partial "ok: an unknown op closes its connection"
   assert_output --partial "ok: a key of 2**40 bytes closes its connection"
+  assert_output --partial "ok: a request of 24 MiB closes its connection"
   assert_output --partial "ok: a truncated request closes only its connection; others are served"
 }
 

@@ -118,6 +118,17 @@ elif mode == "bad":
         c.sendall(data)
         assert closed(c), name + " was not refused"
         ok(name + " closes its connection")
+    # a MULTI_SET (2.0/2.1's numbering) of three 8 MiB values: each is allowed, the whole is not
+    c = socket.create_connection((H, P))
+    try:
+        c.sendall(b"\x0b" + struct.pack("<q", 3))
+        for i in range(3):
+            c.sendall(s_(b"/big%d" % i) + struct.pack("<Q", 8 << 20))
+            c.sendall(b"v" * (8 << 20))
+        assert closed(c), "a 24 MiB request was served"
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    ok("a request of 24 MiB closes its connection")
     c = socket.create_connection((H, P))
     c.sendall(b"\x00" + struct.pack("<Q", 10) + b"abc")  # a SET cut short
     c.close()
