@@ -308,11 +308,12 @@ static int launch(struct ddp_reducer *r, size_t bi)
         else
             for (size_t i = 0; i < b->count; i++)
                 b->comp[i] = ddp__f32_to_bf16(f[i] * inv);
-        rc = ddp_pg_allreduce_start(r->pg, b->comp, b->count,
-                                    r->o.hook == DDP_HOOK_FP16 ? DDP_F16 : DDP_BF16, DDP_SUM,
-                                    &b->work);
+        rc = ddp_pg_allreduce_start_bucket(r->pg, b->comp, b->count,
+                                           r->o.hook == DDP_HOOK_FP16 ? DDP_F16 : DDP_BF16, DDP_SUM,
+                                           (int)bi, &b->work);
     } else {
-        rc = ddp_pg_allreduce_start(r->pg, b->buf, b->count, b->dt, DDP_AVG, &b->work);
+        rc = ddp_pg_allreduce_start_bucket(r->pg, b->buf, b->count, b->dt, DDP_AVG, (int)bi,
+                                           &b->work);
     }
     r->st.launch_host_ns += (uint64_t)(ddp_now_ns() - t0);
     r->st.buckets_launched++;

@@ -8,6 +8,7 @@
 
 #include "worker/coll.h"
 #include "worker/pg.h"
+#include "worker/recorder.h"
 #ifdef DDP_HAVE_NCCL
 #include "worker/pg_nccl.h"
 #endif
@@ -17,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* In the flight recorder's order (enum ddp_progress_op). */
 enum work_kind { W_ALLREDUCE, W_BROADCAST, W_ALLGATHER, W_REDUCE_SCATTER, W_BARRIER };
 
 struct ddp_work {
@@ -27,6 +29,8 @@ struct ddp_work {
     enum ddp_dtype dt;
     enum ddp_redop op;
     int root;
+    int bucket;   /* the reducer's bucket index, or -1 (flight recorder) */
+    uint64_t seq; /* the flight recorder's sequence number, 0 before it is entered */
     int result;
     bool done;
     pthread_mutex_t mu;
@@ -59,8 +63,9 @@ struct ddp_pg {
     struct ddp_store *store; /* for the abort record; borrowed, or owned when owns_store */
     bool owns_store;
     char abort_key[300];
-    struct ddp__nccl *nccl; /* the NCCL backend, or NULL */
-    void *compute_stream;   /* what NCCL collectives wait for (ddp_pg_set_compute_stream) */
+    struct ddp__nccl *nccl;    /* the NCCL backend, or NULL */
+    void *compute_stream;      /* what NCCL collectives wait for (ddp_pg_set_compute_stream) */
+    struct ddp__recorder *rec; /* the flight recorder, or NULL */
 };
 
 /* Starts the group's communication thread (the NCCL watchdog on an NCCL group). */

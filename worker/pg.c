@@ -128,12 +128,24 @@ static void fail_group(struct ddp_pg *pg, enum work_kind kind, int r)
 /* Runs one operation (with pg->busy held by the caller) and aborts the group if it fails. */
 static int execute(struct ddp_pg *pg, struct ddp_work *w, bool stopping)
 {
-    if (stopping || !pg->alive)
+    if (stopping || !pg->alive) {
+        ddp__rec_end(pg->rec, w->seq, DDP_EABORTED);
         return DDP_EABORTED;
+    }
+    ddp__rec_start(pg->rec, w->seq);
     int r = run(pg, w);
+    ddp__rec_end(pg->rec, w->seq, r < 0 ? r : 0);
     if (r < 0)
         fail_group(pg, w->kind, r);
     return r;
+}
+
+/* The program issued w (under pg->mu): its place in the flight recorder. */
+static void record_entry(struct ddp_pg *pg, struct ddp_work *w)
+{
+    _Static_assert((int)W_BARRIER == (int)DDP_PROG_BARRIER, "work kinds are recorder ops");
+    w->seq = ddp__rec_enter(pg->rec, (enum ddp_progress_op)w->kind, (int)w->dt,
+                            (uint64_t)w->count * ddp_dtype_size(w->dt), w->bucket);
 }
 
 static void *comm_main(void *arg)
@@ -208,6 +220,7 @@ static void sweep(struct ddp_pg *pg, struct ddp_work **fly)
         int q = ddp__nccl_op_query(&w->nop);
         if (q == 1) {
             *fly = w->next;
+            ddp__rec_end(pg->rec, w->seq, 0);
             complete(w, 0);
             work_release(w);
             continue;
@@ -226,6 +239,7 @@ static void sweep(struct ddp_pg *pg, struct ddp_work **fly)
         while (*fly) {
             w = *fly;
             *fly = w->next;
+            ddp__rec_end(pg->rec, w->seq, r);
             complete(w, r);
             work_release(w);
         }
@@ -260,9 +274,11 @@ static void *comm_nccl_main(void *arg)
                                        sizeof(pg->comm.err))) < 0)
                 fail_group(pg, w->kind, r);
             if (r < 0) {
+                ddp__rec_end(pg->rec, w->seq, r);
                 complete(w, r);
                 work_release(w);
             } else {
+                ddp__rec_start(pg->rec, w->seq);
                 *fly_end = w;
                 fly_end = &w->next;
                 pthread_mutex_lock(&w->mu);
@@ -337,6 +353,7 @@ static int run_inline(struct ddp_pg *pg, struct ddp_work *w)
         return 1;
     }
     pg->busy = true;
+    record_entry(pg, w);
     pthread_mutex_unlock(&pg->mu);
     int r = execute(pg, w, false);
     pthread_mutex_lock(&pg->mu);
@@ -359,6 +376,7 @@ static int enqueue(struct ddp_pg *pg, struct ddp_work *w, struct ddp_work **out)
         w->refs = 1; /* the communication thread never sees it */
         return 0;
     }
+    record_entry(pg, w);
     if (pg->tail)
         pg->tail->next = w;
     else
@@ -388,8 +406,14 @@ static int describe(struct ddp_pg *pg, struct ddp_work *w, enum work_kind kind, 
     bool needs_send = kind == W_ALLGATHER || kind == W_REDUCE_SCATTER;
     if (count && (!buf || (needs_send && !send)))
         return DDP_EINVAL;
-    *w = (struct ddp_work){
-        .kind = kind, .send = send, .buf = buf, .count = count, .dt = dt, .op = op, .root = root};
+    *w = (struct ddp_work){.kind = kind,
+                           .send = send,
+                           .buf = buf,
+                           .count = count,
+                           .dt = dt,
+                           .op = op,
+                           .root = root,
+                           .bucket = -1};
     return 0;
 }
 
@@ -514,6 +538,20 @@ int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_
 {
     COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
     return start(pg, &w, work);
+}
+
+int ddp_pg_allreduce_start_bucket(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                                  enum ddp_redop op, int bucket, struct ddp_work **work)
+{
+    COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
+    w.bucket = bucket < 0 ? -1 : bucket;
+    return start(pg, &w, work);
+}
+
+void ddp_pg_dump_recorder(const struct ddp_pg *pg, FILE *f, unsigned n)
+{
+    if (pg && f)
+        ddp__rec_dump(pg->rec, f, n);
 }
 
 int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,

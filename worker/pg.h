@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -112,6 +113,9 @@ int ddp_pg_allgather_start(struct ddp_pg *pg, const void *send, void *recv, size
 int ddp_pg_reduce_scatter_start(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                                 enum ddp_dtype dt, enum ddp_redop op, struct ddp_work **work);
 int ddp_pg_barrier_start(struct ddp_pg *pg, struct ddp_work **work);
+/* ddp_pg_allreduce_start for a gradient bucket: the flight recorder notes its index. */
+int ddp_pg_allreduce_start_bucket(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                                  enum ddp_redop op, int bucket, struct ddp_work **work);
 
 int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                      enum ddp_redop op);
@@ -171,6 +175,14 @@ int ddp_pg_report_resume(struct ddp_pg *pg, int64_t step);
 /* The last error's description ("peer rank 3 (host-b) closed the connection during
  * allreduce"), valid until the group is freed. */
 const char *ddp_pg_last_error(const struct ddp_pg *pg);
+
+/*
+ * The flight recorder: every group keeps its last 1024 collectives (operation, dtype, bytes,
+ * bucket, when each was issued, began and finished). Prints the last n, oldest first, a line
+ * each. Under ddprun the first group's recorder is also read by the node agent (for `ddprun
+ * status`, `ddprun stacks` and the hang report). DDP_FLIGHT_RECORDER=0 turns it off.
+ */
+void ddp_pg_dump_recorder(const struct ddp_pg *pg, FILE *f, unsigned n);
 
 #ifdef __cplusplus
 }

@@ -502,6 +502,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     ddp_store_values_free(vals, (size_t)world);
     free(vals);
     vals = NULL;
+    pg->rec = ddp__rec_new(rank, world);
     if (ddp__pg_comm_start(pg) < 0) {
         r = DDP_ESYS;
         goto fail;
@@ -529,6 +530,7 @@ fail:
     if (have_lay)
         layout_free(&lay);
     free(where);
+    ddp__rec_free(pg->rec);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
     free(pg->comm.peers);
@@ -610,6 +612,7 @@ void ddp_pg_free(struct ddp_pg *pg)
         ddp_store_close(pg->store);
     free(pg->comm.scratch);
     free(pg->comm.peers);
+    ddp__rec_free(pg->rec);
     pthread_mutex_destroy(&pg->mu);
     pthread_cond_destroy(&pg->cv);
     free(pg);

@@ -8,9 +8,11 @@
 #include "worker/coll.h"
 #include "worker/pg.h"
 #include "worker/pg_nccl.h"
+#include "common/progress.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define TOKEN "pg-unit-token"
@@ -218,4 +220,100 @@ TEST(bad_arguments_are_refused)
     struct ddp_pg *pg = NULL;
     ASSERT_ERR(ddp_pg_init(NULL, 0, 1, 0, 1, 0, NULL, &pg), DDP_EINVAL);
     ASSERT_ERR(ddp_pg_allreduce(NULL, NULL, 0, DDP_F32, DDP_SUM), DDP_EINVAL);
+}
+
+/* ---- the flight recorder ---- */
+
+struct rec_arg {
+    int rank, rc;
+    char *dump;
+};
+
+static void *rec_rank(void *a)
+{
+    struct rec_arg *ra = a;
+    struct ddp_store *s;
+    struct ddp_pg *pg;
+    ra->rc = -1;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        return NULL;
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "rec"};
+    if (ddp_pg_init(s, ra->rank, 2, ra->rank, 2, 0, &o, &pg) != 0)
+        return NULL;
+    float f[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    double d[2] = {1, 2};
+    struct ddp_work *w = NULL;
+    int bad = ddp_pg_allreduce(pg, f, 4, DDP_F32, DDP_SUM) != 0;
+    bad |= ddp_pg_allreduce_start_bucket(pg, f, 8, DDP_F32, DDP_AVG, 7, &w) != 0;
+    bad |= w == NULL || ddp_work_wait(w) != 0;
+    ddp_work_free(w);
+    bad |= ddp_pg_broadcast(pg, d, 2, DDP_F64, 1) != 0;
+    bad |= ddp_pg_barrier(pg) != 0;
+    size_t len;
+    FILE *m = open_memstream(&ra->dump, &len);
+    ddp_pg_dump_recorder(pg, m, 10);
+    fclose(m);
+    ddp_pg_free(pg);
+    ddp_store_close(s);
+    ra->rc = bad;
+    return NULL;
+}
+
+TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
+{
+    /* The page a node agent would give: the first group of the process writes there. */
+    int fd = memfd_create("progress", 0);
+    ASSERT_TRUE(fd >= 0);
+    ASSERT_EQ(ftruncate(fd, sizeof(struct ddp_progress_page)), 0);
+    struct ddp_progress_page *p = mmap(NULL, sizeof(*p), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_TRUE(p != MAP_FAILED);
+    char fds[16];
+    snprintf(fds, sizeof(fds), "%d", dup(fd));
+    setenv("DDPRUN_PROGRESS_FD", fds, 1);
+    struct ddp_store_server_opts so = {
+        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&so, &srv));
+    port = ddp_store_server_port(srv);
+    pthread_create(&srv_th, NULL, serve, NULL);
+    pthread_t th[2];
+    struct rec_arg ra[2] = {{.rank = 0}, {.rank = 1}};
+    for (int r = 0; r < 2; r++)
+        pthread_create(&th[r], NULL, rec_rank, &ra[r]);
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        ASSERT_EQ(ra[r].rc, 0);
+        /* every group has its own recorder, in the order it ran its collectives */
+        const char *want[] = {"#1 allreduce f32 16 bytes: done",
+                              "#2 allreduce f32 32 bytes "
+                              "bucket 7: done",
+                              "#3 broadcast f64 16 bytes: done", "#4 barrier f32 0 bytes: done"};
+        const char *at = ra[r].dump;
+        for (int k = 0; k < 4; k++) {
+            const char *hit = strstr(at, want[k]);
+            if (!hit)
+                FAIL_AT("rank %d's recorder lacks '%s' in order:\n%s", r, want[k], ra[r].dump);
+            at = hit + strlen(want[k]);
+        }
+        ASSERT_TRUE(strstr(at, "#5") == NULL);
+        free(ra[r].dump);
+    }
+    /* One group only wrote the page (the other kept a private ring), and let it go. */
+    ASSERT_EQ(p->magic, DDP_PROGRESS_MAGIC);
+    ASSERT_TRUE(p->rank == 0 || p->rank == 1);
+    ASSERT_EQ(p->world, 2);
+    ASSERT_EQ(atomic_load(&p->entered), 4);
+    ASSERT_EQ(atomic_load(&p->started), 4);
+    ASSERT_EQ(atomic_load(&p->completed), 4);
+    ASSERT_EQ(atomic_load(&p->attached), 0);
+    struct ddp_progress_ent e;
+    ASSERT_TRUE(ddp_progress_read(p, 2, &e));
+    ASSERT_EQ(e.op, DDP_PROG_ALLREDUCE);
+    ASSERT_EQ(e.bucket, 7);
+    ASSERT_EQ(e.bytes, 32);
+    ASSERT_TRUE(atomic_load(&e.t_enq) > 0 && atomic_load(&e.t_enq) <= atomic_load(&e.t_start) &&
+                atomic_load(&e.t_start) <= atomic_load(&e.t_end));
+    ASSERT_TRUE(!ddp_progress_read(p, 5, &e)); /* never issued */
+    ddp_store_server_stop(srv);
+    pthread_join(srv_th, NULL);
+    ddp_store_server_free(srv);
 }
