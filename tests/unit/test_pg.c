@@ -284,8 +284,7 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
         ASSERT_EQ(ra[r].rc, 0);
         /* every group has its own recorder, in the order it ran its collectives */
         const char *want[] = {"#1 allreduce f32 16 bytes: done",
-                              "#2 allreduce f32 32 bytes "
-                              "bucket 7: done",
+                              "#2 allreduce f32 32 bytes bucket 7: done",
                               "#3 broadcast f64 16 bytes: done", "#4 barrier f32 0 bytes: done"};
         const char *at = ra[r].dump;
         for (int k = 0; k < 4; k++) {
