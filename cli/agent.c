@@ -13,6 +13,7 @@
  */
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
+#include "cli/diag_node.h"
 #include "cli/membership.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -46,6 +47,7 @@ struct worker {
     bool exited, reported, exec_failed;
     int code; /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
+    struct ddp__dn_page page; /* its flight recorder, read for the progress report */
 };
 
 struct agent {
@@ -63,6 +65,10 @@ struct agent {
     struct ddp_timer grace, term, reap, fin, orphan;
     int stop_sig; /* the signal a stop began with */
     int rc;
+    struct ddp_timer report;       /* the progress report, every heartbeat interval */
+    struct ddp__dn_stacks *stacks; /* a stack collection under way */
+    uint32_t stacks_req;
+    int stacks_n, *stacks_local;
 };
 
 static struct agent A;
@@ -250,6 +256,21 @@ static void finish_if_done(void)
         ddp_timer_start(A.loop, &A.fin, 0);
 }
 
+static void free_workers(void)
+{
+    for (int i = 0; i < A.nw; i++) {
+        ddp_buf_release(&A.w[i].line[0]);
+        ddp_buf_release(&A.w[i].line[1]);
+        for (int s = 0; s < 2; s++)
+            if (A.w[i].fd[s] >= 0)
+                close(A.w[i].fd[s]);
+        ddp__dn_page_release(&A.w[i].page);
+    }
+    free(A.w);
+    A.w = NULL;
+    A.nw = 0;
+}
+
 static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
@@ -265,13 +286,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
         ddp__agent_end(&b, pos);
         send_buf(&b);
         ddp_buf_release(&b);
-        for (int i = 0; i < A.nw; i++) {
-            ddp_buf_release(&A.w[i].line[0]);
-            ddp_buf_release(&A.w[i].line[1]);
-        }
-        free(A.w);
-        A.w = NULL;
-        A.nw = 0;
+        free_workers();
         ddp__agent_start_release(&A.st);
         A.have_start = false;
     }
@@ -309,7 +324,7 @@ static int set_env_int(const char *k, long v)
 }
 
 /* In the child: environment, descriptors, then exec. Reports a failure through xfd. */
-static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, pid_t agent)
+static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, int pfd, pid_t agent)
 {
     const struct ddp__agent_start *st = &A.st;
     int err;
@@ -350,6 +365,12 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, pid_
     setenv("DDPRUN_BACKEND", st->backend, 1);
     setenv("DDPRUN_NODE", st->host_label, 1);
     set_env_int("DDPRUN_TOKEN_FD", tokfd);
+    /* The progress page libddp keeps its flight recorder in (cli/diag_node.h). */
+    int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
+    if (progfd >= 0)
+        set_env_int("DDPRUN_PROGRESS_FD", progfd);
+    else
+        unsetenv("DDPRUN_PROGRESS_FD");
     unsetenv("DDPRUN_TOKEN_FILE");
     if (st->checkpoint_dir[0])
         setenv("DDPRUN_CHECKPOINT_DIR", st->checkpoint_dir, 1);
@@ -391,11 +412,13 @@ static int spawn(struct worker *w)
         return DDP_ESYS;
     pid_t agent = getpid();
     w->t0 = ddp_now_ms();
+    if (ddp__dn_page_new(&w->page) < 0)
+        DDP_DEBUG(SUP, "agent: no progress page for local rank %d", w->local_rank);
     pid_t pid = fork();
     if (pid < 0)
         return DDP_ESYS;
     if (pid == 0)
-        exec_worker(w->local_rank, op[1], ep[1], tp[0], xp[1], agent);
+        exec_worker(w->local_rank, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
     close(op[1]);
     close(ep[1]);
     close(tp[0]);
@@ -441,6 +464,7 @@ static void start_workers(void)
     for (int i = 0; i < A.nw; i++) {
         A.w[i].local_rank = i;
         A.w[i].fd[0] = A.w[i].fd[1] = -1;
+        A.w[i].page.fd = -1;
         if (A.stopping || spawn(&A.w[i]) < 0) {
             /* Never started: report it as failed so the launcher's count adds up. */
             A.w[i].exited = true;
@@ -464,6 +488,103 @@ static void on_fenced(void *arg, const char *why)
     start_exit("fenced");
 }
 
+/* ---- diagnosis: the progress report and stacks (cli/diag_node.h) ---- */
+
+/* Every heartbeat interval: a line per running rank, sent with the next heartbeat. */
+static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    if (A.have_start && A.lease) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        for (int i = 0; i < A.nw; i++)
+            if (A.w[i].pid > 0 && !A.w[i].exited)
+                ddp__dn_report_rank(&b, (int)A.st.rank_offset + i, A.w[i].pid, A.w[i].page.p);
+        if (b.len)
+            MEMBERSHIP->publish(A.lease, b.data, b.len);
+        ddp_buf_release(&b);
+    }
+    ddp_timer_start(loop, t, (int64_t)A.join.heartbeat_interval_ms);
+}
+
+static void send_stacks(uint32_t req, const int *local, const pid_t *pids, char *const *texts,
+                        int n)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STACKS_REPLY);
+    ddp_buf_put_u32(&b, req);
+    ddp_buf_put_u32(&b, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        /* a frame holds 1 MiB: each text is cut to its share */
+        size_t len = strlen(texts[i]), cap = (DDP__AGENT_MAX_FRAME - 64) / (size_t)(n + 1);
+        ddp_buf_put_u32(&b, (uint32_t)local[i]);
+        ddp_buf_put_u32(&b, (uint32_t)pids[i]);
+        ddp_buf_put_str(&b, texts[i], len < cap ? len : cap);
+    }
+    ddp__agent_end(&b, pos);
+    send_buf(&b);
+    ddp_buf_release(&b);
+}
+
+static pid_t *stacks_pids;
+
+static void on_stacks(void *arg, char *const *texts, int n)
+{
+    (void)arg;
+    send_stacks(A.stacks_req, A.stacks_local, stacks_pids, texts, n);
+    A.stacks = NULL;
+    free(A.stacks_local);
+    free(stacks_pids);
+    A.stacks_local = NULL;
+    stacks_pids = NULL;
+}
+
+/* STACKS: the native stacks of the asked (or all running) local ranks, one tool each. */
+static void gather_stacks(const uint8_t *body, size_t len)
+{
+    struct ddp_rd rd;
+    uint32_t req, n;
+    ddp_rd_init(&rd, body, len);
+    if (ddp_rd_u32(&rd, &req) < 0 || ddp_rd_u32(&rd, &n) < 0 || n > 65536)
+        return;
+    if (A.stacks) {
+        char busy[] = "(no stack: another collection is under way on this node)";
+        char *texts[] = {busy};
+        int none = -1;
+        pid_t zero = 0;
+        send_stacks(req, &none, &zero, texts, 1);
+        return;
+    }
+    int *local = calloc((size_t)A.nw + 1, sizeof(int));
+    pid_t *pids = calloc((size_t)A.nw + 1, sizeof(pid_t));
+    int k = 0;
+    for (uint32_t i = 0; i < (n ? n : (uint32_t)A.nw) && local && pids; i++) {
+        uint32_t lr = i;
+        if (n && ddp_rd_u32(&rd, &lr) < 0)
+            break;
+        if (lr < (uint32_t)A.nw && A.w[lr].pid > 0 && !A.w[lr].exited && k < A.nw) {
+            local[k] = (int)lr;
+            pids[k++] = A.w[lr].pid;
+        }
+    }
+    if (!local || !pids) {
+        free(local);
+        free(pids);
+        return;
+    }
+    A.stacks_req = req;
+    A.stacks_local = local;
+    A.stacks_n = k;
+    stacks_pids = pids;
+    if (ddp__dn_stacks_start(A.loop, pids, k, 10000, &A.oldmask, on_stacks, NULL, &A.stacks) < 0) {
+        free(local);
+        free(pids);
+        A.stacks_local = NULL;
+        stacks_pids = NULL;
+        A.stacks = NULL;
+    }
+}
+
 /* Joins the membership (a lease kept alive by a heartbeat) and answers JOINED. */
 static int join_membership(void)
 {
@@ -478,6 +599,7 @@ static int join_membership(void)
     ddp__agent_end(&b, pos);
     send_buf(&b);
     ddp_buf_release(&b);
+    ddp_timer_start(A.loop, &A.report, (int64_t)A.join.heartbeat_interval_ms);
     return 0;
 }
 
@@ -544,6 +666,8 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                 on_grace(loop, &A.grace); /* a second, forceful stop */
             else
                 start_stop("the launcher asked", sig);
+        } else if (type == DDP__AG_STACKS) {
+            gather_stacks(body, len);
         } else if (type == DDP__AG_SIGNAL) {
             struct ddp_rd rd;
             uint8_t sig;
@@ -623,6 +747,7 @@ int ddp__cmd_agent(void)
     ddp_timer_init(&A.reap, on_reap_tick);
     ddp_timer_init(&A.fin, on_fin);
     ddp_timer_init(&A.orphan, on_orphan);
+    ddp_timer_init(&A.report, on_report);
     ddp_timer_start(A.loop, &A.reap, 200);
     ddp_loop_add(A.loop, 0, DDP_LOOP_READ, on_stdin, NULL);
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
@@ -632,14 +757,10 @@ int ddp__cmd_agent(void)
     if (A.nw > 0) /* left without a clean round end (launch error) */
         ddp__sweep_children();
     MEMBERSHIP->leave(A.lease, false);
-    for (int i = 0; i < A.nw; i++) {
-        ddp_buf_release(&A.w[i].line[0]);
-        ddp_buf_release(&A.w[i].line[1]);
-        for (int s = 0; s < 2; s++)
-            if (A.w[i].fd[s] >= 0)
-                close(A.w[i].fd[s]);
-    }
-    free(A.w);
+    ddp__dn_stacks_free(A.stacks);
+    free(A.stacks_local);
+    free(stacks_pids);
+    free_workers();
     ddp__agent_start_release(&A.st);
     ddp__agent_join_release(&A.join);
     ddp_buf_release(&A.in);

@@ -23,15 +23,19 @@ enum ddp__agent_msg {
     DDP__AG_STOP = 2,   /* u64 grace_ms [, u8 signal]: stop the workers (see below) */
     DDP__AG_JOIN = 3,   /* first frame: join the job's store (struct ddp__agent_join) */
     DDP__AG_SIGNAL = 4, /* u8 signal: pass it to every running worker (SIGUSR1, ...) */
+    DDP__AG_STACKS = 5, /* u32 request, u32 n, n x u32 local_rank (n 0: every running one):
+                           gather their native stacks */
     /* agent -> launcher */
-    DDP__AG_STARTED = 0x81, /* u32 local_rank, u32 pid */
-    DDP__AG_OUTPUT = 0x82,  /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
-                               str line */
-    DDP__AG_EXITED = 0x83,  /* u32 local_rank, i32 code (>= 0) or -signal, u64 runtime_ms,
-                               u8 exec_failed */
-    DDP__AG_DONE = 0x84,    /* every worker of the last START reaped; the agent waits for
-                               the next START, and exits at EOF on its stdin */
-    DDP__AG_JOINED = 0x85,  /* u64 lease: connected to the store, heartbeating */
+    DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid */
+    DDP__AG_OUTPUT = 0x82,       /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
+                                    str line */
+    DDP__AG_EXITED = 0x83,       /* u32 local_rank, i32 code (>= 0) or -signal, u64 runtime_ms,
+                                    u8 exec_failed */
+    DDP__AG_DONE = 0x84,         /* every worker of the last START reaped; the agent waits for
+                                    the next START, and exits at EOF on its stdin */
+    DDP__AG_JOINED = 0x85,       /* u64 lease: connected to the store, heartbeating */
+    DDP__AG_STACKS_REPLY = 0x86, /* u32 request, u32 n, n x (u32 local_rank, u32 pid,
+                                    str text): the stacks STACKS asked for */
 };
 
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage

@@ -69,6 +69,9 @@ struct ddp_job;
 
 /* `ddprun store` with its parsed options (cli/store_cmd.c). */
 int ddp__cmd_store(const struct ddp_cli_opts *o);
+/* `ddprun status [JOB]` and `ddprun stacks [JOB] [--rank R]` (cli/status_cmd.c). */
+int ddp__cmd_status(const struct ddp_cli_opts *o);
+int ddp__cmd_stacks(const struct ddp_cli_opts *o);
 /* `ddprun agent` (cli/agent.c). */
 int ddp__cmd_agent(void);
 /* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
@@ -98,6 +101,12 @@ void ddp__sweep_children(void);
 int ddp__route_source(const char *host, char *out, size_t n);
 /* The network interface (and its address, when ip is not NULL) that routes to host; 0 or -1. */
 int ddp__route_iface(const char *host, char *ifname, size_t n, char *ip, size_t ipn);
+
+/* The folder of this user's running jobs' control sockets (JOB_ID.sock), used by `ddprun
+ * status` and `ddprun stacks`: $XDG_RUNTIME_DIR/ddprun, else /tmp/ddprun-UID. With create it is
+ * made (mode 0700). It must belong to this user and be closed to others: 0, or -1 with a
+ * message in why. */
+int ddp__control_dir(char *out, size_t n, bool create, char *why, size_t whyn);
 
 /* A child with its stdin, stdout and stderr piped to us (the last two non-blocking). */
 struct ddp__child {

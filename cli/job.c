@@ -24,9 +24,9 @@
 /* ------------------------------------------------------------------ */
 
 static const char *const top_keys[] = {
-    "name",       "command",    "workdir", "env", "nodes", "nproc_per_node",
-    "backend",    "rendezvous", "elastic", "ssh", "logs",  "checkpoint",
-    "stop_grace", "network",    "export",  NULL};
+    "name",       "command",    "workdir", "env",      "nodes", "nproc_per_node",
+    "backend",    "rendezvous", "elastic", "ssh",      "logs",  "checkpoint",
+    "stop_grace", "network",    "export",  "diagnose", NULL};
 static const char *const rdzv_keys[] = {"listen",    "port",        "timeout",
                                         "last_call", "torch_store", NULL};
 static const char *const elastic_keys[] = {
@@ -38,6 +38,7 @@ static const char *const logs_keys[] = {"dir", "tag_output", "timestamps", "cons
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const node_keys[] = {"host", "slots", NULL};
 static const char *const network_keys[] = {"interface", "family", NULL};
+static const char *const diag_keys[] = {"hang_after", "on_hang", NULL};
 
 static int load_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
@@ -508,6 +509,13 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     if ((n = ddp__ytree_get(root, "stop_grace")) &&
         ddp__jv_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
         goto out;
+    if ((sub = ddp__ytree_get(root, "diagnose")) &&
+        (ddp__jv_check_keys(c, sub, "diagnose", diag_keys) < 0 ||
+         ((n = ddp__ytree_get(sub, "hang_after")) &&
+          ddp__jv_duration(c, n, "diagnose.hang_after", &j->hang_after_ms) < 0) ||
+         ((n = ddp__ytree_get(sub, "on_hang")) &&
+          ddp__jv_enum(c, n, "diagnose.on_hang", "wait", "fail", &j->hang_fail) < 0)))
+        goto out;
     bool all_local = true;
     for (size_t i = 0; i < j->nnodes; i++)
         all_local &= ddp__job_host_is_local(j->nodes[i].host);
@@ -580,6 +588,7 @@ static void set_defaults(struct ddp_job *j)
     j->logs_dir = strdup("ddprun-logs");
     j->tag_output = true;
     j->stop_grace_ms = 10000;
+    j->hang_after_ms = 120000;
 }
 
 static int load(const char *file, const char *basedir, const char *text, size_t len,

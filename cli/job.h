@@ -50,8 +50,10 @@ struct ddp_job {
     char *net_iface; /* network.interface: forced for every node, or NULL (auto) */
     int net_family;  /* network.family: 0 auto, 4 IPv4, 6 IPv6 */
     int64_t stop_grace_ms;
-    int world_size;   /* derived: sum of slots */
-    char **overrides; /* the --set (and --nproc) given, as written: "--set a=b" */
+    int64_t hang_after_ms; /* diagnose.hang_after: the hang report; 0 turns it off */
+    bool hang_fail;        /* diagnose.on_hang: fail (the round fails) rather than wait */
+    int world_size;        /* derived: sum of slots */
+    char **overrides;      /* the --set (and --nproc) given, as written: "--set a=b" */
     size_t noverrides;
 };
 

@@ -175,6 +175,19 @@ int ddp__jv_duration(const struct ddp__jctx *c, const struct ddp_ynode *n, const
     return 0;
 }
 
+int ddp__jv_enum(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                 const char *no, const char *yes, bool *out)
+{
+    if (ddp__jv_scalar(c, n, what) < 0)
+        return -1;
+    if (strcmp(n->str, no) != 0 && strcmp(n->str, yes) != 0) {
+        ddp__jv_err(c, n, "%s must be %s or %s, got '%s'", what, no, yes, n->str);
+        return -1;
+    }
+    *out = strcmp(n->str, yes) == 0;
+    return 0;
+}
+
 bool ddp__job_host_is_local(const char *host)
 {
     return strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0 ||

@@ -35,6 +35,9 @@ int ddp__jv_bool(const struct ddp__jctx *c, const struct ddp_ynode *n, const cha
 /* A duration ("500ms", "5s", "2m", "1h") in ms. */
 int ddp__jv_duration(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
                      int64_t *out);
+/* One of two words: *out is false for `no`, true for `yes`. */
+int ddp__jv_enum(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                 const char *no, const char *yes, bool *out);
 /* The one rule for paths: absolute as given, "~/..." in the home folder, else relative to
  * base (the job file's folder). A new string, or NULL when out of memory. */
 char *ddp__jv_path(const char *base, const char *p);

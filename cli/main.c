@@ -20,6 +20,8 @@ static int cmd_plan(struct ddp_cli_opts *o);
 static int cmd_doctor(struct ddp_cli_opts *o);
 static int cmd_store(struct ddp_cli_opts *o);
 static int cmd_agent(struct ddp_cli_opts *o);
+static int cmd_status(struct ddp_cli_opts *o);
+static int cmd_stacks(struct ddp_cli_opts *o);
 static int cmd_help(struct ddp_cli_opts *o);
 static int cmd_version(struct ddp_cli_opts *o);
 
@@ -55,6 +57,23 @@ static const struct command commands[] = {
      {"store", NULL},
      0,
      cmd_store},
+    {"status",
+     "ddprun status [JOB]",
+     "Shows a running job's ranks, from another terminal on the launching machine: each\n"
+     "rank's process state, CPU, collectives per second, the collective it is in or last\n"
+     "finished, time since its last progress, and stragglers. JOB is the job id (or its\n"
+     "start, or its log folder); without it, the only job of yours that runs here.",
+     {NULL},
+     1,
+     cmd_status},
+    {"stacks",
+     "ddprun stacks [JOB] [--rank R]",
+     "Prints the native stacks of a running job's ranks (or of rank R), gathered on every\n"
+     "node by eu-stack (elfutils) or gdb; identical stacks print once, with the ranks that\n"
+     "share them.",
+     {"stacks", NULL},
+     1,
+     cmd_stacks},
     {"agent",
      "ddprun agent",
      "The node agent that ddprun starts on every node (locally, or over SSH); it takes its\n"
@@ -98,6 +117,8 @@ static void usage(void)
            "       ddprun plan [OPTIONS] JOB.yaml              print the resolved job and rank "
            "map\n"
            "       ddprun doctor [OPTIONS] JOB.yaml            check every node before a run\n"
+           "       ddprun status [JOB]                         a running job's ranks\n"
+           "       ddprun stacks [JOB] [--rank R]              their native stacks\n"
            "       ddprun [--nproc N]                          run the embedded default job\n"
            "       ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]\n"
            "                    [--torch-listen HOST:PORT [--torch-allow LIST]]\n"
@@ -199,6 +220,16 @@ static int cmd_store(struct ddp_cli_opts *o)
     return ddp__cmd_store(o);
 }
 
+static int cmd_status(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_status(o);
+}
+
+static int cmd_stacks(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_stacks(o);
+}
+
 static int cmd_agent(struct ddp_cli_opts *o)
 {
     (void)o;
@@ -215,8 +246,8 @@ static int cmd_help(struct ddp_cli_opts *o)
 {
     const struct command *c = o->npos ? find_command(o->pos[0]) : NULL;
     if (o->npos && !c) {
-        ddp__cli_error("help: no command '%s' (commands: run, plan, doctor, store, agent, help, "
-                       "version)",
+        ddp__cli_error("help: no command '%s' (commands: run, plan, doctor, status, stacks, "
+                       "store, agent, help, version)",
                        o->pos[0]);
         return DDP_EXIT_USAGE;
     }

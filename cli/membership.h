@@ -8,14 +8,16 @@
  * Agent side: join takes a lease of heartbeat_timeout and renews it every heartbeat_interval
  * from a thread; should the lease be lost, or the backend stay unreachable for the timeout,
  * `fenced` is called on the agent's loop (the launcher has counted the node lost by then, and
- * the agent must stop its workers). Launcher side: a watch reports, on the launcher's loop,
- * each agent incarnation whose lease ended, and each round's resume point as the workers
- * report it (ddp_pg_report_resume).
+ * the agent must stop its workers); the node's progress report rides with the heartbeat.
+ * Launcher side: a watch reports, on the launcher's loop, each agent incarnation whose lease
+ * ended, each round's resume point as the workers report it (ddp_pg_report_resume), and each
+ * node's progress report.
  */
 #ifndef DDP_CLI_MEMBERSHIP_H
 #define DDP_CLI_MEMBERSHIP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct ddp_loop;
@@ -26,6 +28,7 @@ struct ddp__member_watch;
 enum ddp__member_ev_kind {
     DDP__MEV_LEASE_ENDED, /* node, incarnation */
     DDP__MEV_RESUMED,     /* round, step */
+    DDP__MEV_PROGRESS,    /* node, incarnation, report (cli/diag.h lines) */
 };
 
 struct ddp__member_ev {
@@ -33,6 +36,7 @@ struct ddp__member_ev {
     unsigned node, incarnation;
     int round;
     long long step;
+    char *report; /* PROGRESS: malloc'd, NUL-terminated; the callback owns it */
 };
 
 struct ddp__member_ops {
@@ -45,6 +49,9 @@ struct ddp__member_ops {
     /* Agent: stops the heartbeat; with revoke, the lease ends now rather than at expiry.
      * NULL is a no-op. */
     void (*leave)(struct ddp__member_lease *l, bool revoke);
+    /* Agent: the node's progress report, sent with the next heartbeat (and kept, bound to
+     * the lease, until the next one). */
+    void (*publish)(struct ddp__member_lease *l, const void *report, size_t len);
     /* Launcher: watches the job's membership; each event is given to cb on loop. */
     int (*watch)(const char *host, int port, const char *token, struct ddp_loop *loop,
                  void (*cb)(void *arg, const struct ddp__member_ev *ev), void *arg,

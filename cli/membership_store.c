@@ -45,7 +45,46 @@ struct ddp__member_lease {
     struct ddp_loop *loop;
     void (*fenced)(void *arg, const char *why);
     void *arg;
+    unsigned node, incarnation;
+    char *report; /* the latest progress report (publish), sent with the next heartbeat */
+    size_t report_len;
+    bool report_new;
 };
+
+/* The latest progress report, bound to the lease (it goes with the node). A failure is
+ * harmless: the next heartbeat sends a newer one. */
+static void send_report(struct ddp__member_lease *h)
+{
+    pthread_mutex_lock(&h->mu);
+    char *rep = h->report_new ? h->report : NULL;
+    size_t len = h->report_len;
+    h->report = rep ? NULL : h->report;
+    h->report_new = false;
+    pthread_mutex_unlock(&h->mu);
+    if (!rep)
+        return;
+    char key[96];
+    snprintf(key, sizeof(key), "ddprun/progress/%u.%u", h->node, h->incarnation);
+    ddp_store_set_leased(h->s, key, rep, len, h->lease);
+    free(rep);
+}
+
+static void publish(struct ddp__member_lease *h, const void *report, size_t len)
+{
+    if (!h)
+        return;
+    char *c = malloc(len + 1);
+    if (!c)
+        return;
+    memcpy(c, report, len);
+    c[len] = '\0';
+    pthread_mutex_lock(&h->mu);
+    free(h->report);
+    h->report = c;
+    h->report_len = len;
+    h->report_new = true;
+    pthread_mutex_unlock(&h->mu);
+}
 
 static void *hb_main(void *arg)
 {
@@ -79,6 +118,8 @@ static void *hb_main(void *arg)
             ddp_store_set_timeout(h->s, (int)h->interval);
             r = ddp_store_lease_keepalive(h->s, h->lease, NULL);
         }
+        if (r == 0)
+            send_report(h);
         if (r == 0) {
             last_ok = ddp_now_ms();
         } else if (r == DDP_ENOLEASE) {
@@ -126,6 +167,7 @@ static void lease_free(struct ddp__member_lease *h)
         close(h->efd);
     }
     ddp_store_close(h->s);
+    free(h->report);
     if (h->token)
         ddp_freezero(h->token, strlen(h->token));
     pthread_mutex_destroy(&h->mu);
@@ -152,6 +194,8 @@ static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&h->mu, NULL);
     snprintf(h->label, sizeof(h->label), "%s", j->host_label);
+    h->node = j->node_index;
+    h->incarnation = j->incarnation;
     snprintf(h->addr, sizeof(h->addr), "%s", j->store_addr);
     if (!(h->token = strdup(j->token))) {
         lease_free(h);
@@ -242,6 +286,15 @@ static bool parse_event(const struct ddp_store_event *e, struct ddp__member_ev *
         ev->kind = DDP__MEV_LEASE_ENDED;
         return true;
     }
+    if (e->kind == DDP_STORE_EV_SET && e->value &&
+        sscanf(e->key, "ddprun/progress/%u.%u%c", &ev->node, &ev->incarnation, &tail) == 2) {
+        if (!(ev->report = malloc(e->value_len + 1)))
+            return false;
+        memcpy(ev->report, e->value, e->value_len);
+        ev->report[e->value_len] = '\0';
+        ev->kind = DDP__MEV_PROGRESS;
+        return true;
+    }
     if (e->kind == DDP_STORE_EV_SET && e->value && e->value_len < 32 &&
         sscanf(e->key, "ddprun/resume/%d%c", &ev->round, &tail) == 1) {
         char v[32];
@@ -297,6 +350,10 @@ static void unwatch(struct ddp__member_watch *w)
     }
     if (w->pipe[0] >= 0) {
         ddp_loop_del(w->loop, w->pipe[0]);
+        struct ddp__member_ev ev; /* reports nobody will read */
+        fcntl(w->pipe[0], F_SETFL, O_NONBLOCK);
+        while (ddp_read_eintr(w->pipe[0], &ev, sizeof(ev)) == (ssize_t)sizeof(ev))
+            free(ev.report);
         close(w->pipe[0]);
     }
     if (w->pipe[1] >= 0)
@@ -337,5 +394,9 @@ fail:
     return r;
 }
 
-const struct ddp__member_ops ddp__member_store = {
-    .name = "store", .join = join, .leave = leave, .watch = watch, .unwatch = unwatch};
+const struct ddp__member_ops ddp__member_store = {.name = "store",
+                                                  .join = join,
+                                                  .leave = leave,
+                                                  .publish = publish,
+                                                  .watch = watch,
+                                                  .unwatch = unwatch};

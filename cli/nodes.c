@@ -203,6 +203,20 @@ void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig)
     ddp_buf_release(&b);
 }
 
+void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *local, int nlocal)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STACKS);
+    ddp_buf_put_u32(&b, req);
+    ddp_buf_put_u32(&b, (uint32_t)nlocal);
+    for (int k = 0; k < nlocal; k++)
+        ddp_buf_put_u32(&b, (uint32_t)local[k]);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+}
+
 void ddp__nodes_close(struct ddp__nodes *n, int i)
 {
     close_fd(n, &n->p[i].ch.in_fd, false);

@@ -60,6 +60,9 @@ void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent
 void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig);
 /* SIGNAL: sig to each running worker. */
 void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig);
+/* STACKS: the native stacks of these local ranks (nlocal 0: all), answered by STACKS_REPLY
+ * with req. */
+void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *local, int nlocal);
 /* EOF on the agent's stdin: it stops what runs and exits. */
 void ddp__nodes_close(struct ddp__nodes *n, int i);
 /* Ends node i's agent process at once (level 1, then 2: see ddp__prov_ops.end). */

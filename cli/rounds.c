@@ -18,6 +18,7 @@
 #include "cli/supervisor.h"
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
+#include "cli/watchdog.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -35,7 +36,6 @@
 
 #include "common/banned.h"
 
-struct ddp__sup ddp__S;
 #define L ddp__S
 
 static void rdzv_check(void);
@@ -62,58 +62,6 @@ static const char *host_of(int node)
     return L.job->nodes[node].host;
 }
 
-static void keep_tail(struct ddp__sup_rank *r, const uint8_t *line, size_t n)
-{
-    if (r->ntail == DDP__SUP_TAIL_LINES) {
-        free(r->tail[0]);
-        memmove(r->tail, r->tail + 1, (DDP__SUP_TAIL_LINES - 1) * sizeof(char *));
-        r->ntail--;
-    }
-    r->tail[r->ntail++] = strndup((const char *)line, n > 500 ? 500 : n);
-}
-
-/* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
-static void rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress)
-{
-    struct ddp__sup_rank *r = &L.rk[rank];
-    for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->rank_line(L.views[v].self, rank, host_of(r->node), stream, line, n,
-                                  progress);
-    if (!progress)
-        keep_tail(r, line, n);
-}
-
-/* How rank r ended, in the records' one model. */
-struct ddp__outcome ddp__sup_outcome(int rank)
-{
-    const struct ddp__sup_rank *r = &L.rk[rank];
-    if (r->lost)
-        return (struct ddp__outcome){.state = DDP__RS_LOST};
-    if (!r->exited)
-        return (struct ddp__outcome){.state = DDP__RS_RUNNING};
-    struct ddp__outcome o = ddp__outcome_of(r->code, r->exec_failed);
-    o.stopped = r->stopped;
-    return o;
-}
-
-static void release_ranks(void)
-{
-    for (int i = 0; L.rk && i < L.total_slots; i++) {
-        struct ddp__sup_rank *r = &L.rk[i];
-        for (int k = 0; k < r->ntail; k++)
-            free(r->tail[k]);
-        memset(r, 0, sizeof(*r));
-    }
-}
-
-static void describe_exit(int code, char *buf, size_t n)
-{
-    if (code < 0)
-        snprintf(buf, n, "was killed by signal %d (%s)", -code, strsignal(-code));
-    else
-        snprintf(buf, n, "exited with status %d", code);
-}
-
 /* A round failed (a worker failed or a member node was lost): restart or stop. */
 static void round_failed(const char *what)
 {
@@ -137,6 +85,7 @@ static void round_failed(const char *what)
     }
     ddp__sup_say("ddprun: %s; stopping the other workers for restart %d of %d", what, L.round + 1,
                  j->max_restarts);
+    ddp__wd_round_end();
     L.ph = DDP__PH_RESTARTING;
     ddp__sup_set_phase("restarting");
     for (size_t i = 0; i < j->nnodes; i++) {
@@ -147,6 +96,12 @@ static void round_failed(const char *what)
         }
     }
     maybe_restart();
+}
+
+void ddp__sup_hang_failed(const char *why)
+{
+    ddp__sup_event("hang_failed", "reason", why, NULL);
+    round_failed(why);
 }
 
 static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed)
@@ -167,7 +122,7 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
     if (L.first_fail < 0)
         L.first_fail = rank;
     char what[700], how[160];
-    describe_exit(code, how, sizeof(how));
+    ddp__sup_describe_exit(code, how, sizeof(how));
     if (exec_failed && r->ntail) /* the agent's note: cannot run 'x': why */
         snprintf(what, sizeof(what), "rank %d (%s) did not start: %s", rank, host_of(r->node),
                  r->tail[r->ntail - 1]);
@@ -283,6 +238,10 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
             maybe_restart();
         return;
     }
+    if (type == DDP__AG_STACKS_REPLY) {
+        ddp__wd_stacks_reply(i, body, len);
+        return;
+    }
     /* Rank frames count only from the current round's members. */
     if ((a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING) || ddp_rd_u32(&rd, &lr) < 0 ||
         (int)lr >= L.job->nodes[i].slots)
@@ -300,7 +259,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         const uint8_t *p;
         uint32_t n;
         if (ddp_rd_u8(&rd, &u8) == 0 && ddp_rd_str(&rd, DDP__AGENT_MAX_FRAME, &p, &n) == 0)
-            rank_output(rank, u8 & 0x0f, p, n, u8 & DDP__AG_OUT_PROGRESS);
+            ddp__sup_rank_output(rank, u8 & 0x0f, p, n, u8 & DDP__AG_OUT_PROGRESS);
         break;
     }
     case DDP__AG_EXITED:
@@ -429,7 +388,7 @@ static void rdzv_close(void)
     const struct ddp_job *j = L.job;
     ddp_timer_stop(L.loop, &L.rdzv_deadline);
     ddp_timer_stop(L.loop, &L.last_call);
-    release_ranks();
+    ddp__sup_release_ranks();
     L.world = L.nmembers = 0;
     L.ranks_up = L.ranks_done = L.ranks_ok = 0;
     L.first_fail = -1;
@@ -476,6 +435,16 @@ static void rdzv_close(void)
     for (int v = 0; v < L.nviews; v++)
         L.views[v].ops->round(L.views[v].self, L.round, L.world, hosts);
     free(hosts);
+    int *node_of = calloc((size_t)L.world + 1, sizeof(int)),
+        *local_of = calloc((size_t)L.world + 1, sizeof(int));
+    for (int r = 0; node_of && local_of && r < L.world; r++) {
+        node_of[r] = L.rk[r].node;
+        local_of[r] = L.rk[r].local;
+    }
+    if (node_of && local_of)
+        ddp__wd_round(L.world, node_of, local_of);
+    free(node_of);
+    free(local_of);
     ddp__sup_say("ddprun: round %d: %d node%s (%s), %d ranks%s", L.round, L.nmembers,
                  L.nmembers == 1 ? "" : "s", names, L.world,
                  !L.round            ? ""
@@ -661,6 +630,7 @@ void ddp__sup_finish(const char *why, int rc)
     if (L.ph == DDP__PH_FINISHING)
         return;
     L.ph = DDP__PH_FINISHING;
+    ddp__wd_round_end();
     if (why && !L.fatal) {
         L.fatal = strdup(why);
         L.fatal_rc = rc;
@@ -752,7 +722,13 @@ static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev)
 {
     (void)arg;
-    if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < L.job->nnodes) {
+    if (ev->kind == DDP__MEV_PROGRESS) {
+        if (ev->node < L.job->nnodes && ev->incarnation == L.nd[ev->node].incarnation &&
+            L.nd[ev->node].state == DDP__NS_RUNNING)
+            ddp__wd_progress((int)ev->node, ev->report);
+        else
+            free(ev->report);
+    } else if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < L.job->nnodes) {
         lease_expired((int)ev->node, ev->incarnation);
     } else if (ev->kind == DDP__MEV_RESUMED && ev->round == L.round) {
         char extra[96] = "";

@@ -8,6 +8,7 @@
  * one ends every rank at once; SIGUSR1, SIGUSR2 and SIGHUP are passed to every running rank.
  */
 #include "cli/supervisor.h"
+#include "cli/watchdog.h"
 #include "cli/cli.h"
 #include "cli/console.h"
 #include "common/err.h"
@@ -308,8 +309,17 @@ static char **job_env(const struct ddp_job *job)
     return env;
 }
 
+/* The first line of `ddprun status`. */
+static void headline(char *out, size_t n)
+{
+    snprintf(out, n, "job %s: %s, round %d, %d ranks on %d node%s, %.0f s since the start",
+             L.job_id, L.phase_name ? L.phase_name : "starting", L.round, L.world, L.nmembers,
+             L.nmembers == 1 ? "" : "s", (double)(ddp_now_ms() - L.t0) / 1000);
+}
+
 int ddp__launch(const struct ddp_job *job)
 {
+    bool wd_up = false;
     int rc = DDP_EXIT_LAUNCH, sfd = -1;
     struct ddp_store_server *srv = NULL;
     pthread_t th;
@@ -397,6 +407,19 @@ int ddp__launch(const struct ddp_job *job)
      * instead of init, and swept at the end. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     ddp__sup_timers_init();
+    struct ddp__wd_ctx wd = {.loop = L.loop,
+                             .job = job,
+                             .job_id = L.job_id,
+                             .nodes = &L.nodes,
+                             .views = L.views,
+                             .nviews = &L.nviews,
+                             .rec = &L.rec,
+                             .round = &L.round,
+                             .fail = ddp__sup_hang_failed,
+                             .headline = headline};
+    ddp__wd_init(&wd);
+    wd_up = true;
+    ddp__wd_listen();
     if (!L.tty)
         ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
                      job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen,
@@ -436,6 +459,8 @@ int ddp__launch(const struct ddp_job *job)
                    "reason", rc ? L.fatal : NULL, NULL);
     summarize(rc);
 out:
+    if (wd_up)
+        ddp__wd_release();
     explicit_bzero(L.token, sizeof(L.token));
     if (L.member)
         L.member->unwatch(L.watch);

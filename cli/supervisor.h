@@ -124,10 +124,20 @@ void ddp__sup_timers_init(void);
 void ddp__sup_open(void);
 /* The job ends: why is NULL on success, rc the exit status it stands for. */
 void ddp__sup_finish(const char *why, int rc);
+/* diagnose.on_hang is fail and the ranks hang: the round fails with why. */
+void ddp__sup_hang_failed(const char *why);
 /* Ends the agents that are left: level 1, then 2 (cli/nodes.h). */
 void ddp__sup_escalate(void);
+/* ---- cli/ranks.c: the book of the round's ranks ---- */
+
 /* How rank r of the current round ended. */
 struct ddp__outcome ddp__sup_outcome(int r);
+/* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
+void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress);
+/* Forgets every rank's last lines and state. */
+void ddp__sup_release_ranks(void);
+/* "exited with status 3", "was killed by signal 9 (Killed)". */
+void ddp__sup_describe_exit(int code, char *buf, size_t n);
 /* The callbacks of the nodes (cli/nodes.h) and of the membership watch. */
 extern const struct ddp__nodes_cb ddp__sup_nodes_cb;
 void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev);

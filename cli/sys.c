@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -173,4 +174,28 @@ int ddp__route_iface(const char *host, char *ifname, size_t n, char *ip, size_t 
     }
     freeifaddrs(ifs);
     return r;
+}
+
+int ddp__control_dir(char *out, size_t n, bool create, char *why, size_t whyn)
+{
+    const char *rt = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (rt && rt[0] == '/' && stat(rt, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(out, n, "%s/ddprun", rt);
+    else
+        snprintf(out, n, "/tmp/ddprun-%u", (unsigned)geteuid());
+    if (create && mkdir(out, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, whyn, "cannot make %s: %s", out, strerror(errno));
+        return -1;
+    }
+    if (lstat(out, &st) != 0) {
+        snprintf(why, whyn, "no running job of yours on this machine (%s: %s)", out,
+                 strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        snprintf(why, whyn, "%s is not a folder of yours closed to others; remove it", out);
+        return -1;
+    }
+    return 0;
 }

@@ -155,6 +155,12 @@ examples_of() {
           [ -n "$cmd" ] || continue
           n=$((n + 1))
           cmd=${cmd//ddprun /$DDPRUN }
+          if [[ "$cmd" == *" status"* || "$cmd" == *" stacks"* ]] && [ -z "${job_pid:-}" ]; then
+            # these ask a running job: 6 ranks asleep, until the block's end
+            "$DDPRUN" --nproc 6 --no-python sleep 120 >job.out 2>&1 &
+            job_pid=$!
+            for _ in $(seq 100); do "$DDPRUN" status >/dev/null 2>&1 && break; sleep 0.1; done
+          fi
           if [[ "$cmd" == *" store "* ]]; then   # a store serves until stopped
             bash -c "$cmd" >store.out 2>&1 &
             for _ in $(seq 50); do [ -s store.out ] && break; sleep 0.1; done
@@ -165,6 +171,11 @@ examples_of() {
             [ "$status" -eq 0 ] || { echo "$page: $cmd"; echo "$output"; return 1; }
           fi
         done <<<"$block"
+        if [ -n "${job_pid:-}" ]; then
+          kill -INT "$job_pid"
+          wait "$job_pid" || true
+          job_pid=""
+        fi
       else
         printf '%s' "$block" >job.yaml   # a job file: the commands below use it
         run "$DDPRUN" plan job.yaml

@@ -1,0 +1,303 @@
+/* The node agent's side of diagnosis (cli/diag_node.h). */
+#include "cli/diag_node.h"
+#include "cli/diag.h"
+#include "common/err.h"
+#include "common/list.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define STACK_MAX (64u << 10) /* bytes of one process's stacks */
+
+int ddp__dn_page_new(struct ddp__dn_page *pg)
+{
+    pg->fd = memfd_create("ddprun-progress", MFD_CLOEXEC);
+    pg->p = NULL;
+    if (pg->fd < 0)
+        return DDP_ESYS;
+    if (ftruncate(pg->fd, sizeof(struct ddp_progress_page)) != 0) {
+        close(pg->fd);
+        pg->fd = -1;
+        return DDP_ESYS;
+    }
+    void *m =
+        mmap(NULL, sizeof(struct ddp_progress_page), PROT_READ | PROT_WRITE, MAP_SHARED, pg->fd, 0);
+    if (m == MAP_FAILED) {
+        close(pg->fd);
+        pg->fd = -1;
+        return DDP_ESYS;
+    }
+    pg->p = m;
+    return 0;
+}
+
+void ddp__dn_page_release(struct ddp__dn_page *pg)
+{
+    if (pg->p)
+        munmap(pg->p, sizeof(struct ddp_progress_page));
+    if (pg->fd >= 0)
+        close(pg->fd);
+    pg->p = NULL;
+    pg->fd = -1;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* State, CPU time and kernel wait of a process, from /proc. */
+static void proc_state(pid_t pid, struct ddp__rank_progress *rp)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    rp->state = '?';
+    if (fd >= 0) {
+        ssize_t n = ddp_read_eintr(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        char *rp_ = n > 0 ? (buf[n] = '\0', strrchr(buf, ')')) : NULL;
+        unsigned long ut = 0, stime = 0;
+        char st;
+        if (rp_ && sscanf(rp_ + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &st, &ut,
+                          &stime) == 3) {
+            rp->state = st;
+            long hz = sysconf(_SC_CLK_TCK);
+            rp->cpu_s = (double)(ut + stime) / (double)(hz > 0 ? hz : 100);
+        }
+    }
+    snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = ddp_read_eintr(fd, rp->wchan, sizeof(rp->wchan) - 1);
+        close(fd);
+        rp->wchan[n > 0 ? n : 0] = '\0';
+        if (strcmp(rp->wchan, "0") == 0)
+            rp->wchan[0] = '\0';
+        for (char *c = rp->wchan; *c; c++)
+            if (*c == ' ' || *c == '\n')
+                *c = '_';
+    }
+}
+
+void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct ddp_progress_page *p)
+{
+    struct ddp__rank_progress rp = {.rank = rank, .pid = (int)pid};
+    proc_state(pid, &rp);
+    int64_t now = mono_ns();
+    if (p && p->magic == DDP_PROGRESS_MAGIC && p->version == DDP_PROGRESS_VERSION) {
+        rp.rec = true;
+        rp.completed = atomic_load_explicit(&p->completed, memory_order_acquire);
+        rp.started = atomic_load_explicit(&p->started, memory_order_acquire);
+        rp.entered = atomic_load_explicit(&p->entered, memory_order_acquire);
+        int64_t ch = atomic_load_explicit(&p->changed_ns, memory_order_relaxed);
+        rp.idle_ms = ch && now > ch ? (now - ch) / 1000000 : 0;
+        struct ddp_progress_ent e;
+        if (rp.entered > rp.completed && ddp_progress_read(p, rp.completed + 1, &e)) {
+            int64_t enq = atomic_load(&e.t_enq), st = atomic_load(&e.t_start);
+            rp.in_coll = true;
+            rp.op = e.op;
+            rp.dtype = e.dtype;
+            rp.bucket = e.bucket;
+            rp.bytes = e.bytes;
+            rp.cur_ms = enq && now > enq ? (now - enq) / 1000000 : 0;
+            rp.cur_run_ms = st && now > st ? (now - st) / 1000000 : -1;
+        }
+        uint64_t first = rp.completed > DDP__DIAG_WAITS ? rp.completed - DDP__DIAG_WAITS + 1 : 1;
+        for (uint64_t s = first; s <= rp.completed && s; s++)
+            if (ddp_progress_read(p, s, &e)) {
+                int64_t st = atomic_load(&e.t_start), end = atomic_load(&e.t_end);
+                if (!st || end < st || atomic_load(&e.result))
+                    continue;
+                int64_t us = (end - st) / 1000;
+                rp.wseq[rp.nwaits] = s;
+                rp.wus[rp.nwaits++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+            }
+    }
+    ddp__diag_line_put(b, &rp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stacks                                                             */
+/* ------------------------------------------------------------------ */
+
+struct stack_job {
+    struct ddp__dn_stacks *s;
+    pid_t pid, tool;
+    int fd;
+    struct ddp_buf out;
+    bool done;
+};
+
+struct ddp__dn_stacks {
+    struct ddp_loop *loop;
+    struct stack_job *job;
+    int n, left;
+    struct ddp_timer timer;
+    void (*done)(void *arg, char *const *texts, int n);
+    void *arg;
+};
+
+static void finish(struct ddp__dn_stacks *s)
+{
+    char **texts = calloc((size_t)s->n, sizeof(char *));
+    for (int i = 0; i < s->n && texts; i++) {
+        struct stack_job *j = &s->job[i];
+        if (!j->done)
+            ddp_buf_put(&j->out, "\n(the stack tool did not finish in time)\n", 41);
+        ddp_buf_put(&j->out, "", 1);
+        texts[i] = (char *)j->out.data;
+    }
+    ddp_timer_stop(s->loop, &s->timer);
+    if (texts)
+        s->done(s->arg, texts, s->n);
+    free(texts);
+    ddp__dn_stacks_free(s);
+}
+
+static void job_done(struct stack_job *j)
+{
+    if (j->done)
+        return;
+    j->done = true;
+    if (j->fd >= 0) {
+        ddp_loop_del(j->s->loop, j->fd);
+        close(j->fd);
+        j->fd = -1;
+    }
+    if (--j->s->left == 0)
+        finish(j->s);
+}
+
+static void on_tool(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)mask;
+    struct stack_job *j = arg;
+    char buf[8192];
+    ssize_t n = ddp_read_eintr(fd, buf, sizeof(buf));
+    if (n > 0) {
+        if (j->out.len + (size_t)n <= STACK_MAX)
+            ddp_buf_put(&j->out, buf, (size_t)n);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    job_done(j);
+}
+
+static void on_timeout(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    struct ddp__dn_stacks *s = DDP_CONTAINER_OF(t, struct ddp__dn_stacks, timer);
+    for (int i = 0; i < s->n; i++)
+        if (!s->job[i].done && s->job[i].tool > 0)
+            kill(s->job[i].tool, SIGKILL);
+    finish(s);
+}
+
+/* In the child: eu-stack, else gdb, on pid; output on fd 1 and 2. */
+static void exec_tool(pid_t pid, int fd, const sigset_t *mask)
+{
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0)
+        dup2(devnull, 0);
+    char p[32];
+    snprintf(p, sizeof(p), "%d", (int)pid);
+    execlp("eu-stack", "eu-stack", "-p", p, (char *)NULL);
+    execlp("gdb", "gdb", "-batch", "-nx", "-p", p, "-ex", "thread apply all bt", (char *)NULL);
+    dprintf(1, "(no stack: neither eu-stack (elfutils) nor gdb is installed on this node)\n");
+    _exit(127);
+}
+
+int ddp__dn_stacks_start(struct ddp_loop *loop, const pid_t *pids, int n, int timeout_ms,
+                         const sigset_t *mask, void (*done)(void *arg, char *const *texts, int n),
+                         void *arg, struct ddp__dn_stacks **out)
+{
+    struct ddp__dn_stacks *s = calloc(1, sizeof(*s));
+    if (!s || !(s->job = calloc((size_t)(n > 0 ? n : 1), sizeof(*s->job)))) {
+        free(s);
+        return DDP_ENOMEM;
+    }
+    s->loop = loop;
+    s->n = s->left = n;
+    s->done = done;
+    s->arg = arg;
+    ddp_timer_init(&s->timer, on_timeout);
+    for (int i = 0; i < n; i++) {
+        struct stack_job *j = &s->job[i];
+        j->s = s;
+        j->pid = pids[i];
+        j->fd = -1;
+        ddp_buf_init(&j->out);
+    }
+    *out = s;
+    if (n == 0) {
+        finish(s);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        struct stack_job *j = &s->job[i];
+        int pp[2];
+        const char *why = NULL;
+        if (pipe2(pp, O_CLOEXEC) != 0) {
+            why = "(no stack: out of descriptors)\n";
+        } else if ((j->tool = fork()) == 0) {
+            exec_tool(j->pid, pp[1], mask);
+        } else {
+            close(pp[1]);
+            if (j->tool < 0) {
+                close(pp[0]);
+                why = "(no stack: cannot fork)\n";
+            }
+        }
+        if (why) { /* finished at once; `left` reaching 0 is handled below */
+            ddp_buf_put(&j->out, why, strlen(why));
+            j->done = true;
+            s->left--;
+            continue;
+        }
+        j->fd = pp[0];
+        fcntl(j->fd, F_SETFL, O_NONBLOCK);
+        ddp_loop_add(loop, j->fd, DDP_LOOP_READ, on_tool, j);
+    }
+    if (s->left > 0)
+        ddp_timer_start(loop, &s->timer, timeout_ms);
+    else
+        finish(s);
+    return 0;
+}
+
+void ddp__dn_stacks_free(struct ddp__dn_stacks *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n; i++) {
+        struct stack_job *j = &s->job[i];
+        if (j->fd >= 0) {
+            ddp_loop_del(s->loop, j->fd);
+            close(j->fd);
+        }
+        if (!j->done && j->tool > 0)
+            kill(j->tool, SIGKILL);
+        ddp_buf_release(&j->out);
+    }
+    ddp_timer_stop(s->loop, &s->timer);
+    free(s->job);
+    free(s);
+}

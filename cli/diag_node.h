@@ -1,0 +1,43 @@
+/*
+ * The node agent's side of diagnosis (cli/diag_node.c): a progress page per rank (the rank's
+ * flight recorder, common/progress.h), the node's progress report from those pages and /proc,
+ * and native stacks of its ranks (eu-stack from elfutils, else gdb), gathered without blocking
+ * the agent's loop.
+ */
+#ifndef DDP_CLI_DIAG_NODE_H
+#define DDP_CLI_DIAG_NODE_H
+
+#include "common/buf.h"
+#include "common/progress.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct ddp_loop;
+
+/* A page for one rank: fd goes to the rank (DDPRUN_PROGRESS_FD); p is the agent's view. */
+struct ddp__dn_page {
+    int fd;
+    struct ddp_progress_page *p;
+};
+
+/* 0, or DDP_ESYS (then the rank simply runs without one). */
+int ddp__dn_page_new(struct ddp__dn_page *pg);
+void ddp__dn_page_release(struct ddp__dn_page *pg);
+
+/* Appends the line of a running rank (global rank, pid, its page or NULL) to b. */
+void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct ddp_progress_page *p);
+
+/* Native stacks of n processes, gathered by one eu-stack (or gdb) each, in parallel; done is
+ * called on loop with each one's text (or why there is none) once all have finished or
+ * timeout_ms passed, and the collection frees itself (it may do so before this returns; *out
+ * is set first). The tools run with signal mask `mask`. */
+struct ddp__dn_stacks;
+int ddp__dn_stacks_start(struct ddp_loop *loop, const pid_t *pids, int n, int timeout_ms,
+                         const sigset_t *mask, void (*done)(void *arg, char *const *texts, int n),
+                         void *arg, struct ddp__dn_stacks **out);
+/* Stops a collection (killing its tools); done is not called. NULL is a no-op. */
+void ddp__dn_stacks_free(struct ddp__dn_stacks *s);
+
+#endif

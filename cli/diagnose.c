@@ -1,0 +1,368 @@
+/* The launcher's model of the ranks' progress (cli/diagnose.h). */
+#include "cli/diagnose.h"
+#include "common/err.h"
+#include "common/progress.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+#define RATE_WINDOW_MS 900 /* rates are taken over reports at least this far apart */
+#define LISTED 8           /* ranks named one by one in a hang report */
+
+int ddp__diag_reset(struct ddp__diag *d, int world, const int *node_of_rank)
+{
+    ddp__diag_release(d);
+    if (!(d->r = calloc((size_t)(world > 0 ? world : 1), sizeof(*d->r))))
+        return DDP_ENOMEM;
+    d->world = world;
+    for (int i = 0; i < world; i++)
+        d->r[i].node = node_of_rank[i];
+    return 0;
+}
+
+void ddp__diag_release(struct ddp__diag *d)
+{
+    free(d->r);
+    memset(d, 0, sizeof(*d));
+}
+
+void ddp__diag_take(struct ddp__diag *d, int node, const char *report, int64_t now_ms)
+{
+    for (const char *l = report; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        char line[2048];
+        struct ddp__rank_progress p;
+        if (len < sizeof(line)) {
+            memcpy(line, l, len);
+            line[len] = '\0';
+            if (ddp__diag_line_parse(line, &p) == 0 && p.rank < d->world &&
+                d->r[p.rank].node == node) {
+                struct ddp__diag_rank *r = &d->r[p.rank];
+                if (!r->have || now_ms - r->prev_at_ms >= RATE_WINDOW_MS) {
+                    if (r->have && now_ms > r->prev_at_ms) {
+                        double dt = (double)(now_ms - r->prev_at_ms) / 1000;
+                        r->coll_per_s = (double)(p.completed - r->prev_completed) / dt;
+                        r->cpu_pct = (p.cpu_s - r->prev_cpu_s) / dt * 100;
+                        r->rated = true;
+                    }
+                    r->prev_at_ms = now_ms;
+                    r->prev_completed = p.completed;
+                    r->prev_cpu_s = p.cpu_s;
+                }
+                r->p = p;
+                r->at_ms = now_ms;
+                r->have = true;
+            }
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+}
+
+static void add(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add(char *buf, size_t n, const char *fmt, ...)
+{
+    size_t len = strlen(buf);
+    if (len + 1 >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+static const char *node_of(const struct ddp__diag *d, const char *const *names, int rank)
+{
+    return names ? names[d->r[rank].node] : "?";
+}
+
+static bool counted(const struct ddp__diag_rank *r)
+{
+    return r->have && r->p.rec;
+}
+
+bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
+                    const char *const *node_names, struct ddp__hang *h)
+{
+    memset(h, 0, sizeof(*h));
+    int64_t last = INT64_MIN;
+    uint64_t seq = UINT64_MAX;
+    int n = 0;
+    for (int i = 0; i < d->world; i++) {
+        struct ddp__diag_rank *r = &d->r[i];
+        if (!counted(r))
+            continue;
+        n++;
+        int64_t t = r->at_ms - r->p.idle_ms;
+        if (t > last)
+            last = t;
+        if (r->p.completed + 1 < seq)
+            seq = r->p.completed + 1;
+    }
+    if (n == 0 || now_ms - last < hang_after_ms)
+        return false;
+    if (seq == d->reported_seq && last == d->reported_last_ms)
+        return false; /* this stuck point was reported */
+    /* The collective: as a rank that is in it describes it. */
+    int64_t entered_ms = -1;
+    const struct ddp__rank_progress *in = NULL;
+    for (int i = 0; i < d->world; i++) {
+        struct ddp__diag_rank *r = &d->r[i];
+        if (counted(r) && r->p.in_coll && r->p.completed + 1 == seq) {
+            int64_t e = r->p.cur_ms + (now_ms - r->at_ms);
+            if (e > entered_ms) {
+                entered_ms = e;
+                in = &r->p;
+            }
+        }
+    }
+    if (!(h->behind = calloc((size_t)d->world, sizeof(int))))
+        return false;
+    d->reported_seq = seq;
+    d->reported_last_ms = last;
+    h->seq = seq;
+    h->stuck_ms = now_ms - last;
+    if (in)
+        ddp__diag_coll_name(h->what, sizeof(h->what), in->op, seq, in->bucket, in->bytes);
+    else
+        snprintf(h->what, sizeof(h->what), "collective #%" PRIu64, seq);
+    int entered = 0;
+    for (int i = 0; i < d->world; i++)
+        if (counted(&d->r[i]) && d->r[i].p.entered >= seq)
+            entered++;
+    h->entered_by_all = entered == n;
+    for (int i = 0; i < d->world; i++) {
+        const struct ddp__diag_rank *r = &d->r[i];
+        if (!counted(r))
+            continue;
+        if (h->entered_by_all ? r->p.completed < seq : r->p.entered < seq)
+            h->behind[h->nbehind++] = i;
+    }
+    add(h->text, sizeof(h->text),
+        "ddprun: no rank has made progress for %.0f s:", (double)h->stuck_ms / 1000);
+    if (entered == 0)
+        add(h->text, sizeof(h->text),
+            " every rank finished #%" PRIu64 " and none has issued another collective since\n",
+            seq - 1);
+    else if (h->entered_by_all)
+        add(h->text, sizeof(h->text), " all %d ranks entered %s %.0f s ago and none finished it\n",
+            n, h->what, (double)entered_ms / 1000);
+    else
+        add(h->text, sizeof(h->text), "\n");
+    for (int k = 0; k < h->nbehind && k < LISTED; k++) {
+        const struct ddp__diag_rank *r = &d->r[h->behind[k]];
+        char state[96], cpu[32] = "";
+        ddp__diag_state_name(state, sizeof(state), r->p.state, r->p.wchan);
+        if (r->rated)
+            snprintf(cpu, sizeof(cpu), " at %.0f%% CPU", r->cpu_pct);
+        if (!h->entered_by_all && entered > 0)
+            add(h->text, sizeof(h->text),
+                "  rank %d on %s has not entered %s that the other %d rank%s entered %.0f s ago; "
+                "it is %s%s (pid %d)\n",
+                h->behind[k], node_of(d, node_names, h->behind[k]), h->what, entered,
+                entered == 1 ? "" : "s", (double)entered_ms / 1000, state, cpu, r->p.pid);
+        else
+            add(h->text, sizeof(h->text), "  rank %d on %s is %s%s (pid %d)\n", h->behind[k],
+                node_of(d, node_names, h->behind[k]), state, cpu, r->p.pid);
+    }
+    if (h->nbehind > LISTED)
+        add(h->text, sizeof(h->text), "  and %d more rank%s\n", h->nbehind - LISTED,
+            h->nbehind - LISTED == 1 ? "" : "s");
+    return true;
+}
+
+void ddp__diag_hang_release(struct ddp__hang *h)
+{
+    free(h->behind);
+    h->behind = NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void ddp__diag_stragglers(const struct ddp__diag *d, struct ddp__straggle *out)
+{
+    memset(out, 0, sizeof(*out) * (size_t)d->world);
+    /* The collectives every reporting rank lists: those of the rank with the fewest. */
+    int ref = -1, nr = 0;
+    for (int i = 0; i < d->world; i++)
+        if (counted(&d->r[i]) && d->r[i].p.nwaits > 0) {
+            nr++;
+            if (ref < 0 || d->r[i].p.nwaits < d->r[ref].p.nwaits)
+                ref = i;
+        }
+    if (nr < 2)
+        return;
+    double *late = calloc((size_t)d->world * DDP__DIAG_WAITS, sizeof(double));
+    uint32_t *dur = calloc((size_t)d->world, sizeof(uint32_t));
+    int *lasts = calloc((size_t)d->world, sizeof(int));
+    int seqs = 0;
+    for (int k = 0; late && dur && lasts && k < d->r[ref].p.nwaits; k++) {
+        uint64_t s = d->r[ref].p.wseq[k];
+        bool all = true;
+        uint32_t lo = UINT32_MAX, hi = 0;
+        for (int i = 0; i < d->world && all; i++) {
+            const struct ddp__rank_progress *p = &d->r[i].p;
+            if (!counted(&d->r[i]) || p->nwaits == 0)
+                continue;
+            int j = 0;
+            while (j < p->nwaits && p->wseq[j] != s)
+                j++;
+            if (j == p->nwaits) {
+                all = false;
+                break;
+            }
+            dur[i] = p->wus[j];
+            lo = dur[i] < lo ? dur[i] : lo;
+            hi = dur[i] > hi ? dur[i] : hi;
+        }
+        if (!all)
+            continue;
+        for (int i = 0; i < d->world; i++) {
+            if (!counted(&d->r[i]) || d->r[i].p.nwaits == 0)
+                continue;
+            late[(size_t)i * DDP__DIAG_WAITS + (size_t)out[i].n] = (double)(hi - dur[i]) / 1000;
+            out[i].n++;
+            lasts[i] += dur[i] == lo;
+        }
+        seqs++;
+    }
+    for (int i = 0; late && dur && lasts && i < d->world; i++) {
+        if (out[i].n == 0)
+            continue;
+        double *l = &late[(size_t)i * DDP__DIAG_WAITS];
+        qsort(l, (size_t)out[i].n, sizeof(double), cmp_double);
+        out[i].late_ms = l[out[i].n / 2];
+        out[i].last_frac = (double)lasts[i] / out[i].n;
+        /* Last more than half the time (by chance: 1/world), and by at least a millisecond. */
+        out[i].flagged = seqs >= 4 && out[i].last_frac > 0.5 && out[i].late_ms >= 1.0;
+    }
+    free(late);
+    free(dur);
+    free(lasts);
+}
+
+void ddp__diag_status(const struct ddp__diag *d, int64_t now_ms, const char *const *node_names,
+                      struct ddp_buf *out)
+{
+    struct ddp__straggle *st = calloc((size_t)(d->world > 0 ? d->world : 1), sizeof(*st));
+    if (st)
+        ddp__diag_stragglers(d, st);
+    char line[512];
+    int n = snprintf(line, sizeof(line), "%-5s %-16s %-8s %-30s %5s %7s  %-42s %10s  %s\n", "rank",
+                     "node", "pid", "state", "cpu%", "coll/s", "collective", "progress",
+                     "arrives last");
+    ddp_buf_put(out, line, (size_t)n);
+    for (int i = 0; i < d->world; i++) {
+        const struct ddp__diag_rank *r = &d->r[i];
+        if (!r->have) {
+            n = snprintf(line, sizeof(line), "%-5d %-16.16s (no report yet)\n", i,
+                         node_of(d, node_names, i));
+            ddp_buf_put(out, line, (size_t)n);
+            continue;
+        }
+        char state[96], last[112] = "-", prog[32] = "-", strag[64] = "-";
+        ddp__diag_state_name(state, sizeof(state), r->p.state, r->p.wchan);
+        if (r->p.rec && r->p.in_coll) {
+            char what[96];
+            ddp__diag_coll_name(what, sizeof(what), r->p.op, r->p.completed + 1, r->p.bucket,
+                                r->p.bytes);
+            snprintf(last, sizeof(last), "in %s", what);
+        } else if (r->p.rec && r->p.completed) {
+            snprintf(last, sizeof(last), "#%" PRIu64 " done", r->p.completed);
+        } else if (!r->p.rec) {
+            snprintf(last, sizeof(last), "(no flight recorder)");
+        }
+        if (r->p.rec)
+            snprintf(prog, sizeof(prog), "%.1f s ago",
+                     (double)(r->p.idle_ms + (now_ms - r->at_ms)) / 1000);
+        if (st && st[i].n > 0)
+            snprintf(strag, sizeof(strag), "%.0f%%, by %.1f ms%s", st[i].last_frac * 100,
+                     st[i].late_ms, st[i].flagged ? "  STRAGGLER" : "");
+        n = snprintf(line, sizeof(line),
+                     "%-5d %-16.16s %-8d %-30.30s %5.0f %7.1f  %-42.42s %10s  %s\n", i,
+                     node_of(d, node_names, i), r->p.pid, state, r->cpu_pct, r->coll_per_s, last,
+                     prog, strag);
+        ddp_buf_put(out, line, (size_t)(n < (int)sizeof(line) ? n : (int)sizeof(line) - 1));
+    }
+    free(st);
+}
+
+/* A stack without what differs between processes: addresses, pids and thread ids. */
+static char *normalize(const char *s)
+{
+    size_t n = strlen(s);
+    char *o = malloc(n + 1), *w = o;
+    if (!o)
+        return NULL;
+    for (const char *l = s; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) + 1 : strlen(l);
+        if (strncmp(l, "PID ", 4) == 0) { /* "PID 123 - process" */
+            l += len;
+            continue;
+        }
+        if (strncmp(l, "TID ", 4) == 0) {
+            memcpy(w, "thread:\n", 8);
+            w += 8;
+            l += len;
+            continue;
+        }
+        for (size_t i = 0; i < len;) {
+            if (l[i] == '0' && i + 1 < len && l[i + 1] == 'x') { /* an address */
+                i += 2;
+                while (i < len && ((l[i] >= '0' && l[i] <= '9') || (l[i] >= 'a' && l[i] <= 'f')))
+                    i++;
+                while (i < len && l[i] == ' ')
+                    i++;
+                continue;
+            }
+            *w++ = l[i++];
+        }
+        l += len;
+    }
+    *w = '\0';
+    return o;
+}
+
+void ddp__diag_group_stacks(struct ddp_buf *out, int n, const int *ranks, char *const *texts)
+{
+    char **norm = calloc((size_t)(n > 0 ? n : 1), sizeof(char *));
+    int *group = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    for (int i = 0; norm && i < n; i++)
+        norm[i] = normalize(texts[i] ? texts[i] : "");
+    for (int i = 0; norm && group && i < n; i++) {
+        if (group[i] || !norm[i])
+            continue;
+        char head[512];
+        int count = 0, len = 0;
+        for (int j = i; j < n; j++) {
+            if (group[j] || !norm[j] || strcmp(norm[i], norm[j]) != 0)
+                continue;
+            group[j] = 1;
+            if (len < (int)sizeof(head) - 16)
+                len += snprintf(head + len, sizeof(head) - (size_t)len, "%s%d", count ? "," : "",
+                                ranks[j]);
+            count++;
+        }
+        char line[640];
+        int ll = snprintf(line, sizeof(line), "== rank%s %s (%d of %d):\n", count > 1 ? "s" : "",
+                          head, count, n);
+        ddp_buf_put(out, line, (size_t)(ll < (int)sizeof(line) ? ll : (int)sizeof(line) - 1));
+        ddp_buf_put(out, norm[i], strlen(norm[i]));
+        if (norm[i][0] && norm[i][strlen(norm[i]) - 1] != '\n')
+            ddp_buf_put(out, "\n", 1);
+    }
+    for (int i = 0; norm && i < n; i++)
+        free(norm[i]);
+    free(norm);
+    free(group);
+}

@@ -1,0 +1,67 @@
+/*
+ * The supervisor's state (ddp__S, a leaf: this file calls none of the files that use it) and its
+ * book of the current round's ranks: each rank's output to the views, its last lines, how it ended.
+ */
+#include "cli/supervisor.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+struct ddp__sup ddp__S;
+#define L ddp__S
+
+static void keep_tail(struct ddp__sup_rank *r, const uint8_t *line, size_t n)
+{
+    if (r->ntail == DDP__SUP_TAIL_LINES) {
+        free(r->tail[0]);
+        memmove(r->tail, r->tail + 1, (DDP__SUP_TAIL_LINES - 1) * sizeof(char *));
+        r->ntail--;
+    }
+    r->tail[r->ntail++] = strndup((const char *)line, n > 500 ? 500 : n);
+}
+
+/* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
+void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress)
+{
+    struct ddp__sup_rank *r = &L.rk[rank];
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->rank_line(L.views[v].self, rank, L.job->nodes[r->node].host, stream, line,
+                                  n, progress);
+    if (!progress)
+        keep_tail(r, line, n);
+}
+
+/* How rank r ended, in the records' one model. */
+struct ddp__outcome ddp__sup_outcome(int rank)
+{
+    const struct ddp__sup_rank *r = &L.rk[rank];
+    if (r->lost)
+        return (struct ddp__outcome){.state = DDP__RS_LOST};
+    if (!r->exited)
+        return (struct ddp__outcome){.state = DDP__RS_RUNNING};
+    struct ddp__outcome o = ddp__outcome_of(r->code, r->exec_failed);
+    o.stopped = r->stopped;
+    return o;
+}
+
+void ddp__sup_release_ranks(void)
+{
+    for (int i = 0; L.rk && i < L.total_slots; i++) {
+        struct ddp__sup_rank *r = &L.rk[i];
+        for (int k = 0; k < r->ntail; k++)
+            free(r->tail[k]);
+        memset(r, 0, sizeof(*r));
+    }
+}
+
+void ddp__sup_describe_exit(int code, char *buf, size_t n)
+{
+    if (code < 0)
+        snprintf(buf, n, "was killed by signal %d (%s)", -code, strsignal(-code));
+    else
+        snprintf(buf, n, "exited with status %d", code);
+}

@@ -1,0 +1,51 @@
+/*
+ * The launcher's watch over its ranks (cli/watchdog.c): it takes the node agents' progress
+ * reports into the model of cli/diagnose.h, reports a hang (who is behind, in which collective,
+ * doing what, with native stacks) after diagnose.hang_after, applies diagnose.on_hang, and
+ * serves `ddprun status` and `ddprun stacks` on the job's control socket. The supervisor
+ * (cli/rounds.c, cli/supervise.c) calls it; it talks to the nodes (cli/nodes.h), the views and
+ * the records, and reaches back only through the fail callback.
+ */
+#ifndef DDP_CLI_WATCHDOG_H
+#define DDP_CLI_WATCHDOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ddp_loop;
+struct ddp_job;
+struct ddp__nodes;
+struct ddp__view;
+struct ddp__rec;
+
+struct ddp__wd_ctx {
+    struct ddp_loop *loop;
+    const struct ddp_job *job;
+    const char *job_id;
+    struct ddp__nodes *nodes;
+    const struct ddp__view *views;
+    const int *nviews;
+    struct ddp__rec *rec;
+    const int *round;
+    /* The hang policy says fail: the round fails with why (as a failed worker would). */
+    void (*fail)(const char *why);
+    /* One line for `ddprun status`: the job's phase and counts. */
+    void (*headline)(char *out, size_t n);
+};
+
+void ddp__wd_init(const struct ddp__wd_ctx *ctx);
+/* Opens the control socket; 0 or -1 (logged: status and stacks are then unavailable). */
+int ddp__wd_listen(void);
+/* Closes it and forgets everything. */
+void ddp__wd_release(void);
+
+/* A round of world ranks starts: node and local index of each. */
+void ddp__wd_round(int world, const int *node_of_rank, const int *local_of_rank);
+/* The round's workers are stopping: no hang reports until the next round. */
+void ddp__wd_round_end(void);
+/* Node node's progress report (cli/diag.h lines); takes report (malloc'd). */
+void ddp__wd_progress(int node, char *report);
+/* Node node's STACKS_REPLY. */
+void ddp__wd_stacks_reply(int node, const uint8_t *body, size_t len);
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * A rank for the diagnosis tests (tests/integration/90-diagnose.bats): steps of "compute" (a
+ * sleep) and one all-reduce of a gradient bucket (bucket 3), under ddprun. One rank can be made
+ * to misbehave before collective #S: stop itself (SIGSTOP), or spin forever outside any
+ * collective; or to compute slower (a straggler).
+ *
+ * usage: hangtest [--steps N] [--compute-ms M] [--count K] [--stop-rank R --stop-at S]
+ *                 [--spin-rank R --spin-at S] [--slow-rank R --slow-factor F] [--stamp FILE]
+ * --stamp: the misbehaving rank writes the wall time (s) at which it misbehaves there.
+ */
+#include "worker/pg.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile unsigned long spins;
+
+/* Named, and kept out of line, so that a stack shows where the rank is. */
+__attribute__((noinline)) void hangtest_spin_forever_outside_collectives(void)
+{
+    for (;;)
+        spins++;
+}
+
+__attribute__((noinline)) void hangtest_stop_self(void)
+{
+    raise(SIGSTOP);
+    spins++; /* not a tail call: this frame stays on the stack */
+}
+
+static void stamp(const char *file)
+{
+    if (!file)
+        return;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    FILE *f = fopen(file, "w");
+    if (f) {
+        fprintf(f, "%ld.%06ld\n", (long)tv.tv_sec, (long)tv.tv_usec);
+        fclose(f);
+    }
+}
+
+static void sleep_ms(double ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                          .tv_nsec = (long)((ms - 1000 * (double)(time_t)(ms / 1000)) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int steps = 20, count = 1024, stop_rank = -1, spin_rank = -1, slow_rank = -1;
+    long stop_at = -1, spin_at = -1;
+    double compute_ms = 20, slow = 1.0;
+    const char *stampfile = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--steps"))
+            steps = atoi(v);
+        else if (!strcmp(k, "--compute-ms"))
+            compute_ms = atof(v);
+        else if (!strcmp(k, "--count"))
+            count = atoi(v);
+        else if (!strcmp(k, "--stop-rank"))
+            stop_rank = atoi(v);
+        else if (!strcmp(k, "--stop-at"))
+            stop_at = atol(v);
+        else if (!strcmp(k, "--spin-rank"))
+            spin_rank = atoi(v);
+        else if (!strcmp(k, "--spin-at"))
+            spin_at = atol(v);
+        else if (!strcmp(k, "--slow-rank"))
+            slow_rank = atoi(v);
+        else if (!strcmp(k, "--slow-factor"))
+            slow = atof(v);
+        else if (!strcmp(k, "--stamp"))
+            stampfile = v;
+        else {
+            fprintf(stderr, "hangtest: unknown option %s\n", k);
+            return 2;
+        }
+    }
+    struct ddp_pg *pg;
+    if (ddp_pg_init_env(NULL, &pg) != 0) {
+        fprintf(stderr, "hangtest: cannot form the group\n");
+        return 1;
+    }
+    int rank = ddp_pg_rank(pg);
+    float *g = calloc((size_t)count, sizeof(float));
+    for (long s = 1; s <= steps; s++) { /* collective #s */
+        sleep_ms(rank == slow_rank ? compute_ms * slow : compute_ms);
+        if (rank == stop_rank && s == stop_at) {
+            printf("rank %d: stopping itself before collective #%ld\n", rank, s);
+            fflush(stdout);
+            stamp(stampfile);
+            hangtest_stop_self();
+        }
+        if (rank == spin_rank && s == spin_at) {
+            printf("rank %d: spinning before collective #%ld\n", rank, s);
+            fflush(stdout);
+            stamp(stampfile);
+            hangtest_spin_forever_outside_collectives();
+        }
+        for (int i = 0; i < count; i++)
+            g[i] = (float)(rank + i);
+        struct ddp_work *w;
+        if (ddp_pg_allreduce_start_bucket(pg, g, (size_t)count, DDP_F32, DDP_SUM, 3, &w) != 0 ||
+            ddp_work_wait(w) != 0) {
+            fprintf(stderr, "rank %d: collective #%ld failed: %s\n", rank, s,
+                    ddp_pg_last_error(pg));
+            return 1;
+        }
+        ddp_work_free(w);
+    }
+    printf("rank %d: %d steps done\n", rank, steps);
+    free(g);
+    ddp_pg_free(pg);
+    return 0;
+}

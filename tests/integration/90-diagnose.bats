@@ -1,0 +1,161 @@
+#!/usr/bin/env bats
+# Which rank, which collective: the hang report, `ddprun status` and `ddprun stacks`, on a
+# 4-rank job of 2 nodes x 2 ranks (two local node agents) running tests/helpers/hangtest.c
+# (steps of compute and one all-reduce of gradient bucket 3), with one rank made to misbehave.
+load '../lib/common'
+
+HANGTEST="$BUILD/tests/hangtest"
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+  # this test's own folder of control sockets: `ddprun status` finds this test's job only
+  export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR/run"
+  mkdir -m 700 "$XDG_RUNTIME_DIR"
+}
+
+teardown() {
+  [ -n "${DDP_PID:-}" ] && kill -9 "$DDP_PID" 2>/dev/null
+  true
+}
+
+job() { # extra yaml, then hangtest arguments
+  local extra=$1
+  shift
+  local args=""
+  for a in "$@"; do args="$args, \"$a\""; done
+  cat >job.yaml <<JOB
+command: ["$HANGTEST"$args]
+nodes:
+  - {host: localhost, slots: 2}
+  - {host: 127.0.0.1, slots: 2}
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 5s}
+logs: {dir: logs}
+stop_grace: 2s
+$extra
+JOB
+}
+
+events() { cat logs/*/events.jsonl; }
+field() { grep -o "\"$1\": \(\"[^\"]*\|[^,}]*\)" | head -n1 | sed 's/^[^:]*: "\{0,1\}//; s/"$//'; }
+
+wait_for() { # seconds, then a command that succeeds once it holds
+  local s=$1
+  shift
+  for _ in $(seq $((s * 10))); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  "$@"
+}
+
+@test "a rank SIGSTOPped before collective #30 is named, with its node, the collective and its stack, within hang_after + 2 s; on_hang: fail ends the job" {
+  job "diagnose: {hang_after: 3s, on_hang: fail}" --steps 400 --compute-ms 20 \
+    --stop-rank 2 --stop-at 30 --stamp "$PWD/stamp"
+  run timeout 60 "$DDPRUN" job.yaml
+  echo "$output"
+  assert_failure 1
+  assert_output --partial "rank 2 on 127.0.0.1 has not entered allreduce #30 (bucket 3, 4.0 KiB) that the other 3 ranks entered"
+  assert_output --regexp "it is stopped \(SIGSTOP or job control\)( at 0% CPU)? \(pid [0-9]+\)"
+  # its native stack, as eu-stack (or gdb) saw it
+  assert_output --partial "hangtest_stop_self"
+  assert_output --regexp "no rank made progress for [0-9]+ s in allreduce #30 \(bucket 3, 4.0 KiB\) \(rank 2 did not enter it\); stopping the job"
+  # recorded: the hang, and when
+  ev=$(events | grep '"event": "hang"')
+  [ "$(field seq <<<"$ev")" = 30 ]
+  [ "$(field ranks <<<"$ev")" = 2 ]
+  t_hang=$(date -d "$(field time <<<"$ev")" +%s.%N)
+  awk -v a="$(cat stamp)" -v b="$t_hang" 'BEGIN { d = b - a; print "reported " d " s after the stop"; exit !(d >= 3 && d <= 3 + 2) }'
+  events | grep -q '"event": "hang_stacks".*hangtest_stop_self'
+}
+
+@test "a rank looping forever outside any collective: the report names it as running; ddprun stacks and status show it" {
+  job "diagnose: {hang_after: 2s}" --steps 400 --compute-ms 20 --spin-rank 1 --spin-at 25
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 30 grep -q "waiting (diagnose.on_hang: wait)" out.txt
+  cat out.txt
+  grep -q "rank 1 on localhost has not entered allreduce #25 (bucket 3, 4.0 KiB) that the other 3 ranks entered" out.txt
+  grep -Eq "it is running \(on a CPU\)( at [0-9]+% CPU)? \(pid [0-9]+\)" out.txt
+  wait_for 20 grep -q "hangtest_spin_forever_outside_collectives" out.txt
+  # from another terminal: the stuck rank's stack, and everyone's grouped
+  run "$DDPRUN" stacks --rank 1
+  assert_success
+  assert_output --partial "== rank 1 (1 of 1):"
+  assert_output --partial "hangtest_spin_forever_outside_collectives"
+  run "$DDPRUN" stacks
+  assert_success
+  assert_output --partial "hangtest_spin_forever_outside_collectives"
+  # every rank is under one heading (identical stacks share one: tests/unit/test_diag.c)
+  for r in 0 1 2 3; do
+    assert_output --regexp "== ranks? ([0-9],)*$r(,[0-9])* \([1-4] of 4\):"
+  done
+  run "$DDPRUN" status
+  assert_success
+  assert_output --regexp "^job job-[0-9]+-[0-9]+-[0-9a-f]+: running, round 0, 4 ranks on 2 nodes"
+  assert_output --regexp $'\n''1 +localhost +[0-9]+ +running \(on a CPU\) .*#24 done'
+  assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping .*in allreduce #25 \(bucket 3, 4.0 KiB\)'
+  kill -INT "$DDP_PID"
+  rc=0
+  wait "$DDP_PID" || rc=$?
+  DDP_PID=
+  [ "$rc" -eq 130 ]
+}
+
+@test "a rank 30% slower than the others is named as the straggler by ddprun status" {
+  job "" --steps 400 --compute-ms 50 --slow-rank 3 --slow-factor 1.3
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  # a few seconds of collectives, then the table
+  wait_for 40 bash -c "'$DDPRUN' status | grep -q STRAGGLER"
+  run "$DDPRUN" status
+  echo "$output"
+  assert_success
+  # rank 3 arrives last at most collectives, by about 15 ms (30% of 50 ms); the others do not
+  assert_output --regexp $'\n''3 +127\.0\.0\.1 .* [0-9]+%, by 1[0-9]\.[0-9] ms  STRAGGLER'
+  [ "$(grep -c STRAGGLER <<<"$output")" -eq 1 ]
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+}
+
+@test "status and stacks: no running job, an unknown job, a rank out of range are clear errors" {
+  run "$DDPRUN" status
+  assert_failure 2
+  assert_output --partial "no running job of yours on this machine"
+  job "" --steps 400 --compute-ms 20
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 20 "$DDPRUN" status
+  run "$DDPRUN" status nosuchjob
+  assert_failure 2
+  assert_output --partial "no running job 'nosuchjob' of yours on this machine"
+  run "$DDPRUN" stacks --rank 9
+  assert_failure 2
+  assert_output --partial "error: no rank '9' (the round has ranks 0 to 3)"
+  # the job by its log folder
+  run "$DDPRUN" status "$(ls -d logs/*/)"
+  assert_success
+  assert_output --partial "4 ranks on 2 nodes"
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  # gone with its job
+  [ -z "$(ls "$XDG_RUNTIME_DIR/ddprun")" ]
+}
+
+@test "Python workers (no flight recorder): status shows their processes, stacks their native stacks" {
+  printf 'command: [/usr/bin/python3, -c, "import time\\nwhile True: time.sleep(0.2)"]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 20 bash -c "'$DDPRUN' status | grep -q 'no flight recorder'"
+  run "$DDPRUN" status
+  assert_success
+  assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping .*\(no flight recorder\)'
+  run "$DDPRUN" stacks
+  assert_success
+  assert_output --partial "== ranks 0,1 (2 of 2):"
+  assert_output --partial "PyEval"
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+}
