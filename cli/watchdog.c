@@ -34,7 +34,7 @@ struct sreq {
     uint32_t id;
     int client;
     bool hang;
-    char fail_why[600]; /* hang: what the policy fails the round with, "" to wait */
+    char fail_why[1024]; /* hang: what the policy fails the round with, "" to wait */
     int nmap, *map_node, *map_local, *map_rank; /* the ranks asked for */
     bool *waiting;                              /* [nnodes]: a reply is due */
     int pending;
@@ -281,7 +281,7 @@ static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
         }
         ddp__rec_event(W.c.rec, *W.c.round, "hang", "#seq", (long long)h.seq, "collective", h.what,
                        "#stuck_ms", (long long)h.stuck_ms, "ranks", list, "report", h.text, NULL);
-        char why[600] = "";
+        char why[1024] = "";
         if (W.c.job->hang_fail) {
             snprintf(why, sizeof(why), "no rank made progress for %.0f s in %s (rank%s %s %s)",
                      (double)h.stuck_ms / 1000, h.what, h.nbehind == 1 ? "" : "s", list,
