@@ -279,8 +279,16 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         return -1;
     if (check_exec_size(c, root, j) < 0)
         return -1;
-    if ((n = ddp__ytree_get(root, "nodes"))) {
+    const struct ddp_ynode *per_node = ddp__ytree_get(root, "nproc_per_node");
+    if ((n = ddp__ytree_get(root, "nodes")) && n->type == DDP_Y_SCALAR &&
+        !strcmp(n->str, "slurm")) {
+        if (ddp__slurm_nodes(c, n, per_node, j, &slots_given) < 0)
+            goto out;
+    } else if (n) {
         if (load_nodes(c, n, j, &slots_given) < 0)
+            goto out;
+    } else if (ddp__slurm_allocated()) { /* inside an allocation: its nodes */
+        if (ddp__slurm_nodes(c, root, per_node, j, &slots_given) < 0)
             goto out;
     } else {
         j->nodes = calloc(1, sizeof(*j->nodes));
@@ -288,8 +296,9 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         j->nodes[0].host = strdup("localhost");
         j->nnodes = 1;
     }
-    if ((n = ddp__ytree_get(root, "nproc_per_node")) &&
-        ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
+    if ((n = per_node) && n->type == DDP_Y_SCALAR && !strcmp(n->str, "auto"))
+        j->nproc_per_node = ddp__slurm_gpus_here();
+    else if (n && ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
         goto out;
     j->world_size = 0;
     for (size_t i = 0; i < j->nnodes; i++) {

@@ -46,4 +46,14 @@ bool ddp__jv_env_name_ok(const char *s);
 /* "all", or ranks N and ranges N-M (N <= M) separated by commas. */
 bool ddp__jv_rank_list_ok(const char *s);
 
+struct ddp_job;
+
+/* cli/job_slurm.c: whether ddprun runs inside a Slurm allocation; the GPUs Slurm (or
+ * CUDA_VISIBLE_DEVICES) gives this node, else 1 (nproc_per_node: auto); the allocation's nodes
+ * as j's (nodes: slurm), with their task counts as slots unless per_node_given. */
+bool ddp__slurm_allocated(void);
+int ddp__slurm_gpus_here(void);
+int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool per_node_given,
+                     struct ddp_job *j, int **slots_given);
+
 #endif

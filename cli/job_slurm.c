@@ -1,0 +1,79 @@
+/*
+ * A job's nodes from the Slurm allocation it runs in (nodes: slurm, or no nodes: inside one) and
+ * nproc_per_node: auto. Private to the job-spec files (cli/job_values.h).
+ */
+#include "cli/hostlist.h"
+#include "cli/job.h"
+#include "cli/job_values.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+bool ddp__slurm_allocated(void)
+{
+    const char *id = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
+    return id && *id && list && *list;
+}
+
+int ddp__slurm_gpus_here(void)
+{
+    const char *g = getenv("SLURM_GPUS_ON_NODE");
+    char *end;
+    long n = g ? strtol(g, &end, 10) : 0;
+    if (g && *g && *end == '\0' && n > 0 && n <= 4096)
+        return (int)n;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd && *cvd && strcmp(cvd, "-1") != 0 && strcmp(cvd, "NoDevFiles") != 0) {
+        int k = 1;
+        for (const char *c = cvd; *c; c++)
+            k += *c == ',';
+        return k;
+    }
+    return 1;
+}
+
+int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool per_node_given,
+                     struct ddp_job *j, int **slots_given)
+{
+    const char *list = getenv("SLURM_JOB_NODELIST");
+    if (!ddp__slurm_allocated()) {
+        ddp__jv_err(c, at,
+                    "nodes: slurm needs a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST "
+                    "are not set): run ddprun inside salloc or an sbatch script");
+        return -1;
+    }
+    char **hosts, why[512];
+    size_t n;
+    if (ddp__hostlist_expand(list, &hosts, &n, why, sizeof(why)) < 0) {
+        ddp__jv_err(c, at, "SLURM_JOB_NODELIST: %s", why);
+        return -1;
+    }
+    j->nodes = calloc(n, sizeof(*j->nodes));
+    *slots_given = calloc(n, sizeof(int));
+    if (!j->nodes || !*slots_given) {
+        ddp__hostlist_free(hosts, n);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        j->nodes[i].host = hosts[i]; /* taken */
+        j->nnodes = i + 1;
+    }
+    free(hosts);
+    /* As mpirun does inside an allocation: the tasks Slurm gives each node are its slots,
+     * unless nproc_per_node says otherwise. */
+    const char *tasks = getenv("SLURM_TASKS_PER_NODE");
+    if (!per_node_given && tasks && *tasks &&
+        ddp__counts_expand(tasks, *slots_given, n, why, sizeof(why)) < 0) {
+        ddp__jv_err(c, at, "SLURM_TASKS_PER_NODE: %s", why);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((*slots_given)[i] > 4096) {
+            ddp__jv_err(c, at, "SLURM_TASKS_PER_NODE gives %s %d tasks (4096 at most)",
+                        j->nodes[i].host, (*slots_given)[i]);
+            return -1;
+        }
+    return 0;
+}

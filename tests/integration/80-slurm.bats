@@ -1,0 +1,74 @@
+#!/usr/bin/env bats
+# Slurm (issue 18, part 1): a job's nodes from the allocation it runs in. The allocation is
+# described as Slurm describes it to a batch script (SLURM_JOB_ID, SLURM_JOB_NODELIST,
+# SLURM_TASKS_PER_NODE); `ddprun plan` shows the nodes and slots ddprun takes from it. Host
+# lists are compared with Slurm's own expansion, `scontrol show hostnames`.
+load '../lib/common'
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+  printf 'command: [true]\nnodes: slurm\n' >slurm.yaml
+  printf 'command: [true]\n' >plain.yaml
+}
+
+nodes_of() { # plan output -> "host:slots host:slots ..."
+  sed -n 's/^  - {host: \([^,]*\), slots: \([0-9]*\)}$/\1:\2/p' | tr '\n' ' ' | sed 's/ $//'
+}
+
+@test "host lists expand as scontrol show hostnames expands them" {
+  command -v scontrol >/dev/null || skip "scontrol (slurm-client) is not installed"
+  # scontrol reads a configuration even to expand a list; a minimal one will do
+  printf 'ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\nPartitionName=p Nodes=n1\n' >slurm.conf
+  export SLURM_CONF=$PWD/slurm.conf
+  n=0
+  for list in 'n1' 'n[1-3]' 'x[8-11],y[009-011],z' 'n[1,3-4,02]' 'n[1-010]' 'n[09-10]' \
+    'a[1-2]b[3-4]' 'n[1-2][3-4]' 'gpu[01-02],io5' 'n[007]' 'a,,b' 'n[1-2],n[1-2]' \
+    'rack[1-2]-n[01-16]' 'node-[0001-0128]' 'c[1-3]-[1-2]' 'n[98-102]' 'n[0-0]' 'x9,x[10-12]'; do
+    want=$(scontrol show hostnames "$list" | sed 's/$/:1/' | tr '\n' ' ' | sed 's/ $//')
+    [ -n "$want" ] || { echo "scontrol could not expand $list"; return 1; }
+    got=$(SLURM_JOB_ID=7 SLURM_JOB_NODELIST="$list" SLURM_TASKS_PER_NODE="1(x999)" \
+      "$DDPRUN" plan slurm.yaml --nproc 1 | nodes_of)
+    [ "$got" = "$want" ] || { echo "$list: ddprun [$got], scontrol [$want]"; return 1; }
+    n=$((n + 1))
+  done
+  [ "$n" -eq 18 ]
+}
+
+@test "nodes: slurm takes the allocation's nodes, with its tasks per node as slots unless nproc_per_node is given" {
+  export SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[01-03]' SLURM_TASKS_PER_NODE='2(x2),1'
+  run "$DDPRUN" plan slurm.yaml
+  assert_success
+  [ "$(nodes_of <<<"$output")" = "n01:2 n02:2 n03:1" ]
+  assert_output --partial "WORLD_SIZE=5"
+  run "$DDPRUN" plan slurm.yaml --nproc 4
+  [ "$(nodes_of <<<"$output")" = "n01:4 n02:4 n03:4" ]
+  # inside an allocation, a job without nodes: runs on the allocation's nodes too
+  run "$DDPRUN" plan plain.yaml
+  [ "$(nodes_of <<<"$output")" = "n01:2 n02:2 n03:1" ]
+  # an explicit list still wins
+  printf 'command: [true]\nnodes: [localhost]\n' >listed.yaml
+  run "$DDPRUN" plan listed.yaml
+  [ "$(nodes_of <<<"$output")" = "localhost:1" ]
+}
+
+@test "nproc_per_node: auto is the GPUs Slurm gives the node, else CUDA_VISIBLE_DEVICES's, else 1" {
+  printf 'command: [true]\nnproc_per_node: auto\n' >auto.yaml
+  [ "$(SLURM_GPUS_ON_NODE=4 CUDA_VISIBLE_DEVICES=0 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:4" ]
+  [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1,3 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:3" ]
+  [ "$(env -u SLURM_GPUS_ON_NODE -u CUDA_VISIBLE_DEVICES "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:1" ]
+}
+
+@test "Slurm's variables wrong or missing: one clear error at the job file's nodes key" {
+  run env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST "$DDPRUN" plan slurm.yaml
+  assert_failure 2
+  assert_output "ddprun: error: slurm.yaml:2:8: nodes: slurm needs a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST are not set): run ddprun inside salloc or an sbatch script"
+  run env SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[01-03' "$DDPRUN" plan slurm.yaml
+  assert_failure 2
+  assert_output "ddprun: error: slurm.yaml:2:8: SLURM_JOB_NODELIST: '[' without ']' in 'n[01-03'"
+  run env SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x3)' "$DDPRUN" plan slurm.yaml
+  assert_failure 2
+  assert_output "ddprun: error: slurm.yaml:2:8: SLURM_TASKS_PER_NODE: '2(x3)' gives more than the 2 nodes of the host list"
+  run env SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[0-99999]' "$DDPRUN" plan slurm.yaml
+  assert_failure 2
+  assert_output --partial "names more than 65536 hosts"
+}
