@@ -156,7 +156,10 @@ examples_of() {
           n=$((n + 1))
           cmd=${cmd//ddprun /$DDPRUN }
           if [[ "$cmd" == *" status"* || "$cmd" == *" stacks"* ]] && [ -z "${job_pid:-}" ]; then
-            # these ask a running job: 6 ranks asleep, until the block's end
+            # these ask a running job: 6 ranks asleep, until the block's end; its control socket
+            # in this test's folder, so that another job of this user is not "the" running job
+            export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR/run"
+            mkdir -p -m 700 "$XDG_RUNTIME_DIR"
             "$DDPRUN" --nproc 6 --no-python sleep 120 >job.out 2>&1 &
             job_pid=$!
             for _ in $(seq 100); do "$DDPRUN" status >/dev/null 2>&1 && break; sleep 0.1; done
