@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -49,13 +48,6 @@ void ddp__dn_page_release(struct ddp__dn_page *pg)
         close(pg->fd);
     pg->p = NULL;
     pg->fd = -1;
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* State, CPU time and kernel wait of a process, from /proc. */
@@ -96,7 +88,7 @@ void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct dd
 {
     struct ddp__rank_progress rp = {.rank = rank, .pid = (int)pid};
     proc_state(pid, &rp);
-    int64_t now = mono_ns();
+    int64_t now = ddp_now_ns();
     if (p && p->magic == DDP_PROGRESS_MAGIC && p->version == DDP_PROGRESS_VERSION) {
         rp.rec = true;
         rp.completed = atomic_load_explicit(&p->completed, memory_order_acquire);

@@ -344,6 +344,26 @@ static void cross_free(struct ddp__comm *x)
     free(x);
 }
 
+/* What a group holds once its communication thread is stopped (or was never started): its
+ * links to the world peers, shared memory, cross-node rings, NCCL communicator, recorder. */
+static void destroy(struct ddp_pg *pg)
+{
+    for (int i = 0; i < pg->world; i++)
+        if (pg->comm.peers[i].fd >= 0)
+            close(pg->comm.peers[i].fd);
+    ddp__shm_detach(&pg->comm.shm);
+    cross_free(pg->comm.cross);
+#ifdef DDP_HAVE_NCCL
+    ddp__nccl_free(pg->nccl);
+#endif
+    free(pg->comm.scratch);
+    free(pg->comm.peers);
+    ddp__rec_free(pg->rec);
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->cv);
+    free(pg);
+}
+
 int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
                 int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
 {
@@ -519,22 +539,10 @@ fail:
         ddp_store_values_free(vals, (size_t)world);
         free(vals);
     }
-    for (int i = 0; i < world; i++)
-        if (pg->comm.peers[i].fd >= 0)
-            close(pg->comm.peers[i].fd);
-    ddp__shm_detach(&pg->comm.shm);
-    cross_free(pg->comm.cross);
-#ifdef DDP_HAVE_NCCL
-    ddp__nccl_free(pg->nccl);
-#endif
     if (have_lay)
         layout_free(&lay);
     free(where);
-    ddp__rec_free(pg->rec);
-    pthread_mutex_destroy(&pg->mu);
-    pthread_cond_destroy(&pg->cv);
-    free(pg->comm.peers);
-    free(pg);
+    destroy(pg);
     return r;
 }
 
@@ -600,20 +608,7 @@ void ddp_pg_free(struct ddp_pg *pg)
     if (!pg)
         return;
     ddp__pg_comm_stop(pg);
-    for (int i = 0; i < pg->world; i++)
-        if (pg->comm.peers[i].fd >= 0)
-            close(pg->comm.peers[i].fd);
-    ddp__shm_detach(&pg->comm.shm);
-    cross_free(pg->comm.cross);
-#ifdef DDP_HAVE_NCCL
-    ddp__nccl_free(pg->nccl);
-#endif
     if (pg->owns_store)
         ddp_store_close(pg->store);
-    free(pg->comm.scratch);
-    free(pg->comm.peers);
-    ddp__rec_free(pg->rec);
-    pthread_mutex_destroy(&pg->mu);
-    pthread_cond_destroy(&pg->cv);
-    free(pg);
+    destroy(pg);
 }

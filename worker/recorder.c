@@ -1,13 +1,13 @@
 /* The flight recorder (worker/recorder.h). */
 #include "worker/recorder.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -48,13 +48,6 @@ static const char *dtype_name(unsigned dt)
     return dt < sizeof(names) / sizeof(names[0]) ? names[dt] : "?";
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 struct ddp__recorder *ddp__rec_new(int rank, int world)
 {
     const char *on = getenv("DDP_FLIGHT_RECORDER");
@@ -83,7 +76,7 @@ struct ddp__recorder *ddp__rec_new(int rank, int world)
     r->p->ring = DDP_PROGRESS_RING;
     r->p->rank = rank;
     r->p->world = world;
-    atomic_store(&r->p->changed_ns, now_ns());
+    atomic_store(&r->p->changed_ns, ddp_now_ns());
     return r;
 }
 
@@ -106,7 +99,7 @@ uint64_t ddp__rec_enter(struct ddp__recorder *r, enum ddp_progress_op op, int dt
     struct ddp_progress_page *p = r->p;
     uint64_t seq = atomic_load_explicit(&p->entered, memory_order_relaxed) + 1;
     struct ddp_progress_ent *e = &p->ent[seq % DDP_PROGRESS_RING];
-    int64_t t = now_ns();
+    int64_t t = ddp_now_ns();
     atomic_store_explicit(&e->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     e->op = (uint8_t)op;
@@ -127,7 +120,7 @@ void ddp__rec_start(struct ddp__recorder *r, uint64_t seq)
 {
     if (!r || !seq)
         return;
-    int64_t t = now_ns();
+    int64_t t = ddp_now_ns();
     struct ddp_progress_ent *e = &r->p->ent[seq % DDP_PROGRESS_RING];
     if (atomic_load_explicit(&e->seq, memory_order_relaxed) == seq)
         atomic_store_explicit(&e->t_start, t, memory_order_release);
@@ -139,7 +132,7 @@ void ddp__rec_end(struct ddp__recorder *r, uint64_t seq, int result)
 {
     if (!r || !seq)
         return;
-    int64_t t = now_ns();
+    int64_t t = ddp_now_ns();
     struct ddp_progress_ent *e = &r->p->ent[seq % DDP_PROGRESS_RING];
     if (atomic_load_explicit(&e->seq, memory_order_relaxed) == seq) {
         atomic_store_explicit(&e->result, result, memory_order_relaxed);
@@ -156,7 +149,7 @@ void ddp__rec_dump(const struct ddp__recorder *r, FILE *f, unsigned n)
     const struct ddp_progress_page *p = r->p;
     uint64_t last = atomic_load(&p->entered);
     uint64_t first = last > n ? last - n + 1 : 1;
-    int64_t now = now_ns();
+    int64_t now = ddp_now_ns();
     for (uint64_t s = first; s <= last; s++) {
         struct ddp_progress_ent e;
         if (!ddp_progress_read(p, s, &e))
