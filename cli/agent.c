@@ -68,7 +68,8 @@ struct agent {
     struct ddp_timer report;       /* the progress report, every heartbeat interval */
     struct ddp__dn_stacks *stacks; /* a stack collection under way */
     uint32_t stacks_req;
-    int stacks_n, *stacks_local;
+    int *stacks_local; /* the ranks asked for, and their pids */
+    pid_t *stacks_pids;
 };
 
 static struct agent A;
@@ -526,17 +527,15 @@ static void send_stacks(uint32_t req, const int *local, const pid_t *pids, char 
     ddp_buf_release(&b);
 }
 
-static pid_t *stacks_pids;
-
 static void on_stacks(void *arg, char *const *texts, int n)
 {
     (void)arg;
-    send_stacks(A.stacks_req, A.stacks_local, stacks_pids, texts, n);
+    send_stacks(A.stacks_req, A.stacks_local, A.stacks_pids, texts, n);
     A.stacks = NULL;
     free(A.stacks_local);
-    free(stacks_pids);
+    free(A.stacks_pids);
     A.stacks_local = NULL;
-    stacks_pids = NULL;
+    A.stacks_pids = NULL;
 }
 
 /* STACKS: the native stacks of the asked (or all running) local ranks, one tool each. */
@@ -574,13 +573,12 @@ static void gather_stacks(const uint8_t *body, size_t len)
     }
     A.stacks_req = req;
     A.stacks_local = local;
-    A.stacks_n = k;
-    stacks_pids = pids;
+    A.stacks_pids = pids;
     if (ddp__dn_stacks_start(A.loop, pids, k, 10000, &A.oldmask, on_stacks, NULL, &A.stacks) < 0) {
         free(local);
         free(pids);
         A.stacks_local = NULL;
-        stacks_pids = NULL;
+        A.stacks_pids = NULL;
         A.stacks = NULL;
     }
 }
@@ -759,7 +757,7 @@ int ddp__cmd_agent(void)
     MEMBERSHIP->leave(A.lease, false);
     ddp__dn_stacks_free(A.stacks);
     free(A.stacks_local);
-    free(stacks_pids);
+    free(A.stacks_pids);
     free_workers();
     ddp__agent_start_release(&A.st);
     ddp__agent_join_release(&A.join);

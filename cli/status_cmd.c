@@ -132,9 +132,10 @@ static int ask(const char *cmd, const char *job, const char *req, int timeout_ms
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int left = (int)(end - ddp_now_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0) {
-            if (errno == EINTR)
-                continue;
+        int pr = left > 0 ? poll(&p, 1, left) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0) {
             ddp__cli_error("%s: no answer from the job within %d s", cmd, timeout_ms / 1000);
             close(fd);
             return DDP_EXIT_LAUNCH;

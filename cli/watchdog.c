@@ -33,7 +33,6 @@
 struct sreq {
     uint32_t id;
     int client;
-    bool hang;
     char fail_why[1024]; /* hang: what the policy fails the round with, "" to wait */
     int nmap, *map_node, *map_local, *map_rank; /* the ranks asked for */
     bool *waiting;                              /* [nnodes]: a reply is due */
@@ -45,7 +44,6 @@ struct sreq {
 };
 
 struct client {
-    int fd;
     char line[CLIENT_LINE];
     size_t len;
 };
@@ -292,12 +290,10 @@ static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
                 "show more");
         }
         struct sreq *q = h.nbehind ? sreq_start(h.behind, h.nbehind < 8 ? h.nbehind : 8, -1) : NULL;
-        if (q) {
-            q->hang = true;
+        if (q)
             snprintf(q->fail_why, sizeof(q->fail_why), "%s", why);
-        } else if (why[0]) {
+        else if (why[0])
             W.c.fail(why);
-        }
         ddp__diag_hang_release(&h);
     }
     ddp_timer_start(loop, t, 1000);
@@ -423,9 +419,7 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
             ddp_loop_add(loop, fd, DDP_LOOP_READ, on_client, c) < 0) {
             free(c);
             close(fd);
-            continue;
         }
-        c->fd = fd;
     }
 }
 
