@@ -6,7 +6,6 @@
 #include "cli/job.h"
 #include "cli/nodes.h"
 #include "cli/record.h"
-#include "cli/view.h"
 #include "common/buf.h"
 #include "common/list.h"
 #include "common/log.h"
@@ -63,8 +62,7 @@ static struct {
 
 static void say(const char *msg)
 {
-    for (int v = 0; v < *W.c.nviews; v++)
-        W.c.views[v].ops->message(W.c.views[v].self, msg, strlen(msg));
+    W.c.say("%s", msg);
 }
 
 /* Each line of text as a message. */

@@ -3,8 +3,8 @@
  * reports into the model of cli/diagnose.h, reports a hang (who is behind, in which collective,
  * doing what, with native stacks) after diagnose.hang_after, applies diagnose.on_hang, and
  * serves `ddprun status` and `ddprun stacks` on the job's control socket. The supervisor
- * (cli/rounds.c, cli/supervise.c) calls it; it talks to the nodes (cli/nodes.h), the views and
- * the records, and reaches back only through the fail callback.
+ * (cli/rounds.c, cli/supervise.c) calls it; it talks to the nodes (cli/nodes.h) and the
+ * records, and reaches back only through its callbacks (say, fail, headline).
  */
 #ifndef DDP_CLI_WATCHDOG_H
 #define DDP_CLI_WATCHDOG_H
@@ -15,7 +15,6 @@
 struct ddp_loop;
 struct ddp_job;
 struct ddp__nodes;
-struct ddp__view;
 struct ddp__rec;
 
 struct ddp__wd_ctx {
@@ -23,8 +22,8 @@ struct ddp__wd_ctx {
     const struct ddp_job *job;
     const char *job_id;
     struct ddp__nodes *nodes;
-    const struct ddp__view *views;
-    const int *nviews;
+    /* Prints a message to the job's views (the console and ddprun.log). */
+    void (*say)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
     struct ddp__rec *rec;
     const int *round;
     /* The hang policy says fail: the round fails with why (as a failed worker would). */
