@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <termios.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,6 +340,8 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, int 
     dup2(ofd, 1);
     dup2(efd, 2);
     int tokfd = dup(tfd); /* without CLOEXEC: the worker reads the token from it */
+    /* Slurm's description of the agent's own step is not the rank's (cli/slurm.c). */
+    ddp__slurm_scrub_env();
     /* The launching shell's variables (the export rule) first: ddprun's own and the job's env
      * below win over them. */
     for (char **e = st->shell_env; e && *e; e++)
@@ -740,6 +743,12 @@ int ddp__cmd_agent(void)
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
         return DDP_EXIT_LAUNCH;
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    /* srun --unbuffered gives the agent a pseudo-terminal for stdout: frames need it raw. */
+    struct termios tio;
+    if (isatty(1) && tcgetattr(1, &tio) == 0) {
+        cfmakeraw(&tio);
+        tcsetattr(1, TCSANOW, &tio);
+    }
     ddp_timer_init(&A.grace, on_grace);
     ddp_timer_init(&A.term, on_term);
     ddp_timer_init(&A.reap, on_reap_tick);

@@ -113,10 +113,26 @@ struct ddp__child {
     pid_t pid;
     int in_fd, out_fd, err_fd;
 };
-/* Starts this ddprun again with argv (argv[0] is only its name), in a process group of its
- * own, with the signal mask mask (when not NULL) and the parent-death signal pdeathsig. 0, or
- * -1 with errno. */
-int ddp__spawn_piped(char *const argv[], int pdeathsig, const sigset_t *mask,
+/* Starts prog (looked up in PATH; NULL: this ddprun again, argv[0] only its name) with argv, in
+ * a process group of its own, with the signal mask mask (when not NULL) and the parent-death
+ * signal pdeathsig (0: none). 0, or -1 with errno. */
+int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const sigset_t *mask,
                      struct ddp__child *out);
+
+/* Removes from this process's environment the SLURM_* variables that describe a job step and
+ * its tasks, keeping those of the allocation (cli/slurm.c). */
+void ddp__slurm_scrub_env(void);
+/* The state of the Slurm allocation ddprun runs in (SLURM_JOB_ID), asked of scontrol: 1 while
+ * it runs; 0 once it ended, with how in state ("CANCELLED", "TIMEOUT", ..., "ENDED" when Slurm
+ * forgot it); -1 when Slurm cannot tell (then assume it runs). Takes up to a few seconds. */
+int ddp__slurm_alloc_state(char *state, size_t n);
+
+/* Runs argv[0] (looked up in PATH) with argv, stdin and stderr on /dev/null, and keeps what it
+ * writes on stdout (up to n - 1 bytes, NUL-terminated) and its wait status: 0, or -1 when it
+ * could not start or had not ended within timeout_ms (then it is SIGKILLed). */
+int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, int *status);
+
+/* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
+bool ddp__program_here(const char *prog, const char *workdir);
 
 #endif

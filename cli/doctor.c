@@ -7,6 +7,9 @@
  * (a listener of the doctor's own, on the address and interface a launch would use). Prints one row
  * per node; exit status 0 when every node passes, 1 otherwise.
  *
+ * Nodes a job reaches with srun (launcher: srun) are checked through one srun step each: the
+ * "ssh" column then says srun, and "host key" does not apply.
+ *
  * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks.
  */
 #include "cli/cli.h"
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -124,39 +128,24 @@ static int probe(const char *host, int port, char *out, size_t n)
     return 0;
 }
 
+/* `__probe HOST:PORT [WORKDIR PROGRAM]`: with a workdir and program (a node reached by srun,
+ * where this ddprun is the one the agent would be), a line for each of them first. */
 int ddp__cmd_probe(int argc, char **argv)
 {
     char host[256], out[512];
     int port;
-    if (argc != 3 || ddp_parse_hostport(argv[2], host, sizeof(host), &port) < 0) {
+    if ((argc != 3 && argc != 5) || ddp_parse_hostport(argv[2], host, sizeof(host), &port) < 0) {
         fprintf(stderr, "ddprun: __probe is internal to ddprun doctor\n");
         return DDP_EXIT_USAGE;
+    }
+    if (argc == 5) {
+        bool wd = access(argv[3], X_OK) == 0;
+        printf("version ddprun %s\nworkdir %s\ncommand %s\n", DDP_VERSION, wd ? "ok" : "FAIL",
+               wd && ddp__program_here(argv[4], argv[3]) ? "ok" : "FAIL");
     }
     int r = probe(host, port, out, sizeof(out));
     puts(out);
     return r;
-}
-
-/* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
-static bool local_program(const char *prog, const char *workdir)
-{
-    if (strchr(prog, '/')) {
-        char p[PATH_MAX * 2];
-        snprintf(p, sizeof(p), "%s%s%s", prog[0] == '/' ? "" : workdir, prog[0] == '/' ? "" : "/",
-                 prog);
-        return access(p, X_OK) == 0;
-    }
-    const char *path = getenv("PATH");
-    char buf[PATH_MAX];
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        const char *c = strchr(p, ':');
-        size_t l = c ? (size_t)(c - p) : strlen(p);
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)l, l ? p : ".", prog);
-        if (access(buf, X_OK) == 0)
-            return true;
-        p += l + (c ? 1 : 0);
-    }
-    return false;
 }
 
 static void apply_probe(struct node_check *n, int rc, const char *out)
@@ -177,6 +166,53 @@ static void apply_probe(struct node_check *n, int rc, const char *out)
     }
 }
 
+/* A node reached by srun (launcher: srun): one step runs this ddprun's __probe there. */
+static void check_srun(struct node_check *n, const char *host, const char *prog)
+{
+    const struct ddp_job *j = n->job;
+    char nodelist[300], target[300], ip[INET6_ADDRSTRLEN], out[2048];
+    if (ddp__route_source(host, ip, sizeof(ip)) < 0)
+        snprintf(ip, sizeof(ip), "%s", n->probe_host);
+    snprintf(nodelist, sizeof(nodelist), "--nodelist=%s", host);
+    snprintf(target, sizeof(target), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, n->probe_port);
+    char *argv[] = {"srun",
+                    "--nodes=1",
+                    "--ntasks=1",
+                    nodelist,
+                    "--overlap",
+                    "--quiet",
+                    "--job-name=ddprun-doctor",
+                    (char *)n->self,
+                    "__probe",
+                    target,
+                    j->workdir,
+                    (char *)prog,
+                    NULL};
+    int st = 0;
+    n->cell[C_KEY] = "n/a";
+    if (ddp__run_capture(argv, out, sizeof(out), 30000, &st) < 0 || !strstr(out, "version ")) {
+        failed(n, C_SSH, "srun could not run '%s' there (%s %d; see `srun -w %s %s --version`)",
+               n->self, WIFSIGNALED(st) ? "signal" : "status",
+               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), host, n->self);
+        return;
+    }
+    n->cell[C_SSH] = "srun";
+    const char *v = strstr(out, "version "), *probe_line = strstr(out, "command ");
+    if (strncmp(v + 8, "ddprun " DDP_VERSION "\n", strlen("ddprun " DDP_VERSION "\n")) != 0)
+        failed(n, C_DDPRUN, "'%s' there is '%.*s', this is ddprun %s", n->self,
+               (int)strcspn(v + 8, "\n"), v + 8, DDP_VERSION);
+    else if ((n->cell[C_DDPRUN] = "ok"), !strstr(out, "workdir ok\n"))
+        failed(n, C_WORKDIR, "workdir '%s' is not a folder there", j->workdir);
+    else if ((n->cell[C_WORKDIR] = "ok"), !strstr(out, "command ok\n"))
+        failed(n, C_CMD, "'%s' is not an executable program there (from workdir %s)", prog,
+               j->workdir);
+    else if ((n->cell[C_CMD] = "ok"), probe_line && (probe_line = strchr(probe_line, '\n'))) {
+        char line[512];
+        snprintf(line, sizeof(line), "%.*s", (int)strcspn(probe_line + 1, "\n"), probe_line + 1);
+        apply_probe(n, WIFEXITED(st) ? WEXITSTATUS(st) : 1, line);
+    }
+}
+
 static void *check_node(void *arg)
 {
     struct node_check *n = arg;
@@ -184,12 +220,16 @@ static void *check_node(void *arg)
     const char *host = j->nodes[n->i].host;
     const char *prog = j->shell ? "/bin/sh" : j->argv[0];
     char out[1024];
+    if (j->srun && !ddp__job_host_is_local(host)) {
+        check_srun(n, host, prog);
+        return NULL;
+    }
     if (ddp__job_host_is_local(host)) {
         n->cell[C_SSH] = n->cell[C_KEY] = "local";
         n->cell[C_DDPRUN] = "ok";
         if (access(j->workdir, X_OK) != 0)
             failed(n, C_WORKDIR, "workdir '%s' is not a folder here", j->workdir);
-        else if ((n->cell[C_WORKDIR] = "ok"), local_program(prog, j->workdir))
+        else if ((n->cell[C_WORKDIR] = "ok"), ddp__program_here(prog, j->workdir))
             n->cell[C_CMD] = "ok";
         else
             failed(n, C_CMD, "'%s' is not an executable program here (from workdir %s)", prog,

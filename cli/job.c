@@ -24,9 +24,9 @@
 /* ------------------------------------------------------------------ */
 
 static const char *const top_keys[] = {
-    "name",       "command",    "workdir", "env",      "nodes", "nproc_per_node",
-    "backend",    "rendezvous", "elastic", "ssh",      "logs",  "checkpoint",
-    "stop_grace", "network",    "export",  "diagnose", NULL};
+    "name",       "command",    "workdir", "env",      "nodes",    "nproc_per_node",
+    "backend",    "rendezvous", "elastic", "ssh",      "logs",     "checkpoint",
+    "stop_grace", "network",    "export",  "diagnose", "launcher", NULL};
 static const char *const rdzv_keys[] = {"listen",    "port",        "timeout",
                                         "last_call", "torch_store", NULL};
 static const char *const elastic_keys[] = {
@@ -280,15 +280,16 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     if (check_exec_size(c, root, j) < 0)
         return -1;
     const struct ddp_ynode *per_node = ddp__ytree_get(root, "nproc_per_node");
+    bool alloc = false; /* the nodes are the Slurm allocation's */
     if ((n = ddp__ytree_get(root, "nodes")) && n->type == DDP_Y_SCALAR &&
         !strcmp(n->str, "slurm")) {
-        if (ddp__slurm_nodes(c, n, per_node, j, &slots_given) < 0)
+        if ((alloc = true), ddp__slurm_nodes(c, n, per_node, j, &slots_given) < 0)
             goto out;
     } else if (n) {
         if (load_nodes(c, n, j, &slots_given) < 0)
             goto out;
     } else if (ddp__slurm_allocated()) { /* inside an allocation: its nodes */
-        if (ddp__slurm_nodes(c, root, per_node, j, &slots_given) < 0)
+        if ((alloc = true), ddp__slurm_nodes(c, root, per_node, j, &slots_given) < 0)
             goto out;
     } else {
         j->nodes = calloc(1, sizeof(*j->nodes));
@@ -296,6 +297,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         j->nodes[0].host = strdup("localhost");
         j->nnodes = 1;
     }
+    if (ddp__slurm_launcher(c, ddp__ytree_get(root, "launcher"), alloc, j) < 0)
+        goto out;
     if ((n = per_node) && n->type == DDP_Y_SCALAR && !strcmp(n->str, "auto"))
         j->nproc_per_node = ddp__slurm_gpus_here();
     else if (n && ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)

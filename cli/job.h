@@ -11,6 +11,7 @@
 struct ddp_job_node {
     char *host;
     int slots; /* ranks on this node */
+    int cpus;  /* the CPUs a Slurm allocation gives the job there (its agent's step), or 0 */
 };
 
 struct ddp_job_kv {
@@ -40,6 +41,7 @@ struct ddp_job {
     char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
     char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;
+    bool srun; /* launcher: agents on remote nodes start as srun steps (else over SSH) */
     char *logs_dir; /* absolute */
     bool tag_output;
     bool log_timestamps;  /* each line of a rank's log starts with its UTC time */

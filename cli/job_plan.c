@@ -59,6 +59,7 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
             j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
             j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
+    fprintf(f, "launcher: %s\n", j->srun ? "srun" : "ssh");
     fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s}\n", j->logs_dir,
             j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
             j->console_ranks ? j->console_ranks : "all");

@@ -2,6 +2,7 @@
  * A job's nodes from the Slurm allocation it runs in (nodes: slurm, or no nodes: inside one) and
  * nproc_per_node: auto. Private to the job-spec files (cli/job_values.h).
  */
+#include "cli/cli.h"
 #include "cli/hostlist.h"
 #include "cli/job.h"
 #include "cli/job_values.h"
@@ -69,11 +70,48 @@ int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool
         ddp__jv_err(c, at, "SLURM_TASKS_PER_NODE: %s", why);
         return -1;
     }
+    /* The CPUs each node gives the job: what an agent's srun step asks for (cli/provision_srun.c).
+     */
+    const char *cpus = getenv("SLURM_JOB_CPUS_PER_NODE");
+    int *cpn = calloc(n, sizeof(int));
+    if (cpn && cpus && *cpus && ddp__counts_expand(cpus, cpn, n, why, sizeof(why)) == 0)
+        for (size_t i = 0; i < n; i++)
+            j->nodes[i].cpus = cpn[i] > 0 && cpn[i] <= 1 << 20 ? cpn[i] : 0;
+    free(cpn);
     for (size_t i = 0; i < n; i++)
         if ((*slots_given)[i] > 4096) {
             ddp__jv_err(c, at, "SLURM_TASKS_PER_NODE gives %s %d tasks (4096 at most)",
                         j->nodes[i].host, (*slots_given)[i]);
             return -1;
         }
+    return 0;
+}
+
+/* As mpirun does: inside an allocation, on its nodes, srun (when there is one); else SSH. */
+int ddp__slurm_launcher(const struct ddp__jctx *c, const struct ddp_ynode *n, bool alloc,
+                        struct ddp_job *j)
+{
+    const char *v = "auto";
+    if (n) {
+        if (ddp__jv_scalar(c, n, "launcher") < 0)
+            return -1;
+        v = n->str;
+        if (strcmp(v, "auto") != 0 && strcmp(v, "ssh") != 0 && strcmp(v, "srun") != 0) {
+            ddp__jv_err(c, n, "launcher must be auto, ssh or srun, got '%s'", v);
+            return -1;
+        }
+    }
+    bool srun = ddp__program_here("srun", "/");
+    if (!strcmp(v, "srun") && !ddp__slurm_allocated()) {
+        ddp__jv_err(c, n,
+                    "launcher: srun needs a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST "
+                    "are not set): run ddprun inside salloc or an sbatch script");
+        return -1;
+    }
+    if (!strcmp(v, "srun") && !srun) {
+        ddp__jv_err(c, n, "launcher: srun, but there is no srun in PATH");
+        return -1;
+    }
+    j->srun = !strcmp(v, "srun") || (!strcmp(v, "auto") && alloc && srun);
     return 0;
 }

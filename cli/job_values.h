@@ -55,5 +55,8 @@ bool ddp__slurm_allocated(void);
 int ddp__slurm_gpus_here(void);
 int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool per_node_given,
                      struct ddp_job *j, int **slots_given);
+/* launcher: n (NULL: auto), alloc: whether the nodes are the allocation's. Sets j->srun. */
+int ddp__slurm_launcher(const struct ddp__jctx *c, const struct ddp_ynode *n, bool alloc,
+                        struct ddp_job *j);
 
 #endif

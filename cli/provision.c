@@ -8,5 +8,5 @@ const struct ddp__prov_ops *ddp__provisioner(const struct ddp_job *job, size_t i
 {
     if (ddp__job_host_is_local(job->nodes[i].host))
         return &ddp__prov_local;
-    return &ddp__prov_ssh;
+    return job->srun ? &ddp__prov_srun : &ddp__prov_ssh;
 }

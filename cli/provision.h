@@ -4,8 +4,8 @@
  * (cli/agent_proto.h) and whose stderr carries messages; the launcher learns that the agent is
  * gone when that child is reaped. A provisioner is a file behind this ops struct: local nodes
  * (cli/provision_local.c: `ddprun agent` itself), SSH (cli/provision_ssh.c: the bridge of
- * cli/ssh_bridge.c); a Slurm one (srun) is a third file and one line in the table of
- * cli/provision.c.
+ * cli/ssh_bridge.c), Slurm job steps (cli/provision_srun.c: srun); the table in
+ * cli/provision.c picks one per node.
  */
 #ifndef DDP_CLI_PROVISION_H
 #define DDP_CLI_PROVISION_H
@@ -24,7 +24,7 @@ struct ddp__prov_ctx {
 };
 
 struct ddp__prov_ops {
-    const char *name; /* "local", "ssh" */
+    const char *name; /* "local", "ssh", "srun" */
     /* Starts node i's agent (out: its pid and pipes); 0, or -1 with errno. */
     int (*start)(const struct ddp_job *job, size_t i, const struct ddp__prov_ctx *ctx,
                  struct ddp__child *out);
@@ -38,9 +38,10 @@ struct ddp__prov_ops {
     void (*describe)(int st, bool joining, char *buf, size_t n);
 };
 
-extern const struct ddp__prov_ops ddp__prov_local, ddp__prov_ssh;
+extern const struct ddp__prov_ops ddp__prov_local, ddp__prov_ssh, ddp__prov_srun;
 
-/* The provisioner for node i of the job: local for localhost, 127.0.0.1 and ::1, else SSH. */
+/* The provisioner for node i of the job: local for localhost, 127.0.0.1 and ::1, else srun
+ * (launcher: srun, cli/job.h) or SSH. */
 const struct ddp__prov_ops *ddp__provisioner(const struct ddp_job *job, size_t i);
 
 #endif

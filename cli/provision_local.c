@@ -14,7 +14,7 @@ static int start(const struct ddp_job *job, size_t i, const struct ddp__prov_ctx
     (void)i;
     char *argv[] = {"ddprun", "agent", NULL};
     /* If ddprun is killed outright, its local agents stop their workers (SIGTERM) and exit. */
-    return ddp__spawn_piped(argv, SIGTERM, ctx->mask, out);
+    return ddp__spawn_piped(NULL, argv, SIGTERM, ctx->mask, out);
 }
 
 /* The agent leads its process group, with its workers and what they started. */

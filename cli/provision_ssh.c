@@ -30,7 +30,7 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
                     NULL};
     /* The bridge ignores SIGHUP: should ddprun die, the EOF on its stdin that follows stops
      * the remote node gracefully (see cli/ssh_bridge.c). */
-    return ddp__spawn_piped(argv, SIGHUP, ctx->mask, out);
+    return ddp__spawn_piped(NULL, argv, SIGHUP, ctx->mask, out);
 }
 
 /* Level 1: SIGTERM, on which the bridge has the remote session killed and leaves. */

@@ -63,9 +63,26 @@ static const char *host_of(int node)
 }
 
 /* A round failed (a worker failed or a member node was lost): restart or stop. */
+/*
+ * Under srun a failure may be the allocation ending (scancel, its time limit), which salloc
+ * does not tell the command it runs: then the job ends too (status 130 when it was cancelled,
+ * as on SIGTERM, else 1), rather than restarting into steps that Slurm refuses.
+ */
+static bool allocation_ended(void)
+{
+    char state[64], why[160];
+    if (!L.job->srun || ddp__slurm_alloc_state(state, sizeof(state)) != 0)
+        return false;
+    snprintf(why, sizeof(why), "the Slurm allocation %s ended (%s)", getenv("SLURM_JOB_ID"),
+             state);
+    ddp__sup_say("ddprun: %s; stopping the job", why);
+    ddp__sup_finish(why, !strcmp(state, "CANCELLED") ? DDP_EXIT_INTERRUPTED : DDP_EXIT_JOB_FAILED);
+    return true;
+}
+
 static void round_failed(const char *what)
 {
-    if (L.ph != DDP__PH_RUNNING)
+    if (L.ph != DDP__PH_RUNNING || allocation_ended())
         return;
     const struct ddp_job *j = L.job;
     if (L.round >= j->max_restarts) {
@@ -175,7 +192,7 @@ static void record_loss(int i, const char *why, bool listed)
  */
 static void node_out(int i, enum ddp__node_state prev, const char *why)
 {
-    if (L.ph == DDP__PH_FINISHING)
+    if (L.ph == DDP__PH_FINISHING || (L.ph != DDP__PH_RUNNING && allocation_ended()))
         return;
     if (prev == DDP__NS_JOINING) {
         /* Joining a round (or the first one) failed; a lost node's retries while the job

@@ -10,9 +10,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -102,7 +104,7 @@ int ddp__route_source(const char *host, char *out, size_t n)
     return r;
 }
 
-int ddp__spawn_piped(char *const argv[], int pdeathsig, const sigset_t *mask,
+int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const sigset_t *mask,
                      struct ddp__child *out)
 {
     int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1};
@@ -118,7 +120,10 @@ int ddp__spawn_piped(char *const argv[], int pdeathsig, const sigset_t *mask,
         if (mask)
             sigprocmask(SIG_SETMASK, mask, NULL);
         prctl(PR_SET_PDEATHSIG, pdeathsig);
-        execv("/proc/self/exe", argv);
+        if (prog)
+            execvp(prog, argv);
+        else
+            execv("/proc/self/exe", argv);
         _exit(127);
     }
     /* Its own process group, as the agent makes itself: no race with a kill(-pid). */
@@ -198,4 +203,73 @@ int ddp__control_dir(char *out, size_t n, bool create, char *why, size_t whyn)
         return -1;
     }
     return 0;
+}
+
+/* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
+bool ddp__program_here(const char *prog, const char *workdir)
+{
+    if (strchr(prog, '/')) {
+        char p[PATH_MAX * 2];
+        snprintf(p, sizeof(p), "%s%s%s", prog[0] == '/' ? "" : workdir, prog[0] == '/' ? "" : "/",
+                 prog);
+        return access(p, X_OK) == 0;
+    }
+    const char *path = getenv("PATH");
+    char buf[PATH_MAX];
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        const char *c = strchr(p, ':');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)l, l ? p : ".", prog);
+        if (access(buf, X_OK) == 0)
+            return true;
+        p += l + (c ? 1 : 0);
+    }
+    return false;
+}
+
+int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, int *status)
+{
+    int p[2];
+    if (n == 0 || pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(p[1], 1);
+        dup2(null, 2);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t len = 0;
+    bool eof = false;
+    int64_t deadline = ddp_now_ms() + timeout_ms;
+    while (!eof) {
+        int64_t left = deadline - ddp_now_ms();
+        struct pollfd pf = {.fd = p[0], .events = POLLIN};
+        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
+            break;
+        ssize_t r = ddp_read_eintr(p[0], out + len, n - 1 - len);
+        if (r < 0 || (r > 0 && (len += (size_t)r) == n - 1))
+            break;
+        eof = r == 0;
+    }
+    out[len] = '\0';
+    close(p[0]);
+    /* Its output ended: it ends too, within the time left. */
+    pid_t w;
+    while ((w = waitpid(pid, status, WNOHANG)) == 0 && eof && ddp_now_ms() < deadline)
+        usleep(2000);
+    if (w == pid)
+        return 0;
+    kill(pid, SIGKILL); /* it hung, or had more to say than out holds */
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+        ;
+    return -1;
 }

@@ -1,0 +1,199 @@
+#!/usr/bin/env bats
+# Slurm (issue 18): ddprun inside salloc and sbatch on a real Slurm of Debian's slurm-wlm
+# (tests/lib/slurm.bash: slurmctld here, one slurmd per network-namespace test host). Agents
+# start as srun steps; ranks see the torchrun environment, not the agent step's SLURM_*; node
+# loss, scancel and SIGINT end in the documented statuses with nothing left running.
+load '../lib/common'
+load '../lib/sshd'
+load '../lib/slurm'
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+  slurm_setup 3
+  export PATH="$BUILD:$PATH" # ddprun and ddprun-fmnist, as an installed ddprun would be
+}
+
+teardown() {
+  local rc=0
+  [ -n "${SLURM_DIR:-}" ] && { only_slurmd_left || rc=1; }
+  slurm_teardown
+  return $rc
+}
+
+# Nothing of any job is left on the nodes: in each namespace only its slurmd (give what a
+# cancelled step leaves 10 s to go: KillWait is 2 s).
+only_slurmd_left() {
+  local k p left
+  for k in $(seq "$SLURM_NODES"); do
+    for _ in $(seq 100); do
+      left=""
+      for p in $(ip netns pids "$(sshd_ns "$k")" 2>/dev/null); do
+        [ "$p" = "$(cat "$SLURM_DIR/slurmd-n$k.pid" 2>/dev/null)" ] || left="$left,$p"
+      done
+      [ -z "$left" ] && break
+      sleep 0.1
+    done
+    [ -z "$left" ] || { echo "left on n$k:"; ps -o pid,args -p "${left#,}"; return 1; }
+  done
+  ! pgrep -f "srun .*ddprun-agent" || { echo "an srun is left"; return 1; }
+}
+
+# What each rank prints of its environment, then the store smoke worker.
+env_job() {
+  cat >"$1" <<'JOB'
+command: >-
+  echo "rank $RANK local $LOCAL_RANK of $WORLD_SIZE on $(hostname) node $GROUP_RANK
+  job ${SLURM_JOB_ID:-none} procid ${SLURM_PROCID:-none} localid ${SLURM_LOCALID:-none}
+  ntasks ${SLURM_NTASKS:-none} agent-step $(tr '\0' '\n' </proc/$PPID/environ | sed -n 's/^SLURM_STEP_ID=//p')"
+  && exec ddprun __smoke-worker
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+}
+
+@test "inside salloc: 3 nodes x 2 ranks, one srun step per node, ranks on their nodes with the torchrun environment" {
+  env_job job.yaml
+  run slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml
+  [ "$status" -eq 0 ] || { echo "$output"; tail -n 20 "$SLURM_DIR"/*.log; return 1; }
+  assert_output --partial "6 ranks met at the store"
+  jobid=$(grep -o 'job [0-9]* procid' <<<"$output" | head -n1 | cut -d' ' -f2)
+  [ -n "$jobid" ]
+  for r in 0 1 2 3 4 5; do
+    k=$((r / 2 + 1))
+    # on its own node (host name n$k), its rank and node rank; the allocation's job id; not
+    # the SLURM_PROCID/LOCALID/NTASKS of its agent's step, which is a Slurm step of its own
+    assert_output --regexp "\[n$k:$r\] rank $r local $((r % 2)) of 6 on n$k node $((k - 1)) job $jobid procid none localid none ntasks none agent-step [0-9]+"
+  done
+  assert_output --regexp "  5 +n3 +exit 0"
+  # the ranks really ran in the nodes' namespaces: they met at addresses of the test network
+  assert_output --regexp "rank 4 on n3"
+  grep -q "launcher: srun" <(slurm_login salloc -N3 --quiet ddprun plan job.yaml)
+}
+
+@test "sbatch: the example batch script trains Fashion-MNIST on 3 nodes x 2 ranks to 85%" {
+  mkdir -p examples && cp -r "$REPO/examples/slurm" examples/
+  run slurm_login sbatch --wait --quiet "$REPO/examples/slurm/fmnist.sbatch"
+  out=$(ls fmnist-*.out)
+  [ "$status" -eq 0 ] || { cat "$out"; tail -n 20 "$SLURM_DIR"/*.log; return 1; }
+  grep -q "\[n1:0\] ddprun-fmnist: 6 ranks" "$out"
+  grep -q "round 0: 3 nodes (n1, n2, n3), 6 ranks" "$out"
+  acc=$(grep -o 'epoch 2/2 .*test-acc [0-9.]*' "$out" | grep -o '[0-9.]*$')
+  echo "accuracy: $acc"
+  awk -v a="$acc" 'BEGIN { exit !(a >= 85) }'
+  grep -q "succeeded" "$out"
+}
+
+events() { cat logs/*/events.jsonl 2>/dev/null; }
+wait_event() { # event [seconds]
+  for _ in $(seq $((${2:-60} * 10))); do
+    events | grep -q "\"event\": \"$1\"" && return 0
+    sleep 0.1
+  done
+  echo "no '$1' event in time:"; events; return 1
+}
+
+# The example job, elastic with a short lease, its logs here.
+fmnist_job() {
+  sed 's/max_restarts: 3}/max_restarts: 3, heartbeat_interval: 500ms, heartbeat_timeout: 2s}/' \
+    "$REPO/examples/slurm/fmnist.yaml" >job.yaml
+  printf 'logs: {dir: logs}\nstop_grace: 2s\nrendezvous: {last_call: 3s}\n' >>job.yaml
+}
+
+final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
+
+@test "a node's slurmd and processes SIGKILLed mid-training: the job goes on from its checkpoint on the other two" {
+  fmnist_job
+  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event resumed
+  for _ in $(seq 300); do [ -e checkpoints/fmnist.ckpt ] && break; sleep 0.1; done
+  [ -e checkpoints/fmnist.ckpt ]
+  slurm_kill_node 3
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "node 'n3' lost: " out.txt
+  grep -q "round 1: 2 nodes (n1, n2), 4 ranks" out.txt
+  grep -q "\[n1:0\] resuming from $PWD/checkpoints/fmnist.ckpt at step [1-9]" out.txt
+  grep -q "\[n1:0\] epoch 2/2 " out.txt
+  acc=$(final_acc out.txt)
+  echo "accuracy: $acc"
+  awk -v a="$acc" 'BEGIN { exit !(a >= 85) }'
+  # Slurm saw the node go (the allocation itself runs on: --no-kill)
+  grep -q "succeeded" out.txt
+}
+
+@test "scancel inside salloc: ddprun names the cancelled allocation, stops and exits 130; nothing is left" {
+  fmnist_job
+  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event resumed
+  scancel "$(squeue -h -o %i | head -n1)"
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 130 ] || { cat out.txt; return 1; }
+  grep -q "the Slurm allocation [0-9]* ended (CANCELLED); stopping the job" out.txt
+  grep -q "interrupted after" out.txt
+  ! grep -q "round 1" out.txt
+}
+
+@test "scancel of a batch job: ddprun stops on Slurm's SIGTERM (status 130); nothing is left" {
+  fmnist_job
+  printf '#!/bin/sh\nexec ddprun job.yaml\n' >job.sbatch
+  id=$(slurm_login sbatch --parsable -N3 --ntasks-per-node=2 -o batch.out job.sbatch)
+  wait_event resumed
+  scancel "$id"
+  for _ in $(seq 200); do grep -q "interrupted after\|failed after\|succeeded after" batch.out && break; sleep 0.1; done
+  cat batch.out
+  grep -q "Terminated: stopping 6 ranks" batch.out
+  grep -q "interrupted after" batch.out
+}
+
+@test "SIGINT to ddprun inside salloc stops every node's ranks: status 130, nothing left" {
+  fmnist_job
+  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event resumed
+  kill -INT "$(pgrep -f "^ddprun job.yaml")"
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 130 ] || { cat out.txt; return 1; }
+  grep -q "Interrupt: stopping 6 ranks" out.txt
+  grep -q "interrupted after" out.txt
+}
+
+@test "Slurm's signals (scancel --signal, as --signal=[B:]USR1@T sends them) reach every rank" {
+  cat >job.yaml <<'JOB'
+command: trap 'echo "rank $RANK got USR1"; exit 0' USR1; echo "rank $RANK up"; while :; do sleep 0.1; done
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  printf '#!/bin/sh\nexec ddprun job.yaml\n' >job.sbatch
+  # to the batch step only (B:): ddprun passes it on to every rank
+  id=$(slurm_login sbatch --parsable -N3 --ntasks-per-node=2 -o batch.out job.sbatch)
+  for _ in $(seq 300); do [ "$(grep -c " up" batch.out 2>/dev/null)" -eq 6 ] && break; sleep 0.1; done
+  scancel --batch --signal=USR1 "$id"
+  for _ in $(seq 200); do grep -q "succeeded after" batch.out && break; sleep 0.1; done
+  cat batch.out
+  for r in 0 1 2 3 4 5; do grep -q "rank $r got USR1" batch.out; done
+  grep -q "succeeded after" batch.out
+  # to every step: each node's agent passes it on to its ranks
+  rm -rf logs
+  id=$(slurm_login sbatch --parsable -N3 --ntasks-per-node=2 -o batch2.out job.sbatch)
+  for _ in $(seq 300); do [ "$(grep -c " up" batch2.out 2>/dev/null)" -eq 6 ] && break; sleep 0.1; done
+  scancel --signal=USR1 "$id"
+  for _ in $(seq 200); do grep -q "after" batch2.out && break; sleep 0.1; done
+  cat batch2.out
+  for r in 0 1 2 3 4 5; do grep -q "rank $r got USR1" batch2.out; done
+}
+
+@test "ddprun doctor inside an allocation checks every node through srun" {
+  printf 'command: [ddprun-fmnist]\n' >job.yaml
+  run slurm_login salloc -N3 --quiet ddprun doctor job.yaml
+  [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+  for k in 1 2 3; do
+    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +pass"
+  done
+  assert_output --partial "3 nodes checked: 3 passed, 0 failed"
+  printf 'command: [no-such-program]\n' >bad.yaml
+  run slurm_login salloc -N3 --quiet ddprun doctor bad.yaml
+  assert_failure 1
+  assert_output --partial "FAIL: 'no-such-program' is not an executable program there"
+}
