@@ -72,3 +72,28 @@ nodes_of() { # plan output -> "host:slots host:slots ..."
   assert_failure 2
   assert_output --partial "names more than 65536 hosts"
 }
+
+@test "launcher: srun inside an allocation on its nodes (auto), ssh for listed nodes; srun outside one is an error" {
+  command -v srun >/dev/null || skip "srun (slurm-client) is not installed"
+  export SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='1(x2)'
+  run "$DDPRUN" plan slurm.yaml
+  assert_output --partial "launcher: srun"
+  printf 'command: [true]\nnodes: [a, b]\n' >listed.yaml
+  run "$DDPRUN" plan listed.yaml
+  assert_output --partial "launcher: ssh"
+  run "$DDPRUN" plan listed.yaml --set launcher=srun
+  assert_output --partial "launcher: srun"
+  run "$DDPRUN" plan slurm.yaml --set launcher=ssh
+  assert_output --partial "launcher: ssh"
+  run "$DDPRUN" plan slurm.yaml --set launcher=rsh
+  assert_failure 2
+  assert_output --partial "launcher must be auto, ssh or srun, got 'rsh'"
+  # without srun in PATH, auto falls back to SSH and srun is an error naming it
+  PATH=/nonexistent run "$DDPRUN" plan slurm.yaml
+  assert_output --partial "launcher: ssh"
+  unset SLURM_JOB_ID SLURM_JOB_NODELIST
+  printf 'command: [true]\nnodes: [a]\nlauncher: srun\n' >srun.yaml
+  run "$DDPRUN" plan srun.yaml
+  assert_failure 2
+  assert_output --partial "srun.yaml:3:11: launcher: srun needs a Slurm allocation"
+}
