@@ -159,6 +159,17 @@ final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
   grep -q "interrupted after" out.txt
 }
 
+@test "SIGKILL of ddprun inside salloc: the agents see their stdin close and stop their ranks; nothing is left" {
+  fmnist_job
+  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event resumed
+  kill -9 "$(pgrep -f "^ddprun job.yaml")"
+  wait "$pid" || true # (salloc's own status does not tell)
+  ! grep -q "succeeded" out.txt
+  # teardown: within 10 s nothing of the job is left on any node, and no srun
+}
+
 @test "Slurm's signals (scancel --signal, as --signal=[B:]USR1@T sends them) reach every rank" {
   cat >job.yaml <<'JOB'
 command: trap 'echo "rank $RANK got USR1"; exit 0' USR1; echo "rank $RANK up"; while :; do sleep 0.1; done
