@@ -128,8 +128,9 @@ void ddp__slurm_scrub_env(void);
 int ddp__slurm_alloc_state(char *state, size_t n);
 
 /* Runs argv[0] (looked up in PATH) with argv, stdin and stderr on /dev/null, and keeps what it
- * writes on stdout (up to n - 1 bytes, NUL-terminated) and its wait status: 0, or -1 when it
- * could not start or had not ended within timeout_ms (then it is SIGKILLed). */
+ * writes on stdout (up to n - 1 bytes, NUL-terminated, kept in every case) and its wait status:
+ * 0, or -1 when it could not start, had not ended within timeout_ms or wrote more than out
+ * holds (then it is SIGKILLed). */
 int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, int *status);
 
 /* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */

@@ -6,8 +6,11 @@
  * makes the pseudo-terminal that then carries its stdout raw). --overlap lets the steps share
  * the allocation's CPUs with the batch step that runs ddprun; --kill-on-bad-exit=0 and
  * --no-kill keep the job and its other steps alive when one node is lost (an elastic job goes
- * on without it); --cpu-bind=none and --cpus-per-task (the CPUs the job has there) leave the
- * ranks the node's whole share.
+ * on without it); --cpus-per-task (the CPUs the job has there), --mem=0 and Slurm's default
+ * for steps (all the job's GPUs on the node) leave the ranks the node's whole share. srun reads
+ * options from its environment too, and an sbatch or salloc option exports them
+ * (--ntasks-per-node=8 sets SLURM_NTASKS_PER_NODE, --gpus-per-task=1 SLURM_GPUS_PER_TASK): those
+ * that would shape the agent's step as one of the job's tasks are unset for it.
  */
 #include "cli/provision.h"
 #include "cli/job.h"
@@ -24,18 +27,28 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
     char nodelist[300], cpus[40];
     snprintf(nodelist, sizeof(nodelist), "--nodelist=%s", j->nodes[i].host);
     snprintf(cpus, sizeof(cpus), "--cpus-per-task=%d", j->nodes[i].cpus);
-    char *argv[20];
+    static char *const shaping[] = {"SLURM_NTASKS",           "SLURM_NPROCS",
+                                    "SLURM_NTASKS_PER_NODE",  "SLURM_NTASKS_PER_SOCKET",
+                                    "SLURM_NTASKS_PER_CORE",  "SLURM_NTASKS_PER_GPU",
+                                    "SLURM_CPUS_PER_TASK",    "SLURM_CPUS_PER_GPU",
+                                    "SLURM_GPUS_PER_TASK",    "SLURM_GPUS_PER_SOCKET",
+                                    "SLURM_TRES_PER_TASK",    "SLURM_MEM_PER_CPU",
+                                    "SLURM_MEM_PER_GPU",      "SLURM_MEM_PER_NODE",
+                                    "SLURM_DISTRIBUTION",     "SLURM_CPU_BIND",
+                                    "SLURM_GPU_BIND",         "SLURM_HINT",
+                                    "SLURM_THREADS_PER_CORE", "SLURM_EXCLUSIVE",
+                                    "SLURM_STEP_GRES"};
+    enum { NSHAPING = sizeof(shaping) / sizeof(shaping[0]) };
+    char *argv[2 * NSHAPING + 20];
     int k = 0;
-    static char *const fixed[] = {"srun",
-                                  "--nodes=1",
-                                  "--ntasks=1",
-                                  "--overlap",
-                                  "--kill-on-bad-exit=0",
-                                  "--no-kill",
-                                  "--unbuffered",
-                                  "--quiet",
-                                  "--mem=0",
-                                  "--job-name=ddprun-agent"};
+    argv[k++] = "env"; /* env -u VAR ... srun ... */
+    for (int v = 0; v < NSHAPING; v++) {
+        argv[k++] = "-u";
+        argv[k++] = shaping[v];
+    }
+    static char *const fixed[] = {
+        "srun",      "--nodes=1",    "--ntasks=1", "--overlap", "--kill-on-bad-exit=0",
+        "--no-kill", "--unbuffered", "--quiet",    "--mem=0",   "--job-name=ddprun-agent"};
     for (size_t f = 0; f < sizeof(fixed) / sizeof(fixed[0]); f++)
         argv[k++] = fixed[f];
     argv[k++] = nodelist;
@@ -48,7 +61,7 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
      * No parent-death signal: srun cancels the step at once on SIGTERM or SIGHUP; should
      * ddprun die, the EOF on the step's stdin that follows stops the node gracefully.
      */
-    return ddp__spawn_piped("srun", argv, 0, ctx->mask, out);
+    return ddp__spawn_piped("env", argv, 0, ctx->mask, out);
 }
 
 /* Level 1: SIGTERM, on which srun has Slurm cancel the step (every process of it, SIGKILL

@@ -62,7 +62,6 @@ static const char *host_of(int node)
     return L.job->nodes[node].host;
 }
 
-/* A round failed (a worker failed or a member node was lost): restart or stop. */
 /*
  * Under srun a failure may be the allocation ending (scancel, its time limit), which salloc
  * does not tell the command it runs: then the job ends too (status 130 when it was cancelled,
@@ -73,13 +72,13 @@ static bool allocation_ended(void)
     char state[64], why[160];
     if (!L.job->srun || ddp__slurm_alloc_state(state, sizeof(state)) != 0)
         return false;
-    snprintf(why, sizeof(why), "the Slurm allocation %s ended (%s)", getenv("SLURM_JOB_ID"),
-             state);
+    snprintf(why, sizeof(why), "the Slurm allocation %s ended (%s)", getenv("SLURM_JOB_ID"), state);
     ddp__sup_say("ddprun: %s; stopping the job", why);
     ddp__sup_finish(why, !strcmp(state, "CANCELLED") ? DDP_EXIT_INTERRUPTED : DDP_EXIT_JOB_FAILED);
     return true;
 }
 
+/* A round failed (a worker failed or a member node was lost): restart or stop. */
 static void round_failed(const char *what)
 {
     if (L.ph != DDP__PH_RUNNING || allocation_ended())

@@ -42,7 +42,11 @@ void ddp__slurm_scrub_env(void)
             continue;
         }
         char name[256];
-        size_t l = (size_t)(eq - kv) < sizeof(name) - 1 ? (size_t)(eq - kv) : sizeof(name) - 1;
+        size_t l = (size_t)(eq - kv);
+        if (l >= sizeof(name)) { /* no such Slurm variable: leave it */
+            i++;
+            continue;
+        }
         memcpy(name, kv, l);
         name[l] = '\0';
         unsetenv(name); /* environ[i] is now the next variable */
@@ -53,18 +57,18 @@ void ddp__slurm_scrub_env(void)
  * knows the job ("ENDED"), -1 when it could not be asked. */
 static int ask_state(const char *id, char *state, size_t n)
 {
-    char out[4096];
-    int st;
+    char out[8192];
+    int st = 0;
     char *argv[] = {"scontrol", "show", "job", "-o", (char *)id, NULL};
-    if (ddp__run_capture(argv, out, sizeof(out), 3000, &st) < 0)
-        return -1;
+    /* JobState comes early: a line longer than out (a long command) still tells it. */
+    int r = ddp__run_capture(argv, out, sizeof(out), 3000, &st);
     const char *js = strstr(out, "JobState=");
     if (js) {
         js += 9;
         snprintf(state, n, "%.*s", (int)strcspn(js, " \n"), js);
         return 1;
     }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 1) { /* "Invalid job id specified" */
+    if (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1) { /* "Invalid job id specified" */
         snprintf(state, n, "ENDED");
         return 0;
     }

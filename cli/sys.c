@@ -230,7 +230,10 @@ bool ddp__program_here(const char *prog, const char *workdir)
 int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, int *status)
 {
     int p[2];
-    if (n == 0 || pipe2(p, O_CLOEXEC) != 0)
+    if (n == 0)
+        return -1;
+    out[0] = '\0';
+    if (pipe2(p, O_CLOEXEC) != 0)
         return -1;
     pid_t pid = fork();
     if (pid < 0) {
