@@ -70,6 +70,8 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             a = "--nodes";
         else if (strcmp(a, "-m") == 0) /* python -m, as torchrun takes it */
             a = "--module";
+        else if (strcmp(a, "-f") == 0) /* tail -f */
+            a = "--follow";
         if (strncmp(a, "--", 2) != 0 || !a[2]) {
             if (a[0] == '-' && a[1]) {
                 ddp__cli_error("unknown option '%s' (options are long: --help)", a);

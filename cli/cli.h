@@ -72,6 +72,11 @@ int ddp__cmd_store(const struct ddp_cli_opts *o);
 /* `ddprun status [JOB]` and `ddprun stacks [JOB] [--rank R]` (cli/status_cmd.c). */
 int ddp__cmd_status(const struct ddp_cli_opts *o);
 int ddp__cmd_stacks(const struct ddp_cli_opts *o);
+/* attach, ps, logs, stop (cli/attach_cmd.c). */
+int ddp__cmd_attach(const struct ddp_cli_opts *o);
+int ddp__cmd_ps(const struct ddp_cli_opts *o);
+int ddp__cmd_logs(const struct ddp_cli_opts *o);
+int ddp__cmd_stop(const struct ddp_cli_opts *o);
 /* `ddprun agent` (cli/agent.c). */
 int ddp__cmd_agent(void);
 /* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
@@ -83,8 +88,13 @@ int ddp__cmd_smoke_worker(void);
 int ddp__doctor(const struct ddp_job *job);
 /* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor.c). */
 int ddp__cmd_probe(int argc, char **argv);
-/* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). */
-int ddp__launch(const struct ddp_job *job);
+/* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). With
+ * ready_fd >= 0 (ddprun --detach, cli/detach.c), once the job can be reached it writes
+ * "OK ID\tLOGDIR\n" there, closes it, and sends its console to LOGDIR/console.log. */
+int ddp__launch(const struct ddp_job *job, int ready_fd);
+/* ddprun --detach: runs the job in a process of its own, without this terminal; returns once
+ * it can be reached (attach, logs, stop), or with the status of its failed start. */
+int ddp__launch_detached(const struct ddp_job *job);
 
 /* ---- system helpers (cli/sys.c) ---- */
 
@@ -118,6 +128,13 @@ struct ddp__child {
  * signal pdeathsig (0: none). 0, or -1 with errno. */
 int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const sigset_t *mask,
                      struct ddp__child *out);
+
+/* The control socket at path, connected: the fd, or -1 with errno (cli/status_cmd.c). */
+int ddp__control_dial(const char *path);
+/* The control socket of JOB (its id, a unique start of one, or its log folder), or of the only
+ * running job of this user when job is NULL: a connected fd, or -1 after an error message
+ * that starts with cmd. */
+int ddp__control_connect(const char *cmd, const char *job);
 
 /* Removes from this process's environment the SLURM_* variables that describe a job step and
  * its tasks, keeping those of the allocation (cli/slurm.c). */

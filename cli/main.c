@@ -22,6 +22,10 @@ static int cmd_store(struct ddp_cli_opts *o);
 static int cmd_agent(struct ddp_cli_opts *o);
 static int cmd_status(struct ddp_cli_opts *o);
 static int cmd_stacks(struct ddp_cli_opts *o);
+static int cmd_attach(struct ddp_cli_opts *o);
+static int cmd_ps(struct ddp_cli_opts *o);
+static int cmd_logs(struct ddp_cli_opts *o);
+static int cmd_stop(struct ddp_cli_opts *o);
 static int cmd_help(struct ddp_cli_opts *o);
 static int cmd_version(struct ddp_cli_opts *o);
 
@@ -31,8 +35,9 @@ static const struct command commands[] = {
      "Runs the job JOB.yaml describes (see ddprun-job(5)): hosts an authenticated rendezvous\n"
      "store, starts a node agent per node, and the agents start the ranks with a\n"
      "torchrun-compatible environment. Without JOB.yaml, runs the embedded default job\n"
-     "(Fashion-MNIST on 2 local ranks). Options may stand before or after JOB.yaml.",
-     {"job", NULL},
+     "(Fashion-MNIST on 2 local ranks). Options may stand before or after JOB.yaml.\n"
+     "With --detach the job runs on without this terminal (see attach, ps, logs, stop).",
+     {"job", "run", NULL},
      1,
      cmd_run},
     {"plan",
@@ -71,9 +76,39 @@ static const struct command commands[] = {
      "Prints the native stacks of a running job's ranks (or of rank R), gathered on every\n"
      "node by eu-stack (elfutils) or gdb; identical stacks print once, with the ranks that\n"
      "share them.",
-     {"stacks", NULL},
+     {"rank", NULL},
      1,
      cmd_stacks},
+    {"attach",
+     "ddprun attach [JOB]",
+     "Shows a running job's console from now on, as if it had been started here: its output,\n"
+     "ddprun's messages, the status line, and at its end the summary; exits with the job's\n"
+     "status. Ctrl-C detaches and leaves the job running.",
+     {NULL},
+     1,
+     cmd_attach},
+    {"ps",
+     "ddprun ps",
+     "Lists your running jobs on this machine, attached or detached: id, supervisor pid,\n"
+     "mode, phase, ranks up, nodes, time since the start, log folder.",
+     {NULL},
+     0,
+     cmd_ps},
+    {"logs",
+     "ddprun logs JOB [--rank R] [-f]",
+     "Prints a detached job's console (console.log in its log folder), or rank R's log with\n"
+     "every restart's after it; -f follows until the job ends. JOB: its id (or its start),\n"
+     "or its log folder; finished jobs too.",
+     {"rank", "logs", NULL},
+     1,
+     cmd_logs},
+    {"stop",
+     "ddprun stop [JOB]",
+     "Stops a running job as SIGINT does (the ranks get SIGINT, SIGTERM halfway through\n"
+     "stop_grace, then SIGKILL) and waits for its end.",
+     {NULL},
+     1,
+     cmd_stop},
     {"agent",
      "ddprun agent",
      "The node agent that ddprun starts on every node (locally, or over SSH); it takes its\n"
@@ -119,6 +154,8 @@ static void usage(void)
            "       ddprun doctor [OPTIONS] JOB.yaml            check every node before a run\n"
            "       ddprun status [JOB]                         a running job's ranks\n"
            "       ddprun stacks [JOB] [--rank R]              their native stacks\n"
+           "       ddprun --detach JOB.yaml                    run without this terminal\n"
+           "       ddprun attach|stop [JOB], ddprun ps, ddprun logs JOB [--rank R] [-f]\n"
            "       ddprun [--nproc N]                          run the embedded default job\n"
            "       ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]\n"
            "                    [--torch-listen HOST:PORT [--torch-allow LIST]]\n"
@@ -130,6 +167,7 @@ static void usage(void)
            "\nOptions (before or after JOB.yaml):\n");
     ddp__cli_print_opts("global", stdout);
     ddp__cli_print_opts("job", stdout);
+    ddp__cli_print_opts("run", stdout);
     printf("\nCommands:\n");
     for (size_t k = 1; k < NCOMMANDS; k++) {
         const char *about = commands[k].about, *nl = strchr(about, '\n');
@@ -138,6 +176,9 @@ static void usage(void)
     }
     printf("\nstore options:\n");
     ddp__cli_print_opts("store", stdout);
+    printf("\nstacks and logs options:\n");
+    ddp__cli_print_opts("rank", stdout);
+    ddp__cli_print_opts("logs", stdout);
     printf("\nExit status: 0 success, 1 job failed, 2 usage or job-spec error, 3 launch error, "
            "130 interrupted.\nSee ddprun(1), ddprun-job(5) and ddprun-store(7).\n");
 }
@@ -188,7 +229,7 @@ static int cmd_run(struct ddp_cli_opts *o)
     struct ddp_job *job = NULL;
     if (load_job(o, false, &job) < 0)
         return DDP_EXIT_USAGE;
-    int rc = ddp__launch(job);
+    int rc = o->vals[DDP_OPT_DETACH] ? ddp__launch_detached(job) : ddp__launch(job, -1);
     ddp__job_free(job);
     return rc;
 }
@@ -230,6 +271,26 @@ static int cmd_stacks(struct ddp_cli_opts *o)
     return ddp__cmd_stacks(o);
 }
 
+static int cmd_attach(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_attach(o);
+}
+
+static int cmd_ps(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_ps(o);
+}
+
+static int cmd_logs(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_logs(o);
+}
+
+static int cmd_stop(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_stop(o);
+}
+
 static int cmd_agent(struct ddp_cli_opts *o)
 {
     (void)o;
@@ -247,7 +308,7 @@ static int cmd_help(struct ddp_cli_opts *o)
     const struct command *c = o->npos ? find_command(o->pos[0]) : NULL;
     if (o->npos && !c) {
         ddp__cli_error("help: no command '%s' (commands: run, plan, doctor, status, stacks, "
-                       "store, agent, help, version)",
+                       "attach, ps, logs, stop, store, agent, help, version)",
                        o->pos[0]);
         return DDP_EXIT_USAGE;
     }
@@ -287,7 +348,7 @@ int main(int argc, char **argv)
      * first word names a command or is the job file of a run. */
     static struct ddp_cli_opts o;
     int i = 1;
-    static const char *const lead[] = {"global", "job", NULL};
+    static const char *const lead[] = {"global", "job", "run", NULL};
     if (ddp__cli_parse(argc, argv, &i, lead, true, &o) < 0)
         return DDP_EXIT_USAGE;
     const struct command *c = i < argc ? find_command(argv[i]) : NULL;
@@ -296,6 +357,10 @@ int main(int argc, char **argv)
     else
         c = &commands[0];
     bool leading_help = o.vals[DDP_OPT_HELP], leading_version = o.vals[DDP_OPT_VERSION];
+    if (c != &commands[0] && o.vals[DDP_OPT_DETACH]) {
+        ddp__cli_error("%s: --detach is for running a job (ddprun --detach JOB.yaml)", c->name);
+        return DDP_EXIT_USAGE;
+    }
     if (c != &commands[0] && (o.nsets || o.vals[DDP_OPT_LOG_LEVEL]) && !c->groups[0]) {
         ddp__cli_error("%s: takes no job options", c->name);
         return DDP_EXIT_USAGE;

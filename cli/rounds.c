@@ -72,6 +72,11 @@ static bool allocation_ended(void)
     char state[64], why[160];
     if (!L.job->srun || ddp__slurm_alloc_state(state, sizeof(state)) != 0)
         return false;
+    /* Under sbatch Slurm also sends ddprun SIGTERM, which may come after the steps' end: then
+     * the stop is the signal's (status 130), handled once the loop reads it. */
+    sigset_t pend;
+    if (sigpending(&pend) == 0 && (sigismember(&pend, SIGTERM) || sigismember(&pend, SIGINT)))
+        return true;
     snprintf(why, sizeof(why), "the Slurm allocation %s ended (%s)", getenv("SLURM_JOB_ID"), state);
     ddp__sup_say("ddprun: %s; stopping the job", why);
     ddp__sup_finish(why, !strcmp(state, "CANCELLED") ? DDP_EXIT_INTERRUPTED : DDP_EXIT_JOB_FAILED);

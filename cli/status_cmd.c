@@ -18,8 +18,7 @@
 
 #include "common/banned.h"
 
-/* Connects to a socket path: the fd, or -1 with errno. */
-static int dial(const char *path)
+int ddp__control_dial(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -39,11 +38,7 @@ static int dial(const char *path)
     return fd;
 }
 
-/*
- * The control socket of JOB (its id, a unique start of one, or its log folder), or of the only
- * running job when job is NULL: a connected fd, or -1 after an error message.
- */
-static int find_job(const char *cmd, const char *job)
+int ddp__control_connect(const char *cmd, const char *job)
 {
     char dir[3072], why[3200], path[4096], name[256] = "";
     if (ddp__control_dir(dir, sizeof(dir), false, why, sizeof(why)) < 0) {
@@ -74,7 +69,7 @@ static int find_job(const char *cmd, const char *job)
         if (name[0] && strncmp(e->d_name, name, strlen(name)) != 0)
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        int c = dial(path);
+        int c = ddp__control_dial(path);
         if (c < 0) {
             if (errno == ECONNREFUSED)
                 unlink(path); /* its job is gone */
@@ -116,7 +111,7 @@ static int find_job(const char *cmd, const char *job)
 /* Sends one request and prints the answer: an exit status. */
 static int ask(const char *cmd, const char *job, const char *req, int timeout_ms)
 {
-    int fd = find_job(cmd, job);
+    int fd = ddp__control_connect(cmd, job);
     if (fd < 0)
         return DDP_EXIT_USAGE;
     char line[128];

@@ -16,6 +16,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -95,7 +96,7 @@ static void pass_signal(int sig)
 
 /* SIGINT or SIGTERM: the first stops the job, the second ends every rank now, a third ends
  * the agents themselves. */
-static void stop_signal(struct ddp_loop *loop, int sig)
+static void stop_signal(struct ddp_loop *loop, int sig, const char *who)
 {
     char name[32];
     if (++L.sigints == 1) {
@@ -107,7 +108,7 @@ static void stop_signal(struct ddp_loop *loop, int sig)
         ddp__sup_say(
             "ddprun: %s: stopping %d rank%s (%s, %sSIGKILL after %lld ms; "
             "interrupt again to end them now)",
-            strsignal(sig), L.ranks_up - L.ranks_done, L.ranks_up - L.ranks_done == 1 ? "" : "s",
+            who ? who : strsignal(sig), L.ranks_up - L.ranks_done, L.ranks_up - L.ranks_done == 1 ? "" : "s",
             stopping ? "stopping already" : ddp__signal_name(L.stop_sig, name, sizeof(name)),
             L.stop_sig == SIGINT ? "SIGTERM halfway, " : "", (long long)L.job->stop_grace_ms);
         if (!stopping)
@@ -142,7 +143,7 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         } else if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP) {
             pass_signal(sig);
         } else {
-            stop_signal(loop, sig);
+            stop_signal(loop, sig, NULL);
         }
     }
     if (L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes))
@@ -309,6 +310,63 @@ static char **job_env(const struct ddp_job *job)
     return env;
 }
 
+/* `ddprun stop`: as SIGINT. */
+static void remote_stop(void)
+{
+    stop_signal(L.loop, SIGINT, "ddprun stop");
+}
+
+/* `ddprun ps`: id, pid, phase, ranks up, ranks, nodes, ms since the start, mode, log folder. */
+static void remote_info(char *out, size_t n)
+{
+    snprintf(out, n, "%s\t%d\t%s\t%d\t%d\t%d\t%lld\t%s\t%s", L.job_id, (int)getpid(),
+             L.phase_name ? L.phase_name : "starting", L.ranks_up - L.ranks_done,
+             L.world ? L.world : L.job->world_size, L.nmembers ? L.nmembers : (int)L.job->nnodes,
+             (long long)(ddp_now_ms() - L.t0), L.detached ? "detached" : "attached", L.logdir);
+}
+
+static bool remote_request(const char *req, int fd)
+{
+    return ddp__remote_request(&L.remote, req, fd);
+}
+
+/*
+ * Detached (ready_fd >= 0): the control socket is up, so the job can be reached; tell the
+ * waiting `ddprun --detach` so, and from now on write the console to console.log in the log
+ * folder. Every job leaves its log folder's path beside its socket, for `ddprun logs`.
+ */
+static int announce(int ready_fd, bool listening)
+{
+    char dir[3072], why[3200], path[PATH_MAX + 64];
+    if (ddp__control_dir(dir, sizeof(dir), true, why, sizeof(why)) == 0) {
+        snprintf(path, sizeof(path), "%s/%s.logdir", dir, L.job_id);
+        FILE *f = fopen(path, "we");
+        if (f) {
+            fprintf(f, "%s\n", L.logdir);
+            fclose(f);
+        }
+    }
+    if (ready_fd < 0)
+        return 0;
+    if (!listening) {
+        ddp__cli_error("cannot detach: the job's control socket could not be opened (see the "
+                       "warning above), so nothing could reach the job");
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/console.log", L.logdir);
+    int cfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (cfd < 0) {
+        ddp__cli_error("cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    dprintf(ready_fd, "OK %s\t%s\n", L.job_id, L.logdir);
+    dup2(cfd, 1);
+    dup2(cfd, 2);
+    close(cfd);
+    close(ready_fd);
+    return 0;
+}
+
 /* The first line of `ddprun status`. */
 static void headline(char *out, size_t n)
 {
@@ -317,7 +375,7 @@ static void headline(char *out, size_t n)
              L.nmembers == 1 ? "" : "s", (double)(ddp_now_ms() - L.t0) / 1000);
 }
 
-int ddp__launch(const struct ddp_job *job)
+int ddp__launch(const struct ddp_job *job, int ready_fd)
 {
     bool wd_up = false;
     int rc = DDP_EXIT_LAUNCH, sfd = -1;
@@ -330,6 +388,7 @@ int ddp__launch(const struct ddp_job *job)
     L.first_fail = -1;
     L.t0 = ddp_now_ms();
     L.tty = isatty(2);
+    L.detached = ready_fd >= 0;
     L.phase_name = "starting";
     L.member = &ddp__member_store;
     make_job_id(job->name, L.job_id, sizeof(L.job_id));
@@ -394,6 +453,9 @@ int ddp__launch(const struct ddp_job *job)
     if (ddp_loop_new(&L.loop) < 0 || (sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
         ddp_loop_add(L.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
         goto out;
+    struct ddp__remote_cb rcb = {.stop = remote_stop, .info = remote_info};
+    ddp__remote_init(&L.remote, L.loop, job->tag_output, job->console_ranks, &rcb);
+    L.views[L.nviews++] = ddp__remote_view(&L.remote);
     struct ddp__prov_ctx ctx = {.self = L.self, .mask = &L.oldmask};
     if (ddp__nodes_init(&L.nodes, L.loop, job, &ctx, &ddp__sup_nodes_cb) < 0)
         goto out;
@@ -415,10 +477,12 @@ int ddp__launch(const struct ddp_job *job)
                              .rec = &L.rec,
                              .round = &L.round,
                              .fail = ddp__sup_hang_failed,
-                             .headline = headline};
+                             .headline = headline,
+                             .request = remote_request};
     ddp__wd_init(&wd);
     wd_up = true;
-    ddp__wd_listen();
+    if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
+        goto out;
     if (!L.tty)
         ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
                      job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen,
@@ -458,6 +522,7 @@ int ddp__launch(const struct ddp_job *job)
                    "reason", rc ? L.fatal : NULL, NULL);
     summarize(rc);
 out:
+    ddp__remote_release(&L.remote); /* after the summary reached the attached consoles */
     if (wd_up)
         ddp__wd_release();
     explicit_bzero(L.token, sizeof(L.token));

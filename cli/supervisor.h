@@ -14,6 +14,7 @@
 #include "cli/membership.h"
 #include "cli/nodes.h"
 #include "cli/record.h"
+#include "cli/remote.h"
 #include "cli/view.h"
 #include "rendezvous/loop.h"
 #include "rendezvous/store.h"
@@ -98,11 +99,13 @@ struct ddp__sup {
     int nlosses;
     struct ddp__rec rec;
     struct ddp__console con;
-    struct ddp__view views[2]; /* the console, the records */
+    struct ddp__view views[3]; /* the console, the records, attached consoles */
+    struct ddp__remote remote;
     int nviews;
     const struct ddp__member_ops *member;
     struct ddp__member_watch *watch;
     bool tty;
+    bool detached; /* ddprun --detach: no terminal; the console is console.log */
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
     struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;

@@ -370,8 +370,8 @@ static void answer(int fd, const char *req)
             int one = (int)r;
             sreq_start(r >= 0 ? &one : NULL, r >= 0 ? 1 : -1, fd);
         }
-    } else {
-        const char *m = "error: unknown request (status, stacks [RANK])\n";
+    } else if (!W.c.request || !W.c.request(req, fd)) {
+        const char *m = "error: unknown request (status, stacks [RANK], attach, info, stop)\n";
         reply_close(fd, m, strlen(m));
     }
     ddp_buf_release(&b);

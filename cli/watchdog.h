@@ -9,6 +9,7 @@
 #ifndef DDP_CLI_WATCHDOG_H
 #define DDP_CLI_WATCHDOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,8 @@ struct ddp__wd_ctx {
     void (*fail)(const char *why);
     /* One line for `ddprun status`: the job's phase and counts. */
     void (*headline)(char *out, size_t n);
+    /* Any other request on the control socket (cli/remote.h): true when it took fd. */
+    bool (*request)(const char *req, int fd);
 };
 
 void ddp__wd_init(const struct ddp__wd_ctx *ctx);

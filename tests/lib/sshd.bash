@@ -25,14 +25,19 @@ sshd_setup() {
   : >"$SSH_KH"
   SSH_PORT=$((20000 + RANDOM % 20000))
   SSHD_NODES=
-  SSHD_TAG=$((RANDOM % 200 + 20))
   SSHD_NETNS=
-  if [ -z "${SSHD_NO_NETNS:-}" ] && [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null &&
-    ip link add "ddpbr$SSHD_TAG" type bridge 2>/dev/null; then
-    ip addr add "10.213.$SSHD_TAG.1/24" dev "ddpbr$SSHD_TAG"
-    ip link set "ddpbr$SSHD_TAG" up
-    SSHD_NETNS=1
-  fi
+  local try
+  for try in 1 2 3 4 5; do # a tag no other test's bridge has
+    SSHD_TAG=$((RANDOM % 200 + 20))
+    if [ -z "${SSHD_NO_NETNS:-}" ] && [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null &&
+      ip link add "ddpbr$SSHD_TAG" type bridge 2>/dev/null; then
+      ip addr add "10.213.$SSHD_TAG.1/24" dev "ddpbr$SSHD_TAG"
+      ip link set "ddpbr$SSHD_TAG" up
+      SSHD_NETNS=1
+      break
+    fi
+    [ -z "${SSHD_NO_NETNS:-}" ] && [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || break
+  done
 }
 
 sshd_addr() {
