@@ -140,7 +140,7 @@ wait_for() { # seconds, then a command that succeeds once it holds
   wait "$DDP_PID" || true
   DDP_PID=
   # gone with its job
-  [ -z "$(ls "$XDG_RUNTIME_DIR/ddprun")" ]
+  [ -z "$(ls "$XDG_RUNTIME_DIR/ddprun" | grep "\.sock$")" ] # (each job leaves its log folder's path, for ddprun logs)
 }
 
 @test "Python workers (no flight recorder): status shows their processes, stacks their native stacks" {

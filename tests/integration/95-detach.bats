@@ -46,7 +46,8 @@ wait_gone() { # job id: its supervisor ends (5 s after its ranks at most)
   # it runs on, without a terminal: ps lists it as detached
   run "$DDPRUN" ps
   assert_output --regexp "$id +[0-9]+ +detached +[a-z ]+ +[0-9]/2 +1 +00:00:0[0-9] +$PWD/logs/$id"
-  sleep 1
+  # attach once the ranks have printed their second lines (in console.log)
+  for _ in $(seq 100); do "$DDPRUN" logs "$id" | grep -q "rank 0 line 2" && break; sleep 0.1; done
   run "$DDPRUN" attach "$id"
   assert_success
   assert_output --partial "ddprun: attached to job $id (running"
@@ -72,7 +73,7 @@ wait_gone() { # job id: its supervisor ends (5 s after its ranks at most)
   id=$(detach job.yaml)
   "$DDPRUN" attach "$id" >att.txt 2>&1 &
   att=$!
-  sleep 0.5
+  for _ in $(seq 100); do grep -q "attached to job" att.txt && break; sleep 0.1; done
   kill -9 "$att"
   wait "$att" || true
   "$DDPRUN" ps | grep -q "^$id .* detached "
@@ -86,10 +87,11 @@ wait_gone() { # job id: its supervisor ends (5 s after its ranks at most)
 }
 
 @test "a Ctrl-C in attach detaches; ddprun stop then stops the job as SIGINT does and waits for its end" {
+  sed -i 's/for i in 1 2 3 4 5 6 7 8;/for i in $(seq 50);/' job.yaml
   id=$(detach job.yaml)
   "$DDPRUN" attach "$id" >att.txt 2>&1 &
   att=$!
-  sleep 0.8
+  for _ in $(seq 100); do grep -q "attached to job" att.txt && break; sleep 0.1; done
   kill -INT "$att"
   wait "$att"
   grep -q "ddprun: detached from job $id; it runs on (ddprun stop $id ends it)" att.txt
@@ -113,7 +115,7 @@ logs: {dir: logs}
 JOB
   "$DDPRUN" restart.yaml >out.txt 2>&1 &
   pid=$!
-  sleep 0.5
+  for _ in $(seq 100); do "$DDPRUN" ps | grep -q " $pid " && break; sleep 0.1; done
   run "$DDPRUN" ps
   assert_output --regexp "restart-[0-9-]+-[0-9a-f]{4} +$pid +attached "
   wait "$pid"

@@ -1,0 +1,265 @@
+/*
+ * The etcd v3 client (rendezvous/etcd.c) against a real etcd (Debian's etcd-server), started
+ * by each test on a Unix socket in a folder of its own (no port to race for), and the JSON and
+ * base64 code it rests on. Without etcd installed the etcd tests say so and pass.
+ */
+#include "common/base64.h"
+#include "common/json.h"
+#include "rendezvous/etcd.h"
+#include "test.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct etcd_proc {
+    pid_t pid;
+    char dir[64], sock[128];
+};
+
+/* Starts etcd in a new folder; false when it is not installed. */
+static bool etcd_start(struct etcd_proc *p)
+{
+    if (access("/usr/bin/etcd", X_OK) != 0) {
+        fprintf(stderr, "(etcd is not installed: ./dev.sh deps installs etcd-server)\n");
+        return false;
+    }
+    snprintf(p->dir, sizeof(p->dir), "/tmp/ddp-etcd-XXXXXX");
+    ASSERT_TRUE(mkdtemp(p->dir));
+    snprintf(p->sock, sizeof(p->sock), "%s/client:0", p->dir);
+    p->pid = fork();
+    ASSERT_TRUE(p->pid >= 0);
+    if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test takes it along */
+        ASSERT_TRUE(chdir(p->dir) == 0);
+        if (!freopen("etcd.log", "w", stderr))
+            _exit(127);
+        execl("/usr/bin/etcd", "etcd", "--name", "t", "--data-dir", "data",
+              "--listen-client-urls", "unix://client:0", "--advertise-client-urls",
+              "unix://client:0", "--listen-peer-urls", "unix://peer:0",
+              "--initial-advertise-peer-urls", "unix://peer:0", "--initial-cluster",
+              "t=unix://peer:0", (char *)NULL);
+        _exit(127);
+    }
+    return true;
+}
+
+static void etcd_stop(struct etcd_proc *p)
+{
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", p->dir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+/* A client of it, once it answers (10 s at most). */
+static struct ddp_etcd *client(const char *const *eps, size_t n)
+{
+    struct ddp_etcd *e;
+    struct ddp_etcd_opts o = {.endpoints = eps, .nendpoints = n, .timeout_ms = 2000};
+    ASSERT_EQ(ddp_etcd_new(&o, &e), 0);
+    char v[64];
+    for (int k = 0; k < 200 && ddp_etcd_version(e, v, sizeof(v)) != 0; k++)
+        usleep(50 * 1000);
+    ASSERT_EQ(ddp_etcd_version(e, v, sizeof(v)), 0);
+    ASSERT_TRUE(strncmp(v, "3.", 2) == 0);
+    return e;
+}
+
+static char listed[4096];
+
+static void on_kv(void *arg, const char *key, const char *val, size_t vlen)
+{
+    (void)arg;
+    size_t l = strlen(listed);
+    snprintf(listed + l, sizeof(listed) - l, "%s=%zu:%c;", key, vlen, vlen ? val[vlen - 1] : '-');
+}
+
+TEST(keys_values_create_list_delete)
+{
+    struct etcd_proc p;
+    if (!etcd_start(&p))
+        return;
+    char ep[160];
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock);
+    const char *eps[] = {ep};
+    struct ddp_etcd *e = client(eps, 1);
+    char *v;
+    size_t vl;
+    int64_t rev = 0;
+    ASSERT_ERR(ddp_etcd_get(e, "job/a", &v, &vl, NULL), DDP_ENOKEY);
+    ASSERT_EQ(ddp_etcd_put(e, "job/a", "one", 3, 0), 0);
+    ASSERT_EQ(ddp_etcd_get(e, "job/a", &v, &vl, &rev), 0);
+    ASSERT_EQ(vl, 3);
+    ASSERT_STREQ(v, "one");
+    ASSERT_GE(rev, 2);
+    free(v);
+    /* binary values, and the empty value (which the gateway leaves out) */
+    const char bin[] = {'\0', '\xff', '\n', '"', '\\', 'x'};
+    ASSERT_EQ(ddp_etcd_put(e, "job/bin", bin, sizeof(bin), 0), 0);
+    ASSERT_EQ(ddp_etcd_get(e, "job/bin", &v, &vl, NULL), 0);
+    ASSERT_EQ(vl, sizeof(bin));
+    ASSERT_TRUE(memcmp(v, bin, sizeof(bin)) == 0);
+    free(v);
+    ASSERT_EQ(ddp_etcd_put(e, "job/empty", "", 0, 0), 0);
+    ASSERT_EQ(ddp_etcd_get(e, "job/empty", &v, &vl, NULL), 0);
+    ASSERT_EQ(vl, 0);
+    free(v);
+    /* create if absent: once */
+    bool created = false;
+    ASSERT_EQ(ddp_etcd_create(e, "job/leader", "n1", 2, 0, &created), 0);
+    ASSERT_TRUE(created);
+    ASSERT_EQ(ddp_etcd_create(e, "job/leader", "n2", 2, 0, &created), 0);
+    ASSERT_TRUE(!created);
+    ASSERT_EQ(ddp_etcd_get(e, "job/leader", &v, &vl, NULL), 0);
+    ASSERT_STREQ(v, "n1");
+    free(v);
+    /* a prefix: its keys in order, not the neighbours' */
+    ASSERT_EQ(ddp_etcd_put(e, "joc", "x", 1, 0), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "job", "x", 1, 0), 0);
+    listed[0] = '\0';
+    ASSERT_EQ(ddp_etcd_list(e, "job/", on_kv, NULL, &rev), 0);
+    ASSERT_STREQ(listed, "job/a=3:e;job/bin=6:x;job/empty=0:-;job/leader=2:1;");
+    int64_t deleted = 0;
+    ASSERT_EQ(ddp_etcd_delete(e, "job/", true, &deleted), 0);
+    ASSERT_EQ(deleted, 4);
+    ASSERT_EQ(ddp_etcd_delete(e, "job/a", false, &deleted), 0);
+    ASSERT_EQ(deleted, 0);
+    ASSERT_ERR(ddp_etcd_get(e, "job/leader", &v, &vl, NULL), DDP_ENOKEY);
+    ASSERT_EQ(ddp_etcd_get(e, "joc", &v, &vl, NULL), 0);
+    free(v);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
+}
+
+TEST(leases_keep_keys_alive_and_take_them_when_they_end)
+{
+    struct etcd_proc p;
+    if (!etcd_start(&p))
+        return;
+    char ep[160];
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock);
+    const char *eps[] = {ep};
+    struct ddp_etcd *e = client(eps, 1);
+    int64_t id = 0, ttl = 0;
+    ASSERT_EQ(ddp_etcd_lease_grant(e, 2, &id), 0);
+    ASSERT_TRUE(id != 0);
+    ASSERT_EQ(ddp_etcd_put(e, "m/n1", "up", 2, id), 0);
+    /* kept alive past its TTL */
+    for (int k = 0; k < 6; k++) {
+        usleep(500 * 1000);
+        ASSERT_EQ(ddp_etcd_lease_keepalive(e, id, &ttl), 0);
+        ASSERT_EQ(ttl, 2);
+    }
+    char *v;
+    size_t vl;
+    ASSERT_EQ(ddp_etcd_get(e, "m/n1", &v, &vl, NULL), 0);
+    free(v);
+    /* left to expire: the key goes, and the lease cannot be renewed */
+    int64_t id2;
+    ASSERT_EQ(ddp_etcd_lease_grant(e, 1, &id2), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "m/n2", "up", 2, id2), 0);
+    int gone = 0;
+    for (int k = 0; k < 60 && !gone; k++) {
+        usleep(100 * 1000);
+        gone = ddp_etcd_get(e, "m/n2", &v, &vl, NULL) == DDP_ENOKEY;
+        if (!gone)
+            free(v);
+    }
+    ASSERT_TRUE(gone);
+    ASSERT_ERR(ddp_etcd_lease_keepalive(e, id2, NULL), DDP_ENOLEASE);
+    ASSERT_TRUE(strstr(ddp_etcd_error(e), "has expired or was revoked"));
+    /* the first lease, no longer renewed meanwhile, went the same way */
+    ASSERT_ERR(ddp_etcd_get(e, "m/n1", &v, &vl, NULL), DDP_ENOKEY);
+    /* revoked: at once */
+    int64_t id3;
+    ASSERT_EQ(ddp_etcd_lease_grant(e, 60, &id3), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "m/n3", "up", 2, id3), 0);
+    ASSERT_EQ(ddp_etcd_lease_revoke(e, id3), 0);
+    ASSERT_ERR(ddp_etcd_get(e, "m/n3", &v, &vl, NULL), DDP_ENOKEY);
+    ASSERT_ERR(ddp_etcd_lease_revoke(e, id3), DDP_ENOLEASE);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
+}
+
+TEST(a_dead_endpoint_is_passed_over_and_named_when_none_answers)
+{
+    struct etcd_proc p;
+    if (!etcd_start(&p))
+        return;
+    char ep[160];
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock);
+    const char *eps[] = {"unix:///nonexistent/etcd.sock", "http://127.0.0.1:1", ep};
+    struct ddp_etcd *e = client(eps, 3);
+    ASSERT_EQ(ddp_etcd_put(e, "k", "v", 1, 0), 0);
+    ddp_etcd_free(e);
+    const char *dead[] = {"http://127.0.0.1:1"};
+    struct ddp_etcd_opts o = {.endpoints = dead, .nendpoints = 1, .timeout_ms = 1000};
+    ASSERT_EQ(ddp_etcd_new(&o, &e), 0);
+    ASSERT_ERR(ddp_etcd_put(e, "k", "v", 1, 0), DDP_ECONNECT);
+    ASSERT_TRUE(strstr(ddp_etcd_error(e), "etcd at http://127.0.0.1:1: "));
+    ddp_etcd_free(e);
+    /* an answer that is an error names the endpoint and the server's words */
+    const char *one[] = {ep};
+    e = client(one, 1);
+    ASSERT_ERR(ddp_etcd_lease_keepalive(e, 12345, NULL), DDP_ENOLEASE);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
+}
+
+TEST(json_reads_what_it_should_and_refuses_the_rest)
+{
+    const char *t = "{\"header\":{\"revision\":\"42\"},\"kvs\":[{\"key\":\"YQ==\"},{\"n\":-1.5e3}],"
+                    "\"s\":\"a\\\"b\\\\c\\n\\u00e9\\ud83d\\ude00\",\"ok\":true,\"z\":null}";
+    struct ddp_json j;
+    ASSERT_EQ(ddp_json_parse(t, strlen(t), &j), 0);
+    static const char *const rev[] = {"header", "revision", NULL};
+    int64_t v = 0;
+    ASSERT_TRUE(ddp_json_i64(&j, ddp_json_path(&j, 0, rev), &v));
+    ASSERT_EQ(v, 42);
+    int kvs = ddp_json_get(&j, 0, "kvs");
+    ASSERT_EQ(j.tok[kvs].count, 2);
+    ASSERT_TRUE(ddp_json_get(&j, ddp_json_at(&j, kvs, 1), "n") >= 0);
+    ASSERT_EQ(ddp_json_at(&j, kvs, 2), -1);
+    char s[64];
+    ASSERT_EQ(ddp_json_str(&j, ddp_json_get(&j, 0, "s"), s, sizeof(s)), 12);
+    ASSERT_STREQ(s, "a\"b\\c\n\xc3\xa9\xf0\x9f\x98\x80");
+    ASSERT_TRUE(ddp_json_bool(&j, ddp_json_get(&j, 0, "ok")));
+    ASSERT_EQ(ddp_json_get(&j, 0, "missing"), -1);
+    ASSERT_EQ(ddp_json_str(&j, ddp_json_get(&j, 0, "s"), s, 5), -1); /* too small */
+    ddp_json_free(&j);
+    const char *bad[] = {"", "{", "{\"a\":}", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"",
+                         "\"a\nb\"", "tru", "[1] 2", "{\"a\":1,}", "\"\\u12\""};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
+        if (ddp_json_parse(bad[k], strlen(bad[k]), &j) == 0)
+            FAIL_AT("'%s' was accepted", bad[k]);
+    /* nesting is bounded */
+    char deep[400];
+    memset(deep, '[', 200);
+    memset(deep + 200, ']', 200);
+    ASSERT_ERR(ddp_json_parse(deep, 400, &j), DDP_EPROTO);
+    ASSERT_EQ(ddp_json_parse(deep + 140, 120, &j), 0); /* 60 deep is fine */
+    ddp_json_free(&j);
+}
+
+TEST(base64_round_trips_and_refuses_the_rest)
+{
+    const char *in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    const char *want[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+    for (int k = 0; k < 7; k++) {
+        char enc[16], dec[16];
+        ddp_b64_encode(in[k], strlen(in[k]), enc);
+        ASSERT_STREQ(enc, want[k]);
+        long n = ddp_b64_decode(enc, strlen(enc), dec);
+        ASSERT_EQ(n, (long)strlen(in[k]));
+        ASSERT_TRUE(memcmp(dec, in[k], (size_t)n) == 0);
+    }
+    char d[16];
+    ASSERT_EQ(ddp_b64_decode("Zm9", 3, d), -1);
+    ASSERT_EQ(ddp_b64_decode("Zm=v", 4, d), -1);
+    ASSERT_EQ(ddp_b64_decode("Z!9v", 4, d), -1);
+    ASSERT_EQ(ddp_b64_decode("Zg==Zg==", 8, d), -1);
+}
