@@ -72,7 +72,8 @@ test)
   # -timeout: an input that takes seconds (quadratic key handling, say) is a failure too;
   # -max_len: room for deep nesting and many keys; job_spec gets a dictionary of YAML tokens;
   # torch_store sends each input to a real server's TCPStore port.
-  for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict; do
+  for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
+    json:corpus-json:; do
     IFS=: read -r name corpus extra <<<"$t"
     echo "== libFuzzer: $name, ${FUZZ_SECONDS:-45} s"
     mkdir -p "build/fuzz/$corpus"

@@ -108,7 +108,8 @@ static void stop_signal(struct ddp_loop *loop, int sig, const char *who)
         ddp__sup_say(
             "ddprun: %s: stopping %d rank%s (%s, %sSIGKILL after %lld ms; "
             "interrupt again to end them now)",
-            who ? who : strsignal(sig), L.ranks_up - L.ranks_done, L.ranks_up - L.ranks_done == 1 ? "" : "s",
+            who ? who : strsignal(sig), L.ranks_up - L.ranks_done,
+            L.ranks_up - L.ranks_done == 1 ? "" : "s",
             stopping ? "stopping already" : ddp__signal_name(L.stop_sig, name, sizeof(name)),
             L.stop_sig == SIGINT ? "SIGTERM halfway, " : "", (long long)L.job->stop_grace_ms);
         if (!stopping)

@@ -55,6 +55,9 @@ long ddp_b64_decode(const char *s, size_t n, void *out)
             return -1;
         if (d < 0 && !(last && s[i + 3] == '='))
             return -1;
+        /* the bits a padded group leaves unused must be 0: one text per byte string */
+        if ((c < 0 && (b & 15)) || (c >= 0 && d < 0 && (c & 3)))
+            return -1;
         uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)(c < 0 ? 0 : c) << 6 |
                      (uint32_t)(d < 0 ? 0 : d);
         o[len++] = (uint8_t)(v >> 16);

@@ -316,8 +316,12 @@ long ddp_json_str(const struct ddp_json *j, int tok, char *out, size_t n)
                 }
                 bl = utf8(cp, buf);
             } else {
-                buf[0] = c == 'b' ? '\b' : c == 'f' ? '\f' : c == 'n' ? '\n' : c == 'r' ? '\r'
-                         : c == 't' ? '\t' : c;
+                buf[0] = c == 'b'   ? '\b'
+                         : c == 'f' ? '\f'
+                         : c == 'n' ? '\n'
+                         : c == 'r' ? '\r'
+                         : c == 't' ? '\t'
+                                    : c;
             }
         }
         if (o + bl >= n)

@@ -1,5 +1,6 @@
 /* An etcd v3 client over its JSON gateway (rendezvous/etcd.h). */
 #include "rendezvous/etcd.h"
+#include "rendezvous/etcd_priv.h"
 #include "common/base64.h"
 #include "common/buf.h"
 #include "common/err.h"
@@ -34,6 +35,11 @@ static void curl_init_once(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+void ddp__etcd_global_init(void)
+{
+    pthread_once(&curl_once, curl_init_once);
+}
+
 static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
 {
     struct ddp_etcd *e = arg;
@@ -47,7 +53,7 @@ int ddp_etcd_new(const struct ddp_etcd_opts *o, struct ddp_etcd **out)
 {
     if (!o->nendpoints)
         return DDP_EINVAL;
-    pthread_once(&curl_once, curl_init_once);
+    ddp__etcd_global_init();
     struct ddp_etcd *e = calloc(1, sizeof(*e));
     if (!e || !(e->ep = calloc(o->nendpoints, sizeof(char *))) || !(e->curl = curl_easy_init()))
         goto nomem;
@@ -174,7 +180,7 @@ static int request(struct ddp_etcd *e, const char *path, const char *body)
 }
 
 /* A key (or value) as a JSON string of its base64. */
-static char *b64(const void *p, size_t n)
+char *ddp__etcd_b64(const void *p, size_t n)
 {
     char *s = malloc(ddp_b64_size(n));
     if (s)
@@ -184,7 +190,7 @@ static char *b64(const void *p, size_t n)
 
 /* The end of the range of keys under prefix: the prefix with its last byte incremented ("\0"
  * when every byte is 0xff: the whole keyspace after it). */
-static char *prefix_end(const char *prefix)
+char *ddp__etcd_prefix_end(const char *prefix)
 {
     size_t n = strlen(prefix);
     unsigned char *end = malloc(n + 1);
@@ -195,10 +201,10 @@ static char *prefix_end(const char *prefix)
         n--;
     if (n == 0) {
         free(end);
-        return b64("", 1);
+        return ddp__etcd_b64("", 1);
     }
     end[n - 1]++;
-    char *s = b64(end, n);
+    char *s = ddp__etcd_b64(end, n);
     free(end);
     return s;
 }
@@ -217,7 +223,7 @@ int ddp_etcd_version(struct ddp_etcd *e, char *out, size_t n)
 
 int ddp_etcd_put(struct ddp_etcd *e, const char *key, const void *val, size_t vlen, int64_t lease)
 {
-    char *k = b64(key, strlen(key)), *v = b64(val, vlen);
+    char *k = ddp__etcd_b64(key, strlen(key)), *v = ddp__etcd_b64(val, vlen);
     size_t n = (k ? strlen(k) : 0) + (v ? strlen(v) : 0) + 96;
     char *body = malloc(n);
     int r = DDP_ENOMEM;
@@ -245,8 +251,7 @@ static int decode_kv(struct ddp_etcd *e, int kv, char **key, char **val, size_t 
     if (kt < 0 || kl < 0 || vl < 0) {
         free(kb);
         free(vb);
-        snprintf(e->err, sizeof(e->err), "etcd at %s: a key or value is not base64",
-                 e->ep[e->cur]);
+        snprintf(e->err, sizeof(e->err), "etcd at %s: a key or value is not base64", e->ep[e->cur]);
         return DDP_EPROTO;
     }
     kb[kl] = '\0';
@@ -259,7 +264,7 @@ static int decode_kv(struct ddp_etcd *e, int kv, char **key, char **val, size_t 
 
 int ddp_etcd_get(struct ddp_etcd *e, const char *key, char **val, size_t *vlen, int64_t *mod_rev)
 {
-    char *k = b64(key, strlen(key)), body[8192];
+    char *k = ddp__etcd_b64(key, strlen(key)), body[8192];
     if (!k)
         return DDP_ENOMEM;
     if (strlen(k) > sizeof(body) - 32) {
@@ -286,7 +291,7 @@ int ddp_etcd_get(struct ddp_etcd *e, const char *key, char **val, size_t *vlen, 
 int ddp_etcd_create(struct ddp_etcd *e, const char *key, const void *val, size_t vlen,
                     int64_t lease, bool *created)
 {
-    char *k = b64(key, strlen(key)), *v = b64(val, vlen);
+    char *k = ddp__etcd_b64(key, strlen(key)), *v = ddp__etcd_b64(val, vlen);
     size_t n = (k ? 2 * strlen(k) : 0) + (v ? strlen(v) : 0) + 256;
     char *body = malloc(n);
     int r = DDP_ENOMEM;
@@ -307,7 +312,7 @@ int ddp_etcd_create(struct ddp_etcd *e, const char *key, const void *val, size_t
 
 int ddp_etcd_delete(struct ddp_etcd *e, const char *key, bool prefix, int64_t *deleted)
 {
-    char *k = b64(key, strlen(key)), *end = prefix ? prefix_end(key) : NULL;
+    char *k = ddp__etcd_b64(key, strlen(key)), *end = prefix ? ddp__etcd_prefix_end(key) : NULL;
     size_t n = (k ? strlen(k) : 0) + (end ? strlen(end) : 0) + 64;
     char *body = malloc(n);
     int r = DDP_ENOMEM;
@@ -331,7 +336,7 @@ int ddp_etcd_list(struct ddp_etcd *e, const char *prefix,
                   void (*cb)(void *arg, const char *key, const char *val, size_t vlen), void *arg,
                   int64_t *revision)
 {
-    char *k = b64(prefix, strlen(prefix)), *end = prefix_end(prefix);
+    char *k = ddp__etcd_b64(prefix, strlen(prefix)), *end = ddp__etcd_prefix_end(prefix);
     size_t n = (k ? strlen(k) : 0) + (end ? strlen(end) : 0) + 64;
     char *body = malloc(n);
     int r = DDP_ENOMEM;

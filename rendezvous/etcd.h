@@ -52,4 +52,20 @@ int ddp_etcd_lease_keepalive(struct ddp_etcd *e, int64_t id, int64_t *ttl);
 /* Ends it now: its keys go. */
 int ddp_etcd_lease_revoke(struct ddp_etcd *e, int64_t id);
 
+/*
+ * A watch: every change under prefix from revision start_rev (0: from now on), in order, to cb,
+ * from a thread of its own. kind is 'P' (put: val) or 'D' (delete, lease expiry included); rev
+ * the change's revision. Should the member it streams from go, the watch goes on from the next
+ * endpoint at the revision after the last one seen, so no change is lost or repeated; when no
+ * endpoint answers for the timeout, cb gets kind 'E' with the error as key, once, and the watch
+ * ends. cb runs on the watch's thread.
+ */
+struct ddp_etcd_watch;
+int ddp_etcd_watch_start(const struct ddp_etcd_opts *o, const char *prefix, int64_t start_rev,
+                         void (*cb)(void *arg, char kind, const char *key, const char *val,
+                                    size_t vlen, int64_t rev),
+                         void *arg, struct ddp_etcd_watch **out);
+/* Ends the watch (within a second) and frees it; cb is not called after it returns. */
+void ddp_etcd_watch_stop(struct ddp_etcd_watch *w);
+
 #endif

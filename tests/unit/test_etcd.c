@@ -5,9 +5,11 @@
  */
 #include "common/base64.h"
 #include "common/json.h"
+#include "common/util.h"
 #include "rendezvous/etcd.h"
 #include "test.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
@@ -15,12 +17,44 @@
 #include <unistd.h>
 
 struct etcd_proc {
-    pid_t pid;
-    char dir[64], sock[128];
+    pid_t pid[3];
+    int n;
+    char dir[64], sock[3][128];
 };
 
-/* Starts etcd in a new folder; false when it is not installed. */
-static bool etcd_start(struct etcd_proc *p)
+/* Member m of an n-member cluster, in p->dir: client socket cM:0, peer socket pM:0. */
+static void etcd_member(struct etcd_proc *p, int m)
+{
+    char name[16], client[48], peer[48], data[32], cluster[256] = "";
+    snprintf(name, sizeof(name), "m%d", m);
+    snprintf(client, sizeof(client), "unix://c%d:0", m);
+    snprintf(peer, sizeof(peer), "unix://p%d:0", m);
+    snprintf(data, sizeof(data), "data%d", m);
+    for (int k = 0; k < p->n; k++) {
+        size_t l = strlen(cluster);
+        snprintf(cluster + l, sizeof(cluster) - l, "%sm%d=unix://p%d:0", k ? "," : "", k, k);
+    }
+    snprintf(p->sock[m], sizeof(p->sock[m]), "%s/c%d:0", p->dir, m);
+    p->pid[m] = fork();
+    ASSERT_TRUE(p->pid[m] >= 0);
+    if (p->pid[m] == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test takes it along */
+        ASSERT_TRUE(chdir(p->dir) == 0);
+        char log[32];
+        snprintf(log, sizeof(log), "etcd%d.log", m);
+        if (!freopen(log, "w", stderr))
+            _exit(127);
+        execl("/usr/bin/etcd", "etcd", "--name", name, "--data-dir", data, "--listen-client-urls",
+              client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+              "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+              "--initial-cluster-state", "new", "--heartbeat-interval", "50", "--election-timeout",
+              "500", (char *)NULL);
+        _exit(127);
+    }
+}
+
+/* Starts an n-member cluster in a new folder; false when etcd is not installed. */
+static bool etcd_cluster(struct etcd_proc *p, int n)
 {
     if (access("/usr/bin/etcd", X_OK) != 0) {
         fprintf(stderr, "(etcd is not installed: ./dev.sh deps installs etcd-server)\n");
@@ -28,28 +62,24 @@ static bool etcd_start(struct etcd_proc *p)
     }
     snprintf(p->dir, sizeof(p->dir), "/tmp/ddp-etcd-XXXXXX");
     ASSERT_TRUE(mkdtemp(p->dir));
-    snprintf(p->sock, sizeof(p->sock), "%s/client:0", p->dir);
-    p->pid = fork();
-    ASSERT_TRUE(p->pid >= 0);
-    if (p->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test takes it along */
-        ASSERT_TRUE(chdir(p->dir) == 0);
-        if (!freopen("etcd.log", "w", stderr))
-            _exit(127);
-        execl("/usr/bin/etcd", "etcd", "--name", "t", "--data-dir", "data",
-              "--listen-client-urls", "unix://client:0", "--advertise-client-urls",
-              "unix://client:0", "--listen-peer-urls", "unix://peer:0",
-              "--initial-advertise-peer-urls", "unix://peer:0", "--initial-cluster",
-              "t=unix://peer:0", (char *)NULL);
-        _exit(127);
-    }
+    p->n = n;
+    for (int m = 0; m < n; m++)
+        etcd_member(p, m);
     return true;
+}
+
+static bool etcd_start(struct etcd_proc *p)
+{
+    return etcd_cluster(p, 1);
 }
 
 static void etcd_stop(struct etcd_proc *p)
 {
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, NULL, 0);
+    for (int m = 0; m < p->n; m++)
+        if (p->pid[m] > 0) {
+            kill(p->pid[m], SIGKILL);
+            waitpid(p->pid[m], NULL, 0);
+        }
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", p->dir);
     ASSERT_EQ(system(cmd), 0);
@@ -84,7 +114,7 @@ TEST(keys_values_create_list_delete)
     if (!etcd_start(&p))
         return;
     char ep[160];
-    snprintf(ep, sizeof(ep), "unix://%s", p.sock);
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
     const char *eps[] = {ep};
     struct ddp_etcd *e = client(eps, 1);
     char *v;
@@ -141,7 +171,7 @@ TEST(leases_keep_keys_alive_and_take_them_when_they_end)
     if (!etcd_start(&p))
         return;
     char ep[160];
-    snprintf(ep, sizeof(ep), "unix://%s", p.sock);
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
     const char *eps[] = {ep};
     struct ddp_etcd *e = client(eps, 1);
     int64_t id = 0, ttl = 0;
@@ -172,8 +202,16 @@ TEST(leases_keep_keys_alive_and_take_them_when_they_end)
     ASSERT_TRUE(gone);
     ASSERT_ERR(ddp_etcd_lease_keepalive(e, id2, NULL), DDP_ENOLEASE);
     ASSERT_TRUE(strstr(ddp_etcd_error(e), "has expired or was revoked"));
-    /* the first lease, no longer renewed meanwhile, went the same way */
-    ASSERT_ERR(ddp_etcd_get(e, "m/n1", &v, &vl, NULL), DDP_ENOKEY);
+    /* the first lease, no longer renewed meanwhile, goes the same way */
+    gone = 0;
+    for (int k = 0; k < 60 && !gone; k++) {
+        gone = ddp_etcd_get(e, "m/n1", &v, &vl, NULL) == DDP_ENOKEY;
+        if (!gone) {
+            free(v);
+            usleep(100 * 1000);
+        }
+    }
+    ASSERT_TRUE(gone);
     /* revoked: at once */
     int64_t id3;
     ASSERT_EQ(ddp_etcd_lease_grant(e, 60, &id3), 0);
@@ -191,7 +229,7 @@ TEST(a_dead_endpoint_is_passed_over_and_named_when_none_answers)
     if (!etcd_start(&p))
         return;
     char ep[160];
-    snprintf(ep, sizeof(ep), "unix://%s", p.sock);
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
     const char *eps[] = {"unix:///nonexistent/etcd.sock", "http://127.0.0.1:1", ep};
     struct ddp_etcd *e = client(eps, 3);
     ASSERT_EQ(ddp_etcd_put(e, "k", "v", 1, 0), 0);
@@ -231,8 +269,8 @@ TEST(json_reads_what_it_should_and_refuses_the_rest)
     ASSERT_EQ(ddp_json_get(&j, 0, "missing"), -1);
     ASSERT_EQ(ddp_json_str(&j, ddp_json_get(&j, 0, "s"), s, 5), -1); /* too small */
     ddp_json_free(&j);
-    const char *bad[] = {"", "{", "{\"a\":}", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"",
-                         "\"a\nb\"", "tru", "[1] 2", "{\"a\":1,}", "\"\\u12\""};
+    const char *bad[] = {"",        "{",        "{\"a\":}", "[1,]",  "{\"a\" 1}",  "01",       "1.",
+                         "\"\\x\"", "\"a\nb\"", "tru",      "[1] 2", "{\"a\":1,}", "\"\\u12\""};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
         if (ddp_json_parse(bad[k], strlen(bad[k]), &j) == 0)
             FAIL_AT("'%s' was accepted", bad[k]);
@@ -262,4 +300,117 @@ TEST(base64_round_trips_and_refuses_the_rest)
     ASSERT_EQ(ddp_b64_decode("Zm=v", 4, d), -1);
     ASSERT_EQ(ddp_b64_decode("Z!9v", 4, d), -1);
     ASSERT_EQ(ddp_b64_decode("Zg==Zg==", 8, d), -1);
+    ASSERT_EQ(ddp_b64_decode("Zh==", 4, d), -1); /* not the canonical Zg== */
+    ASSERT_EQ(ddp_b64_decode("Zm9=", 4, d), -1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Watches, and a 3-member cluster that loses a member                */
+/* ------------------------------------------------------------------ */
+
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
+static char seen[8192];
+
+static void on_event(void *arg, char kind, const char *key, const char *val, size_t vlen,
+                     int64_t rev)
+{
+    (void)arg;
+    (void)rev;
+    pthread_mutex_lock(&seen_mu);
+    size_t l = strlen(seen);
+    snprintf(seen + l, sizeof(seen) - l, "%c %s%s%.*s;", kind, key, kind == 'P' ? "=" : "",
+             kind == 'P' ? (int)vlen : 0, kind == 'P' ? val : "");
+    pthread_mutex_unlock(&seen_mu);
+}
+
+/* Waits (10 s at most) until the events seen are want. */
+static void expect_seen(const char *want)
+{
+    for (int k = 0; k < 200; k++) {
+        pthread_mutex_lock(&seen_mu);
+        bool same = strcmp(seen, want) == 0;
+        pthread_mutex_unlock(&seen_mu);
+        if (same)
+            return;
+        usleep(50 * 1000);
+    }
+    FAIL_AT("events seen: '%s', wanted '%s'", seen, want);
+}
+
+TEST(a_watch_sees_puts_deletes_and_expiries_in_order_and_replays_from_a_revision)
+{
+    struct etcd_proc p;
+    if (!etcd_start(&p))
+        return;
+    char ep[160];
+    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
+    const char *eps[] = {ep};
+    struct ddp_etcd *e = client(eps, 1);
+    int64_t rev = 0, lease;
+    ASSERT_EQ(ddp_etcd_put(e, "w/before", "0", 1, 0), 0);
+    ASSERT_EQ(ddp_etcd_list(e, "w/", on_kv, NULL, &rev), 0);
+    struct ddp_etcd_opts o = {.endpoints = eps, .nendpoints = 1, .timeout_ms = 2000};
+    struct ddp_etcd_watch *w;
+    seen[0] = '\0';
+    ASSERT_EQ(ddp_etcd_watch_start(&o, "w/", rev + 1, on_event, NULL, &w), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "w/a", "1", 1, 0), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "x/b", "2", 1, 0), 0); /* not under the prefix */
+    ASSERT_EQ(ddp_etcd_delete(e, "w/a", false, NULL), 0);
+    ASSERT_EQ(ddp_etcd_lease_grant(e, 1, &lease), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "w/node", "up", 2, lease), 0);
+    expect_seen("P w/a=1;D w/a;P w/node=up;D w/node;"); /* the lease expired */
+    int64_t t0 = ddp_now_ms();
+    ddp_etcd_watch_stop(w);
+    ASSERT_LE(ddp_now_ms() - t0, 2000);
+    /* from a past revision: the same history again, the put before it too */
+    seen[0] = '\0';
+    ASSERT_EQ(ddp_etcd_watch_start(&o, "w/", rev, on_event, NULL, &w), 0);
+    expect_seen("P w/before=0;P w/a=1;D w/a;P w/node=up;D w/node;");
+    ddp_etcd_watch_stop(w);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
+}
+
+TEST(a_3_member_cluster_that_loses_a_member_serves_on_and_its_watch_loses_nothing)
+{
+    struct etcd_proc p;
+    if (!etcd_cluster(&p, 3))
+        return;
+    char eps_s[3][160];
+    const char *eps[3];
+    for (int m = 0; m < 3; m++) {
+        snprintf(eps_s[m], sizeof(eps_s[m]), "unix://%s", p.sock[m]);
+        eps[m] = eps_s[m];
+    }
+    struct ddp_etcd *e = client(eps, 3);
+    struct ddp_etcd_opts o = {.endpoints = eps, .nendpoints = 3, .timeout_ms = 5000};
+    int64_t rev = 0;
+    ASSERT_EQ(ddp_etcd_put(e, "c/0", "a", 1, 0), 0);
+    ASSERT_EQ(ddp_etcd_list(e, "c/", on_kv, NULL, &rev), 0);
+    struct ddp_etcd_watch *w;
+    seen[0] = '\0';
+    ASSERT_EQ(ddp_etcd_watch_start(&o, "c/", rev + 1, on_event, NULL, &w), 0);
+    ASSERT_EQ(ddp_etcd_put(e, "c/1", "b", 1, 0), 0);
+    expect_seen("P c/1=b;");
+    /* the first member (the one both talk to) dies: the cluster keeps its quorum */
+    kill(p.pid[0], SIGKILL);
+    waitpid(p.pid[0], NULL, 0);
+    p.pid[0] = 0;
+    int r = -1;
+    for (int k = 0; k < 100 && r != 0; k++) { /* a new leader may take an election */
+        r = ddp_etcd_put(e, "c/2", "c", 1, 0);
+        if (r != 0)
+            usleep(100 * 1000);
+    }
+    ASSERT_EQ(r, 0);
+    char *v;
+    size_t vl;
+    ASSERT_EQ(ddp_etcd_get(e, "c/1", &v, &vl, NULL), 0);
+    ASSERT_STREQ(v, "b");
+    free(v);
+    /* the watch moved to another member, from the revision after the last it saw */
+    expect_seen("P c/1=b;P c/2=c;");
+    ddp_etcd_watch_stop(w);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
 }

@@ -1,0 +1,15 @@
+/* What the etcd client's two files share (rendezvous/etcd.c defines them; etcd_watch.c uses
+ * them). Not for other files. */
+#ifndef DDP_RENDEZVOUS_ETCD_PRIV_H
+#define DDP_RENDEZVOUS_ETCD_PRIV_H
+
+#include <stddef.h>
+
+/* libcurl's global setup, once per process. */
+void ddp__etcd_global_init(void);
+/* p[0..n) as base64 (malloc'd), or NULL. */
+char *ddp__etcd_b64(const void *p, size_t n);
+/* The base64 of the end of the range of keys under prefix (malloc'd), or NULL. */
+char *ddp__etcd_prefix_end(const char *prefix);
+
+#endif
