@@ -10,6 +10,7 @@
  */
 #include "cli/cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,10 @@ int ddp__slurm_alloc_state(char *state, size_t n)
             !strcmp(state, "SUSPENDED") || !strcmp(state, "RESIZING"))
             return 1;
         if (strcmp(state, "COMPLETING") != 0)
+            return 0;
+        /* A stop signal waiting (sbatch: Slurm's SIGTERM) says enough, and KillWait runs. */
+        sigset_t pend;
+        if (sigpending(&pend) == 0 && (sigismember(&pend, SIGTERM) || sigismember(&pend, SIGINT)))
             return 0;
         struct timespec ts = {.tv_nsec = 200 * 1000000};
         nanosleep(&ts, NULL);

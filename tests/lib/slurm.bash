@@ -56,7 +56,7 @@ slurm_setup() {
     echo "ReturnToService=2"
     echo "SlurmdTimeout=10"
     echo "MessageTimeout=5"
-    echo "KillWait=2"
+    echo "KillWait=10" # between a job's SIGTERM and SIGKILL: ddprun's stop (stop_grace 2 s) fits
     echo "InactiveLimit=0"
     echo "MinJobAge=5"
     echo "SlurmctldDebug=info"
