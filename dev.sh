@@ -75,10 +75,10 @@ test)
   for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
     json:corpus-json:; do
     IFS=: read -r name corpus extra <<<"$t"
-    echo "== libFuzzer: $name, ${FUZZ_SECONDS:-45} s"
+    echo "== libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
     mkdir -p "build/fuzz/$corpus"
     # shellcheck disable=SC2086
-    if ! ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-45}" -print_final_stats=1 \
+    if ! ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
       -timeout=10 -max_len=65536 $extra "build/fuzz/$corpus" "tests/fuzz/$corpus" 2>&1 | tail -n 6; then
       echo "dev.sh: fuzz_$name found a failing input (above)" >&2
       exit 1
