@@ -144,6 +144,10 @@ void ddp__slurm_scrub_env(void);
  * forgot it); -1 when Slurm cannot tell (then assume it runs). Takes up to a few seconds. */
 int ddp__slurm_alloc_state(char *state, size_t n);
 
+/* Ends a provisioner's child pid: level 1 SIGTERM to it alone (it takes down what it started
+ * where that runs, then leaves), level 2 SIGKILL to its process group. */
+void ddp__end_child(pid_t pid, int level);
+
 /* Runs argv[0] (looked up in PATH) with argv, stdin and stderr on /dev/null, and keeps what it
  * writes on stdout (up to n - 1 bytes, NUL-terminated, kept in every case) and its wait status:
  * 0, or -1 when it could not start, had not ended within timeout_ms or wrote more than out

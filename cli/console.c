@@ -44,13 +44,9 @@ static void con_status(void *self, const struct ddp__status *st)
     struct ddp__console *c = self;
     if (!c->tty || ddp_now_ms() - c->progress_ms < 1000)
         return;
-    char buf[300];
-    int64_t s = st->elapsed_ms / 1000;
-    int n = snprintf(buf, sizeof(buf),
-                     "\r\033[K[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld",
-                     st->phase, st->ranks_up, st->world, st->restarts, (long long)(s / 3600),
-                     (long long)(s / 60 % 60), (long long)(s % 60));
-    ddp_write_all(2, buf, (size_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1));
+    char buf[300] = "\r\033[K";
+    size_t n = 4 + ddp__status_text(st, buf + 4, sizeof(buf) - 4);
+    ddp_write_all(2, buf, n);
     c->transient = true;
 }
 

@@ -41,7 +41,7 @@ struct ddp_job {
     char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
     char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;
-    bool srun; /* launcher: agents on remote nodes start as srun steps (else over SSH) */
+    bool srun;      /* launcher: agents on remote nodes start as srun steps (else over SSH) */
     char *logs_dir; /* absolute */
     bool tag_output;
     bool log_timestamps;  /* each line of a rank's log starts with its UTC time */

@@ -64,16 +64,6 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
     return ddp__spawn_piped("env", argv, 0, ctx->mask, out);
 }
 
-/* Level 1: SIGTERM, on which srun has Slurm cancel the step (every process of it, SIGKILL
- * after the cluster's KillWait) and leaves; level 2: SIGKILL to srun. */
-static void end(pid_t pid, int level)
-{
-    if (level <= 1)
-        kill(pid, SIGTERM);
-    else
-        kill(-pid, SIGKILL);
-}
-
 static void describe(int st, bool joining, char *buf, size_t n)
 {
     if (joining && WIFEXITED(st) && WEXITSTATUS(st) != 0)
@@ -87,5 +77,7 @@ static void describe(int st, bool joining, char *buf, size_t n)
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* end: ddp__end_child (cli/sys.c): SIGTERM has srun cancel the step (every process of it,
+ * SIGKILL after the cluster's KillWait) and leave. */
 const struct ddp__prov_ops ddp__prov_srun = {
-    .name = "srun", .start = start, .end = end, .describe = describe};
+    .name = "srun", .start = start, .end = ddp__end_child, .describe = describe};

@@ -33,15 +33,6 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
     return ddp__spawn_piped(NULL, argv, SIGHUP, ctx->mask, out);
 }
 
-/* Level 1: SIGTERM, on which the bridge has the remote session killed and leaves. */
-static void end(pid_t pid, int level)
-{
-    if (level <= 1)
-        kill(pid, SIGTERM);
-    else
-        kill(-pid, SIGKILL);
-}
-
 static void describe(int st, bool joining, char *buf, size_t n)
 {
     if (joining && WIFEXITED(st) && WEXITSTATUS(st) == DDP_EXIT_LAUNCH)
@@ -56,5 +47,6 @@ static void describe(int st, bool joining, char *buf, size_t n)
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* end: ddp__end_child (cli/sys.c): SIGTERM has the bridge kill the remote session and leave. */
 const struct ddp__prov_ops ddp__prov_ssh = {
-    .name = "ssh", .start = start, .end = end, .describe = describe};
+    .name = "ssh", .start = start, .end = ddp__end_child, .describe = describe};

@@ -429,3 +429,12 @@ struct ddp__view ddp__rec_view(struct ddp__rec *r)
 {
     return (struct ddp__view){.ops = &rec_ops, .self = r};
 }
+
+size_t ddp__status_text(const struct ddp__status *st, char *buf, size_t n)
+{
+    int64_t s = st->elapsed_ms / 1000;
+    int len = snprintf(buf, n, "[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld",
+                       st->phase, st->ranks_up, st->world, st->restarts, (long long)(s / 3600),
+                       (long long)(s / 60 % 60), (long long)(s % 60));
+    return len < 0 ? 0 : (size_t)len < n ? (size_t)len : n - 1;
+}

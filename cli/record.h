@@ -60,6 +60,10 @@ void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...);
  * its UTC time), a summary into summary.json. */
 struct ddp__view ddp__rec_view(struct ddp__rec *r);
 
+/* The status line ("[ddprun] PHASE | ranks up U/W | restarts R | HH:MM:SS") into buf; its
+ * length (at most n - 1). */
+size_t ddp__status_text(const struct ddp__status *st, char *buf, size_t n);
+
 /* The summary as ddprun prints it, a line (no newline) at a time to line(arg, ...). */
 void ddp__summary_text(const struct ddp__summary *s,
                        void (*line)(void *arg, const char *msg, size_t n), void *arg);

@@ -150,12 +150,8 @@ static void rv_status(void *self, const struct ddp__status *st)
     if (!r->clients)
         return;
     char buf[300];
-    int64_t s = st->elapsed_ms / 1000;
-    int n = snprintf(buf, sizeof(buf),
-                     "[ddprun] %s | ranks up %d/%d | restarts %d | %02lld:%02lld:%02lld", st->phase,
-                     st->ranks_up, st->world, st->restarts, (long long)(s / 3600),
-                     (long long)(s / 60 % 60), (long long)(s % 60));
-    send_line(r, 's', buf, (size_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1), "", 0);
+    size_t n = ddp__status_text(st, buf, sizeof(buf));
+    send_line(r, 's', buf, n, "", 0);
 }
 
 static void rv_round(void *self, int round, int world, const char *const *hosts)

@@ -105,7 +105,7 @@ struct ddp__sup {
     const struct ddp__member_ops *member;
     struct ddp__member_watch *watch;
     bool tty;
-    bool detached; /* ddprun --detach: no terminal; the console is console.log */
+    bool detached;      /* ddprun --detach: no terminal; the console is console.log */
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
     struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;

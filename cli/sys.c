@@ -276,3 +276,11 @@ int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, in
         ;
     return -1;
 }
+
+void ddp__end_child(pid_t pid, int level)
+{
+    if (level <= 1)
+        kill(pid, SIGTERM);
+    else
+        kill(-pid, SIGKILL);
+}

@@ -11,7 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum ddp_json_type { DDP_J_OBJECT, DDP_J_ARRAY, DDP_J_STRING, DDP_J_NUMBER, DDP_J_BOOL, DDP_J_NULL };
+enum ddp_json_type {
+    DDP_J_OBJECT,
+    DDP_J_ARRAY,
+    DDP_J_STRING,
+    DDP_J_NUMBER,
+    DDP_J_BOOL,
+    DDP_J_NULL
+};
 
 struct ddp_jtok {
     enum ddp_json_type type;

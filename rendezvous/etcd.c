@@ -239,20 +239,20 @@ int ddp_etcd_put(struct ddp_etcd *e, const char *key, const void *val, size_t vl
 }
 
 /* kvs[i]'s key and value (decoded, malloc'd, NUL-terminated). */
-static int decode_kv(struct ddp_etcd *e, int kv, char **key, char **val, size_t *vlen)
+int ddp__etcd_kv(const struct ddp_json *j, int kv, char **key, char **val, size_t *vlen)
 {
-    const struct ddp_json *j = &e->json;
     int kt = ddp_json_get(j, kv, "key"), vt = ddp_json_get(j, kv, "value");
-    size_t kn = kt >= 0 ? j->tok[kt].end - j->tok[kt].start : 0;
+    if (kt < 0)
+        return -1;
+    size_t kn = j->tok[kt].end - j->tok[kt].start;
     size_t vn = vt >= 0 ? j->tok[vt].end - j->tok[vt].start : 0; /* an empty value is left out */
     char *kb = malloc(kn + 1), *vb = malloc(vn + 1);
-    long kl = kb ? ddp_b64_decode(j->text + j->tok[kt < 0 ? 0 : kt].start, kn, kb) : -1;
+    long kl = kb ? ddp_b64_decode(j->text + j->tok[kt].start, kn, kb) : -1;
     long vl = vb ? ddp_b64_decode(vt >= 0 ? j->text + j->tok[vt].start : "", vn, vb) : -1;
-    if (kt < 0 || kl < 0 || vl < 0) {
+    if (kl < 0 || vl < 0) {
         free(kb);
         free(vb);
-        snprintf(e->err, sizeof(e->err), "etcd at %s: a key or value is not base64", e->ep[e->cur]);
-        return DDP_EPROTO;
+        return -1;
     }
     kb[kl] = '\0';
     vb[vl] = '\0';
@@ -260,6 +260,14 @@ static int decode_kv(struct ddp_etcd *e, int kv, char **key, char **val, size_t 
     *val = vb;
     *vlen = (size_t)vl;
     return 0;
+}
+
+static int decode_kv(struct ddp_etcd *e, int kv, char **key, char **val, size_t *vlen)
+{
+    if (ddp__etcd_kv(&e->json, kv, key, val, vlen) == 0)
+        return 0;
+    snprintf(e->err, sizeof(e->err), "etcd at %s: a key or value is not base64", e->ep[e->cur]);
+    return DDP_EPROTO;
 }
 
 int ddp_etcd_get(struct ddp_etcd *e, const char *key, char **val, size_t *vlen, int64_t *mod_rev)

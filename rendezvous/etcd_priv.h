@@ -5,11 +5,16 @@
 
 #include <stddef.h>
 
+struct ddp_json;
+
 /* libcurl's global setup, once per process. */
 void ddp__etcd_global_init(void);
 /* p[0..n) as base64 (malloc'd), or NULL. */
 char *ddp__etcd_b64(const void *p, size_t n);
 /* The base64 of the end of the range of keys under prefix (malloc'd), or NULL. */
 char *ddp__etcd_prefix_end(const char *prefix);
+/* The key and value of key-value object kv (decoded, malloc'd, NUL-terminated): 0, or -1 when
+ * it has no key or they are not base64. */
+int ddp__etcd_kv(const struct ddp_json *j, int kv, char **key, char **val, size_t *vlen);
 
 #endif

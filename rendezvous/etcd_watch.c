@@ -34,17 +34,14 @@ struct ddp_etcd_watch {
     void (*cb)(void *, char, const char *, const char *, size_t, int64_t);
     void *arg;
     struct ddp_buf in;
-    bool bad; /* a message was not what a watch sends */
 };
 
 /* One streamed message: {"result":{"header":...,"created":true,"events":[...]}}. */
 static void on_message(struct ddp_etcd_watch *w, const char *text, size_t n)
 {
     struct ddp_json j;
-    if (ddp_json_parse(text, n, &j) < 0) {
-        w->bad = true;
-        return;
-    }
+    if (ddp_json_parse(text, n, &j) < 0)
+        return; /* not a watch message: nothing to hand on */
     int res = ddp_json_get(&j, 0, "result");
     int evs = ddp_json_get(&j, res, "events");
     if (w->next_rev == 0) { /* "from now on": now is the revision the watch was created at */
@@ -55,22 +52,18 @@ static void on_message(struct ddp_etcd_watch *w, const char *text, size_t n)
     }
     for (uint32_t i = 0; evs >= 0 && i < j.tok[evs].count; i++) {
         int ev = ddp_json_at(&j, evs, i), kv = ddp_json_get(&j, ev, "kv");
-        int kt = ddp_json_get(&j, kv, "key"), vt = ddp_json_get(&j, kv, "value");
         int64_t rev = 0;
-        if (kt < 0 || !ddp_json_i64(&j, ddp_json_get(&j, kv, "mod_revision"), &rev))
+        char *key, *val;
+        size_t vlen;
+        if (!ddp_json_i64(&j, ddp_json_get(&j, kv, "mod_revision"), &rev) ||
+            ddp__etcd_kv(&j, kv, &key, &val, &vlen) < 0)
             continue;
-        size_t kn = j.tok[kt].end - j.tok[kt].start,
-               vn = vt >= 0 ? j.tok[vt].end - j.tok[vt].start : 0;
-        char *key = malloc(kn + 1), *val = malloc(vn + 1);
-        long kl = key ? ddp_b64_decode(j.text + j.tok[kt].start, kn, key) : -1;
-        long vl = val ? ddp_b64_decode(vt >= 0 ? j.text + j.tok[vt].start : "", vn, val) : -1;
         /* a delete has type DELETE; a put's type (0) is left out */
         int tt = ddp_json_get(&j, ev, "type");
         bool del = tt >= 0 && j.tok[tt].end - j.tok[tt].start == 6 &&
                    !memcmp(j.text + j.tok[tt].start, "DELETE", 6);
-        if (kl >= 0 && vl >= 0 && rev >= w->next_rev) {
-            key[kl] = val[vl] = '\0';
-            w->cb(w->arg, del ? 'D' : 'P', key, val, (size_t)vl, rev);
+        if (rev >= w->next_rev) {
+            w->cb(w->arg, del ? 'D' : 'P', key, val, vlen, rev);
             w->next_rev = rev + 1;
         }
         free(key);

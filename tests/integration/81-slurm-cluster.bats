@@ -106,15 +106,20 @@ fmnist_job() {
   printf 'logs: {dir: logs}\nstop_grace: 2s\nrendezvous: {last_call: 3s}\n' >>job.yaml
 }
 
+# The job in salloc (with the options given first) in the background, as $pid, once training runs.
+salloc_job() {
+  slurm_login salloc "$@" -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event resumed
+}
+
 final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
 
 @test "a node's slurmd and processes SIGKILLed mid-training: the job goes on from its checkpoint on the other two" {
   trains
   fmnist_job
   # --no-kill: else Slurm ends the whole allocation once it declares the node down (NODE_FAIL)
-  slurm_login salloc --no-kill -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
-  pid=$!
-  wait_event resumed
+  salloc_job --no-kill
   for _ in $(seq 300); do [ -e checkpoints/fmnist.ckpt ] && break; sleep 0.1; done
   [ -e checkpoints/fmnist.ckpt ]
   slurm_kill_node 3
@@ -134,9 +139,7 @@ final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
 
 @test "scancel inside salloc: ddprun names the cancelled allocation, stops and exits 130; nothing is left" {
   fmnist_job
-  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
-  pid=$!
-  wait_event resumed
+  salloc_job
   scancel "$(squeue -h -o %i | head -n1)"
   rc=0; wait "$pid" || rc=$?
   [ "$rc" -eq 130 ] || { cat out.txt; return 1; }
@@ -159,9 +162,7 @@ final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
 
 @test "SIGINT to ddprun inside salloc stops every node's ranks: status 130, nothing left" {
   fmnist_job
-  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
-  pid=$!
-  wait_event resumed
+  salloc_job
   kill -INT "$(pgrep -f "^ddprun job.yaml")"
   rc=0; wait "$pid" || rc=$?
   [ "$rc" -eq 130 ] || { cat out.txt; return 1; }
@@ -171,9 +172,7 @@ final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
 
 @test "SIGKILL of ddprun inside salloc: the agents see their stdin close and stop their ranks; nothing is left" {
   fmnist_job
-  slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
-  pid=$!
-  wait_event resumed
+  salloc_job
   kill -9 "$(pgrep -f "^ddprun job.yaml")"
   wait "$pid" || true # (salloc's own status does not tell)
   ! grep -q "succeeded" out.txt

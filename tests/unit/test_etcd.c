@@ -99,6 +99,18 @@ static struct ddp_etcd *client(const char *const *eps, size_t n)
     return e;
 }
 
+/* A 1-member etcd, its endpoint in ep and a client of it; false (the test passes, saying why)
+ * where etcd is not installed. */
+static bool with_etcd(struct etcd_proc *p, char *ep, size_t n, struct ddp_etcd **e)
+{
+    if (!etcd_start(p))
+        return false;
+    snprintf(ep, n, "unix://%s", p->sock[0]);
+    const char *eps[] = {ep};
+    *e = client(eps, 1);
+    return true;
+}
+
 static char listed[4096];
 
 static void on_kv(void *arg, const char *key, const char *val, size_t vlen)
@@ -111,12 +123,10 @@ static void on_kv(void *arg, const char *key, const char *val, size_t vlen)
 TEST(keys_values_create_list_delete)
 {
     struct etcd_proc p;
-    if (!etcd_start(&p))
-        return;
     char ep[160];
-    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
-    const char *eps[] = {ep};
-    struct ddp_etcd *e = client(eps, 1);
+    struct ddp_etcd *e;
+    if (!with_etcd(&p, ep, sizeof(ep), &e))
+        return;
     char *v;
     size_t vl;
     int64_t rev = 0;
@@ -168,12 +178,10 @@ TEST(keys_values_create_list_delete)
 TEST(leases_keep_keys_alive_and_take_them_when_they_end)
 {
     struct etcd_proc p;
-    if (!etcd_start(&p))
-        return;
     char ep[160];
-    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
-    const char *eps[] = {ep};
-    struct ddp_etcd *e = client(eps, 1);
+    struct ddp_etcd *e;
+    if (!with_etcd(&p, ep, sizeof(ep), &e))
+        return;
     int64_t id = 0, ttl = 0;
     ASSERT_EQ(ddp_etcd_lease_grant(e, 2, &id), 0);
     ASSERT_TRUE(id != 0);
@@ -340,15 +348,14 @@ static void expect_seen(const char *want)
 TEST(a_watch_sees_puts_deletes_and_expiries_in_order_and_replays_from_a_revision)
 {
     struct etcd_proc p;
-    if (!etcd_start(&p))
-        return;
     char ep[160];
-    snprintf(ep, sizeof(ep), "unix://%s", p.sock[0]);
-    const char *eps[] = {ep};
-    struct ddp_etcd *e = client(eps, 1);
+    struct ddp_etcd *e;
+    if (!with_etcd(&p, ep, sizeof(ep), &e))
+        return;
     int64_t rev = 0, lease;
     ASSERT_EQ(ddp_etcd_put(e, "w/before", "0", 1, 0), 0);
     ASSERT_EQ(ddp_etcd_list(e, "w/", on_kv, NULL, &rev), 0);
+    const char *eps[] = {ep};
     struct ddp_etcd_opts o = {.endpoints = eps, .nendpoints = 1, .timeout_ms = 2000};
     struct ddp_etcd_watch *w;
     seen[0] = '\0';
