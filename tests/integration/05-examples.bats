@@ -14,13 +14,13 @@ load '../lib/common'
 
 @test "the local examples run and succeed" {
   cd "$BATS_TEST_TMPDIR"
-  run "$DDPRUN" "$REPO/examples/jobs/basic.yaml"
+  run "$DDPRUN" "$REPO/examples/jobs/basic.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
   assert_success
   assert_output --partial "[localhost:1] rank 1 of 2 on"
-  run "$DDPRUN" "$REPO/examples/jobs/shell-command.yaml"
+  run "$DDPRUN" "$REPO/examples/jobs/shell-command.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
   assert_success
   assert_output --partial "[localhost:2] rank 2 done"
-  run "$DDPRUN" "$REPO/examples/jobs/env-and-workdir.yaml"
+  run "$DDPRUN" "$REPO/examples/jobs/env-and-workdir.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
   assert_success
   assert_output --partial "[localhost:0] rank 0: SEED=1234 in $REPO/examples/jobs"
   run "$DDPRUN" "$REPO/examples/jobs/logs-and-checkpoints.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
