@@ -42,7 +42,7 @@ build() { # preset
 suite() { # preset: unit tests through ctest, then the bats integration tests
   build "$1"
   ctest --test-dir "build/$1" --output-on-failure -j "$JOBS"
-  DDP_BUILD_DIR="$PWD/build/$1" bats --print-output-on-failure tests/integration
+  DDP_BUILD_DIR="$PWD/build/$1" bats --timing --print-output-on-failure tests/integration
 }
 
 case "${1:-}" in
@@ -56,17 +56,17 @@ quickstart)
   ;;
 test)
   deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
-  echo "== CI build (-Werror): unit and integration tests"
+  echo "== [${SECONDS} s] CI build (-Werror): unit and integration tests"
   suite ci
-  echo "== ASan + UBSan: unit and integration tests"
+  echo "== [${SECONDS} s] ASan + UBSan: unit and integration tests"
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" suite asan
-  echo "== TSan: unit tests (the threaded client and server)"
+  echo "== [${SECONDS} s] TSan: unit tests (the threaded client and server)"
   build tsan
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build/tsan --output-on-failure -L unit
-  echo "== TSan: the launcher and agent threads (store, lease watcher, heartbeats) in elastic jobs"
+  echo "== [${SECONDS} s] TSan: the launcher and agent threads (store, lease watcher, heartbeats) in elastic jobs"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
-    bats --print-output-on-failure -f "failed worker|fails once|hung node" \
+    bats --timing --print-output-on-failure -f "failed worker|fails once|hung node" \
     tests/integration/50-elastic.bats
   build fuzz
   # -timeout: an input that takes seconds (quadratic key handling, say) is a failure too;
@@ -75,7 +75,7 @@ test)
   for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
     json:corpus-json:; do
     IFS=: read -r name corpus extra <<<"$t"
-    echo "== libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
+    echo "== [${SECONDS} s] libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
     mkdir -p "build/fuzz/$corpus"
     # shellcheck disable=SC2086
     if ! ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
@@ -84,7 +84,7 @@ test)
       exit 1
     fi
   done
-  echo "== all suites passed"
+  echo "== [${SECONDS} s] all suites passed"
   ;;
 *)
   sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'

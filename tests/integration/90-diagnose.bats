@@ -125,7 +125,8 @@ wait_for() { # seconds, then a command that succeeds once it holds
   job "" --steps 400 --compute-ms 20
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
-  wait_for 20 "$DDPRUN" status
+  # the round's ranks running (before them, stacks says "between rounds")
+  wait_for 20 bash -c "'$DDPRUN' status | grep -q '^rank '"
   run "$DDPRUN" status nosuchjob
   assert_failure 2
   assert_output --partial "no running job 'nosuchjob' of yours on this machine"
