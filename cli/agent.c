@@ -58,6 +58,7 @@ struct agent {
     bool have_join, have_start, stopping, exiting;
     struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
     char iface[64]; /* this node's interface toward the store: the ranks' network default */
+    char node_addr[64]; /* and its address there */
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
@@ -366,6 +367,20 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, int 
     setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);
     setenv("DDPRUN_JOB_ID", st->job_id, 1);
     setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
+    if (strcmp(st->store_addr, "etcd") == 0) { /* rendezvous: {backend: etcd} */
+        setenv("DDPRUN_ETCD_ENDPOINTS", A.join.etcd_endpoints, 1);
+        setenv("DDPRUN_ETCD_PREFIX", A.join.etcd_prefix, 1);
+        const char *tls[][2] = {{"DDPRUN_ETCD_CA", A.join.etcd_ca},
+                                {"DDPRUN_ETCD_CERT", A.join.etcd_cert},
+                                {"DDPRUN_ETCD_KEY", A.join.etcd_key}};
+        for (int k = 0; k < 3; k++)
+            if (*tls[k][1])
+                setenv(tls[k][0], tls[k][1], 1);
+            else
+                unsetenv(tls[k][0]);
+        if (A.node_addr[0])
+            setenv("DDPRUN_NODE_ADDR", A.node_addr, 1);
+    }
     setenv("DDPRUN_BACKEND", st->backend, 1);
     setenv("DDPRUN_NODE", st->host_label, 1);
     set_env_int("DDPRUN_TOKEN_FD", tokfd);
@@ -647,11 +662,12 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             A.have_start = true;
             A.stopping = false;
             char host[256];
-            int port;
-            A.iface[0] = '\0';
-            if (ddp_parse_hostport(A.st.store_addr, host, sizeof(host), &port) == 0 &&
-                ddp__route_iface(host, A.iface, sizeof(A.iface), NULL, 0) < 0)
-                A.iface[0] = '\0';
+            A.iface[0] = A.node_addr[0] = '\0';
+            if (ddp__store_host(A.st.store_addr, A.join.etcd_endpoints, A.st.master_addr, host,
+                                sizeof(host)) == 0 &&
+                ddp__route_iface(host, A.iface, sizeof(A.iface), A.node_addr, sizeof(A.node_addr)) <
+                    0)
+                A.iface[0] = A.node_addr[0] = '\0';
             ddp_log_set_rank(-1);
             start_workers();
         } else if (type == DDP__AG_STOP) {

@@ -189,6 +189,11 @@ int ddp__agent_put_join(struct ddp_buf *b, const struct ddp__agent_join *j)
     r |= ddp_buf_put_u64(b, j->heartbeat_interval_ms);
     r |= ddp_buf_put_u64(b, j->heartbeat_timeout_ms);
     r |= ddp_buf_put_u64(b, j->grace_ms);
+    r |= put_s(b, j->etcd_endpoints ? j->etcd_endpoints : "");
+    r |= put_s(b, j->etcd_prefix ? j->etcd_prefix : "");
+    r |= put_s(b, j->etcd_ca ? j->etcd_ca : "");
+    r |= put_s(b, j->etcd_cert ? j->etcd_cert : "");
+    r |= put_s(b, j->etcd_key ? j->etcd_key : "");
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
 }
@@ -205,8 +210,14 @@ int ddp__agent_get_join(const uint8_t *body, size_t len, struct ddp__agent_join 
     e = DDP_EPROTO;
     if (ddp_rd_u32(&r, &j->node_index) < 0 || ddp_rd_u32(&r, &j->incarnation) < 0 ||
         ddp_rd_u64(&r, &j->heartbeat_interval_ms) < 0 ||
-        ddp_rd_u64(&r, &j->heartbeat_timeout_ms) < 0 || ddp_rd_u64(&r, &j->grace_ms) < 0 ||
-        ddp_rd_left(&r) != 0 || j->heartbeat_interval_ms == 0 ||
+        ddp_rd_u64(&r, &j->heartbeat_timeout_ms) < 0 || ddp_rd_u64(&r, &j->grace_ms) < 0)
+        goto fail;
+    if ((e = get_s(&r, &j->etcd_endpoints)) < 0 || (e = get_s(&r, &j->etcd_prefix)) < 0 ||
+        (e = get_s(&r, &j->etcd_ca)) < 0 || (e = get_s(&r, &j->etcd_cert)) < 0 ||
+        (e = get_s(&r, &j->etcd_key)) < 0)
+        goto fail;
+    e = DDP_EPROTO;
+    if (ddp_rd_left(&r) != 0 || j->heartbeat_interval_ms == 0 ||
         j->heartbeat_timeout_ms <= j->heartbeat_interval_ms || j->heartbeat_timeout_ms > INT32_MAX)
         goto fail;
     return 0;
@@ -223,5 +234,10 @@ void ddp__agent_join_release(struct ddp__agent_join *j)
     free(j->store_addr);
     free(j->job_id);
     free(j->host_label);
+    free(j->etcd_endpoints);
+    free(j->etcd_prefix);
+    free(j->etcd_ca);
+    free(j->etcd_cert);
+    free(j->etcd_key);
     memset(j, 0, sizeof(*j));
 }

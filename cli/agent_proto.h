@@ -63,6 +63,9 @@ struct ddp__agent_join {
     char *host_label;
     uint32_t node_index, incarnation;
     uint64_t heartbeat_interval_ms, heartbeat_timeout_ms, grace_ms;
+    /* rendezvous: {backend: etcd}: its endpoints (comma-separated; "" for the built-in store),
+     * the job's key prefix ("<prefix><job id>/") and TLS files ("" for none) */
+    char *etcd_endpoints, *etcd_prefix, *etcd_ca, *etcd_cert, *etcd_key;
 };
 
 int ddp__agent_put_join(struct ddp_buf *b, const struct ddp__agent_join *j);

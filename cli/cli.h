@@ -86,6 +86,9 @@ int ddp__cmd_ssh_bridge(int argc, char **argv);
 int ddp__cmd_smoke_worker(void);
 /* `ddprun doctor`: checks every node of the job (cli/doctor.c); 0 when all pass, else 1. */
 int ddp__doctor(const struct ddp_job *job);
+/* Its etcd part (cli/doctor_etcd.c): prints each endpoint's answer and the prefix check; the
+ * failures' count. host/port: the first TCP endpoint, for the nodes' check (host "" if none). */
+int ddp__doctor_etcd(const struct ddp_job *job, char *host, size_t n, int *port);
 /* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor.c). */
 int ddp__cmd_probe(int argc, char **argv);
 /* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). With
@@ -109,6 +112,10 @@ int ddp__kill_children(int sig);
 void ddp__sweep_children(void);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
+/* The host a node reaches the job's store at: the built-in store's (store_addr HOST:PORT), or
+ * with etcd (store_addr "etcd") the first endpoint's host, or master for a Unix socket. 0/-1. */
+int ddp__store_host(const char *store_addr, const char *etcd_endpoints, const char *master,
+                    char *host, size_t n);
 /* The network interface (and its address, when ip is not NULL) that routes to host; 0 or -1. */
 int ddp__route_iface(const char *host, char *ifname, size_t n, char *ip, size_t ipn);
 

@@ -10,6 +10,9 @@
  * Nodes a job reaches with srun (launcher: srun) are checked through one srun step each: the
  * "ssh" column then says srun, and "host key" does not apply.
  *
+ * With rendezvous: {backend: etcd}, etcd is checked from here first (cli/doctor_etcd.c) and
+ * the nodes' reach check is toward its first TCP endpoint (the "etcd" column).
+ *
  * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks.
  */
 #include "cli/cli.h"
@@ -327,6 +330,11 @@ int ddp__doctor(const struct ddp_job *job)
     char self[PATH_MAX];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
     self[sl > 0 ? sl : 0] = '\0';
+    /* With etcd: its checks first, and the nodes check they reach its first TCP endpoint. */
+    char ehost[256] = "";
+    int eport = 0, ebad = 0;
+    if (job->rdzv_etcd)
+        ebad = ddp__doctor_etcd(job, ehost, sizeof(ehost), &eport);
     /* The store's stand-in: the address and interfaces a launch would serve on. */
     const char *laddr = ddp__job_store_listen(job);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
@@ -366,8 +374,10 @@ int ddp__doctor(const struct ddp_job *job)
         nc[i] = (struct node_check){.job = job,
                                     .i = i,
                                     .self = self,
-                                    .probe_host = wildcard ? "127.0.0.1" : laddr,
-                                    .probe_port = port};
+                                    .probe_host = ehost[0]   ? ehost
+                                                  : wildcard ? "127.0.0.1"
+                                                             : laddr,
+                                    .probe_port = ehost[0] ? eport : port};
         pthread_create(&th[i], NULL, check_node, &nc[i]);
     }
     for (size_t i = 0; i < job->nnodes; i++)
@@ -382,7 +392,7 @@ int ddp__doctor(const struct ddp_job *job)
     }
     printf("%-*s", (int)hw + 2, "node");
     for (int c = 0; c < C_N; c++)
-        printf("%-*s", c == C_IFACE ? 16 : 10, col_name[c]);
+        printf("%-*s", c == C_IFACE ? 16 : 10, c == C_STORE && ehost[0] ? "etcd" : col_name[c]);
     printf("result\n");
     int bad = 0;
     for (size_t i = 0; i < job->nnodes; i++) {
@@ -400,5 +410,7 @@ int ddp__doctor(const struct ddp_job *job)
            job->nnodes - (size_t)bad, bad);
     free(nc);
     free(th);
-    return bad ? DDP_EXIT_JOB_FAILED : DDP_EXIT_OK;
+    if (ebad)
+        printf("etcd: %d check%s failed (above)\n", ebad, ebad == 1 ? "" : "s");
+    return bad || ebad ? DDP_EXIT_JOB_FAILED : DDP_EXIT_OK;
 }

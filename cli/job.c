@@ -27,8 +27,6 @@ static const char *const top_keys[] = {
     "name",       "command",    "workdir", "env",      "nodes",    "nproc_per_node",
     "backend",    "rendezvous", "elastic", "ssh",      "logs",     "checkpoint",
     "stop_grace", "network",    "export",  "diagnose", "launcher", NULL};
-static const char *const rdzv_keys[] = {"listen",    "port",        "timeout",
-                                        "last_call", "torch_store", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
     "cooldown",  NULL};
@@ -323,29 +321,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         }
 #endif
     }
-    if ((sub = ddp__ytree_get(root, "rendezvous"))) {
-        if (ddp__jv_check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
-            ((n = ddp__ytree_get(sub, "listen")) &&
-             ddp__jv_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
-            ((n = ddp__ytree_get(sub, "port")) &&
-             ddp__jv_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
-            ((n = ddp__ytree_get(sub, "timeout")) &&
-             ddp__jv_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
-            ((n = ddp__ytree_get(sub, "last_call")) &&
-             ddp__jv_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
-            goto out;
-        if ((n = ddp__ytree_get(sub, "torch_store"))) {
-            if (ddp__jv_scalar(c, n, "rendezvous.torch_store") < 0)
-                goto out;
-            if (strcmp(n->str, "rank0") == 0)
-                j->torch_store_rank0 = true;
-            else if (strcmp(n->str, "launcher") != 0) {
-                ddp__jv_err(c, n, "rendezvous.torch_store must be launcher or rank0, got '%s'",
-                            n->str);
-                goto out;
-            }
-        }
-    }
+    if ((sub = ddp__ytree_get(root, "rendezvous")) && ddp__job_rdzv(c, sub, basedir, j) < 0)
+        goto out;
     j->min_nodes = j->max_nodes = (int)j->nnodes;
     if ((sub = ddp__ytree_get(root, "elastic"))) {
         const struct ddp_ynode *mn = ddp__ytree_get(sub, "min_nodes");
@@ -778,6 +755,13 @@ void ddp__job_free(struct ddp_job *j)
     free(j->workdir);
     free(j->backend);
     free(j->rdzv_listen);
+    for (size_t k = 0; k < j->netcd; k++)
+        free(j->etcd_endpoints[k]);
+    free(j->etcd_endpoints);
+    free(j->etcd_prefix);
+    free(j->etcd_ca);
+    free(j->etcd_cert);
+    free(j->etcd_key);
     free(j->ssh_user);
     free(j->ssh_identity);
     free(j->ssh_known_hosts);

@@ -35,6 +35,11 @@ struct ddp_job {
     int64_t rdzv_timeout_ms;
     int64_t rdzv_last_call_ms; /* once min_nodes joined, how long more may still join */
     bool torch_store_rank0;    /* rendezvous.torch_store: rank0 (else the launcher's port) */
+    bool rdzv_etcd;            /* rendezvous.backend: etcd (else the built-in store) */
+    char **etcd_endpoints;     /* rendezvous.endpoints (NULL-terminated) */
+    size_t netcd;
+    char *etcd_prefix; /* rendezvous.prefix: the job's keys are under <it><job id>/ */
+    char *etcd_ca, *etcd_cert, *etcd_key; /* rendezvous.tls (absolute), or NULL */
     int min_nodes, max_nodes, max_restarts;
     int64_t heartbeat_interval_ms, heartbeat_timeout_ms;
     int64_t cooldown_ms; /* a node lost twice within this is left out for this long */

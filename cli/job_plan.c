@@ -42,8 +42,19 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
     fprintf(f, "nproc_per_node: %d\nbackend: %s\n", j->nproc_per_node, j->backend);
     char d1[32], d2[32];
-    fprintf(f, "rendezvous: {listen: %s, port: %d, timeout: %s, ", j->rdzv_listen, j->rdzv_port,
-            fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
+    if (j->rdzv_etcd) {
+        fprintf(f, "rendezvous: {backend: etcd, endpoints: [");
+        for (size_t k = 0; k < j->netcd; k++)
+            fprintf(f, "%s%s", k ? ", " : "", j->etcd_endpoints[k]);
+        fprintf(f, "], prefix: %s, ", j->etcd_prefix);
+        if (j->etcd_ca || j->etcd_cert)
+            fprintf(f, "tls: {ca: %s, cert: %s, key: %s}, ", j->etcd_ca ? j->etcd_ca : "(system)",
+                    j->etcd_cert ? j->etcd_cert : "(none)", j->etcd_key ? j->etcd_key : "(none)");
+        fprintf(f, "timeout: %s, ", fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
+    } else {
+        fprintf(f, "rendezvous: {backend: store, listen: %s, port: %d, timeout: %s, ",
+                j->rdzv_listen, j->rdzv_port, fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
+    }
     fprintf(f, "last_call: %s}\n", fmt_duration(d1, sizeof(d1), j->rdzv_last_call_ms));
     fprintf(f,
             "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
@@ -93,9 +104,13 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
             j->max_restarts, job_id);
     fprintf(f,
-            "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=<store host:port> DDPRUN_TOKEN_FD=<pipe> "
+            "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=%s DDPRUN_TOKEN_FD=<pipe> "
             "DDPRUN_BACKEND=%s%s%s\n",
-            job_id, j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
+            job_id,
+            j->rdzv_etcd
+                ? "etcd DDPRUN_ETCD_ENDPOINTS=<endpoints> DDPRUN_ETCD_PREFIX=<prefix><job id>/"
+                : "<store host:port>",
+            j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
             j->checkpoint_dir ? j->checkpoint_dir : "");
     if (ddp__job_omp_default(j))
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");

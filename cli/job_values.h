@@ -48,6 +48,10 @@ bool ddp__jv_rank_list_ok(const char *s);
 
 struct ddp_job;
 
+/* cli/job_rdzv.c: the rendezvous section sub (the store's or etcd's settings) into j. */
+int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
+                  struct ddp_job *j);
+
 /* cli/job_slurm.c: whether ddprun runs inside a Slurm allocation; the GPUs Slurm (or
  * CUDA_VISIBLE_DEVICES) gives this node, else 1 (nproc_per_node: auto); the allocation's nodes
  * as j's (nodes: slurm), with their task counts as slots unless per_node_given. */

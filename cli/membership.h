@@ -1,9 +1,9 @@
 /*
  * Membership backends: where nodes hold their leases and the launcher learns of losses and of
  * where training resumed. The round policy (cli/rounds.c) and the node agent (cli/agent.c) use
- * only this interface. The built-in store implements it (cli/membership_store.c: a leased
- * key per agent incarnation, a prefix watch); an etcd backend will be a second file behind the
- * same ops.
+ * only this interface. The store implements it (cli/membership_store.c: a leased key per agent
+ * incarnation, a prefix watch), the built-in store or, with rendezvous: {backend: etcd}, the
+ * job's folder in etcd through the same store calls (rendezvous/store_etcd.h).
  *
  * Agent side: join takes a lease of heartbeat_timeout and renews it every heartbeat_interval
  * from a thread; should the lease be lost, or the backend stay unreachable for the timeout,
@@ -52,8 +52,9 @@ struct ddp__member_ops {
     /* Agent: the node's progress report, sent with the next heartbeat (and kept, bound to
      * the lease, until the next one). */
     void (*publish)(struct ddp__member_lease *l, const void *report, size_t len);
-    /* Launcher: watches the job's membership; each event is given to cb on loop. */
-    int (*watch)(const char *host, int port, const char *token, struct ddp_loop *loop,
+    /* Launcher: watches the job's membership (where: the store or etcd, as agents are told to
+     * join); each event is given to cb on loop. */
+    int (*watch)(const struct ddp__agent_join *where, struct ddp_loop *loop,
                  void (*cb)(void *arg, const struct ddp__member_ev *ev), void *arg,
                  struct ddp__member_watch **out);
     void (*unwatch)(struct ddp__member_watch *w);

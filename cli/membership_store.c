@@ -1,5 +1,7 @@
 /*
- * The built-in store as a membership backend (cli/membership.h). An agent incarnation holds
+ * The store as a membership backend (cli/membership.h): the built-in store, or with
+ * rendezvous: {backend: etcd} the job's folder in etcd through the same store calls
+ * (rendezvous/store.h; there a lease's end is seen as a delete). An agent incarnation holds
  * the key "ddprun/nodes/<node>.<incarnation>" bound to a lease it renews from a heartbeat
  * thread; the launcher watches the prefix "ddprun/" from a thread of its own and hands each
  * expiry, and each "ddprun/resume/<round>" the workers set, to its loop through a pipe. The
@@ -38,6 +40,7 @@ struct ddp__member_lease {
     char host[256], addr[300], label[256];
     int port;
     char *token;
+    struct ddp_store_etcd_opts etcd; /* .endpoints NULL: the built-in store */
     uint64_t lease;
     int64_t interval, timeout;
     int efd;       /* written once when the node must fence itself */
@@ -50,6 +53,27 @@ struct ddp__member_lease {
     size_t report_len;
     bool report_new;
 };
+
+/* The job's store as j says: the built-in one at host:port, or the job's folder in etcd. */
+static int connect_where(const struct ddp_store_etcd_opts *etcd, const char *host, int port,
+                         const char *token, int timeout_ms, struct ddp_store **out)
+{
+    if (etcd->endpoints)
+        return ddp_store_connect_etcd(etcd, timeout_ms, out);
+    return ddp_store_connect(host, port, token, strlen(token), timeout_ms, out);
+}
+
+static void etcd_opts(const struct ddp__agent_join *j, struct ddp_store_etcd_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    if (!j->etcd_endpoints || !*j->etcd_endpoints)
+        return;
+    *o = (struct ddp_store_etcd_opts){.endpoints = j->etcd_endpoints,
+                                      .prefix = j->etcd_prefix,
+                                      .ca = j->etcd_ca,
+                                      .cert = j->etcd_cert,
+                                      .key = j->etcd_key};
+}
 
 /* The latest progress report, bound to the lease (it goes with the node). A failure is
  * harmless: the next heartbeat sends a newer one. */
@@ -110,8 +134,7 @@ static void *hb_main(void *arg)
         if (!h->s) {
             /* The connection broke: a new one may still renew the lease in time. */
             int left = (int)(h->timeout - (ddp_now_ms() - last_ok));
-            if (left > 0 &&
-                ddp_store_connect(h->host, h->port, h->token, strlen(h->token), left, &h->s) < 0)
+            if (left > 0 && connect_where(&h->etcd, h->host, h->port, h->token, left, &h->s) < 0)
                 h->s = NULL;
         }
         if (h->s) {
@@ -170,6 +193,11 @@ static void lease_free(struct ddp__member_lease *h)
     free(h->report);
     if (h->token)
         ddp_freezero(h->token, strlen(h->token));
+    free((char *)h->etcd.endpoints);
+    free((char *)h->etcd.prefix);
+    free((char *)h->etcd.ca);
+    free((char *)h->etcd.cert);
+    free((char *)h->etcd.key);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);
@@ -197,17 +225,26 @@ static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
     h->node = j->node_index;
     h->incarnation = j->incarnation;
     snprintf(h->addr, sizeof(h->addr), "%s", j->store_addr);
-    if (!(h->token = strdup(j->token))) {
+    struct ddp_store_etcd_opts eo;
+    etcd_opts(j, &eo);
+    if (!(h->token = strdup(j->token)) ||
+        (eo.endpoints &&
+         (!(h->etcd.endpoints = strdup(eo.endpoints)) || !(h->etcd.prefix = strdup(eo.prefix)) ||
+          (*eo.ca && !(h->etcd.ca = strdup(eo.ca))) ||
+          (*eo.cert && !(h->etcd.cert = strdup(eo.cert))) ||
+          (*eo.key && !(h->etcd.key = strdup(eo.key)))))) {
         lease_free(h);
         return DDP_ENOMEM;
     }
-    if (ddp_parse_hostport(j->store_addr, h->host, sizeof(h->host), &h->port) < 0) {
+    if (eo.endpoints)
+        snprintf(h->addr, sizeof(h->addr), "etcd (%s)", eo.endpoints);
+    else if (ddp_parse_hostport(j->store_addr, h->host, sizeof(h->host), &h->port) < 0) {
         fprintf(stderr, "ddprun agent on '%s': bad store address '%s'\n", h->label, h->addr);
         lease_free(h);
         return DDP_EINVAL;
     }
     int timeout = j->heartbeat_timeout_ms > 10000 ? (int)j->heartbeat_timeout_ms : 10000;
-    if ((r = ddp_store_connect(h->host, h->port, h->token, strlen(h->token), timeout, &h->s)) < 0) {
+    if ((r = connect_where(&h->etcd, h->host, h->port, h->token, timeout, &h->s)) < 0) {
         fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n", h->label,
                 h->addr, ddp_strerror(r));
         lease_free(h);
@@ -281,7 +318,8 @@ static bool parse_event(const struct ddp_store_event *e, struct ddp__member_ev *
 {
     char tail;
     memset(ev, 0, sizeof(*ev));
-    if (e->kind == DDP_STORE_EV_EXPIRE &&
+    /* (on etcd a lease's end is a delete; nobody else deletes these keys) */
+    if ((e->kind == DDP_STORE_EV_EXPIRE || e->kind == DDP_STORE_EV_DELETE) &&
         sscanf(e->key, "ddprun/nodes/%u.%u%c", &ev->node, &ev->incarnation, &tail) == 2) {
         ev->kind = DDP__MEV_LEASE_ENDED;
         return true;
@@ -362,10 +400,16 @@ static void unwatch(struct ddp__member_watch *w)
     free(w);
 }
 
-static int watch(const char *host, int port, const char *token, struct ddp_loop *loop,
+static int watch(const struct ddp__agent_join *where, struct ddp_loop *loop,
                  void (*cb)(void *arg, const struct ddp__member_ev *ev), void *arg,
                  struct ddp__member_watch **out)
 {
+    struct ddp_store_etcd_opts eo;
+    char host[256];
+    int port = 0;
+    etcd_opts(where, &eo);
+    if (!eo.endpoints && ddp_parse_hostport(where->store_addr, host, sizeof(host), &port) < 0)
+        return DDP_EINVAL;
     struct ddp__member_watch *w = calloc(1, sizeof(*w));
     uint32_t id;
     int r;
@@ -375,7 +419,7 @@ static int watch(const char *host, int port, const char *token, struct ddp_loop 
     w->loop = loop;
     w->cb = cb;
     w->arg = arg;
-    if ((r = ddp_store_connect(host, port, token, strlen(token), 10000, &w->s)) < 0 ||
+    if ((r = connect_where(&eo, host, port, where->token, 10000, &w->s)) < 0 ||
         (r = ddp_store_watch(w->s, "ddprun/", true, &id)) < 0)
         goto fail;
     r = DDP_ESYS;

@@ -340,12 +340,25 @@ static void lease_expired(int i, unsigned inc)
 static void node_store_addr(int i, char *out, size_t n)
 {
     snprintf(out, n, "%s", L.store_addr);
-    if (L.first_remote && L.wildcard) {
+    if (L.first_remote && L.wildcard && L.srv) {
         char ip[INET6_ADDRSTRLEN];
         const char *toward = ddp__job_host_is_local(host_of(i)) ? L.first_remote : host_of(i);
         if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
             snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, L.store_port);
     }
+}
+
+void ddp__sup_join_where(struct ddp__agent_join *jf)
+{
+    const struct ddp_job *j = L.job;
+    *jf = (struct ddp__agent_join){.token = L.token,
+                                   .store_addr = L.store_addr,
+                                   .job_id = L.job_id,
+                                   .etcd_endpoints = L.etcd_eps,
+                                   .etcd_prefix = L.etcd_prefix,
+                                   .etcd_ca = j->etcd_ca,
+                                   .etcd_cert = j->etcd_cert,
+                                   .etcd_key = j->etcd_key};
 }
 
 /* Starts node i's agent through its provisioner and sends it JOIN. */
@@ -355,15 +368,15 @@ static int provision(int i)
     const struct ddp_job *j = L.job;
     char node_store[300];
     node_store_addr(i, node_store, sizeof(node_store));
-    struct ddp__agent_join jf = {.token = L.token,
-                                 .store_addr = node_store,
-                                 .job_id = L.job_id,
-                                 .host_label = j->nodes[i].host,
-                                 .node_index = (uint32_t)i,
-                                 .incarnation = a->incarnation + 1,
-                                 .heartbeat_interval_ms = (uint64_t)j->heartbeat_interval_ms,
-                                 .heartbeat_timeout_ms = (uint64_t)j->heartbeat_timeout_ms,
-                                 .grace_ms = (uint64_t)j->stop_grace_ms};
+    struct ddp__agent_join jf;
+    ddp__sup_join_where(&jf);
+    jf.store_addr = node_store;
+    jf.host_label = j->nodes[i].host;
+    jf.node_index = (uint32_t)i;
+    jf.incarnation = a->incarnation + 1;
+    jf.heartbeat_interval_ms = (uint64_t)j->heartbeat_interval_ms;
+    jf.heartbeat_timeout_ms = (uint64_t)j->heartbeat_timeout_ms;
+    jf.grace_ms = (uint64_t)j->stop_grace_ms;
     if (ddp__nodes_start(&L.nodes, i, &jf) < 0)
         return -1;
     a->state = DDP__NS_JOINING;
@@ -446,7 +459,7 @@ static void rdzv_close(void)
     }
     int master_port = L.torch_port ? L.torch_port : free_port();
     /* TCPStore connections from now on use this round's key space. */
-    if (L.torch_port)
+    if (L.torch_port && L.srv)
         ddp_store_server_torch_round(L.srv, L.round);
     /* The views learn the round's ranks before any of their output (the records open the rank
      * logs). */

@@ -8,12 +8,14 @@
  * one ends every rank at once; SIGUSR1, SIGUSR2 and SIGHUP are passed to every running rank.
  */
 #include "cli/supervisor.h"
+#include "cli/agent_proto.h"
 #include "cli/watchdog.h"
 #include "cli/cli.h"
 #include "cli/console.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "rendezvous/etcd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +73,52 @@ static void make_job_id(const char *name, char *out, size_t n)
     uint16_t rnd = 0;
     ddp_random_bytes(&rnd, sizeof(rnd));
     snprintf(out, n, "%s-%s-%04x", clean[0] ? clean : "job", stamp, rnd);
+}
+
+/* rendezvous: {backend: etcd}: the job's folder "<prefix><job id>/", and etcd answering now
+ * (rather than each agent failing on its own later). */
+static int etcd_setup(const struct ddp_job *job)
+{
+    size_t len = 1;
+    for (size_t k = 0; k < job->netcd; k++)
+        len += strlen(job->etcd_endpoints[k]) + 1;
+    if (!(L.etcd_eps = calloc(1, len)))
+        return -1;
+    for (size_t k = 0, at = 0; k < job->netcd; k++)
+        at += (size_t)snprintf(L.etcd_eps + at, len - at, "%s%s", k ? "," : "",
+                               job->etcd_endpoints[k]);
+    snprintf(L.etcd_prefix, sizeof(L.etcd_prefix), "%s%s/", job->etcd_prefix, L.job_id);
+    snprintf(L.store_addr, sizeof(L.store_addr), "etcd");
+    struct ddp_etcd_opts o = {.endpoints = (const char *const *)job->etcd_endpoints,
+                              .nendpoints = job->netcd,
+                              .ca_file = job->etcd_ca,
+                              .cert_file = job->etcd_cert,
+                              .key_file = job->etcd_key};
+    struct ddp_etcd *e;
+    char ver[64];
+    if (ddp_etcd_new(&o, &e) < 0)
+        return -1;
+    int r = ddp_etcd_version(e, ver, sizeof(ver));
+    if (r < 0)
+        ddp__cli_error("rendezvous.backend etcd: %s", ddp_etcd_error(e));
+    L.etcd = r < 0 ? NULL : e;
+    if (r < 0)
+        ddp_etcd_free(e);
+    return r < 0 ? -1 : 0;
+}
+
+/* The job's folder goes with the job: every key its agents and ranks left (the agents' leases
+ * ended with them). */
+static void etcd_cleanup(void)
+{
+    if (!L.etcd)
+        return;
+    ddp_etcd_set_timeout(L.etcd, 2000);
+    if (ddp_etcd_delete(L.etcd, L.etcd_prefix, true, NULL) < 0)
+        ddp__sup_say("ddprun: the job's keys under %s stay in etcd: %s", L.etcd_prefix,
+                     ddp_etcd_error(L.etcd));
+    ddp_etcd_free(L.etcd);
+    L.etcd = NULL;
 }
 
 static void *serve(void *srv)
@@ -428,28 +476,34 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     if (ddp_store_token_generate(L.token) < 0)
         goto out;
     const char *listen = ddp__job_store_listen(job);
-    struct ddp_store_server_opts o = {
-        .host = listen, .port = job->rdzv_port, .token = L.token, .token_len = strlen(L.token)};
-    int r = ddp_store_server_new(&o, &srv);
-    if (r < 0) {
-        ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen, job->rdzv_port,
-                       ddp_strerror(r));
-        goto out;
+    int r;
+    if (job->rdzv_etcd) {
+        /* No store here: the agents, the ranks and this process meet in etcd. */
+        if (etcd_setup(job) < 0)
+            goto out;
+    } else {
+        struct ddp_store_server_opts o = {
+            .host = listen, .port = job->rdzv_port, .token = L.token, .token_len = strlen(L.token)};
+        if ((r = ddp_store_server_new(&o, &srv)) < 0) {
+            ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen,
+                           job->rdzv_port, ddp_strerror(r));
+            goto out;
+        }
+        L.srv = srv;
+        if (!job->torch_store_rank0 && (r = torch_listen(job, listen)) < 0) {
+            ddp__cli_error("cannot serve PyTorch's TCPStore protocol on '%s': %s", listen,
+                           ddp_strerror(r));
+            goto out;
+        }
+        if (pthread_create(&th, NULL, serve, srv) != 0)
+            goto out;
+        th_started = true;
+        L.store_port = ddp_store_server_port(srv);
+        L.wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
+        snprintf(L.store_host, sizeof(L.store_host), "%s", L.wildcard ? "127.0.0.1" : listen);
+        snprintf(L.store_addr, sizeof(L.store_addr),
+                 strchr(L.store_host, ':') ? "[%s]:%d" : "%s:%d", L.store_host, L.store_port);
     }
-    L.srv = srv;
-    if (!job->torch_store_rank0 && (r = torch_listen(job, listen)) < 0) {
-        ddp__cli_error("cannot serve PyTorch's TCPStore protocol on '%s': %s", listen,
-                       ddp_strerror(r));
-        goto out;
-    }
-    if (pthread_create(&th, NULL, serve, srv) != 0)
-        goto out;
-    th_started = true;
-    L.store_port = ddp_store_server_port(srv);
-    L.wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
-    snprintf(L.store_host, sizeof(L.store_host), "%s", L.wildcard ? "127.0.0.1" : listen);
-    snprintf(L.store_addr, sizeof(L.store_addr), strchr(L.store_host, ':') ? "[%s]:%d" : "%s:%d",
-             L.store_host, L.store_port);
 
     if (ddp_loop_new(&L.loop) < 0 || (sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
         ddp_loop_add(L.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
@@ -461,9 +515,15 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     if (ddp__nodes_init(&L.nodes, L.loop, job, &ctx, &ddp__sup_nodes_cb) < 0)
         goto out;
     nodes_up = true;
-    if ((r = L.member->watch(L.store_host, L.store_port, L.token, L.loop, ddp__sup_on_member, NULL,
-                             &L.watch)) < 0) {
-        ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr, ddp_strerror(r));
+    struct ddp__agent_join where;
+    ddp__sup_join_where(&where);
+    if ((r = L.member->watch(&where, L.loop, ddp__sup_on_member, NULL, &L.watch)) < 0) {
+        if (job->rdzv_etcd)
+            ddp__cli_error("cannot watch the job's folder %s in etcd (%s): %s", L.etcd_prefix,
+                           L.etcd_eps, ddp_strerror(r));
+        else
+            ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr,
+                           ddp_strerror(r));
         goto out;
     }
     /* Should an agent die abnormally, what its ranks leave behind is reparented to us
@@ -484,7 +544,12 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     wd_up = true;
     if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
         goto out;
-    if (!L.tty)
+    if (!L.tty && job->rdzv_etcd)
+        ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, rendezvous in etcd (%s) under %s, "
+                     "logs in %s",
+                     L.job_id, job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s",
+                     L.etcd_eps, L.etcd_prefix, L.logdir);
+    else if (!L.tty)
         ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
                      job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen,
                      L.store_port, L.logdir);
@@ -536,6 +601,7 @@ out:
     ddp_store_server_free(srv);
     if (nodes_up)
         ddp__nodes_release(&L.nodes);
+    etcd_cleanup();
     if (L.loop)
         ddp_loop_free(L.loop);
     if (sfd >= 0)
@@ -547,6 +613,7 @@ out:
     for (char **p = L.env; p && *p; p++)
         free(*p);
     free(L.env);
+    free(L.etcd_eps);
     for (char **p = L.shell_env; p && *p; p++)
         free(*p);
     free(L.shell_env);

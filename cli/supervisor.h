@@ -19,6 +19,8 @@
 #include "rendezvous/loop.h"
 #include "rendezvous/store.h"
 
+struct ddp_etcd;
+
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -72,6 +74,9 @@ struct ddp__sup {
     char token[DDP_STORE_TOKEN_HEX + 1];
     char store_addr[300], store_host[256];
     int store_port;
+    /* rendezvous: {backend: etcd}: the endpoints (comma-separated) and the job's folder */
+    char *etcd_eps, etcd_prefix[512];
+    struct ddp_etcd *etcd;        /* a client of it, for the cleanup at the end */
     struct ddp_store_server *srv; /* the job\'s store (its thread runs it) */
     int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
@@ -144,5 +149,8 @@ void ddp__sup_describe_exit(int code, char *buf, size_t n);
 /* The callbacks of the nodes (cli/nodes.h) and of the membership watch. */
 extern const struct ddp__nodes_cb ddp__sup_nodes_cb;
 void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev);
+/* Where the job's members meet (the store or etcd) as a JOIN's fields: token, store_addr,
+ * job_id and the etcd settings; the rest zero. */
+void ddp__sup_join_where(struct ddp__agent_join *jf);
 
 #endif

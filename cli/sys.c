@@ -114,6 +114,10 @@ int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const 
     if (pid < 0)
         goto fail;
     if (pid == 0) {
+        /* Its own process group, set on both sides: the parent's setpgid fails once the child
+         * has exec'd (EACCES), and a child left in ddprun's group would not be reached by
+         * the kill(-pid) that ends it. */
+        setpgid(0, 0);
         dup2(in[0], 0);
         dup2(o[1], 1);
         dup2(e[1], 2);
@@ -126,7 +130,7 @@ int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const 
             execv("/proc/self/exe", argv);
         _exit(127);
     }
-    /* Its own process group, as the agent makes itself: no race with a kill(-pid). */
+    /* ... and here, so that no kill(-pid) from now on can find the group missing. */
     setpgid(pid, pid);
     close(in[0]);
     close(o[1]);
@@ -283,4 +287,21 @@ void ddp__end_child(pid_t pid, int level)
         kill(pid, SIGTERM);
     else
         kill(-pid, SIGKILL);
+}
+
+int ddp__store_host(const char *store_addr, const char *etcd_endpoints, const char *master,
+                    char *host, size_t n)
+{
+    int port;
+    if (strcmp(store_addr, "etcd") != 0)
+        return ddp_parse_hostport(store_addr, host, n, &port);
+    const char *p = strstr(etcd_endpoints, "://");
+    if (!p || strncmp(etcd_endpoints, "unix:", 5) == 0) {
+        snprintf(host, n, "%s", master);
+        return 0;
+    }
+    p += 3;
+    char hp[300];
+    snprintf(hp, sizeof(hp), "%.*s", (int)strcspn(p, ",/"), p);
+    return ddp_parse_hostport(hp, host, n, &port);
 }

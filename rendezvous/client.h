@@ -22,7 +22,10 @@ struct evnode {
     struct evnode *next;
 };
 
+struct ddp__se;
+
 struct ddp_store {
+    struct ddp__se *etcd; /* non-NULL: the store is a prefix in etcd (rendezvous/store_etcd.h) */
     int fd;
     int rcvtimeo_ms; /* SO_RCVTIMEO now on the socket (0: none) */
     pthread_mutex_t mu;
@@ -33,6 +36,10 @@ struct ddp_store {
     struct evnode *ev_head, *ev_tail;
     char addr[300];
 };
+
+/* A store client whose calls go to se (store_helpers.c's ddp_store_connect_env, for
+ * DDPRUN_STORE_ADDR=etcd); it owns se once this succeeds. */
+int ddp__store_from_etcd(struct ddp__se *se, struct ddp_store **out);
 
 /* Every public call holds the connection's mutex: one request in flight at a time. */
 #define LOCKED(s, expr)                                                                            \

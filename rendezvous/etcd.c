@@ -100,6 +100,28 @@ const char *ddp_etcd_error(const struct ddp_etcd *e)
     return e->err;
 }
 
+void ddp_etcd_set_timeout(struct ddp_etcd *e, int timeout_ms)
+{
+    e->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
+    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+    curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
+}
+
+const char *ddp_etcd_endpoint(const struct ddp_etcd *e)
+{
+    return e->ep[e->cur];
+}
+
+int ddp_etcd_local_ip(struct ddp_etcd *e, char *out, size_t n)
+{
+    char *ip = NULL;
+    if (curl_easy_getinfo(e->curl, CURLINFO_LOCAL_IP, &ip) != CURLE_OK || !ip || !*ip ||
+        strlen(ip) >= n)
+        return DDP_ENOKEY;
+    memcpy(out, ip, strlen(ip) + 1);
+    return 0;
+}
+
 /* The server's own words on a failure: {"error": ..., "message": ...}. */
 static void server_message(struct ddp_etcd *e, char *out, size_t n)
 {
@@ -221,6 +243,18 @@ int ddp_etcd_version(struct ddp_etcd *e, char *out, size_t n)
     return 0;
 }
 
+int ddp_etcd_revision(struct ddp_etcd *e, int64_t *rev)
+{
+    /* a count of the keys named "\0" (none): the answer's header has the revision */
+    int r = request(e, "/v3/kv/range", "{\"key\":\"AA==\",\"count_only\":true}");
+    static const char *const rev_path[] = {"header", "revision", NULL};
+    if (r == 0 && !ddp_json_i64(&e->json, ddp_json_path(&e->json, 0, rev_path), rev)) {
+        snprintf(e->err, sizeof(e->err), "etcd at %s: an answer without a revision", e->ep[e->cur]);
+        return DDP_EPROTO;
+    }
+    return r;
+}
+
 int ddp_etcd_put(struct ddp_etcd *e, const char *key, const void *val, size_t vlen, int64_t lease)
 {
     char *k = ddp__etcd_b64(key, strlen(key)), *v = ddp__etcd_b64(val, vlen);
@@ -296,26 +330,33 @@ int ddp_etcd_get(struct ddp_etcd *e, const char *key, char **val, size_t *vlen, 
     return 0;
 }
 
-int ddp_etcd_create(struct ddp_etcd *e, const char *key, const void *val, size_t vlen,
-                    int64_t lease, bool *created)
+int ddp_etcd_put_if(struct ddp_etcd *e, const char *key, int64_t mod_rev, const void *val,
+                    size_t vlen, int64_t lease, bool *swapped)
 {
     char *k = ddp__etcd_b64(key, strlen(key)), *v = ddp__etcd_b64(val, vlen);
     size_t n = (k ? 2 * strlen(k) : 0) + (v ? strlen(v) : 0) + 256;
     char *body = malloc(n);
     int r = DDP_ENOMEM;
     if (k && v && body) {
+        /* etcd compares an absent key's revisions as 0 */
         snprintf(body, n,
-                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"create_revision\":\"0\"}],"
-                 "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"MOD\",\"mod_revision\":\"%" PRId64
+                 "\"}],\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
                  "\"lease\":\"%" PRId64 "\"}}]}",
-                 k, k, v, lease);
+                 k, mod_rev, k, v, lease);
         if ((r = request(e, "/v3/kv/txn", body)) == 0)
-            *created = ddp_json_bool(&e->json, ddp_json_get(&e->json, 0, "succeeded"));
+            *swapped = ddp_json_bool(&e->json, ddp_json_get(&e->json, 0, "succeeded"));
     }
     free(k);
     free(v);
     free(body);
     return r;
+}
+
+int ddp_etcd_create(struct ddp_etcd *e, const char *key, const void *val, size_t vlen,
+                    int64_t lease, bool *created)
+{
+    return ddp_etcd_put_if(e, key, 0, val, vlen, lease, created);
 }
 
 int ddp_etcd_delete(struct ddp_etcd *e, const char *key, bool prefix, int64_t *deleted)

@@ -30,12 +30,25 @@ void ddp_etcd_free(struct ddp_etcd *e);
 /* What the last failed call met, naming the endpoint ("etcd at URL: ..."). */
 const char *ddp_etcd_error(const struct ddp_etcd *e);
 
+/* The request timeout from now on (0: 5000 ms). */
+void ddp_etcd_set_timeout(struct ddp_etcd *e, int timeout_ms);
+/* The endpoint that answered last (or is tried first). */
+const char *ddp_etcd_endpoint(const struct ddp_etcd *e);
+/* This end's IP address of the last connection (none for a Unix socket: DDP_ENOKEY). */
+int ddp_etcd_local_ip(struct ddp_etcd *e, char *out, size_t n);
+
 /* The server's version ("3.4.23"). */
 int ddp_etcd_version(struct ddp_etcd *e, char *out, size_t n);
+/* The cluster's current revision. */
+int ddp_etcd_revision(struct ddp_etcd *e, int64_t *rev);
 /* Puts key = val, bound to lease (0: none). */
 int ddp_etcd_put(struct ddp_etcd *e, const char *key, const void *val, size_t vlen, int64_t lease);
 /* key's value (malloc'd, NUL-terminated past vlen) and its mod revision; DDP_ENOKEY if absent. */
 int ddp_etcd_get(struct ddp_etcd *e, const char *key, char **val, size_t *vlen, int64_t *mod_rev);
+/* Puts key = val only if key's mod revision is mod_rev (0: the key does not exist); *swapped
+ * says whether it did. */
+int ddp_etcd_put_if(struct ddp_etcd *e, const char *key, int64_t mod_rev, const void *val,
+                    size_t vlen, int64_t lease, bool *swapped);
 /* Puts key = val only if key does not exist; *created says which. */
 int ddp_etcd_create(struct ddp_etcd *e, const char *key, const void *val, size_t vlen,
                     int64_t lease, bool *created);

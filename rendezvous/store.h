@@ -109,6 +109,21 @@ int ddp_store_connect(const char *host, int port, const void *token, size_t toke
  */
 int ddp_store_connect_env(int timeout_ms, struct ddp_store **out);
 
+/*
+ * A store that is a folder of an etcd cluster (rendezvous: {backend: etcd}): keys live under
+ * "<prefix>kv/", leases are etcd's (whole seconds) and a watch reports a lease's end as a
+ * delete. Every operation but num_keys works; a wait polls. The cluster must answer within
+ * timeout_ms. DDPRUN_STORE_ADDR=etcd makes ddp_store_connect_env take this path, with
+ * DDPRUN_ETCD_ENDPOINTS, _PREFIX, _CA, _CERT and _KEY.
+ */
+struct ddp_store_etcd_opts {
+    const char *endpoints;       /* comma-separated URLs: http://, https://, unix:///PATH */
+    const char *prefix;          /* the job's folder, ending with '/' */
+    const char *ca, *cert, *key; /* TLS files, or NULL */
+};
+int ddp_store_connect_etcd(const struct ddp_store_etcd_opts *o, int timeout_ms,
+                           struct ddp_store **out);
+
 /* Closes the connection and frees the client. NULL is a no-op. */
 void ddp_store_close(struct ddp_store *s);
 

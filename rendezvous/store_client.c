@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/proto.h"
+#include "rendezvous/store_etcd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -436,10 +437,26 @@ fail:
     return r;
 }
 
+int ddp__store_from_etcd(struct ddp__se *se, struct ddp_store **out)
+{
+    struct ddp_store *s = calloc(1, sizeof(*s));
+    if (!s)
+        return DDP_ENOMEM;
+    s->fd = -1;
+    s->etcd = se;
+    pthread_mutex_init(&s->mu, NULL);
+    ddp_buf_init(&s->in);
+    ddp_buf_init(&s->out);
+    snprintf(s->addr, sizeof(s->addr), "etcd");
+    *out = s;
+    return 0;
+}
+
 void ddp_store_close(struct ddp_store *s)
 {
     if (!s)
         return;
+    ddp__se_close(s->etcd);
     mark_broken(s);
     while (s->ev_head) {
         struct evnode *n = s->ev_head;
@@ -458,6 +475,8 @@ int ddp_store_local_addr(struct ddp_store *s, char *buf, size_t len)
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     int r = DDP_ECLOSED;
+    if (s->etcd)
+        return LOCKED(s, ddp__se_local_addr(s->etcd, buf, len));
     pthread_mutex_lock(&s->mu);
     if (s->fd >= 0 && getsockname(s->fd, (struct sockaddr *)&ss, &sl) == 0 &&
         getnameinfo((struct sockaddr *)&ss, sl, buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST) == 0)
@@ -470,6 +489,8 @@ void ddp_store_set_timeout(struct ddp_store *s, int timeout_ms)
 {
     pthread_mutex_lock(&s->mu);
     s->timeout_ms = timeout_ms;
+    if (s->etcd)
+        ddp__se_set_timeout(s->etcd, timeout_ms);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -510,14 +531,7 @@ static int do_next_event(struct ddp_store *s, int timeout_ms, struct ddp_store_e
 
 int ddp_store_next_event(struct ddp_store *s, int timeout_ms, struct ddp_store_event **ev)
 {
+    if (s->etcd)
+        return ddp__se_next_event(s->etcd, timeout_ms, ev);
     return LOCKED(s, do_next_event(s, timeout_ms, ev));
-}
-
-void ddp_store_event_free(struct ddp_store_event *ev)
-{
-    if (!ev)
-        return;
-    free(ev->key);
-    free(ev->value);
-    free(ev);
 }

@@ -4,6 +4,7 @@
 #include "common/err.h"
 #include "common/util.h"
 #include "rendezvous/proto.h"
+#include "rendezvous/store_etcd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ static int do_ping(struct ddp_store *s)
 
 int ddp_store_ping(struct ddp_store *s)
 {
+    if (s->etcd)
+        return 0; /* the etcd client answers or fails each call on its own */
     return LOCKED(s, do_ping(s));
 }
 
@@ -41,12 +44,16 @@ static int do_set(struct ddp_store *s, const char *key, const void *val, size_t 
 
 int ddp_store_set(struct ddp_store *s, const char *key, const void *val, size_t len)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_set(s->etcd, key, val, len));
     return LOCKED(s, do_set(s, key, val, len, 0));
 }
 
 int ddp_store_set_leased(struct ddp_store *s, const char *key, const void *val, size_t len,
                          uint64_t lease)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_set_leased(s->etcd, key, val, len, lease));
     if (lease == 0)
         return DDP_EINVAL;
     return LOCKED(s, do_set(s, key, val, len, lease));
@@ -86,6 +93,8 @@ static int do_get(struct ddp_store *s, const char *key, void **val, size_t *len)
 
 int ddp_store_get(struct ddp_store *s, const char *key, void **val, size_t *len)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_get(s->etcd, key, val, len));
     return LOCKED(s, do_get(s, key, val, len));
 }
 
@@ -109,6 +118,8 @@ static int do_add(struct ddp_store *s, const char *key, int64_t delta, int64_t *
 
 int ddp_store_add(struct ddp_store *s, const char *key, int64_t delta, int64_t *result)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_add(s->etcd, key, delta, result));
     return LOCKED(s, do_add(s, key, delta, result));
 }
 
@@ -149,6 +160,9 @@ static int do_cas(struct ddp_store *s, const char *key, const void *exp, size_t 
 int ddp_store_cas(struct ddp_store *s, const char *key, const void *expected, size_t exp_len,
                   const void *desired, size_t des_len, bool *swapped, void **cur, size_t *cur_len)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_cas(s->etcd, key, expected, exp_len, desired, des_len, swapped,
+                                     cur, cur_len));
     return LOCKED(s, do_cas(s, key, expected, exp_len, desired, des_len, swapped, cur, cur_len));
 }
 
@@ -171,6 +185,8 @@ static int do_delete(struct ddp_store *s, const char *key, bool *deleted)
 
 int ddp_store_delete(struct ddp_store *s, const char *key, bool *deleted)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_delete(s->etcd, key, deleted));
     return LOCKED(s, do_delete(s, key, deleted));
 }
 
@@ -208,6 +224,8 @@ static int do_check(struct ddp_store *s, const char *const *keys, size_t n, bool
 
 int ddp_store_check(struct ddp_store *s, const char *const *keys, size_t n, bool *all)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_check(s->etcd, keys, n, all));
     return LOCKED(s, do_check(s, keys, n, all));
 }
 
@@ -224,6 +242,8 @@ static int do_num_keys(struct ddp_store *s, int64_t *n)
 
 int ddp_store_num_keys(struct ddp_store *s, int64_t *n)
 {
+    if (s->etcd)
+        return DDP_ENOTSUP; /* etcd counts every job's keys */
     return LOCKED(s, do_num_keys(s, n));
 }
 
@@ -244,6 +264,8 @@ static int do_wait(struct ddp_store *s, const char *const *keys, size_t n, int t
 
 int ddp_store_wait(struct ddp_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_wait(s->etcd, keys, n, timeout_ms));
     return LOCKED(s, do_wait(s, keys, n, timeout_ms));
 }
 
@@ -285,18 +307,9 @@ static int do_multi_get(struct ddp_store *s, const char *const *keys, size_t n,
 int ddp_store_multi_get(struct ddp_store *s, const char *const *keys, size_t n,
                         struct ddp_store_value *vals)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_multi_get(s->etcd, keys, n, vals));
     return LOCKED(s, do_multi_get(s, keys, n, vals));
-}
-
-void ddp_store_values_free(struct ddp_store_value *vals, size_t n)
-{
-    if (!vals)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        free(vals[i].data);
-        vals[i].data = NULL;
-        vals[i].len = 0;
-    }
 }
 
 static int do_watch(struct ddp_store *s, const char *key, bool prefix, uint32_t *wid)
@@ -317,6 +330,8 @@ static int do_watch(struct ddp_store *s, const char *key, bool prefix, uint32_t 
 
 int ddp_store_watch(struct ddp_store *s, const char *key, bool prefix, uint32_t *id)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_watch(s->etcd, key, prefix, id));
     return LOCKED(s, do_watch(s, key, prefix, id));
 }
 
@@ -334,6 +349,8 @@ static int do_u32_op(struct ddp_store *s, uint8_t op, uint32_t arg, uint32_t *ou
 
 int ddp_store_unwatch(struct ddp_store *s, uint32_t wid)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_unwatch(s->etcd, wid));
     return LOCKED(s, do_u32_op(s, DDP__OP_UNWATCH, wid, NULL));
 }
 
@@ -353,6 +370,8 @@ static int do_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease)
 
 int ddp_store_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_lease_grant(s->etcd, ttl_ms, lease));
     return LOCKED(s, do_lease_grant(s, ttl_ms, lease));
 }
 
@@ -375,10 +394,14 @@ static int do_lease_u64(struct ddp_store *s, uint8_t op, uint64_t lease, int *tt
 
 int ddp_store_lease_keepalive(struct ddp_store *s, uint64_t lease, int *ttl_ms)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_lease_keepalive(s->etcd, lease, ttl_ms));
     return LOCKED(s, do_lease_u64(s, DDP__OP_LEASE_KEEPALIVE, lease, ttl_ms));
 }
 
 int ddp_store_lease_revoke(struct ddp_store *s, uint64_t lease)
 {
+    if (s->etcd)
+        return LOCKED(s, ddp__se_lease_revoke(s->etcd, lease));
     return LOCKED(s, do_lease_u64(s, DDP__OP_LEASE_REVOKE, lease, NULL));
 }

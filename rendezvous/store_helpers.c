@@ -1,6 +1,8 @@
 /* Rendezvous helpers built on the store client (barrier, all-gather) and job-token
  * handling. */
 #include "rendezvous/store.h"
+#include "rendezvous/client.h"
+#include "rendezvous/store_etcd.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -214,6 +216,18 @@ void ddp_store_token_free(uint8_t *tok, size_t len)
     ddp_freezero(tok, len);
 }
 
+int ddp_store_connect_etcd(const struct ddp_store_etcd_opts *o, int timeout_ms,
+                           struct ddp_store **out)
+{
+    struct ddp__se *se;
+    int r = ddp__se_open(o->endpoints, o->prefix, o->ca, o->cert, o->key, timeout_ms, &se);
+    if (r < 0)
+        return r;
+    if ((r = ddp__store_from_etcd(se, out)) < 0)
+        ddp__se_close(se);
+    return r;
+}
+
 int ddp_store_connect_env(int timeout_ms, struct ddp_store **out)
 {
     const char *addr = getenv("DDPRUN_STORE_ADDR");
@@ -224,6 +238,14 @@ int ddp_store_connect_env(int timeout_ms, struct ddp_store **out)
     if (!addr || !*addr) {
         DDP_ERROR(STORE, "DDPRUN_STORE_ADDR is not set (is this process running under ddprun?)");
         return DDP_EINVAL;
+    }
+    if (strcmp(addr, "etcd") == 0) { /* rendezvous: {backend: etcd} */
+        struct ddp_store_etcd_opts o = {.endpoints = getenv("DDPRUN_ETCD_ENDPOINTS"),
+                                        .prefix = getenv("DDPRUN_ETCD_PREFIX"),
+                                        .ca = getenv("DDPRUN_ETCD_CA"),
+                                        .cert = getenv("DDPRUN_ETCD_CERT"),
+                                        .key = getenv("DDPRUN_ETCD_KEY")};
+        return ddp_store_connect_etcd(&o, timeout_ms, out);
     }
     if (ddp_parse_hostport(addr, host, sizeof(host), &port) < 0 || port == 0) {
         DDP_ERROR(STORE, "DDPRUN_STORE_ADDR='%s' is not HOST:PORT", addr);

@@ -156,6 +156,7 @@ JOB
 }
 
 @test "3 SSH nodes, min 2: a node SIGKILLed mid-training; the job finishes on 2 nodes, as accurate as without the failure" {
+  trains
   need_sshd
   for k in 1 2 3; do sshd_start "$k"; done
   # the reference: the same job without a failure
@@ -194,6 +195,7 @@ JOB
 }
 
 @test "a node cut off the network is lost by its lease, fences itself, and rejoins at the next round once back" {
+  trains
   need_sshd
   for k in 1 2 3; do sshd_start "$k"; done
   # without namespaces the node is stopped instead of cut off, and an SSH attempt to its stopped

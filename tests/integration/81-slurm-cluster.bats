@@ -15,10 +15,6 @@ setup() {
 
 # The tests that train the model check Slurm's side (steps, node loss), not memory safety: the
 # sanitizer builds run the others (the same launcher code, minus minutes of instrumented training).
-trains() {
-  case "$BUILD" in */asan | */tsan) skip "trains a model: run by the CI build only" ;; esac
-}
-
 teardown() {
   local rc=0
   [ -n "${SLURM_DIR:-}" ] && { only_slurmd_left || rc=1; }

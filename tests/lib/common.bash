@@ -7,6 +7,12 @@ BUILD="${DDP_BUILD_DIR:-$REPO/build/ci}"
 DDPRUN="$BUILD/ddprun"
 STORETOOL="$BUILD/tests/storetool"
 
+# Tests whose time goes mostly to training a model under a sanitizer (the trainer instrumented
+# too) run in the CI build only; the sanitizer stages keep the shorter tests of the same paths.
+trains() {
+  case "$BUILD" in */asan | */tsan) skip "trains a model: run by the CI build only" ;; esac
+}
+
 # Starts `ddprun store` on 127.0.0.1 with a fresh token; sets STORE_PID, STORE_ADDR, TOKFILE.
 start_store() {
   TOKFILE="$BATS_TEST_TMPDIR/token"

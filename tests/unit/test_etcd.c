@@ -1,12 +1,14 @@
 /*
- * The etcd v3 client (rendezvous/etcd.c) against a real etcd (Debian's etcd-server), started
- * by each test on a Unix socket in a folder of its own (no port to race for), and the JSON and
- * base64 code it rests on. Without etcd installed the etcd tests say so and pass.
+ * The etcd v3 client (rendezvous/etcd.c) and the store API on it (rendezvous/store_etcd.c,
+ * rendezvous.backend: etcd) against a real etcd (Debian's etcd-server), started by each test on
+ * a Unix socket in a folder of its own (no port to race for), and the JSON and base64 code it
+ * rests on. Without etcd installed the etcd tests say so and pass.
  */
 #include "common/base64.h"
 #include "common/json.h"
 #include "common/util.h"
 #include "rendezvous/etcd.h"
+#include "rendezvous/store.h"
 #include "test.h"
 
 #include <pthread.h>
@@ -418,6 +420,156 @@ TEST(a_3_member_cluster_that_loses_a_member_serves_on_and_its_watch_loses_nothin
     /* the watch moved to another member, from the revision after the last it saw */
     expect_seen("P c/1=b;P c/2=c;");
     ddp_etcd_watch_stop(w);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
+}
+
+/* ------------------------------------------------------------------ */
+/* The store API on etcd (what workers, agents and the launcher call)  */
+/* ------------------------------------------------------------------ */
+
+static struct ddp_store *etcd_store(const char *ep, const char *prefix)
+{
+    struct ddp_store *s;
+    struct ddp_store_etcd_opts o = {.endpoints = ep, .prefix = prefix};
+    ASSERT_EQ(ddp_store_connect_etcd(&o, 10000, &s), 0);
+    return s;
+}
+
+struct adder {
+    const char *ep;
+    int rank, n;
+    struct ddp_store_value vals[4];
+    int rc;
+};
+
+/* Each of 4 threads, on its own connection: 25 adds to one counter, then an all-gather. */
+static void *adder_main(void *arg)
+{
+    struct adder *a = arg;
+    struct ddp_store *s = etcd_store(a->ep, "/jobs/j1/");
+    a->rc = 0;
+    for (int k = 0; k < 25 && a->rc == 0; k++)
+        a->rc = ddp_store_add(s, "counter", 1, NULL);
+    char blob[32];
+    int bl = snprintf(blob, sizeof(blob), "rank %d", a->rank);
+    if (a->rc == 0)
+        a->rc = ddp_store_all_gather(s, "gather", a->rank, a->n, blob, (size_t)bl, 20000, a->vals);
+    ddp_store_close(s);
+    return NULL;
+}
+
+TEST(the_store_api_on_etcd_keeps_its_meaning_under_a_prefix)
+{
+    struct etcd_proc p;
+    char ep[160];
+    struct ddp_etcd *e;
+    if (!with_etcd(&p, ep, sizeof(ep), &e))
+        return;
+    struct ddp_store *s = etcd_store(ep, "/jobs/j1/");
+    void *v;
+    size_t vl;
+    ASSERT_EQ(ddp_store_get(s, "a", &v, &vl), DDP_ENOKEY);
+    ASSERT_EQ(ddp_store_set(s, "a", "one", 3), 0);
+    ASSERT_EQ(ddp_store_get(s, "a", &v, &vl), 0);
+    ASSERT_EQ(vl, 3u);
+    ASSERT_STREQ((char *)v, "one");
+    free(v);
+    /* under the job's folder, beside the keys ddprun itself keeps */
+    char *raw;
+    ASSERT_EQ(ddp_etcd_get(e, "/jobs/j1/kv/a", &raw, &vl, NULL), 0);
+    free(raw);
+    /* compare-and-set: absent, then a mismatch that reports the value, then a match */
+    bool swapped;
+    void *cur;
+    size_t cl;
+    ASSERT_EQ(ddp_store_cas(s, "c", NULL, 0, "x", 1, &swapped, &cur, &cl), 0);
+    ASSERT_TRUE(swapped);
+    free(cur);
+    ASSERT_EQ(ddp_store_cas(s, "c", "y", 1, "z", 1, &swapped, &cur, &cl), 0);
+    ASSERT_TRUE(!swapped);
+    ASSERT_TRUE(cur && cl == 1 && ((char *)cur)[0] == 'x');
+    free(cur);
+    ASSERT_EQ(ddp_store_cas(s, "c", "x", 1, "z", 1, &swapped, NULL, NULL), 0);
+    ASSERT_TRUE(swapped);
+    ASSERT_EQ(ddp_store_set(s, "notint", "abc", 3), 0);
+    ASSERT_EQ(ddp_store_add(s, "notint", 1, NULL), DDP_ENOTINT);
+    /* a wait for a key nobody sets ends at its timeout; one for keys that exist returns */
+    const char *missing[] = {"gone/1"};
+    int64_t t0 = ddp_now_ms();
+    ASSERT_EQ(ddp_store_wait(s, missing, 1, 300), DDP_ETIMEDOUT);
+    ASSERT_GE(ddp_now_ms() - t0, 300);
+    /* 4 clients at once: no add is lost (each is a compare on the key's revision), and the
+     * all-gather gives each every rank's blob in rank order */
+    pthread_t th[4];
+    struct adder ad[4];
+    for (int r = 0; r < 4; r++) {
+        ad[r] = (struct adder){.ep = ep, .rank = r, .n = 4};
+        ASSERT_EQ(pthread_create(&th[r], NULL, adder_main, &ad[r]), 0);
+    }
+    for (int r = 0; r < 4; r++) {
+        pthread_join(th[r], NULL);
+        ASSERT_EQ(ad[r].rc, 0);
+        for (int k = 0; k < 4; k++) {
+            char want[16];
+            snprintf(want, sizeof(want), "rank %d", k);
+            ASSERT_STREQ((char *)ad[r].vals[k].data, want);
+        }
+        ddp_store_values_free(ad[r].vals, 4);
+    }
+    int64_t total;
+    ASSERT_EQ(ddp_store_add(s, "counter", 0, &total), 0);
+    ASSERT_EQ(total, 100);
+    bool deleted;
+    ASSERT_EQ(ddp_store_delete(s, "a", &deleted), 0);
+    ASSERT_TRUE(deleted);
+    ASSERT_EQ(ddp_store_delete(s, "a", &deleted), 0);
+    ASSERT_TRUE(!deleted);
+    ddp_store_close(s);
+    ddp_etcd_free(e);
+    etcd_stop(&p);
+}
+
+TEST(store_leases_and_watches_on_etcd_see_a_lost_lease_as_a_delete)
+{
+    struct etcd_proc p;
+    char ep[160];
+    struct ddp_etcd *e;
+    if (!with_etcd(&p, ep, sizeof(ep), &e))
+        return;
+    struct ddp_store *agent = etcd_store(ep, "/jobs/j2/"), *launcher = etcd_store(ep, "/jobs/j2/");
+    uint32_t wid;
+    ASSERT_EQ(ddp_store_watch(launcher, "ddprun/", true, &wid), 0);
+    uint64_t lease;
+    ASSERT_EQ(ddp_store_lease_grant(agent, 1500, &lease), 0); /* 2 s: whole seconds */
+    ASSERT_EQ(ddp_store_set_leased(agent, "ddprun/nodes/0.1", "n0", 2, lease), 0);
+    ASSERT_EQ(ddp_store_set(agent, "other/key", "x", 1), 0); /* outside the watch */
+    int ttl;
+    for (int k = 0; k < 5; k++) { /* kept alive past its TTL */
+        usleep(500 * 1000);
+        ASSERT_EQ(ddp_store_lease_keepalive(agent, lease, &ttl), 0);
+        ASSERT_EQ(ttl, 2000);
+    }
+    struct ddp_store_event *ev;
+    ASSERT_EQ(ddp_store_next_event(launcher, 2000, &ev), 0);
+    ASSERT_EQ(ev->kind, DDP_STORE_EV_SET);
+    ASSERT_EQ(ev->watch_id, wid);
+    ASSERT_STREQ(ev->key, "ddprun/nodes/0.1");
+    ASSERT_STREQ((char *)ev->value, "n0");
+    ddp_store_event_free(ev);
+    /* left alone, it ends within its TTL and the half second etcd's leader checks leases in */
+    int64_t t0 = ddp_now_ms();
+    ASSERT_EQ(ddp_store_next_event(launcher, 5000, &ev), 0);
+    int64_t took = ddp_now_ms() - t0;
+    ASSERT_EQ(ev->kind, DDP_STORE_EV_DELETE);
+    ASSERT_STREQ(ev->key, "ddprun/nodes/0.1");
+    ddp_store_event_free(ev);
+    ASSERT_GE(took, 1000);
+    ASSERT_EQ(ddp_store_lease_keepalive(agent, lease, &ttl), DDP_ENOLEASE);
+    ASSERT_EQ(ddp_store_next_event(launcher, 300, &ev), DDP_ETIMEDOUT);
+    ASSERT_EQ(ddp_store_unwatch(launcher, wid), 0);
+    ddp_store_close(agent);
+    ddp_store_close(launcher);
     ddp_etcd_free(e);
     etcd_stop(&p);
 }

@@ -1,0 +1,165 @@
+#!/usr/bin/env bats
+# rendezvous: {backend: etcd} (issue 19, part 2) against a real etcd (tests/lib/etcd.bash): the
+# agents' leases, the launcher's watch, the round's resume point and the ranks' bootstrap keys
+# live in the job's folder in etcd; no store runs on the login node.
+load '../lib/common'
+load '../lib/sshd'
+load '../lib/etcd'
+
+FMNIST="$BUILD/ddprun-fmnist"
+
+setup() {
+  cd "$BATS_TEST_TMPDIR"
+  need_etcd
+}
+
+teardown() {
+  [ -n "${SSH_DIR:-}" ] && sshd_teardown
+  etcd_teardown
+}
+
+events() { cat logs/*/events.jsonl; }
+ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \(\"[^\"]*\|[^,}]*\)" | sed 's/^[^:]*: "\{0,1\}//; s/"$//'; }
+wait_event() { # event [count] [seconds]
+  for _ in $(seq $((${3:-60} * 10))); do
+    [ "$(events 2>/dev/null | grep -c "\"event\": \"$1\"")" -ge "${2:-1}" ] && return 0
+    sleep 0.1
+  done
+  echo "no '$1' event in time:"; events; return 1
+}
+unix_of() { date -d "$1" +%s.%N; }
+final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
+
+@test "rendezvous.backend etcd: what is missing or belongs to the other backend is an error at its line" {
+  printf 'command: [true]\nrendezvous: {backend: etcd}\n' >a.yaml
+  run "$DDPRUN" plan a.yaml
+  [ "$status" -eq 2 ]
+  assert_output --partial "a.yaml:2:23: rendezvous.backend: etcd needs rendezvous.endpoints"
+  printf 'command: [true]\nrendezvous:\n  endpoints: [http://h:2379]\n' >b.yaml
+  run "$DDPRUN" plan b.yaml
+  assert_output --partial "b.yaml:3:14: rendezvous.endpoints is for backend: etcd"
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: [h:2379]}\n' >c.yaml
+  run "$DDPRUN" plan c.yaml
+  assert_output --partial "'h:2379' is not an etcd endpoint: http://HOST:PORT, https://HOST:PORT or unix:///PATH"
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: [http://h:1], port: 29500}\n' >d.yaml
+  run "$DDPRUN" plan d.yaml
+  assert_output --partial "rendezvous.port is the built-in store's; with backend: etcd no store runs"
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: [http://h:1], tls: {ca: ca.pem}}\n' >e.yaml
+  run "$DDPRUN" plan e.yaml
+  assert_output --partial "rendezvous.tls needs https:// endpoints"
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: [https://h:1], tls: {cert: c.pem}}\n' >f.yaml
+  run "$DDPRUN" plan f.yaml
+  assert_output --partial "rendezvous.tls: cert and key go together"
+}
+
+@test "a local job meets in etcd: the ranks train, no TCP port is open on the launcher, the job's keys go with it" {
+  etcd_start 1
+  cat >job.yaml <<JOB
+command: [$FMNIST, --epochs, "1", --hidden, "64", --max-steps, "300"]
+nproc_per_node: 2
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
+logs: {dir: logs}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  # while it runs: the agent's lease key and the ranks' addresses are in the job's folder
+  keys=$(etcd_keys)
+  echo "$keys"
+  id=$(basename logs/*/)
+  grep -qx "/jobs/$id/kv/ddprun/nodes/0.1" <<<"$keys"
+  grep -qx "/jobs/$id/kv/pg/default/addr/1" <<<"$keys"
+  # ddprun itself listens on no TCP port (its control socket is a Unix one)
+  [ -z "$(ss -ltnp | grep "pid=$ddp,")" ]
+  wait "$ddp" || { cat out.txt; return 1; }
+  grep -qF "rendezvous in etcd ($ETCD_EPS) under /jobs/$id/" out.txt
+  grep -q "step 300 .*test-acc" out.txt
+  # nothing of the job is left in etcd
+  [ -z "$(etcd_keys | grep "^/jobs/")" ]
+}
+
+@test "etcd unreachable: one clear error naming the endpoint, status 3, nothing started" {
+  printf 'command: [sleep, "30"]\nrendezvous: {backend: etcd, endpoints: ["http://127.0.0.1:1", "unix:///nonexistent/etcd.sock"]}\nlogs: {dir: logs}\n' >job.yaml
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 3 ]
+  assert_output --partial "rendezvous.backend etcd: etcd at unix:///nonexistent/etcd.sock: "
+  ! pgrep -f "sleep 30"
+}
+
+@test "3 SSH nodes meet in etcd over TCP and train; a node cut off the network is lost through its etcd lease; the job goes on from its checkpoint" {
+  trains
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  sshd_setup
+  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces (a node to cut off)"
+  for k in 1 2 3; do sshd_start "$k"; done
+  etcd_start 1 "10.213.$SSHD_TAG.1"
+  ssh_job job.yaml 1 1 2 3 -- "$FMNIST" --epochs 2 --hidden 64 --checkpoint-every 50 --eval-every 2
+  cat >>job.yaml <<JOB
+checkpoint: {dir: $PWD/ckpt}
+elastic: {min_nodes: 2, max_restarts: 3, heartbeat_interval: 500ms, heartbeat_timeout: 2s, cooldown: 60s}
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, last_call: 3s}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  for _ in $(seq 200); do [ -e ckpt/fmnist.ckpt ] && break; sleep 0.1; done
+  [ -e ckpt/fmnist.ckpt ]
+  # each rank listens on its own node's address, learned from its connection to etcd
+  for k in 1 2 3; do etcd_keys | grep -q "kv/pg/default/addr/$((k - 1))$"; done
+  t_cut=$(date +%s.%N)
+  ip link set "vd$SSHD_TAG-3" down
+  wait_event membership 2 || { cat out.txt; return 1; }
+  t_lost=$(unix_of "$(events | grep '"event": "node_lost"' | head -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)")
+  # etcd ends a lease within its TTL (2 s) and the half second its leader checks them every
+  awk -v a="$t_cut" -v b="$t_lost" 'BEGIN { d = b - a; print "detected after " d " s"; exit !(d > 1.4 && d <= 4) }'
+  grep -q "node '$(sshd_addr 3)' lost: no heartbeat for 2.0 s" out.txt
+  ip link set "vd$SSHD_TAG-3" up
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  [ "$(ev_field membership nodes | tail -n1)" = "$(sshd_addr 1), $(sshd_addr 2)" ]
+  grep -q "\[$(sshd_addr 1):0\] resuming from $PWD/ckpt/fmnist.ckpt at step [1-9]" out.txt
+  grep -q "\[$(sshd_addr 1):0\] epoch 2/2 step 1874 .*test-acc" out.txt
+  acc=$(final_acc out.txt)
+  awk -v a="$acc" 'BEGIN { exit !(a > 80) }'
+  [ -z "$(etcd_keys | grep "^/ddprun/")" ]
+}
+
+@test "a 3-member etcd loses the member every client uses first mid-job: nothing changes, no restart" {
+  etcd_start 3
+  cat >job.yaml <<JOB
+command: [$FMNIST, --epochs, "1", --hidden, "64", --max-steps, "900"]
+nodes: [{host: localhost, slots: 1}, {host: 127.0.0.1, slots: 1}]
+elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 3s}
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST}
+logs: {dir: logs}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  etcd_kill 0
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "step 900 .*test-acc" out.txt
+  [ "$(events | grep -c '"event": "membership"')" -eq 1 ]
+  [ "$(events | grep -c '"event": "node_lost"')" -eq 0 ]
+  [ -z "$(etcd_keys | grep "^/ddprun/")" ]
+}
+
+@test "ddprun doctor checks each etcd endpoint and the prefix from here, and each node's reach to etcd over TCP" {
+  etcd_start 1 127.0.0.1
+  printf 'command: [true]\nnproc_per_node: 2\nrendezvous: {backend: etcd, endpoints: ["%s", "http://127.0.0.1:1"], prefix: /team/}\n' "$ETCD_EPS" >job.yaml
+  run "$DDPRUN" doctor job.yaml
+  echo "$output"
+  [ "$status" -eq 1 ]
+  assert_output --regexp "$ETCD_EPS +ok: etcd 3\.[0-9.]+"
+  assert_output --partial "http://127.0.0.1:1                       FAIL: etcd at http://127.0.0.1:1: "
+  assert_output --partial "prefix /team/                            ok: written, read back and deleted"
+  # the node's column: it reached etcd's port
+  assert_output --regexp $'\n''node +ssh +host key +ddprun +workdir +command +port +etcd +interface +result'
+  assert_output --regexp $'\n''localhost +local +local +ok +ok +ok +ok +ok +lo +pass'
+  assert_output --partial "etcd: 1 check failed (above)"
+  [ -z "$(etcd_keys | grep "^/team/")" ]
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: ["%s"]}\n' "$ETCD_EPS" >ok.yaml
+  run "$DDPRUN" doctor ok.yaml
+  assert_success
+}
