@@ -163,3 +163,15 @@ JOB
   run "$DDPRUN" doctor ok.yaml
   assert_success
 }
+
+@test "an unmodified PyTorch DDP script meets through etcd: rank 0 hosts its TCPStore, nothing on the launcher" {
+  /usr/bin/python3 -c 'import torch' 2>/dev/null || skip "python3-torch is not installed (./dev.sh deps installs it)"
+  etcd_start 1
+  printf 'command: [/usr/bin/python3, %s]\nnproc_per_node: 2\nrendezvous: {backend: etcd, endpoints: %s}\nlogs: {dir: logs}\n' \
+    "$REPO/tests/integration/py/ddp_train.py" "$ETCD_EP_LIST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  [ "$(grep -o 'params sum [-0-9.]* after [0-9]* steps' <<<"$output" | sort -u | wc -l)" -eq 1 ]
+  assert_output --partial "rank 1 of 2: params sum"
+  grep -q '^TORCHELASTIC_USE_AGENT_STORE=False' <("$DDPRUN" plan job.yaml | tr ' ' '\n')
+}
