@@ -22,6 +22,7 @@ struct ddp_etcd {
     char **ep;
     size_t nep, cur;
     int timeout_ms;
+    bool client_cert; /* a client certificate is given */
     char err[1024];
     struct ddp_buf reply;
     struct ddp_json json;
@@ -71,6 +72,7 @@ int ddp_etcd_new(const struct ddp_etcd_opts *o, struct ddp_etcd **out)
         curl_easy_setopt(e->curl, CURLOPT_CAINFO, o->ca_file);
     if (o->cert_file)
         curl_easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert_file);
+    e->client_cert = o->cert_file != NULL;
     if (o->key_file)
         curl_easy_setopt(e->curl, CURLOPT_SSLKEY, o->key_file);
     *out = e;
@@ -140,6 +142,19 @@ static void server_message(struct ddp_etcd *e, char *out, size_t n)
     ddp_json_free(&j);
 }
 
+/* What a TLS failure most likely means, for the message. */
+static const char *tls_hint(const struct ddp_etcd *e, const char *ep, CURLcode cr)
+{
+    if (strncmp(ep, "https://", 8) != 0)
+        return "";
+    if (cr == CURLE_PEER_FAILED_VERIFICATION)
+        return " (its certificate is not signed by the CA given, or does not name this host)";
+    if (!e->client_cert && (cr == CURLE_SEND_ERROR || cr == CURLE_RECV_ERROR ||
+                            cr == CURLE_SSL_CONNECT_ERROR))
+        return " (the server may require a client certificate: none was given)";
+    return "";
+}
+
 /*
  * POSTs body to path (GET with body NULL) on the endpoints, starting from the current one, and
  * parses the answer into e->json. 0, DDP_ECONNECT when no endpoint answered, DDP_EPROTO for a
@@ -175,7 +190,8 @@ static int request(struct ddp_etcd *e, const char *path, const char *body)
         long status = 0;
         curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
         if (cr != CURLE_OK) {
-            snprintf(e->err, sizeof(e->err), "etcd at %s: %s", ep, curl_easy_strerror(cr));
+            snprintf(e->err, sizeof(e->err), "etcd at %s: %s%s", ep, curl_easy_strerror(cr),
+                     tls_hint(e, ep, cr));
             rc = cr == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEDOUT : DDP_ECONNECT;
             continue; /* the next member */
         }

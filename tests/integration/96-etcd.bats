@@ -175,3 +175,29 @@ JOB
   assert_output --partial "rank 1 of 2: params sum"
   grep -q '^TORCHELASTIC_USE_AGENT_STORE=False' <("$DDPRUN" plan job.yaml | tr ' ' '\n')
 }
+
+@test "etcd over TLS with client certificates: the job meets and trains; no client certificate or another CA is a clear error" {
+  ETCD_TLS=1 etcd_start 1 127.0.0.1
+  t="$ETCD_DIR/tls"
+  cat >job.yaml <<JOB
+command: [$FMNIST, --epochs, "1", --hidden, "64", --max-steps, "100"]
+nproc_per_node: 2
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, tls: {ca: $t/ca.pem, cert: $t/client.pem, key: $t/client.key}}
+logs: {dir: logs}
+JOB
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "step 100 "
+  [ -z "$(etcd_keys | grep "^/ddprun/")" ]
+  # the ranks reached etcd with the same files (a rank without them could not have met)
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: %s, tls: {ca: %s}}\nlogs: {dir: logs}\n' "$ETCD_EP_LIST" "$t/ca.pem" >nocert.yaml
+  run "$DDPRUN" nocert.yaml
+  [ "$status" -eq 3 ]
+  assert_output --partial "rendezvous.backend etcd: etcd at $ETCD_EPS: "
+  assert_output --partial "(the server may require a client certificate: none was given)"
+  etcd_certs other
+  printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: %s, tls: {ca: other/ca.pem, cert: %s, key: %s}}\nlogs: {dir: logs}\n' "$ETCD_EP_LIST" "$t/client.pem" "$t/client.key" >wrongca.yaml
+  run "$DDPRUN" wrongca.yaml
+  [ "$status" -eq 3 ]
+  assert_output --partial "(its certificate is not signed by the CA given, or does not name this host)"
+}
