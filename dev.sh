@@ -68,6 +68,9 @@ test)
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
     bats --timing --print-output-on-failure -f "failed worker|fails once|hung node" \
     tests/integration/50-elastic.bats
+  echo "== [${SECONDS} s] TSan: the same threads with etcd (watch streams, keepalives failing over)"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
+    bats --timing --print-output-on-failure -f "3-member" tests/integration/96-etcd.bats
   build fuzz
   # -timeout: an input that takes seconds (quadratic key handling, say) is a failure too;
   # -max_len: room for deep nesting and many keys; job_spec gets a dictionary of YAML tokens;
