@@ -21,7 +21,7 @@ etcd_free_port() {
   local p
   for _ in $(seq 50); do
     p=$((30000 + RANDOM % 20000))
-    ss -ltn "sport = :$p" | grep -q LISTEN || { echo "$p"; return 0; }
+    [ -n "$(ss -Htan "sport = :$p")" ] || { echo "$p"; return 0; } # no socket of any state
   done
   return 1
 }

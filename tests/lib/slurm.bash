@@ -24,7 +24,12 @@ slurm_setup() {
   [ -n "$SSHD_NETNS" ] || skip "the Slurm test cluster needs network namespaces"
   SLURM_DIR="$BATS_TEST_TMPDIR/slurm"
   mkdir -p "$SLURM_DIR/state" "$SLURM_DIR/spool"
-  local ctl=$((30000 + RANDOM % 20000))
+  # slurmctld's and slurmd's ports free now (a taken one leaves slurmctld unreachable)
+  local ctl
+  for _ in $(seq 50); do
+    ctl=$((30000 + RANDOM % 20000))
+    [ -z "$(ss -Htan "( sport = :$ctl or sport = :$((ctl + 1)) )")" ] && break # no socket on either
+  done
   SLURM_NODES=$n
   {
     echo "ClusterName=ddptest"
@@ -77,12 +82,13 @@ slurm_setup() {
       "hostname n$k && mount --bind '$SLURM_DIR/hosts' /etc/hosts && exec slurmd -f '$SLURM_CONF'" ||
       skip "slurmd n$k did not start: $(tail -n3 "$SLURM_DIR/slurmd-n$k.log" 2>/dev/null)"
   done
-  # up when every node is idle
-  for _ in $(seq 150); do
-    [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | wc -l)" -eq "$n" ] && return 0
+  # up when every node is idle: 30 s at most, however long an unanswered sinfo waits
+  local until=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$until" ]; do
+    [ "$(timeout 3 sinfo -h -N -t idle -o %N 2>/dev/null | wc -l)" -eq "$n" ] && return 0
     sleep 0.1
   done
-  sinfo -N >&2 || true
+  timeout 3 sinfo -N >&2 || true
   tail -n 20 "$SLURM_DIR"/*.log >&2
   skip "the Slurm test cluster's nodes did not come up"
 }
@@ -99,7 +105,7 @@ slurm_kill_node() {
 
 slurm_teardown() {
   [ -n "${SLURM_DIR:-}" ] || return 0
-  scancel --full --quiet --user root 2>/dev/null || true
+  timeout 5 scancel --full --quiet --user root 2>/dev/null || true
   local p
   for p in "$SLURM_DIR"/slurmd-*.pid "$SLURM_DIR"/slurmctld.pid; do
     [ -s "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null || true
