@@ -149,8 +149,8 @@ static const char *tls_hint(const struct ddp_etcd *e, const char *ep, CURLcode c
         return "";
     if (cr == CURLE_PEER_FAILED_VERIFICATION)
         return " (its certificate is not signed by the CA given, or does not name this host)";
-    if (!e->client_cert && (cr == CURLE_SEND_ERROR || cr == CURLE_RECV_ERROR ||
-                            cr == CURLE_SSL_CONNECT_ERROR))
+    if (!e->client_cert &&
+        (cr == CURLE_SEND_ERROR || cr == CURLE_RECV_ERROR || cr == CURLE_SSL_CONNECT_ERROR))
         return " (the server may require a client certificate: none was given)";
     return "";
 }
