@@ -112,6 +112,9 @@ int ddp__kill_children(int sig);
 void ddp__sweep_children(void);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
+/* HOST and PORT of an http:// or https:// URL (up to a ',' or '/'; 80 or 443 unless given);
+ * -1 for another scheme (unix://) or a malformed one. */
+int ddp__url_hostport(const char *url, char *host, size_t n, int *port);
 /* The host a node reaches the job's store at: the built-in store's (store_addr HOST:PORT), or
  * with etcd (store_addr "etcd") the first endpoint's host, or master for a Unix socket. 0/-1. */
 int ddp__store_host(const char *store_addr, const char *etcd_endpoints, const char *master,

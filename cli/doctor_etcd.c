@@ -5,7 +5,6 @@
  */
 #include "cli/cli.h"
 #include "cli/job.h"
-#include "common/util.h"
 #include "rendezvous/etcd.h"
 
 #include <stdio.h>
@@ -14,22 +13,6 @@
 #include <unistd.h>
 
 #include "common/banned.h"
-
-/* host and port of an http(s):// endpoint; -1 for a Unix socket or a malformed one. */
-static int tcp_target(const char *ep, char *host, size_t n, int *port)
-{
-    const char *p = strstr(ep, "://");
-    if (!p || strncmp(ep, "http", 4) != 0)
-        return -1;
-    p += 3;
-    char hp[300];
-    snprintf(hp, sizeof(hp), "%.*s", (int)strcspn(p, "/"), p);
-    if (ddp_parse_hostport(hp, host, n, port) < 0)
-        return -1;
-    if (*port == 0)
-        *port = strncmp(ep, "https", 5) == 0 ? 443 : 80;
-    return 0;
-}
 
 int ddp__doctor_etcd(const struct ddp_job *job, char *host, size_t n, int *port)
 {
@@ -57,7 +40,7 @@ int ddp__doctor_etcd(const struct ddp_job *job, char *host, size_t n, int *port)
             bad++;
         } else {
             printf("  %-40s ok: etcd %s\n", ep, ver);
-            if (!have_target && tcp_target(ep, host, n, port) == 0)
+            if (!have_target && ddp__url_hostport(ep, host, n, port) == 0)
                 have_target = true;
         }
         ddp_etcd_free(e);

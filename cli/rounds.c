@@ -340,7 +340,7 @@ static void lease_expired(int i, unsigned inc)
 static void node_store_addr(int i, char *out, size_t n)
 {
     snprintf(out, n, "%s", L.store_addr);
-    if (L.first_remote && L.wildcard && L.srv) {
+    if (L.first_remote && L.wildcard) {
         char ip[INET6_ADDRSTRLEN];
         const char *toward = ddp__job_host_is_local(host_of(i)) ? L.first_remote : host_of(i);
         if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
@@ -459,7 +459,7 @@ static void rdzv_close(void)
     }
     int master_port = L.torch_port ? L.torch_port : free_port();
     /* TCPStore connections from now on use this round's key space. */
-    if (L.torch_port && L.srv)
+    if (L.torch_port)
         ddp_store_server_torch_round(L.srv, L.round);
     /* The views learn the round's ranks before any of their output (the records open the rank
      * logs). */

@@ -98,13 +98,13 @@ static int etcd_setup(const struct ddp_job *job)
     char ver[64];
     if (ddp_etcd_new(&o, &e) < 0)
         return -1;
-    int r = ddp_etcd_version(e, ver, sizeof(ver));
-    if (r < 0)
+    if (ddp_etcd_version(e, ver, sizeof(ver)) < 0) {
         ddp__cli_error("rendezvous.backend etcd: %s", ddp_etcd_error(e));
-    L.etcd = r < 0 ? NULL : e;
-    if (r < 0)
         ddp_etcd_free(e);
-    return r < 0 ? -1 : 0;
+        return -1;
+    }
+    L.etcd = e; /* kept for the cleanup at the end */
+    return 0;
 }
 
 /* The job's folder goes with the job: every key its agents and ranks left (the agents' leases

@@ -289,19 +289,29 @@ void ddp__end_child(pid_t pid, int level)
         kill(-pid, SIGKILL);
 }
 
+int ddp__url_hostport(const char *url, char *host, size_t n, int *port)
+{
+    const char *p = strstr(url, "://");
+    if (!p || strncmp(url, "http", 4) != 0)
+        return -1;
+    p += 3;
+    char hp[300];
+    snprintf(hp, sizeof(hp), "%.*s", (int)strcspn(p, ",/"), p);
+    if (ddp_parse_hostport(hp, host, n, port) < 0)
+        return -1;
+    if (*port == 0)
+        *port = strncmp(url, "https", 5) == 0 ? 443 : 80;
+    return 0;
+}
+
 int ddp__store_host(const char *store_addr, const char *etcd_endpoints, const char *master,
                     char *host, size_t n)
 {
     int port;
     if (strcmp(store_addr, "etcd") != 0)
         return ddp_parse_hostport(store_addr, host, n, &port);
-    const char *p = strstr(etcd_endpoints, "://");
-    if (!p || strncmp(etcd_endpoints, "unix:", 5) == 0) {
-        snprintf(host, n, "%s", master);
+    if (ddp__url_hostport(etcd_endpoints, host, n, &port) == 0)
         return 0;
-    }
-    p += 3;
-    char hp[300];
-    snprintf(hp, sizeof(hp), "%.*s", (int)strcspn(p, ",/"), p);
-    return ddp_parse_hostport(hp, host, n, &port);
+    snprintf(host, n, "%s", master); /* a Unix socket */
+    return 0;
 }

@@ -96,20 +96,22 @@ int ddp__se_open(const char *endpoints, const char *prefix, const char *ca, cons
         r = DDP_EINVAL;
         goto out;
     }
+    /* Copies: the watches started later read them, after the caller's strings are gone. */
+    char *files[3] = {NULL, NULL, NULL};
+    const char *given[3] = {ca, cert, key};
+    for (int k = 0; k < 3; k++)
+        if (given[k] && *given[k] && !(files[k] = strdup(given[k]))) {
+            free(files[0]);
+            free(files[1]);
+            r = DDP_ENOMEM;
+            goto out;
+        }
     se->o = (struct ddp_etcd_opts){.endpoints = se->list,
                                    .nendpoints = n,
-                                   .ca_file = ca && *ca ? ca : NULL,
-                                   .cert_file = cert && *cert ? cert : NULL,
-                                   .key_file = key && *key ? key : NULL};
+                                   .ca_file = files[0],
+                                   .cert_file = files[1],
+                                   .key_file = files[2]};
     if ((r = ddp_etcd_new(&se->o, &se->e)) < 0)
-        goto out;
-    /* The watches keep their own copies: the TLS strings need not outlive this call. */
-    se->o.ca_file = se->o.cert_file = se->o.key_file = NULL;
-    if (ca && *ca && !(se->o.ca_file = strdup(ca)))
-        goto out;
-    if (cert && *cert && !(se->o.cert_file = strdup(cert)))
-        goto out;
-    if (key && *key && !(se->o.key_file = strdup(key)))
         goto out;
     /* The cluster may be electing a leader: ask until it answers or the time is up. */
     int64_t deadline = ddp_now_ms() + (timeout_ms > 0 ? timeout_ms : 300000);

@@ -4,6 +4,7 @@
 # run on the SSH test hosts of tests/lib/sshd.bash (a network namespace per node).
 load '../lib/common'
 load '../lib/sshd'
+load '../lib/events'
 
 FMNIST="$BUILD/ddprun-fmnist"
 
@@ -44,11 +45,6 @@ need_sshd() {
   sshd_setup
 }
 
-events() { cat logs/*/events.jsonl; }
-# The value of field $2 in the events named $1, one line per event.
-ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \(\"[^\"]*\|[^,}]*\)" | sed 's/^[^:]*: "\{0,1\}//; s/"$//'; }
-unix_of() { date -d "$1" +%s.%N; }
-
 # Every pid of node K: its sshd and all it started (agents, ranks, what they started), and
 # with namespaces whatever else runs in the node's namespace.
 node_pids() { echo $(sshd_tree "$1") $(sshd_ns_pids "$1"); }
@@ -65,16 +61,6 @@ nothing_of_job_on() {
   done
   echo "left on node $1:"; ps -o pid,args -p "$(echo $left | tr ' ' ',')"
   return 1
-}
-
-final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
-
-wait_event() { # event [count] [seconds]
-  for _ in $(seq $((${3:-60} * 10))); do
-    [ "$(events 2>/dev/null | grep -c "\"event\": \"$1\"")" -ge "${2:-1}" ] && return 0
-    sleep 0.1
-  done
-  echo "no '$1' event in time:"; events; return 1
 }
 
 # A 3-node job of the trainer, elastic between 2 and 3 nodes.

@@ -5,6 +5,7 @@
 load '../lib/common'
 load '../lib/sshd'
 load '../lib/etcd'
+load '../lib/events'
 
 FMNIST="$BUILD/ddprun-fmnist"
 
@@ -17,18 +18,6 @@ teardown() {
   [ -n "${SSH_DIR:-}" ] && sshd_teardown
   etcd_teardown
 }
-
-events() { cat logs/*/events.jsonl; }
-ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \(\"[^\"]*\|[^,}]*\)" | sed 's/^[^:]*: "\{0,1\}//; s/"$//'; }
-wait_event() { # event [count] [seconds]
-  for _ in $(seq $((${3:-60} * 10))); do
-    [ "$(events 2>/dev/null | grep -c "\"event\": \"$1\"")" -ge "${2:-1}" ] && return 0
-    sleep 0.1
-  done
-  echo "no '$1' event in time:"; events; return 1
-}
-unix_of() { date -d "$1" +%s.%N; }
-final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
 
 @test "rendezvous.backend etcd: what is missing or belongs to the other backend is an error at its line" {
   printf 'command: [true]\nrendezvous: {backend: etcd}\n' >a.yaml
