@@ -43,8 +43,16 @@ teardown() {
 
 @test "a local job meets in etcd: the ranks train, no TCP port is open on the launcher, the job's keys go with it" {
   etcd_start 1
+  # the ranks stay until ./go exists, so the listing below sees the agent's lease key however
+  # fast this machine trains (an agent revokes its lease as soon as its ranks are done)
+  cat >train.sh <<SH
+#!/bin/sh
+"$FMNIST" "\$@" || exit
+until [ -e "$PWD/go" ]; do sleep 0.05; done
+SH
+  chmod +x train.sh
   cat >job.yaml <<JOB
-command: [$FMNIST, --epochs, "1", --hidden, "64", --max-steps, "300"]
+command: [$PWD/train.sh, --epochs, "1", --hidden, "64", --max-steps, "300"]
 nproc_per_node: 2
 rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
 logs: {dir: logs}
@@ -60,6 +68,7 @@ JOB
   grep -qx "/jobs/$id/kv/pg/default/addr/1" <<<"$keys"
   # ddprun itself listens on no TCP port (its control socket is a Unix one)
   [ -z "$(ss -ltnp | grep "pid=$ddp,")" ]
+  touch go
   wait "$ddp" || { cat out.txt; return 1; }
   grep -qF "rendezvous in etcd ($ETCD_EPS) under /jobs/$id/" out.txt
   grep -q "step 300 .*test-acc" out.txt
