@@ -9,8 +9,12 @@
  * stdin or on SIGTERM/SIGINT/SIGHUP it stops them and exits, once no process of
  * the job is left. Should its lease be lost or the store stay unreachable for
  * the heartbeat timeout, it does the same on its own (the launcher has counted
- * the node lost by then, and a new round runs without it).
+ * the node lost by then, and a new round runs without it). With a takeover wait
+ * (etcd), an EOF without BYE leaves the workers running for a new launcher
+ * (cli/agent_link.h).
  */
+#include "cli/agent_env.h"
+#include "cli/agent_link.h"
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
 #include "cli/diag_node.h"
@@ -46,6 +50,7 @@ struct worker {
     struct ddp_buf line[2];
     bool progress[2]; /* the pending line of the stream began after a '\r' */
     bool exited, reported, exec_failed;
+    bool sent_started, sent_exit; /* STARTED, EXITED reached the launcher (for STATE) */
     int code; /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
     struct ddp__dn_page page; /* its flight recorder, read for the progress report */
@@ -62,9 +67,10 @@ struct agent {
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
+    struct ddp_buf last; /* STATE of the last round, once DONE went out (for a new launcher) */
     int sfd;
     sigset_t oldmask;
-    struct ddp_timer grace, term, reap, fin, orphan;
+    struct ddp_timer grace, term, reap, fin;
     int stop_sig; /* the signal a stop began with */
     int rc;
     struct ddp_timer report;       /* the progress report, every heartbeat interval */
@@ -79,14 +85,18 @@ static struct agent A;
 /* The membership backend (cli/membership.h): the built-in store. */
 #define MEMBERSHIP (&ddp__member_store)
 
-static void send_buf(struct ddp_buf *b)
+/* True when the frame reached the launcher's link (cli/agent_link.h); else it is held for a
+ * new launcher, or the node is stopping. */
+static bool send_frame(struct ddp_buf *b, bool output)
 {
-    if (ddp_write_all(1, b->data, b->len) < 0 && !A.exiting && A.loop) {
-        /* The launcher is gone: nobody will read our output; stop the job (from the
-         * loop: this may run deep inside a report). */
-        ddp_timer_start(A.loop, &A.orphan, 0);
-    }
+    bool sent = ddp__link_send(b, output);
     b->len = b->off = 0;
+    return sent;
+}
+
+static bool send_buf(struct ddp_buf *b)
+{
+    return send_frame(b, false);
 }
 
 static void send_output(struct worker *w, int stream, const uint8_t *p, size_t n)
@@ -98,7 +108,7 @@ static void send_output(struct worker *w, int stream, const uint8_t *p, size_t n
     ddp_buf_put_u8(&b, (uint8_t)stream);
     ddp_buf_put_str(&b, p, n);
     ddp__agent_end(&b, pos);
-    send_buf(&b);
+    send_frame(&b, true);
     ddp_buf_release(&b);
 }
 
@@ -117,6 +127,7 @@ static void send_note(struct worker *w, const char *fmt, ...)
 }
 
 static void finish_if_done(void);
+static void state_of(struct ddp_buf *out, bool done);
 
 /* Reports a worker's exit once its status is known and both pipes are drained. */
 static void maybe_report(struct worker *w)
@@ -131,7 +142,7 @@ static void maybe_report(struct worker *w)
     ddp_buf_put_u64(&b, (uint64_t)(w->t1 - w->t0));
     ddp_buf_put_u8(&b, w->exec_failed);
     ddp__agent_end(&b, pos);
-    send_buf(&b);
+    w->sent_exit = send_buf(&b);
     ddp_buf_release(&b);
     w->reported = true;
     A.unreported--;
@@ -289,6 +300,8 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
         ddp__agent_end(&b, pos);
         send_buf(&b);
         ddp_buf_release(&b);
+        A.last.len = A.last.off = 0;
+        state_of(&A.last, true);
         free_workers();
         ddp__agent_start_release(&A.st);
         A.have_start = false;
@@ -311,19 +324,44 @@ static void start_exit(const char *why)
     start_stop(why, SIGTERM);
 }
 
-static void on_orphan(struct ddp_loop *loop, struct ddp_timer *t)
+/* The launcher is gone, and no new one came within the takeover wait (or none may). */
+static void on_gone(void)
 {
-    (void)loop;
-    (void)t;
     if (!A.exiting)
         start_exit("the launcher is gone");
 }
 
-static int set_env_int(const char *k, long v)
+/* STATE for a new launcher: what the last one was told (agent_proto.h). */
+static void state_of(struct ddp_buf *out, bool done)
 {
-    char s[32];
-    snprintf(s, sizeof(s), "%ld", v);
-    return setenv(k, s, 1);
+    struct ddp__agent_state s = {.node_index = A.join.node_index,
+                                 .incarnation = A.join.incarnation,
+                                 .have_start = A.have_start,
+                                 .done = done,
+                                 .round = A.st.restart_count,
+                                 .rank_offset = A.st.rank_offset,
+                                 .nlocal = (uint32_t)A.nw};
+    s.ranks = calloc((size_t)A.nw + 1, sizeof(*s.ranks));
+    if (!s.ranks)
+        s.have_start = 0;
+    for (int i = 0; s.ranks && i < A.nw; i++) {
+        const struct worker *w = &A.w[i];
+        s.ranks[i] = (struct ddp__agent_state_rank){.pid = w->sent_started ? (uint32_t)w->pid : 0,
+                                                    .exited = w->sent_exit,
+                                                    .exec_failed = w->exec_failed,
+                                                    .code = w->code,
+                                                    .runtime_ms = (uint64_t)(w->t1 - w->t0)};
+    }
+    ddp__agent_put_state(out, &s);
+    free(s.ranks);
+}
+
+static void snapshot(struct ddp_buf *out)
+{
+    if (!A.have_start && A.last.len)
+        ddp_buf_put(out, A.last.data, A.last.len);
+    else
+        state_of(out, false);
 }
 
 /* In the child: environment, descriptors, then exec. Reports a failure through xfd. */
@@ -340,71 +378,9 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, int 
     dup2(devnull, 0);
     dup2(ofd, 1);
     dup2(efd, 2);
-    int tokfd = dup(tfd); /* without CLOEXEC: the worker reads the token from it */
-    /* Slurm's description of the agent's own step is not the rank's (cli/slurm.c). */
-    ddp__slurm_scrub_env();
-    /* The launching shell's variables (the export rule) first: ddprun's own and the job's env
-     * below win over them. */
-    for (char **e = st->shell_env; e && *e; e++)
-        putenv(*e);
-    int rank = (int)st->rank_offset + local_rank;
-    set_env_int("RANK", rank);
-    set_env_int("LOCAL_RANK", local_rank);
-    set_env_int("WORLD_SIZE", st->world_size);
-    set_env_int("LOCAL_WORLD_SIZE", st->nlocal);
-    set_env_int("GROUP_RANK", st->node_rank);
-    set_env_int("GROUP_WORLD_SIZE", st->nnodes);
-    setenv("ROLE_NAME", "default", 1);
-    set_env_int("ROLE_RANK", rank);
-    set_env_int("ROLE_WORLD_SIZE", st->world_size);
-    setenv("MASTER_ADDR", st->master_addr, 1);
-    set_env_int("MASTER_PORT", st->master_port);
-    set_env_int("TORCHELASTIC_RESTART_COUNT", st->restart_count);
-    set_env_int("TORCHELASTIC_MAX_RESTARTS", st->max_restarts);
-    setenv("TORCHELASTIC_RUN_ID", st->job_id, 1);
-    /* True: every rank is a client of MASTER_ADDR:MASTER_PORT, the launcher's TCPStore port
-     * (torch's agent store); False: rank 0 hosts a TCPStore there. */
-    setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);
-    setenv("DDPRUN_JOB_ID", st->job_id, 1);
-    setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
-    if (strcmp(st->store_addr, "etcd") == 0) { /* rendezvous: {backend: etcd} */
-        setenv("DDPRUN_ETCD_ENDPOINTS", A.join.etcd_endpoints, 1);
-        setenv("DDPRUN_ETCD_PREFIX", A.join.etcd_prefix, 1);
-        const char *tls[][2] = {{"DDPRUN_ETCD_CA", A.join.etcd_ca},
-                                {"DDPRUN_ETCD_CERT", A.join.etcd_cert},
-                                {"DDPRUN_ETCD_KEY", A.join.etcd_key}};
-        for (int k = 0; k < 3; k++)
-            if (*tls[k][1])
-                setenv(tls[k][0], tls[k][1], 1);
-            else
-                unsetenv(tls[k][0]);
-        if (A.node_addr[0])
-            setenv("DDPRUN_NODE_ADDR", A.node_addr, 1);
-    }
-    setenv("DDPRUN_BACKEND", st->backend, 1);
-    setenv("DDPRUN_NODE", st->host_label, 1);
-    set_env_int("DDPRUN_TOKEN_FD", tokfd);
-    /* The progress page libddp keeps its flight recorder in (cli/diag_node.h). */
+    int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
     int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
-    if (progfd >= 0)
-        set_env_int("DDPRUN_PROGRESS_FD", progfd);
-    else
-        unsetenv("DDPRUN_PROGRESS_FD");
-    unsetenv("DDPRUN_TOKEN_FILE");
-    if (st->checkpoint_dir[0])
-        setenv("DDPRUN_CHECKPOINT_DIR", st->checkpoint_dir, 1);
-    if (!getenv("PYTHONUNBUFFERED"))
-        setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
-    for (char **e = st->env; *e; e++)
-        putenv(*e);
-    /* Gloo, NCCL and TensorPipe bind to the interface that reaches the other nodes, not to
-     * whatever the host name resolves to (often 127.0.1.1), unless the job or the node's
-     * environment chose one. */
-    static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-                                         "TP_SOCKET_IFNAME"};
-    for (int k = 0; k < 3 && A.iface[0]; k++)
-        if (!getenv(ifvars[k]))
-            setenv(ifvars[k], A.iface, 1);
+    ddp__agent_rank_env(st, &A.join, local_rank, A.iface, A.node_addr, tokfd, progfd);
     if (chdir(st->workdir) != 0) {
         err = errno;
         int msg[2] = {1, err};
@@ -467,7 +443,7 @@ static int spawn(struct worker *w)
         ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
         ddp_buf_put_u32(&b, (uint32_t)pid);
         ddp__agent_end(&b, pos);
-        send_buf(&b);
+        w->sent_started = send_buf(&b);
         ddp_buf_release(&b);
     }
     ddp_loop_add(A.loop, w->fd[0], DDP_LOOP_READ, on_pipe, w);
@@ -619,18 +595,25 @@ static int join_membership(void)
     return 0;
 }
 
-static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+static void on_frames(int fd)
 {
-    (void)mask;
-    (void)arg;
+    struct ddp_loop *loop = A.loop;
     if (ddp_buf_reserve(&A.in, 65536) < 0)
         return;
     ssize_t n = ddp_read_eintr(fd, A.in.data + A.in.len, A.in.cap - A.in.len);
+    if (n == -EAGAIN)
+        return;
     if (n <= 0) {
-        ddp_loop_del(loop, fd);
         if (!A.have_join)
             A.rc = DDP_EXIT_LAUNCH; /* told nothing */
-        start_exit("the launcher closed our stdin");
+        A.in.len = A.in.off = 0;    /* a frame the launcher did not finish */
+        if (ddp__link_lost() < 0)
+            start_exit("the launcher closed our stdin");
+        else
+            DDP_INFO(SUP,
+                     "agent: the launcher is gone; the workers run on, waiting %llu ms "
+                     "for a new one",
+                     (unsigned long long)A.join.takeover_ms);
         return;
     }
     A.in.len += (size_t)n;
@@ -647,6 +630,7 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                 return;
             }
             A.have_join = true;
+            ddp__link_configure(A.join.job_id, A.join.node_index, A.join.takeover_ms);
             if (join_membership() < 0) {
                 A.rc = DDP_EXIT_LAUNCH;
                 ddp_loop_stop(loop);
@@ -683,6 +667,8 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
                 on_grace(loop, &A.grace); /* a second, forceful stop */
             else
                 start_stop("the launcher asked", sig);
+        } else if (type == DDP__AG_BYE) {
+            ddp__link_configure(A.have_join ? A.join.job_id : "", 0, 0);
         } else if (type == DDP__AG_STACKS) {
             gather_stacks(body, len);
         } else if (type == DDP__AG_SIGNAL) {
@@ -756,6 +742,7 @@ int ddp__cmd_agent(void)
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     ddp_buf_init(&A.in);
+    ddp_buf_init(&A.last);
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
         return DDP_EXIT_LAUNCH;
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
@@ -769,10 +756,10 @@ int ddp__cmd_agent(void)
     ddp_timer_init(&A.term, on_term);
     ddp_timer_init(&A.reap, on_reap_tick);
     ddp_timer_init(&A.fin, on_fin);
-    ddp_timer_init(&A.orphan, on_orphan);
     ddp_timer_init(&A.report, on_report);
     ddp_timer_start(A.loop, &A.reap, 200);
-    ddp_loop_add(A.loop, 0, DDP_LOOP_READ, on_stdin, NULL);
+    struct ddp__link_cb lcb = {.readable = on_frames, .snapshot = snapshot, .gone = on_gone};
+    ddp__link_init(A.loop, &lcb);
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
     A.rc = 0;
     ddp_loop_run(A.loop);
@@ -787,6 +774,8 @@ int ddp__cmd_agent(void)
     ddp__agent_start_release(&A.st);
     ddp__agent_join_release(&A.join);
     ddp_buf_release(&A.in);
+    ddp_buf_release(&A.last);
+    ddp__link_release();
     ddp_loop_free(A.loop);
     close(A.sfd);
     return rc;

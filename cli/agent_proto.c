@@ -194,6 +194,7 @@ int ddp__agent_put_join(struct ddp_buf *b, const struct ddp__agent_join *j)
     r |= put_s(b, j->etcd_ca ? j->etcd_ca : "");
     r |= put_s(b, j->etcd_cert ? j->etcd_cert : "");
     r |= put_s(b, j->etcd_key ? j->etcd_key : "");
+    r |= ddp_buf_put_u64(b, j->takeover_ms);
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
 }
@@ -217,8 +218,9 @@ int ddp__agent_get_join(const uint8_t *body, size_t len, struct ddp__agent_join 
         (e = get_s(&r, &j->etcd_key)) < 0)
         goto fail;
     e = DDP_EPROTO;
-    if (ddp_rd_left(&r) != 0 || j->heartbeat_interval_ms == 0 ||
-        j->heartbeat_timeout_ms <= j->heartbeat_interval_ms || j->heartbeat_timeout_ms > INT32_MAX)
+    if (ddp_rd_u64(&r, &j->takeover_ms) < 0 || ddp_rd_left(&r) != 0 ||
+        j->heartbeat_interval_ms == 0 || j->heartbeat_timeout_ms <= j->heartbeat_interval_ms ||
+        j->heartbeat_timeout_ms > INT32_MAX)
         goto fail;
     return 0;
 fail:
@@ -240,4 +242,58 @@ void ddp__agent_join_release(struct ddp__agent_join *j)
     free(j->etcd_cert);
     free(j->etcd_key);
     memset(j, 0, sizeof(*j));
+}
+
+int ddp__agent_put_state(struct ddp_buf *b, const struct ddp__agent_state *s)
+{
+    size_t pos = ddp__agent_begin(b, DDP__AG_STATE);
+    int r = 0;
+    r |= ddp_buf_put_u32(b, s->node_index);
+    r |= ddp_buf_put_u32(b, s->incarnation);
+    r |= ddp_buf_put_u8(b, s->have_start);
+    r |= ddp_buf_put_u8(b, s->done);
+    r |= ddp_buf_put_u32(b, s->round);
+    r |= ddp_buf_put_u32(b, s->rank_offset);
+    r |= ddp_buf_put_u32(b, s->have_start ? s->nlocal : 0);
+    for (uint32_t i = 0; s->have_start && i < s->nlocal; i++) {
+        const struct ddp__agent_state_rank *k = &s->ranks[i];
+        r |= ddp_buf_put_u32(b, k->pid);
+        r |= ddp_buf_put_u8(b, k->exited);
+        r |= ddp_buf_put_u8(b, k->exec_failed);
+        r |= ddp_buf_put_u32(b, (uint32_t)k->code);
+        r |= ddp_buf_put_u64(b, k->runtime_ms);
+    }
+    r |= ddp_buf_put_u64(b, s->dropped);
+    ddp__agent_end(b, pos);
+    return r ? DDP_ENOMEM : 0;
+}
+
+int ddp__agent_get_state(const uint8_t *body, size_t len, struct ddp__agent_state *s)
+{
+    struct ddp_rd r;
+    uint32_t code;
+    memset(s, 0, sizeof(*s));
+    ddp_rd_init(&r, body, len);
+    if (ddp_rd_u32(&r, &s->node_index) < 0 || ddp_rd_u32(&r, &s->incarnation) < 0 ||
+        ddp_rd_u8(&r, &s->have_start) < 0 || ddp_rd_u8(&r, &s->done) < 0 ||
+        ddp_rd_u32(&r, &s->round) < 0 || ddp_rd_u32(&r, &s->rank_offset) < 0 ||
+        ddp_rd_u32(&r, &s->nlocal) < 0 || s->nlocal > ddp_rd_left(&r) / 18)
+        return DDP_EPROTO;
+    if (s->nlocal && !(s->ranks = calloc(s->nlocal, sizeof(*s->ranks))))
+        return DDP_ENOMEM;
+    for (uint32_t i = 0; i < s->nlocal; i++) {
+        struct ddp__agent_state_rank *k = &s->ranks[i];
+        if (ddp_rd_u32(&r, &k->pid) < 0 || ddp_rd_u8(&r, &k->exited) < 0 ||
+            ddp_rd_u8(&r, &k->exec_failed) < 0 || ddp_rd_u32(&r, &code) < 0 ||
+            ddp_rd_u64(&r, &k->runtime_ms) < 0)
+            goto fail;
+        k->code = (int32_t)code;
+    }
+    if (ddp_rd_u64(&r, &s->dropped) < 0 || ddp_rd_left(&r) != 0)
+        goto fail;
+    return 0;
+fail:
+    free(s->ranks);
+    s->ranks = NULL;
+    return DDP_EPROTO;
 }

@@ -25,6 +25,8 @@ enum ddp__agent_msg {
     DDP__AG_SIGNAL = 4, /* u8 signal: pass it to every running worker (SIGUSR1, ...) */
     DDP__AG_STACKS = 5, /* u32 request, u32 n, n x u32 local_rank (n 0: every running one):
                            gather their native stacks */
+    DDP__AG_BYE = 6,    /* the job is done with this agent: at EOF it stops and exits, even
+                           where it would wait for a new launcher (takeover_ms) */
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid */
     DDP__AG_OUTPUT = 0x82,       /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
@@ -36,6 +38,10 @@ enum ddp__agent_msg {
     DDP__AG_JOINED = 0x85,       /* u64 lease: connected to the store, heartbeating */
     DDP__AG_STACKS_REPLY = 0x86, /* u32 request, u32 n, n x (u32 local_rank, u32 pid,
                                     str text): the stacks STACKS asked for */
+    DDP__AG_STATE = 0x87,        /* the first frame of an agent a new launcher rejoined
+                                    (`ddprun agent --rejoin`): where it stood when its launcher
+                                    went (struct ddp__agent_state); the frames it held since
+                                    follow in order */
 };
 
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage
@@ -66,7 +72,32 @@ struct ddp__agent_join {
     /* rendezvous: {backend: etcd}: its endpoints (comma-separated; "" for the built-in store),
      * the job's key prefix ("<prefix><job id>/") and TLS files ("" for none) */
     char *etcd_endpoints, *etcd_prefix, *etcd_ca, *etcd_cert, *etcd_key;
+    /* 0: EOF on stdin without BYE (the launcher died) stops the node now. Else the workers run
+     * on and the agent waits this long for a new launcher to rejoin it (ddprun attach --etcd),
+     * holding what it would have sent; then it stops them. */
+    uint64_t takeover_ms;
 };
+
+/* STATE: what the dead launcher had been told. Each rank's pid is 0 until STARTED went out;
+ * exited is set once EXITED went out (code, runtime_ms and exec_failed with it). */
+struct ddp__agent_state_rank {
+    uint32_t pid;
+    uint8_t exited, exec_failed;
+    int32_t code;
+    uint64_t runtime_ms;
+};
+struct ddp__agent_state {
+    uint32_t node_index, incarnation;
+    uint8_t have_start;          /* a round's workers */
+    uint8_t done;                /* and DONE went out for them */
+    uint32_t round, rank_offset; /* with have_start: its START's restart_count and offset */
+    uint32_t nlocal;
+    struct ddp__agent_state_rank *ranks; /* nlocal of them */
+    uint64_t dropped;                    /* output lines it could not hold */
+};
+int ddp__agent_put_state(struct ddp_buf *b, const struct ddp__agent_state *s);
+/* Parses STATE; ranks is allocated (free it). 0, or DDP_EPROTO/ENOMEM. */
+int ddp__agent_get_state(const uint8_t *body, size_t len, struct ddp__agent_state *s);
 
 int ddp__agent_put_join(struct ddp_buf *b, const struct ddp__agent_join *j);
 int ddp__agent_get_join(const uint8_t *body, size_t len, struct ddp__agent_join *j);

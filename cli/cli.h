@@ -79,6 +79,10 @@ int ddp__cmd_logs(const struct ddp_cli_opts *o);
 int ddp__cmd_stop(const struct ddp_cli_opts *o);
 /* `ddprun agent` (cli/agent.c). */
 int ddp__cmd_agent(void);
+/* `ddprun attach --etcd`: takes a job over whose launcher died (cli/takeover.c). */
+int ddp__cmd_takeover(const struct ddp_cli_opts *o);
+/* The command line, for the launcher's record in etcd. */
+void ddp__to_set_argv(int argc, char **argv);
 /* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
  * GRACE_MS`: a node agent on another host, reached over SSH (cli/ssh_bridge.c). */
 int ddp__cmd_ssh_bridge(int argc, char **argv);
@@ -112,6 +116,8 @@ int ddp__kill_children(int sig);
 void ddp__sweep_children(void);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
+/* A TCP port free on the loopback now (for MASTER_PORT), or -1. */
+int ddp__free_port(void);
 /* HOST and PORT of an http:// or https:// URL (up to a ',' or '/'; 80 or 443 unless given);
  * -1 for another scheme (unix://) or a malformed one. */
 int ddp__url_hostport(const char *url, char *host, size_t n, int *port);

@@ -40,6 +40,8 @@ struct ddp_job {
     size_t netcd;
     char *etcd_prefix; /* rendezvous.prefix: the job's keys are under <it><job id>/ */
     char *etcd_ca, *etcd_cert, *etcd_key; /* rendezvous.tls (absolute), or NULL */
+    int64_t takeover_ms; /* rendezvous.takeover_timeout: how long the agents wait for a new
+                            launcher (ddprun attach --etcd) once theirs died; 0: they stop */
     int min_nodes, max_nodes, max_restarts;
     int64_t heartbeat_interval_ms, heartbeat_timeout_ms;
     int64_t cooldown_ms; /* a node lost twice within this is left out for this long */

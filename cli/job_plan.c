@@ -50,6 +50,7 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         if (j->etcd_ca || j->etcd_cert)
             fprintf(f, "tls: {ca: %s, cert: %s, key: %s}, ", j->etcd_ca ? j->etcd_ca : "(system)",
                     j->etcd_cert ? j->etcd_cert : "(none)", j->etcd_key ? j->etcd_key : "(none)");
+        fprintf(f, "takeover_timeout: %s, ", fmt_duration(d2, sizeof(d2), j->takeover_ms));
         fprintf(f, "timeout: %s, ", fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
     } else {
         fprintf(f, "rendezvous: {backend: store, listen: %s, port: %d, timeout: %s, ",

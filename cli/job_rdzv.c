@@ -10,9 +10,9 @@
 
 #include "common/banned.h"
 
-static const char *const rdzv_keys[] = {"backend",     "endpoints", "prefix",  "tls",
-                                        "listen",      "port",      "timeout", "last_call",
-                                        "torch_store", NULL};
+static const char *const rdzv_keys[] = {"backend",          "endpoints",   "prefix", "tls",
+                                        "takeover_timeout", "listen",      "port",   "timeout",
+                                        "last_call",        "torch_store", NULL};
 static const char *const tls_keys[] = {"ca", "cert", "key", NULL};
 
 static bool endpoint_ok(const char *s)
@@ -103,9 +103,9 @@ int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const 
         }
     }
     /* What belongs to the other backend is an error rather than silently unused. */
-    static const char *const etcd_only[] = {"endpoints", "prefix", "tls"};
+    static const char *const etcd_only[] = {"endpoints", "prefix", "tls", "takeover_timeout"};
     static const char *const store_only[] = {"listen", "port"};
-    for (size_t k = 0; k < 3 && !j->rdzv_etcd; k++)
+    for (size_t k = 0; k < 4 && !j->rdzv_etcd; k++)
         if ((n = ddp__ytree_get(sub, etcd_only[k]))) {
             ddp__jv_err(c, n,
                         "rendezvous.%s is for backend: etcd (this job's is the built-in store)",
@@ -147,6 +147,10 @@ int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const 
     } else if (!(j->etcd_prefix = strdup("/ddprun/"))) {
         return -1;
     }
+    j->takeover_ms = 60000;
+    if ((n = ddp__ytree_get(sub, "takeover_timeout")) &&
+        ddp__jv_duration(c, n, "rendezvous.takeover_timeout", &j->takeover_ms) < 0)
+        return -1;
     if ((n = ddp__ytree_get(sub, "tls")) && tls(c, n, basedir, j) < 0)
         return -1;
     bool https = false;

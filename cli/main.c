@@ -1,8 +1,10 @@
 /* ddprun's entry point: finds the command, parses its options, and dispatches to it. */
+#include "cli/agent_link.h"
 #include "cli/cli.h"
 #include "cli/job.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,11 +82,14 @@ static const struct command commands[] = {
      1,
      cmd_stacks},
     {"attach",
-     "ddprun attach [JOB]",
+     "ddprun attach [JOB] | attach --etcd URLS [--prefix P] JOB",
      "Shows a running job's console from now on, as if it had been started here: its output,\n"
      "ddprun's messages, the status line, and at its end the summary; exits with the job's\n"
-     "status. Ctrl-C detaches and leaves the job running.",
-     {NULL},
+     "status. Ctrl-C detaches and leaves the job running. With --etcd (rendezvous: {backend:\n"
+     "etcd}), from any login node: once the job's launcher is gone (its lease in etcd ended),\n"
+     "this ddprun takes over supervising the job, in the folder and with the job file it was\n"
+     "started with, and stays its launcher until the end.",
+     {"attach", NULL},
      1,
      cmd_attach},
     {"ps",
@@ -110,9 +115,10 @@ static const struct command commands[] = {
      1,
      cmd_stop},
     {"agent",
-     "ddprun agent",
+     "ddprun agent [--rejoin JOB NODE]",
      "The node agent that ddprun starts on every node (locally, or over SSH); it takes its\n"
-     "orders in frames on stdin and is not meant to be run by hand.",
+     "orders in frames on stdin and is not meant to be run by hand. --rejoin links a new\n"
+     "launcher (ddprun attach --etcd) to the agent of that job and node waiting on this host.",
      {NULL},
      0,
      cmd_agent},
@@ -179,6 +185,8 @@ static void usage(void)
     printf("\nstacks and logs options:\n");
     ddp__cli_print_opts("rank", stdout);
     ddp__cli_print_opts("logs", stdout);
+    printf("\nattach options:\n");
+    ddp__cli_print_opts("attach", stdout);
     printf("\nExit status: 0 success, 1 job failed, 2 usage or job-spec error, 3 launch error, "
            "130 interrupted.\nSee ddprun(1), ddprun-job(5) and ddprun-store(7).\n");
 }
@@ -229,7 +237,9 @@ static int cmd_run(struct ddp_cli_opts *o)
     struct ddp_job *job = NULL;
     if (load_job(o, false, &job) < 0)
         return DDP_EXIT_USAGE;
-    int rc = o->vals[DDP_OPT_DETACH] ? ddp__launch_detached(job) : ddp__launch(job, -1);
+    /* A launcher taking a job over (cli/takeover.c) runs where `ddprun attach --etcd` does. */
+    int rc = o->vals[DDP_OPT_DETACH] && !getenv("DDPRUN_TAKEOVER") ? ddp__launch_detached(job)
+                                                                   : ddp__launch(job, -1);
     ddp__job_free(job);
     return rc;
 }
@@ -273,6 +283,12 @@ static int cmd_stacks(struct ddp_cli_opts *o)
 
 static int cmd_attach(struct ddp_cli_opts *o)
 {
+    if (o->vals[DDP_OPT_ETCD])
+        return ddp__cmd_takeover(o);
+    if (o->vals[DDP_OPT_PREFIX]) {
+        ddp__cli_error("attach: --prefix goes with --etcd");
+        return DDP_EXIT_USAGE;
+    }
     return ddp__cmd_attach(o);
 }
 
@@ -336,6 +352,7 @@ static bool is_program(const char *word, const struct ddp_cli_opts *o)
 
 int main(int argc, char **argv)
 {
+    ddp__to_set_argv(argc, argv);
     /* Hidden helpers that ddprun runs itself; their arguments are positional. */
     if (argc >= 2 && strcmp(argv[1], "__probe") == 0)
         return ddp__cmd_probe(argc, argv);
@@ -343,6 +360,8 @@ int main(int argc, char **argv)
         return ddp__cmd_ssh_bridge(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)
         return ddp__cmd_smoke_worker();
+    if (argc == 5 && strcmp(argv[1], "agent") == 0 && strcmp(argv[2], "--rejoin") == 0)
+        return ddp__cmd_agent_rejoin(argv[3], argv[4]);
 
     /* Options before the first word are global or a job's (ddprun --set a=b job.yaml); the
      * first word names a command or is the job file of a run. */

@@ -161,12 +161,14 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     ddp_buf_init(&p->rx);
     ddp_buf_init(&p->erx);
     ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
-    struct ddp_buf b;
-    ddp_buf_init(&b);
-    if (ddp__agent_put_join(&b, join) == 0)
-        send_frame(n, i, &b);
-    explicit_bzero(b.data, b.len); /* it holds the token */
-    ddp_buf_release(&b);
+    if (join) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        if (ddp__agent_put_join(&b, join) == 0)
+            send_frame(n, i, &b);
+        explicit_bzero(b.data, b.len); /* it holds the token */
+        ddp_buf_release(&b);
+    }
     return ddp_loop_add(n->loop, p->ch.out_fd, DDP_LOOP_READ, on_out, p);
 }
 
@@ -219,6 +221,12 @@ void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *loc
 
 void ddp__nodes_close(struct ddp__nodes *n, int i)
 {
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_BYE);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
     close_fd(n, &n->p[i].ch.in_fd, false);
 }
 

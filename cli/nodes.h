@@ -52,7 +52,8 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
 /* Closes what is left (the processes must have been reaped). */
 void ddp__nodes_release(struct ddp__nodes *n);
 
-/* Starts node i's agent and sends it JOIN; 0, or -1 with errno. */
+/* Starts node i's agent and sends it JOIN; 0, or -1 with errno. join NULL: rejoins a waiting
+ * agent (ctx.rejoin), whose first frame is STATE. */
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
 /* START for a round. */
 void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st);
@@ -63,7 +64,7 @@ void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig);
 /* STACKS: the native stacks of these local ranks (nlocal 0: all), answered by STACKS_REPLY
  * with req. */
 void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *local, int nlocal);
-/* EOF on the agent's stdin: it stops what runs and exits. */
+/* BYE and EOF on the agent's stdin: it stops what runs and exits. */
 void ddp__nodes_close(struct ddp__nodes *n, int i);
 /* Ends node i's agent process at once (level 1, then 2: see ddp__prov_ops.end). */
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level);

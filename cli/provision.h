@@ -21,6 +21,12 @@ struct ddp_job;
 struct ddp__prov_ctx {
     const char *self;     /* this ddprun's path: the default ddprun on the nodes */
     const sigset_t *mask; /* the signal mask the child starts with */
+    /* The agents outlive this launcher (a takeover wait, cli/agent_link.h): a launcher's death
+     * does not end them (local and SSH nodes). */
+    bool detach;
+    /* Not NULL: rejoin the agents of this job id waiting for a new launcher
+     * (`ddprun agent --rejoin JOB NODE`) rather than start new ones (local and SSH nodes). */
+    const char *rejoin;
 };
 
 struct ddp__prov_ops {

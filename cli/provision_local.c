@@ -11,10 +11,13 @@ static int start(const struct ddp_job *job, size_t i, const struct ddp__prov_ctx
                  struct ddp__child *out)
 {
     (void)job;
-    (void)i;
-    char *argv[] = {"ddprun", "agent", NULL};
-    /* If ddprun is killed outright, its local agents stop their workers (SIGTERM) and exit. */
-    return ddp__spawn_piped(NULL, argv, SIGTERM, ctx->mask, out);
+    char node[16];
+    snprintf(node, sizeof(node), "%zu", i);
+    char *argv[] = {"ddprun", "agent", ctx->rejoin ? "--rejoin" : NULL, (char *)ctx->rejoin,
+                    node,     NULL};
+    /* If ddprun is killed outright, its local agents stop their workers (SIGTERM) and exit;
+     * unless they wait for a new launcher: then the EOF on their stdin tells them. */
+    return ddp__spawn_piped(NULL, argv, ctx->detach ? 0 : SIGTERM, ctx->mask, out);
 }
 
 /* The agent leads its process group, with its workers and what they started. */

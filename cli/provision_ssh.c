@@ -14,8 +14,13 @@
 static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *ctx,
                  struct ddp__child *out)
 {
-    char port[16], grace[24];
+    char port[16], grace[24], agent[200];
     snprintf(port, sizeof(port), "%d", j->ssh_port);
+    /* The job id is [A-Za-z0-9_-] (cli/supervise.c): safe in the remote command line. */
+    if (ctx->rejoin)
+        snprintf(agent, sizeof(agent), "agent --rejoin %s %zu", ctx->rejoin, i);
+    else
+        snprintf(agent, sizeof(agent), "agent");
     snprintf(grace, sizeof(grace), "%lld", (long long)j->stop_grace_ms);
     char *argv[] = {"ddprun",
                     "__ssh-bridge",
@@ -27,6 +32,8 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
                     j->ssh_strict,
                     j->ssh_remote_ddprun ? j->ssh_remote_ddprun : (char *)ctx->self,
                     grace,
+                    agent,
+                    ctx->detach ? "detach" : "",
                     NULL};
     /* The bridge ignores SIGHUP: should ddprun die, the EOF on its stdin that follows stops
      * the remote node gracefully (see cli/ssh_bridge.c). */

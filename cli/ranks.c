@@ -3,8 +3,11 @@
  * book of the current round's ranks: each rank's output to the views, its last lines, how it ended.
  */
 #include "cli/supervisor.h"
+#include "cli/watchdog.h"
+#include "common/util.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,4 +67,58 @@ void ddp__sup_describe_exit(int code, char *buf, size_t n)
         snprintf(buf, n, "was killed by signal %d (%s)", -code, strsignal(-code));
     else
         snprintf(buf, n, "exited with status %d", code);
+}
+
+/* The views and the watchdog learn the round's ranks (the records open the rank logs). */
+void ddp__sup_announce_round(void)
+{
+    const char **hosts = calloc((size_t)L.world + 1, sizeof(*hosts));
+    for (int r = 0; hosts && r < L.world; r++)
+        hosts[r] = L.job->nodes[L.rk[r].node].host;
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->round(L.views[v].self, L.round, L.world, hosts);
+    free(hosts);
+    int *node_of = calloc((size_t)L.world + 1, sizeof(int)),
+        *local_of = calloc((size_t)L.world + 1, sizeof(int));
+    for (int r = 0; node_of && local_of && r < L.world; r++) {
+        node_of[r] = L.rk[r].node;
+        local_of[r] = L.rk[r].local;
+    }
+    if (node_of && local_of)
+        ddp__wd_round(L.world, node_of, local_of);
+    free(node_of);
+    free(local_of);
+}
+
+void ddp__sup_say(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1;
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->message(L.views[v].self, buf, len);
+}
+
+void ddp__sup_draw_status(void)
+{
+    struct ddp__status st = {.phase = L.phase_name,
+                             .ranks_up = L.ranks_up - L.ranks_done,
+                             .world = L.world,
+                             .restarts = L.round,
+                             .elapsed_ms = ddp_now_ms() - L.t0};
+    for (int v = 0; v < L.nviews; v++)
+        L.views[v].ops->status(L.views[v].self, &st);
+}
+void ddp__sup_set_phase(const char *phase)
+{
+    L.phase_name = phase;
+    if (L.tty)
+        ddp__sup_draw_status();
+    else if (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)
+        ddp__sup_say("ddprun: %s", phase); /* the others have their own lines */
 }

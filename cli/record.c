@@ -144,7 +144,7 @@ static FILE *open_in(const struct ddp__rec *r, const char *name, const char *mod
 }
 
 int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job,
-                  const char *job_id)
+                  const char *job_id, bool resume)
 {
     memset(r, 0, sizeof(*r));
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
@@ -152,13 +152,14 @@ int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job
     r->job_id = job_id;
     r->t0_ms = ddp_now_ms();
     ddp__rec_wall_clock(r->started, sizeof(r->started));
-    FILE *spec = open_in(r, "spec.yaml", "we");
+    r->resume = resume;
+    FILE *spec = resume ? NULL : open_in(r, "spec.yaml", "we");
     if (spec) {
         ddp__job_print_plan(job, job_id, spec);
         fclose(spec);
     }
-    r->events = open_in(r, "events.jsonl", "we");
-    r->log = open_in(r, "ddprun.log", "we");
+    r->events = open_in(r, "events.jsonl", resume ? "ae" : "we");
+    r->log = open_in(r, "ddprun.log", resume ? "ae" : "we");
     return 0;
 }
 
@@ -260,7 +261,8 @@ static void rec_round(void *self, int round, int world, const char *const *hosts
         else
             snprintf(r->logpath[i], sizeof(r->logpath[i]), "%s/rank-%d.restart-%d.log", r->dir, i,
                      round);
-        r->logfd[i] = open(r->logpath[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        r->logfd[i] = open(r->logpath[i],
+                           O_WRONLY | O_CREAT | (r->resume ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
     }
 }
 

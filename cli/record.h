@@ -39,12 +39,14 @@ struct ddp__rec {
     int nlogs;
     int *logfd;
     char (*logpath)[4200];
+    bool resume; /* a launcher that took the job over: every record is appended to */
 };
 
 /* Opens the records in dir (which exists): writes spec.yaml, opens events.jsonl and
- * ddprun.log. A record that cannot be written is skipped with a warning; returns 0. */
+ * ddprun.log (resume: appends to them and to the rank logs, as a launcher that took the job
+ * over). A record that cannot be written is skipped with a warning; returns 0. */
 int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job,
-                  const char *job_id);
+                  const char *job_id, bool resume);
 void ddp__rec_close(struct ddp__rec *r);
 
 /*

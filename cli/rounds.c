@@ -43,20 +43,6 @@ static void rdzv_open(void);
 static void maybe_restart(void);
 static bool can_rejoin(int i);
 
-void ddp__sup_say(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    size_t len = (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1;
-    for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->message(L.views[v].self, buf, len);
-}
-
 static const char *host_of(int node)
 {
     return L.job->nodes[node].host;
@@ -228,6 +214,49 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
     }
 }
 
+/* A rank of the round started (its STARTED, or a rejoined agent's STATE). */
+static void rank_started(int rank)
+{
+    L.rk[rank].started = true;
+    if (++L.ranks_up == L.world && L.ph == DDP__PH_RUNNING) {
+        ddp__sup_set_phase("running");
+        ddp__sup_event("workers_running", "#world_size", (long long)L.world, NULL);
+    }
+}
+
+/* A rejoined agent's STATE (cli/takeover.c): what the last launcher knew of its ranks. */
+static void agent_state(int i, const uint8_t *body, size_t len)
+{
+    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__agent_state s;
+    if (ddp__agent_get_state(body, len, &s) < 0)
+        return;
+    a->incarnation = s.incarnation;
+    if (s.dropped)
+        ddp__sup_say("ddprun: node '%s': %llu lines of output were lost while the job had no "
+                     "launcher",
+                     host_of(i), (unsigned long long)s.dropped);
+    bool same = s.have_start && s.round == (uint32_t)L.round &&
+                (int)s.rank_offset == a->rank_offset && (int)s.nlocal == L.job->nodes[i].slots;
+    if (a->state == DDP__NS_RUNNING && same) {
+        for (uint32_t k = 0; k < s.nlocal && L.ph == DDP__PH_RUNNING; k++) {
+            if (s.ranks[k].pid)
+                rank_started(a->rank_offset + (int)k);
+            if (s.ranks[k].exited)
+                rank_exited(a->rank_offset + (int)k, s.ranks[k].code,
+                            (int64_t)s.ranks[k].runtime_ms, s.ranks[k].exec_failed);
+        }
+        if (s.done)
+            a->state = DDP__NS_READY;
+    } else if (a->state == DDP__NS_RUNNING) {
+        round_failed("a node's agent was not in the round the records name");
+    } else if (s.have_start && !s.done) {
+        ddp__nodes_stop(&L.nodes, i, (uint64_t)L.job->stop_grace_ms,
+                        SIGTERM); /* not a member: nothing of it may run */
+    }
+    free(s.ranks);
+}
+
 static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, size_t len)
 {
     (void)arg;
@@ -263,6 +292,10 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         ddp__wd_stacks_reply(i, body, len);
         return;
     }
+    if (type == DDP__AG_STATE) {
+        agent_state(i, body, len);
+        return;
+    }
     /* Rank frames count only from the current round's members. */
     if ((a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING) || ddp_rd_u32(&rd, &lr) < 0 ||
         (int)lr >= L.job->nodes[i].slots)
@@ -270,11 +303,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     int rank = a->rank_offset + (int)lr;
     switch (type) {
     case DDP__AG_STARTED:
-        L.rk[rank].started = true;
-        if (++L.ranks_up == L.world && L.ph == DDP__PH_RUNNING) {
-            ddp__sup_set_phase("running");
-            ddp__sup_event("workers_running", "#world_size", (long long)L.world, NULL);
-        }
+        rank_started(rank);
         break;
     case DDP__AG_OUTPUT: {
         const uint8_t *p;
@@ -377,6 +406,7 @@ static int provision(int i)
     jf.heartbeat_interval_ms = (uint64_t)j->heartbeat_interval_ms;
     jf.heartbeat_timeout_ms = (uint64_t)j->heartbeat_timeout_ms;
     jf.grace_ms = (uint64_t)j->stop_grace_ms;
+    jf.takeover_ms = L.takeover_ms;
     if (ddp__nodes_start(&L.nodes, i, &jf) < 0)
         return -1;
     a->state = DDP__NS_JOINING;
@@ -399,21 +429,6 @@ static void count_nodes(int *ready, int *joining, int *awaited)
         *joining += L.nd[i].state == DDP__NS_JOINING;
         *awaited += L.nd[i].state == DDP__NS_JOINING && !L.nd[i].was_lost;
     }
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
 }
 
 /* Closes the round with the nodes that joined: numbers the ranks and starts the workers. */
@@ -457,28 +472,13 @@ static void rdzv_close(void)
         else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
             snprintf(master, sizeof(master), "127.0.0.1");
     }
-    int master_port = L.torch_port ? L.torch_port : free_port();
+    int master_port = L.torch_port ? L.torch_port : ddp__free_port();
     /* TCPStore connections from now on use this round's key space. */
     if (L.torch_port)
         ddp_store_server_torch_round(L.srv, L.round);
     /* The views learn the round's ranks before any of their output (the records open the rank
      * logs). */
-    const char **hosts = calloc((size_t)L.world + 1, sizeof(*hosts));
-    for (int r = 0; hosts && r < L.world; r++)
-        hosts[r] = host_of(L.rk[r].node);
-    for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->round(L.views[v].self, L.round, L.world, hosts);
-    free(hosts);
-    int *node_of = calloc((size_t)L.world + 1, sizeof(int)),
-        *local_of = calloc((size_t)L.world + 1, sizeof(int));
-    for (int r = 0; node_of && local_of && r < L.world; r++) {
-        node_of[r] = L.rk[r].node;
-        local_of[r] = L.rk[r].local;
-    }
-    if (node_of && local_of)
-        ddp__wd_round(L.world, node_of, local_of);
-    free(node_of);
-    free(local_of);
+    ddp__sup_announce_round();
     ddp__sup_say("ddprun: round %d: %d node%s (%s), %d ranks%s", L.round, L.nmembers,
                  L.nmembers == 1 ? "" : "s", names, L.world,
                  !L.round            ? ""
@@ -728,28 +728,9 @@ static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
     ddp__sup_escalate();
 }
 
-static void draw_status(void)
-{
-    struct ddp__status st = {.phase = L.phase_name,
-                             .ranks_up = L.ranks_up - L.ranks_done,
-                             .world = L.world,
-                             .restarts = L.round,
-                             .elapsed_ms = ddp_now_ms() - L.t0};
-    for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->status(L.views[v].self, &st);
-}
-void ddp__sup_set_phase(const char *phase)
-{
-    L.phase_name = phase;
-    if (L.tty)
-        draw_status();
-    else if (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)
-        ddp__sup_say("ddprun: %s", phase); /* the others have their own lines */
-}
-
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
-    draw_status();
+    ddp__sup_draw_status();
     ddp_timer_start(loop, t, 250);
 }
 

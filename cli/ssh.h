@@ -13,6 +13,7 @@ struct ddp__ssh {
     int port;
     bool quiet;                /* keep errors in err only */
     bool dry_run;              /* accept-new: report a new key without recording it */
+    bool detach;               /* the bridge: the agent may outlive the launcher */
     enum ddp__ssh_stage stage; /* how far ddp__ssh_open got */
     const char *key_note;      /* "" or what was special about the host key */
     char err[1024];

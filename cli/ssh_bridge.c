@@ -9,7 +9,9 @@
  * channel (so the START frame and its token travel inside the encrypted channel, never on a
  * command line) and the channel's stdout and stderr back. EOF on its stdin becomes EOF on the
  * agent's stdin, which stops the node's workers; if the launcher dies, its end of the pipe
- * closes, and the bridge passes that EOF on the same way.
+ * closes, and the bridge passes that EOF on the same way. With "detach" (the agents wait for
+ * a new launcher, cli/agent_link.h) that EOF leaves the agent running: the bridge relays what
+ * comes for the stop grace at most and leaves without killing anything.
  *
  * Stopping is bounded whatever the node does: once its stdin closed, the bridge waits at most
  * the job's stop grace plus a few seconds for the remote agent to finish, and on SIGTERM (the
@@ -196,6 +198,8 @@ static int pump(struct ddp__ssh *b, int64_t grace_ms)
     for (bool last = false;;) {
         if (g_term)
             return kill_remote(b, pgid, "ddprun is ending the node");
+        if (deadline && ddp_now_ms() > deadline && b->detach)
+            return 0; /* its agent waits for a new launcher (cli/agent_link.h) */
         if (deadline && ddp_now_ms() > deadline)
             return kill_remote(b, pgid, "the node agent did not stop within stop_grace");
         /* Drain what libssh has (it may hold data the socket no longer shows). Reading one
@@ -346,10 +350,11 @@ int ddp__ssh_run(struct ddp__ssh *b, const char *cmd, char *out, size_t outlen, 
     return n < 0 ? -1 : 0;
 }
 
-/* argv: host port user identity known_hosts strict remote_ddprun grace_ms ("" = unset) */
+/* argv: host port user identity known_hosts strict remote_ddprun grace_ms agent_args detach
+ * ("" = unset) */
 int ddp__cmd_ssh_bridge(int argc, char **argv)
 {
-    if (argc != 10) {
+    if (argc != 12) {
         fprintf(stderr, "ddprun: __ssh-bridge is internal to ddprun\n");
         return DDP_EXIT_USAGE;
     }
@@ -359,7 +364,8 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
                          .identity = argv[5],
                          .known_hosts = argv[6],
                          .strict = argv[7],
-                         .remote = argv[8]};
+                         .remote = argv[8],
+                         .detach = strcmp(argv[11], "detach") == 0};
     int rc;
     char cmd[8192];
     struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: poll returns */
@@ -376,7 +382,7 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
         goto out;
     }
     /* The session's pid first (for kill_remote), then the agent in its place. */
-    snprintf(cmd, sizeof(cmd), "echo " PID_LINE "$$; exec '%s' agent", b.remote);
+    snprintf(cmd, sizeof(cmd), "echo " PID_LINE "$$; exec '%s' %s", b.remote, argv[10]);
     if (!(b.ch = ssh_channel_new(b.s)) || ssh_channel_open_session(b.ch) != SSH_OK ||
         ssh_channel_request_exec(b.ch, cmd) != SSH_OK) {
         rc = fail(&b, "cannot start a command over SSH: %s", ssh_get_error(b.s));

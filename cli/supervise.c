@@ -440,7 +440,26 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     L.detached = ready_fd >= 0;
     L.phase_name = "starting";
     L.member = &ddp__member_store;
-    make_job_id(job->name, L.job_id, sizeof(L.job_id));
+    /* `ddprun attach --etcd` runs the job's command line again to take it over. */
+    const char *to = getenv("DDPRUN_TAKEOVER"), *to_prefix = getenv("DDPRUN_TAKEOVER_PREFIX");
+    char from[300];
+    snprintf(from, sizeof(from), "%s",
+             getenv("DDPRUN_TAKEOVER_FROM") ? getenv("DDPRUN_TAKEOVER_FROM") : "?");
+    if (to) {
+        if (!job->rdzv_etcd || !to_prefix || strcmp(to_prefix, job->etcd_prefix) != 0) {
+            ddp__cli_error("cannot take job %s over: its job spec, as it is now, does not "
+                           "meet in etcd under %s",
+                           to, to_prefix ? to_prefix : "?");
+            return DDP_EXIT_USAGE;
+        }
+        L.resuming = true;
+        snprintf(L.job_id, sizeof(L.job_id), "%s", to);
+    } else {
+        make_job_id(job->name, L.job_id, sizeof(L.job_id));
+    }
+    unsetenv("DDPRUN_TAKEOVER");
+    unsetenv("DDPRUN_TAKEOVER_PREFIX");
+    unsetenv("DDPRUN_TAKEOVER_FROM");
     L.first_remote = ddp__job_first_remote(job);
     ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
     L.self[sl > 0 ? sl : 0] = '\0';
@@ -449,7 +468,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         ddp__cli_error("cannot create the log folder '%s': %s", L.logdir, strerror(errno));
         return DDP_EXIT_LAUNCH;
     }
-    ddp__rec_open(&L.rec, L.logdir, job, L.job_id);
+    ddp__rec_open(&L.rec, L.logdir, job, L.job_id, L.resuming);
     ddp__con_init(&L.con, L.tty, job->tag_output, job->console_ranks);
     L.views[L.nviews++] = ddp__con_view(&L.con);
     L.views[L.nviews++] = ddp__rec_view(&L.rec);
@@ -511,7 +530,18 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     struct ddp__remote_cb rcb = {.stop = remote_stop, .info = remote_info};
     ddp__remote_init(&L.remote, L.loop, job->tag_output, job->console_ranks, &rcb);
     L.views[L.nviews++] = ddp__remote_view(&L.remote);
-    struct ddp__prov_ctx ctx = {.self = L.self, .mask = &L.oldmask};
+    /* The agents of an etcd job outlive this launcher (cli/takeover.c), but not under srun:
+     * Slurm ends a step whose srun is gone. */
+    L.takeover_ms =
+        job->rdzv_etcd && !job->srun && job->takeover_ms > 0 ? (uint64_t)job->takeover_ms : 0;
+    if (job->rdzv_etcd && (ddp__to_start() < 0 || (L.resuming && ddp__to_restore() < 0)))
+        goto out;
+    if (job->rdzv_etcd)
+        L.views[L.nviews++] = ddp__to_view();
+    struct ddp__prov_ctx ctx = {.self = L.self,
+                                .mask = &L.oldmask,
+                                .detach = L.takeover_ms > 0,
+                                .rejoin = L.resuming ? L.job_id : NULL};
     if (ddp__nodes_init(&L.nodes, L.loop, job, &ctx, &ddp__sup_nodes_cb) < 0)
         goto out;
     nodes_up = true;
@@ -553,9 +583,11 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
                      job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen,
                      L.store_port, L.logdir);
-    ddp__sup_event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes, "#min_nodes",
-                   (long long)job->min_nodes, "#max_nodes", (long long)job->max_nodes,
-                   "#max_restarts", (long long)job->max_restarts, NULL);
+    if (!L.resuming)
+        ddp__sup_event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes,
+                       "#min_nodes", (long long)job->min_nodes, "#max_nodes",
+                       (long long)job->max_nodes, "#max_restarts", (long long)job->max_restarts,
+                       NULL);
     if (!(L.env = job_env(job)))
         goto out;
     /* The START frame carries it to remote nodes beside the job's env (at most 512 KiB). */
@@ -570,8 +602,13 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         rc = DDP_EXIT_USAGE;
         goto out;
     }
-    ddp__sup_set_phase("launching");
-    ddp__sup_open();
+    if (L.resuming) {
+        ddp__to_resume(from);
+        L.nodes.ctx.rejoin = NULL; /* nodes provisioned from now on are started afresh */
+    } else {
+        ddp__sup_set_phase("launching");
+        ddp__sup_open();
+    }
     if (!(L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes)))
         ddp_loop_run(L.loop);
 
@@ -601,6 +638,7 @@ out:
     ddp_store_server_free(srv);
     if (nodes_up)
         ddp__nodes_release(&L.nodes);
+    ddp__to_end();
     etcd_cleanup();
     if (L.loop)
         ddp_loop_free(L.loop);

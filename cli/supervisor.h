@@ -104,7 +104,8 @@ struct ddp__sup {
     int nlosses;
     struct ddp__rec rec;
     struct ddp__console con;
-    struct ddp__view views[3]; /* the console, the records, attached consoles */
+    struct ddp__view views[4]; /* the console, the records, attached consoles, the round
+                                  record in etcd (cli/takeover.c) */
     struct ddp__remote remote;
     int nviews;
     const struct ddp__member_ops *member;
@@ -114,6 +115,12 @@ struct ddp__sup {
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
     struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;
+    /* cli/takeover.c: how long agents wait for a new launcher (0: no takeover), this
+     * launcher's lease in etcd, and whether it took the job over from another */
+    uint64_t takeover_ms;
+    int64_t sup_lease;
+    bool sup_lost, resuming;
+    struct ddp_timer keepalive;
 };
 
 /* The one supervisor of this process (cli/rounds.c). */
@@ -126,6 +133,8 @@ void ddp__sup_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* An event in events.jsonl: see ddp__rec_event. */
 #define ddp__sup_event(...) ddp__rec_event(&ddp__S.rec, ddp__S.round, __VA_ARGS__)
 void ddp__sup_set_phase(const char *phase);
+/* The status line of every view, now. */
+void ddp__sup_draw_status(void);
 /* Arms the supervisor's timers on its loop. */
 void ddp__sup_timers_init(void);
 /* Opens the first round (and, as it closes, starts the workers). */
@@ -142,6 +151,8 @@ void ddp__sup_escalate(void);
 struct ddp__outcome ddp__sup_outcome(int r);
 /* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
 void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress);
+/* The views and the watchdog learn the round's ranks. */
+void ddp__sup_announce_round(void);
 /* Forgets every rank's last lines and state. */
 void ddp__sup_release_ranks(void);
 /* "exited with status 3", "was killed by signal 9 (Killed)". */
@@ -149,6 +160,13 @@ void ddp__sup_describe_exit(int code, char *buf, size_t n);
 /* The callbacks of the nodes (cli/nodes.h) and of the membership watch. */
 extern const struct ddp__nodes_cb ddp__sup_nodes_cb;
 void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev);
+/* ---- cli/takeover.c ---- */
+int ddp__to_start(void);
+void ddp__to_end(void);
+struct ddp__view ddp__to_view(void);
+int ddp__to_restore(void);
+void ddp__to_resume(const char *from);
+
 /* Where the job's members meet (the store or etcd) as a JOIN's fields: token, store_addr,
  * job_id and the etcd settings; the rest zero. */
 void ddp__sup_join_where(struct ddp__agent_join *jf);

@@ -199,3 +199,42 @@ JOB
   [ "$status" -eq 3 ]
   assert_output --partial "(its certificate is not signed by the CA given, or does not name this host)"
 }
+
+@test "the launcher SIGKILLed mid-training: ddprun attach --etcd takes the job over, its ranks run on, and it sees the job finish with its summary" {
+  trains
+  etcd_start 1
+  cat >job.yaml <<JOB
+command: [$FMNIST, --epochs, "3", --hidden, "512,256", --max-steps, "2400"]
+nproc_per_node: 2
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed # the ranks met and train
+  id=$(basename logs/*/)
+  ranks=$(pgrep -d, -f "^$FMNIST")
+  [ "$(tr , '\n' <<<"$ranks" | wc -l)" -eq 2 ]
+  kill -9 "$ddp"
+  wait "$ddp" || true
+  # no launcher: the ranks train on, their agent waits for a new one
+  sleep 1
+  for p in ${ranks//,/ }; do kill -0 "$p"; done
+  run "$DDPRUN" attach --etcd "$ETCD_EPS" --prefix /jobs/ "$id"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  assert_output --partial "job $id's launcher is "
+  assert_output --partial "took over job $id from"
+  # the ranks it took over are the ones that were running: they were never restarted
+  [ "$(ev_field takeover nodes)" = 1 ]
+  [ -z "$(ev_field membership nodes | sed -n 2p)" ]
+  for p in ${ranks//,/ }; do ! kill -0 "$p" 2>/dev/null; done
+  # their output after the takeover, and the summary: both ranks exited 0
+  assert_output --regexp "step 2400 .*test-acc"
+  assert_output --regexp "ddprun: job $id succeeded after [0-9.]+ s \(2 ranks on 1 node\)"
+  grep -q "step 2400 .*test-acc" logs/"$id"/rank-0.log
+  # nothing left: no agent, no rank, no key
+  ! pgrep -f "ddprun agent" >/dev/null
+  [ -z "$(etcd_keys | grep "^/jobs/")" ]
+}

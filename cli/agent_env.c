@@ -1,0 +1,85 @@
+/* The environment a node agent gives each rank (cli/agent_env.h). */
+#include "cli/agent_env.h"
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static int set_env_int(const char *k, long v)
+{
+    char s[32];
+    snprintf(s, sizeof(s), "%ld", v);
+    return setenv(k, s, 1);
+}
+
+void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
+                         int local_rank, const char *iface, const char *node_addr, int tokfd,
+                         int progfd)
+{
+    /* Slurm's description of the agent's own step is not the rank's (cli/slurm.c). */
+    ddp__slurm_scrub_env();
+    /* The launching shell's variables (the export rule) first: ddprun's own and the job's env
+     * below win over them. */
+    for (char **e = st->shell_env; e && *e; e++)
+        putenv(*e);
+    int rank = (int)st->rank_offset + local_rank;
+    set_env_int("RANK", rank);
+    set_env_int("LOCAL_RANK", local_rank);
+    set_env_int("WORLD_SIZE", st->world_size);
+    set_env_int("LOCAL_WORLD_SIZE", st->nlocal);
+    set_env_int("GROUP_RANK", st->node_rank);
+    set_env_int("GROUP_WORLD_SIZE", st->nnodes);
+    setenv("ROLE_NAME", "default", 1);
+    set_env_int("ROLE_RANK", rank);
+    set_env_int("ROLE_WORLD_SIZE", st->world_size);
+    setenv("MASTER_ADDR", st->master_addr, 1);
+    set_env_int("MASTER_PORT", st->master_port);
+    set_env_int("TORCHELASTIC_RESTART_COUNT", st->restart_count);
+    set_env_int("TORCHELASTIC_MAX_RESTARTS", st->max_restarts);
+    setenv("TORCHELASTIC_RUN_ID", st->job_id, 1);
+    /* True: every rank is a client of MASTER_ADDR:MASTER_PORT, the launcher's TCPStore port
+     * (torch's agent store); False: rank 0 hosts a TCPStore there. */
+    setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);
+    setenv("DDPRUN_JOB_ID", st->job_id, 1);
+    setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
+    if (strcmp(st->store_addr, "etcd") == 0) { /* rendezvous: {backend: etcd} */
+        setenv("DDPRUN_ETCD_ENDPOINTS", j->etcd_endpoints, 1);
+        setenv("DDPRUN_ETCD_PREFIX", j->etcd_prefix, 1);
+        const char *tls[][2] = {{"DDPRUN_ETCD_CA", j->etcd_ca},
+                                {"DDPRUN_ETCD_CERT", j->etcd_cert},
+                                {"DDPRUN_ETCD_KEY", j->etcd_key}};
+        for (int k = 0; k < 3; k++)
+            if (*tls[k][1])
+                setenv(tls[k][0], tls[k][1], 1);
+            else
+                unsetenv(tls[k][0]);
+        if (node_addr[0])
+            setenv("DDPRUN_NODE_ADDR", node_addr, 1);
+    }
+    setenv("DDPRUN_BACKEND", st->backend, 1);
+    setenv("DDPRUN_NODE", st->host_label, 1);
+    set_env_int("DDPRUN_TOKEN_FD", tokfd);
+    /* The progress page libddp keeps its flight recorder in (cli/diag_node.h). */
+    if (progfd >= 0)
+        set_env_int("DDPRUN_PROGRESS_FD", progfd);
+    else
+        unsetenv("DDPRUN_PROGRESS_FD");
+    unsetenv("DDPRUN_TOKEN_FILE");
+    if (st->checkpoint_dir[0])
+        setenv("DDPRUN_CHECKPOINT_DIR", st->checkpoint_dir, 1);
+    if (!getenv("PYTHONUNBUFFERED"))
+        setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
+    for (char **e = st->env; *e; e++)
+        putenv(*e);
+    /* Gloo, NCCL and TensorPipe bind to the interface that reaches the other nodes, not to
+     * whatever the host name resolves to (often 127.0.1.1), unless the job or the node's
+     * environment chose one. */
+    static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                         "TP_SOCKET_IFNAME"};
+    for (int k = 0; k < 3 && iface[0]; k++)
+        if (!getenv(ifvars[k]))
+            setenv(ifvars[k], iface, 1);
+}

@@ -1,0 +1,232 @@
+/* The node agent's link to its launcher, and the takeover wait (cli/agent_link.h). */
+#include "cli/agent_link.h"
+#include "cli/agent_proto.h"
+#include "cli/cli.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define HELD_OUTPUT_MAX (16u << 20) /* output held for a new launcher; beyond it lines drop */
+
+static struct {
+    struct ddp_loop *loop;
+    struct ddp__link_cb cb;
+    int in, out;    /* the launcher's frames and ours; -1 while none is linked */
+    int lfd;        /* listening for a new launcher */
+    bool waiting;   /* no launcher linked */
+    bool gone;      /* told cb.gone */
+    char name[200]; /* the socket's abstract name */
+    uint64_t takeover_ms;
+    struct ddp_buf held; /* STATE, then the frames since */
+    size_t held_output;
+    uint64_t dropped;
+    struct ddp_timer expire, fail;
+} K = {.in = -1, .out = -1, .lfd = -1};
+
+static void on_readable(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)mask;
+    (void)arg;
+    K.cb.readable(fd);
+}
+
+static void on_gone(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (!K.gone) {
+        K.gone = true;
+        K.cb.gone();
+    }
+}
+
+void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb)
+{
+    K.loop = loop;
+    K.cb = *cb;
+    K.in = 0;
+    K.out = 1;
+    ddp_buf_init(&K.held);
+    ddp_timer_init(&K.expire, on_gone);
+    ddp_timer_init(&K.fail, on_gone);
+    ddp_loop_add(loop, 0, DDP_LOOP_READ, on_readable, NULL);
+}
+
+void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms)
+{
+    K.takeover_ms = takeover_ms;
+    snprintf(K.name, sizeof(K.name), "ddprun-agent.%u.%s.%u", (unsigned)getuid(), job_id, node);
+}
+
+static socklen_t abstract_addr(const char *name, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    if (n > sizeof(a->sun_path) - 1)
+        n = sizeof(a->sun_path) - 1;
+    memcpy(a->sun_path + 1, name, n); /* sun_path[0] == 0: the abstract namespace */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* The launcher is linked again: what was held goes out first, in order. */
+static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0)
+        return;
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != getuid() ||
+        ddp_write_all(c, K.held.data, K.held.len) < 0) {
+        close(c); /* another user, or a launcher gone at once: keep waiting */
+        return;
+    }
+    DDP_DEBUG(SUP, "agent: a new launcher rejoined (pid %d); %zu bytes held went out", (int)cr.pid,
+              K.held.len);
+    ddp_loop_del(loop, fd);
+    close(fd);
+    K.lfd = -1;
+    ddp_timer_stop(loop, &K.expire);
+    K.held.len = K.held.off = 0;
+    K.held_output = 0;
+    K.dropped = 0;
+    K.in = K.out = c;
+    K.waiting = false;
+    ddp_loop_add(loop, c, DDP_LOOP_READ, on_readable, NULL);
+}
+
+int ddp__link_lost(void)
+{
+    if (K.waiting)
+        return 0;
+    if (K.in >= 0) {
+        ddp_loop_del(K.loop, K.in);
+        if (K.in > 2)
+            close(K.in);
+    }
+    K.in = K.out = -1;
+    if (!K.takeover_ms || !K.name[0])
+        return -1;
+    /* Nothing reads our stdout and stderr any more: writes there would fail or block. */
+    int dn = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (dn >= 0) {
+        dup2(dn, 0);
+        dup2(dn, 1);
+        dup2(dn, 2);
+        close(dn);
+    }
+    struct sockaddr_un a;
+    socklen_t al = abstract_addr(K.name, &a);
+    K.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (K.lfd < 0 || bind(K.lfd, (struct sockaddr *)&a, al) != 0 || listen(K.lfd, 4) != 0 ||
+        ddp_loop_add(K.loop, K.lfd, DDP_LOOP_READ, on_accept, NULL) < 0) {
+        if (K.lfd >= 0)
+            close(K.lfd);
+        K.lfd = -1;
+        return -1;
+    }
+    K.waiting = true;
+    K.held.len = K.held.off = 0;
+    K.held_output = 0;
+    K.cb.snapshot(&K.held);
+    ddp_timer_start(K.loop, &K.expire, (int64_t)K.takeover_ms);
+    return 0;
+}
+
+bool ddp__link_send(const struct ddp_buf *b, bool output)
+{
+    if (!K.waiting && K.out >= 0 && ddp_write_all(K.out, b->data, b->len) == 0)
+        return true;
+    if (!K.waiting && ddp__link_lost() < 0) {
+        if (K.loop) /* from the loop: this may run deep inside a report */
+            ddp_timer_start(K.loop, &K.fail, 0);
+        return false;
+    }
+    if (output && K.held_output + b->len > HELD_OUTPUT_MAX) {
+        K.dropped++;
+        return false;
+    }
+    if (output)
+        K.held_output += b->len;
+    ddp_buf_put(&K.held, b->data, b->len);
+    return false;
+}
+
+bool ddp__link_waiting(void)
+{
+    return K.waiting;
+}
+
+void ddp__link_release(void)
+{
+    if (K.lfd >= 0)
+        close(K.lfd);
+    K.lfd = -1;
+    ddp_buf_release(&K.held);
+}
+
+/* ---- `ddprun agent --rejoin JOB NODE` ---- */
+
+static int relay(int from, int to)
+{
+    char buf[65536];
+    ssize_t n = ddp_read_eintr(from, buf, sizeof(buf));
+    if (n > 0 && ddp_write_all(to, buf, (size_t)n) < 0)
+        return -1;
+    if (n == -EAGAIN)
+        return 1;
+    return n > 0 ? 1 : 0;
+}
+
+int ddp__cmd_agent_rejoin(const char *job_id, const char *node)
+{
+    char name[200];
+    snprintf(name, sizeof(name), "ddprun-agent.%u.%s.%s", (unsigned)getuid(), job_id, node);
+    struct sockaddr_un a;
+    socklen_t al = abstract_addr(name, &a);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&a, al) != 0) {
+        fprintf(stderr,
+                "ddprun agent: no agent of job %s for node %s waits here (it ended, or its wait "
+                "for a new launcher ran out)\n",
+                job_id, node);
+        return DDP_EXIT_LAUNCH;
+    }
+    bool in_open = true;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = in_open ? 0 : -1, .events = POLLIN},
+                              {.fd = s, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return DDP_EXIT_LAUNCH;
+        }
+        if (p[1].revents) {
+            int r = relay(s, 1);
+            if (r <= 0)
+                return r < 0 ? DDP_EXIT_LAUNCH : 0; /* the agent ended, or our launcher */
+        }
+        if (in_open && p[0].revents && relay(0, s) <= 0) {
+            /* Our launcher is gone: the agent waits for the next one. */
+            shutdown(s, SHUT_WR);
+            in_open = false;
+        }
+    }
+}

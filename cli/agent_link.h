@@ -1,0 +1,45 @@
+/*
+ * The node agent's link to its launcher (cli/agent_link.c): the frames it sends, and what
+ * happens when the launcher goes away without saying goodbye (BYE). Without a takeover wait
+ * that stops the node, as always. With one (rendezvous: {backend: etcd}, JOIN's takeover_ms),
+ * the workers run on: the agent holds what it would have sent behind a STATE frame of what
+ * the dead launcher had been told, listens on an abstract Unix socket of its user, job and
+ * node, and a new launcher (`ddprun attach --etcd`) reaches it there through
+ * `ddprun agent --rejoin JOB NODE` started as any agent is (locally, over SSH). Should none
+ * come within takeover_ms, the node stops.
+ */
+#ifndef DDP_CLI_AGENT_LINK_H
+#define DDP_CLI_AGENT_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+
+struct ddp_loop;
+
+struct ddp__link_cb {
+    void (*readable)(int fd);              /* the launcher's frames wait on fd */
+    void (*snapshot)(struct ddp_buf *out); /* appends the STATE frame of now */
+    void (*gone)(void); /* the launcher is gone and none came in time: stop the node */
+};
+
+/* The first launcher: frames from stdin, to stdout. */
+void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb);
+/* After JOIN: the agent's job, node, and how long it waits for a new launcher (0: never). */
+void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms);
+/* Sends a frame (output: a worker's line, which may be dropped while held beyond a bound).
+ * True when it went out; false when it is held (or, with no takeover, lost). */
+bool ddp__link_send(const struct ddp_buf *b, bool output);
+/* The launcher is gone (EOF on its frames; a failed write calls this itself). With a takeover
+ * wait: waits for a new one and returns 0; else -1, and the caller stops the node. */
+int ddp__link_lost(void);
+/* True while no launcher is linked. */
+bool ddp__link_waiting(void);
+void ddp__link_release(void);
+
+/* `ddprun agent --rejoin JOB NODE`: relays stdin and stdout to that agent's socket. */
+int ddp__cmd_agent_rejoin(const char *job_id, const char *node);
+
+#endif

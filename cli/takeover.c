@@ -1,0 +1,436 @@
+/*
+ * Jobs whose launcher can die (rendezvous: {backend: etcd}): the launcher's records in the
+ * job's etcd folder, and `ddprun attach --etcd` taking the job over from another process, on
+ * this login node or another one that reaches etcd.
+ *
+ * Under "<prefix><job id>/launcher/" the launcher keeps:
+ *   record      how it was started: its folder, its command line, the start time, the token
+ *   supervisor  "HOST pid N", bound to a lease it renews every heartbeat_interval: while it is
+ *               there the job has a launcher, and no second one can take it
+ *   round       the current round: number, ranks, and each node's state, incarnation and
+ *               first rank (written as the round's ranks are announced: a view)
+ * The agents wait for a new launcher (rendezvous.takeover_timeout, cli/agent_link.h). `ddprun
+ * attach --etcd URLS JOB` waits for the supervisor key to go with its lease, then runs the
+ * recorded command line again in the recorded folder with DDPRUN_TAKEOVER=JOB: that launcher
+ * (cli/supervise.c) takes the supervisor key, restores the round from the records, and rejoins
+ * each node's agent, which answers with STATE and what it held since.
+ */
+#include "cli/supervisor.h"
+#include "cli/agent_proto.h"
+#include "cli/cli.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "rendezvous/etcd.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define L ddp__S
+#define RECORD_MAGIC "ddprun-launcher 1"
+
+static int g_argc;
+static char **g_argv;
+
+void ddp__to_set_argv(int argc, char **argv)
+{
+    g_argc = argc;
+    g_argv = argv;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void key_of(char *out, size_t n, const char *folder, const char *name)
+{
+    snprintf(out, n, "%slauncher/%s", folder, name);
+}
+
+static int64_t lease_ttl_s(void)
+{
+    int64_t s = (L.job->heartbeat_timeout_ms + 999) / 1000;
+    return s < 2 ? 2 : s;
+}
+
+static void on_keepalive(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    int64_t ttl = 0;
+    if (ddp_etcd_lease_keepalive(L.etcd, L.sup_lease, &ttl) < 0 || ttl <= 0) {
+        if (!L.sup_lost)
+            ddp__sup_say("ddprun: warning: this launcher's lease in etcd could not be renewed "
+                         "(%s); another `ddprun attach --etcd` may take the job over",
+                         ddp_etcd_error(L.etcd));
+        L.sup_lost = true;
+    } else {
+        L.sup_lost = false;
+    }
+    ddp_timer_start(loop, t, L.job->heartbeat_interval_ms);
+}
+
+/*
+ * The launcher's records (and, taking over, the claim): 0, or -1 after saying why. Called once
+ * the etcd client (L.etcd) and the job id are there.
+ */
+int ddp__to_start(void)
+{
+    char key[1024], who[400], host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    int n = snprintf(who, sizeof(who), "%s pid %d", host, (int)getpid());
+    int r = ddp_etcd_lease_grant(L.etcd, lease_ttl_s(), &L.sup_lease);
+    bool created = false;
+    key_of(key, sizeof(key), L.etcd_prefix, "supervisor");
+    if (r == 0)
+        r = ddp_etcd_create(L.etcd, key, who, (size_t)n, L.sup_lease, &created);
+    if (r < 0) {
+        ddp__cli_error("rendezvous.backend etcd: cannot take the job's launcher lease: %s",
+                       ddp_etcd_error(L.etcd));
+        return -1;
+    }
+    if (!created) {
+        ddp__cli_error("job %s has a launcher again (another ddprun attach --etcd was quicker)",
+                       L.job_id);
+        ddp_etcd_lease_revoke(L.etcd, L.sup_lease);
+        return -1;
+    }
+    ddp_timer_init(&L.keepalive, on_keepalive);
+    ddp_timer_start(L.loop, &L.keepalive, L.job->heartbeat_interval_ms);
+    if (L.resuming)
+        return 0;
+    /* The record: folder, start time, token, lease TTL, then the command line, NUL-separated. */
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)) || !g_argv)
+        return 0; /* no takeover possible; the job runs on */
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    char head[PATH_MAX + 400];
+    int hn = snprintf(head, sizeof(head), "%s\n%s\n%lld\n%s\n%lld\n%d\n", RECORD_MAGIC, cwd,
+                      (long long)(wall_ms() - (ddp_now_ms() - L.t0)), L.token,
+                      (long long)lease_ttl_s(), g_argc);
+    ddp_buf_put(&b, head, (size_t)hn);
+    for (int k = 0; k < g_argc; k++)
+        ddp_buf_put(&b, g_argv[k], strlen(g_argv[k]) + 1);
+    key_of(key, sizeof(key), L.etcd_prefix, "record");
+    r = ddp_etcd_put(L.etcd, key, b.data, b.len, 0);
+    explicit_bzero(b.data, b.len);
+    ddp_buf_release(&b);
+    if (r < 0)
+        ddp__sup_say("ddprun: warning: the job's launcher record could not be written to etcd "
+                     "(%s): it cannot be taken over",
+                     ddp_etcd_error(L.etcd));
+    return 0;
+}
+
+void ddp__to_end(void)
+{
+    if (L.sup_lease && L.etcd)
+        ddp_etcd_lease_revoke(L.etcd, L.sup_lease);
+    L.sup_lease = 0;
+    if (L.loop)
+        ddp_timer_stop(L.loop, &L.keepalive);
+}
+
+/* ---- the round record: a view ---- */
+
+static void tv_round(void *self, int round, int world, const char *const *hosts)
+{
+    (void)self;
+    (void)hosts;
+    if (!L.etcd || !L.sup_lease)
+        return;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    char line[200];
+    int n = snprintf(line, sizeof(line), "%d %d %d\n", round, world, L.nmembers);
+    ddp_buf_put(&b, line, (size_t)n);
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        const struct ddp__sup_node *a = &L.nd[i];
+        n = snprintf(line, sizeof(line), "%d %u %d %d %d\n", (int)a->state, a->incarnation,
+                     a->rank_offset, a->member_index, a->was_lost);
+        ddp_buf_put(&b, line, (size_t)n);
+    }
+    char key[1024];
+    key_of(key, sizeof(key), L.etcd_prefix, "round");
+    if (ddp_etcd_put(L.etcd, key, b.data, b.len, 0) < 0)
+        ddp__sup_say("ddprun: warning: the round record could not be written to etcd (%s)",
+                     ddp_etcd_error(L.etcd));
+    ddp_buf_release(&b);
+}
+
+static void tv_message(void *self, const char *msg, size_t n)
+{
+    (void)self;
+    (void)msg;
+    (void)n;
+}
+
+static void tv_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
+                    size_t n, bool progress)
+{
+    (void)self;
+    (void)rank;
+    (void)host;
+    (void)stream;
+    (void)line;
+    (void)n;
+    (void)progress;
+}
+
+static void tv_status(void *self, const struct ddp__status *st)
+{
+    (void)self;
+    (void)st;
+}
+
+static void tv_summary(void *self, const struct ddp__summary *s)
+{
+    (void)self;
+    (void)s;
+}
+
+struct ddp__view ddp__to_view(void)
+{
+    static const struct ddp__view_ops ops = {.message = tv_message,
+                                             .rank_line = tv_line,
+                                             .status = tv_status,
+                                             .round = tv_round,
+                                             .summary = tv_summary};
+    return (struct ddp__view){.ops = &ops, .self = NULL};
+}
+
+/* ---- taking over ---- */
+
+/* Restores the token, the start time and the round from the records (L.resuming). */
+int ddp__to_restore(void)
+{
+    char key[1024], *rec = NULL, *rnd = NULL;
+    size_t len = 0;
+    key_of(key, sizeof(key), L.etcd_prefix, "record");
+    int r = ddp_etcd_get(L.etcd, key, &rec, &len, NULL);
+    if (r == 0) {
+        key_of(key, sizeof(key), L.etcd_prefix, "round");
+        r = ddp_etcd_get(L.etcd, key, &rnd, &len, NULL);
+    }
+    if (r < 0) {
+        ddp__cli_error("cannot take job %s over: %s", L.job_id,
+                       r == DDP_ENOKEY ? "its records are not in etcd (it has not started a "
+                                         "round yet, or it ended)"
+                                       : ddp_etcd_error(L.etcd));
+        free(rec);
+        return -1;
+    }
+    /* record: magic, cwd, start (ms since the epoch), token, ... */
+    char *save = NULL, *line = strtok_r(rec, "\n", &save);
+    line = line ? strtok_r(NULL, "\n", &save) : NULL; /* cwd */
+    char *start = line ? strtok_r(NULL, "\n", &save) : NULL;
+    char *token = start ? strtok_r(NULL, "\n", &save) : NULL;
+    if (token)
+        snprintf(L.token, sizeof(L.token), "%s", token);
+    if (start)
+        L.t0 = ddp_now_ms() - (wall_ms() - atoll(start));
+    explicit_bzero(rec, strlen(rec));
+    free(rec);
+    /* round: "round world members", then per node "state incarnation offset member lost" */
+    int round = -1, world = 0, members = 0, off = 0;
+    char *p = rnd;
+    if (sscanf(p, "%d %d %d\n%n", &round, &world, &members, &off) < 3 || world > L.total_slots ||
+        world < 0) {
+        ddp__cli_error("cannot take job %s over: its round record in etcd is malformed", L.job_id);
+        free(rnd);
+        return -1;
+    }
+    p += off;
+    L.round = round;
+    L.world = world;
+    L.nmembers = members;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        int st = 0, offset = 0, member = 0, lost = 0;
+        unsigned inc = 0;
+        if (sscanf(p, "%d %u %d %d %d\n%n", &st, &inc, &offset, &member, &lost, &off) < 5)
+            break;
+        p += off;
+        struct ddp__sup_node *a = &L.nd[i];
+        a->state =
+            st == DDP__NS_RUNNING || st == DDP__NS_READY ? (enum ddp__node_state)st : DDP__NS_NONE;
+        a->incarnation = inc;
+        a->rank_offset = offset;
+        a->member_index = member;
+        a->was_lost = lost;
+        for (int k = 0; a->state == DDP__NS_RUNNING && k < L.job->nodes[i].slots; k++)
+            if (offset + k < world)
+                L.rk[offset + k] = (struct ddp__sup_rank){.node = (int)i, .local = k};
+    }
+    free(rnd);
+    return 0;
+}
+
+/* After ddp__to_restore: the round runs on; every node that had an agent is rejoined. */
+void ddp__to_resume(const char *from)
+{
+    L.opened = true;
+    L.ph = DDP__PH_RUNNING;
+    L.first_fail = -1;
+    ddp__sup_announce_round();
+    int n = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state == DDP__NS_NONE)
+            continue;
+        /* A node whose agent is not there any more ends its relay at once: it is lost. */
+        if (ddp__nodes_start(&L.nodes, (int)i, NULL) < 0)
+            a->state = DDP__NS_NONE;
+        else
+            n++;
+    }
+    ddp__sup_say("ddprun: took over job %s from %s: round %d, %d ranks; rejoining %d node "
+                 "agent%s",
+                 L.job_id, from, L.round, L.world, n, n == 1 ? "" : "s");
+    ddp__sup_event("takeover", "from", from, "#nodes", (long long)n, NULL);
+    ddp__sup_set_phase("taking over");
+    if (n == 0)
+        ddp__sup_finish("no node agent of the job was left to rejoin", DDP_EXIT_JOB_FAILED);
+}
+
+/* `ddprun attach --etcd URLS [--prefix P] JOB` */
+int ddp__cmd_takeover(const struct ddp_cli_opts *o)
+{
+    const char *prefix = o->vals[DDP_OPT_PREFIX] ? o->vals[DDP_OPT_PREFIX] : "/ddprun/";
+    if (o->npos != 1) {
+        ddp__cli_error("attach --etcd: which job? (ddprun attach --etcd URLS JOB)");
+        return DDP_EXIT_USAGE;
+    }
+    const char *job = o->pos[0];
+    for (const char *c = job; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '-' || *c == '_')) {
+            ddp__cli_error("attach --etcd: '%s' is not a job id", job);
+            return DDP_EXIT_USAGE;
+        }
+    if (!*prefix || prefix[strlen(prefix) - 1] != '/') {
+        ddp__cli_error("attach --etcd: --prefix must end with '/', got '%s'", prefix);
+        return DDP_EXIT_USAGE;
+    }
+    char *eps = strdup(o->vals[DDP_OPT_ETCD]);
+    const char *list[64];
+    size_t n = 0;
+    for (char *s = eps, *save = NULL, *t; eps && (t = strtok_r(s, ",", &save)) && n < 64; s = NULL)
+        list[n++] = t;
+    const char *ca = getenv("DDPRUN_ETCD_CA"), *cert = getenv("DDPRUN_ETCD_CERT"),
+               *key = getenv("DDPRUN_ETCD_KEY");
+    struct ddp_etcd_opts eo = {.endpoints = list,
+                               .nendpoints = n,
+                               .ca_file = ca && *ca ? ca : NULL,
+                               .cert_file = cert && *cert ? cert : NULL,
+                               .key_file = key && *key ? key : NULL};
+    struct ddp_etcd *e = NULL;
+    int rc = DDP_EXIT_LAUNCH;
+    char k[1024], folder[900], *rec = NULL, *who = NULL, from[300] = "a launcher already gone";
+    size_t len = 0, wlen;
+    snprintf(folder, sizeof(folder), "%s%s/", prefix, job);
+    if (!n || ddp_etcd_new(&eo, &e) < 0) {
+        ddp__cli_error("attach --etcd: '%s' names no etcd endpoint", o->vals[DDP_OPT_ETCD]);
+        rc = DDP_EXIT_USAGE;
+        goto out;
+    }
+    key_of(k, sizeof(k), folder, "record");
+    int r = ddp_etcd_get(e, k, &rec, &len, NULL);
+    if (r < 0) {
+        if (r == DDP_ENOKEY)
+            ddp__cli_error("attach --etcd: no job %s under %s in etcd (%s)", job, prefix,
+                           o->vals[DDP_OPT_ETCD]);
+        else
+            ddp__cli_error("attach --etcd: %s", ddp_etcd_error(e));
+        goto out;
+    }
+    /* record: magic, cwd, start, token, lease TTL (s), argc, then argv NUL-separated */
+    char *lines[6], *p = rec;
+    for (int i = 0; i < 6; i++) {
+        char *nl = memchr(p, '\n', len - (size_t)(p - rec));
+        if (!nl) {
+            ddp__cli_error("attach --etcd: job %s's launcher record is malformed", job);
+            goto out;
+        }
+        *nl = '\0';
+        lines[i] = p;
+        p = nl + 1;
+    }
+    int argc = atoi(lines[5]);
+    int64_t ttl = atoll(lines[4]);
+    if (strcmp(lines[0], RECORD_MAGIC) != 0 || argc < 1 || argc > 4096) {
+        ddp__cli_error("attach --etcd: job %s's launcher record is not one this ddprun reads", job);
+        goto out;
+    }
+    char **argv = calloc((size_t)argc + 1, sizeof(char *));
+    for (int i = 0; argv && i < argc; i++) {
+        if (p >= rec + len) {
+            ddp__cli_error("attach --etcd: job %s's launcher record is malformed", job);
+            free(argv);
+            goto out;
+        }
+        argv[i] = p;
+        p += strlen(p) + 1;
+    }
+    if (!argv)
+        goto out;
+    /* The launcher's lease ends heartbeat_timeout after it died: wait that long (twice). */
+    key_of(k, sizeof(k), folder, "supervisor");
+    int64_t deadline = ddp_now_ms() + 2 * ttl * 1000 + 3000;
+    bool said = false;
+    while ((r = ddp_etcd_get(e, k, &who, &wlen, NULL)) == 0) {
+        if (ddp_now_ms() > deadline) {
+            ddp__cli_error("job %s still has its launcher (%s): attach there with "
+                           "'ddprun attach %s'",
+                           job, who, job);
+            free(who);
+            free(argv);
+            rc = DDP_EXIT_USAGE;
+            goto out;
+        }
+        if (!said)
+            fprintf(stderr,
+                    "ddprun: job %s's launcher is %s; waiting for its lease in etcd to end\n", job,
+                    who);
+        if (!said)
+            snprintf(from, sizeof(from), "%s", who);
+        said = true;
+        free(who);
+        who = NULL;
+        usleep(200000);
+    }
+    if (r != DDP_ENOKEY) {
+        ddp__cli_error("attach --etcd: %s", ddp_etcd_error(e));
+        free(argv);
+        goto out;
+    }
+    if (chdir(lines[1]) != 0) {
+        ddp__cli_error("cannot take job %s over: it was started in '%s', which is not on this "
+                       "machine (%s)",
+                       job, lines[1], strerror(errno));
+        free(argv);
+        goto out;
+    }
+    setenv("DDPRUN_TAKEOVER", job, 1);
+    setenv("DDPRUN_TAKEOVER_PREFIX", prefix, 1);
+    setenv("DDPRUN_TAKEOVER_FROM", from, 1);
+    ddp_etcd_free(e);
+    e = NULL;
+    execv("/proc/self/exe", argv);
+    ddp__cli_error("cannot run ddprun again to take the job over: %s", strerror(errno));
+    free(argv);
+out:
+    if (rec)
+        explicit_bzero(rec, len);
+    free(rec);
+    free(eps);
+    ddp_etcd_free(e);
+    return rc;
+}

@@ -1,0 +1,121 @@
+/*
+ * The launcher-agent frames a new launcher depends on (cli/agent_proto.c): JOIN with its
+ * takeover wait, and STATE, what a rejoined agent says of its ranks. Each decodes to what was
+ * encoded, and every shorter or longer body is refused.
+ */
+#include "cli/agent_proto.h"
+#include "common/err.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The body of the one frame in b (after the type byte), checking the type. */
+static const uint8_t *body_of(struct ddp_buf *b, uint8_t want, size_t *len)
+{
+    uint8_t type;
+    const uint8_t *body;
+    if (ddp__agent_next(b, &type, &body, len) != 1 || type != want)
+        return NULL;
+    return body;
+}
+
+TEST(state_round_trips_and_refuses_any_other_length)
+{
+    struct ddp__agent_state_rank rk[3] = {
+        {.pid = 4242, .exited = 1, .code = -9, .runtime_ms = 1234567},
+        {.pid = 0, .exited = 1, .exec_failed = 1, .code = 127, .runtime_ms = 3},
+        {.pid = 77, .exited = 0}};
+    struct ddp__agent_state s = {.node_index = 5,
+                                 .incarnation = 3,
+                                 .have_start = 1,
+                                 .done = 0,
+                                 .round = 2,
+                                 .rank_offset = 12,
+                                 .nlocal = 3,
+                                 .ranks = rk,
+                                 .dropped = 99};
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    ASSERT_OK(ddp__agent_put_state(&b, &s));
+    size_t len;
+    const uint8_t *body = body_of(&b, DDP__AG_STATE, &len);
+    ASSERT_TRUE(body != NULL);
+    struct ddp__agent_state g;
+    ASSERT_OK(ddp__agent_get_state(body, len, &g));
+    ASSERT_EQ(g.node_index, 5);
+    ASSERT_EQ(g.incarnation, 3);
+    ASSERT_EQ(g.have_start, 1);
+    ASSERT_EQ(g.done, 0);
+    ASSERT_EQ(g.round, 2);
+    ASSERT_EQ(g.rank_offset, 12);
+    ASSERT_EQ(g.nlocal, 3);
+    ASSERT_EQ(g.dropped, 99);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(g.ranks[i].pid, rk[i].pid);
+        ASSERT_EQ(g.ranks[i].exited, rk[i].exited);
+        ASSERT_EQ(g.ranks[i].exec_failed, rk[i].exec_failed);
+        ASSERT_EQ(g.ranks[i].code, rk[i].code);
+        ASSERT_EQ(g.ranks[i].runtime_ms, rk[i].runtime_ms);
+    }
+    free(g.ranks);
+    for (size_t k = 0; k < len; k++)
+        ASSERT_ERR(ddp__agent_get_state(body, k, &g), DDP_EPROTO);
+    uint8_t longer[512];
+    memcpy(longer, body, len);
+    longer[len] = 0;
+    ASSERT_ERR(ddp__agent_get_state(longer, len + 1, &g), DDP_EPROTO);
+    /* A rank count the body cannot hold is refused before anything is allocated. */
+    memcpy(longer, body, len);
+    longer[21] = 0xff; /* nlocal (bytes 18..21, little-endian): its top byte */
+    ASSERT_ERR(ddp__agent_get_state(longer, len, &g), DDP_EPROTO);
+    ddp_buf_release(&b);
+}
+
+TEST(an_idle_agent_says_so_without_ranks)
+{
+    struct ddp__agent_state s = {.node_index = 1, .incarnation = 1, .nlocal = 4};
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    ASSERT_OK(ddp__agent_put_state(&b, &s));
+    size_t len;
+    const uint8_t *body = body_of(&b, DDP__AG_STATE, &len);
+    ASSERT_TRUE(body != NULL);
+    struct ddp__agent_state g;
+    ASSERT_OK(ddp__agent_get_state(body, len, &g));
+    ASSERT_EQ(g.have_start, 0);
+    ASSERT_EQ(g.nlocal, 0);
+    ASSERT_TRUE(g.ranks == NULL);
+    ddp_buf_release(&b);
+}
+
+TEST(join_carries_the_takeover_wait)
+{
+    struct ddp__agent_join j = {.token = "t0k",
+                                .store_addr = "etcd",
+                                .job_id = "job-1",
+                                .host_label = "n1",
+                                .node_index = 2,
+                                .incarnation = 7,
+                                .heartbeat_interval_ms = 500,
+                                .heartbeat_timeout_ms = 2000,
+                                .grace_ms = 10000,
+                                .etcd_endpoints = "http://h:2379",
+                                .etcd_prefix = "/ddprun/job-1/",
+                                .takeover_ms = 60000};
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    ASSERT_OK(ddp__agent_put_join(&b, &j));
+    size_t len;
+    const uint8_t *body = body_of(&b, DDP__AG_JOIN, &len);
+    ASSERT_TRUE(body != NULL);
+    struct ddp__agent_join g;
+    ASSERT_OK(ddp__agent_get_join(body, len, &g));
+    ASSERT_EQ(g.takeover_ms, 60000);
+    ASSERT_EQ(g.incarnation, 7);
+    ASSERT_STREQ(g.etcd_prefix, "/ddprun/job-1/");
+    ddp__agent_join_release(&g);
+    /* the JOIN of an older launcher, without the field, is refused rather than misread */
+    ASSERT_ERR(ddp__agent_get_join(body, len - 8, &g), DDP_EPROTO);
+    ddp_buf_release(&b);
+}
