@@ -81,8 +81,12 @@ static void on_keepalive(struct ddp_loop *loop, struct ddp_timer *t)
  * The launcher's records (and, taking over, the claim): 0, or -1 after saying why. Called once
  * the etcd client (L.etcd) and the job id are there.
  */
+static bool g_keepalive_ready; /* L.keepalive is initialised (only then may it be stopped) */
+
 int ddp__to_start(void)
 {
+    ddp_timer_init(&L.keepalive, on_keepalive);
+    g_keepalive_ready = true;
     char key[1024], who[400], host[256] = "?";
     gethostname(host, sizeof(host) - 1);
     int n = snprintf(who, sizeof(who), "%s pid %d", host, (int)getpid());
@@ -100,9 +104,9 @@ int ddp__to_start(void)
         ddp__cli_error("job %s has a launcher again (another ddprun attach --etcd was quicker)",
                        L.job_id);
         ddp_etcd_lease_revoke(L.etcd, L.sup_lease);
+        L.sup_lease = 0;
         return -1;
     }
-    ddp_timer_init(&L.keepalive, on_keepalive);
     ddp_timer_start(L.loop, &L.keepalive, L.job->heartbeat_interval_ms);
     if (L.resuming)
         return 0;
@@ -135,8 +139,9 @@ void ddp__to_end(void)
     if (L.sup_lease && L.etcd)
         ddp_etcd_lease_revoke(L.etcd, L.sup_lease);
     L.sup_lease = 0;
-    if (L.loop)
+    if (L.loop && g_keepalive_ready)
         ddp_timer_stop(L.loop, &L.keepalive);
+    g_keepalive_ready = false;
 }
 
 /* ---- the round record: a view ---- */
