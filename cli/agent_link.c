@@ -169,11 +169,6 @@ bool ddp__link_send(const struct ddp_buf *b, bool output)
     return false;
 }
 
-bool ddp__link_waiting(void)
-{
-    return K.waiting;
-}
-
 void ddp__link_release(void)
 {
     if (K.lfd >= 0)

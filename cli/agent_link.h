@@ -35,8 +35,6 @@ bool ddp__link_send(const struct ddp_buf *b, bool output);
 /* The launcher is gone (EOF on its frames; a failed write calls this itself). With a takeover
  * wait: waits for a new one and returns 0; else -1, and the caller stops the node. */
 int ddp__link_lost(void);
-/* True while no launcher is linked. */
-bool ddp__link_waiting(void);
 void ddp__link_release(void);
 
 /* `ddprun agent --rejoin JOB NODE`: relays stdin and stdout to that agent's socket. */
