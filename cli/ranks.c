@@ -32,8 +32,9 @@ void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, b
 {
     struct ddp__sup_rank *r = &L.rk[rank];
     for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->rank_line(L.views[v].self, rank, L.job->nodes[r->node].host, stream, line,
-                                  n, progress);
+        if (L.views[v].ops->rank_line)
+            L.views[v].ops->rank_line(L.views[v].self, rank, L.job->nodes[r->node].host, stream,
+                                      line, n, progress);
     if (!progress)
         keep_tail(r, line, n);
 }
@@ -76,7 +77,8 @@ void ddp__sup_announce_round(void)
     for (int r = 0; hosts && r < L.world; r++)
         hosts[r] = L.job->nodes[L.rk[r].node].host;
     for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->round(L.views[v].self, L.round, L.world, hosts);
+        if (L.views[v].ops->round)
+            L.views[v].ops->round(L.views[v].self, L.round, L.world, hosts);
     free(hosts);
     int *node_of = calloc((size_t)L.world + 1, sizeof(int)),
         *local_of = calloc((size_t)L.world + 1, sizeof(int));
@@ -101,7 +103,8 @@ void ddp__sup_say(const char *fmt, ...)
         return;
     size_t len = (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1;
     for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->message(L.views[v].self, buf, len);
+        if (L.views[v].ops->message)
+            L.views[v].ops->message(L.views[v].self, buf, len);
 }
 
 void ddp__sup_draw_status(void)
@@ -112,7 +115,8 @@ void ddp__sup_draw_status(void)
                              .restarts = L.round,
                              .elapsed_ms = ddp_now_ms() - L.t0};
     for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->status(L.views[v].self, &st);
+        if (L.views[v].ops->status)
+            L.views[v].ops->status(L.views[v].self, &st);
 }
 void ddp__sup_set_phase(const char *phase)
 {

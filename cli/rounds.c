@@ -239,7 +239,9 @@ static void agent_state(int i, const uint8_t *body, size_t len)
     bool same = s.have_start && s.round == (uint32_t)L.round &&
                 (int)s.rank_offset == a->rank_offset && (int)s.nlocal == L.job->nodes[i].slots;
     if (a->state == DDP__NS_RUNNING && same) {
-        for (uint32_t k = 0; k < s.nlocal && L.ph == DDP__PH_RUNNING; k++) {
+        /* rank_exited is right in any phase: a failure among them fails the round, and the
+         * exits after it are still recorded for the summary. */
+        for (uint32_t k = 0; k < s.nlocal; k++) {
             if (s.ranks[k].pid)
                 rank_started(a->rank_offset + (int)k);
             if (s.ranks[k].exited)

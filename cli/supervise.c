@@ -243,7 +243,8 @@ static void summarize(int rc)
                               .tail = ff ? ff->tail : NULL,
                               .ntail = ff ? ff->ntail : 0};
     for (int v = 0; v < L.nviews; v++)
-        L.views[v].ops->summary(L.views[v].self, &sm);
+        if (L.views[v].ops->summary)
+            L.views[v].ops->summary(L.views[v].self, &sm);
     free(rr);
     free(lr);
 }

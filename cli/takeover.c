@@ -171,56 +171,70 @@ static void tv_round(void *self, int round, int world, const char *const *hosts)
     ddp_buf_release(&b);
 }
 
-static void tv_message(void *self, const char *msg, size_t n)
-{
-    (void)self;
-    (void)msg;
-    (void)n;
-}
-
-static void tv_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
-                    size_t n, bool progress)
-{
-    (void)self;
-    (void)rank;
-    (void)host;
-    (void)stream;
-    (void)line;
-    (void)n;
-    (void)progress;
-}
-
-static void tv_status(void *self, const struct ddp__status *st)
-{
-    (void)self;
-    (void)st;
-}
-
-static void tv_summary(void *self, const struct ddp__summary *s)
-{
-    (void)self;
-    (void)s;
-}
-
 struct ddp__view ddp__to_view(void)
 {
-    static const struct ddp__view_ops ops = {.message = tv_message,
-                                             .rank_line = tv_line,
-                                             .status = tv_status,
-                                             .round = tv_round,
-                                             .summary = tv_summary};
+    static const struct ddp__view_ops ops = {.round = tv_round};
     return (struct ddp__view){.ops = &ops, .self = NULL};
 }
 
 /* ---- taking over ---- */
 
+/* The launcher's record, parsed in place (its lines are cut at their newlines). */
+struct to_record {
+    const char *cwd, *token;
+    int64_t start_ms, ttl_s;
+    int argc;
+    char **argv; /* argc words and a NULL, pointing into the record; to free */
+};
+
+/* record: magic, cwd, start (ms since the epoch), token, lease TTL (s), argc, then argv
+ * NUL-separated. 0, or -1 with what is wrong in *why. */
+static int record_parse(char *rec, size_t len, struct to_record *r, const char **why)
+{
+    char *lines[6], *p = rec;
+    memset(r, 0, sizeof(*r));
+    *why = "is malformed";
+    for (int i = 0; i < 6; i++) {
+        char *nl = memchr(p, '\n', len - (size_t)(p - rec));
+        if (!nl)
+            return -1;
+        *nl = '\0';
+        lines[i] = p;
+        p = nl + 1;
+    }
+    r->cwd = lines[1];
+    r->start_ms = atoll(lines[2]);
+    r->token = lines[3];
+    r->ttl_s = atoll(lines[4]);
+    r->argc = atoi(lines[5]);
+    if (strcmp(lines[0], RECORD_MAGIC) != 0 || r->argc < 1 || r->argc > 4096) {
+        *why = "is not one this ddprun reads";
+        return -1;
+    }
+    r->argv = calloc((size_t)r->argc + 1, sizeof(char *));
+    if (!r->argv) {
+        *why = "cannot be read (out of memory)";
+        return -1;
+    }
+    for (int i = 0; i < r->argc; i++) {
+        if (p >= rec + len || !memchr(p, '\0', len - (size_t)(p - rec))) {
+            free(r->argv);
+            r->argv = NULL;
+            return -1;
+        }
+        r->argv[i] = p;
+        p += strlen(p) + 1;
+    }
+    return 0;
+}
+
 /* Restores the token, the start time and the round from the records (L.resuming). */
 int ddp__to_restore(void)
 {
     char key[1024], *rec = NULL, *rnd = NULL;
-    size_t len = 0;
+    size_t len = 0, len_rec = 0;
     key_of(key, sizeof(key), L.etcd_prefix, "record");
-    int r = ddp_etcd_get(L.etcd, key, &rec, &len, NULL);
+    int r = ddp_etcd_get(L.etcd, key, &rec, &len_rec, NULL);
     if (r == 0) {
         key_of(key, sizeof(key), L.etcd_prefix, "round");
         r = ddp_etcd_get(L.etcd, key, &rnd, &len, NULL);
@@ -233,16 +247,19 @@ int ddp__to_restore(void)
         free(rec);
         return -1;
     }
-    /* record: magic, cwd, start (ms since the epoch), token, ... */
-    char *save = NULL, *line = strtok_r(rec, "\n", &save);
-    line = line ? strtok_r(NULL, "\n", &save) : NULL; /* cwd */
-    char *start = line ? strtok_r(NULL, "\n", &save) : NULL;
-    char *token = start ? strtok_r(NULL, "\n", &save) : NULL;
-    if (token)
-        snprintf(L.token, sizeof(L.token), "%s", token);
-    if (start)
-        L.t0 = ddp_now_ms() - (wall_ms() - atoll(start));
-    explicit_bzero(rec, strlen(rec));
+    struct to_record tr;
+    const char *why;
+    if (record_parse(rec, len_rec, &tr, &why) < 0) {
+        ddp__cli_error("cannot take job %s over: its launcher record %s", L.job_id, why);
+        explicit_bzero(rec, len_rec);
+        free(rec);
+        free(rnd);
+        return -1;
+    }
+    snprintf(L.token, sizeof(L.token), "%s", tr.token);
+    L.t0 = ddp_now_ms() - (wall_ms() - tr.start_ms);
+    free(tr.argv);
+    explicit_bzero(rec, len_rec);
     free(rec);
     /* round: "round world members", then per node "state incarnation offset member lost" */
     int round = -1, world = 0, members = 0, off = 0;
@@ -339,6 +356,7 @@ int ddp__cmd_takeover(const struct ddp_cli_opts *o)
     struct ddp_etcd *e = NULL;
     int rc = DDP_EXIT_LAUNCH;
     char k[1024], folder[900], *rec = NULL, *who = NULL, from[300] = "a launcher already gone";
+    struct to_record tr = {0};
     size_t len = 0, wlen;
     snprintf(folder, sizeof(folder), "%s%s/", prefix, job);
     if (!n || ddp_etcd_new(&eo, &e) < 0) {
@@ -356,39 +374,14 @@ int ddp__cmd_takeover(const struct ddp_cli_opts *o)
             ddp__cli_error("attach --etcd: %s", ddp_etcd_error(e));
         goto out;
     }
-    /* record: magic, cwd, start, token, lease TTL (s), argc, then argv NUL-separated */
-    char *lines[6], *p = rec;
-    for (int i = 0; i < 6; i++) {
-        char *nl = memchr(p, '\n', len - (size_t)(p - rec));
-        if (!nl) {
-            ddp__cli_error("attach --etcd: job %s's launcher record is malformed", job);
-            goto out;
-        }
-        *nl = '\0';
-        lines[i] = p;
-        p = nl + 1;
-    }
-    int argc = atoi(lines[5]);
-    int64_t ttl = atoll(lines[4]);
-    if (strcmp(lines[0], RECORD_MAGIC) != 0 || argc < 1 || argc > 4096) {
-        ddp__cli_error("attach --etcd: job %s's launcher record is not one this ddprun reads", job);
+    const char *why;
+    if (record_parse(rec, len, &tr, &why) < 0) {
+        ddp__cli_error("attach --etcd: job %s's launcher record %s", job, why);
         goto out;
     }
-    char **argv = calloc((size_t)argc + 1, sizeof(char *));
-    for (int i = 0; argv && i < argc; i++) {
-        if (p >= rec + len) {
-            ddp__cli_error("attach --etcd: job %s's launcher record is malformed", job);
-            free(argv);
-            goto out;
-        }
-        argv[i] = p;
-        p += strlen(p) + 1;
-    }
-    if (!argv)
-        goto out;
     /* The launcher's lease ends heartbeat_timeout after it died: wait that long (twice). */
     key_of(k, sizeof(k), folder, "supervisor");
-    int64_t deadline = ddp_now_ms() + 2 * ttl * 1000 + 3000;
+    int64_t deadline = ddp_now_ms() + 2 * tr.ttl_s * 1000 + 3000;
     bool said = false;
     while ((r = ddp_etcd_get(e, k, &who, &wlen, NULL)) == 0) {
         if (ddp_now_ms() > deadline) {
@@ -396,7 +389,6 @@ int ddp__cmd_takeover(const struct ddp_cli_opts *o)
                            "'ddprun attach %s'",
                            job, who, job);
             free(who);
-            free(argv);
             rc = DDP_EXIT_USAGE;
             goto out;
         }
@@ -413,14 +405,12 @@ int ddp__cmd_takeover(const struct ddp_cli_opts *o)
     }
     if (r != DDP_ENOKEY) {
         ddp__cli_error("attach --etcd: %s", ddp_etcd_error(e));
-        free(argv);
         goto out;
     }
-    if (chdir(lines[1]) != 0) {
+    if (chdir(tr.cwd) != 0) {
         ddp__cli_error("cannot take job %s over: it was started in '%s', which is not on this "
                        "machine (%s)",
-                       job, lines[1], strerror(errno));
-        free(argv);
+                       job, tr.cwd, strerror(errno));
         goto out;
     }
     setenv("DDPRUN_TAKEOVER", job, 1);
@@ -428,10 +418,10 @@ int ddp__cmd_takeover(const struct ddp_cli_opts *o)
     setenv("DDPRUN_TAKEOVER_FROM", from, 1);
     ddp_etcd_free(e);
     e = NULL;
-    execv("/proc/self/exe", argv);
+    execv("/proc/self/exe", tr.argv);
     ddp__cli_error("cannot run ddprun again to take the job over: %s", strerror(errno));
-    free(argv);
 out:
+    free(tr.argv);
     if (rec)
         explicit_bzero(rec, len);
     free(rec);

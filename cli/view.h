@@ -63,7 +63,7 @@ struct ddp__status {
     int64_t elapsed_ms;
 };
 
-struct ddp__view_ops {
+struct ddp__view_ops { /* any may be NULL: that view ignores it */
     /* One message of ddprun's, without its newline. */
     void (*message)(void *self, const char *msg, size_t n);
     /* A line of a rank's output (stream 1 stdout, 2 stderr), without its newline; progress:

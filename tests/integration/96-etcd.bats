@@ -238,3 +238,57 @@ JOB
   ! pgrep -f "ddprun agent" >/dev/null
   [ -z "$(etcd_keys | grep "^/jobs/")" ]
 }
+
+@test "3 SSH nodes, the launcher SIGKILLed: ddprun attach --etcd from a second login node takes the job over; the ranks run on and nothing is left anywhere" {
+  trains
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  sshd_setup
+  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces (a second login node)"
+  for k in 1 2 3; do sshd_start "$k"; done
+  sshd_make_ns 4 # the second login node: no sshd; it reaches etcd and the nodes over the bridge
+  etcd_start 1 "10.213.$SSHD_TAG.1"
+  # each rank trains, then waits for ./go, which comes once the new launcher took over
+  cat >train.sh <<SH
+#!/bin/sh
+"$FMNIST" "\$@" || exit
+until [ -e "$PWD/go" ]; do sleep 0.05; done
+echo "rank \$RANK saw go"
+SH
+  chmod +x train.sh
+  ssh_job job.yaml 1 1 2 3 -- "$PWD/train.sh" --epochs 1 --hidden 64 --max-steps 300
+  cat >>job.yaml <<JOB
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event resumed
+  id=$(basename logs/*/)
+  ranks=$(pgrep -d' ' -f "^/bin/sh $PWD/train.sh")
+  [ "$(wc -w <<<"$ranks")" -eq 3 ]
+  kill -9 "$ddp"
+  wait "$ddp" || true
+  sleep 1
+  for p in $ranks; do kill -0 "$p"; done
+  ip netns exec "$(sshd_ns 4)" "$DDPRUN" attach --etcd "$ETCD_EPS" "$id" >att.txt 2>&1 &
+  att=$!
+  wait_for_line att.txt 30 "took over job $id from"
+  touch go
+  rc=0; wait "$att" || rc=$?
+  cat att.txt
+  [ "$rc" -eq 0 ]
+  grep -q "job $id's launcher is " att.txt
+  # the three nodes' ranks were taken over, never restarted, and what they printed meanwhile
+  # and afterwards reached the new launcher
+  [ "$(ev_field takeover nodes)" = 3 ]
+  [ -z "$(ev_field membership nodes | sed -n 2p)" ]
+  cat out.txt att.txt | grep -q "\[$(sshd_addr 1):0\] .*step 300 .*test-acc"
+  for k in 1 2 3; do grep -q "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) saw go" att.txt; done
+  grep -Eq "ddprun: job $id succeeded after [0-9.]+ s \(3 ranks on 3 nodes\)" att.txt
+  # nothing left: no rank, no agent on any node (only its sshd), no bridge here, no key in etcd
+  for p in $ranks; do ! kill -0 "$p" 2>/dev/null; done
+  for k in 1 2 3; do [ "$(sshd_ns_pids "$k")" = "$(cat "$SSH_DIR/node$k/sshd.pid")" ]; done
+  [ -z "$(sshd_ns_pids 4)" ]
+  ! pgrep -f "__ssh-bridge" >/dev/null
+  [ -z "$(etcd_keys | grep "^/ddprun/")" ]
+}
