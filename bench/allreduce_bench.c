@@ -11,6 +11,7 @@
 #include "common/util.h"
 #include "worker/pg.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ int main(int argc, char **argv)
 {
     const char *impl = argc > 1 ? argv[1] : "ddp-tcp";
     size_t maxb = (size_t)64 << 20;
-    double t[64];
+    static double t[4096];
     if (strcmp(impl, "memcpy") == 0) {
         char *a = malloc(maxb), *b = malloc(maxb);
         memset(a, 1, maxb);
@@ -53,10 +54,17 @@ int main(int argc, char **argv)
     if (ddp_pg_init_env(NULL, &pg) != 0)
         return 1;
     int rank = ddp_pg_rank(pg), n = ddp_pg_world_size(pg);
-    float *buf = malloc(maxb);
-    for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
+    /* ddp-*-reg: the buffer in the group's registered memory (ddp_pg_mem_alloc) */
+    bool reg = strstr(impl, "-reg") != NULL;
+    float *buf = reg ? ddp_pg_mem_alloc(pg, maxb) : malloc(maxb);
+    /* optional: one size only (argv[2] bytes), argv[3] times (profiling) */
+    size_t only = argc > 2 ? (size_t)atol(argv[2]) : 0;
+    int only_it = argc > 3 ? atoi(argv[3]) : 0;
+    if (only_it > 4096)
+        only_it = 4096;
+    for (size_t bytes = only ? only : 4096; bytes <= maxb; bytes *= 4) {
         size_t count = bytes / 4;
-        int it = iters_for(bytes);
+        int it = only_it > 0 ? only_it : iters_for(bytes);
         for (size_t i = 0; i < count; i++)
             buf[i] = 1.0f;
         for (int w = 0; w < 3; w++)
@@ -85,8 +93,13 @@ int main(int argc, char **argv)
             printf("RESULT %s %d %zu %.1f %.3f %.3f %d\n", impl, n, bytes, med, algbw, busbw,
                    wrong);
         fflush(stdout);
+        if (only)
+            break;
     }
+    if (reg)
+        ddp_pg_mem_free(pg, buf);
+    else
+        free(buf);
     ddp_pg_free(pg);
-    free(buf);
     return 0;
 }

@@ -3,6 +3,7 @@
 #ifndef DDP_WORKER_COLL_H
 #define DDP_WORKER_COLL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,20 @@ struct ddp__xfer {
     enum ddp_redop op;
 };
 
+/* Each local rank's control line at the head of the node's segment (worker/shm_sync.c). */
+#define DDP__SHM_CTRL_LINE 64
+#define DDP__NOT_IN_ARENA UINT64_MAX
+struct ddp__shm_ctrl {
+    _Atomic uint32_t seq;      /* the low 32 bits of the steps this rank passed */
+    _Atomic uint32_t sleepers; /* peers asleep on seq */
+    /* The buffer of the single-copy all-reduce in progress (worker/shm_direct.c), written
+     * before the step that publishes it: its address in its owner, and its offset in the
+     * owner's arena (or DDP__NOT_IN_ARENA). */
+    uint64_t addr, arena_off;
+};
+
+struct ddp__arena;
+
 /* The node's shared-memory segment, shared by the ranks of one node. */
 struct ddp__shm {
     void *base; /* NULL when not in use */
@@ -49,6 +64,17 @@ struct ddp__shm {
     size_t slot_bytes;
     uint64_t seq;   /* barriers passed, the same on every rank of the node */
     uint64_t round; /* rounds done (their parity picks the set of slots) */
+    /* Single-copy all-reduce (worker/shm_direct.c) from direct_min bytes (0: never): peers'
+     * buffers read where they are, through the arenas every local rank maps (ddp_pg_mem_alloc)
+     * or cross-memory attach (cma: every rank of the group may read its local peers' memory
+     * with process_vm_readv; pid: each local rank's). */
+    size_t direct_min, direct_block;
+    bool cma;
+    int *pid;
+    struct ddp__arena *arena; /* ours, or NULL */
+    void **peer_arena;        /* each local rank's arena as mapped here ([me]: ours), or NULL */
+    size_t arena_len;
+    uint64_t direct_done, cma_reads; /* single-copy all-reduces done, process_vm_readv calls */
 };
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
@@ -56,7 +82,21 @@ size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
  * malloc'd grank array. */
 int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
                     size_t slot_bytes);
+/* Unmaps the segment and the arenas, and frees what the group attached. */
 void ddp__shm_detach(struct ddp__shm *sh);
+struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j);
+
+/* Registered memory: a rank's arena, a shared-memory file every local rank maps
+ * (worker/arena.c). */
+int ddp__arena_create(size_t len, struct ddp__arena **out, char name[64]);
+void *ddp__arena_base(const struct ddp__arena *a);
+/* bytes of zero-filled memory, page-aligned, its pages reserved (NULL when the arena or the
+ * file system is full); _free gives the pages back. */
+void *ddp__arena_alloc(struct ddp__arena *a, size_t bytes);
+int ddp__arena_free(struct ddp__arena *a, void *p);
+/* The offset of [p, p + bytes) in the arena, or DDP__NOT_IN_ARENA. */
+uint64_t ddp__arena_offset(const struct ddp__arena *a, const void *p, size_t bytes);
+void ddp__arena_destroy(struct ddp__arena *a);
 
 struct ddp__comm {
     int rank, world;
@@ -73,8 +113,16 @@ struct ddp__comm {
     struct ddp__comm *cross;
 };
 
+/* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
+int ddp__shm_step(struct ddp__comm *c, uint64_t k);
+
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
+/* The single-copy all-reduce (worker/shm_direct.c): 0 or a DDP_E* code, or 1 when it cannot
+ * run this time (a local rank's buffer cannot be read in place): every local rank then
+ * returns 1 alike and ddp__shm_allreduce does the work. */
+int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                              enum ddp_redop op);
 
 /* The same, for groups on one node (no cross ring): every byte through the node's segment. */
 int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);

@@ -19,8 +19,19 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 {
     if (c->world == 1 || count == 0)
         return 0; /* AVG over one rank is the value itself */
-    if (c->shm.base)
+    if (c->shm.base) {
+        /* Large buffers single-copy where every local buffer can be read in place; across
+         * nodes only with cross-memory attach (on every node alike, so every node cuts the
+         * buffer into the same shards for the rings). */
+        const struct ddp__shm *sh = &c->shm;
+        if (sh->direct_min && count * ddp_dtype_size(dt) >= sh->direct_min &&
+            (sh->cma || (sh->arena && !c->cross))) {
+            int r = ddp__shm_direct_allreduce(c, buf, count, dt, op);
+            if (r <= 0)
+                return r;
+        }
         return ddp__shm_allreduce(c, buf, count, dt, op);
+    }
     return ddp__tcp_allreduce(c, buf, count, dt, op);
 }
 

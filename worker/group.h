@@ -68,6 +68,10 @@ struct ddp_pg {
     struct ddp__recorder *rec; /* the flight recorder, or NULL */
 };
 
+/* After the node's segment is attached on every rank: the arenas and cross-memory attach of
+ * the single-copy all-reduce (worker/pg_direct.c). Every rank of the group calls it. */
+int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char *name);
+
 /* Starts the group's communication thread (the NCCL watchdog on an NCCL group). */
 int ddp__pg_comm_start(struct ddp_pg *pg);
 /* Stops it once what is queued has run, and joins it. */

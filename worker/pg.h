@@ -127,6 +127,17 @@ int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_
 int ddp_pg_barrier(struct ddp_pg *pg);
 
 /*
+ * Registered memory: bytes of zero-filled memory that the other ranks of this node read in
+ * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES, default 256 KiB) costs
+ * one copy between processes, none through the node's segment. It is ordinary memory (calloc)
+ * when the group has none (one rank per node, a TCP-only or NCCL group, no /dev/shm space):
+ * callers need not care. NULL only when out of memory. Free it with ddp_pg_mem_free before
+ * ddp_pg_free, which unmaps it.
+ */
+void *ddp_pg_mem_alloc(struct ddp_pg *pg, size_t bytes);
+void ddp_pg_mem_free(struct ddp_pg *pg, void *p);
+
+/*
  * NCCL groups. Buffers are CUDA device memory, and collectives are stream-ordered: each _start
  * records an event on the group's compute stream (set below; by default the legacy default
  * stream, NULL) and the collective runs on the group's own communication stream after it, so

@@ -297,6 +297,8 @@ static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *nam
         lay->local_of = NULL; /* owned by the segment now */
         base = MAP_FAILED;
         DDP_INFO(PG, "rank %d: shared-memory all-reduce on (%zu-byte slots)", pg->rank, slot);
+        if ((r = ddp__pg_setup_direct(pg, store, name)) < 0)
+            goto out;
     } else {
         DDP_WARN(PG, "rank %d: shared memory unavailable on some node; all-reduce uses TCP",
                  pg->rank);

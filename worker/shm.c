@@ -20,66 +20,9 @@
 #include "common/err.h"
 #include "common/util.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <limits.h>
-#include <sched.h>
-#include <linux/futex.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "common/banned.h"
-
-#define CTRL_LINE 64
-#define SPIN_YIELD_NS 1000000
-
-size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
-{
-    return (size_t)nlocal * CTRL_LINE + 2 * (size_t)nlocal * slot_bytes;
-}
-
-int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
-                    size_t slot_bytes)
-{
-    memset(sh, 0, sizeof(*sh));
-    sh->base = base;
-    sh->grank = grank;
-    sh->len = ddp__shm_segment_bytes(nlocal, slot_bytes);
-    sh->n = nlocal;
-    sh->me = me;
-    sh->slot_bytes = slot_bytes;
-    sh->seq = 0;
-    return 0;
-}
-
-void ddp__shm_detach(struct ddp__shm *sh)
-{
-    if (sh->base)
-        munmap(sh->base, sh->len);
-    sh->base = NULL;
-    free(sh->grank);
-    sh->grank = NULL;
-}
-
-/* Each local rank's control line: how far it got (the low 32 bits of its sequence number;
- * compared with wrap-around), and how many peers sleep on that word. */
-struct ctrl_line {
-    _Atomic uint32_t seq;
-    _Atomic uint32_t sleepers;
-};
-
-static struct ctrl_line *ctrl(struct ddp__shm *sh, int j)
-{
-    return (struct ctrl_line *)((char *)sh->base + (size_t)j * CTRL_LINE);
-}
 
 /*
  * Rank j's slot in the current round. Rounds alternate between two sets of slots, so a round
@@ -90,107 +33,8 @@ static struct ctrl_line *ctrl(struct ddp__shm *sh, int j)
 static char *slot(struct ddp__shm *sh, int j)
 {
     size_t set = (size_t)(sh->round & 1);
-    return (char *)sh->base + (size_t)sh->n * CTRL_LINE +
+    return (char *)sh->base + (size_t)sh->n * DDP__SHM_CTRL_LINE +
            (set * (size_t)sh->n + (size_t)j) * sh->slot_bytes;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static bool reached(struct ctrl_line *l, uint64_t target)
-{
-    uint32_t cur = atomic_load_explicit(&l->seq, memory_order_acquire);
-    return (int32_t)(cur - (uint32_t)target) >= 0;
-}
-
-/* A peer whose TCP socket reads EOF has died: nothing else is in flight on it now. */
-static bool peer_dead(const struct ddp__peer *p)
-{
-    char c;
-    struct pollfd pf = {.fd = p->fd, .events = POLLIN};
-    if (p->fd < 0 || poll(&pf, 1, 0) <= 0)
-        return false;
-    ssize_t n = recv(p->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
-}
-
-/*
- * Waits for every local rank to reach target: a short spin (the peer is usually a few
- * microseconds away), then sleeping on the peer's word with a futex, so that a waiting
- * communication thread gives its core to the computation running beside it (the reducer
- * overlaps the two) instead of burning it. Every 20 ms asleep it checks for a dead peer
- * and the deadline.
- */
-static int wait_all(struct ddp__comm *c, uint64_t target)
-{
-    struct ddp__shm *sh = &c->shm;
-    for (int j = 0; j < sh->n; j++) {
-        struct ctrl_line *l = ctrl(sh, j);
-        /* Spin briefly, then yield the core for up to a millisecond (a peer a round behind
-         * is usually that close: its wake-up from a futex would cost more), then sleep. */
-        int64_t t0 = 0;
-        for (unsigned spins = 0; !reached(l, target); spins++) {
-            if (spins < 256) {
-                cpu_relax();
-                continue;
-            }
-            if (!t0)
-                t0 = ddp_now_ns();
-            else if (ddp_now_ns() - t0 > SPIN_YIELD_NS)
-                break;
-            sched_yield();
-        }
-        while (!reached(l, target)) {
-            uint32_t seen = atomic_load_explicit(&l->seq, memory_order_seq_cst);
-            atomic_fetch_add_explicit(&l->sleepers, 1, memory_order_seq_cst);
-            if (!reached(l, target)) {
-                struct timespec ts = {0, 20 * 1000 * 1000};
-                syscall(SYS_futex, &l->seq, FUTEX_WAIT, seen, &ts, NULL, 0);
-            }
-            atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_seq_cst);
-            if (reached(l, target))
-                break;
-            struct ddp__peer *p = &c->peers[sh->grank[j]];
-            if (peer_dead(p)) {
-                if (!c->err[0])
-                    snprintf(c->err, sizeof(c->err),
-                             "connection closed by peer rank %d (%s) during %s", p->rank, p->host,
-                             c->opname);
-                return DDP_ECLOSED;
-            }
-            if (ddp_now_ms() > c->deadline_ms) {
-                if (!c->err[0])
-                    snprintf(c->err, sizeof(c->err),
-                             "timed out waiting for peer rank %d (%s) during %s", p->rank, p->host,
-                             c->opname);
-                return DDP_ETIMEDOUT;
-            }
-        }
-    }
-    return 0;
-}
-
-static void publish(struct ddp__shm *sh, uint64_t v)
-{
-    struct ctrl_line *l = ctrl(sh, sh->me);
-    atomic_store_explicit(&l->seq, (uint32_t)v, memory_order_seq_cst);
-    /* Paired with the sleepers' increment-then-recheck: a sleeper either sees the new value
-     * or is counted here and woken. */
-    if (atomic_load_explicit(&l->sleepers, memory_order_seq_cst))
-        syscall(SYS_futex, &l->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-}
-
-/* One step of a round: publish that this rank reached it, wait for every local rank. */
-static int step(struct ddp__comm *c, uint64_t k)
-{
-    publish(&c->shm, c->shm.seq + k);
-    return wait_all(c, c->shm.seq + k);
 }
 
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
@@ -208,7 +52,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
         char *mine = slot(sh, me);
         /* Phase 1: copy in. */
         memcpy(mine, b + done * esz, m * esz);
-        if ((e = step(c, 1)) < 0)
+        if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
          * it in our slot (the others read other shards of our slot meanwhile). */
@@ -236,7 +80,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
                 ddp__scale_avg(out, s1 - s0, dt, total);
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
         }
-        if ((e = step(c, 2)) < 0)
+        if ((e = ddp__shm_step(c, 2)) < 0)
             return e;
         /* Phase 3: copy the other shards out. */
         for (int j = 0; j < n; j++) {
@@ -264,7 +108,7 @@ int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)
         size_t m = bytes - done < sh->slot_bytes ? bytes - done : sh->slot_bytes;
         if (sh->me == root)
             memcpy(slot(sh, root), b + done, m);
-        if ((e = step(c, 1)) < 0)
+        if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         if (sh->me != root)
             memcpy(b + done, slot(sh, root), m);
@@ -282,7 +126,7 @@ int ddp__shm_allgather(struct ddp__comm *c, const void *send, void *recv, size_t
     for (size_t done = 0; done < bytes; done += sh->slot_bytes) {
         size_t m = bytes - done < sh->slot_bytes ? bytes - done : sh->slot_bytes;
         memcpy(slot(sh, sh->me), (const char *)send + done, m);
-        if ((e = step(c, 1)) < 0)
+        if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         for (int j = 0; j < sh->n; j++) /* memmove: send may be our own block of recv */
             memmove(out + (size_t)sh->grank[j] * bytes + done, slot(sh, j), m);
@@ -309,7 +153,7 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
         char *mine = slot(sh, me);
         for (int i = 0; i < n; i++)
             memcpy(mine + (size_t)i * m * esz, s + ((size_t)i * count + done) * esz, m * esz);
-        if ((e = step(c, 1)) < 0)
+        if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Block me, summed over the slots in slot order (the same order on every rank). */
         char *o = out + done * esz;
@@ -322,12 +166,4 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
         sh->round++;
     }
     return 0;
-}
-
-int ddp__shm_barrier(struct ddp__comm *c)
-{
-    int e = step(c, 1);
-    if (e == 0)
-        c->shm.seq += 1;
-    return e;
 }

@@ -8,16 +8,21 @@
  *   pgtest matrix        every collective, dtype, op and size up to 1 MiB
  *   pgtest big MIB       one float32 sum all-reduce of MIB MiB, checked
  *   pgtest loop MIB      all-reduce MIB MiB until an error (failure tests)
+ *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
+ *                        mixed buffers, checked; prints how many went single-copy and how
+ *                        many peer reads were cross-memory attach
  */
 #include "common/err.h"
 #include "common/util.h"
 #include "worker/coll.h"
+#include "worker/group.h"
 #include "worker/pg.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static int rank, world;
@@ -235,11 +240,91 @@ static int big(struct ddp_pg *pg, size_t mib)
     return bad;
 }
 
+/* f32 sums whose rounding depends on the order: the reference adds rank 0's, 1's, ... value
+ * in float, as the slots and the single-copy path both do on one node. */
+static float ordered(int r, size_t i)
+{
+    return (float)gen(r, i, 4242) * 0.1f + (r % 2 ? 3.0e4f : 0.0f);
+}
+
+/* kind 0: every buffer malloc'd; 1: every one registered; 2: even ranks' registered. */
+static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
+{
+    static const size_t sizes[] = {1021, 4099, 65537, 262147, 1048579};
+    bool reg = kind == 1 || (kind == 2 && rank % 2 == 0);
+    int bad = 0;
+    unsigned seed = 500;
+    char what[160];
+    uint64_t d0 = pg->comm.shm.direct_done, r0 = pg->comm.shm.cma_reads;
+    for (int dt = 0; dt <= DDP_I64; dt++) {
+        size_t esz = ddp_dtype_size((enum ddp_dtype)dt);
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+            size_t n = sizes[si];
+            char *buf = reg ? ddp_pg_mem_alloc(pg, n * esz) : malloc(n * esz);
+            char *want = malloc(n * esz);
+            for (int op = 0; op <= DDP_MIN; op++, seed++) {
+                fill(buf, n, (enum ddp_dtype)dt, rank, seed, 0);
+                must(pg, ddp_pg_allreduce(pg, buf, n, (enum ddp_dtype)dt, (enum ddp_redop)op),
+                     "allreduce");
+                for (size_t i = 0; i < n; i++)
+                    reference(want, i, i, (enum ddp_dtype)dt, (enum ddp_redop)op, seed);
+                snprintf(what, sizeof(what), "direct kind %d allreduce %s %s n=%zu", kind, dtn[dt],
+                         opn[op], n);
+                bad |= compare(buf, want, n, (enum ddp_dtype)dt, what);
+            }
+            if (reg)
+                ddp_pg_mem_free(pg, buf);
+            else
+                free(buf);
+            free(want);
+        }
+    }
+    /* the order of the sum, where rounding shows it (on one node: across nodes the hierarchy
+     * adds each node's sum) */
+    size_t n = pg->comm.cross ? 0 : 300007;
+    float *f = reg ? ddp_pg_mem_alloc(pg, n * 4 + 4) : malloc(n * 4 + 4), *w = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) {
+        f[i] = ordered(rank, i);
+        float acc = ordered(0, i);
+        for (int r = 1; r < world; r++)
+            acc += ordered(r, i);
+        w[i] = acc;
+    }
+    must(pg, ddp_pg_allreduce(pg, f, n, DDP_F32, DDP_SUM), "allreduce");
+    snprintf(what, sizeof(what), "direct kind %d f32 sum in rank order", kind);
+    bad |= compare(f, w, n, DDP_F32, what);
+    if (reg)
+        ddp_pg_mem_free(pg, f);
+    else
+        free(f);
+    free(w);
+    *done = (long)(pg->comm.shm.direct_done - d0);
+    *reads = (long)(pg->comm.shm.cma_reads - r0);
+    return bad;
+}
+
+static int direct(struct ddp_pg *pg)
+{
+    static const char *kinds[] = {"malloc", "registered", "mixed"};
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        long done = 0, reads = 0;
+        bad |= direct_kind(pg, k, &done, &reads);
+        printf("pgtest rank %d: %s: %ld single-copy, %ld cross-memory reads\n", rank, kinds[k],
+               done, reads);
+    }
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     struct ddp_pg *pg;
     if (argc < 2)
         return 2;
+    /* PGTEST_UNDUMPABLE=R: rank R refuses to be read by its peers (cross-memory attach) */
+    const char *ud = getenv("PGTEST_UNDUMPABLE"), *rk = getenv("RANK");
+    if (ud && rk && strcmp(ud, rk) == 0)
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     int r = ddp_pg_init_env(NULL, &pg);
     if (r < 0) {
         fprintf(stderr, "pgtest: cannot form the group: %s\n", ddp_err_name(r));
@@ -250,6 +335,8 @@ int main(int argc, char **argv)
     int bad = 0;
     if (strcmp(argv[1], "matrix") == 0) {
         bad = matrix(pg);
+    } else if (strcmp(argv[1], "direct") == 0) {
+        bad = direct(pg);
     } else if (strcmp(argv[1], "big") == 0 && argc == 3) {
         bad = big(pg, (size_t)atol(argv[2]));
     } else if (strcmp(argv[1], "loop") == 0 && argc == 3) {

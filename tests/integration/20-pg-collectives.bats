@@ -188,3 +188,83 @@ sigstop_case() {
   run env RANK=x WORLD_SIZE=2 "$PGTEST" matrix
   assert_output --partial "RANK='x' is not a whole number of at least 0"
 }
+
+# pgtest direct's line for a buffer kind: "<single-copy> <cross-memory reads>"
+direct_counts() { # file kind
+  sed -n "s/.*pgtest rank [0-9]*: $2: \([0-9]*\) single-copy, \([0-9]*\) cross-memory reads/\1 \2/p" "$1"
+}
+
+@test "single-copy all-reduce (DDP_PG_DIRECT_BYTES): registered, cross-memory attach and mixed buffers agree with the reference, f32 bit for bit in rank order" {
+  for n in 2 3 4; do
+    printf 'command: [%s, direct]\nnproc_per_node: %d\nenv: {DDP_PG_DIRECT_BYTES: "4096", DDP_PG_DIRECT_BLOCK: "65536"}\nlogs: {dir: logs}\n' \
+      "$PGTEST" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "n=$n: $output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+    for f in logs/*/rank-*.log; do
+      # every all-reduce of 4096 bytes or more went single-copy: 26 dtype x size pairs x 4 ops,
+      # and the ordered sum
+      read -r d c <<<"$(direct_counts "$f" malloc)"
+      [ "$d" -eq 105 ]
+      [ "$c" -gt 0 ]
+      read -r d c <<<"$(direct_counts "$f" registered)"
+      [ "$d" -eq 105 ]
+      [ "$c" -eq 0 ]
+      read -r d c <<<"$(direct_counts "$f" mixed)"
+      [ "$d" -eq 105 ]
+    done
+    rm -rf logs
+  done
+  [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ] # no segment or arena name outlives setup
+}
+
+@test "single-copy all-reduce forced through the whole matrix, in many blocks, with and without cross-memory attach" {
+  for n in 2 3 5; do
+    for cma in 1 0; do
+      printf 'command: [%s, matrix]\nnproc_per_node: %d\nenv: {DDP_PG_DIRECT_BYTES: "1", DDP_PG_DIRECT_BLOCK: "4096", DDP_PG_CMA: "%s"}\n' \
+        "$PGTEST" "$n" "$cma" >job.yaml
+      run "$DDPRUN" job.yaml
+      [ "$status" -eq 0 ] || { echo "n=$n cma=$cma: $output"; return 1; }
+    done
+  done
+}
+
+@test "cross-memory attach refused by a rank (not dumpable, no CAP_SYS_PTRACE): every rank falls back alike, registered buffers still go single-copy" {
+  wrap=()
+  if [ "$(id -u)" -eq 0 ]; then
+    wrap=(setpriv --inh-caps=-sys_ptrace --bounding-set=-sys_ptrace --)
+  fi
+  printf 'command: [%s]\nnproc_per_node: 3\nenv: {DDP_PG_DIRECT_BYTES: "4096", PGTEST_UNDUMPABLE: "1", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\nlogs: {dir: logs}\n' \
+    "$(printf '%s, ' "${wrap[@]}" "$PGTEST" | sed 's/, $//'), direct" >job.yaml
+  cat job.yaml
+  run "$DDPRUN" job.yaml
+  echo "$output"
+  [ "$status" -eq 0 ]
+  assert_output --regexp "cross-memory attach to rank 1 refused \((Operation not permitted|Permission denied)\)"
+  assert_output --partial "registered memory on, cross-memory attach off"
+  for f in logs/*/rank-*.log; do
+    read -r d c <<<"$(direct_counts "$f" malloc)"
+    [ "$d" -eq 0 ]
+    [ "$c" -eq 0 ]
+    read -r d c <<<"$(direct_counts "$f" registered)"
+    [ "$d" -eq 105 ]
+    [ "$c" -eq 0 ]
+    read -r d c <<<"$(direct_counts "$f" mixed)"
+    [ "$d" -eq 0 ]
+  done
+}
+
+@test "hierarchical 2x2 with single-copy inside each node: every kind of buffer agrees with the reference" {
+  DDP_PG_DIRECT_BYTES=4096 run_layout 2 2 direct
+  for r in 0 1 2 3; do
+    read -r d c <<<"$(direct_counts "rank$r.out" malloc)"
+    [ "$d" -gt 0 ]
+    [ "$c" -gt 0 ]
+    grep -q "checks passed" "rank$r.out"
+  done
+}
+
+@test "single-copy all-reduce: a peer SIGKILLed mid all-reduce, every other rank fails fast naming it" {
+  export DDP_PG_DIRECT_BYTES=4096
+  sigkill_case || { cat rank*.out; return 1; }
+}

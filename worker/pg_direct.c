@@ -1,0 +1,201 @@
+/*
+ * Setting up the single-copy all-reduce of a group with shared memory (worker/shm_direct.c),
+ * and the registered memory of ddp_pg_mem_alloc.
+ *
+ * With DDP_PG_DIRECT_BYTES set (the smallest all-reduce that goes single-copy; off by default),
+ * every rank creates its arena (a sparse shared-memory file, DDP_PG_ARENA_BYTES, default
+ * 64 GiB of address space, no memory until allocated) and tries cross-memory attach on its
+ * node's ranks: each publishes its pid, the address of a known word and its arena's name; each
+ * maps every local peer's arena and reads every local peer's word with process_vm_readv. All
+ * ranks of the group then agree (an all-gather) on what works everywhere, so every node runs
+ * the same algorithm: the arenas are kept only if every rank mapped every local arena, and
+ * cross-memory attach is used only if it worked everywhere (under Yama's ptrace_scope 1 each
+ * rank first lets its parent's descendants, its sibling ranks, read it: PR_SET_PTRACER).
+ * Nothing is fatal: what fails leaves the slots of worker/shm.c.
+ */
+#include "worker/group.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "rendezvous/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define PROBE_MAGIC 0x64647021636d6121ull
+static volatile const uint64_t g_probe = PROBE_MAGIC;
+
+/* Off unless DDP_PG_DIRECT_BYTES says from where: on the machines measured so far the slots
+ * were as fast or faster at every size (BENCHMARKS.md, "Single-copy all-reduce"). */
+#define DIRECT_MIN_DEFAULT ((size_t)0)
+#define DIRECT_BLOCK_DEFAULT ((size_t)1 << 20)
+#define ARENA_DEFAULT ((size_t)64 << 30)
+
+static size_t env_size(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v)
+        return dflt;
+    unsigned long long x = strtoull(v, &end, 10);
+    return *end ? dflt : (size_t)x;
+}
+
+static void allow_siblings(void)
+{
+    char c = 0;
+    int fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (read(fd, &c, 1) == 1 && c == '1')
+        prctl(PR_SET_PTRACER, (unsigned long)getppid(), 0, 0, 0);
+    close(fd);
+}
+
+static bool probe(pid_t pid, uint64_t addr)
+{
+    uint64_t v = 0;
+    struct iovec l = {.iov_base = &v, .iov_len = sizeof(v)};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)addr, .iov_len = sizeof(v)};
+    return process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(v) && v == PROBE_MAGIC;
+}
+
+int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char *name)
+{
+    struct ddp__shm *sh = &pg->comm.shm;
+    /* Like DDP_PG_TRANSPORT, the same on every rank of a job (ddprun gives all one env). */
+    size_t dmin = env_size("DDP_PG_DIRECT_BYTES", DIRECT_MIN_DEFAULT);
+    size_t dblock = env_size("DDP_PG_DIRECT_BLOCK", DIRECT_BLOCK_DEFAULT);
+    if (dmin == 0)
+        return 0;
+    size_t arena_len = env_size("DDP_PG_ARENA_BYTES", ARENA_DEFAULT);
+    const char *cma_env = getenv("DDP_PG_CMA");
+    bool want_cma = !(cma_env && strcmp(cma_env, "0") == 0);
+    char arena_name[64] = "", blob[160], prefix[300];
+    struct ddp__arena *arena = NULL;
+    if (arena_len && ddp__arena_create(arena_len, &arena, arena_name) < 0)
+        DDP_WARN(PG, "rank %d: no arena for registered memory (%s)", pg->rank, strerror(errno));
+    if (want_cma)
+        allow_siblings();
+    snprintf(blob, sizeof(blob), "%d %llu %s", (int)getpid(),
+             (unsigned long long)(uintptr_t)&g_probe, arena_name[0] ? arena_name : "-");
+    int n = sh->n, r, world = pg->world;
+    struct ddp_store_value *vals = calloc((size_t)world, sizeof(*vals));
+    sh->pid = calloc((size_t)n, sizeof(int));
+    sh->peer_arena = calloc((size_t)n, sizeof(void *));
+    if (!vals || !sh->pid || !sh->peer_arena) {
+        r = DDP_ENOMEM;
+        goto out;
+    }
+    snprintf(prefix, sizeof(prefix), "pg/%s/direct-where", name);
+    if ((r = ddp_store_all_gather(store, prefix, pg->rank, world, blob, strlen(blob) + 1,
+                                  pg->timeout_ms, vals)) < 0)
+        goto out;
+    bool cma_ok = want_cma, arena_ok = arena != NULL;
+    sh->arena_len = arena ? arena_len : 0;
+    for (int j = 0; j < n; j++) {
+        struct ddp_store_value *v = &vals[sh->grank[j]];
+        int pid = 0;
+        unsigned long long addr = 0;
+        char an[64] = "";
+        if (!v->data || v->len == 0 || ((char *)v->data)[v->len - 1] != '\0' ||
+            sscanf(v->data, "%d %llu %63s", &pid, &addr, an) != 3) {
+            cma_ok = arena_ok = false;
+            continue;
+        }
+        sh->pid[j] = pid;
+        if (j == sh->me) {
+            sh->peer_arena[j] = ddp__arena_base(arena);
+            continue;
+        }
+        if (cma_ok && !probe(pid, addr)) {
+            DDP_INFO(PG, "rank %d: cross-memory attach to rank %d refused (%s)", pg->rank,
+                     sh->grank[j], strerror(errno));
+            cma_ok = false;
+        }
+        if (arena_ok) {
+            int fd = strcmp(an, "-") ? shm_open(an, O_RDWR | O_CLOEXEC, 0) : -1;
+            void *m = fd >= 0 ? mmap(NULL, arena_len, PROT_READ | PROT_WRITE,
+                                     MAP_SHARED | MAP_NORESERVE, fd, 0)
+                              : MAP_FAILED;
+            if (fd >= 0)
+                close(fd);
+            if (m == MAP_FAILED)
+                arena_ok = false;
+            else
+                sh->peer_arena[j] = m;
+        }
+    }
+    ddp_store_values_free(vals, (size_t)world);
+    /* What works everywhere, and the same threshold and blocks everywhere. */
+    snprintf(blob, sizeof(blob), "%d %d %zu %zu", cma_ok, arena_ok, dmin, dblock);
+    snprintf(prefix, sizeof(prefix), "pg/%s/direct-ok", name);
+    if ((r = ddp_store_all_gather(store, prefix, pg->rank, world, blob, strlen(blob) + 1,
+                                  pg->timeout_ms, vals)) < 0)
+        goto out;
+    bool all_cma = true, all_arena = true;
+    size_t agreed = dmin;
+    for (int i = 0; i < world; i++) {
+        int c = 0, a = 0;
+        size_t d = 0, bl = 0;
+        if (!vals[i].data || sscanf(vals[i].data, "%d %d %zu %zu", &c, &a, &d, &bl) != 4)
+            c = a = 0, d = 0;
+        all_cma &= c == 1;
+        all_arena &= a == 1;
+        if (d != agreed || bl != dblock)
+            agreed = 0; /* ranks disagree on DDP_PG_DIRECT_*: none of it */
+    }
+    sh->cma = all_cma;
+    sh->direct_min = agreed;
+    sh->direct_block = dblock;
+    if (all_arena) {
+        sh->arena = arena;
+        arena = NULL;
+    }
+    DDP_INFO(PG,
+             "rank %d: single-copy all-reduce from %zu bytes: registered memory %s, "
+             "cross-memory attach %s",
+             pg->rank, agreed, all_arena ? "on" : "off", all_cma ? "on" : "off");
+out:
+    if (arena_name[0])
+        shm_unlink(arena_name); /* every peer mapped it (or gave up): the name is not needed */
+    if (!sh->arena && sh->peer_arena) {
+        for (int j = 0; j < n; j++)
+            if (sh->peer_arena[j] && j != sh->me)
+                munmap(sh->peer_arena[j], arena_len);
+        free(sh->peer_arena);
+        sh->peer_arena = NULL;
+        sh->arena_len = 0;
+    }
+    if (vals)
+        ddp_store_values_free(vals, (size_t)world);
+    free(vals);
+    ddp__arena_destroy(arena);
+    return r;
+}
+
+void *ddp_pg_mem_alloc(struct ddp_pg *pg, size_t bytes)
+{
+    void *p = pg ? ddp__arena_alloc(pg->comm.shm.arena, bytes) : NULL;
+    if (!p)
+        p = calloc(bytes ? bytes : 1, 1);
+    return p;
+}
+
+void ddp_pg_mem_free(struct ddp_pg *pg, void *p)
+{
+    if (!p)
+        return;
+    if (pg && ddp__arena_offset(pg->comm.shm.arena, p, 1) != DDP__NOT_IN_ARENA)
+        ddp__arena_free(pg->comm.shm.arena, p);
+    else
+        free(p);
+}

@@ -1,0 +1,178 @@
+/*
+ * The single-copy all-reduce of one node's ranks, for large buffers: nothing goes through the
+ * node's segment. Each local rank publishes where its buffer is; each reduces its shard of the
+ * buffer across all ranks' buffers read in place (in local rank order, so every element is
+ * reduced in the same order as by the shared-memory slots) and writes it into its own buffer;
+ * then each copies the other shards straight out of their owners' buffers. A peer's buffer is
+ * read through its arena when it was allocated with ddp_pg_mem_alloc (every local rank maps
+ * every arena: a plain load), else with cross-memory attach (process_vm_readv: one copy by
+ * the kernel), so each byte crosses between processes once where the slots copy it in and out.
+ *
+ *   step 1   every buffer published: all readable?  (else every rank returns 1 alike)
+ *   then, block by block (direct_block bytes; across nodes the whole buffer is one block):
+ *     reduce our shard of the block, chunk by chunk in a cache-sized accumulator; across
+ *            nodes, the shard is then all-reduced on our own TCP ring (as in shm.c)
+ *     step   every shard of the block final
+ *     copy   the block's other shards, from their owners' buffers into ours, while they are
+ *            still in the cache (the next block's reduce needs no step before it: it reads
+ *            and writes other bytes)
+ *   last step: nobody reads our buffer any more, the caller may reuse it
+ */
+#include "worker/coll.h"
+#include "common/err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "common/banned.h"
+
+#define CHUNK ((size_t)64 << 10) /* bytes reduced at a time: the accumulator stays in cache */
+
+/* Reads len bytes at peer j's address addr into dst (cross-memory attach). */
+static int cma_read(struct ddp__comm *c, int j, void *dst, uint64_t addr, size_t len)
+{
+    struct ddp__shm *sh = &c->shm;
+    sh->cma_reads++;
+    while (len) {
+        struct iovec l = {.iov_base = dst, .iov_len = len};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
+        ssize_t n = process_vm_readv(sh->pid[j], &l, 1, &r, 1, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            struct ddp__peer *p = &c->peers[sh->grank[j]];
+            if (!c->err[0])
+                snprintf(c->err, sizeof(c->err),
+                         "cannot read the buffer of peer rank %d (%s) during %s: %s", p->rank,
+                         p->host, c->opname,
+                         n < 0 && errno == ESRCH ? "its process is gone"
+                         : n < 0                 ? strerror(errno)
+                                                 : "nothing read");
+            return n < 0 && errno == ESRCH ? DDP_ECLOSED : DDP_ESYS;
+        }
+        dst = (char *)dst + n;
+        addr += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Where peer j's buffer's byte at offset off can be read in place, or NULL (CMA needed). */
+static const char *peer_mem(struct ddp__shm *sh, int j, const struct ddp__shm_ctrl *l, size_t off)
+{
+    if (l->arena_off == DDP__NOT_IN_ARENA || !sh->peer_arena || !sh->peer_arena[j])
+        return NULL;
+    return (const char *)sh->peer_arena[j] + l->arena_off + off;
+}
+
+/* Our shard [b0, b0 + len) (bytes), reduced over every local rank's buffer in rank order. */
+static int reduce_shard(struct ddp__comm *c, char *buf, size_t b0, size_t len, enum ddp_dtype dt,
+                        enum ddp_redop op, char *acc, char *tmp)
+{
+    struct ddp__shm *sh = &c->shm;
+    size_t esz = ddp_dtype_size(dt);
+    for (size_t o = b0; o < b0 + len; o += CHUNK) {
+        size_t m = b0 + len - o < CHUNK ? b0 + len - o : CHUNK;
+        for (int j = 0; j < sh->n; j++) {
+            const struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
+            const char *src = j == sh->me ? buf + o : peer_mem(sh, j, l, o);
+            if (!src) {
+                int e = cma_read(c, j, j == 0 ? acc : tmp, l->addr + o, m);
+                if (e < 0)
+                    return e;
+                src = j == 0 ? acc : tmp;
+            }
+            if (j == 0) {
+                if (src != acc)
+                    memcpy(acc, src, m);
+            } else {
+                ddp__reduce(acc, src, m / esz, dt, op);
+            }
+        }
+        memcpy(buf + o, acc, m);
+    }
+    return 0;
+}
+
+int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                              enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    int n = sh->n, me = sh->me, e;
+    size_t esz = ddp_dtype_size(dt);
+    struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, me);
+    mine->addr = (uint64_t)(uintptr_t)buf;
+    mine->arena_off = ddp__arena_offset(sh->arena, buf, count * esz);
+    if ((e = ddp__shm_step(c, 1)) < 0)
+        return e;
+    /* Every rank decides the same from the same lines: in place only if every buffer can be
+     * read (its arena is mapped here, or cross-memory attach works on this node). */
+    bool ok = true;
+    for (int j = 0; j < n && ok; j++) /* ours too: the others read it */
+        ok = sh->cma || peer_mem(sh, j, ddp__shm_ctrl(sh, j), 0);
+    if (!ok) {
+        sh->seq += 1;
+        return 1;
+    }
+    if (c->scratch_len < 2 * CHUNK) {
+        void *s = realloc(c->scratch, 2 * CHUNK);
+        if (!s)
+            return DDP_ENOMEM; /* a peer waits out its deadline; not expected */
+        c->scratch = s;
+        c->scratch_len = 2 * CHUNK;
+    }
+    char *b = buf, *acc = c->scratch, *tmp = acc + CHUNK;
+    /* Blocks of the buffer, one step each: a shard's peers copy it out while it is still in
+     * the cache its owner wrote it to. Across nodes one block, so each ring moves one shard. */
+    size_t per_block = c->cross ? count : (sh->direct_block / esz / (size_t)n) * (size_t)n;
+    if (per_block == 0)
+        per_block = count;
+    uint64_t k = 1;
+    for (size_t done = 0; done < count; done += per_block, k++) {
+        size_t m = count - done < per_block ? count - done : per_block;
+        size_t s0 = done + m * (size_t)me / (size_t)n, s1 = done + m * (size_t)(me + 1) / (size_t)n;
+        if (s1 > s0) {
+            if ((e = reduce_shard(c, b, s0 * esz, (s1 - s0) * esz, dt, op, acc, tmp)) < 0)
+                return e;
+            int total = n;
+            if (c->cross) {
+                /* Our shard's node sum, all-reduced with the same shard of every other node
+                 * on our own ring, while the other local ranks run theirs. */
+                struct ddp__comm *x = c->cross;
+                x->deadline_ms = c->deadline_ms;
+                x->opname = c->opname;
+                e = ddp__tcp_allreduce(x, b + s0 * esz, s1 - s0, dt, op == DDP_AVG ? DDP_SUM : op);
+                if (e < 0) {
+                    if (!c->err[0])
+                        snprintf(c->err, sizeof(c->err), "%s", x->err);
+                    return e;
+                }
+                total *= x->world;
+            }
+            if (op == DDP_AVG)
+                ddp__scale_avg(b + s0 * esz, s1 - s0, dt, total);
+        }
+        if ((e = ddp__shm_step(c, k + 1)) < 0)
+            return e;
+        for (int j = 0; j < n; j++) {
+            size_t j0 = done + m * (size_t)j / (size_t)n,
+                   j1 = done + m * (size_t)(j + 1) / (size_t)n;
+            if (j == me || j1 == j0)
+                continue;
+            const struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
+            const char *src = peer_mem(sh, j, l, j0 * esz);
+            if (src)
+                memcpy(b + j0 * esz, src, (j1 - j0) * esz);
+            else if ((e = cma_read(c, j, b + j0 * esz, l->addr + j0 * esz, (j1 - j0) * esz)) < 0)
+                return e;
+        }
+    }
+    if ((e = ddp__shm_step(c, k + 1)) < 0)
+        return e;
+    sh->seq += k + 1;
+    sh->direct_done++;
+    return 0;
+}

@@ -1,0 +1,182 @@
+/*
+ * The node segment's synchronisation, shared by the shared-memory collectives (worker/shm.c)
+ * and the single-copy all-reduce (worker/shm_direct.c): each local rank's control line, and
+ * the step where every local rank publishes how far it got and waits for the others. Ranks
+ * meet at per-rank sequence counters (spin, then yield, then sleep on a futex: see wait_all);
+ * while waiting they look at their peers' TCP sockets, so a dead peer is still reported by
+ * rank and host instead of a timeout.
+ */
+#include "worker/coll.h"
+#include "common/err.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define SPIN_YIELD_NS 1000000
+
+_Static_assert(sizeof(struct ddp__shm_ctrl) <= DDP__SHM_CTRL_LINE, "a control line holds it");
+
+size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
+{
+    return (size_t)nlocal * DDP__SHM_CTRL_LINE + 2 * (size_t)nlocal * slot_bytes;
+}
+
+int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
+                    size_t slot_bytes)
+{
+    memset(sh, 0, sizeof(*sh));
+    sh->base = base;
+    sh->grank = grank;
+    sh->len = ddp__shm_segment_bytes(nlocal, slot_bytes);
+    sh->n = nlocal;
+    sh->me = me;
+    sh->slot_bytes = slot_bytes;
+    sh->seq = 0;
+    return 0;
+}
+
+void ddp__shm_detach(struct ddp__shm *sh)
+{
+    if (sh->base)
+        munmap(sh->base, sh->len);
+    sh->base = NULL;
+    free(sh->grank);
+    sh->grank = NULL;
+    free(sh->pid);
+    sh->pid = NULL;
+    if (sh->peer_arena) {
+        for (int j = 0; j < sh->n; j++)
+            if (sh->peer_arena[j] && j != sh->me)
+                munmap(sh->peer_arena[j], sh->arena_len);
+        free(sh->peer_arena);
+        sh->peer_arena = NULL;
+    }
+    ddp__arena_destroy(sh->arena);
+    sh->arena = NULL;
+}
+
+struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j)
+{
+    return (struct ddp__shm_ctrl *)((char *)sh->base + (size_t)j * DDP__SHM_CTRL_LINE);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static bool reached(struct ddp__shm_ctrl *l, uint64_t target)
+{
+    uint32_t cur = atomic_load_explicit(&l->seq, memory_order_acquire);
+    return (int32_t)(cur - (uint32_t)target) >= 0;
+}
+
+/* A peer whose TCP socket reads EOF has died: nothing else is in flight on it now. */
+static bool peer_dead(const struct ddp__peer *p)
+{
+    char c;
+    struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+    if (p->fd < 0 || poll(&pf, 1, 0) <= 0)
+        return false;
+    ssize_t n = recv(p->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+/*
+ * Waits for every local rank to reach target: a short spin (the peer is usually a few
+ * microseconds away), then sleeping on the peer's word with a futex, so that a waiting
+ * communication thread gives its core to the computation running beside it (the reducer
+ * overlaps the two) instead of burning it. Every 20 ms asleep it checks for a dead peer
+ * and the deadline.
+ */
+static int wait_all(struct ddp__comm *c, uint64_t target)
+{
+    struct ddp__shm *sh = &c->shm;
+    for (int j = 0; j < sh->n; j++) {
+        struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
+        /* Spin briefly, then yield the core for up to a millisecond (a peer a round behind
+         * is usually that close: its wake-up from a futex would cost more), then sleep. */
+        int64_t t0 = 0;
+        for (unsigned spins = 0; !reached(l, target); spins++) {
+            if (spins < 256) {
+                cpu_relax();
+                continue;
+            }
+            if (!t0)
+                t0 = ddp_now_ns();
+            else if (ddp_now_ns() - t0 > SPIN_YIELD_NS)
+                break;
+            sched_yield();
+        }
+        while (!reached(l, target)) {
+            uint32_t seen = atomic_load_explicit(&l->seq, memory_order_seq_cst);
+            atomic_fetch_add_explicit(&l->sleepers, 1, memory_order_seq_cst);
+            if (!reached(l, target)) {
+                struct timespec ts = {0, 20 * 1000 * 1000};
+                syscall(SYS_futex, &l->seq, FUTEX_WAIT, seen, &ts, NULL, 0);
+            }
+            atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_seq_cst);
+            if (reached(l, target))
+                break;
+            struct ddp__peer *p = &c->peers[sh->grank[j]];
+            if (peer_dead(p)) {
+                if (!c->err[0])
+                    snprintf(c->err, sizeof(c->err),
+                             "connection closed by peer rank %d (%s) during %s", p->rank, p->host,
+                             c->opname);
+                return DDP_ECLOSED;
+            }
+            if (ddp_now_ms() > c->deadline_ms) {
+                if (!c->err[0])
+                    snprintf(c->err, sizeof(c->err),
+                             "timed out waiting for peer rank %d (%s) during %s", p->rank, p->host,
+                             c->opname);
+                return DDP_ETIMEDOUT;
+            }
+        }
+    }
+    return 0;
+}
+
+static void publish(struct ddp__shm *sh, uint64_t v)
+{
+    struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, sh->me);
+    atomic_store_explicit(&l->seq, (uint32_t)v, memory_order_seq_cst);
+    /* Paired with the sleepers' increment-then-recheck: a sleeper either sees the new value
+     * or is counted here and woken. */
+    if (atomic_load_explicit(&l->sleepers, memory_order_seq_cst))
+        syscall(SYS_futex, &l->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+int ddp__shm_step(struct ddp__comm *c, uint64_t k)
+{
+    publish(&c->shm, c->shm.seq + k);
+    return wait_all(c, c->shm.seq + k);
+}
+
+int ddp__shm_barrier(struct ddp__comm *c)
+{
+    int e = ddp__shm_step(c, 1);
+    if (e == 0)
+        c->shm.seq += 1;
+    return e;
+}
