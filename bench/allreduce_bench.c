@@ -96,10 +96,7 @@ int main(int argc, char **argv)
         if (only)
             break;
     }
-    if (reg)
-        ddp_pg_mem_free(pg, buf);
-    else
-        free(buf);
+    ddp_pg_mem_free(pg, buf); /* either kind */
     ddp_pg_free(pg);
     return 0;
 }

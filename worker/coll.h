@@ -85,6 +85,8 @@ int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *gr
 /* Unmaps the segment and the arenas, and frees what the group attached. */
 void ddp__shm_detach(struct ddp__shm *sh);
 struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j);
+/* Unmaps the local peers' arenas (not ours) and forgets them. */
+void ddp__shm_unmap_arenas(struct ddp__shm *sh);
 
 /* Registered memory: a rank's arena, a shared-memory file every local rank maps
  * (worker/arena.c). */
@@ -115,6 +117,10 @@ struct ddp__comm {
 
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
 int ddp__shm_step(struct ddp__comm *c, uint64_t k);
+/* A shard this rank reduced over the node: across nodes, all-reduced on our own ring (the
+ * hierarchical all-reduce of PowerAI DDL); then divided for DDP_AVG. */
+int ddp__shm_shard_done(struct ddp__comm *c, void *shard, size_t count, enum ddp_dtype dt,
+                        enum ddp_redop op);
 
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);

@@ -131,8 +131,8 @@ int ddp_pg_barrier(struct ddp_pg *pg);
  * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES, default 256 KiB) costs
  * one copy between processes, none through the node's segment. It is ordinary memory (calloc)
  * when the group has none (one rank per node, a TCP-only or NCCL group, no /dev/shm space):
- * callers need not care. NULL only when out of memory. Free it with ddp_pg_mem_free before
- * ddp_pg_free, which unmaps it.
+ * callers need not care. NULL only when out of memory. Free it with ddp_pg_mem_free (which
+ * frees memory from malloc too) before ddp_pg_free, which unmaps it.
  */
 void *ddp_pg_mem_alloc(struct ddp_pg *pg, size_t bytes);
 void ddp_pg_mem_free(struct ddp_pg *pg, void *p);

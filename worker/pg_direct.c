@@ -167,14 +167,8 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
 out:
     if (arena_name[0])
         shm_unlink(arena_name); /* every peer mapped it (or gave up): the name is not needed */
-    if (!sh->arena && sh->peer_arena) {
-        for (int j = 0; j < n; j++)
-            if (sh->peer_arena[j] && j != sh->me)
-                munmap(sh->peer_arena[j], arena_len);
-        free(sh->peer_arena);
-        sh->peer_arena = NULL;
-        sh->arena_len = 0;
-    }
+    if (!sh->arena)
+        ddp__shm_unmap_arenas(sh);
     if (vals)
         ddp_store_values_free(vals, (size_t)world);
     free(vals);

@@ -61,23 +61,8 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
             memcpy(out, slot(sh, 0) + s0 * esz, (s1 - s0) * esz);
             for (int j = 1; j < n; j++)
                 ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
-            int total = n;
-            if (c->cross) {
-                /* Our shard's node sum, all-reduced with the same shard of every other node
-                 * on our own ring, while the other local ranks run theirs. */
-                struct ddp__comm *x = c->cross;
-                x->deadline_ms = c->deadline_ms;
-                x->opname = c->opname;
-                e = ddp__tcp_allreduce(x, out, s1 - s0, dt, op == DDP_AVG ? DDP_SUM : op);
-                if (e < 0) {
-                    if (!c->err[0])
-                        snprintf(c->err, sizeof(c->err), "%s", x->err);
-                    return e;
-                }
-                total *= x->world;
-            }
-            if (op == DDP_AVG)
-                ddp__scale_avg(out, s1 - s0, dt, total);
+            if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, op)) < 0)
+                return e;
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
         }
         if ((e = ddp__shm_step(c, 2)) < 0)

@@ -137,23 +137,8 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         if (s1 > s0) {
             if ((e = reduce_shard(c, b, s0 * esz, (s1 - s0) * esz, dt, op, acc, tmp)) < 0)
                 return e;
-            int total = n;
-            if (c->cross) {
-                /* Our shard's node sum, all-reduced with the same shard of every other node
-                 * on our own ring, while the other local ranks run theirs. */
-                struct ddp__comm *x = c->cross;
-                x->deadline_ms = c->deadline_ms;
-                x->opname = c->opname;
-                e = ddp__tcp_allreduce(x, b + s0 * esz, s1 - s0, dt, op == DDP_AVG ? DDP_SUM : op);
-                if (e < 0) {
-                    if (!c->err[0])
-                        snprintf(c->err, sizeof(c->err), "%s", x->err);
-                    return e;
-                }
-                total *= x->world;
-            }
-            if (op == DDP_AVG)
-                ddp__scale_avg(b + s0 * esz, s1 - s0, dt, total);
+            if ((e = ddp__shm_shard_done(c, b + s0 * esz, s1 - s0, dt, op)) < 0)
+                return e;
         }
         if ((e = ddp__shm_step(c, k + 1)) < 0)
             return e;

@@ -59,15 +59,20 @@ void ddp__shm_detach(struct ddp__shm *sh)
     sh->grank = NULL;
     free(sh->pid);
     sh->pid = NULL;
-    if (sh->peer_arena) {
+    ddp__shm_unmap_arenas(sh);
+    ddp__arena_destroy(sh->arena);
+    sh->arena = NULL;
+}
+
+void ddp__shm_unmap_arenas(struct ddp__shm *sh)
+{
+    if (sh->peer_arena)
         for (int j = 0; j < sh->n; j++)
             if (sh->peer_arena[j] && j != sh->me)
                 munmap(sh->peer_arena[j], sh->arena_len);
-        free(sh->peer_arena);
-        sh->peer_arena = NULL;
-    }
-    ddp__arena_destroy(sh->arena);
-    sh->arena = NULL;
+    free(sh->peer_arena);
+    sh->peer_arena = NULL;
+    sh->arena_len = 0;
 }
 
 struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j)
@@ -171,6 +176,29 @@ int ddp__shm_step(struct ddp__comm *c, uint64_t k)
 {
     publish(&c->shm, c->shm.seq + k);
     return wait_all(c, c->shm.seq + k);
+}
+
+int ddp__shm_shard_done(struct ddp__comm *c, void *shard, size_t count, enum ddp_dtype dt,
+                        enum ddp_redop op)
+{
+    int total = c->shm.n;
+    if (c->cross) {
+        /* Our shard's node sum, all-reduced with the same shard of every other node on our own
+         * ring, while the other local ranks run theirs. */
+        struct ddp__comm *x = c->cross;
+        x->deadline_ms = c->deadline_ms;
+        x->opname = c->opname;
+        int e = ddp__tcp_allreduce(x, shard, count, dt, op == DDP_AVG ? DDP_SUM : op);
+        if (e < 0) {
+            if (!c->err[0])
+                snprintf(c->err, sizeof(c->err), "%s", x->err);
+            return e;
+        }
+        total *= x->world;
+    }
+    if (op == DDP_AVG)
+        ddp__scale_avg(shard, count, dt, total);
+    return 0;
 }
 
 int ddp__shm_barrier(struct ddp__comm *c)

@@ -123,6 +123,24 @@ static int must(struct ddp_pg *pg, int r, const char *what)
     return 0;
 }
 
+/* All-reduces buf[n] with each op in turn (seeds *seed, *seed + 1, ...) and checks each
+ * against the reference; label heads the description of a mismatch. */
+static int allreduce_ops(struct ddp_pg *pg, void *buf, void *want, size_t n, enum ddp_dtype dt,
+                         unsigned *seed, const char *label)
+{
+    int bad = 0;
+    char what[160];
+    for (int op = 0; op <= DDP_MIN; op++, (*seed)++) {
+        fill(buf, n, dt, rank, *seed, 0);
+        must(pg, ddp_pg_allreduce(pg, buf, n, dt, (enum ddp_redop)op), "allreduce");
+        for (size_t i = 0; i < n; i++)
+            reference(want, i, i, dt, (enum ddp_redop)op, *seed);
+        snprintf(what, sizeof(what), "%sallreduce %s %s n=%zu", label, dtn[dt], opn[op], n);
+        bad |= compare(buf, want, n, dt, what);
+    }
+    return bad;
+}
+
 static int matrix(struct ddp_pg *pg)
 {
     static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 127, 1021, 4099, 65537, 262147};
@@ -137,15 +155,7 @@ static int matrix(struct ddp_pg *pg)
             if (n > 65537 && dt != DDP_F32)
                 continue;
             char *buf = malloc(n * esz + 1), *want = malloc(n * esz + 1);
-            for (int op = 0; op <= DDP_MIN; op++, seed++) {
-                fill(buf, n, (enum ddp_dtype)dt, rank, seed, 0);
-                must(pg, ddp_pg_allreduce(pg, buf, n, (enum ddp_dtype)dt, (enum ddp_redop)op),
-                     "allreduce");
-                for (size_t i = 0; i < n; i++)
-                    reference(want, i, i, (enum ddp_dtype)dt, (enum ddp_redop)op, seed);
-                snprintf(what, sizeof(what), "allreduce %s %s n=%zu", dtn[dt], opn[op], n);
-                bad |= compare(buf, want, n, (enum ddp_dtype)dt, what);
-            }
+            bad |= allreduce_ops(pg, buf, want, n, (enum ddp_dtype)dt, &seed, "");
             /* broadcast from a root that moves with the size */
             int root = (int)(n % (size_t)world);
             fill(buf, n, (enum ddp_dtype)dt, rank, ++seed, 0);
@@ -254,7 +264,8 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
     bool reg = kind == 1 || (kind == 2 && rank % 2 == 0);
     int bad = 0;
     unsigned seed = 500;
-    char what[160];
+    char what[160], label[32];
+    snprintf(label, sizeof(label), "direct kind %d ", kind);
     uint64_t d0 = pg->comm.shm.direct_done, r0 = pg->comm.shm.cma_reads;
     for (int dt = 0; dt <= DDP_I64; dt++) {
         size_t esz = ddp_dtype_size((enum ddp_dtype)dt);
@@ -262,20 +273,8 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
             size_t n = sizes[si];
             char *buf = reg ? ddp_pg_mem_alloc(pg, n * esz) : malloc(n * esz);
             char *want = malloc(n * esz);
-            for (int op = 0; op <= DDP_MIN; op++, seed++) {
-                fill(buf, n, (enum ddp_dtype)dt, rank, seed, 0);
-                must(pg, ddp_pg_allreduce(pg, buf, n, (enum ddp_dtype)dt, (enum ddp_redop)op),
-                     "allreduce");
-                for (size_t i = 0; i < n; i++)
-                    reference(want, i, i, (enum ddp_dtype)dt, (enum ddp_redop)op, seed);
-                snprintf(what, sizeof(what), "direct kind %d allreduce %s %s n=%zu", kind, dtn[dt],
-                         opn[op], n);
-                bad |= compare(buf, want, n, (enum ddp_dtype)dt, what);
-            }
-            if (reg)
-                ddp_pg_mem_free(pg, buf);
-            else
-                free(buf);
+            bad |= allreduce_ops(pg, buf, want, n, (enum ddp_dtype)dt, &seed, label);
+            ddp_pg_mem_free(pg, buf); /* frees ordinary memory too */
             free(want);
         }
     }
@@ -293,10 +292,7 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
     must(pg, ddp_pg_allreduce(pg, f, n, DDP_F32, DDP_SUM), "allreduce");
     snprintf(what, sizeof(what), "direct kind %d f32 sum in rank order", kind);
     bad |= compare(f, w, n, DDP_F32, what);
-    if (reg)
-        ddp_pg_mem_free(pg, f);
-    else
-        free(f);
+    ddp_pg_mem_free(pg, f);
     free(w);
     *done = (long)(pg->comm.shm.direct_done - d0);
     *reads = (long)(pg->comm.shm.cma_reads - r0);

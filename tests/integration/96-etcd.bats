@@ -14,6 +14,14 @@ setup() {
   need_etcd
 }
 
+# Three sshd test hosts, each a network namespace (else the test is skipped: why needs them).
+three_ssh_hosts() { # why
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  sshd_setup
+  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces ($1)"
+  for k in 1 2 3; do sshd_start "$k"; done
+}
+
 teardown() {
   [ -n "${SSH_DIR:-}" ] && sshd_teardown
   etcd_teardown
@@ -86,10 +94,7 @@ JOB
 
 @test "3 SSH nodes meet in etcd over TCP and train; a node cut off the network is lost through its etcd lease; the job goes on from its checkpoint" {
   trains
-  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
-  sshd_setup
-  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces (a node to cut off)"
-  for k in 1 2 3; do sshd_start "$k"; done
+  three_ssh_hosts "a node to cut off"
   etcd_start 1 "10.213.$SSHD_TAG.1"
   ssh_job job.yaml 1 1 2 3 -- "$FMNIST" --epochs 2 --hidden 64 --checkpoint-every 50 --eval-every 2
   cat >>job.yaml <<JOB
@@ -241,10 +246,7 @@ JOB
 
 @test "3 SSH nodes, the launcher SIGKILLed: ddprun attach --etcd from a second login node takes the job over; the ranks run on and nothing is left anywhere" {
   trains
-  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
-  sshd_setup
-  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces (a second login node)"
-  for k in 1 2 3; do sshd_start "$k"; done
+  three_ssh_hosts "a second login node"
   sshd_make_ns 4 # the second login node: no sshd; it reaches etcd and the nodes over the bridge
   etcd_start 1 "10.213.$SSHD_TAG.1"
   # each rank trains, then waits for ./go, which comes once the new launcher took over
