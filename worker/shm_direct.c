@@ -11,7 +11,7 @@
  *   step 1   every buffer published: all readable?  (else every rank returns 1 alike)
  *   then, block by block (direct_block bytes; across nodes the whole buffer is one block):
  *     reduce our shard of the block, chunk by chunk in a cache-sized accumulator; across
- *            nodes, the shard is then all-reduced on our own TCP ring (as in shm.c)
+ *            nodes, the shard is then all-reduced on our own TCP ring (ddp__shm_shard_done)
  *     step   every shard of the block final
  *     copy   the block's other shards, from their owners' buffers into ours, while they are
  *            still in the cache (the next block's reduce needs no step before it: it reads
@@ -41,17 +41,18 @@ static int cma_read(struct ddp__comm *c, int j, void *dst, uint64_t addr, size_t
         struct iovec r = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
         ssize_t n = process_vm_readv(sh->pid[j], &l, 1, &r, 1, 0);
         if (n <= 0) {
-            if (n < 0 && errno == EINTR)
+            int err = n < 0 ? errno : 0; /* before snprintf, which may change errno */
+            if (err == EINTR)
                 continue;
             struct ddp__peer *p = &c->peers[sh->grank[j]];
             if (!c->err[0])
                 snprintf(c->err, sizeof(c->err),
                          "cannot read the buffer of peer rank %d (%s) during %s: %s", p->rank,
                          p->host, c->opname,
-                         n < 0 && errno == ESRCH ? "its process is gone"
-                         : n < 0                 ? strerror(errno)
-                                                 : "nothing read");
-            return n < 0 && errno == ESRCH ? DDP_ECLOSED : DDP_ESYS;
+                         err == ESRCH ? "its process is gone"
+                         : err        ? strerror(err)
+                                      : "nothing read");
+            return err == ESRCH ? DDP_ECLOSED : DDP_ESYS;
         }
         dst = (char *)dst + n;
         addr += (uint64_t)n;
