@@ -76,7 +76,7 @@ test)
   # -max_len: room for deep nesting and many keys; job_spec gets a dictionary of YAML tokens;
   # torch_store sends each input to a real server's TCPStore port.
   for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
-    json:corpus-json:; do
+    json:corpus-json: profile:corpus-profile:-max_len=8192; do
     IFS=: read -r name corpus extra <<<"$t"
     echo "== [${SECONDS} s] libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
     mkdir -p "build/fuzz/$corpus"

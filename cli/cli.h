@@ -77,6 +77,8 @@ int ddp__cmd_attach(const struct ddp_cli_opts *o);
 int ddp__cmd_ps(const struct ddp_cli_opts *o);
 int ddp__cmd_logs(const struct ddp_cli_opts *o);
 int ddp__cmd_stop(const struct ddp_cli_opts *o);
+/* `ddprun pipeline plan PROFILE` (cli/pipeline_cmd.c). */
+int ddp__cmd_pipeline(const struct ddp_cli_opts *o);
 /* `ddprun agent` (cli/agent.c). */
 int ddp__cmd_agent(void);
 /* `ddprun attach --etcd`: takes a job over whose launcher died (cli/takeover.c). */

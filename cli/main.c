@@ -28,6 +28,7 @@ static int cmd_attach(struct ddp_cli_opts *o);
 static int cmd_ps(struct ddp_cli_opts *o);
 static int cmd_logs(struct ddp_cli_opts *o);
 static int cmd_stop(struct ddp_cli_opts *o);
+static int cmd_pipeline(struct ddp_cli_opts *o);
 static int cmd_help(struct ddp_cli_opts *o);
 static int cmd_version(struct ddp_cli_opts *o);
 
@@ -122,6 +123,16 @@ static const struct command commands[] = {
      {NULL},
      0,
      cmd_agent},
+    {"pipeline",
+     "ddprun pipeline plan PROFILE --machines N[,N...] --bandwidth RATE[,RATE...] [OPTIONS]",
+     "Plans a pipeline as PipeDream does: splits the model of PROFILE (PipeDream's graph.txt:\n"
+     "a line per layer with its forward and backward time, activation and parameter bytes)\n"
+     "into stages, each replicated on some machines, per level of machines (within a server,\n"
+     "then servers), minimizing the slowest stage; prints each stage's layers, replicas and\n"
+     "time, and the predicted speedup over data parallelism.",
+     {"pipeline", NULL},
+     2,
+     cmd_pipeline},
     {"help",
      "ddprun help [COMMAND]",
      "Shows the help of ddprun or of one command.",
@@ -165,6 +176,8 @@ static void usage(void)
            "       ddprun [--nproc N]                          run the embedded default job\n"
            "       ddprun store --listen HOST:PORT --token-file FILE [--max-conns N]\n"
            "                    [--torch-listen HOST:PORT [--torch-allow LIST]]\n"
+           "       ddprun pipeline plan PROFILE --machines N --bandwidth RATE\n"
+           "                                                    plan a PipeDream pipeline\n"
            "       ddprun help [COMMAND] | COMMAND --help       help on one command\n"
            "\n"
            "ddprun runs a data-parallel job described by a YAML file (see ddprun-job(5)): it\n"
@@ -187,6 +200,8 @@ static void usage(void)
     ddp__cli_print_opts("logs", stdout);
     printf("\nattach options:\n");
     ddp__cli_print_opts("attach", stdout);
+    printf("\npipeline plan options:\n");
+    ddp__cli_print_opts("pipeline", stdout);
     printf("\nExit status: 0 success, 1 job failed, 2 usage or job-spec error, 3 launch error, "
            "130 interrupted.\nSee ddprun(1), ddprun-job(5) and ddprun-store(7).\n");
 }
@@ -319,12 +334,17 @@ static int cmd_agent(struct ddp_cli_opts *o)
     return ddp__cmd_agent();
 }
 
+static int cmd_pipeline(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_pipeline(o);
+}
+
 static int cmd_help(struct ddp_cli_opts *o)
 {
     const struct command *c = o->npos ? find_command(o->pos[0]) : NULL;
     if (o->npos && !c) {
         ddp__cli_error("help: no command '%s' (commands: run, plan, doctor, status, stacks, "
-                       "attach, ps, logs, stop, store, agent, help, version)",
+                       "attach, ps, logs, stop, store, pipeline, agent, help, version)",
                        o->pos[0]);
         return DDP_EXIT_USAGE;
     }
