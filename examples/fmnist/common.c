@@ -149,7 +149,10 @@ void usage(FILE *f)
         "  --hook fp16|bf16    compress buckets\n"
         "  --bench             print the median step time and reducer statistics\n"
         "  --dump FILE         write the final parameters (rank 0)\n"
-        "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n",
+        "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n"
+        "  --profile-graph FILE  time each layer's forward and backward at a minibatch of\n"
+        "                      --batch, write PipeDream's graph.txt (for ddprun pipeline plan)\n"
+        "                      and exit\n",
         prog);
 }
 
@@ -193,6 +196,7 @@ void parse(int argc, char **argv, struct cfg *c)
         O_CMP,
         O_TOL,
         O_EVAL,
+        O_PROFILE,
         O_HELP
     };
     static const struct option lo[] = {{"epochs", 1, 0, O_EPOCHS},
@@ -217,6 +221,7 @@ void parse(int argc, char **argv, struct cfg *c)
                                        {"compare", 1, 0, O_CMP},
                                        {"tol", 1, 0, O_TOL},
                                        {"eval-every", 1, 0, O_EVAL},
+                                       {"profile-graph", 1, 0, O_PROFILE},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int o;
@@ -303,6 +308,9 @@ void parse(int argc, char **argv, struct cfg *c)
             break;
         case O_EVAL:
             c->eval_every = atoi(optarg);
+            break;
+        case O_PROFILE:
+            c->profile_graph = optarg;
             break;
         case O_HELP:
             usage(stdout);

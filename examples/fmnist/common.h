@@ -19,6 +19,7 @@ struct cfg {
     long max_steps;
     float lr, momentum;
     const char *data, *ckpt_dir, *dump, *compare;
+    const char *profile_graph; /* --profile-graph: write PipeDream's graph.txt and exit */
     double tol;
     bool ddp, view, overlap, bench, find_unused;
     double bucket_mb, first_mb;

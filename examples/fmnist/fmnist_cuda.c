@@ -212,6 +212,8 @@ int main(int argc, char **argv)
         die("--hook: the compression hooks work on host buckets; ddprun-fmnist has them");
     if (c.sim_ranks)
         die("--simulate-ranks is the host trainer's reference; ddprun-fmnist has it");
+    if (c.profile_graph)
+        die("--profile-graph profiles the host trainer; ddprun-fmnist has it");
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev == 0)

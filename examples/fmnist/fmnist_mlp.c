@@ -83,24 +83,29 @@ static void acts_alloc(struct acts *a, const struct model *m, int batch)
     a->dA = malloc((size_t)batch * (size_t)widest * sizeof(float));
 }
 
+/* Layer l's forward: Z = A[l] W^T + b, A[l+1] = ReLU(Z) (the logits for the last layer). */
+static void forward_layer(const struct model *m, struct acts *a, int l, int b)
+{
+    int in = m->dim[l], out = m->dim[l + 1];
+    float *Z = a->Z[l];
+    for (int i = 0; i < b; i++)
+        memcpy(Z + (size_t)i * (size_t)out, m->b[l], (size_t)out * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1.0f, a->A[l], in, m->W[l], in,
+                1.0f, Z, out);
+    float *A = a->A[l + 1];
+    size_t n = (size_t)b * (size_t)out;
+    if (l < m->L - 1)
+        for (size_t i = 0; i < n; i++)
+            A[i] = Z[i] > 0 ? Z[i] : 0;
+    else
+        memcpy(A, Z, n * sizeof(float));
+}
+
 static void forward(const struct model *m, struct acts *a, const float *x, int b)
 {
     a->A[0] = (float *)x;
-    for (int l = 0; l < m->L; l++) {
-        int in = m->dim[l], out = m->dim[l + 1];
-        float *Z = a->Z[l];
-        for (int i = 0; i < b; i++)
-            memcpy(Z + (size_t)i * (size_t)out, m->b[l], (size_t)out * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, out, in, 1.0f, a->A[l], in, m->W[l],
-                    in, 1.0f, Z, out);
-        float *A = a->A[l + 1];
-        size_t n = (size_t)b * (size_t)out;
-        if (l < m->L - 1)
-            for (size_t i = 0; i < n; i++)
-                A[i] = Z[i] > 0 ? Z[i] : 0;
-        else
-            memcpy(A, Z, n * sizeof(float));
-    }
+    for (int l = 0; l < m->L; l++)
+        forward_layer(m, a, l, b);
 }
 
 /* Softmax cross-entropy of the logits in A[L]; returns the summed loss and writes
@@ -134,34 +139,109 @@ static double loss_grad(const struct model *m, struct acts *a, const uint8_t *y,
     return total;
 }
 
+/* Layer l's backward from *dZ (its output's gradient): accumulates its weight and bias
+ * gradients, and for l > 0 leaves the gradient of layer l-1's output in *dZ (swapping the two
+ * buffers). */
+static void backward_layer(struct model *m, struct acts *a, int l, int b, float **dZp, float **dAp)
+{
+    float *dZ = *dZp, *dA = *dAp;
+    int in = m->dim[l], out = m->dim[l + 1];
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, b, 1.0f, dZ, out, a->A[l], in,
+                1.0f, m->gW[l], in);
+    for (int i = 0; i < b; i++)
+        for (int k = 0; k < out; k++)
+            m->gb[l][k] += dZ[(size_t)i * (size_t)out + (size_t)k];
+    if (l == 0)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, in, out, 1.0f, dZ, out, m->W[l], in,
+                0.0f, dA, in);
+    const float *Zp = a->Z[l - 1];
+    for (size_t i = 0; i < (size_t)b * (size_t)in; i++)
+        dA[i] = Zp[i] > 0 ? dA[i] : 0;
+    *dZp = dA;
+    *dAp = dZ;
+}
+
 /* Backward, accumulating into the gradients, handing each layer to the reducer as soon as
  * its gradients are complete (bias then weight: the reverse of registration order). */
 static void backward(struct model *m, struct acts *a, int b, struct ddp_reducer *red)
 {
     float *dZ = a->dZ, *dA = a->dA;
     for (int l = m->L - 1; l >= 0; l--) {
-        int in = m->dim[l], out = m->dim[l + 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, b, 1.0f, dZ, out, a->A[l], in,
-                    1.0f, m->gW[l], in);
-        for (int i = 0; i < b; i++)
-            for (int k = 0; k < out; k++)
-                m->gb[l][k] += dZ[(size_t)i * (size_t)out + (size_t)k];
-        if (red) {
-            if (ddp_reducer_mark_ready(red, (size_t)(2 * l + 1)) != 0 ||
-                ddp_reducer_mark_ready(red, (size_t)(2 * l)) != 0)
-                die("reducer: %s", ddp_reducer_last_error(red));
-        }
-        if (l == 0)
-            break;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, in, out, 1.0f, dZ, out, m->W[l],
-                    in, 0.0f, dA, in);
-        const float *Zp = a->Z[l - 1];
-        for (size_t i = 0; i < (size_t)b * (size_t)in; i++)
-            dA[i] = Zp[i] > 0 ? dA[i] : 0;
-        float *t = dZ;
-        dZ = dA;
-        dA = t;
+        backward_layer(m, a, l, b, &dZ, &dA);
+        if (red && (ddp_reducer_mark_ready(red, (size_t)(2 * l + 1)) != 0 ||
+                    ddp_reducer_mark_ready(red, (size_t)(2 * l)) != 0))
+            die("reducer: %s", ddp_reducer_last_error(red));
     }
+}
+
+/*
+ * --profile-graph FILE: PipeDream's graph.txt of this model at a minibatch of --batch samples
+ * (its planner's input: ddprun pipeline plan FILE): an Input node, then a node per layer with
+ * the median of 20 timed forward and backward passes (after 3 untimed ones; the loss goes with
+ * the last layer's forward), its output's bytes and its parameters' bytes (float32), in a chain.
+ */
+static void profile_graph(struct model *m, const struct dataset *train, const struct cfg *c)
+{
+    enum { WARM = 3, REPS = 20 };
+    int b = c->batch < train->n ? c->batch : train->n;
+    struct acts a;
+    acts_alloc(&a, m, b);
+    double *t = malloc(sizeof(double) * 2 * MAX_LAYERS * REPS);
+    if (!t)
+        die("out of memory");
+    for (int r = 0; r < WARM + REPS; r++) {
+        a.A[0] = train->x;
+        for (int l = 0; l < m->L; l++) {
+            double t0 = now_s();
+            forward_layer(m, &a, l, b);
+            if (l == m->L - 1)
+                loss_grad(m, &a, train->y, b, 1.0f / (float)b, a.dZ, NULL);
+            if (r >= WARM)
+                t[(2 * l) * REPS + r - WARM] = now_s() - t0;
+        }
+        float *dZ = a.dZ, *dA = a.dA;
+        for (int l = m->L - 1; l >= 0; l--) {
+            double t0 = now_s();
+            backward_layer(m, &a, l, b, &dZ, &dA);
+            if (r >= WARM)
+                t[(2 * l + 1) * REPS + r - WARM] = now_s() - t0;
+        }
+        for (int l = 0; l < m->L; l++) {
+            memset(m->gW[l], 0, (size_t)m->dim[l] * (size_t)m->dim[l + 1] * sizeof(float));
+            memset(m->gb[l], 0, (size_t)m->dim[l + 1] * sizeof(float));
+        }
+    }
+    FILE *f = fopen(c->profile_graph, "w");
+    if (!f)
+        die("cannot write %s: %s", c->profile_graph, strerror(errno));
+    fprintf(f,
+            "node1 -- Input0 -- forward_compute_time=0.000, backward_compute_time=0.000, "
+            "activation_size=%.1f, parameter_size=0.000\n",
+            (double)b * IMG * sizeof(float));
+    for (int l = 0; l < m->L; l++) {
+        for (int k = 0; k < 2; k++)
+            qsort(t + (2 * l + k) * REPS, REPS, sizeof(double), cmp_double);
+        int in = m->dim[l], out = m->dim[l + 1];
+        fprintf(f,
+                "node%d -- Linear(in_features=%d, out_features=%d)%s -- forward_compute_time=%.3f, "
+                "backward_compute_time=%.3f, activation_size=%.1f, parameter_size=%.3f\n",
+                l + 2, in, out, l < m->L - 1 ? "+ReLU" : "+CrossEntropyLoss",
+                t[(2 * l) * REPS + REPS / 2] * 1e3, t[(2 * l + 1) * REPS + REPS / 2] * 1e3,
+                (double)b * out * sizeof(float), ((double)in * out + out) * sizeof(float));
+    }
+    for (int l = 0; l < m->L; l++)
+        fprintf(f, "\tnode%d -- node%d\n", l + 1, l + 2);
+    if (fclose(f) != 0)
+        die("cannot write %s: %s", c->profile_graph, strerror(errno));
+    printf("ddprun-fmnist: wrote %s: %d layers at a minibatch of %d\n", c->profile_graph, m->L, b);
+    free(t);
+    for (int l = 0; l < m->L; l++) {
+        free(a.Z[l]);
+        free(a.A[l + 1]);
+    }
+    free(a.dZ);
+    free(a.dA);
 }
 
 /*
@@ -405,6 +485,15 @@ int main(int argc, char **argv)
     load_set(c.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &test);
     struct model m;
     model_init(&m, &c);
+    if (c.profile_graph) {
+        profile_graph(&m, &train, &c);
+        model_free(&m, free);
+        free(train.x);
+        free(train.y);
+        free(test.x);
+        free(test.y);
+        return 0;
+    }
     int steps_per_epoch = train.n / c.batch;
     int64_t step = 0;
     if (c.ckpt_dir && rank == 0) {

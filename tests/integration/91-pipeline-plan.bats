@@ -143,3 +143,22 @@ speedup_of() { sed -n 's/^predicted speedup over data parallel: \([0-9.]*\)x.*/\
   assert_failure 2
   assert_output --partial "antichain DAG has over 5000 states"
 }
+
+@test "ddprun-fmnist --profile-graph writes a profile of its model that the planner reads" {
+  run "$BUILD/ddprun-fmnist" --profile-graph "$BATS_TEST_TMPDIR/g.txt" --hidden 1024,512 --batch 32
+  assert_success
+  assert_output --partial "wrote $BATS_TEST_TMPDIR/g.txt: 3 layers at a minibatch of 32"
+  # the sizes are the model's: float32 outputs of 32 samples, weights and biases
+  run awk -F' -- ' '!/^\t/ { split($3, f, ", "); for (k in f) { split(f[k], kv, "="); v[kv[1]] = kv[2] }
+                     print $2, v["activation_size"], v["parameter_size"], (v["forward_compute_time"] > 0 && v["backward_compute_time"] > 0) }' \
+    "$BATS_TEST_TMPDIR/g.txt"
+  assert_output "Input0 100352.0 0.000 0
+Linear(in_features=784, out_features=1024)+ReLU 131072.0 3215360.000 1
+Linear(in_features=1024, out_features=512)+ReLU 65536.0 2099200.000 1
+Linear(in_features=512, out_features=10)+CrossEntropyLoss 1280.0 20520.000 1"
+  # on a 10 Mbit/s link the all-reduce of 5 MB a minibatch dwarfs the compute: a pipeline wins
+  run "$DDPRUN" pipeline plan "$BATS_TEST_TMPDIR/g.txt" --machines 4 --bandwidth 10Mbit
+  assert_success
+  assert_line --partial "3 planned as 3 states"
+  awk -v s="$(speedup_of "$output")" 'BEGIN { exit !(s >= 2) }'
+}
