@@ -254,6 +254,16 @@ int ddp__pipe_plan(const struct ddp_profile *p, const struct ddp_pstates *s,
         lv[l].M = o->machines[l];
         lv[l].rows = top ? 1 : c.S + 1;
         double cells = (double)lv[l].rows * (double)c.S * lv[l].M;
+        /* rows x states x predecessors x m x m' / 4 steps of 2-3 ns: 5e9 is over ten seconds */
+        double work = (double)lv[l].rows * (double)c.S * (double)c.S * lv[l].M * lv[l].M / 4;
+        if (work > 5e9) {
+            snprintf(err, errlen,
+                     "planning level %d (%zu states, %d machines%s) would take over ten seconds: "
+                     "fewer machines per level, or a profile with fewer layers",
+                     l + 1, c.S, lv[l].M, top ? "" : ", every start state for the next level");
+            r = DDP_EINVAL;
+            goto out;
+        }
         if (cells > 2e8) {
             snprintf(err, errlen,
                      "the plan's table for level %d has %.0f entries (%zu states, %d machines): "

@@ -414,6 +414,7 @@ int ddp__pipe_states(const struct ddp_profile *p, struct ddp_pstates *s, char *e
     }
     size_t *start = malloc(sizeof(size_t));
     struct anti *x;
+    r = DDP_ENOMEM;
     if (!start)
         goto out;
     *start = first;

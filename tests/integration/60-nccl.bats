@@ -112,6 +112,6 @@ JOB
   [ "$status" -eq 1 ]
   [ "$SECONDS" -lt 60 ]
   assert_output --partial "ncclCommInitRank on rank 0 did not complete in time"
-  run pgrep -f "sleep 120"
+  run pgrep -fx "sleep 120"
   assert_failure
 }

@@ -142,6 +142,10 @@ speedup_of() { sed -n 's/^predicted speedup over data parallel: \([0-9.]*\)x.*/\
   run timeout 60 "$DDPRUN" pipeline plan "$BATS_TEST_TMPDIR/branches.txt" --machines 4 --bandwidth 1Gbit
   assert_failure 2
   assert_output --partial "antichain DAG has over 5000 states"
+  # a dynamic program that would run for minutes is refused before it starts
+  run timeout 60 "$DDPRUN" pipeline plan "$D/vgg16.txt" --machines 4096 --bandwidth 1Gbit
+  assert_failure 2
+  assert_output --partial "planning level 1 (40 states, 4096 machines) would take over ten seconds"
 }
 
 @test "ddprun-fmnist --profile-graph writes a profile of its model that the planner reads" {

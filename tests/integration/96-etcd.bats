@@ -89,7 +89,7 @@ JOB
   run "$DDPRUN" job.yaml
   [ "$status" -eq 3 ]
   assert_output --partial "rendezvous.backend etcd: etcd at unix:///nonexistent/etcd.sock: "
-  ! pgrep -f "sleep 30"
+  ! pgrep -fx "sleep 30"   # exactly the job's command: not a "sleep 300" elsewhere
 }
 
 @test "3 SSH nodes meet in etcd over TCP and train; a node cut off the network is lost through its etcd lease; the job goes on from its checkpoint" {
