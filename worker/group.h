@@ -63,6 +63,7 @@ struct ddp_pg {
     struct ddp_store *store; /* for the abort record; borrowed, or owned when owns_store */
     bool owns_store;
     char abort_key[300];
+    char name[128];            /* as given (opts->name, or "default"): sub-groups extend it */
     struct ddp__nccl *nccl;    /* the NCCL backend, or NULL */
     void *compute_stream;      /* what NCCL collectives wait for (ddp_pg_set_compute_stream) */
     struct ddp__recorder *rec; /* the flight recorder, or NULL */

@@ -88,6 +88,18 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world_size, int local_ran
  * connection and frees the group. NULL is a no-op. */
 void ddp_pg_free(struct ddp_pg *pg);
 
+/*
+ * Forms a sub-group of pg (torch.distributed.new_group): ranks[0..n) of pg, in that order, are
+ * ranks 0..n-1 of the new group, which has connections, shared memory and a communication
+ * thread of its own, so its collectives run beside pg's (the replicas of one pipeline stage
+ * reduce their gradients on theirs). Every rank of pg calls it with the same name and list (a
+ * difference is DDP_EINVAL on every rank); members get the group in *out, the other ranks
+ * NULL. name (at most 63 characters) tells the groups of one job apart. Free sub-groups before
+ * pg: they use its store.
+ */
+int ddp_pg_new_group(struct ddp_pg *pg, const int *ranks, int n, const char *name,
+                     struct ddp_pg **out);
+
 int ddp_pg_rank(const struct ddp_pg *pg);
 int ddp_pg_world_size(const struct ddp_pg *pg);
 /* True until an operation failed and aborted the group. */

@@ -413,6 +413,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
              rc_env && *rc_env && strcmp(rc_env, "0") != 0 ? "@r" : "",
              rc_env && *rc_env && strcmp(rc_env, "0") != 0 ? rc_env : "");
     const char *name = scoped;
+    snprintf(pg->name, sizeof(pg->name), "%s", opts && opts->name ? opts->name : "default");
     int64_t deadline = ddp_now_ms() + pg->timeout_ms;
     pg->store = store;
     snprintf(pg->abort_key, sizeof(pg->abort_key), "pg/%s/abort", name);

@@ -11,6 +11,9 @@
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
  *                        mixed buffers, checked; prints how many went single-copy and how
  *                        many peer reads were cross-memory attach
+ *   pgtest groups        sub-groups (ddp_pg_new_group): even and odd ranks all-reducing beside
+ *                        the whole group, every rank in reverse order, lists that differ
+ *                        between ranks or repeat a rank refused on every rank
  */
 #include "common/err.h"
 #include "common/util.h"
@@ -312,6 +315,103 @@ static int direct(struct ddp_pg *pg)
     return bad;
 }
 
+/* A sub-group's all-reduce of (parent rank + 1) * (i % 7 + 1) over its members, checked. */
+static int check_sum(const char *what, const double *got, size_t n, const int *members, int m)
+{
+    for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int k = 0; k < m; k++)
+            want += (members[k] + 1) * (double)(i % 7 + 1);
+        if (got[i] != want) {
+            fprintf(stderr, "pgtest rank %d: %s: element %zu is %g, not %g\n", rank, what, i,
+                    got[i], want);
+            return 1;
+        }
+    }
+    checks++;
+    return 0;
+}
+
+static int groups(struct ddp_pg *pg)
+{
+    enum { N = 100000 };
+    int ev[64], od[64], all[64], rev[64], ne = 0, no = 0, bad = 0;
+    for (int r = 0; r < world; r++) {
+        (r % 2 ? od : ev)[r % 2 ? no++ : ne++] = r;
+        all[r] = r;
+        rev[r] = world - 1 - r;
+    }
+    struct ddp_pg *ge, *go, *gr;
+    must(pg, ddp_pg_new_group(pg, ev, ne, "evens", &ge), "new_group evens");
+    must(pg, ddp_pg_new_group(pg, od, no, "odds", &go), "new_group odds");
+    struct ddp_pg *mine = rank % 2 ? go : ge, *other = rank % 2 ? ge : go;
+    if (!mine || other || ddp_pg_rank(mine) != rank / 2 ||
+        ddp_pg_world_size(mine) != (rank % 2 ? no : ne)) {
+        fprintf(stderr, "pgtest rank %d: wrong membership of the even and odd groups\n", rank);
+        return 1;
+    }
+    /* the sub-group's all-reduce and the whole group's at once, each on its own thread */
+    double *a = malloc(N * sizeof(double)), *b = malloc(N * sizeof(double));
+    for (int rep = 0; rep < 3; rep++) {
+        for (size_t i = 0; i < N; i++)
+            a[i] = b[i] = (rank + 1) * (double)(i % 7 + 1);
+        struct ddp_work *wa, *wb;
+        must(pg, ddp_pg_allreduce_start(mine, a, N, DDP_F64, DDP_SUM, &wa), "sub-group start");
+        must(pg, ddp_pg_allreduce_start(pg, b, N, DDP_F64, DDP_SUM, &wb), "group start");
+        must(mine, ddp_work_wait(wa), "sub-group all-reduce");
+        must(pg, ddp_work_wait(wb), "group all-reduce");
+        ddp_work_free(wa);
+        ddp_work_free(wb);
+        bad |= check_sum(rank % 2 ? "odds" : "evens", a, N, rank % 2 ? od : ev, rank % 2 ? no : ne);
+        bad |= check_sum("whole group beside them", b, N, all, world);
+    }
+    /* every rank, in reverse: rank 0 of the sub-group is the last rank */
+    must(pg, ddp_pg_new_group(pg, rev, world, "reversed", &gr), "new_group reversed");
+    if (!gr || ddp_pg_rank(gr) != world - 1 - rank) {
+        fprintf(stderr, "pgtest rank %d: reversed group rank %d\n", rank,
+                gr ? ddp_pg_rank(gr) : -1);
+        return 1;
+    }
+    for (size_t i = 0; i < N; i++)
+        a[i] = rank;
+    must(gr, ddp_pg_broadcast(gr, a, N, DDP_F64, 0), "reversed broadcast");
+    for (size_t i = 0; i < N && !bad; i++)
+        if (a[i] != world - 1) {
+            fprintf(stderr, "pgtest rank %d: broadcast from the reversed root gave %g\n", rank,
+                    a[i]);
+            bad = 1;
+        }
+    checks++;
+    /* refused alike on every rank: a list that differs on rank 0, a rank listed twice */
+    struct ddp_pg *x = NULL;
+    int one[2] = {0, 0};
+    int r = ddp_pg_new_group(pg, one, rank == 0 ? 1 : 2, "differs", &x);
+    if (r != DDP_EINVAL || x ||
+        !strstr(ddp_pg_last_error(pg), "passed different names or rank lists")) {
+        fprintf(stderr, "pgtest rank %d: differing lists gave %s (%s)\n", rank, ddp_err_name(r),
+                ddp_pg_last_error(pg));
+        bad = 1;
+    }
+    r = ddp_pg_new_group(pg, one, 2, "twice", &x);
+    if (r != DDP_EINVAL || x || !strstr(ddp_pg_last_error(pg), "rank 0 is listed twice")) {
+        fprintf(stderr, "pgtest rank %d: a repeated rank gave %s (%s)\n", rank, ddp_err_name(r),
+                ddp_pg_last_error(pg));
+        bad = 1;
+    }
+    checks += 2;
+    ddp_pg_free(gr);
+    ddp_pg_free(ge);
+    ddp_pg_free(go);
+    /* the group goes on */
+    for (size_t i = 0; i < N; i++)
+        b[i] = (rank + 1) * (double)(i % 7 + 1);
+    must(pg, ddp_pg_allreduce(pg, b, N, DDP_F64, DDP_SUM), "group all-reduce after");
+    bad |= check_sum("whole group after", b, N, all, world);
+    free(a);
+    free(b);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     struct ddp_pg *pg;
@@ -333,6 +433,8 @@ int main(int argc, char **argv)
         bad = matrix(pg);
     } else if (strcmp(argv[1], "direct") == 0) {
         bad = direct(pg);
+    } else if (strcmp(argv[1], "groups") == 0 && world >= 2 && world <= 64) {
+        bad = groups(pg);
     } else if (strcmp(argv[1], "big") == 0 && argc == 3) {
         bad = big(pg, (size_t)atol(argv[2]));
     } else if (strcmp(argv[1], "loop") == 0 && argc == 3) {

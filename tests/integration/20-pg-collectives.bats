@@ -260,3 +260,26 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
   export DDP_PG_DIRECT_BYTES=4096
   sigkill_case || { cat rank*.out; return 1; }
 }
+
+@test "sub-groups (ddp_pg_new_group): even and odd ranks beside the whole group, all in reverse, differing lists refused on every rank; one node, TCP, 2x2 and 3x2 nodes" {
+  for n in 2 3 5; do
+    printf 'command: [%s, groups]\nnproc_per_node: %d\n' "$PGTEST" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "world size $n:"; echo "$output"; return 1; }
+    [ "$(grep -c '10 checks passed' <<<"$output")" -eq "$n" ]
+  done
+  printf 'command: [%s, groups]\nnproc_per_node: 4\nenv: {DDP_PG_TRANSPORT: tcp}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  # across nodes: the even ranks one per node (a ring), the reversed group hierarchical
+  for layout in "2 2" "3 2"; do
+    set -- $layout
+    DDP_LOG_LEVEL=info run_layout "$1" "$2" groups
+    for r in $(seq 0 $(($1 * $2 - 1))); do grep -q "10 checks passed" "rank$r.out" || return 1; done
+    grep -q "process group 'default/reversed' formed" rank0.out
+    # group rank 0 logs it: the whole group's on rank 0, the reversed group's on the last rank
+    # (the even ranks, one per node, need none)
+    grep -q "hierarchical all-reduce: $1 nodes x $2 ranks" rank0.out
+    grep -q "hierarchical all-reduce: $1 nodes x $2 ranks" "rank$(($1 * $2 - 1)).out"
+  done
+}
