@@ -67,7 +67,13 @@ struct ddp_pg {
     struct ddp__nccl *nccl;    /* the NCCL backend, or NULL */
     void *compute_stream;      /* what NCCL collectives wait for (ddp_pg_set_compute_stream) */
     struct ddp__recorder *rec; /* the flight recorder, or NULL */
+    int *p2p_fd;               /* per peer: the point-to-point connection (opts.p2p), or NULL */
+    struct ddp__p2p *p2p;      /* their engine (worker/p2p.c), started by the first send/recv */
 };
+
+/* Stops the point-to-point engine (what is pending fails with DDP_EABORTED) and frees it;
+ * leaves the connections to the group. Called when the group is freed. */
+void ddp__p2p_free(struct ddp_pg *pg);
 
 /* After the node's segment is attached on every rank: the arenas and cross-memory attach of
  * the single-copy all-reduce (worker/pg_direct.c). Every rank of the group calls it. */

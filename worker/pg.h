@@ -62,6 +62,8 @@ struct ddp_pg_opts {
     size_t small_bytes;          /* all-reduce at or below this uses recursive doubling instead of
                                     the ring; 0 = DDP_PG_SMALL_BYTES or the measured default */
     enum ddp_pg_backend backend; /* NCCL: each rank uses CUDA device LOCAL_RANK */
+    bool p2p;                    /* point-to-point (ddp_pg_send/recv): a second connection per
+                                    pair; also DDP_PG_P2P=1. Alike on every rank. */
 };
 
 /*
@@ -137,6 +139,24 @@ int ddp_pg_allgather(struct ddp_pg *pg, const void *send, void *recv, size_t cou
 int ddp_pg_reduce_scatter(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                           enum ddp_dtype dt, enum ddp_redop op);
 int ddp_pg_barrier(struct ddp_pg *pg);
+
+/*
+ * Point-to-point, on a group formed with opts.p2p (or DDP_PG_P2P=1): bytes from buf to rank
+ * peer, received there by the receive with the same sender and tag; messages with the same
+ * sender and tag match in the order they were sent, others in any order. Sends and receives
+ * run on an engine thread of their own, beside the group's collectives, and never wait for
+ * each other: a message that arrives before its receive is held until it is posted. A receive
+ * of another size than the message's fails (DDP_EPROTO); a peer that dies fails what is
+ * pending with it (DDP_ECLOSED); each fails after the group's timeout (DDP_ETIMEDOUT), naming
+ * the peer and tag. DDP_ENOTSUP on a group without p2p. The buffers must stay valid until the
+ * work completes.
+ */
+int ddp_pg_send_start(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag,
+                      struct ddp_work **work);
+int ddp_pg_recv_start(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t tag,
+                      struct ddp_work **work);
+int ddp_pg_send(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag);
+int ddp_pg_recv(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t tag);
 
 /*
  * Registered memory: bytes of zero-filled memory that the other ranks of this node read in

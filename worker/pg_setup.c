@@ -31,6 +31,7 @@
 #include "common/banned.h"
 
 #define PEER_MAGIC 0x47504444u /* "DDPG" */
+#define P2P_MAGIC 0x50504444u  /* "DDPP": the point-to-point connection of a pair */
 #define SECRET_LEN 16
 #define DEFAULT_SMALL_BYTES (64u << 10)
 
@@ -61,8 +62,10 @@ static void set_sock(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* Connects to rank j's listener and proves our rank; the connection goes to the group's
+ * collectives (PEER_MAGIC) or to its point-to-point engine (P2P_MAGIC). */
 static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, const uint8_t *secret,
-                        int64_t deadline)
+                        uint32_t magic, int64_t deadline)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -90,7 +93,7 @@ static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, cons
     }
     set_sock(fd);
     uint8_t hello[40];
-    uint32_t v = PEER_MAGIC, me = (uint32_t)pg->rank;
+    uint32_t v = magic, me = (uint32_t)pg->rank;
     memcpy(hello, &v, 4);
     memcpy(hello + 4, &me, 4);
     peer_mac(secret, me, hello + 8);
@@ -98,13 +101,16 @@ static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, cons
         close(fd);
         return DDP_ECONNECT;
     }
-    pg->comm.peers[j].fd = fd;
+    if (magic == P2P_MAGIC)
+        pg->p2p_fd[j] = fd;
+    else
+        pg->comm.peers[j].fd = fd;
     return 0;
 }
 
 static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
 {
-    int want = pg->world - 1 - pg->rank;
+    int want = (pg->world - 1 - pg->rank) * (pg->p2p_fd ? 2 : 1);
     while (want > 0) {
         int64_t rem = deadline - ddp_now_ms();
         struct pollfd p = {.fd = lfd, .events = POLLIN};
@@ -127,14 +133,18 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
         uint32_t magic, who;
         memcpy(&magic, hello, 4);
         memcpy(&who, hello + 4, 4);
-        if (n == (ssize_t)sizeof(hello) && magic == PEER_MAGIC && who > (uint32_t)pg->rank &&
-            who < (uint32_t)pg->world && pg->comm.peers[who].fd < 0) {
+        int *slot = NULL;
+        if (n == (ssize_t)sizeof(hello) && who > (uint32_t)pg->rank && who < (uint32_t)pg->world)
+            slot = magic == PEER_MAGIC                ? &pg->comm.peers[who].fd
+                   : magic == P2P_MAGIC && pg->p2p_fd ? &pg->p2p_fd[who]
+                                                      : NULL;
+        if (slot && *slot < 0) {
             peer_mac(my_secret, who, mac);
             if (CRYPTO_memcmp(mac, hello + 8, 32) == 0) {
                 tv.tv_sec = 0;
                 setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
                 set_sock(fd);
-                pg->comm.peers[who].fd = fd;
+                *slot = fd;
                 want--;
                 continue;
             }
@@ -350,9 +360,14 @@ static void cross_free(struct ddp__comm *x)
  * links to the world peers, shared memory, cross-node rings, NCCL communicator, recorder. */
 static void destroy(struct ddp_pg *pg)
 {
-    for (int i = 0; i < pg->world; i++)
+    ddp__p2p_free(pg); /* its thread first: it uses the p2p connections */
+    for (int i = 0; i < pg->world; i++) {
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
+        if (pg->p2p_fd && pg->p2p_fd[i] >= 0)
+            close(pg->p2p_fd[i]);
+    }
+    free(pg->p2p_fd);
     ddp__shm_detach(&pg->comm.shm);
     cross_free(pg->comm.cross);
 #ifdef DDP_HAVE_NCCL
@@ -402,6 +417,16 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int i = 0; i < world; i++) {
         pg->comm.peers[i].fd = -1;
         pg->comm.peers[i].rank = i;
+    }
+    /* point-to-point: a second connection per pair, for the engine of worker/p2p.c */
+    if ((opts && opts->p2p) || ((env = getenv("DDP_PG_P2P")) && strcmp(env, "1") == 0)) {
+        if (!(pg->p2p_fd = malloc((size_t)world * sizeof(int)))) {
+            free(pg->comm.peers);
+            free(pg);
+            return DDP_ENOMEM;
+        }
+        for (int i = 0; i < world; i++)
+            pg->p2p_fd[i] = -1;
     }
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv, NULL);
@@ -469,8 +494,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     host[sizeof(host) - 1] = '\0';
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
-    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d", ip, port, hex, host, node_rank,
-                      local_rank, local_world);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d", ip, port, hex, host, node_rank,
+                      local_rank, local_world, pg->p2p_fd != NULL);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
@@ -487,10 +512,19 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int j = 0; j < world; j++) {
         char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
         int pport;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d", pip, &pport, psec, phost, &where[j],
-                   &where[world + j], &where[2 * world + j]) != 7) {
+        int p2p;
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d", pip, &pport, psec, phost,
+                   &where[j], &where[world + j], &where[2 * world + j], &p2p) != 8) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
+            goto fail;
+        }
+        if (p2p != (pg->p2p_fd != NULL)) {
+            r = DDP_EINVAL;
+            snprintf(pg->err, sizeof(pg->err),
+                     "rank %d %s point-to-point connections and this rank %s (ddp_pg_opts.p2p, "
+                     "DDP_PG_P2P must be alike on every rank)",
+                     j, p2p ? "asked for" : "did not ask for", p2p ? "did not" : "did");
             goto fail;
         }
         snprintf(pg->comm.peers[j].host, sizeof(pg->comm.peers[j].host), "%s", phost);
@@ -500,7 +534,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                 r = DDP_EPROTO;
                 goto fail;
             }
-            if ((r = connect_peer(pg, j, pip, pport, ps2, deadline)) < 0)
+            if ((r = connect_peer(pg, j, pip, pport, ps2, PEER_MAGIC, deadline)) < 0 ||
+                (pg->p2p_fd && (r = connect_peer(pg, j, pip, pport, ps2, P2P_MAGIC, deadline)) < 0))
                 goto fail;
         }
     }

@@ -11,6 +11,11 @@
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
  *                        mixed buffers, checked; prints how many went single-copy and how
  *                        many peer reads were cross-memory attach
+ *   pgtest p2p           point-to-point (ddp_pg_send/recv, DDP_PG_P2P=1): a ring of sizes 0 to
+ *                        16 MiB posted both ways round, tags out of order, one tag twice,
+ *                        64 MiB both ways at once beside an all-reduce, a size mismatch, and a
+ *                        peer's message received after it exited
+ *   pgtest p2p-wait      rank 0 waits for 64 MiB from rank 1, which never sends (kill tests)
  *   pgtest groups        sub-groups (ddp_pg_new_group): even and odd ranks all-reducing beside
  *                        the whole group, every rank in reverse order, lists that differ
  *                        between ranks or repeat a rank refused on every rank
@@ -315,6 +320,149 @@ static int direct(struct ddp_pg *pg)
     return bad;
 }
 
+/* The byte i of the message with tag t from rank r. */
+static uint8_t pbyte(int r, uint32_t t, size_t i)
+{
+    return (uint8_t)(gen(r, i, 0x5eed0000u + t) * 7 + (int64_t)i);
+}
+
+static int check_msg(const char *what, const uint8_t *got, size_t n, int from, uint32_t tag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != pbyte(from, tag, i)) {
+            fprintf(stderr, "pgtest rank %d: %s: byte %zu of %zu from rank %d tag %u differs\n",
+                    rank, what, i, n, from, tag);
+            return 1;
+        }
+    checks++;
+    return 0;
+}
+
+static uint8_t *message(int r, uint32_t tag, size_t n)
+{
+    uint8_t *m = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        m[i] = pbyte(r, tag, i);
+    return m;
+}
+
+static int p2p(struct ddp_pg *pg)
+{
+    static const size_t sizes[] = {0, 1, 4097, 1u << 20, 16u << 20};
+    enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+    int bad = 0, next = (rank + 1) % world, prev = (rank + world - 1) % world;
+    /* a ring: receives posted first for even tags, sends first for odd ones */
+    uint8_t *out[NS], *in[NS];
+    struct ddp_work *ws[NS], *wr[NS];
+    for (int k = 0; k < NS; k++) {
+        out[k] = message(rank, (uint32_t)k, sizes[k]);
+        in[k] = malloc(sizes[k] ? sizes[k] : 1);
+    }
+    for (int k = 0; k < NS; k++) {
+        if (k % 2 == 0)
+            must(pg, ddp_pg_recv_start(pg, in[k], sizes[k], prev, (uint32_t)k, &wr[k]), "recv");
+        must(pg, ddp_pg_send_start(pg, out[k], sizes[k], next, (uint32_t)k, &ws[k]), "send");
+    }
+    usleep(100000); /* let the odd ones arrive before their receives */
+    for (int k = 1; k < NS; k += 2)
+        must(pg, ddp_pg_recv_start(pg, in[k], sizes[k], prev, (uint32_t)k, &wr[k]), "recv");
+    for (int k = NS - 1; k >= 0; k--) {
+        must(pg, ddp_work_wait(wr[k]), "ring receive");
+        must(pg, ddp_work_wait(ws[k]), "ring send");
+        ddp_work_free(wr[k]);
+        ddp_work_free(ws[k]);
+        bad |= check_msg("ring", in[k], sizes[k], prev, (uint32_t)k);
+        free(out[k]);
+        free(in[k]);
+    }
+    if (world >= 2 && rank < 2) {
+        int peer = 1 - rank;
+        /* tags out of order, and one tag twice (matched in sending order) */
+        if (rank == 0) {
+            static const uint32_t order[] = {3, 1, 2};
+            for (int k = 0; k < 3; k++) {
+                uint8_t *m = message(0, order[k], 1000 + order[k]);
+                must(pg, ddp_pg_send(pg, m, 1000 + order[k], peer, order[k]), "send");
+                free(m);
+            }
+            for (uint32_t t = 100; t < 102; t++) {
+                uint8_t *m = message(0, t, 5000);
+                must(pg, ddp_pg_send(pg, m, 5000, peer, 7), "send tag 7");
+                free(m);
+            }
+        } else {
+            for (uint32_t t = 1; t <= 3; t++) {
+                uint8_t *m = malloc(1000 + t);
+                must(pg, ddp_pg_recv(pg, m, 1000 + t, peer, t), "recv by tag");
+                bad |= check_msg("tags out of order", m, 1000 + t, 0, t);
+                free(m);
+            }
+            for (uint32_t t = 100; t < 102; t++) {
+                uint8_t *m = malloc(5000);
+                must(pg, ddp_pg_recv(pg, m, 5000, peer, 7), "recv tag 7");
+                bad |= check_msg("one tag twice, in order", m, 5000, 0, t);
+                free(m);
+            }
+        }
+        /* 64 MiB each way at once, beside an all-reduce of the pair... of the group */
+        size_t big = 64u << 20;
+        uint8_t *mo = message(rank, 40, big), *mi = malloc(big);
+        struct ddp_work *a, *b;
+        must(pg, ddp_pg_send_start(pg, mo, big, peer, 40, &a), "big send");
+        must(pg, ddp_pg_recv_start(pg, mi, big, peer, 40, &b), "big recv");
+        must(pg, ddp_work_wait(a), "64 MiB send");
+        must(pg, ddp_work_wait(b), "64 MiB receive");
+        ddp_work_free(a);
+        ddp_work_free(b);
+        bad |= check_msg("64 MiB both ways", mi, big, peer, 40);
+        free(mo);
+        free(mi);
+        /* a receive of another size fails; the message waits for one of its size */
+        uint8_t m100[100];
+        if (rank == 0) {
+            uint8_t *m = message(0, 99, 100);
+            must(pg, ddp_pg_send(pg, m, 100, peer, 99), "send 100");
+            free(m);
+        } else {
+            int r = ddp_pg_recv(pg, m100, 50, peer, 99);
+            if (r != DDP_EPROTO) {
+                fprintf(stderr, "pgtest rank 1: a 50-byte receive of 100 bytes gave %s\n",
+                        ddp_err_name(r));
+                bad = 1;
+            }
+            must(pg, ddp_pg_recv(pg, m100, 100, peer, 99), "recv 100");
+            bad |= check_msg("after a size mismatch", m100, 100, 0, 99);
+        }
+    }
+    double x = rank;
+    must(pg, ddp_pg_allreduce(pg, &x, 1, DDP_F64, DDP_SUM), "all-reduce beside");
+    if (x != world * (world - 1) / 2.0)
+        bad = 1;
+    /* rank 1 sends, then leaves: rank 0 still gets the message, then a clear error */
+    if (world >= 2 && rank == 1) {
+        uint8_t *m = message(1, 5, 3000);
+        must(pg, ddp_pg_send(pg, m, 3000, 0, 5), "send before exit");
+        free(m);
+        ddp_pg_free(pg);
+        printf("pgtest rank %d of %d: %ld checks passed\n", rank, world, checks);
+        exit(bad);
+    }
+    if (world >= 2 && rank == 0) {
+        usleep(300000);
+        uint8_t m[3000];
+        must(pg, ddp_pg_recv(pg, m, 3000, 1, 5), "recv after the peer exited");
+        bad |= check_msg("sent before the sender exited", m, 3000, 1, 5);
+        int r = ddp_pg_recv(pg, m, 10, 1, 6);
+        if (r != DDP_ECLOSED) {
+            fprintf(stderr, "pgtest rank 0: a receive from an exited rank gave %s\n",
+                    ddp_err_name(r));
+            bad = 1;
+        }
+        checks++;
+    }
+    return bad;
+}
+
 /* A sub-group's all-reduce of (parent rank + 1) * (i % 7 + 1) over its members, checked. */
 static int check_sum(const char *what, const double *got, size_t n, const int *members, int m)
 {
@@ -433,6 +581,23 @@ int main(int argc, char **argv)
         bad = matrix(pg);
     } else if (strcmp(argv[1], "direct") == 0) {
         bad = direct(pg);
+    } else if (strcmp(argv[1], "p2p") == 0) {
+        bad = p2p(pg);
+    } else if (strcmp(argv[1], "p2p-wait") == 0 && world >= 2) {
+        printf("pgtest rank %d: looping\n", rank);
+        fflush(stdout);
+        if (rank != 0)
+            pause();
+        size_t big = 64u << 20;
+        char *m = malloc(big);
+        int64_t t0 = ddp_now_ms();
+        r = ddp_pg_recv(pg, m, big, 1, 1);
+        printf("pgtest rank 0: receive failed after %lld ms: %s\n", (long long)(ddp_now_ms() - t0),
+               ddp_err_name(r));
+        fflush(stdout);
+        free(m);
+        ddp_pg_free(pg);
+        return 3;
     } else if (strcmp(argv[1], "groups") == 0 && world >= 2 && world <= 64) {
         bad = groups(pg);
     } else if (strcmp(argv[1], "big") == 0 && argc == 3) {

@@ -283,3 +283,46 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
     grep -q "hierarchical all-reduce: $1 nodes x $2 ranks" "rank$(($1 * $2 - 1)).out"
   done
 }
+
+@test "point-to-point (ddp_pg_send/recv): a ring of sizes to 16 MiB, tags out of order, 64 MiB both ways at once, size mismatch, a message from a rank that exited; at 2, 3 and 5 ranks" {
+  for n in 2 3 5; do
+    printf 'command: [%s, p2p]\nnproc_per_node: %d\nenv: {DDP_PG_P2P: "1"}\n' "$PGTEST" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "world size $n:"; echo "$output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+    assert_output --partial "receive of 50 bytes with tag 99 from rank 0 failed: the message is 100 bytes"
+    assert_output --partial "receive of 10 bytes with tag 6 from rank 1 failed: rank 1 closed its connection"
+  done
+  # a group formed without p2p refuses
+  printf 'command: [%s, p2p]\nnproc_per_node: 2\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure
+  assert_output --partial "(DDP_ENOTSUP)"
+}
+
+@test "point-to-point: a peer SIGKILLed while a receive waits for it fails the receive fast, naming it; ranks that disagree on p2p do not form a group" {
+  start_store
+  export DDP_PG_P2P=1
+  start_ranks 2 p2p-wait
+  victim=$(echo $PIDS | cut -d' ' -f2)
+  SECONDS=0
+  kill -9 "$victim"
+  rc=0; wait "$(echo $PIDS | cut -d' ' -f1)" || rc=$?
+  [ "$rc" -eq 3 ]
+  [ "$SECONDS" -lt 10 ]
+  grep -q "receive failed after [0-9]* ms: DDP_ECLOSED" rank0.out
+  grep -q "receive of 67108864 bytes with tag 1 from rank 1 failed: rank 1 closed its connection" rank0.out
+  PIDS=
+  # rank 0 asks for point-to-point connections, rank 1 does not
+  stop_store; start_store
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 GROUP_RANK=0 DDP_PG_P2P=$((1 - r)) \
+      DDPRUN_STORE_ADDR="$STORE_ADDR" DDPRUN_TOKEN_FILE="$TOKFILE" DDP_PG_TIMEOUT_MS=20000 \
+      "$PGTEST" p2p >"rank$r.out" 2>&1 &
+    PIDS="$PIDS $!"
+  done
+  for p in $PIDS; do rc=0; wait "$p" || rc=$?; [ "$rc" -eq 1 ] || return 1; done
+  PIDS=
+  grep -q "rank 1 did not ask for point-to-point connections and this rank did" rank0.out
+  grep -q "rank 0 asked for point-to-point connections and this rank did not" rank1.out
+}

@@ -1,0 +1,592 @@
+/*
+ * Point-to-point sends and receives (ddp_pg_send/recv) on the second connection of each pair
+ * that a group formed with opts.p2p has. One engine thread per group, started by the first
+ * call, owns those connections: nonblocking, polled, each written from its queue of sends and
+ * read whenever bytes arrive, so that two ranks sending to each other at once never wait on
+ * one another. A message is a 16-byte header (tag, length) and its bytes; it lands in the
+ * first receive posted for its sender and tag, or is held until one is posted. Callers hand
+ * operations over through a locked list and a wake-up pipe.
+ */
+#include "worker/group.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define HDR 16
+
+struct op {
+    struct op *next;
+    struct ddp_work *w;
+    bool send;
+    int peer;
+    uint32_t tag;
+    char *buf;
+    size_t len, off; /* bytes of header + payload written (sends) */
+    uint8_t hdr[HDR];
+    int64_t deadline;
+};
+
+/* A message that arrived (or is arriving) before its receive. */
+struct held {
+    struct held *next;
+    uint32_t tag;
+    size_t len, got;
+    char *data;
+    struct op *recv; /* the receive bound to it while it still arrives */
+};
+
+struct link {
+    int fd;
+    struct op *sends, *sends_tail;
+    struct op *recvs, *recvs_tail; /* posted, unmatched, in order */
+    struct held *held, *held_tail;
+    /* the message arriving now */
+    uint8_t hdr[HDR];
+    size_t hdr_got;
+    bool in_body;
+    size_t body_len, body_got;
+    char *body;        /* a receive's buffer or a held message's */
+    struct op *target; /* the receive it goes to, or NULL (held) */
+    struct held *into;
+    bool dead;
+    char why[160]; /* why it died, for what is posted afterwards */
+    int why_code;
+};
+
+struct ddp__p2p {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    struct op *posted; /* handed over by callers, not yet taken by the thread */
+    bool stop;
+    int wake[2];
+    int n, me, timeout_ms;
+    struct link *links;
+};
+
+static void finish(struct op *o, int r)
+{
+    pthread_mutex_lock(&o->w->mu);
+    o->w->result = r;
+    o->w->done = true;
+    pthread_cond_broadcast(&o->w->cv);
+    pthread_mutex_unlock(&o->w->mu);
+    free(o);
+}
+
+static void fail_op(struct op *o, int r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_op(struct op *o, int r, const char *fmt, ...)
+{
+    char why[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    DDP_ERROR(PG, "%s of %zu bytes with tag %u %s rank %d failed: %s", o->send ? "send" : "receive",
+              o->send ? o->len - HDR : o->len, o->tag, o->send ? "to" : "from", o->peer, why);
+    finish(o, r);
+}
+
+/* Everything pending with a peer fails: its connection ended or broke. */
+static void kill_link(struct ddp__p2p *e, int j, int r, const char *why)
+{
+    struct link *l = &e->links[j];
+    l->dead = true;
+    for (struct op *o = l->sends, *nx; o; o = nx) {
+        nx = o->next;
+        fail_op(o, r, "%s", why);
+    }
+    for (struct op *o = l->recvs, *nx; o; o = nx) {
+        nx = o->next;
+        fail_op(o, r, "%s", why);
+    }
+    if (l->target)
+        fail_op(l->target, r, "%s", why);
+    /* messages that came in whole stay for their receives: a peer may send and exit */
+    struct held *keep = NULL, *keep_tail = NULL;
+    for (struct held *h = l->held, *nx; h; h = nx) {
+        nx = h->next;
+        if (h->got == h->len && !h->recv) {
+            h->next = NULL;
+            if (keep_tail)
+                keep_tail->next = h;
+            else
+                keep = h;
+            keep_tail = h;
+            continue;
+        }
+        if (h->recv)
+            fail_op(h->recv, r, "%s", why);
+        free(h->data);
+        free(h);
+    }
+    l->sends = l->sends_tail = l->recvs = l->recvs_tail = NULL;
+    l->held = keep;
+    l->held_tail = keep_tail;
+    l->target = NULL;
+    l->into = NULL;
+    l->in_body = false;
+    snprintf(l->why, sizeof(l->why), "%s", why);
+    l->why_code = r;
+}
+
+/* A receive just posted: the first held message with its tag, else wait in line (or fail,
+ * on a link that died). */
+static void post_recv(struct link *l, struct op *o)
+{
+    for (struct held *h = l->held, *prev = NULL; h; prev = h, h = h->next) {
+        if (h->tag != o->tag || h->recv)
+            continue;
+        if (h->len != o->len) {
+            fail_op(o, DDP_EPROTO, "the message is %zu bytes", h->len);
+            return;
+        }
+        if (h->got < h->len) { /* still arriving: it completes the receive when it is in */
+            h->recv = o;
+            return;
+        }
+        if (h->len)
+            memcpy(o->buf, h->data, h->len);
+        if (prev)
+            prev->next = h->next;
+        else
+            l->held = h->next;
+        if (l->held_tail == h)
+            l->held_tail = prev;
+        free(h->data);
+        free(h);
+        finish(o, 0);
+        return;
+    }
+    if (l->dead) {
+        fail_op(o, l->why_code, "%s", l->why);
+        return;
+    }
+    o->next = NULL;
+    if (l->recvs_tail)
+        l->recvs_tail->next = o;
+    else
+        l->recvs = o;
+    l->recvs_tail = o;
+}
+
+/* A header in: find its receive (or hold it). 0, or -1 when the link must die. */
+static int begin_body(struct ddp__p2p *e, int j)
+{
+    struct link *l = &e->links[j];
+    uint32_t tag;
+    uint64_t len;
+    memcpy(&tag, l->hdr + 4, 4);
+    memcpy(&len, l->hdr + 8, 8);
+    l->hdr_got = 0;
+    l->in_body = true;
+    l->body_len = (size_t)len;
+    l->body_got = 0;
+    l->target = NULL;
+    l->into = NULL;
+    for (struct op *o = l->recvs, *prev = NULL; o; prev = o, o = o->next)
+        if (o->tag == tag) {
+            if (prev)
+                prev->next = o->next;
+            else
+                l->recvs = o->next;
+            if (l->recvs_tail == o)
+                l->recvs_tail = prev;
+            if (o->len != len) {
+                fail_op(o, DDP_EPROTO, "the message is %llu bytes", (unsigned long long)len);
+                break; /* the message is held for a receive of its size */
+            }
+            l->target = o;
+            l->body = o->buf;
+            return 0;
+        }
+    struct held *h = calloc(1, sizeof(*h));
+    char *data = len ? malloc((size_t)len) : NULL;
+    if (!h || (len && !data)) {
+        free(h);
+        free(data);
+        return -1;
+    }
+    h->tag = tag;
+    h->len = (size_t)len;
+    h->data = data;
+    if (l->held_tail)
+        l->held_tail->next = h;
+    else
+        l->held = h;
+    l->held_tail = h;
+    l->into = h;
+    l->body = data;
+    return 0;
+}
+
+static void end_body(struct link *l)
+{
+    l->in_body = false;
+    if (l->target) {
+        finish(l->target, 0);
+        l->target = NULL;
+        return;
+    }
+    struct held *h = l->into;
+    l->into = NULL;
+    if (h && h->recv) { /* its receive was posted while it arrived */
+        struct op *o = h->recv;
+        if (h->len)
+            memcpy(o->buf, h->data, h->len);
+        struct held **pp = &l->held, *prev = NULL;
+        while (*pp != h) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        *pp = h->next;
+        if (l->held_tail == h)
+            l->held_tail = prev;
+        free(h->data);
+        free(h);
+        finish(o, 0);
+    }
+}
+
+static void do_read(struct ddp__p2p *e, int j)
+{
+    struct link *l = &e->links[j];
+    for (;;) {
+        ssize_t n;
+        if (!l->in_body) {
+            n = recv(l->fd, l->hdr + l->hdr_got, HDR - l->hdr_got, 0);
+            if (n > 0 && (l->hdr_got += (size_t)n) == HDR) {
+                uint32_t magic;
+                memcpy(&magic, l->hdr, 4);
+                if (magic != 0x3250324du || begin_body(e, j) < 0) {
+                    kill_link(e, j, DDP_EPROTO, "a malformed message, or no memory to hold it");
+                    return;
+                }
+                if (l->body_len == 0)
+                    end_body(l);
+            }
+        } else {
+            n = recv(l->fd, l->body + l->body_got, l->body_len - l->body_got, 0);
+            if (n > 0) {
+                l->body_got += (size_t)n;
+                if (l->into)
+                    l->into->got = l->body_got;
+                if (l->body_got == l->body_len)
+                    end_body(l);
+            }
+        }
+        if (n == 0) {
+            char why[96];
+            snprintf(why, sizeof(why), "rank %d closed its connection (did it exit?)", j);
+            kill_link(e, j, DDP_ECLOSED, why);
+            return;
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                char why[160];
+                snprintf(why, sizeof(why), "connection to rank %d: %s", j, strerror(errno));
+                kill_link(e, j, DDP_ECLOSED, why);
+            }
+            return;
+        }
+    }
+}
+
+static void do_write(struct ddp__p2p *e, int j)
+{
+    struct link *l = &e->links[j];
+    while (l->sends) {
+        struct op *o = l->sends; /* o->len counts the header */
+        ssize_t n;
+        if (o->off < HDR)
+            n = send(l->fd, o->hdr + o->off, HDR - o->off, MSG_NOSIGNAL | MSG_MORE);
+        else
+            n = send(l->fd, o->buf + (o->off - HDR), o->len - o->off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                char why[160];
+                snprintf(why, sizeof(why), "connection to rank %d: %s", j, strerror(errno));
+                kill_link(e, j, DDP_ECLOSED, why);
+            }
+            return;
+        }
+        o->off += (size_t)n;
+        if (o->off == o->len) {
+            l->sends = o->next;
+            if (!l->sends)
+                l->sends_tail = NULL;
+            finish(o, 0);
+        }
+    }
+}
+
+/* Operations past their deadline fail (the queued ones; a message half-way is the link's). */
+static void expire(struct ddp__p2p *e, int64_t now)
+{
+    for (int j = 0; j < e->n; j++) {
+        struct link *l = &e->links[j];
+        struct op **pp = &l->recvs, *prev = NULL;
+        while (*pp) {
+            struct op *o = *pp;
+            if (now < o->deadline) {
+                prev = o;
+                pp = &o->next;
+                continue;
+            }
+            *pp = o->next;
+            if (l->recvs_tail == o)
+                l->recvs_tail = prev;
+            fail_op(o, DDP_ETIMEDOUT, "nothing came in %d ms", e->timeout_ms);
+        }
+        if (l->sends && now >= l->sends->deadline) {
+            char why[96];
+            snprintf(why, sizeof(why), "rank %d took nothing in %d ms", j, e->timeout_ms);
+            kill_link(e, j, DDP_ETIMEDOUT, why);
+        }
+    }
+}
+
+static void *engine(void *arg)
+{
+    struct ddp__p2p *e = arg;
+    struct pollfd *pf = calloc((size_t)e->n + 1, sizeof(*pf));
+    int *who = calloc((size_t)e->n + 1, sizeof(int));
+    if (!pf || !who) {
+        free(pf);
+        free(who);
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        bool stop = e->stop;
+        struct op *in = e->posted;
+        e->posted = NULL;
+        pthread_mutex_unlock(&e->mu);
+        /* reverse the handed-over list into posting order */
+        struct op *rev = NULL;
+        while (in) {
+            struct op *nx = in->next;
+            in->next = rev;
+            rev = in;
+            in = nx;
+        }
+        for (struct op *o = rev, *nx; o; o = nx) {
+            nx = o->next;
+            struct link *l = &e->links[o->peer];
+            if (stop) {
+                fail_op(o, DDP_EABORTED, "the group is being freed");
+            } else if (o->send && l->dead) {
+                fail_op(o, l->why_code, "%s", l->why);
+            } else if (o->send) {
+                o->next = NULL;
+                if (l->sends_tail)
+                    l->sends_tail->next = o;
+                else
+                    l->sends = o;
+                l->sends_tail = o;
+            } else {
+                post_recv(l, o);
+            }
+        }
+        if (stop)
+            break;
+        int np = 0;
+        pf[np] = (struct pollfd){.fd = e->wake[0], .events = POLLIN};
+        who[np++] = -1;
+        for (int j = 0; j < e->n; j++) {
+            struct link *l = &e->links[j];
+            if (j == e->me || l->dead || l->fd < 0)
+                continue;
+            pf[np] = (struct pollfd){.fd = l->fd, .events = POLLIN | (l->sends ? POLLOUT : 0)};
+            who[np++] = j;
+        }
+        int k = poll(pf, (nfds_t)np, 100);
+        if (k < 0 && errno != EINTR)
+            break;
+        if (k > 0) {
+            if (pf[0].revents & POLLIN) {
+                char buf[64];
+                while (read(e->wake[0], buf, sizeof(buf)) > 0)
+                    ;
+            }
+            for (int q = 1; q < np; q++) {
+                int j = who[q];
+                if (pf[q].revents & (POLLIN | POLLHUP | POLLERR))
+                    do_read(e, j);
+                if (!e->links[j].dead && (pf[q].revents & POLLOUT))
+                    do_write(e, j);
+            }
+        }
+        expire(e, ddp_now_ms());
+    }
+    for (int j = 0; j < e->n; j++) {
+        if (!e->links[j].dead)
+            kill_link(e, j, DDP_EABORTED, "the group is being freed");
+        for (struct held *h = e->links[j].held, *nx; h; h = nx) {
+            nx = h->next;
+            free(h->data);
+            free(h);
+        }
+        e->links[j].held = NULL;
+    }
+    free(pf);
+    free(who);
+    return NULL;
+}
+
+static int engine_start(struct ddp_pg *pg)
+{
+    struct ddp__p2p *e = calloc(1, sizeof(*e));
+    if (!e)
+        return DDP_ENOMEM;
+    e->n = pg->world;
+    e->me = pg->rank;
+    e->timeout_ms = pg->timeout_ms;
+    e->links = calloc((size_t)pg->world, sizeof(struct link));
+    if (!e->links || pipe2(e->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        free(e->links);
+        free(e);
+        return DDP_ESYS;
+    }
+    for (int j = 0; j < pg->world; j++) {
+        e->links[j].fd = pg->p2p_fd[j];
+        if (e->links[j].fd >= 0)
+            fcntl(e->links[j].fd, F_SETFL, fcntl(e->links[j].fd, F_GETFL) | O_NONBLOCK);
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    if (pthread_create(&e->thread, NULL, engine, e) != 0) {
+        pthread_mutex_destroy(&e->mu);
+        close(e->wake[0]);
+        close(e->wake[1]);
+        free(e->links);
+        free(e);
+        return DDP_ESYS;
+    }
+    pg->p2p = e;
+    return 0;
+}
+
+static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer, uint32_t tag,
+                struct ddp_work **work)
+{
+    *work = NULL;
+    if (!pg || peer < 0 || peer >= pg->world || peer == pg->rank || (bytes && !buf))
+        return DDP_EINVAL;
+    if (!pg->p2p_fd)
+        return DDP_ENOTSUP;
+    struct ddp_work *w = calloc(1, sizeof(*w));
+    struct op *o = calloc(1, sizeof(*o));
+    if (!w || !o) {
+        free(w);
+        free(o);
+        return DDP_ENOMEM;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->refs = 1;
+    w->bucket = -1;
+    *o = (struct op){.w = w,
+                     .send = send,
+                     .peer = peer,
+                     .tag = tag,
+                     .buf = buf,
+                     .len = send ? bytes + HDR : bytes,
+                     .deadline = ddp_now_ms() + pg->timeout_ms};
+    uint32_t magic = 0x3250324du; /* "M2P2" */
+    uint64_t len = bytes;
+    memcpy(o->hdr, &magic, 4);
+    memcpy(o->hdr + 4, &tag, 4);
+    memcpy(o->hdr + 8, &len, 8);
+    pthread_mutex_lock(&pg->mu);
+    int r = pg->p2p ? 0 : engine_start(pg);
+    struct ddp__p2p *e = pg->p2p;
+    pthread_mutex_unlock(&pg->mu);
+    if (r < 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        free(o);
+        return r;
+    }
+    pthread_mutex_lock(&e->mu);
+    o->next = e->posted;
+    e->posted = o;
+    pthread_mutex_unlock(&e->mu);
+    ssize_t ignored = write(e->wake[1], "", 1); /* a full pipe already wakes it */
+    (void)ignored;
+    *work = w;
+    return 0;
+}
+
+int ddp_pg_send_start(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag,
+                      struct ddp_work **work)
+{
+    return post(pg, true, (void *)buf, bytes, peer, tag, work);
+}
+
+int ddp_pg_recv_start(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t tag,
+                      struct ddp_work **work)
+{
+    return post(pg, false, buf, bytes, peer, tag, work);
+}
+
+static int blocking(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer, uint32_t tag)
+{
+    struct ddp_work *w;
+    int r = post(pg, send, buf, bytes, peer, tag, &w);
+    if (r < 0)
+        return r;
+    r = ddp_work_wait(w);
+    ddp_work_free(w);
+    return r;
+}
+
+int ddp_pg_send(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag)
+{
+    return blocking(pg, true, (void *)buf, bytes, peer, tag);
+}
+
+int ddp_pg_recv(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t tag)
+{
+    return blocking(pg, false, buf, bytes, peer, tag);
+}
+
+void ddp__p2p_free(struct ddp_pg *pg)
+{
+    struct ddp__p2p *e = pg->p2p;
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_mutex_unlock(&e->mu);
+    ssize_t ignored = write(e->wake[1], "", 1);
+    (void)ignored;
+    pthread_join(e->thread, NULL);
+    /* what was handed over after the thread's last look */
+    for (struct op *o = e->posted, *nx; o; o = nx) {
+        nx = o->next;
+        finish(o, DDP_EABORTED);
+    }
+    pthread_mutex_destroy(&e->mu);
+    close(e->wake[0]);
+    close(e->wake[1]);
+    free(e->links);
+    free(e);
+    pg->p2p = NULL;
+}
