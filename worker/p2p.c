@@ -73,6 +73,8 @@ struct ddp__p2p {
     int wake[2];
     int n, me, timeout_ms;
     struct link *links;
+    struct pollfd *pf; /* the engine's poll set: the wake-up pipe and a connection per peer */
+    int *who;
 };
 
 static void finish(struct op *o, int r)
@@ -196,22 +198,27 @@ static int begin_body(struct ddp__p2p *e, int j)
     l->body_got = 0;
     l->target = NULL;
     l->into = NULL;
-    for (struct op *o = l->recvs, *prev = NULL; o; prev = o, o = o->next)
-        if (o->tag == tag) {
-            if (prev)
-                prev->next = o->next;
-            else
-                l->recvs = o->next;
-            if (l->recvs_tail == o)
-                l->recvs_tail = prev;
-            if (o->len != len) {
-                fail_op(o, DDP_EPROTO, "the message is %llu bytes", (unsigned long long)len);
-                break; /* the message is held for a receive of its size */
-            }
-            l->target = o;
-            l->body = o->buf;
-            return 0;
+    /* the first receive posted for the tag; one of another size fails, and the next is tried
+     * (the message is held when none is left) */
+    struct op **pp = &l->recvs, *prev = NULL;
+    while (*pp) {
+        struct op *o = *pp;
+        if (o->tag != tag) {
+            prev = o;
+            pp = &o->next;
+            continue;
         }
+        *pp = o->next;
+        if (l->recvs_tail == o)
+            l->recvs_tail = prev;
+        if (o->len != len) {
+            fail_op(o, DDP_EPROTO, "the message is %llu bytes", (unsigned long long)len);
+            continue;
+        }
+        l->target = o;
+        l->body = o->buf;
+        return 0;
+    }
     struct held *h = calloc(1, sizeof(*h));
     char *data = len ? malloc((size_t)len) : NULL;
     if (!h || (len && !data)) {
@@ -365,13 +372,8 @@ static void expire(struct ddp__p2p *e, int64_t now)
 static void *engine(void *arg)
 {
     struct ddp__p2p *e = arg;
-    struct pollfd *pf = calloc((size_t)e->n + 1, sizeof(*pf));
-    int *who = calloc((size_t)e->n + 1, sizeof(int));
-    if (!pf || !who) {
-        free(pf);
-        free(who);
-        return NULL;
-    }
+    struct pollfd *pf = e->pf;
+    int *who = e->who;
     for (;;) {
         pthread_mutex_lock(&e->mu);
         bool stop = e->stop;
@@ -445,8 +447,6 @@ static void *engine(void *arg)
         }
         e->links[j].held = NULL;
     }
-    free(pf);
-    free(who);
     return NULL;
 }
 
@@ -459,8 +459,12 @@ static int engine_start(struct ddp_pg *pg)
     e->me = pg->rank;
     e->timeout_ms = pg->timeout_ms;
     e->links = calloc((size_t)pg->world, sizeof(struct link));
-    if (!e->links || pipe2(e->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    e->pf = calloc((size_t)pg->world + 1, sizeof(*e->pf));
+    e->who = calloc((size_t)pg->world + 1, sizeof(int));
+    if (!e->links || !e->pf || !e->who || pipe2(e->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         free(e->links);
+        free(e->pf);
+        free(e->who);
         free(e);
         return DDP_ESYS;
     }
@@ -475,6 +479,8 @@ static int engine_start(struct ddp_pg *pg)
         close(e->wake[0]);
         close(e->wake[1]);
         free(e->links);
+        free(e->pf);
+        free(e->who);
         free(e);
         return DDP_ESYS;
     }
@@ -587,6 +593,8 @@ void ddp__p2p_free(struct ddp_pg *pg)
     close(e->wake[0]);
     close(e->wake[1]);
     free(e->links);
+    free(e->pf);
+    free(e->who);
     free(e);
     pg->p2p = NULL;
 }

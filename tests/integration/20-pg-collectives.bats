@@ -300,7 +300,7 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
   assert_output --partial "(DDP_ENOTSUP)"
 }
 
-@test "point-to-point: a peer SIGKILLed while a receive waits for it fails the receive fast, naming it; ranks that disagree on p2p do not form a group" {
+@test "point-to-point: a peer SIGKILLed while a receive waits for it fails the receive fast, naming it; a silent peer at the timeout; ranks that disagree on p2p do not form a group" {
   start_store
   export DDP_PG_P2P=1
   start_ranks 2 p2p-wait
@@ -312,6 +312,15 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
   [ "$SECONDS" -lt 10 ]
   grep -q "receive failed after [0-9]* ms: DDP_ECLOSED" rank0.out
   grep -q "receive of 67108864 bytes with tag 1 from rank 1 failed: rank 1 closed its connection" rank0.out
+  PIDS=
+  # a peer alive but silent: the receive fails at the group's timeout
+  stop_store; start_store
+  TIMEOUT_MS=2000 start_ranks 2 p2p-wait
+  rc=0; wait "$(echo $PIDS | cut -d' ' -f1)" || rc=$?
+  [ "$rc" -eq 3 ]
+  grep -q "receive failed after [0-9]* ms: DDP_ETIMEDOUT" rank0.out
+  grep -q "receive of 67108864 bytes with tag 1 from rank 1 failed: nothing came in 2000 ms" rank0.out
+  kill -9 $PIDS 2>/dev/null || true
   PIDS=
   # rank 0 asks for point-to-point connections, rank 1 does not
   stop_store; start_store
