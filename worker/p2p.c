@@ -49,9 +49,9 @@ struct held {
 
 struct link {
     int fd;
-    struct op *sends, *sends_tail;
-    struct op *recvs, *recvs_tail; /* posted, unmatched, in order */
-    struct held *held, *held_tail;
+    struct op *sends;  /* in order; the first is being written */
+    struct op *recvs;  /* posted, unmatched, in order */
+    struct held *held; /* in arrival order */
     /* the message arriving now */
     uint8_t hdr[HDR];
     size_t hdr_got;
@@ -101,6 +101,35 @@ static void fail_op(struct op *o, int r, const char *fmt, ...)
     finish(o, r);
 }
 
+/* Appends o (or h) to a list kept in order; lists are a few in-flight messages long. */
+static void op_append(struct op **pp, struct op *o)
+{
+    while (*pp)
+        pp = &(*pp)->next;
+    o->next = NULL;
+    *pp = o;
+}
+
+static void held_append(struct held **pp, struct held *h)
+{
+    while (*pp)
+        pp = &(*pp)->next;
+    h->next = NULL;
+    *pp = h;
+}
+
+/* The whole held message *pp into receive o, which completes; it leaves the list. */
+static void deliver_held(struct held **pp, struct op *o)
+{
+    struct held *h = *pp;
+    if (h->len)
+        memcpy(o->buf, h->data, h->len);
+    *pp = h->next;
+    free(h->data);
+    free(h);
+    finish(o, 0);
+}
+
 /* Everything pending with a peer fails: its connection ended or broke. */
 static void kill_link(struct ddp__p2p *e, int j, int r, const char *why)
 {
@@ -117,26 +146,19 @@ static void kill_link(struct ddp__p2p *e, int j, int r, const char *why)
     if (l->target)
         fail_op(l->target, r, "%s", why);
     /* messages that came in whole stay for their receives: a peer may send and exit */
-    struct held *keep = NULL, *keep_tail = NULL;
-    for (struct held *h = l->held, *nx; h; h = nx) {
-        nx = h->next;
+    for (struct held **pp = &l->held; *pp;) {
+        struct held *h = *pp;
         if (h->got == h->len && !h->recv) {
-            h->next = NULL;
-            if (keep_tail)
-                keep_tail->next = h;
-            else
-                keep = h;
-            keep_tail = h;
+            pp = &h->next;
             continue;
         }
         if (h->recv)
             fail_op(h->recv, r, "%s", why);
+        *pp = h->next;
         free(h->data);
         free(h);
     }
-    l->sends = l->sends_tail = l->recvs = l->recvs_tail = NULL;
-    l->held = keep;
-    l->held_tail = keep_tail;
+    l->sends = l->recvs = NULL;
     l->target = NULL;
     l->into = NULL;
     l->in_body = false;
@@ -148,7 +170,8 @@ static void kill_link(struct ddp__p2p *e, int j, int r, const char *why)
  * on a link that died). */
 static void post_recv(struct link *l, struct op *o)
 {
-    for (struct held *h = l->held, *prev = NULL; h; prev = h, h = h->next) {
+    for (struct held **pp = &l->held; *pp; pp = &(*pp)->next) {
+        struct held *h = *pp;
         if (h->tag != o->tag || h->recv)
             continue;
         if (h->len != o->len) {
@@ -159,29 +182,13 @@ static void post_recv(struct link *l, struct op *o)
             h->recv = o;
             return;
         }
-        if (h->len)
-            memcpy(o->buf, h->data, h->len);
-        if (prev)
-            prev->next = h->next;
-        else
-            l->held = h->next;
-        if (l->held_tail == h)
-            l->held_tail = prev;
-        free(h->data);
-        free(h);
-        finish(o, 0);
+        deliver_held(pp, o);
         return;
     }
-    if (l->dead) {
+    if (l->dead)
         fail_op(o, l->why_code, "%s", l->why);
-        return;
-    }
-    o->next = NULL;
-    if (l->recvs_tail)
-        l->recvs_tail->next = o;
     else
-        l->recvs = o;
-    l->recvs_tail = o;
+        op_append(&l->recvs, o);
 }
 
 /* A header in: find its receive (or hold it). 0, or -1 when the link must die. */
@@ -200,17 +207,14 @@ static int begin_body(struct ddp__p2p *e, int j)
     l->into = NULL;
     /* the first receive posted for the tag; one of another size fails, and the next is tried
      * (the message is held when none is left) */
-    struct op **pp = &l->recvs, *prev = NULL;
+    struct op **pp = &l->recvs;
     while (*pp) {
         struct op *o = *pp;
         if (o->tag != tag) {
-            prev = o;
             pp = &o->next;
             continue;
         }
         *pp = o->next;
-        if (l->recvs_tail == o)
-            l->recvs_tail = prev;
         if (o->len != len) {
             fail_op(o, DDP_EPROTO, "the message is %llu bytes", (unsigned long long)len);
             continue;
@@ -229,11 +233,7 @@ static int begin_body(struct ddp__p2p *e, int j)
     h->tag = tag;
     h->len = (size_t)len;
     h->data = data;
-    if (l->held_tail)
-        l->held_tail->next = h;
-    else
-        l->held = h;
-    l->held_tail = h;
+    held_append(&l->held, h);
     l->into = h;
     l->body = data;
     return 0;
@@ -250,21 +250,25 @@ static void end_body(struct link *l)
     struct held *h = l->into;
     l->into = NULL;
     if (h && h->recv) { /* its receive was posted while it arrived */
-        struct op *o = h->recv;
-        if (h->len)
-            memcpy(o->buf, h->data, h->len);
-        struct held **pp = &l->held, *prev = NULL;
-        while (*pp != h) {
-            prev = *pp;
+        struct held **pp = &l->held;
+        while (*pp != h)
             pp = &(*pp)->next;
-        }
-        *pp = h->next;
-        if (l->held_tail == h)
-            l->held_tail = prev;
-        free(h->data);
-        free(h);
-        finish(o, 0);
+        deliver_held(pp, h->recv);
     }
+}
+
+/* After a read or write returned n < 0: true to retry (EINTR); else the link dies unless the
+ * socket only has nothing more for now. */
+static bool io_retry(struct ddp__p2p *e, int j)
+{
+    if (errno == EINTR)
+        return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        char why[160];
+        snprintf(why, sizeof(why), "connection to rank %d: %s", j, strerror(errno));
+        kill_link(e, j, DDP_ECLOSED, why);
+    }
+    return false;
 }
 
 static void do_read(struct ddp__p2p *e, int j)
@@ -301,13 +305,8 @@ static void do_read(struct ddp__p2p *e, int j)
             return;
         }
         if (n < 0) {
-            if (errno == EINTR)
+            if (io_retry(e, j))
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                char why[160];
-                snprintf(why, sizeof(why), "connection to rank %d: %s", j, strerror(errno));
-                kill_link(e, j, DDP_ECLOSED, why);
-            }
             return;
         }
     }
@@ -324,20 +323,13 @@ static void do_write(struct ddp__p2p *e, int j)
         else
             n = send(l->fd, o->buf + (o->off - HDR), o->len - o->off, MSG_NOSIGNAL);
         if (n < 0) {
-            if (errno == EINTR)
+            if (io_retry(e, j))
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                char why[160];
-                snprintf(why, sizeof(why), "connection to rank %d: %s", j, strerror(errno));
-                kill_link(e, j, DDP_ECLOSED, why);
-            }
             return;
         }
         o->off += (size_t)n;
         if (o->off == o->len) {
             l->sends = o->next;
-            if (!l->sends)
-                l->sends_tail = NULL;
             finish(o, 0);
         }
     }
@@ -348,17 +340,14 @@ static void expire(struct ddp__p2p *e, int64_t now)
 {
     for (int j = 0; j < e->n; j++) {
         struct link *l = &e->links[j];
-        struct op **pp = &l->recvs, *prev = NULL;
+        struct op **pp = &l->recvs;
         while (*pp) {
             struct op *o = *pp;
             if (now < o->deadline) {
-                prev = o;
                 pp = &o->next;
                 continue;
             }
             *pp = o->next;
-            if (l->recvs_tail == o)
-                l->recvs_tail = prev;
             fail_op(o, DDP_ETIMEDOUT, "nothing came in %d ms", e->timeout_ms);
         }
         if (l->sends && now >= l->sends->deadline) {
@@ -396,12 +385,7 @@ static void *engine(void *arg)
             } else if (o->send && l->dead) {
                 fail_op(o, l->why_code, "%s", l->why);
             } else if (o->send) {
-                o->next = NULL;
-                if (l->sends_tail)
-                    l->sends_tail->next = o;
-                else
-                    l->sends = o;
-                l->sends_tail = o;
+                op_append(&l->sends, o);
             } else {
                 post_recv(l, o);
             }
