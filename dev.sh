@@ -81,11 +81,19 @@ test)
     echo "== [${SECONDS} s] libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
     mkdir -p "build/fuzz/$corpus"
     # shellcheck disable=SC2086
+    # The whole log is kept: on a failure, its report (the sanitizer's stack or the abort's
+    # place, and the input in hex) is what CI shows, not only the final statistics.
     if ! ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
-      -timeout=10 -max_len=65536 $extra "build/fuzz/$corpus" "tests/fuzz/$corpus" 2>&1 | tail -n 6; then
+      -timeout=10 -max_len=65536 $extra "build/fuzz/$corpus" "tests/fuzz/$corpus" \
+      >"build/fuzz/$name.log" 2>&1; then
+      sed -n '/^==[0-9]*==\|^ERROR\|^SUMMARY\|^Deadly\|deadly signal/,$p' "build/fuzz/$name.log" | head -n 120
+      for a in crash-* timeout-* oom-* leak-*; do
+        [ -f "$a" ] && echo "input $a: $(od -An -c "$a" | head -c 4000)"
+      done
       echo "dev.sh: fuzz_$name found a failing input (above)" >&2
       exit 1
     fi
+    tail -n 6 "build/fuzz/$name.log"
   done
   echo "== [${SECONDS} s] all suites passed"
   ;;

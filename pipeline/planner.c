@@ -324,6 +324,12 @@ int ddp__pipe_plan(const struct ddp_profile *p, const struct ddp_pstates *s,
         lower = M;
     }
     out->dp_s = dp;
+    if (!isfinite(out->pipeline_s) || !isfinite(out->dp_s)) {
+        /* the profile's bounds make this unreachable; kept so no caller prints inf or nan */
+        r = DDP_EINVAL;
+        snprintf(err, errlen, "the profile's times and sizes over these links overflow");
+        goto out;
+    }
     r = assign_layers(p, s, out);
 out:
     for (int l = 0; l < DDP_PLAN_MAX_LEVELS; l++)

@@ -70,7 +70,12 @@ static size_t split(const char *s, const char *e, const char *sep, struct tok *o
     }
 }
 
-/* A finite number >= 0 filling [s, e) exactly. */
+/*
+ * A number from 0 to PROFILE_MAX filling [s, e) exactly. The bound (1e18 ms is 3e7 years,
+ * 1e18 bytes an exabyte) keeps every sum and product the planner forms finite: sums over
+ * layers, times machine counts, over the slowest bandwidth it accepts.
+ */
+#define PROFILE_MAX 1e18
 static bool number(const char *s, const char *e, double *v)
 {
     char buf[64];
@@ -84,7 +89,7 @@ static bool number(const char *s, const char *e, double *v)
     char *end;
     errno = 0;
     double d = strtod(buf, &end);
-    if (*end || errno == ERANGE || !isfinite(d) || d < 0)
+    if (*end || errno == ERANGE || !isfinite(d) || d < 0 || d > PROFILE_MAX)
         return false;
     *v = d == 0 ? 0 : d; /* no -0 */
     return true;
@@ -121,6 +126,8 @@ static bool number_list(const char *s, const char *e, double *v)
         if (!number(q, pe, &x))
             return false;
         sum += x;
+        if (sum > PROFILE_MAX)
+            return false;
         if (n == 1)
             break;
         q = pe + 2;
@@ -191,8 +198,9 @@ static int node_line(struct parser *ps, const char *line, const char *end, int l
             return fail(ps, lineno, col_of(line, m[k].s), "expected '%s=' here", fields[k]);
         bool ok = k == 2 && *v == '[' ? number_list(v, m[k].e, dst[k]) : number(v, m[k].e, dst[k]);
         if (!ok)
-            return fail(ps, lineno, col_of(line, v), "%s: '%.*s' is not a number >= 0%s", fields[k],
-                        (int)(m[k].e - v), v, k == 2 ? " (or a list [A; B])" : "");
+            return fail(ps, lineno, col_of(line, v), "%s: '%.*s' is not a number from 0 to 1e18%s",
+                        fields[k], (int)(m[k].e - v), v,
+                        k == 2 ? " (or a list [A; B] of such, summing to at most 1e18)" : "");
     }
     if (n == 4) {
         const char *v = keyed(t[3], "stage_id");

@@ -47,7 +47,12 @@ bool ddp__pipe_parse_rate(const char *s, double *bytes_per_s)
         {"Tbps", 125e9},   {"KB/s", 1e3},     {"MB/s", 1e6},        {"GB/s", 1e9},
         {"TB/s", 1e12},    {"KiB/s", 1024.0}, {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
         {NULL, 0}};
-    return scaled(s, units, bytes_per_s);
+    /* at least one bit per second, so that no planned time overflows (see profile.c) */
+    double r;
+    if (!scaled(s, units, &r) || r < 0.125)
+        return false;
+    *bytes_per_s = r;
+    return true;
 }
 
 bool ddp__pipe_parse_bytes(const char *s, double *bytes)

@@ -40,7 +40,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(text);
     ddp__profile_release(&q);
     struct ddp_pstates s;
+    /* planned only up to 64 states: a branching profile of 22 layers has 326, whose plan
+     * takes 0.5 s in a release build and over 10 s (libFuzzer's timeout) instrumented; the
+     * planner on big state sets is the unit and bats tests' job */
     if (ddp__pipe_states(&p, &s, err, sizeof(err)) == 0) {
+        if (s.n > 64)
+            goto skip;
         int M = 1 + (int)(size % 5);
         struct ddp_plan_opts o = {.levels = size % 3 == 0 ? 2 : 1,
                                   .machines = {M, 2},
@@ -60,6 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             ddp__pipe_plan_release(&pl);
         }
+    skip:
         ddp__pipe_states_release(&s);
     }
     ddp__profile_release(&p);

@@ -143,7 +143,7 @@ JOB
   rc=0; wait "$ddp" || rc=$?
   [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
   grep -q "step 900 .*test-acc" out.txt
-  [ "$(events | grep -c '"event": "membership"')" -eq 1 ]
+  [ "$(events | grep -c '"event": "membership"')" -eq 1 ] || { events; cat out.txt; return 1; }
   [ "$(events | grep -c '"event": "node_lost"')" -eq 0 ]
   [ -z "$(etcd_keys | grep "^/ddprun/")" ]
 }

@@ -71,15 +71,23 @@ TEST(profile_errors_name_line_and_column)
                  "g.txt:1:1: a layer line has 3 or 4 fields separated by ' -- ' (ID -- "
                  "DESCRIPTION -- forward_compute_time=..., ...[ -- stage_id=K]), this one has 2");
     ASSERT_STREQ(parse_error(L1 "parameter_size=x\n"),
-                 "g.txt:1:95: parameter_size: 'x' is not a number >= 0");
+                 "g.txt:1:95: parameter_size: 'x' is not a number from 0 to 1e18");
     ASSERT_STREQ(parse_error(L1 "parameter_size=-4\n"),
-                 "g.txt:1:95: parameter_size: '-4' is not a number >= 0");
+                 "g.txt:1:95: parameter_size: '-4' is not a number from 0 to 1e18");
     ASSERT_STREQ(parse_error(L1 "parameter_size=nan\n"),
-                 "g.txt:1:95: parameter_size: 'nan' is not a number >= 0");
+                 "g.txt:1:95: parameter_size: 'nan' is not a number from 0 to 1e18");
     ASSERT_STREQ(parse_error(L1 "weights=4\n"), "g.txt:1:80: expected 'parameter_size=' here");
     ASSERT_STREQ(parse_error("n1 -- A -- forward_compute_time=1, backward_compute_time=2, "
                              "activation_size=[1; x], parameter_size=0\n"),
-                 "g.txt:1:77: activation_size: '[1; x]' is not a number >= 0 (or a list [A; B])");
+                 "g.txt:1:77: activation_size: '[1; x]' is not a number from 0 to 1e18 (or a "
+                 "list [A; B] of such, summing to at most 1e18)");
+    /* found by the fuzzer: two layers of 1e308 ms summed to inf, and the speedup to nan */
+    ASSERT_STREQ(parse_error(L1 "parameter_size=1.1e18\n"),
+                 "g.txt:1:95: parameter_size: '1.1e18' is not a number from 0 to 1e18");
+    ASSERT_STREQ(parse_error("n1 -- A -- forward_compute_time=1, backward_compute_time=2, "
+                             "activation_size=[6e17; 6e17], parameter_size=0\n"),
+                 "g.txt:1:77: activation_size: '[6e17; 6e17]' is not a number from 0 to 1e18 (or "
+                 "a list [A; B] of such, summing to at most 1e18)");
     ASSERT_STREQ(parse_error(L1 "parameter_size=4 -- stage=1\n"),
                  "g.txt:1:100: expected stage_id=K (K >= 0)");
     ASSERT_STREQ(parse_error(L1 "parameter_size=4\n" L1 "parameter_size=4\n"),
@@ -214,6 +222,35 @@ TEST(antichain_states_of_a_branching_graph)
     ASSERT_EQ(pl.layer_stage[3], 0);
     ASSERT_EQ(pl.layer_stage[4], 1);
     ASSERT_EQ(pl.layer_stage[5], 1);
+    ddp__pipe_plan_release(&pl);
+    ddp__pipe_states_release(&s);
+    ddp__profile_release(&p);
+}
+
+/* Every number at the profile's bound, on the slowest link accepted: the plan stays finite. */
+TEST(largest_profile_plans_finitely)
+{
+    char text[4096];
+    size_t o = 0;
+    for (int k = 0; k < 8; k++)
+        o += (size_t)snprintf(text + o, sizeof(text) - o,
+                              "n%d -- L -- forward_compute_time=1e18, backward_compute_time=1e18, "
+                              "activation_size=[1e18], parameter_size=1e18\n",
+                              k);
+    for (int k = 0; k + 1 < 8; k++)
+        o += (size_t)snprintf(text + o, sizeof(text) - o, "\tn%d -- n%d\n", k, k + 1);
+    struct ddp_profile p;
+    struct ddp_pstates s;
+    char err[512];
+    ASSERT_OK(ddp__profile_parse(text, o, "g.txt", &p, err, sizeof(err)));
+    ASSERT_OK(ddp__pipe_states(&p, &s, err, sizeof(err)));
+    double slow;
+    ASSERT_TRUE(ddp__pipe_parse_rate("1bit", &slow));
+    struct ddp_plan_opts opt = {
+        .levels = 2, .machines = {4, 4}, .bandwidth = {slow, slow}, .act_ratio = 1};
+    struct ddp_plan pl;
+    ASSERT_OK(ddp__pipe_plan(&p, &s, &opt, &pl, err, sizeof(err)));
+    ASSERT_TRUE(isfinite(pl.pipeline_s) && isfinite(pl.dp_s) && pl.pipeline_s > 0);
     ddp__pipe_plan_release(&pl);
     ddp__pipe_states_release(&s);
     ddp__profile_release(&p);
@@ -399,6 +436,8 @@ TEST(rates_and_sizes)
     ASSERT_TRUE(!ddp__pipe_parse_rate("0", &v));
     ASSERT_TRUE(!ddp__pipe_parse_rate("-1Gbit", &v));
     ASSERT_TRUE(!ddp__pipe_parse_rate(" 1Gbit", &v));
+    ASSERT_TRUE(!ddp__pipe_parse_rate("1e-300", &v)); /* below a bit per second */
+    ASSERT_TRUE(ddp__pipe_parse_rate("1bit", &v) && v == 0.125);
     ASSERT_TRUE(ddp__pipe_parse_bytes("16GiB", &v) && v == 17179869184.0);
     ASSERT_TRUE(ddp__pipe_parse_bytes("16GB", &v) && v == 16e9);
     ASSERT_TRUE(!ddp__pipe_parse_bytes("16Gbit", &v));
