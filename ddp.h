@@ -6,5 +6,6 @@
 #include "rendezvous/store.h"
 #include "worker/pg.h"
 #include "reducer/reducer.h"
+#include "pipeline/stage.h"
 
 #endif

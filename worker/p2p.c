@@ -29,6 +29,7 @@
 struct op {
     struct op *next;
     struct ddp_work *w;
+    struct ddp_pg *pg; /* whose last error a failure becomes */
     bool send;
     int peer;
     uint32_t tag;
@@ -96,8 +97,15 @@ static void fail_op(struct op *o, int r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    DDP_ERROR(PG, "%s of %zu bytes with tag %u %s rank %d failed: %s", o->send ? "send" : "receive",
-              o->send ? o->len - HDR : o->len, o->tag, o->send ? "to" : "from", o->peer, why);
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s of %zu bytes with tag %u %s rank %d failed: %s",
+             o->send ? "send" : "receive", o->send ? o->len - HDR : o->len, o->tag,
+             o->send ? "to" : "from", o->peer, why);
+    DDP_ERROR(PG, "%s", msg);
+    /* what ddp_pg_last_error says (pg->mu is never held while taking the engine's lock) */
+    pthread_mutex_lock(&o->pg->mu);
+    snprintf(o->pg->err, sizeof(o->pg->err), "%s", msg);
+    pthread_mutex_unlock(&o->pg->mu);
     finish(o, r);
 }
 
@@ -492,6 +500,7 @@ static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer,
     w->refs = 1;
     w->bucket = -1;
     *o = (struct op){.w = w,
+                     .pg = pg,
                      .send = send,
                      .peer = peer,
                      .tag = tag,

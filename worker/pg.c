@@ -63,9 +63,14 @@ static void abort_group(struct ddp_pg *pg)
 #ifdef DDP_HAVE_NCCL
     ddp__nccl_request_abort(pg->nccl);
 #endif
-    for (int i = 0; i < pg->world; i++)
+    for (int i = 0; i < pg->world; i++) {
         if (pg->comm.peers[i].fd >= 0)
             shutdown(pg->comm.peers[i].fd, SHUT_RDWR);
+        /* point-to-point connections too (closed only when the group is freed), so peers
+         * waiting for a message from this rank fail at once */
+        if (pg->p2p_fd && pg->p2p_fd[i] >= 0)
+            shutdown(pg->p2p_fd[i], SHUT_RDWR);
+    }
 }
 
 static int run(struct ddp_pg *pg, struct ddp_work *w)
@@ -683,7 +688,15 @@ void ddp_pg_abort(struct ddp_pg *pg, const char *why)
 {
     if (!pg || !pg->alive)
         return;
-    free(record_abort(pg, why ? why : "aborted by the program"));
+    const char *what = why ? why : "aborted by the program";
+    char *root = record_abort(pg, what);
+    pthread_mutex_lock(&pg->mu);
+    if (root) /* another rank failed first: that is the cause to report */
+        snprintf(pg->err, sizeof(pg->err), "%s; the group had already failed at %s", what, root);
+    else
+        snprintf(pg->err, sizeof(pg->err), "%s", what);
+    pthread_mutex_unlock(&pg->mu);
+    free(root);
     DDP_ERROR(PG, "rank %d: aborting the group: %s", pg->rank, why ? why : "by the program");
     abort_group(pg);
 }

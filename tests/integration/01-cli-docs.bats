@@ -44,7 +44,7 @@ load '../lib/common'
 }
 
 @test "man pages render without warnings" {
-  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7" "$REPO/man/ddprun-job.5" "$REPO/man/ddp_pg.3"; do
+  for p in "$REPO/man/ddprun.1" "$REPO/man/ddprun-store.7" "$REPO/man/ddprun-job.5" "$REPO/man/ddp_pg.3" "$REPO/man/ddp_pipe.3"; do
     run bash -c "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l '$p' 2>&1 >/dev/null"
     assert_success
     assert_output ""
@@ -53,10 +53,10 @@ load '../lib/common'
   assert_output --partial "LEASE_GRANT"
 }
 
-@test "every public function of the process group and the reducer is in its man page" {
-  for pair in worker/pg.h:ddp_pg.3 reducer/reducer.h:ddp_reducer.3; do
+@test "every public function of the process group, the reducer and the pipeline is in its man page" {
+  for pair in worker/pg.h:ddp_pg.3 reducer/reducer.h:ddp_reducer.3 pipeline/stage.h:ddp_pipe.3; do
     h=${pair%%:*} m=${pair##*:}
-    fns=$(grep -oE '\bddp_(pg|work|reducer)_[a-z_]+\(' "$REPO/$h" | tr -d '(' | sort -u)
+    fns=$(grep -oE '\bddp_(pg|work|reducer|pipe)_[a-z_]+\(' "$REPO/$h" | tr -d '(' | sort -u)
     [ -n "$fns" ]
     for f in $fns; do
       sed 's/\\-/-/g' "$REPO/man/$m" | grep -q "$f" || { echo "$f missing from man/$m"; return 1; }
