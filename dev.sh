@@ -68,6 +68,10 @@ test)
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
     bats --timing --print-output-on-failure -f "failed worker|fails once|hung node" \
     tests/integration/50-elastic.bats
+  echo "== [${SECONDS} s] TSan: the pipeline runtime beside the point-to-point engine and sub-groups"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
+    bats --timing --print-output-on-failure -f "1F1B with weight stashing" \
+    tests/integration/92-pipeline-runtime.bats
   echo "== [${SECONDS} s] TSan: the same threads with etcd (watch streams, keepalives failing over)"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
     bats --timing --print-output-on-failure -f "3-member" tests/integration/96-etcd.bats
