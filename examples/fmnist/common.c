@@ -152,12 +152,38 @@ void usage(FILE *f)
         "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n"
         "  --profile-graph FILE  time each layer's forward and backward at a minibatch of\n"
         "                      --batch, write PipeDream's graph.txt (for ddprun pipeline plan)\n"
-        "                      and exit\n",
+        "                      and exit\n"
+        "  --pipeline A,B,...  train as a pipeline (ddp_pipe(3)): stage s has the next A, B, ...\n"
+        "                      layers (hidden layers + output in all); under ddprun\n"
+        "  --replicas R,...    ranks per stage (default 1 each; they add up to WORLD_SIZE)\n"
+        "  --schedule 1f1b|flush  PipeDream's 1F1B with weight stashing (each --batch is a\n"
+        "                      minibatch and an update), or flush (each --batch is\n"
+        "                      --microbatches minibatches and one update: sequential training)\n"
+        "  --microbatches M    flush: minibatches per --batch (default 4)\n",
         prog);
+}
+
+/* "A,B,..." of positive numbers, at most MAX_LAYERS: how many, or death naming the flag. */
+static int int_list(const char *arg, int *out, const char *flag)
+{
+    int n = 0;
+    for (const char *s = arg; *s;) {
+        char *e;
+        long v = strtol(s, &e, 10);
+        if (e == s || v < 1 || v > 1000000 || (*e && *e != ',') || n == MAX_LAYERS)
+            die("%s wants up to %d positive numbers separated by commas, not '%s'", flag,
+                MAX_LAYERS, arg);
+        out[n++] = (int)v;
+        s = *e ? e + 1 : e;
+    }
+    if (n == 0)
+        die("%s wants positive numbers separated by commas, not '%s'", flag, arg);
+    return n;
 }
 
 void parse(int argc, char **argv, struct cfg *c)
 {
+    int nrep = 0;
     *c = (struct cfg){.epochs = 3,
                       .batch = 64,
                       .nhidden = 2,
@@ -172,7 +198,8 @@ void parse(int argc, char **argv, struct cfg *c)
                       .overlap = true,
                       .eval_every = 1,
                       .bucket_mb = -1,
-                      .first_mb = -1};
+                      .first_mb = -1,
+                      .microbatches = 4};
     enum {
         O_EPOCHS = 256,
         O_BATCH,
@@ -197,6 +224,10 @@ void parse(int argc, char **argv, struct cfg *c)
         O_TOL,
         O_EVAL,
         O_PROFILE,
+        O_PIPE,
+        O_REPLICAS,
+        O_SCHEDULE,
+        O_MICRO,
         O_HELP
     };
     static const struct option lo[] = {{"epochs", 1, 0, O_EPOCHS},
@@ -222,6 +253,10 @@ void parse(int argc, char **argv, struct cfg *c)
                                        {"tol", 1, 0, O_TOL},
                                        {"eval-every", 1, 0, O_EVAL},
                                        {"profile-graph", 1, 0, O_PROFILE},
+                                       {"pipeline", 1, 0, O_PIPE},
+                                       {"replicas", 1, 0, O_REPLICAS},
+                                       {"schedule", 1, 0, O_SCHEDULE},
+                                       {"microbatches", 1, 0, O_MICRO},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int o;
@@ -312,6 +347,23 @@ void parse(int argc, char **argv, struct cfg *c)
         case O_PROFILE:
             c->profile_graph = optarg;
             break;
+        case O_PIPE:
+            c->pipeline_arg = optarg;
+            c->pipe_nstages = int_list(optarg, c->pipe_split, "--pipeline");
+            break;
+        case O_REPLICAS:
+            nrep = int_list(optarg, c->pipe_replicas, "--replicas");
+            break;
+        case O_SCHEDULE:
+            if (strcmp(optarg, "1f1b") && strcmp(optarg, "flush"))
+                die("--schedule is 1f1b or flush, not '%s'", optarg);
+            c->schedule_flush = strcmp(optarg, "flush") == 0;
+            break;
+        case O_MICRO:
+            c->microbatches = atoi(optarg);
+            if (c->microbatches < 1)
+                die("--microbatches wants a positive number, not '%s'", optarg);
+            break;
         case O_HELP:
             usage(stdout);
             exit(0);
@@ -322,6 +374,10 @@ void parse(int argc, char **argv, struct cfg *c)
     }
     if (optind != argc || c->epochs < 1 || c->batch < 1 || c->nhidden < 0)
         die("bad arguments (see --help)");
+    if (nrep && nrep != c->pipe_nstages)
+        die("--replicas has %d counts for the %d stages of --pipeline", nrep, c->pipe_nstages);
+    for (int s = nrep; s < c->pipe_nstages; s++)
+        c->pipe_replicas[s] = 1;
     for (int l = 0; l < c->nhidden; l++)
         if (c->hidden[l] < 1)
             die("--hidden widths must be positive");

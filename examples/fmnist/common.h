@@ -24,6 +24,11 @@ struct cfg {
     bool ddp, view, overlap, bench, find_unused;
     double bucket_mb, first_mb;
     enum ddp_comm_hook hook;
+    /* --pipeline: layers per stage, --replicas per stage, --schedule, --microbatches */
+    const char *pipeline_arg;
+    int pipe_nstages, pipe_split[MAX_LAYERS], pipe_replicas[MAX_LAYERS];
+    bool schedule_flush;
+    int microbatches;
 };
 
 struct dataset {
@@ -79,5 +84,7 @@ double median_ms(double *t, long n, long *used);
 /* --dump and --compare of the final parameters (flat, registration order): 0, or 1 when the
  * comparison fails. */
 int dump_compare(const float *flat, size_t n, const struct cfg *c);
+/* --pipeline: the model trained as a pipeline of stages (fmnist_pipe.c); the exit status. */
+int train_pipeline(const struct cfg *c, const struct dataset *train, const struct dataset *test);
 
 #endif

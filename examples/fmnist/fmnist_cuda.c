@@ -214,6 +214,8 @@ int main(int argc, char **argv)
         die("--simulate-ranks is the host trainer's reference; ddprun-fmnist has it");
     if (c.profile_graph)
         die("--profile-graph profiles the host trainer; ddprun-fmnist has it");
+    if (c.pipe_nstages)
+        die("--pipeline runs the host trainer's stages; ddprun-fmnist has it");
     int ndev = 0;
     cudaError_t ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev == 0)

@@ -462,7 +462,9 @@ int main(int argc, char **argv)
     parse(argc, argv, &c);
     openblas_set_num_threads(1); /* one core per rank: ranks share the node */
     struct ddp_pg *pg = NULL;
-    if (c.ddp && getenv("WORLD_SIZE")) {
+    if (c.pipe_nstages && !getenv("WORLD_SIZE"))
+        die("--pipeline runs under ddprun (one rank per stage replica)");
+    if (c.ddp && getenv("WORLD_SIZE") && !c.pipe_nstages) {
         if (ddp_pg_init_env(NULL, &pg) != 0)
             die("cannot join the process group");
         if (ddp_pg_is_cuda(pg))
@@ -483,6 +485,14 @@ int main(int argc, char **argv)
     struct dataset train, test;
     load_set(c.data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &train);
     load_set(c.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &test);
+    if (c.pipe_nstages) {
+        int rc = train_pipeline(&c, &train, &test);
+        free(train.x);
+        free(train.y);
+        free(test.x);
+        free(test.y);
+        return rc;
+    }
     struct model m;
     model_init(&m, &c);
     if (c.profile_graph) {

@@ -127,3 +127,31 @@ pipeline() { # n options...
   assert_failure
   assert_output --partial "9 minibatches are not a multiple of stage 0's 2 replicas"
 }
+
+@test "ddprun-fmnist --pipeline on Fashion-MNIST: flush equals sequential training to 1e-6 (straight and replicated); 1F1B over a replicated stage learns" {
+  F="$BUILD/ddprun-fmnist"
+  run "$F" --hidden 256,128 --epochs 1 --max-steps 30 --eval-every 0 --dump seq.bin
+  assert_success
+  for layout in "2 2,1 1,1" "3 1,2 2,1" "3 1,1,1 1,1,1"; do
+    read -r n split reps <<<"$layout"
+    printf 'command: [%s, --hidden, "256,128", --epochs, "1", --max-steps, "30", --pipeline, "%s", --replicas, "%s", --schedule, flush, --microbatches, "4", --compare, seq.bin, --tol, "1e-6"]\nnproc_per_node: %d\n' \
+      "$F" "$split" "$reps" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    echo "$layout: $output"
+    [ "$status" -eq 0 ] || return 1
+    assert_output --regexp "compare: max \|difference\| from seq.bin = [0-9.e+-]+ \(tolerance 1e-06\)"
+  done
+  # the check can fail: 1F1B updates after every minibatch
+  printf 'command: [%s, --hidden, "256,128", --epochs, "1", --max-steps, "30", --pipeline, "2,1", --compare, seq.bin, --tol, "1e-6"]\nnproc_per_node: 2\n' "$F" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure
+  # one epoch of 1F1B, the middle stage on two ranks
+  printf 'command: [%s, --hidden, "256,128", --epochs, "1", --pipeline, "1,1,1", --replicas, "1,2,1", --lr, "0.01"]\nnproc_per_node: 4\n' "$F" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "pipeline of 3 stages (1,1,1), 1F1B, minibatch 64, 936 minibatches per epoch"
+  assert_output --partial "rank 2: stage 1 replica 1, layers 2-2, warm-up 1"
+  acc=$(grep -o 'test-acc [0-9.]*' <<<"$output" | tail -n1 | cut -d' ' -f2)
+  echo "test accuracy $acc"
+  awk -v a="$acc" 'BEGIN { exit !(a >= 80) }'
+}
