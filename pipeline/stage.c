@@ -132,6 +132,11 @@ static int check_opts(struct ddp_pg *pg, const struct ddp_pipe_opts *o,
         return einval(pg, "pipeline: the flush schedule needs microbatches >= 1");
     if (o->nweights && !o->weights)
         return einval(pg, "pipeline: nweights without weights");
+    if (o->nstages > 1 && !ddp_pg_has_p2p(pg)) {
+        ddp_pg_abort(pg, "pipeline: the group has no point-to-point connections (form it with "
+                         "opts.p2p or DDP_PG_P2P=1)");
+        return DDP_ENOTSUP;
+    }
     return 0;
 }
 

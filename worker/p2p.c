@@ -556,6 +556,11 @@ static int blocking(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int p
     return r;
 }
 
+bool ddp_pg_has_p2p(const struct ddp_pg *pg)
+{
+    return pg && pg->p2p_fd;
+}
+
 int ddp_pg_send(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag)
 {
     return blocking(pg, true, (void *)buf, bytes, peer, tag);

@@ -157,6 +157,8 @@ int ddp_pg_recv_start(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint
                       struct ddp_work **work);
 int ddp_pg_send(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag);
 int ddp_pg_recv(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t tag);
+/* True for a group formed with point-to-point connections (opts.p2p or DDP_PG_P2P=1). */
+bool ddp_pg_has_p2p(const struct ddp_pg *pg);
 
 /*
  * Registered memory: bytes of zero-filled memory that the other ranks of this node read in

@@ -21,6 +21,7 @@
  *   --per-run K          minibatches per ddp_pipe_run          default N
  *   --no-stash           1F1B without weight stashing
  *   --die-at MB          (run) the rank that runs MB's forward on the last stage kills itself
+ *   --no-p2p             (run) form the group without point-to-point connections
  */
 #include "common/err.h"
 #include "pipeline/stage.h"
@@ -44,7 +45,7 @@ struct cfg {
     enum ddp_pipe_schedule schedule;
     int microbatches, die_at;
     int64_t minibatches, per_run;
-    bool no_stash;
+    bool no_stash, no_p2p;
 };
 
 static int first_layer(const struct cfg *c, int s)
@@ -297,7 +298,7 @@ static void write_all(FILE *f, const void *p, size_t n)
 
 static int run(const struct cfg *c, const char *dir)
 {
-    struct ddp_pg_opts po = {.p2p = true};
+    struct ddp_pg_opts po = {.p2p = !c->no_p2p};
     struct ddp_pg *pg;
     int r = ddp_pg_init_env(&po, &pg);
     if (r < 0) {
@@ -611,6 +612,8 @@ int main(int argc, char **argv)
             c.die_at = atoi(v);
         else if (!strcmp(a, "--no-stash"))
             c.no_stash = true;
+        else if (!strcmp(a, "--no-p2p"))
+            c.no_p2p = true;
         else {
             fprintf(stderr, "pipetest: unknown option %s\n", a);
             return 2;

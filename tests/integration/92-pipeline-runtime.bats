@@ -126,6 +126,11 @@ pipeline() { # n options...
   run "$DDPRUN" job.yaml
   assert_failure
   assert_output --partial "9 minibatches are not a multiple of stage 0's 2 replicas"
+  # a group without point-to-point connections
+  printf 'command: [%s, run, %s, --split, "3,2", --no-p2p]\nnproc_per_node: 2\n' "$PIPETEST" "$PWD/d" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure
+  assert_output --partial "pipeline: the group has no point-to-point connections (form it with opts.p2p or DDP_PG_P2P=1) (DDP_ENOTSUP)"
 }
 
 @test "ddprun-fmnist --pipeline on Fashion-MNIST: flush equals sequential training to 1e-6 (straight and replicated); 1F1B over a replicated stage learns" {
