@@ -333,23 +333,28 @@ static int run(const struct cfg *c, const char *dir)
                               .weights = w,
                               .nweights = st.nw};
     struct ddp_pipe_ops ops = {cb_forward, cb_backward, cb_update};
-    struct ddp_pipe *p;
+    struct ddp_pipe *p = NULL;
+    int rc = 0; /* every way out frees everything: LeakSanitizer would change the status */
     r = ddp_pipe_new(pg, &o, &ops, &st, &p);
     if (r < 0) {
         fprintf(stderr, "pipetest: rank %d: %s (%s)\n", rank, ddp_pg_last_error(pg),
                 ddp_err_name(r));
-        return 1;
+        rc = 1;
+        goto out;
     }
     st.asz = acts_size(c, stage);
     st.acts = calloc((size_t)ddp_pipe_slots(p) * st.asz, sizeof(float));
-    if (!st.acts)
-        return 1;
+    if (!st.acts) {
+        rc = 1;
+        goto out;
+    }
     for (int64_t at = 0; r == 0 && at < c->minibatches; at += c->per_run)
         r = ddp_pipe_run(p, at, c->per_run);
     if (r < 0) {
         fprintf(stderr, "pipetest: rank %d: %s (%s)\n", rank, ddp_pipe_last_error(p),
                 ddp_err_name(r));
-        return 3;
+        rc = 3;
+        goto out;
     }
     printf("rank %d: stage %d replica %d warm-up %d: %zu minibatches, %lld updates\n", rank, stage,
            ddp_pipe_replica(p), ddp_pipe_warmup(p), st.nrec, (long long)ddp_pipe_version(p));
@@ -358,7 +363,8 @@ static int run(const struct cfg *c, const char *dir)
     FILE *f = fopen(path, "wb");
     if (!f) {
         perror(path);
-        return 1;
+        rc = 1;
+        goto out;
     }
     int64_t hdr[5] = {stage, ddp_pipe_replica(p), (int64_t)st.nw, (int64_t)st.nrec,
                       (int64_t)st.nhist};
@@ -368,7 +374,8 @@ static int run(const struct cfg *c, const char *dir)
     write_all(f, st.hist, st.nhist * st.nw * sizeof(float));
     write_all(f, w, st.nw * sizeof(float));
     if (fclose(f) != 0)
-        return 1;
+        rc = 1;
+out:
     ddp_pipe_free(p);
     ddp_pg_free(pg);
     free(st.acts);
@@ -377,7 +384,7 @@ static int run(const struct cfg *c, const char *dir)
     free(st.rgrads);
     free(st.hist);
     free(w);
-    return 0;
+    return rc;
 }
 
 /* ---- offline ---- */
