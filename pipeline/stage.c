@@ -307,19 +307,29 @@ static int wait_send(struct ddp_pipe *p, struct ddp_work **w, const char *what, 
     return 0;
 }
 
+/* Minibatch mb's activations (dir 0) or gradient (dir 1) to or from peer: a send is started
+ * (*work), a receive waited for. */
+static int exchange(struct ddp_pipe *p, bool send, void *buf, size_t bytes, int peer, int64_t mb,
+                    int dir, struct ddp_work **work)
+{
+    int r = send ? ddp_pg_send_start(p->pg, buf, bytes, peer, tag_of(mb, dir), work)
+                 : ddp_pg_recv(p->pg, buf, bytes, peer, tag_of(mb, dir));
+    if (r < 0)
+        return fail(p, r, "%s the %s of minibatch %lld %s rank %d: %s",
+                    send ? "sending" : "receiving", dir ? "gradient" : "activations", (long long)mb,
+                    send ? "to" : "from", peer, ddp_pg_last_error(p->pg));
+    return 0;
+}
+
 static int forward(struct ddp_pipe *p, int64_t mb, int k)
 {
     struct slot *s = &p->slots[k];
     int r = wait_send(p, &s->out_work, "activations", s->mb);
     if (r < 0)
         return r;
-    if (p->stage > 0) {
-        int from = rank_of(p, p->stage - 1, mb);
-        r = ddp_pg_recv(p->pg, s->in, p->in_bytes, from, tag_of(mb, 0));
-        if (r < 0)
-            return fail(p, r, "receiving the activations of minibatch %lld from rank %d: %s",
-                        (long long)mb, from, ddp_pg_last_error(p->pg));
-    }
+    if (p->stage > 0 &&
+        (r = exchange(p, false, s->in, p->in_bytes, rank_of(p, p->stage - 1, mb), mb, 0, NULL)) < 0)
+        return r;
     s->busy = true;
     s->mb = mb;
     s->version = p->version;
@@ -328,13 +338,9 @@ static int forward(struct ddp_pipe *p, int64_t mb, int k)
     r = p->ops.forward(p->ctx, &st, p->w, p->stage > 0 ? s->in : NULL, last ? NULL : s->out);
     if (r < 0)
         return fail(p, r, "forward of minibatch %lld failed (%s)", (long long)mb, ddp_err_name(r));
-    if (!last) {
-        int to = rank_of(p, p->stage + 1, mb);
-        r = ddp_pg_send_start(p->pg, s->out, p->out_bytes, to, tag_of(mb, 0), &s->out_work);
-        if (r < 0)
-            return fail(p, r, "sending the activations of minibatch %lld to rank %d: %s",
-                        (long long)mb, to, ddp_pg_last_error(p->pg));
-    }
+    if (!last)
+        return exchange(p, true, s->out, p->out_bytes, rank_of(p, p->stage + 1, mb), mb, 0,
+                        &s->out_work);
     return 0;
 }
 
@@ -346,13 +352,9 @@ static int backward(struct ddp_pipe *p, int k)
     if (r < 0)
         return r;
     bool last = p->stage == p->nstages - 1;
-    if (!last) {
-        int from = rank_of(p, p->stage + 1, mb);
-        r = ddp_pg_recv(p->pg, s->gout, p->out_bytes, from, tag_of(mb, 1));
-        if (r < 0)
-            return fail(p, r, "receiving the gradient of minibatch %lld from rank %d: %s",
-                        (long long)mb, from, ddp_pg_last_error(p->pg));
-    }
+    if (!last && (r = exchange(p, false, s->gout, p->out_bytes, rank_of(p, p->stage + 1, mb), mb, 1,
+                               NULL)) < 0)
+        return r;
     const float *w = weights_for(p, s->version);
     if (!w)
         return fail(p, DDP_EPROTO, "version %lld of the weights was not kept",
@@ -364,13 +366,9 @@ static int backward(struct ddp_pipe *p, int k)
         return fail(p, r, "backward of minibatch %lld failed (%s)", (long long)mb, ddp_err_name(r));
     s->busy = false;
     release_stashes(p);
-    if (p->stage > 0) {
-        int to = rank_of(p, p->stage - 1, mb);
-        r = ddp_pg_send_start(p->pg, s->gin, p->in_bytes, to, tag_of(mb, 1), &s->gin_work);
-        if (r < 0)
-            return fail(p, r, "sending the gradient of minibatch %lld to rank %d: %s",
-                        (long long)mb, to, ddp_pg_last_error(p->pg));
-    }
+    if (p->stage > 0)
+        return exchange(p, true, s->gin, p->in_bytes, rank_of(p, p->stage - 1, mb), mb, 1,
+                        &s->gin_work);
     return 0;
 }
 

@@ -442,6 +442,19 @@ static void *engine(void *arg)
     return NULL;
 }
 
+/* What engine_start allocated (the wake-up pipe when it was made), the mutex aside. */
+static void engine_release(struct ddp__p2p *e, bool pipe_made)
+{
+    if (pipe_made) {
+        close(e->wake[0]);
+        close(e->wake[1]);
+    }
+    free(e->links);
+    free(e->pf);
+    free(e->who);
+    free(e);
+}
+
 static int engine_start(struct ddp_pg *pg)
 {
     struct ddp__p2p *e = calloc(1, sizeof(*e));
@@ -454,10 +467,7 @@ static int engine_start(struct ddp_pg *pg)
     e->pf = calloc((size_t)pg->world + 1, sizeof(*e->pf));
     e->who = calloc((size_t)pg->world + 1, sizeof(int));
     if (!e->links || !e->pf || !e->who || pipe2(e->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        free(e->links);
-        free(e->pf);
-        free(e->who);
-        free(e);
+        engine_release(e, false);
         return DDP_ESYS;
     }
     for (int j = 0; j < pg->world; j++) {
@@ -468,12 +478,7 @@ static int engine_start(struct ddp_pg *pg)
     pthread_mutex_init(&e->mu, NULL);
     if (pthread_create(&e->thread, NULL, engine, e) != 0) {
         pthread_mutex_destroy(&e->mu);
-        close(e->wake[0]);
-        close(e->wake[1]);
-        free(e->links);
-        free(e->pf);
-        free(e->who);
-        free(e);
+        engine_release(e, true);
         return DDP_ESYS;
     }
     pg->p2p = e;
@@ -588,11 +593,6 @@ void ddp__p2p_free(struct ddp_pg *pg)
         finish(o, DDP_EABORTED);
     }
     pthread_mutex_destroy(&e->mu);
-    close(e->wake[0]);
-    close(e->wake[1]);
-    free(e->links);
-    free(e->pf);
-    free(e->who);
-    free(e);
+    engine_release(e, true);
     pg->p2p = NULL;
 }

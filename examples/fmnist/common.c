@@ -537,3 +537,30 @@ int dump_model(const struct model *m, const struct cfg *c,
     free(flat);
     return rc;
 }
+
+double softmax_xent(const float *lg, const uint8_t *y, int b, float scale, float *dZ, long *correct)
+{
+    double total = 0;
+    for (int i = 0; i < b; i++) {
+        const float *z = lg + (size_t)i * CLASSES;
+        float mx = z[0];
+        int arg = 0;
+        for (int k = 1; k < CLASSES; k++)
+            if (z[k] > mx) {
+                mx = z[k];
+                arg = k;
+            }
+        double sum = 0;
+        for (int k = 0; k < CLASSES; k++)
+            sum += exp((double)(z[k] - mx));
+        total += log(sum) - (double)(z[y[i]] - mx);
+        if (correct)
+            *correct += arg == y[i];
+        if (dZ)
+            for (int k = 0; k < CLASSES; k++) {
+                double p = exp((double)(z[k] - mx)) / sum;
+                dZ[(size_t)i * CLASSES + k] = (float)((p - (k == y[i])) * scale);
+            }
+    }
+    return total;
+}

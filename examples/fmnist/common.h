@@ -84,6 +84,10 @@ double median_ms(double *t, long n, long *used);
 /* --dump and --compare of the final parameters (flat, registration order): 0, or 1 when the
  * comparison fails. */
 int dump_compare(const float *flat, size_t n, const struct cfg *c);
+/* Softmax cross-entropy of b rows of CLASSES logits: returns the summed loss; with dZ, writes
+ * d(loss * scale)/dlogits there; with correct, counts the right predictions. */
+double softmax_xent(const float *lg, const uint8_t *y, int b, float scale, float *dZ,
+                    long *correct);
 /* --pipeline: the model trained as a pipeline of stages (fmnist_pipe.c); the exit status. */
 int train_pipeline(const struct cfg *c, const struct dataset *train, const struct dataset *test);
 

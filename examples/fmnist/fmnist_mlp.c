@@ -108,35 +108,11 @@ static void forward(const struct model *m, struct acts *a, const float *x, int b
         forward_layer(m, a, l, b);
 }
 
-/* Softmax cross-entropy of the logits in A[L]; returns the summed loss and writes
- * d(loss * scale)/dlogits into dZ, counting correct predictions. */
+/* Softmax cross-entropy of the logits in A[L] (see softmax_xent). */
 static double loss_grad(const struct model *m, struct acts *a, const uint8_t *y, int b, float scale,
                         float *dZ, long *correct)
 {
-    const float *lg = a->A[m->L];
-    double total = 0;
-    for (int i = 0; i < b; i++) {
-        const float *z = lg + (size_t)i * CLASSES;
-        float mx = z[0];
-        int arg = 0;
-        for (int k = 1; k < CLASSES; k++)
-            if (z[k] > mx) {
-                mx = z[k];
-                arg = k;
-            }
-        double sum = 0;
-        for (int k = 0; k < CLASSES; k++)
-            sum += exp((double)(z[k] - mx));
-        total += log(sum) - (double)(z[y[i]] - mx);
-        if (correct)
-            *correct += arg == y[i];
-        if (dZ)
-            for (int k = 0; k < CLASSES; k++) {
-                double p = exp((double)(z[k] - mx)) / sum;
-                dZ[(size_t)i * CLASSES + k] = (float)((p - (k == y[i])) * scale);
-            }
-    }
-    return total;
+    return softmax_xent(a->A[m->L], y, b, scale, dZ, correct);
 }
 
 /* Layer l's backward from *dZ (its output's gradient): accumulates its weight and bias

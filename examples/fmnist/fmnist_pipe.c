@@ -92,27 +92,6 @@ static int cb_forward(void *ctx, const struct ddp_pipe_step *st, const float *w,
     return 0;
 }
 
-/* Softmax cross-entropy of the logits: the loss summed, d(mean loss)/dlogits into dZ. */
-static double loss_grad(const float *lg, const uint8_t *y, int b, float *dZ)
-{
-    double total = 0;
-    for (int i = 0; i < b; i++) {
-        const float *z = lg + (size_t)i * CLASSES;
-        float mx = z[0];
-        for (int k = 1; k < CLASSES; k++)
-            mx = z[k] > mx ? z[k] : mx;
-        double sum = 0;
-        for (int k = 0; k < CLASSES; k++)
-            sum += exp((double)(z[k] - mx));
-        total += log(sum) - (double)(z[y[i]] - mx);
-        for (int k = 0; k < CLASSES; k++) {
-            double q = exp((double)(z[k] - mx)) / sum;
-            dZ[(size_t)i * CLASSES + k] = (float)((q - (k == y[i])) / b);
-        }
-    }
-    return total;
-}
-
 static int cb_backward(void *ctx, const struct ddp_pipe_step *st, const float *w, const void *gout,
                        void *gin, float *grad)
 {
@@ -126,7 +105,7 @@ static int cb_backward(void *ctx, const struct ddp_pipe_step *st, const float *w
         const int *idx = samples_of(p, st->mb);
         for (int i = 0; i < b; i++)
             p->y[i] = p->train->y[idx[i]];
-        p->loss += loss_grad(A[L], p->y, b, dZ);
+        p->loss += softmax_xent(A[L], p->y, b, 1.0f / (float)b, dZ, NULL);
         p->seen += b;
     } else { /* the gradient of this stage's output, masked by its ReLU */
         const float *g = gout, *Zl = Z[p->l1 - 1];
@@ -212,8 +191,8 @@ static int gather_eval(struct ddp_pg *pg, struct pstage *p, const int *first, fl
         widest = m->dim[l] > widest ? m->dim[l] : widest;
     float *a = malloc((size_t)cap * (size_t)widest * sizeof(float));
     float *z = malloc((size_t)cap * (size_t)widest * sizeof(float));
-    float *d = malloc((size_t)cap * CLASSES * sizeof(float));
-    double sum = 0, correct = 0;
+    double sum = 0;
+    long correct = 0;
     for (int i = 0; i < t->n; i += cap) {
         int b = t->n - i < cap ? t->n - i : cap;
         memcpy(a, t->x + (size_t)i * IMG, (size_t)b * IMG * sizeof(float));
@@ -223,19 +202,12 @@ static int gather_eval(struct ddp_pg *pg, struct pstage *p, const int *first, fl
             a = z;
             z = tmp;
         }
-        sum += loss_grad(a, t->y + i, b, d);
-        for (int k = 0; k < b; k++) {
-            int arg = 0;
-            for (int j = 1; j < CLASSES; j++)
-                arg = a[(size_t)k * CLASSES + j] > a[(size_t)k * CLASSES + arg] ? j : arg;
-            correct += arg == t->y[i + k];
-        }
+        sum += softmax_xent(a, t->y + i, b, 0, NULL, &correct);
     }
     free(a);
     free(z);
-    free(d);
     *loss = sum / t->n;
-    *acc = 100.0 * correct / t->n;
+    *acc = 100.0 * (double)correct / t->n;
     return 0;
 }
 
