@@ -11,7 +11,6 @@
 #include "examples/fmnist/common.h"
 
 #include <cblas.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
