@@ -237,6 +237,11 @@ int ddp_pipe_new(struct ddp_pg *pg, const struct ddp_pipe_opts *o, const struct 
         if (g)
             p->reps = g;
     }
+    /* a rank outside a replicated stage returns from ddp_pg_new_group at once, while the
+     * replicas still form their group: none leaves before every sub-group is formed (a rank
+     * that failed its first run at once made the launcher stop the replicas mid-setup) */
+    if (r == 0)
+        r = ddp_pg_barrier(pg);
     if (r < 0) {
         ddp_pipe_free(p);
         return r;
