@@ -1,6 +1,7 @@
 /* The environment a node agent gives each rank (cli/agent_env.h). */
 #include "cli/agent_env.h"
 #include "cli/cli.h"
+#include "cli/pipe_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,15 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
         setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
     for (char **e = st->env; *e; e++)
         putenv(*e);
+    /* A pipeline job's ranks: this rank's stage and its replica there (cli/pipe_layout.h). */
+    int stage, replica;
+    if (ddp__pipe_env_rank(getenv("DDPRUN_PIPELINE_REPLICAS"), rank, &stage, &replica)) {
+        set_env_int("DDPRUN_PIPELINE_STAGE", stage);
+        set_env_int("DDPRUN_PIPELINE_REPLICA", replica);
+    } else {
+        unsetenv("DDPRUN_PIPELINE_STAGE");
+        unsetenv("DDPRUN_PIPELINE_REPLICA");
+    }
     /* Gloo, NCCL and TensorPipe bind to the interface that reaches the other nodes, not to
      * whatever the host name resolves to (often 127.0.1.1), unless the job or the node's
      * environment chose one. */

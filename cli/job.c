@@ -24,9 +24,9 @@
 /* ------------------------------------------------------------------ */
 
 static const char *const top_keys[] = {
-    "name",       "command",    "workdir", "env",      "nodes",    "nproc_per_node",
-    "backend",    "rendezvous", "elastic", "ssh",      "logs",     "checkpoint",
-    "stop_grace", "network",    "export",  "diagnose", "launcher", NULL};
+    "name",       "command",  "workdir",  "env",      "nodes",      "nproc_per_node", "backend",
+    "rendezvous", "elastic",  "ssh",      "logs",     "checkpoint", "stop_grace",     "network",
+    "export",     "diagnose", "launcher", "pipeline", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
     "cooldown",  NULL};
@@ -505,6 +505,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
          ((n = ddp__ytree_get(sub, "on_hang")) &&
           ddp__jv_enum(c, n, "diagnose.on_hang", "wait", "fail", &j->hang_fail) < 0)))
         goto out;
+    if ((sub = ddp__ytree_get(root, "pipeline")) && ddp__job_pipeline(c, sub, basedir, j) < 0)
+        goto out;
     bool all_local = true;
     for (size_t i = 0; i < j->nnodes; i++)
         all_local &= ddp__job_host_is_local(j->nodes[i].host);
@@ -737,6 +739,7 @@ void ddp__job_free(struct ddp_job *j)
 {
     if (!j)
         return;
+    ddp__job_pipeline_free(&j->pipe);
     if (j->argv)
         for (char **a = j->argv; *a; a++)
             free(*a);

@@ -18,6 +18,24 @@ struct ddp_job_kv {
     char *key, *value;
 };
 
+/* pipeline: (cli/job_pipeline.c): how the ranks split into a pipeline's stages. One of split,
+ * plan_file or profile is set. */
+struct ddp_job_pipeline {
+    bool on;
+    int nsplit, *split;       /* pipeline.split: layers per stage, or NULL */
+    int nreplicas, *replicas; /* pipeline.replicas: ranks per stage, or NULL (1 each, or the
+                                 plan file's) */
+    char *plan_file;          /* pipeline.plan (absolute): graph.txt with stage_id[, replicas] */
+    char *profile;            /* pipeline.auto.profile (absolute): planned on every round */
+    char *bandwidth;          /* pipeline.auto.bandwidth: "1Gbit" or "100Gbit,1Gbit" */
+    char *memory;             /* pipeline.auto.memory, or NULL */
+    bool straight;            /* pipeline.auto.straight */
+    bool flush;               /* schedule: flush (else 1f1b) */
+    int microbatches;         /* flush: minibatches per update */
+    int microbatch_size;      /* samples per minibatch; 0: the program's own */
+    int line, col;            /* where the section is, for messages of later rounds */
+};
+
 struct ddp_job {
     char *file; /* path of the job file ("<default>" for the embedded job) */
     char *name;
@@ -61,6 +79,7 @@ struct ddp_job {
     int64_t stop_grace_ms;
     int64_t hang_after_ms; /* diagnose.hang_after: the hang report; 0 turns it off */
     bool hang_fail;        /* diagnose.on_hang: fail (the round fails) rather than wait */
+    struct ddp_job_pipeline pipe;
     int world_size;        /* derived: sum of slots */
     char **overrides;      /* the --set (and --nproc) given, as written: "--set a=b" */
     size_t noverrides;

@@ -2,6 +2,7 @@
  * the job's spec.yaml, and the rank environment's OMP_NUM_THREADS rule. */
 #include "cli/cli.h"
 #include "cli/job.h"
+#include "cli/pipe_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,12 +82,35 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             j->net_family == 4   ? "ipv4"
             : j->net_family == 6 ? "ipv6"
                                  : "auto");
-    fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s\n", j->world_size, "node",
-            "host", "local_rank", "global_rank");
+    /* a pipeline's stages for the job's ranks (each round has its own: pipeline.auto plans
+     * for the nodes it has) */
+    struct ddp__pipe_layout pl = {0};
+    char **penv = NULL, err[1024];
+    int *slots = calloc(j->nnodes + 1, sizeof(int));
+    for (size_t i = 0; slots && i < j->nnodes; i++)
+        slots[i] = j->nodes[i].slots;
+    if (j->pipe.on && slots &&
+        ddp__pipe_layout(&j->pipe, slots, (int)j->nnodes, &pl, err, sizeof(err)) == 0) {
+        ddp__pipe_layout_print(&j->pipe, &pl, f);
+        penv = ddp__pipe_layout_env(&j->pipe, &pl);
+    } else if (j->pipe.on) {
+        fprintf(f, "pipeline: {}   # %s\n", slots ? err : "out of memory");
+    }
+    free(slots);
+    fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s%s\n", j->world_size, "node",
+            "host", "local_rank", "global_rank", pl.nstages ? " stage replica" : "");
     int rank = 0;
     for (size_t i = 0; i < j->nnodes; i++)
-        for (int l = 0; l < j->nodes[i].slots; l++, rank++)
-            fprintf(f, "%-5zu %-20s %-10d %-11d\n", i, j->nodes[i].host, l, rank);
+        for (int l = 0; l < j->nodes[i].slots; l++, rank++) {
+            fprintf(f, "%-5zu %-20s %-10d %-11d", i, j->nodes[i].host, l, rank);
+            int st, rep;
+            if (pl.nstages) {
+                ddp__pipe_layout_rank(&pl, rank, &st, &rep);
+                fprintf(f, " %-5d %d", st, rep);
+            }
+            fprintf(f, "\n");
+        }
+    ddp__pipe_layout_release(&pl);
     fprintf(f, "\n# environment added to every rank (per-rank values: see the rank map)\n");
     fprintf(
         f,
@@ -115,6 +139,13 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             j->checkpoint_dir ? j->checkpoint_dir : "");
     if (ddp__job_omp_default(j))
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
+    for (char **e = penv; e && *e; e++) {
+        fprintf(f, "%s ", *e);
+        free(*e);
+    }
+    if (penv)
+        fprintf(f, "DDPRUN_PIPELINE_STAGE=<stage> DDPRUN_PIPELINE_REPLICA=<replica>\n");
+    free(penv);
     for (size_t i = 0; i < j->nenv; i++)
         fprintf(f, "%s=%s%s", j->env[i].key, j->env[i].value, i + 1 < j->nenv ? " " : "\n");
     /* What the launching shell gives: everything to local ranks, the export rule's share to

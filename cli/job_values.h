@@ -52,6 +52,13 @@ struct ddp_job;
 int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                   struct ddp_job *j);
 
+/* cli/job_pipeline.c: the pipeline section sub into j->pipe (j's nodes already read: the
+ * stages' ranks must add up to its ranks); its release. */
+struct ddp_job_pipeline;
+int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
+                      struct ddp_job *j);
+void ddp__job_pipeline_free(struct ddp_job_pipeline *p);
+
 /* cli/job_slurm.c: whether ddprun runs inside a Slurm allocation; the GPUs Slurm (or
  * CUDA_VISIBLE_DEVICES) gives this node, else 1 (nproc_per_node: auto); the allocation's nodes
  * as j's (nodes: slurm), with their task counts as slots unless per_node_given. */

@@ -178,8 +178,11 @@ static void print_plan(const char *path, const struct ddp_profile *p, const stru
 
 static int write_stages(const char *path, struct ddp_profile *p, const struct ddp_plan *pl)
 {
-    for (size_t q = 0; q < p->nlayers; q++)
-        p->layers[q].stage = pl->layer_stage[q];
+    for (size_t q = 0; q < p->nlayers; q++) {
+        int g = pl->layer_stage[q];
+        p->layers[q].stage = g;
+        p->layers[q].replicas = g >= 0 ? pl->stages[g].workers : 0;
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         ddp__cli_error("pipeline plan: cannot write '%s': %s", path, strerror(errno));

@@ -15,6 +15,7 @@
  * Stopping is bounded: members get stop_grace, their agents a few seconds more, then the
  * agents are ended through their provisioners (ddp__sup_escalate).
  */
+#include "cli/pipe_layout.h"
 #include "cli/supervisor.h"
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
@@ -433,6 +434,8 @@ static void count_nodes(int *ready, int *joining, int *awaited)
     }
 }
 
+static void rdzv_fail(const char *why);
+
 /* Closes the round with the nodes that joined: numbers the ranks and starts the workers. */
 static void rdzv_close(void)
 {
@@ -465,6 +468,20 @@ static void rdzv_close(void)
         if (w > 0 && nl + (size_t)w < sizeof(names))
             nl += (size_t)w;
     }
+    /* A pipeline's stages for this round's ranks (pipeline.auto plans them anew). */
+    char **env = L.env, why[1200];
+    int nowned = 0, *ms = calloc(j->nnodes + 1, sizeof(int)), nm = 0;
+    for (size_t i = 0; ms && i < j->nnodes; i++)
+        if (L.nd[i].state == DDP__NS_RUNNING)
+            ms[nm++] = j->nodes[i].slots;
+    if (j->pipe.on && !(env = ddp__pipe_round_env(&j->pipe, L.env, ms, nm, &nowned, why + 10,
+                                                  sizeof(why) - 10))) {
+        free(ms);
+        memcpy(why, "pipeline: ", 10);
+        rdzv_fail(why);
+        return;
+    }
+    free(ms);
     /* With remote nodes, every node (the local ones too) must use addresses the others can
      * reach: MASTER_ADDR is the first member's, or this machine's routable address. */
     char master[256] = "127.0.0.1";
@@ -522,12 +539,16 @@ static void rdzv_close(void)
             .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
             .shell = j->shell ? j->shell : "",
             .argv = j->argv,
-            .env = L.env,
+            .env = env,
             /* local ranks inherit this shell's whole environment */
             .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : L.shell_env,
             .agent_store = L.torch_port != 0};
         ddp__nodes_start_round(&L.nodes, (int)i, &st);
     }
+    for (int k = 0; k < nowned; k++)
+        free(env[k]);
+    if (env != L.env)
+        free(env);
 }
 
 static void rdzv_fail(const char *why)

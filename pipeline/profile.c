@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/banned.h"
 
@@ -76,6 +77,10 @@ static size_t split(const char *s, const char *e, const char *sep, struct tok *o
  * layers, times machine counts, over the slowest bandwidth it accepts.
  */
 #define PROFILE_MAX 1e18
+/* A profile file larger than this is refused (the released repository's profiles are at most 35
+ * KB). */
+#define PROFILE_MAX_BYTES (64 << 20)
+
 static bool number(const char *s, const char *e, double *v)
 {
     char buf[64];
@@ -110,6 +115,18 @@ static const char *keyed(struct tok t, const char *key)
     if ((size_t)(t.e - t.s) <= kl || memcmp(t.s, key, kl) != 0 || t.s[kl] != '=')
         return NULL;
     return t.s + kl + 1;
+}
+
+/* "key=K" with lo <= K <= hi into *out; -1 if not. */
+static int keyed_int(struct tok t, const char *key, long lo, long hi, int *out)
+{
+    const char *v = keyed(t, key);
+    char *e2 = NULL;
+    long x = v ? strtol(v, &e2, 10) : -1;
+    if (!v || e2 != t.e || v == e2 || x < lo || x > hi)
+        return -1;
+    *out = (int)x;
+    return 0;
 }
 
 /* "[A; B; ...]": the sum, in order, as graph.py takes it. */
@@ -173,13 +190,14 @@ static bool bad_id(struct tok t)
 
 static int node_line(struct parser *ps, const char *line, const char *end, int lineno)
 {
-    struct tok t[5];
-    size_t n = split(line, end, " -- ", t, 4);
-    if (n < 3 || n > 4)
+    struct tok t[6];
+    size_t n = split(line, end, " -- ", t, 5);
+    if (n < 3 || n > 5)
         return fail(ps, lineno, 1,
-                    "a layer line has 3 or 4 fields separated by ' -- ' (ID -- DESCRIPTION -- "
-                    "forward_compute_time=..., ...[ -- stage_id=K]), this one has %s",
-                    n > 4    ? "more"
+                    "a layer line has 3 to 5 fields separated by ' -- ' (ID -- DESCRIPTION -- "
+                    "forward_compute_time=..., ...[ -- stage_id=K[ -- replicas=R]]), this one "
+                    "has %s",
+                    n > 5    ? "more"
                     : n == 2 ? "2"
                              : "1");
     if (bad_id(t[0]))
@@ -202,14 +220,11 @@ static int node_line(struct parser *ps, const char *line, const char *end, int l
                         fields[k], (int)(m[k].e - v), v,
                         k == 2 ? " (or a list [A; B] of such, summing to at most 1e18)" : "");
     }
-    if (n == 4) {
-        const char *v = keyed(t[3], "stage_id");
-        char *e2 = NULL;
-        long s = v ? strtol(v, &e2, 10) : -1;
-        if (!v || e2 != t[3].e || v == e2 || s < 0 || s > 1000000)
-            return fail(ps, lineno, col_of(line, t[3].s), "expected stage_id=K (K >= 0)");
-        L.stage = (int)s;
-    }
+    if (n >= 4 && keyed_int(t[3], "stage_id", 0, 1000000, &L.stage) < 0)
+        return fail(ps, lineno, col_of(line, t[3].s), "expected stage_id=K (K >= 0)");
+    if (n == 5 && keyed_int(t[4], "replicas", 1, 1000000, &L.replicas) < 0)
+        return fail(ps, lineno, col_of(line, t[4].s),
+                    "expected replicas=R (R >= 1: the workers of the layer's stage)");
     struct ddp_profile *p = ps->p;
     if (ddp_htab_find(&ps->ids, t[0].s, (size_t)(t[0].e - t[0].s)))
         return fail(ps, lineno, 1, "layer '%.*s' is defined twice", (int)(t[0].e - t[0].s), t[0].s);
@@ -388,7 +403,19 @@ int ddp__profile_load(const char *path, struct ddp_profile *p, char *err, size_t
     char *text = NULL;
     size_t len = 0, cap = 0;
     int r = 0;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "profile '%s' is not a regular file", path);
+        fclose(f);
+        return DDP_EINVAL;
+    }
     for (;;) {
+        if (len >= PROFILE_MAX_BYTES) {
+            r = DDP_EINVAL;
+            snprintf(err, errlen, "profile '%s' is larger than %d MiB: not a graph.txt", path,
+                     PROFILE_MAX_BYTES >> 20);
+            break;
+        }
         if (len == cap) {
             size_t nc = cap ? cap * 2 : 65536;
             char *q = realloc(text, nc);
@@ -491,6 +518,8 @@ int ddp__profile_write(const struct ddp_profile *p, FILE *f)
                 L->id, L->desc, L->fwd_ms, L->bwd_ms, act, L->param_bytes);
         if (L->stage >= 0)
             fprintf(f, " -- stage_id=%d", L->stage);
+        if (L->stage >= 0 && L->replicas > 0)
+            fprintf(f, " -- replicas=%d", L->replicas);
         fputc('\n', f);
     }
     /* graph.py prints each layer's incoming edges, layer by layer */

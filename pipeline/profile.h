@@ -2,9 +2,10 @@
  * A model's profile in PipeDream's graph.txt format (msr-fiddle/pipedream, graph/graph.py): one
  * line per layer,
  *   nodeN -- DESC -- forward_compute_time=MS, backward_compute_time=MS, activation_size=BYTES,
- *   parameter_size=BYTES[ -- stage_id=K]
+ *   parameter_size=BYTES[ -- stage_id=K[ -- replicas=R]]
  * and one tab-indented line per edge, "\tnodeA -- nodeB". An activation_size may be a list
- * "[A; B]", read as its sum (as graph.py does).
+ * "[A; B]", read as its sum (as graph.py does). replicas=R, the workers of the layer's stage, is
+ * ddprun's (`ddprun pipeline plan --output` writes it; graph.py reads only the first four fields).
  */
 #ifndef DDP_PIPELINE_PROFILE_H
 #define DDP_PIPELINE_PROFILE_H
@@ -18,6 +19,7 @@ struct ddp_layer {
     double act_bytes;      /* the layer's output activation, bytes */
     double param_bytes;    /* its parameters, bytes */
     int stage;             /* stage_id, or -1 when the line has none */
+    int replicas;          /* replicas=R, or 0 when the line has none */
     int line;              /* where it was read (1-based), 0 if made in memory */
 };
 

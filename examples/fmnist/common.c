@@ -159,7 +159,10 @@ void usage(FILE *f)
         "  --schedule 1f1b|flush  PipeDream's 1F1B with weight stashing (each --batch is a\n"
         "                      minibatch and an update), or flush (each --batch is\n"
         "                      --microbatches minibatches and one update: sequential training)\n"
-        "  --microbatches M    flush: minibatches per --batch (default 4)\n",
+        "  --microbatches M    flush: minibatches per --batch (default 4)\n"
+        "Under a job spec's pipeline section (ddprun-job(5)), DDPRUN_PIPELINE_SPLIT, _REPLICAS,\n"
+        "_SCHEDULE, _MICROBATCHES and _MICROBATCH_SIZE (a minibatch's samples: --batch is it\n"
+        "times the microbatches with flush) give the pipeline flags' defaults.\n",
         prog);
 }
 
@@ -200,6 +203,22 @@ void parse(int argc, char **argv, struct cfg *c)
                       .bucket_mb = -1,
                       .first_mb = -1,
                       .microbatches = 4};
+    /* A job spec's pipeline section (ddprun-job(5)) gives the defaults; flags override. */
+    int env_nrep = 0, env_replicas[MAX_LAYERS];
+    bool pipe_flag = false;
+    const char *ev;
+    if ((ev = getenv("DDPRUN_PIPELINE_SPLIT")) && *ev) {
+        c->pipeline_arg = ev;
+        c->pipe_nstages = int_list(ev, c->pipe_split, "DDPRUN_PIPELINE_SPLIT");
+        if ((ev = getenv("DDPRUN_PIPELINE_REPLICAS")) && *ev)
+            env_nrep = int_list(ev, env_replicas, "DDPRUN_PIPELINE_REPLICAS");
+    }
+    if ((ev = getenv("DDPRUN_PIPELINE_SCHEDULE")) && *ev)
+        c->schedule_flush = strcmp(ev, "flush") == 0;
+    if ((ev = getenv("DDPRUN_PIPELINE_MICROBATCHES")) && atoi(ev) > 0)
+        c->microbatches = atoi(ev);
+    int env_mbsize = (ev = getenv("DDPRUN_PIPELINE_MICROBATCH_SIZE")) ? atoi(ev) : 0;
+    bool batch_flag = false;
     enum {
         O_EPOCHS = 256,
         O_BATCH,
@@ -267,6 +286,7 @@ void parse(int argc, char **argv, struct cfg *c)
             break;
         case O_BATCH:
             c->batch = atoi(optarg);
+            batch_flag = true;
             break;
         case O_HIDDEN: {
             c->nhidden = 0;
@@ -350,6 +370,7 @@ void parse(int argc, char **argv, struct cfg *c)
         case O_PIPE:
             c->pipeline_arg = optarg;
             c->pipe_nstages = int_list(optarg, c->pipe_split, "--pipeline");
+            pipe_flag = true;
             break;
         case O_REPLICAS:
             nrep = int_list(optarg, c->pipe_replicas, "--replicas");
@@ -374,6 +395,12 @@ void parse(int argc, char **argv, struct cfg *c)
     }
     if (optind != argc || c->epochs < 1 || c->batch < 1 || c->nhidden < 0)
         die("bad arguments (see --help)");
+    if (env_mbsize > 0 && !batch_flag && c->pipe_nstages) /* flush: a batch of microbatches */
+        c->batch = env_mbsize * (c->schedule_flush ? c->microbatches : 1);
+    if (!nrep && !pipe_flag && env_nrep) {
+        nrep = env_nrep;
+        memcpy(c->pipe_replicas, env_replicas, sizeof(env_replicas));
+    }
     if (nrep && nrep != c->pipe_nstages)
         die("--replicas has %d counts for the %d stages of --pipeline", nrep, c->pipe_nstages);
     for (int s = nrep; s < c->pipe_nstages; s++)

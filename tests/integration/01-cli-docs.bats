@@ -144,6 +144,7 @@ examples_of() {
 @test "every EXAMPLES line of the man pages works as written" {
   cd "$BATS_TEST_TMPDIR"
   cp "$REPO/tests/data/pipedream/vgg16.txt" .   # the profile of the pipeline examples
+  export PATH="$BUILD:$PATH"                      # ddprun-fmnist, as installed beside ddprun
   n=0
   for page in "$REPO"/man/*.[0-9]; do
     # a job.yaml the commands can run: a YAML block of the page if it has one

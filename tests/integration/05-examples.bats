@@ -9,7 +9,7 @@ load '../lib/common'
     [ "$status" -eq 0 ] || { echo "$f: $output"; return 1; }
     n=$((n + 1))
   done
-  [ "$n" -ge 7 ]
+  [ "$n" -ge 8 ]
 }
 
 @test "the local examples run and succeed" {
@@ -26,6 +26,10 @@ load '../lib/common'
   run "$DDPRUN" "$REPO/examples/jobs/logs-and-checkpoints.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
   assert_success
   assert_line "checkpoints go to $REPO/examples/jobs/checkpoints"
+  PATH="$BUILD:$PATH" run "$DDPRUN" "$REPO/examples/jobs/pipeline.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
+  assert_success
+  assert_output --partial "pipeline of 3 stages (1,1,1), 1F1B, minibatch 64, 936 minibatches per epoch"
+  assert_output --partial "[localhost:2] rank 2: stage 1 replica 1, layers 2-2, warm-up 1"
 }
 
 @test "on a terminal a status line shows the phase, ranks up and elapsed time" {

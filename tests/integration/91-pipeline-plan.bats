@@ -13,7 +13,8 @@ D="$BATS_TEST_DIRNAME/../data/pipedream"
 same_stages() {
   awk -F' -- ' 'NR == FNR { split($0, x, " "); want[x[1]] = x[2]; n++; next }
                 /^\t/ { next }
-                { split($NF, a, "="); if (($1 in want) && want[$1] == a[2]) ok++ }
+                { for (k = 4; k <= NF; k++) if ($k ~ /^stage_id=/) { split($k, a, "=") }
+                  if (($1 in want) && want[$1] == a[2]) ok++ }
                 END { if (ok != n) { printf "%d of %d layers in the same stage\n", ok, n; exit 1 } }' \
     "$1" "$2"
 }
@@ -88,7 +89,7 @@ speedup_of() { sed -n 's/^predicted speedup over data parallel: \([0-9.]*\)x.*/\
   first="$output"
   # every layer and edge is kept, each layer with a stage
   [ "$(wc -l <"$BATS_TEST_TMPDIR/p.txt")" -eq "$(grep -c . "$D/resnet50.txt")" ]
-  [ "$(grep -v $'^\t' "$BATS_TEST_TMPDIR/p.txt" | grep -vc ' -- stage_id=[0-9]*$')" -eq 0 ]
+  [ "$(grep -v $'^\t' "$BATS_TEST_TMPDIR/p.txt" | grep -vc ' -- stage_id=[0-9]* -- replicas=[0-9]*$')" -eq 0 ]
   run "$DDPRUN" pipeline plan "$BATS_TEST_TMPDIR/p.txt" --machines 8 --bandwidth 1Gbit
   assert_success
   [ "${output//$BATS_TEST_TMPDIR\/p.txt/X}" = "${first//$D\/resnet50.txt/X}" ]
@@ -106,6 +107,14 @@ speedup_of() { sed -n 's/^predicted speedup over data parallel: \([0-9.]*\)x.*/\
   run "$DDPRUN" pipeline plan "$BATS_TEST_TMPDIR/missing.txt" --machines 2 --bandwidth 1Gbit
   assert_failure 2
   assert_output --partial "cannot open profile '$BATS_TEST_TMPDIR/missing.txt'"
+  # no endless read: a device, a pipe, a file far larger than any profile
+  run timeout 10 "$DDPRUN" pipeline plan /dev/zero --machines 2 --bandwidth 1Gbit
+  assert_failure 2
+  assert_output "ddprun: error: profile '/dev/zero' is not a regular file"
+  truncate -s 65M "$BATS_TEST_TMPDIR/huge.txt"
+  run timeout 10 "$DDPRUN" pipeline plan "$BATS_TEST_TMPDIR/huge.txt" --machines 2 --bandwidth 1Gbit
+  assert_failure 2
+  assert_output "ddprun: error: profile '$BATS_TEST_TMPDIR/huge.txt' is larger than 64 MiB: not a graph.txt"
   run "$DDPRUN" pipeline plan "$D/vgg16.txt" --bandwidth 1Gbit
   assert_failure 2
   assert_output --partial "--machines and --bandwidth are required"

@@ -68,8 +68,9 @@ TEST(profile_errors_name_line_and_column)
 {
     ASSERT_STREQ(parse_error(""), "g.txt:1:1: no layers: a profile has a line per layer");
     ASSERT_STREQ(parse_error("n1 -- A\n"),
-                 "g.txt:1:1: a layer line has 3 or 4 fields separated by ' -- ' (ID -- "
-                 "DESCRIPTION -- forward_compute_time=..., ...[ -- stage_id=K]), this one has 2");
+                 "g.txt:1:1: a layer line has 3 to 5 fields separated by ' -- ' (ID -- "
+                 "DESCRIPTION -- forward_compute_time=..., ...[ -- stage_id=K[ -- replicas=R]]), "
+                 "this one has 2");
     ASSERT_STREQ(parse_error(L1 "parameter_size=x\n"),
                  "g.txt:1:95: parameter_size: 'x' is not a number from 0 to 1e18");
     ASSERT_STREQ(parse_error(L1 "parameter_size=-4\n"),
@@ -90,6 +91,12 @@ TEST(profile_errors_name_line_and_column)
                  "a list [A; B] of such, summing to at most 1e18)");
     ASSERT_STREQ(parse_error(L1 "parameter_size=4 -- stage=1\n"),
                  "g.txt:1:100: expected stage_id=K (K >= 0)");
+    ASSERT_STREQ(parse_error(L1 "parameter_size=4 -- stage_id=1 -- replicas=0\n"),
+                 "g.txt:1:114: expected replicas=R (R >= 1: the workers of the layer's stage)");
+    ASSERT_STREQ(parse_error(L1 "parameter_size=4 -- stage_id=1 -- replicas=2 -- x=1\n"),
+                 "g.txt:1:1: a layer line has 3 to 5 fields separated by ' -- ' (ID -- "
+                 "DESCRIPTION -- forward_compute_time=..., ...[ -- stage_id=K[ -- replicas=R]]), "
+                 "this one has more");
     ASSERT_STREQ(parse_error(L1 "parameter_size=4\n" L1 "parameter_size=4\n"),
                  "g.txt:2:1: layer 'n1' is defined twice");
     ASSERT_STREQ(parse_error(L1 "parameter_size=4\n\tn1 -- n2\n"),
