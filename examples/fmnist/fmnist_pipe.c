@@ -299,6 +299,10 @@ int train_pipeline(const struct cfg *c, const struct dataset *train, const struc
     int64_t total = (int64_t)c->epochs * run_n;
     if (c->max_steps && c->max_steps * p.M < total)
         total = c->max_steps * p.M / unit * unit;
+    if (total == 0)
+        die("--max-steps %lld runs no minibatch: 1F1B runs minibatches in multiples of %lld, the "
+            "least common multiple of the replica counts",
+            (long long)c->max_steps, (long long)unit);
     int rc = 0;
     for (int epoch = 0; (int64_t)epoch * run_n < total; epoch++) {
         double t0 = now_s();

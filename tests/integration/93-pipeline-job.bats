@@ -158,6 +158,11 @@ EOF
   run "$DDPRUN" spec1f1b.yaml --set pipeline.schedule=1f1b
   assert_success
   ! cmp -s flags.bin spec.bin
+  # 1F1B runs minibatches in multiples of the replica counts' lcm: fewer is refused, not run
+  run "$DDPRUN" spec1f1b.yaml --set pipeline.schedule=1f1b --set 'pipeline.replicas=[2,1]' \
+    --set 'command=['"$F"', --max-steps, "1"]'
+  assert_failure 1
+  assert_output --partial ": --max-steps 1 runs no minibatch: 1F1B runs minibatches in multiples of 2, the least common multiple of the replica counts"
 }
 
 # pgrep and kill of a hung node, as 50-elastic does: the last local node's agent is stopped
