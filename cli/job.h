@@ -33,7 +33,6 @@ struct ddp_job_pipeline {
     bool flush;               /* schedule: flush (else 1f1b) */
     int microbatches;         /* flush: minibatches per update */
     int microbatch_size;      /* samples per minibatch; 0: the program's own */
-    int line, col;            /* where the section is, for messages of later rounds */
 };
 
 struct ddp_job {

@@ -121,8 +121,6 @@ int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, co
     if (ddp__jv_check_keys(c, sub, "pipeline", pipe_keys) < 0)
         return -1;
     p->on = true;
-    p->line = sub->line;
-    p->col = sub->col;
     p->microbatches = 4;
     split = ddp__ytree_get(sub, "split");
     plan = ddp__ytree_get(sub, "plan");
