@@ -37,6 +37,18 @@ static int int_list(const struct ddp__jctx *c, const struct ddp_ynode *n, const 
     return 0;
 }
 
+/* A path value: *out (freed first) the path resolved against basedir. */
+static int path_value(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                      const char *basedir, char **out)
+{
+    if (ddp__jv_str(c, n, what, out) < 0)
+        return -1;
+    char *abs = ddp__jv_path(basedir, *out);
+    free(*out);
+    *out = abs;
+    return abs ? 0 : -1;
+}
+
 static int load_auto(const struct ddp__jctx *c, const struct ddp_ynode *a, const char *basedir,
                      struct ddp_job_pipeline *p)
 {
@@ -55,11 +67,7 @@ static int load_auto(const struct ddp__jctx *c, const struct ddp_ynode *a, const
                     "node and between nodes: [100Gbit, 1Gbit])");
         return -1;
     }
-    if (ddp__jv_str(c, n, "pipeline.auto.profile", &p->profile) < 0)
-        return -1;
-    char *abs = ddp__jv_path(basedir, p->profile);
-    free(p->profile);
-    if (!(p->profile = abs))
+    if (path_value(c, n, "pipeline.auto.profile", basedir, &p->profile) < 0)
         return -1;
     n = ddp__ytree_get(a, "bandwidth");
     size_t cnt = n->type == DDP_Y_SEQ ? n->n : 1;
@@ -135,14 +143,8 @@ int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, co
     }
     if (split && int_list(c, split, "pipeline.split", 1000000, &p->split, &p->nsplit) < 0)
         return -1;
-    if (plan) {
-        if (ddp__jv_str(c, plan, "pipeline.plan", &p->plan_file) < 0)
-            return -1;
-        char *abs = ddp__jv_path(basedir, p->plan_file);
-        free(p->plan_file);
-        if (!(p->plan_file = abs))
-            return -1;
-    }
+    if (plan && path_value(c, plan, "pipeline.plan", basedir, &p->plan_file) < 0)
+        return -1;
     if (au && load_auto(c, au, basedir, p) < 0)
         return -1;
     if ((n = ddp__ytree_get(sub, "replicas"))) {
@@ -179,15 +181,9 @@ int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, co
         return -1;
     /* What the job's whole set of ranks makes of it, now: a bad plan file or profile, or
      * replicas that do not add up to the ranks, is an error at load time. */
-    int *slots = calloc(j->nnodes ? j->nnodes : 1, sizeof(int));
-    if (!slots)
-        return -1;
-    for (size_t i = 0; i < j->nnodes; i++)
-        slots[i] = j->nodes[i].slots;
     struct ddp__pipe_layout L;
     char err[1024];
-    int r = ddp__pipe_layout(p, slots, (int)j->nnodes, &L, err, sizeof(err));
-    free(slots);
+    int r = ddp__pipe_layout_job(j, &L, err, sizeof(err));
     if (r < 0) {
         const struct ddp_ynode *rep = ddp__ytree_get(sub, "replicas");
         ddp__jv_err(c,

@@ -86,17 +86,12 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
      * for the nodes it has) */
     struct ddp__pipe_layout pl = {0};
     char **penv = NULL, err[1024];
-    int *slots = calloc(j->nnodes + 1, sizeof(int));
-    for (size_t i = 0; slots && i < j->nnodes; i++)
-        slots[i] = j->nodes[i].slots;
-    if (j->pipe.on && slots &&
-        ddp__pipe_layout(&j->pipe, slots, (int)j->nnodes, &pl, err, sizeof(err)) == 0) {
+    if (j->pipe.on && ddp__pipe_layout_job(j, &pl, err, sizeof(err)) == 0) {
         ddp__pipe_layout_print(&j->pipe, &pl, f);
         penv = ddp__pipe_layout_env(&j->pipe, &pl);
     } else if (j->pipe.on) {
-        fprintf(f, "pipeline: {}   # %s\n", slots ? err : "out of memory");
+        fprintf(f, "pipeline: {}   # %s\n", err);
     }
-    free(slots);
     fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s%s\n", j->world_size, "node",
             "host", "local_rank", "global_rank", pl.nstages ? " stage replica" : "");
     int rank = 0;

@@ -240,6 +240,22 @@ fail:
     return r;
 }
 
+int ddp__pipe_layout_job(const struct ddp_job *j, struct ddp__pipe_layout *L, char *err,
+                         size_t errlen)
+{
+    int *slots = calloc(j->nnodes ? j->nnodes : 1, sizeof(int));
+    if (!slots) {
+        memset(L, 0, sizeof(*L));
+        snprintf(err, errlen, "out of memory");
+        return DDP_ENOMEM;
+    }
+    for (size_t i = 0; i < j->nnodes; i++)
+        slots[i] = j->nodes[i].slots;
+    int r = ddp__pipe_layout(&j->pipe, slots, (int)j->nnodes, L, err, errlen);
+    free(slots);
+    return r;
+}
+
 void ddp__pipe_layout_release(struct ddp__pipe_layout *L)
 {
     free(L->split);

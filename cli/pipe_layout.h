@@ -27,6 +27,10 @@ struct ddp__pipe_layout {
  * planned, with its file:line:col), DDP_ENOMEM. */
 int ddp__pipe_layout(const struct ddp_job_pipeline *p, const int *slots, int nnodes,
                      struct ddp__pipe_layout *out, char *err, size_t errlen);
+/* The same for every node of job j (its whole set of ranks: load time, `ddprun plan`). */
+struct ddp_job;
+int ddp__pipe_layout_job(const struct ddp_job *j, struct ddp__pipe_layout *out, char *err,
+                         size_t errlen);
 void ddp__pipe_layout_release(struct ddp__pipe_layout *L);
 
 /* The stage and replica of rank r. */
