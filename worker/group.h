@@ -69,6 +69,7 @@ struct ddp_pg {
     struct ddp__recorder *rec; /* the flight recorder, or NULL */
     int *p2p_fd;               /* per peer: the point-to-point connection (opts.p2p), or NULL */
     struct ddp__p2p *p2p;      /* their engine (worker/p2p.c), started by the first send/recv */
+    struct ddp__p2p_shm *p2p_shm; /* rings to and from the node's ranks (worker/p2p_shm.c) */
 };
 
 /* Stops the point-to-point engine (what is pending fails with DDP_EABORTED) and frees it;

@@ -6,8 +6,14 @@
  * one another. A message is a 16-byte header (tag, length) and its bytes; it lands in the
  * first receive posted for its sender and tag, or is held until one is posted. Callers hand
  * operations over through a locked list and a wake-up pipe.
+ *
+ * Between two ranks of one node the same byte stream goes through a pair of shared-memory
+ * rings (worker/p2p_shm.h) and the connection only carries doorbells: the engine reads and
+ * writes the rings instead of the socket, drains the doorbells it is sent, and rings the
+ * peer's when the ring says it sleeps.
  */
 #include "worker/group.h"
+#include "worker/p2p_shm.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -50,6 +56,7 @@ struct held {
 
 struct link {
     int fd;
+    struct ddp__ring out, in; /* shared-memory rings (data NULL: the bytes go over fd) */
     struct op *sends;  /* in order; the first is being written */
     struct op *recvs;  /* posted, unmatched, in order */
     struct held *held; /* in arrival order */
@@ -279,13 +286,49 @@ static bool io_retry(struct ddp__p2p *e, int j)
     return false;
 }
 
+/* One byte on the connection wakes a peer asleep on its ring (a full socket buffer already
+ * holds a wake-up; a broken one is seen by the reads). */
+static void ring_bell(const struct link *l)
+{
+    ssize_t ignored = send(l->fd, "", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)ignored;
+}
+
+/* recv(2) and send(2) of a link, on its rings inside a node: -1 with EAGAIN when a ring is
+ * empty (full); never 0 (a peer's end is seen on the doorbell connection). */
+static ssize_t link_in(struct link *l, void *buf, size_t n)
+{
+    if (!l->in.data)
+        return recv(l->fd, buf, n, 0);
+    bool bell;
+    size_t k = ddp__ring_get(&l->in, buf, n, &bell);
+    if (bell)
+        ring_bell(l);
+    if (k == 0)
+        errno = EAGAIN;
+    return k ? (ssize_t)k : -1;
+}
+
+static ssize_t link_out(struct link *l, const void *buf, size_t n, int flags)
+{
+    if (!l->out.data)
+        return send(l->fd, buf, n, MSG_NOSIGNAL | flags);
+    bool bell;
+    size_t k = ddp__ring_put(&l->out, buf, n, &bell);
+    if (bell)
+        ring_bell(l);
+    if (k == 0)
+        errno = EAGAIN;
+    return k ? (ssize_t)k : -1;
+}
+
 static void do_read(struct ddp__p2p *e, int j)
 {
     struct link *l = &e->links[j];
     for (;;) {
         ssize_t n;
         if (!l->in_body) {
-            n = recv(l->fd, l->hdr + l->hdr_got, HDR - l->hdr_got, 0);
+            n = link_in(l, l->hdr + l->hdr_got, HDR - l->hdr_got);
             if (n > 0 && (l->hdr_got += (size_t)n) == HDR) {
                 uint32_t magic;
                 memcpy(&magic, l->hdr, 4);
@@ -297,7 +340,7 @@ static void do_read(struct ddp__p2p *e, int j)
                     end_body(l);
             }
         } else {
-            n = recv(l->fd, l->body + l->body_got, l->body_len - l->body_got, 0);
+            n = link_in(l, l->body + l->body_got, l->body_len - l->body_got);
             if (n > 0) {
                 l->body_got += (size_t)n;
                 if (l->into)
@@ -327,9 +370,9 @@ static void do_write(struct ddp__p2p *e, int j)
         struct op *o = l->sends; /* o->len counts the header */
         ssize_t n;
         if (o->off < HDR)
-            n = send(l->fd, o->hdr + o->off, HDR - o->off, MSG_NOSIGNAL | MSG_MORE);
+            n = link_out(l, o->hdr + o->off, HDR - o->off, MSG_MORE);
         else
-            n = send(l->fd, o->buf + (o->off - HDR), o->len - o->off, MSG_NOSIGNAL);
+            n = link_out(l, o->buf + (o->off - HDR), o->len - o->off, 0);
         if (n < 0) {
             if (io_retry(e, j))
                 continue;
@@ -341,6 +384,30 @@ static void do_write(struct ddp__p2p *e, int j)
             finish(o, 0);
         }
     }
+}
+
+/* A pair on one node: the doorbells drained (the connection's end is the peer's: what it
+ * wrote before it went is still read), then whatever the rings hold or have room for. */
+static void do_rings(struct ddp__p2p *e, int j, bool readable)
+{
+    struct link *l = &e->links[j];
+    char why[160] = "";
+    while (readable) {
+        char buf[256];
+        ssize_t n = recv(l->fd, buf, sizeof(buf), 0);
+        if (n > 0 || (n < 0 && errno == EINTR))
+            continue;
+        if (n == 0)
+            snprintf(why, sizeof(why), "rank %d closed its connection (did it exit?)", j);
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            snprintf(why, sizeof(why), "connection to rank %d: %s", j, strerror(errno));
+        break;
+    }
+    do_read(e, j);
+    if (!l->dead && why[0])
+        kill_link(e, j, DDP_ECLOSED, why);
+    if (!l->dead)
+        do_write(e, j);
 }
 
 /* Operations past their deadline fail (the queued ones; a message half-way is the link's). */
@@ -400,6 +467,9 @@ static void *engine(void *arg)
         }
         if (stop)
             break;
+        for (int j = 0; j < e->n; j++) /* what was just posted, before the engine may sleep */
+            if (e->links[j].in.data && !e->links[j].dead)
+                do_rings(e, j, false);
         int np = 0;
         pf[np] = (struct pollfd){.fd = e->wake[0], .events = POLLIN};
         who[np++] = -1;
@@ -407,25 +477,29 @@ static void *engine(void *arg)
             struct link *l = &e->links[j];
             if (j == e->me || l->dead || l->fd < 0)
                 continue;
-            pf[np] = (struct pollfd){.fd = l->fd, .events = POLLIN | (l->sends ? POLLOUT : 0)};
+            bool out = l->sends && !l->out.data; /* a ring's room is rung for, not polled */
+            pf[np] = (struct pollfd){.fd = l->fd, .events = POLLIN | (out ? POLLOUT : 0)};
             who[np++] = j;
         }
         int k = poll(pf, (nfds_t)np, 100);
         if (k < 0 && errno != EINTR)
             break;
-        if (k > 0) {
-            if (pf[0].revents & POLLIN) {
-                char buf[64];
-                while (read(e->wake[0], buf, sizeof(buf)) > 0)
-                    ;
+        if (k > 0 && (pf[0].revents & POLLIN)) {
+            char buf[64];
+            while (read(e->wake[0], buf, sizeof(buf)) > 0)
+                ;
+        }
+        for (int q = 1; q < np; q++) {
+            int j = who[q];
+            short ev = k > 0 ? pf[q].revents : 0;
+            if (e->links[j].in.data) {
+                do_rings(e, j, ev & (POLLIN | POLLHUP | POLLERR));
+                continue;
             }
-            for (int q = 1; q < np; q++) {
-                int j = who[q];
-                if (pf[q].revents & (POLLIN | POLLHUP | POLLERR))
-                    do_read(e, j);
-                if (!e->links[j].dead && (pf[q].revents & POLLOUT))
-                    do_write(e, j);
-            }
+            if (ev & (POLLIN | POLLHUP | POLLERR))
+                do_read(e, j);
+            if (!e->links[j].dead && (ev & POLLOUT))
+                do_write(e, j);
         }
         expire(e, ddp_now_ms());
     }
@@ -472,6 +546,10 @@ static int engine_start(struct ddp_pg *pg)
     }
     for (int j = 0; j < pg->world; j++) {
         e->links[j].fd = pg->p2p_fd[j];
+        if (pg->p2p_shm) {
+            e->links[j].out = pg->p2p_shm->out[j];
+            e->links[j].in = pg->p2p_shm->in[j];
+        }
         if (e->links[j].fd >= 0)
             fcntl(e->links[j].fd, F_SETFL, fcntl(e->links[j].fd, F_GETFL) | O_NONBLOCK);
     }

@@ -6,6 +6,7 @@
  * torchrun environment.
  */
 #include "worker/group.h"
+#include "worker/p2p_shm.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -360,7 +361,8 @@ static void cross_free(struct ddp__comm *x)
  * links to the world peers, shared memory, cross-node rings, NCCL communicator, recorder. */
 static void destroy(struct ddp_pg *pg)
 {
-    ddp__p2p_free(pg); /* its thread first: it uses the p2p connections */
+    ddp__p2p_free(pg); /* its thread first: it uses the p2p connections and rings */
+    ddp__p2p_shm_free(pg);
     for (int i = 0; i < pg->world; i++) {
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
@@ -551,6 +553,11 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     }
     if ((r = setup_cross(pg, &lay)) < 0)
         goto fail;
+    if (pg->p2p_fd && (r = ddp__p2p_setup_shm(pg, store, name, where)) < 0) {
+        snprintf(pg->err, sizeof(pg->err), "cannot agree on point-to-point rings: %s",
+                 ddp_strerror(r));
+        goto fail;
+    }
     layout_free(&lay);
     have_lay = false;
     free(where);

@@ -284,15 +284,36 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
   done
 }
 
-@test "point-to-point (ddp_pg_send/recv): a ring of sizes to 16 MiB, tags out of order, 64 MiB both ways at once, size mismatch, a message from a rank that exited; at 2, 3 and 5 ranks" {
-  for n in 2 3 5; do
-    printf 'command: [%s, p2p]\nnproc_per_node: %d\nenv: {DDP_PG_P2P: "1"}\n' "$PGTEST" "$n" >job.yaml
+@test "point-to-point (ddp_pg_send/recv): a ring of sizes to 16 MiB, tags out of order, 64 MiB both ways at once, size mismatch, a message from a rank that exited; at 2, 3 and 5 ranks, through shared-memory rings (1 MiB, 4 KiB) and over TCP" {
+  # ring bytes per pair inside the node: the default, 4 KiB (every large message wraps
+  # thousands of times), 0 (TCP over loopback)
+  for case in "2 -" "3 -" "5 -" "3 4096" "2 0" "5 0"; do
+    set -- $case
+    local n=$1 extra=
+    [ "$2" = - ] || extra=", DDP_PG_P2P_SHM_BYTES: \"$2\""
+    printf 'command: [%s, p2p]\nnproc_per_node: %d\nenv: {DDP_PG_P2P: "1", DDP_LOG_LEVEL: info%s}\n' \
+      "$PGTEST" "$n" "$extra" >job.yaml
     run "$DDPRUN" job.yaml
-    [ "$status" -eq 0 ] || { echo "world size $n:"; echo "$output"; return 1; }
-    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+    [ "$status" -eq 0 ] || { echo "world size $n, rings $2:"; echo "$output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ] || return 1
     assert_output --partial "receive of 50 bytes with tag 99 from rank 0 failed: the message is 100 bytes"
     assert_output --partial "receive of 10 bytes with tag 6 from rank 1 failed: rank 1 closed its connection"
+    local rings
+    rings=$(grep -c "point-to-point through shared memory with $((n - 1)) local ranks" <<<"$output" || true)
+    case $2 in
+      -) [ "$rings" -eq "$n" ] && assert_output --partial "(1048576-byte rings)" ;;
+      0) [ "$rings" -eq 0 ] ;;
+      *) [ "$rings" -eq "$n" ] && assert_output --partial "($2-byte rings)" ;;
+    esac || { echo "world size $n, rings $2: $rings ranks use them"; return 1; }
   done
+  # 2 nodes of 2: rings inside each node, TCP between them, in one run
+  export DDP_PG_P2P=1 DDP_LOG_LEVEL=info
+  run_layout 2 2 p2p
+  for r in 0 1 2 3; do
+    grep -q "checks passed" "rank$r.out" || return 1
+    grep -q "point-to-point through shared memory with 1 local ranks" "rank$r.out" || return 1
+  done
+  unset DDP_PG_P2P DDP_LOG_LEVEL
   # a group formed without p2p refuses
   printf 'command: [%s, p2p]\nnproc_per_node: 2\n' "$PGTEST" >job.yaml
   run "$DDPRUN" job.yaml
@@ -300,19 +321,21 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
   assert_output --partial "(DDP_ENOTSUP)"
 }
 
-@test "point-to-point: a peer SIGKILLed while a receive waits for it fails the receive fast, naming it; a silent peer at the timeout; ranks that disagree on p2p do not form a group" {
-  start_store
+@test "point-to-point: a peer SIGKILLed while a receive waits for it fails the receive fast, naming it (rings and TCP); a silent peer at the timeout; ranks that disagree on p2p do not form a group" {
   export DDP_PG_P2P=1
-  start_ranks 2 p2p-wait
-  victim=$(echo $PIDS | cut -d' ' -f2)
-  SECONDS=0
-  kill -9 "$victim"
-  rc=0; wait "$(echo $PIDS | cut -d' ' -f1)" || rc=$?
-  [ "$rc" -eq 3 ]
-  [ "$SECONDS" -lt 10 ]
-  grep -q "receive failed after [0-9]* ms: DDP_ECLOSED" rank0.out
-  grep -q "receive of 67108864 bytes with tag 1 from rank 1 failed: rank 1 closed its connection" rank0.out
-  PIDS=
+  for bytes in 1048576 0; do
+    stop_store; start_store
+    DDP_PG_P2P_SHM_BYTES=$bytes start_ranks 2 p2p-wait
+    victim=$(echo $PIDS | cut -d' ' -f2)
+    SECONDS=0
+    kill -9 "$victim"
+    rc=0; wait "$(echo $PIDS | cut -d' ' -f1)" || rc=$?
+    [ "$rc" -eq 3 ] || return 1
+    [ "$SECONDS" -lt 10 ] || return 1
+    grep -q "receive failed after [0-9]* ms: DDP_ECLOSED" rank0.out || return 1
+    grep -q "receive of 67108864 bytes with tag 1 from rank 1 failed: rank 1 closed its connection" rank0.out || return 1
+    PIDS=
+  done
   # a peer alive but silent: the receive fails at the group's timeout
   stop_store; start_store
   TIMEOUT_MS=2000 start_ranks 2 p2p-wait
