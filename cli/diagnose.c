@@ -201,6 +201,11 @@ void ddp__diag_stragglers(const struct ddp__diag *d, struct ddp__straggle *out)
         }
     if (nr < 2)
         return;
+    /* Arriving last among some of the ranks is no verdict: name a straggler only once every
+     * rank of the round has reported (early in a round, one node's agent reports first). */
+    bool everyone = true;
+    for (int i = 0; i < d->world; i++)
+        everyone &= d->r[i].have;
     double *late = calloc((size_t)d->world * DDP__DIAG_WAITS, sizeof(double));
     uint32_t *dur = calloc((size_t)d->world, sizeof(uint32_t));
     int *lasts = calloc((size_t)d->world, sizeof(int));
@@ -243,7 +248,7 @@ void ddp__diag_stragglers(const struct ddp__diag *d, struct ddp__straggle *out)
         out[i].late_ms = l[out[i].n / 2];
         out[i].last_frac = (double)lasts[i] / out[i].n;
         /* Last more than half the time (by chance: 1/world), and by at least a millisecond. */
-        out[i].flagged = seqs >= 4 && out[i].last_frac > 0.5 && out[i].late_ms >= 1.0;
+        out[i].flagged = everyone && seqs >= 4 && out[i].last_frac > 0.5 && out[i].late_ms >= 1.0;
     }
     free(late);
     free(dur);

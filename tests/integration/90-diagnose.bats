@@ -105,8 +105,8 @@ wait_for() { # seconds, then a command that succeeds once it holds
   job "" --steps 400 --compute-ms 50 --slow-rank 3 --slow-factor 1.3
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
-  # a few seconds of collectives, then the table
-  wait_for 40 bash -c "'$DDPRUN' status | grep -q STRAGGLER"
+  # a few seconds of collectives, then the table (a verdict waits for every rank's report)
+  wait_for 40 bash -c "'$DDPRUN' status | grep -qE '^3 +127\.0\.0\.1 .*STRAGGLER'"
   run "$DDPRUN" status
   echo "$output"
   assert_success
