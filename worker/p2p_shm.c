@@ -131,7 +131,7 @@ static size_t seg_bytes(size_t cap, int nlocal)
 }
 
 /* The node's lowest rank: a new segment, its pages reserved, the header written; its name in
- * shmname. MAP_FAILED when any step fails (nothing is left behind). */
+ * shmname. MAP_FAILED when any step fails (nothing is left behind, shmname empty). */
 static void *create_segment(size_t cap, int nlocal, char *shmname, size_t namelen)
 {
     uint64_t rnd;
@@ -139,8 +139,10 @@ static void *create_segment(size_t cap, int nlocal, char *shmname, size_t namele
         return MAP_FAILED;
     snprintf(shmname, namelen, "/ddp-p2p-%016llx", (unsigned long long)rnd);
     int fd = shm_open(shmname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if (fd < 0) {
+        shmname[0] = '\0';
         return MAP_FAILED;
+    }
     size_t len = seg_bytes(cap, nlocal);
     void *base = MAP_FAILED;
     int e = ftruncate(fd, (off_t)len) != 0 ? -1 : posix_fallocate(fd, 0, (off_t)len);
@@ -151,6 +153,7 @@ static void *create_segment(size_t cap, int nlocal, char *shmname, size_t namele
         DDP_WARN(PG, "cannot reserve %zu bytes of shared memory for point-to-point rings%s", len,
                  e > 0 ? " (is /dev/shm full?)" : "");
         shm_unlink(shmname);
+        shmname[0] = '\0';
         return MAP_FAILED;
     }
     struct seg_header *hd = base;
@@ -239,8 +242,10 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
     }
     bool all;
     r = agree(pg, store, name, nlocal < 2 || base != MAP_FAILED, &all);
-    if (me == 0 && shmname[0] == '/')
+    if (me == 0 && shmname[0] == '/') {
         shm_unlink(shmname); /* every rank mapped it or gave up */
+        shmname[0] = '\0';
+    }
     if (r < 0 || base == MAP_FAILED)
         goto out;
     if (!all) {
@@ -275,6 +280,8 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
              "rank %d: point-to-point through shared memory with %d local ranks (%zu-byte rings)",
              pg->rank, nlocal - 1, cap);
 out:
+    if (me == 0 && shmname[0] == '/')
+        shm_unlink(shmname); /* the store failed before the others could map it */
     if (base != MAP_FAILED)
         munmap(base, seg_bytes(cap, nlocal));
     free(local);
