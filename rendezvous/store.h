@@ -260,6 +260,11 @@ int ddp_store_barrier(struct ddp_store *s, const char *name, int n, int timeout_
 int ddp_store_all_gather(struct ddp_store *s, const char *prefix, int rank, int n, const void *blob,
                          size_t len, int timeout_ms, struct ddp_store_value *out);
 
+/* Everyone or no one: an all-gather of each rank's ok under prefix; *all is true when every
+ * one of the n ranks said ok (false when the all-gather failed, whose code is returned). */
+int ddp_store_all_agree(struct ddp_store *s, const char *prefix, int rank, int n, bool ok,
+                        int timeout_ms, bool *all);
+
 /* ------------------------------------------------------------------ */
 /* Tokens                                                             */
 /* ------------------------------------------------------------------ */

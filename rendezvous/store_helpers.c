@@ -81,6 +81,24 @@ out:
     return r;
 }
 
+int ddp_store_all_agree(struct ddp_store *s, const char *prefix, int rank, int n, bool ok,
+                        int timeout_ms, bool *all)
+{
+    char c = ok ? '1' : '0';
+    *all = false;
+    struct ddp_store_value *vals = n > 0 ? calloc((size_t)n, sizeof(*vals)) : NULL;
+    if (!vals)
+        return n > 0 ? DDP_ENOMEM : DDP_EINVAL;
+    int r = ddp_store_all_gather(s, prefix, rank, n, &c, 1, timeout_ms, vals);
+    *all = r == 0;
+    for (int i = 0; *all && i < n; i++)
+        *all = vals[i].len == 1 && ((char *)vals[i].data)[0] == '1';
+    if (r == 0)
+        ddp_store_values_free(vals, (size_t)n);
+    free(vals);
+    return r;
+}
+
 /* ------------------------------------------------------------------ */
 /* Tokens                                                             */
 /* ------------------------------------------------------------------ */

@@ -294,19 +294,25 @@ static void ring_bell(const struct link *l)
     (void)ignored;
 }
 
-/* recv(2) and send(2) of a link, on its rings inside a node: -1 with EAGAIN when a ring is
- * empty (full); never 0 (a peer's end is seen on the doorbell connection). */
+/* A ring's k bytes moved as recv(2)/send(2) say it: -1 with EAGAIN when the ring was empty
+ * (full); never 0 (a peer's end is seen on the doorbell connection). */
+static ssize_t ring_moved(const struct link *l, size_t k, bool bell)
+{
+    if (bell)
+        ring_bell(l);
+    if (k == 0)
+        errno = EAGAIN;
+    return k ? (ssize_t)k : -1;
+}
+
+/* recv(2) and send(2) of a link, on its rings inside a node. */
 static ssize_t link_in(struct link *l, void *buf, size_t n)
 {
     if (!l->in.data)
         return recv(l->fd, buf, n, 0);
     bool bell;
     size_t k = ddp__ring_get(&l->in, buf, n, &bell);
-    if (bell)
-        ring_bell(l);
-    if (k == 0)
-        errno = EAGAIN;
-    return k ? (ssize_t)k : -1;
+    return ring_moved(l, k, bell);
 }
 
 static ssize_t link_out(struct link *l, const void *buf, size_t n, int flags)
@@ -315,11 +321,7 @@ static ssize_t link_out(struct link *l, const void *buf, size_t n, int flags)
         return send(l->fd, buf, n, MSG_NOSIGNAL | flags);
     bool bell;
     size_t k = ddp__ring_put(&l->out, buf, n, &bell);
-    if (bell)
-        ring_bell(l);
-    if (k == 0)
-        errno = EAGAIN;
-    return k ? (ssize_t)k : -1;
+    return ring_moved(l, k, bell);
 }
 
 static void do_read(struct ddp__p2p *e, int j)

@@ -183,25 +183,6 @@ static void *open_segment(const char *shmname, size_t cap, int nlocal)
     return base;
 }
 
-/* Everyone or no one: true when every rank of the group says ok (a rank alone on its node,
- * or one that mapped its node's rings). */
-static int agree(struct ddp_pg *pg, struct ddp_store *store, const char *name, bool ok, bool *all)
-{
-    char prefix[300], c = ok ? '1' : '0';
-    struct ddp_store_value *vals = calloc((size_t)pg->world, sizeof(*vals));
-    if (!vals)
-        return DDP_ENOMEM;
-    snprintf(prefix, sizeof(prefix), "pg/%s/p2p-shm-mapped", name);
-    int r = ddp_store_all_gather(store, prefix, pg->rank, pg->world, &c, 1, pg->timeout_ms, vals);
-    *all = r == 0;
-    for (int i = 0; *all && i < pg->world; i++)
-        *all = vals[i].len == 1 && ((char *)vals[i].data)[0] == '1';
-    if (r == 0)
-        ddp_store_values_free(vals, (size_t)pg->world);
-    free(vals);
-    return r;
-}
-
 int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name,
                        const int *node_of)
 {
@@ -240,8 +221,11 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
         if (shmname[0] == '/')
             base = open_segment(shmname, cap, nlocal);
     }
+    /* everyone or no one (a rank alone on its node has nothing to map) */
     bool all;
-    r = agree(pg, store, name, nlocal < 2 || base != MAP_FAILED, &all);
+    snprintf(key, sizeof(key), "pg/%s/p2p-shm-mapped", name);
+    r = ddp_store_all_agree(store, key, pg->rank, pg->world, nlocal < 2 || base != MAP_FAILED,
+                            pg->timeout_ms, &all);
     if (me == 0 && shmname[0] == '/') {
         shm_unlink(shmname); /* every rank mapped it or gave up */
         shmname[0] = '\0';

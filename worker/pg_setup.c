@@ -287,18 +287,10 @@ static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *nam
     if (fd >= 0)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     /* Everyone or no one: agree on whether every rank mapped its node's segment. */
-    char ok = base != MAP_FAILED ? '1' : '0';
-    struct ddp_store_value *vals = calloc((size_t)pg->world, sizeof(*vals));
+    bool all;
     snprintf(prefix, sizeof(prefix), "pg/%s/shm-mapped", name);
-    r = vals
-            ? ddp_store_all_gather(store, prefix, pg->rank, pg->world, &ok, 1, pg->timeout_ms, vals)
-            : DDP_ENOMEM;
-    bool all = r == 0;
-    for (int i = 0; all && i < pg->world; i++)
-        all = vals[i].len == 1 && ((char *)vals[i].data)[0] == '1';
-    if (vals)
-        ddp_store_values_free(vals, (size_t)pg->world);
-    free(vals);
+    r = ddp_store_all_agree(store, prefix, pg->rank, pg->world, base != MAP_FAILED, pg->timeout_ms,
+                            &all);
     if (pg->local_rank == 0 && shmname[0] == '/')
         shm_unlink(shmname); /* every rank has it mapped (or gave up): the name is not needed */
     if (r < 0)
