@@ -3,7 +3,10 @@
 # (the same 2 processes training their shards at once, no reducer), the reducer with overlap,
 # and with overlap disabled; a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
 # on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
-# Configurations alternate within each repetition; medians over the repetitions.
+# Configurations alternate within each repetition; medians over the repetitions. The reducer's
+# runs are paired (ddprun-fmnist --bench-paired): each step is followed by the same step without
+# the reducer and by a bare all-reduce of all the gradients' bytes, so what the reducer adds is
+# measured against the all-reduce it must do, in the same seconds of this drifting VM.
 # Usage: bench/reducer_bench.sh [BUILD_DIR] [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +24,12 @@ ours() { # label extra-args... : prints "label ms"
   local a="$B/ddprun-fmnist, --hidden, '$HIDDEN', --batch, '$BATCH', --max-steps, '$STEPS', --eval-every, '0', --bench" x
   for x in "$@"; do a="$a, '$x'"; done
   printf 'command: [%s]\nnproc_per_node: 2\nlogs: {dir: %s/logs}\n' "$a" "$T" >"$T/job.yaml"
-  ms=$("$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/.*bench: median step \([0-9.]*\) ms.*/\1/p')
-  echo "$label $ms"
+  "$B/ddprun" "$T/job.yaml" >"$T/out" 2>/dev/null
+  echo "$label $(sed -n 's/.*bench: median step \([0-9.]*\) ms.*/\1/p' "$T/out")"
+  # --bench-paired: each step followed by the same step without the reducer and a bare
+  # all-reduce of all the gradients; medians of the pairs' differences
+  sed -n 's/.*bench: paired.*compute-only \([0-9.]*\) ms, bare.* \([0-9.]*\) ms; added by the reducer \([0-9.]*\) ms.*/\1 \2 \3/p' \
+    "$T/out" | while read -r c b a; do echo "$label:compute $c"; echo "$label:bare $b"; echo "$label:added $a"; done
 }
 
 torchrun_() { # label mode
@@ -35,9 +42,9 @@ R="$T/r"
 : >"$R"
 for _ in $(seq "$REPS"); do
   ours compute --no-ddp >>"$R"
-  ours overlap --bucket-view >>"$R"
-  ours no-overlap --bucket-view --no-overlap >>"$R"
-  ours overlap-copy >>"$R"
+  ours overlap --bucket-view --bench-paired >>"$R"
+  ours no-overlap --bucket-view --no-overlap --bench-paired >>"$R"
+  ours overlap-copy --bench-paired >>"$R"
   torchrun_ torch-compute compute >>"$R"
   torchrun_ torch-ddp ddp >>"$R"
   if [ -z "${NO_SWEEP:-}" ]; then
@@ -63,6 +70,19 @@ for k, name, base in [("compute", "ddprun: compute only", "compute"),
                       ("torch-ddp", "PyTorch DDP (gloo)", "torch-compute")]:
     if k in m:
         print(f"| {name:34} | {m[k]:7.1f} | {m[k] / m[base]:14.2f} |")
+paired = [k for k in ("overlap", "overlap-copy", "no-overlap") if k + ":added" in m]
+if paired:
+    print()
+    print("Paired (--bench-paired): after each step, the same step without the reducer and a bare")
+    print("all-reduce of all the gradients (one buffer, alone); medians over the steps, then over the runs.")
+    print("Target: added <= 1.1 x bare.")
+    print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare |")
+    print("|---|---:|---:|---:|---:|---:|")
+    names = {"overlap": "reducer, overlap (view)", "overlap-copy": "reducer, overlap (copy)",
+             "no-overlap": "reducer, no overlap (view)"}
+    for k in paired:
+        a, b = m[k + ":added"], m[k + ":bare"]
+        print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
 sw = [k for k in m if k.startswith("sweep-")]
 if sw:
     print()

@@ -28,6 +28,7 @@ struct rparam {
     char *name;
     size_t bucket, off; /* bucket index, element offset in it */
     bool ready;         /* this iteration */
+    void *piece;        /* where its gradient is all-reduced from (buckets in pieces) */
     bool used_global;   /* after the last finalize */
 };
 
@@ -38,6 +39,7 @@ struct bucket {
     size_t nparams, pending;
     void *buf;
     uint16_t *comp; /* the compressed copy, for the fp16/bf16 hooks */
+    struct ddp_piece *pcs; /* its parameters' gradients, for an all-reduce in pieces */
     struct ddp_work *work;
 };
 
@@ -109,6 +111,17 @@ static bool hooked(const struct ddp_reducer *r, const struct bucket *b)
 }
 
 /*
+ * Without gradient-as-bucket-view, a host bucket is all-reduced in pieces: the gradients where
+ * the program keeps them, read and averaged in place (ddp_pg_allreduce_pieces_start), with no
+ * copy into the bucket and out again. The bucket's memory then only stands in for gradients
+ * that are missing (NULL, or not ready: zeros). Device buckets and compressed ones copy.
+ */
+static bool in_pieces(const struct ddp_reducer *r, const struct bucket *b)
+{
+    return !r->cuda && !r->o.gradient_as_bucket_view && !hooked(r, b);
+}
+
+/*
  * Bucket memory and the copies in and out of it: host memory and memcpy on a CPU group;
  * device memory and copies queued on the compute stream (after the kernels that produced the
  * gradients, never waited for by the host) on an NCCL group.
@@ -145,6 +158,7 @@ static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t 
         else
             free(bk[i].buf);
         free(bk[i].comp);
+        free(bk[i].pcs);
     }
     free(bk);
 }
@@ -241,6 +255,8 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
         if (r->o.hook != DDP_HOOK_ALLREDUCE && bdt[b] == DDP_F32 &&
             !(bk[b].comp = malloc((bcount[b] ? bcount[b] : 1) * sizeof(uint16_t))))
             goto out;
+        if (in_pieces(r, &bk[b]) && !(bk[b].pcs = malloc((bn[b] ? bn[b] : 1) * sizeof(*bk[b].pcs))))
+            goto out;
     }
     for (size_t k = 0; k < np; k++) {
         size_t i = order[k], b = pb[i];
@@ -311,6 +327,13 @@ static int launch(struct ddp_reducer *r, size_t bi)
         rc = ddp_pg_allreduce_start_bucket(r->pg, b->comp, b->count,
                                            r->o.hook == DDP_HOOK_FP16 ? DDP_F16 : DDP_BF16, DDP_SUM,
                                            (int)bi, &b->work);
+    } else if (in_pieces(r, b)) {
+        for (size_t k = 0; k < b->nparams; k++) {
+            const struct rparam *p = &r->ps[b->params[k]];
+            b->pcs[k] = (struct ddp_piece){.data = p->piece, .count = p->p.count};
+        }
+        rc = ddp_pg_allreduce_pieces_start(r->pg, b->pcs, b->nparams, b->dt, DDP_AVG, (int)bi,
+                                           &b->work);
     } else {
         rc = ddp_pg_allreduce_start_bucket(r->pg, b->buf, b->count, b->dt, DDP_AVG, (int)bi,
                                            &b->work);
@@ -555,7 +578,11 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
     r->used[i] = 1;
     if (!r->sync)
         return 0;
-    if (!r->o.gradient_as_bucket_view) {
+    if (in_pieces(r, &r->bk[p->bucket])) {
+        p->piece = *p->p.grad ? *p->p.grad : slot_of(r, p);
+        if (!*p->p.grad)
+            memset(p->piece, 0, pbytes(p));
+    } else if (!r->o.gradient_as_bucket_view) {
         int rc = *p->p.grad ? bucket_copy(r, slot_of(r, p), *p->p.grad, pbytes(p))
                             : zero(r, slot_of(r, p), pbytes(p));
         if (rc < 0)
@@ -661,6 +688,7 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
             fail(r, rc, "cannot zero the slot of '%s': %s", p->name, ddp__dev_error());
             goto done;
         }
+        p->piece = slot_of(r, p);
         r->bk[p->bucket].pending--;
     }
     if ((rc = launch_ready(r)) < 0)
@@ -698,6 +726,9 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
             continue;
         for (size_t k = 0; k < b->nparams; k++) {
             struct rparam *p = &r->ps[b->params[k]];
+            /* in pieces, only the gradients the bucket stood in for */
+            if (in_pieces(r, b) && p->piece != slot_of(r, p))
+                continue;
             if (p->used_global && *p->p.grad &&
                 (rc = bucket_copy(r, *p->p.grad, slot_of(r, p), pbytes(p))) < 0) {
                 fail(r, rc, "cannot copy the average of '%s' out of its bucket: %s", p->name,

@@ -46,9 +46,11 @@ struct ddp_param {
     const char *name; /* for error messages */
     void *data;       /* values: overwritten with rank 0's at creation */
     /*
-     * Where the program keeps its gradient pointer. Without gradient-as-bucket-view the
-     * reducer copies *grad into the bucket when the parameter is marked ready and the
-     * average back after the all-reduce. With it, the reducer points *grad into bucket
+     * Where the program keeps its gradient pointer. Without gradient-as-bucket-view a CPU
+     * group averages *grad in place (the bucket all-reduced in pieces, nothing copied; do not
+     * write it between mark_ready and finalize); a GPU group, or a compressing hook, copies it
+     * into the bucket at mark_ready and the average back at finalize. With it, the reducer
+     * points *grad into bucket
      * memory (copying the values it held, or zeros when NULL) and owns that memory; the
      * pointer may change when buckets are rebuilt, so read it through *grad after finalize;
      * ddp_reducer_free() sets it to NULL.

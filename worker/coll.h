@@ -109,6 +109,8 @@ struct ddp__comm {
     size_t small_bytes; /* recursive doubling at or below */
     void *scratch;
     size_t scratch_len;
+    void *stage; /* a buffer in pieces all-reduced over TCP: gathered here */
+    size_t stage_len;
     struct ddp__shm shm;
     /* Hierarchical all-reduce across nodes: the ring of the ranks with our local rank, one per
      * node (peers point at the group's connections); NULL on a single node. */
@@ -122,8 +124,24 @@ int ddp__shm_step(struct ddp__comm *c, uint64_t k);
 int ddp__shm_shard_done(struct ddp__comm *c, void *shard, size_t count, enum ddp_dtype dt,
                         enum ddp_redop op);
 
+/* A buffer in pieces (worker/pieces.c): its concatenation read and written by element
+ * ranges, with a cursor (accesses mostly move forward). */
+struct ddp__pieces {
+    const struct ddp_piece *p;
+    size_t n, esz;
+    size_t at, at_off; /* the cursor: a piece and the offset of its first element */
+};
+void ddp__pieces_init(struct ddp__pieces *v, const struct ddp_piece *p, size_t n, size_t esz);
+void ddp__pieces_read(struct ddp__pieces *v, size_t off, size_t count, void *dst);
+void ddp__pieces_write(struct ddp__pieces *v, size_t off, size_t count, const void *src);
+/* Elements [off, off + count) in place when one piece holds them all, else NULL. */
+void *ddp__pieces_span(struct ddp__pieces *v, size_t off, size_t count);
+
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
+/* The same over a buffer in pieces, reading and writing them in place (count: the total). */
+int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                              size_t count, enum ddp_dtype dt, enum ddp_redop op);
 /* The single-copy all-reduce (worker/shm_direct.c): 0 or a DDP_E* code, or 1 when it cannot
  * run this time (a local rank's buffer cannot be read in place): every local rank then
  * returns 1 alike and ddp__shm_allreduce does the work. */
@@ -151,6 +169,8 @@ int ddp__tcp_barrier(struct ddp__comm *c);
 /* The collectives of a CPU group, each on its transport (worker/coll_cpu.c). */
 int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
+int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                              size_t count, enum ddp_dtype dt, enum ddp_redop op);
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);
 int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes);
 int ddp__cpu_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,

@@ -5,6 +5,9 @@
  * collectives run over TCP (worker/coll_tcp.c). This file is the only one that calls both.
  */
 #include "worker/coll.h"
+#include "common/err.h"
+
+#include <stdlib.h>
 
 #include "common/banned.h"
 
@@ -33,6 +36,37 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
         return ddp__shm_allreduce(c, buf, count, dt, op);
     }
     return ddp__tcp_allreduce(c, buf, count, dt, op);
+}
+
+/*
+ * A buffer in pieces: in place through the node's shared memory (one node, or the hierarchical
+ * all-reduce across nodes); over TCP alone, gathered into one staging buffer and scattered
+ * back (on the communication thread, not in the program's).
+ */
+int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                              size_t count, enum ddp_dtype dt, enum ddp_redop op)
+{
+    if (c->world == 1 || count == 0)
+        return 0;
+    if (npc == 1)
+        return ddp__cpu_allreduce(c, pc[0].data, count, dt, op);
+    if (c->shm.base)
+        return ddp__shm_allreduce_pieces(c, pc, npc, count, dt, op);
+    size_t esz = ddp_dtype_size(dt);
+    if (c->stage_len < count * esz) {
+        void *p = realloc(c->stage, count * esz);
+        if (!p)
+            return DDP_ENOMEM;
+        c->stage = p;
+        c->stage_len = count * esz;
+    }
+    struct ddp__pieces v;
+    ddp__pieces_init(&v, pc, npc, esz);
+    ddp__pieces_read(&v, 0, count, c->stage);
+    int r = ddp__tcp_allreduce(c, c->stage, count, dt, op);
+    if (r == 0)
+        ddp__pieces_write(&v, 0, count, c->stage);
+    return r;
 }
 
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)

@@ -30,6 +30,8 @@ struct ddp_work {
     enum ddp_redop op;
     int root;
     int bucket;   /* the reducer's bucket index, or -1 (flight recorder) */
+    struct ddp_piece *pieces; /* an all-reduce of a buffer in pieces (owned), else NULL */
+    size_t npieces;
     uint64_t seq; /* the flight recorder's sequence number, 0 before it is entered */
     int result;
     bool done;

@@ -81,6 +81,8 @@ static int run(struct ddp_pg *pg, struct ddp_work *w)
     c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
     switch (w->kind) {
     case W_ALLREDUCE:
+        if (w->pieces)
+            return ddp__cpu_allreduce_pieces(c, w->pieces, w->npieces, w->count, w->dt, w->op);
         return ddp__cpu_allreduce(c, w->buf, w->count, w->dt, w->op);
     case W_BROADCAST:
         return ddp__cpu_broadcast(c, w->buf, w->count * esz, w->root);
@@ -192,6 +194,7 @@ static void work_destroy(struct ddp_work *w)
 #endif
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
+    free(w->pieces);
     free(w);
 }
 
@@ -551,6 +554,31 @@ int ddp_pg_allreduce_start_bucket(struct ddp_pg *pg, void *buf, size_t count, en
     COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
     w.bucket = bucket < 0 ? -1 : bucket;
     return start(pg, &w, work);
+}
+
+int ddp_pg_allreduce_pieces_start(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                                  enum ddp_dtype dt, enum ddp_redop op, int bucket,
+                                  struct ddp_work **work)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!pieces[i].data && pieces[i].count)
+            return DDP_EINVAL;
+        count += pieces[i].count;
+    }
+    /* buf: any non-NULL address (the pieces are the buffer) */
+    COLLECTIVE(W_ALLREDUCE, NULL, count ? (void *)pieces : NULL, count, dt, op, 0);
+    if (ddp_pg_is_cuda(pg))
+        return DDP_ENOTSUP;
+    if (count && !(w.pieces = malloc(n * sizeof(*pieces))))
+        return DDP_ENOMEM;
+    if (w.pieces)
+        memcpy(w.pieces, pieces, n * sizeof(*pieces));
+    w.npieces = n;
+    w.bucket = bucket < 0 ? -1 : bucket;
+    if ((r = start(pg, &w, work)) < 0)
+        free(w.pieces);
+    return r;
 }
 
 void ddp_pg_dump_recorder(const struct ddp_pg *pg, FILE *f, unsigned n)

@@ -131,6 +131,24 @@ int ddp_pg_barrier_start(struct ddp_pg *pg, struct ddp_work **work);
 int ddp_pg_allreduce_start_bucket(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                                   enum ddp_redop op, int bucket, struct ddp_work **work);
 
+/* count elements at data: one piece of a buffer in pieces. */
+struct ddp_piece {
+    void *data;
+    size_t count;
+};
+/*
+ * The all-reduce of the concatenation of n pieces (a bucket of gradients where they lie),
+ * each piece left holding its part of the result: the same values, bit for bit, as an
+ * all-reduce of one buffer holding them back to back. Through the node's shared memory the
+ * pieces are read and written in place (no copy into a contiguous buffer); over TCP alone the
+ * communication thread gathers them into a staging buffer and scatters the result back.
+ * Host memory only: DDP_ENOTSUP on an NCCL group. The array is copied; the pieces must not
+ * overlap and must stay untouched until the work completes. bucket as above (or -1).
+ */
+int ddp_pg_allreduce_pieces_start(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                                  enum ddp_dtype dt, enum ddp_redop op, int bucket,
+                                  struct ddp_work **work);
+
 int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                      enum ddp_redop op);
 int ddp_pg_broadcast(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root);

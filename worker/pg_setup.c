@@ -368,6 +368,7 @@ static void destroy(struct ddp_pg *pg)
     ddp__nccl_free(pg->nccl);
 #endif
     free(pg->comm.scratch);
+    free(pg->comm.stage);
     free(pg->comm.peers);
     ddp__rec_free(pg->rec);
     pthread_mutex_destroy(&pg->mu);

@@ -20,6 +20,7 @@
 #include "common/err.h"
 #include "common/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/banned.h"
@@ -40,30 +41,58 @@ static char *slot(struct ddp__shm *sh, int j)
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op)
 {
+    struct ddp_piece one = {.data = buf, .count = count};
+    return ddp__shm_allreduce_pieces(c, &one, 1, count, dt, op);
+}
+
+/*
+ * The buffer may be in pieces (a reducer's gradients where they lie): copied into the slot
+ * and out of the others' slots piece by piece, and a shard reduced in place where one piece
+ * holds it, else in scratch memory and then written out, with the same arithmetic.
+ */
+int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                              size_t count, enum ddp_dtype dt, enum ddp_redop op)
+{
     struct ddp__shm *sh = &c->shm;
     int n = sh->n, me = sh->me, e;
     size_t esz = ddp_dtype_size(dt);
     size_t per_round = sh->slot_bytes / esz; /* elements per round */
-    char *b = buf;
+    struct ddp__pieces v;
+    ddp__pieces_init(&v, pc, npc, esz);
+    /* A shard that straddles pieces is reduced in scratch memory. Failing here fails the
+     * group (aborted: the other ranks see it at their next step). */
+    size_t shard_max = (per_round + (size_t)n - 1) / (size_t)n * esz;
+    if (npc > 1 && c->scratch_len < shard_max) {
+        void *p = realloc(c->scratch, shard_max);
+        if (!p)
+            return DDP_ENOMEM;
+        c->scratch = p;
+        c->scratch_len = shard_max;
+    }
     for (size_t done = 0; done < count; done += per_round) {
         size_t m = count - done < per_round ? count - done : per_round;
         /* This rank's shard of the round: elements [s0, s1). */
         size_t s0 = m * (size_t)me / (size_t)n, s1 = m * (size_t)(me + 1) / (size_t)n;
         char *mine = slot(sh, me);
         /* Phase 1: copy in. */
-        memcpy(mine, b + done * esz, m * esz);
+        ddp__pieces_read(&v, done, m, mine);
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
          * it in our slot (the others read other shards of our slot meanwhile). */
         if (s1 > s0) {
-            char *out = b + (done + s0) * esz;
+            char *out = ddp__pieces_span(&v, done + s0, s1 - s0);
+            bool scattered = !out;
+            if (scattered)
+                out = c->scratch;
             memcpy(out, slot(sh, 0) + s0 * esz, (s1 - s0) * esz);
             for (int j = 1; j < n; j++)
                 ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
             if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, op)) < 0)
                 return e;
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
+            if (scattered)
+                ddp__pieces_write(&v, done + s0, s1 - s0, out);
         }
         if ((e = ddp__shm_step(c, 2)) < 0)
             return e;
@@ -72,7 +101,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
             if (j == me)
                 continue;
             size_t j0 = m * (size_t)j / (size_t)n, j1 = m * (size_t)(j + 1) / (size_t)n;
-            memcpy(b + (done + j0) * esz, slot(sh, j) + j0 * esz, (j1 - j0) * esz);
+            ddp__pieces_write(&v, done + j0, j1 - j0, slot(sh, j) + j0 * esz);
         }
         sh->seq += 2;
         sh->round++;

@@ -148,6 +148,9 @@ void usage(FILE *f)
         "  --bucket-mb X --first-bucket-mb X  bucket caps (default 25, 1; 0 = per tensor)\n"
         "  --hook fp16|bf16    compress buckets\n"
         "  --bench             print the median step time and reducer statistics\n"
+        "  --bench-paired      --bench, and after each step the same step again without the\n"
+        "                      reducer (compute only) and a bare all-reduce of all the\n"
+        "                      gradients, timed pair by pair (a benchmark, not training)\n"
         "  --dump FILE         write the final parameters (rank 0)\n"
         "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n"
         "  --profile-graph FILE  time each layer's forward and backward at a minibatch of\n"
@@ -238,6 +241,7 @@ void parse(int argc, char **argv, struct cfg *c)
         O_FMB,
         O_HOOK,
         O_BENCH,
+        O_PAIRED,
         O_DUMP,
         O_CMP,
         O_TOL,
@@ -267,6 +271,7 @@ void parse(int argc, char **argv, struct cfg *c)
                                        {"first-bucket-mb", 1, 0, O_FMB},
                                        {"hook", 1, 0, O_HOOK},
                                        {"bench", 0, 0, O_BENCH},
+                                       {"bench-paired", 0, 0, O_PAIRED},
                                        {"dump", 1, 0, O_DUMP},
                                        {"compare", 1, 0, O_CMP},
                                        {"tol", 1, 0, O_TOL},
@@ -351,6 +356,9 @@ void parse(int argc, char **argv, struct cfg *c)
             break;
         case O_BENCH:
             c->bench = true;
+            break;
+        case O_PAIRED:
+            c->bench = c->paired = true;
             break;
         case O_DUMP:
             c->dump = optarg;
@@ -533,6 +541,52 @@ void print_bench(double *step_t, long n, struct ddp_reducer *red)
            st.buckets_launched ? (double)st.launch_host_ns / 1e3 / (double)st.buckets_launched
                                : 0.0,
            st.iterations ? (double)st.finalize_wait_ns / 1e6 / (double)st.iterations : 0.0);
+}
+
+/* The medians of a step's phases: forward and backward (with the buckets' launches), the
+ * reducer's finalize (the wait for communication, the copies out), the optimizer. */
+void print_phases(double *const phase_t[3], long n)
+{
+    if (rank != 0 || n <= 0)
+        return;
+    long used;
+    double f = median_ms(phase_t[0], n, &used), w = median_ms(phase_t[1], n, &used),
+           o = median_ms(phase_t[2], n, &used);
+    printf("bench: phases (medians): forward+backward %.3f ms, finalize %.3f ms, optimizer "
+           "%.3f ms\n",
+           f, w, o);
+}
+
+/* --bench-paired: one all-reduce of a flat buffer of every gradient's bytes, after a barrier,
+ * alone: the yardstick of what the reducer adds to a step. Every rank calls it. */
+double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count)
+{
+    if (ddp_pg_barrier(pg) != 0)
+        die("barrier failed: %s", ddp_pg_last_error(pg));
+    double t0 = now_s();
+    if (ddp_pg_allreduce(pg, flat, count, DDP_F32, DDP_AVG) != 0)
+        die("all-reduce failed: %s", ddp_pg_last_error(pg));
+    return now_s() - t0;
+}
+
+/* Medians of the paired measurements (the same warm-up skipped), and of the differences
+ * step - compute-only taken pair by pair, so that the machine's drift cancels. */
+void print_paired(double *step_t, double *comp_t, double *bare_t, long n, size_t bytes)
+{
+    if (rank != 0 || n <= 0)
+        return;
+    double *diff = malloc((size_t)n * sizeof(double));
+    if (!diff)
+        die("out of memory");
+    for (long i = 0; i < n; i++)
+        diff[i] = step_t[i] - comp_t[i];
+    long used;
+    double add = median_ms(diff, n, &used), st = median_ms(step_t, n, &used),
+           co = median_ms(comp_t, n, &used), ba = median_ms(bare_t, n, &used);
+    printf("bench: paired over %ld steps: step %.3f ms, compute-only %.3f ms, bare all-reduce of "
+           "%zu bytes %.3f ms; added by the reducer %.3f ms = %.2f x bare\n",
+           used, st, co, bytes, ba, add, ba > 0 ? add / ba : 0.0);
+    free(diff);
 }
 
 void model_free(struct model *m, void (*release)(void *))

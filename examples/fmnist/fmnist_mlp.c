@@ -535,6 +535,21 @@ int main(int argc, char **argv)
     if (c.max_steps && c.max_steps < total_steps)
         total_steps = c.max_steps;
     double *step_t = malloc((size_t)(total_steps + 1) * sizeof(double));
+    /* forward+backward, finalize, optimizer: where a step's time goes (--bench) */
+    double *phase_t[3];
+    for (int k = 0; k < 3; k++)
+        phase_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
+    /* --bench-paired: compute-only steps and bare all-reduces beside the steps */
+    double *paired_t[2] = {NULL, NULL};
+    float *flat = NULL;
+    if (c.paired) {
+        if (!red || c.sim_ranks)
+            die("--bench-paired measures the reducer: it needs a process group (no --no-ddp, "
+                "no --simulate-ranks)");
+        for (int k = 0; k < 2; k++)
+            paired_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
+        flat = calloc(nparams(&m), sizeof(float));
+    }
     long nstep_t = 0;
     double ep_loss = 0, ep_n = 0, t_ep = now_s();
     int cur_epoch = -1;
@@ -564,10 +579,27 @@ int main(int argc, char **argv)
             }
         }
         sim_average(&sm, &m);
+        double t1 = now_s();
         if (red && ddp_reducer_finalize(red) != 0)
             die("gradient reduction failed: %s", ddp_reducer_last_error(red));
+        double t2 = now_s();
         sgd(&m, c.lr, c.momentum);
-        step_t[nstep_t++] = now_s() - t0;
+        phase_t[0][nstep_t] = t1 - t0;
+        phase_t[1][nstep_t] = t2 - t1;
+        phase_t[2][nstep_t] = now_s() - t2;
+        step_t[nstep_t] = now_s() - t0;
+        if (c.paired) {
+            /* the same shard again, without the reducer; then the bare all-reduce */
+            int b = c.batch * (rank + 1) / nsh - c.batch * rank / nsh;
+            double p0 = now_s();
+            forward(&m, &a, xb, b);
+            loss_grad(&m, &a, yb, b, scale, a.dZ, NULL);
+            backward(&m, &a, b, NULL);
+            sgd(&m, c.lr, c.momentum);
+            paired_t[0][nstep_t] = now_s() - p0;
+            paired_t[1][nstep_t] = bench_bare_allreduce(pg, flat, nparams(&m));
+        }
+        nstep_t++;
         step++;
         bool epoch_end = step % steps_per_epoch == 0;
         if (c.ckpt_dir && (epoch_end || (c.ckpt_every && step % c.ckpt_every == 0)) && rank == 0)
@@ -586,8 +618,17 @@ int main(int argc, char **argv)
             t_ep = now_s();
         }
     }
-    if (c.bench)
+    if (paired_t[0]) /* first: the medians below sort step_t in place */
+        print_paired(step_t, paired_t[0], paired_t[1], nstep_t, nparams(&m) * sizeof(float));
+    if (c.bench) {
         print_bench(step_t, nstep_t, red);
+        print_phases(phase_t, nstep_t);
+    }
+    for (int k = 0; k < 3; k++)
+        free(phase_t[k]);
+    free(paired_t[0]);
+    free(paired_t[1]);
+    free(flat);
     int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
     ddp_pg_free(pg);

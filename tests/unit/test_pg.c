@@ -159,6 +159,123 @@ TEST(groups_formed_by_threads_reduce_correctly)
     ddp_store_server_free(srv);
 }
 
+/* ---- all-reduce of a buffer in pieces (the reducer's buckets without bucket view) ---- */
+
+enum { PW = 4, PN = 30011 };
+
+struct piece_arg {
+    int rank, local_world, rc;
+};
+
+static void *piece_rank(void *a)
+{
+    struct piece_arg *pa = a;
+    struct ddp_store *s;
+    struct ddp_pg *pg;
+    pa->rc = -1;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        return NULL;
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "pieces"};
+    int L = pa->local_world;
+    if (ddp_pg_init(s, pa->rank, PW, pa->rank % L, L, pa->rank / L, &o, &pg) != 0)
+        return NULL;
+    float *flat = malloc(PN * sizeof(float)), *got = malloc(PN * sizeof(float));
+    struct ddp_piece pc[64];
+    float *mem[64];
+    size_t np = 0, at = 0;
+    /* Each rank cuts the buffer its own way: pieces of 0 to ~2000 elements, and one large. */
+    uint32_t x = 2654435761u * (uint32_t)(pa->rank + 1);
+    while (at < PN && np < 63) {
+        x = x * 1664525u + 1013904223u;
+        size_t k = np == 5 ? 9000 : (x >> 8) % 2000;
+        if (k > PN - at)
+            k = PN - at;
+        pc[np].count = k;
+        mem[np] = malloc((k ? k : 1) * sizeof(float));
+        pc[np].data = mem[np];
+        at += k;
+        np++;
+    }
+    pc[np].count = PN - at;
+    mem[np] = malloc((PN - at + 1) * sizeof(float));
+    pc[np].data = mem[np];
+    np++;
+    int bad = 0;
+    for (int it = 0; it < 2 && !bad; it++) {
+        for (size_t i = 0; i < PN; i++)
+            flat[i] =
+                (float)((i * 7919 + (size_t)pa->rank * 104729 + (size_t)it) % 1000) / 997.0f - 0.3f;
+        for (size_t k = 0, off = 0; k < np; off += pc[k].count, k++)
+            memcpy(pc[k].data, flat + off, pc[k].count * sizeof(float));
+        struct ddp_work *w = NULL;
+        enum ddp_redop op = it ? DDP_SUM : DDP_AVG;
+        bad |= ddp_pg_allreduce_pieces_start(pg, pc, np, DDP_F32, op, 3, &w) != 0;
+        bad |= !w || ddp_work_wait(w) != 0;
+        ddp_work_free(w);
+        bad |= ddp_pg_allreduce(pg, flat, PN, DDP_F32, op) != 0;
+        for (size_t k = 0, off = 0; k < np; off += pc[k].count, k++)
+            memcpy(got + off, pc[k].data, pc[k].count * sizeof(float));
+        bad |= memcmp(got, flat, PN * sizeof(float)) != 0;
+    }
+    struct ddp_piece hole = {.data = NULL, .count = 4};
+    struct ddp_work *w = NULL;
+    bad |= ddp_pg_allreduce_pieces_start(pg, &hole, 1, DDP_F32, DDP_SUM, -1, &w) != DDP_EINVAL;
+    for (size_t k = 0; k < np; k++)
+        free(mem[k]);
+    free(flat);
+    free(got);
+    ddp_pg_free(pg);
+    ddp_store_close(s);
+    pa->rc = bad;
+    return NULL;
+}
+
+static void run_pieces(int local_world)
+{
+    struct ddp_store_server_opts so = {
+        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&so, &srv));
+    port = ddp_store_server_port(srv);
+    pthread_create(&srv_th, NULL, serve, NULL);
+    pthread_t th[PW];
+    struct piece_arg pa[PW];
+    for (int r = 0; r < PW; r++) {
+        pa[r] = (struct piece_arg){.rank = r, .local_world = local_world};
+        pthread_create(&th[r], NULL, piece_rank, &pa[r]);
+    }
+    for (int r = 0; r < PW; r++)
+        pthread_join(th[r], NULL);
+    ddp_store_server_stop(srv);
+    pthread_join(srv_th, NULL);
+    ddp_store_server_free(srv);
+    for (int r = 0; r < PW; r++)
+        ASSERT_EQ(pa[r].rc, 0);
+}
+
+/* Small slots: many rounds, and shards that straddle pieces (reduced in scratch memory). */
+TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_through_shared_memory)
+{
+    setenv("DDP_PG_SHM_SLOT_BYTES", "4096", 1);
+    run_pieces(PW);
+    unsetenv("DDP_PG_SHM_SLOT_BYTES");
+}
+
+/* Two nodes of two: the hierarchical all-reduce (a TCP ring per shard) on scattered shards. */
+TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_across_nodes)
+{
+    setenv("DDP_PG_SHM_SLOT_BYTES", "8192", 1);
+    run_pieces(2);
+    unsetenv("DDP_PG_SHM_SLOT_BYTES");
+}
+
+/* TCP alone: gathered into a staging buffer and scattered back. */
+TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_over_tcp)
+{
+    setenv("DDP_PG_TRANSPORT", "tcp", 1);
+    run_pieces(PW);
+    unsetenv("DDP_PG_TRANSPORT");
+}
+
 struct nccl_arg {
     int rank;
     int rc;
