@@ -1,6 +1,8 @@
 """Gloo all-reduce with the same sizes, iterations and RESULT lines as bench/allreduce_bench.c.
 
 usage: /usr/bin/python3 gloo_allreduce.py NRANKS PORT   (spawns NRANKS processes on 127.0.0.1)
+       /usr/bin/python3 gloo_allreduce.py NRANKS PORT RANK ADDR IFNAME
+           (one rank of a group across hosts: rank 0 listens on ADDR:PORT; Gloo uses IFNAME)
 """
 import os
 import sys
@@ -15,10 +17,10 @@ def iters_for(b):
     return 10 if b >= 16 << 20 else 20 if b >= 1 << 20 else 50
 
 
-def run(rank, n, port):
+def run(rank, n, port, addr="127.0.0.1", ifname="lo"):
     torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+    os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=n)
     b = 4096
     while b <= 64 << 20:
         t = torch.ones(b // 4, dtype=torch.float32)
@@ -48,4 +50,7 @@ def run(rank, n, port):
 
 if __name__ == "__main__":
     n, port = int(sys.argv[1]), int(sys.argv[2])
-    mp.spawn(run, args=(n, port), nprocs=n, join=True)
+    if len(sys.argv) > 3:
+        run(int(sys.argv[3]), n, port, sys.argv[4], sys.argv[5])
+    else:
+        mp.spawn(run, args=(n, port), nprocs=n, join=True)

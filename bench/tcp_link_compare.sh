@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# All-reduce across two hosts over TCP, side by side with what bounds it: 2 test hosts (network
+# namespaces on veth through a bridge, from tests/lib/sshd.bash), one rank each, links
+# optionally rate-limited with tc (RATE, e.g. 1Gbit; "none" = the veths' own speed, which on a VM
+# is CPU-bound). In one run: one iperf3 stream between the hosts (each direction), ddprun's TCP
+# all-reduce (bench/allreduce_bench under ddprun over SSH) and Gloo's (Debian's python3-torch,
+# one process per host). float32 sum in place, 4 KiB to 64 MiB, the slowest rank's median.
+# busbw = algbw x 2(n-1)/n = algbw at 2 ranks: the bytes each host must send and receive per
+# second, so one stream's rate is its ceiling when the link is the bottleneck.
+# Needs root, iproute2, openssh-server, iperf3, python3-torch.
+# Usage: bench/tcp_link_compare.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=$(cd "${1:-build/release}" && pwd)
+RATE=${RATE:-none}
+REPO=$PWD
+BATS_TEST_TMPDIR=$(mktemp -d)
+# shellcheck source=../tests/lib/sshd.bash
+. tests/lib/sshd.bash
+trap 'sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
+cd "$BATS_TEST_TMPDIR"
+sshd_setup
+[ -n "$SSHD_NETNS" ] || { echo "needs network namespaces (root, iproute2)" >&2; exit 1; }
+for k in 1 2; do sshd_start "$k"; done
+ns1=$(sshd_ns 1) ns2=$(sshd_ns 2) a1=$(sshd_addr 1)
+if [ "$RATE" != none ]; then
+  for k in 1 2; do
+    bps=$(awk -v r="$RATE" 'BEGIN { m = r ~ /Gbit/ ? 1e9 : r ~ /Mbit/ ? 1e6 : 1e3; print r * m / 8 }')
+    burst=$(awk -v b="$bps" 'BEGIN { x = b / 125; print (x < 262144 ? 262144 : int(x)) }')
+    tc qdisc add dev "vd$SSHD_TAG-$k" root tbf rate "${RATE,,}" burst "$burst" latency 50ms
+    ip netns exec "$(sshd_ns $k)" tc qdisc add dev "vn$SSHD_TAG-$k" root tbf rate "${RATE,,}" burst "$burst" latency 50ms
+  done
+fi
+R=results
+echo "# $(date -u +%F) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; link: ${RATE}; $(iperf3 --version | head -n1 | cut -d' ' -f1-2); torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" >"$R"
+
+# one stream, 5 s, each direction (host 2 -> 1, then -R)
+ip netns exec "$ns1" iperf3 -s -D -p 5201 --pidfile "$PWD/iperf.pid"
+sleep 0.5
+for dir in "" -R; do
+  ip netns exec "$ns2" iperf3 -c "$a1" -p 5201 -t 5 -O 1 $dir -J >iperf.json
+  /usr/bin/python3 -c "import json; d = json.load(open('iperf.json')); print('STREAM', d['end']['sum_received']['bits_per_second'] / 8e9)" >>"$R"
+done
+kill "$(cat iperf.pid)" 2>/dev/null || true
+
+# ddprun over TCP: 2 hosts x 1 rank (a group across nodes with one rank per node is TCP only)
+ssh_job job.yaml 1 1 2 -- "$B/bench/allreduce_bench" ddp-tcp
+"$B/ddprun" job.yaml 2>/dev/null | sed -n 's/^\[[^]]*\] //p' | grep '^RESULT' >>"$R"
+
+# Gloo, one process per host
+port=$((30000 + RANDOM % 20000))
+for k in 2 1; do
+  ip netns exec "$(sshd_ns $k)" env OMP_NUM_THREADS=1 /usr/bin/python3 "$REPO/bench/gloo_allreduce.py" 2 "$port" $((k - 1)) "$a1" "vn$SSHD_TAG-$k" >"gloo$k.txt" &
+done
+wait
+grep '^RESULT' gloo1.txt >>"$R"
+cp "$R" "${RESULTS_OUT:-/dev/null}" 2>/dev/null || true
+/usr/bin/python3 - "$R" <<'PY'
+import statistics, sys
+lines = open(sys.argv[1]).read().splitlines()
+print(lines[0])
+streams = [float(l.split()[1]) for l in lines if l.startswith("STREAM")]
+rows = {}
+for l in lines:
+    if l.startswith("RESULT"):
+        _, impl, n, b, us, alg, bus, wrong = l.split()
+        rows.setdefault(int(b), {})[impl] = (float(us), float(bus), int(wrong))
+s = min(streams)
+print(f"\none iperf3 stream: {streams[0]:.2f} GB/s host 2 -> 1, {streams[1]:.2f} GB/s host 1 -> 2\n")
+print("2 hosts x 1 rank over TCP. busbw in GB/s (time in us).\n")
+print("| size | ddprun TCP | Gloo | ddprun / Gloo | ddprun / one stream | wrong |")
+print("|---:|---:|---:|---:|---:|---:|")
+fmt = lambda b: f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+for b in sorted(rows):
+    r = rows[b]
+    g = lambda k: f"{r[k][1]:.2f} ({r[k][0]:.0f})" if k in r else "-"
+    ratio = f"{r['ddp-tcp'][1] / r['gloo'][1]:.2f}x" if 'gloo' in r and 'ddp-tcp' in r and r['gloo'][1] else "-"
+    st = f"{r['ddp-tcp'][1] / s:.2f}" if 'ddp-tcp' in r else "-"
+    print(f"| {fmt(b)} | {g('ddp-tcp')} | {g('gloo')} | {ratio} | {st} | {sum(v[2] for v in r.values())} |")
+PY
