@@ -122,7 +122,9 @@ static bool in_pieces(const struct ddp_reducer *r, const struct bucket *b)
 }
 
 /*
- * Bucket memory and the copies in and out of it: host memory and memcpy on a CPU group;
+ * Bucket memory and the copies in and out of it: on a CPU group, the group's registered
+ * memory (ddp_pg_mem_alloc: with DDP_PG_DIRECT_BYTES the node's other ranks read a bucket in
+ * place, so its all-reduce is single-copy; plain zeroed memory otherwise) and memcpy;
  * device memory and copies queued on the compute stream (after the kernels that produced the
  * gradients, never waited for by the host) on an NCCL group.
  */
@@ -130,7 +132,7 @@ static int bucket_alloc(const struct ddp_reducer *r, void **p, size_t bytes)
 {
     if (r->cuda)
         return ddp__dev_alloc(p, bytes);
-    return (*p = calloc(bytes ? bytes : 1, 1)) ? 0 : DDP_ENOMEM;
+    return (*p = ddp_pg_mem_alloc(r->pg, bytes)) ? 0 : DDP_ENOMEM;
 }
 
 static int bucket_copy(const struct ddp_reducer *r, void *dst, const void *src, size_t bytes)
@@ -156,7 +158,7 @@ static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t 
         if (r->cuda)
             ddp__dev_free(bk[i].buf);
         else
-            free(bk[i].buf);
+            ddp_pg_mem_free(r->pg, bk[i].buf);
         free(bk[i].comp);
         free(bk[i].pcs);
     }

@@ -95,6 +95,7 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
 /* The message of the last failed ddp_reducer_new() in this thread. */
 const char *ddp_reducer_new_error(void);
 
+/* Before ddp_pg_free() of its group (the buckets may be the group's registered memory). */
 void ddp_reducer_free(struct ddp_reducer *r);
 
 /* Parameter i's gradient is complete for this iteration (call in the order backward produces
