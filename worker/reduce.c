@@ -146,16 +146,35 @@ void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum d
     }
 }
 
+/*
+ * Divides by the world size. For a power of two the division is a multiplication by its
+ * reciprocal, which is exact, so the two round the same real number and give the same bits
+ * (subnormals included); a division costs several times a multiplication, and this pass ran
+ * as long as the reduction itself (perf, BENCHMARKS.md "Gradient reducer").
+ */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world)
 {
+    bool pow2 = world > 0 && (world & (world - 1)) == 0;
     switch (dt) {
     case DDP_F32:
-        for (size_t i = 0; i < n; i++)
-            ((float *)buf)[i] /= (float)world;
+        if (pow2) {
+            float inv = 1.0f / (float)world;
+            for (size_t i = 0; i < n; i++)
+                ((float *)buf)[i] *= inv;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                ((float *)buf)[i] /= (float)world;
+        }
         break;
     case DDP_F64:
-        for (size_t i = 0; i < n; i++)
-            ((double *)buf)[i] /= world;
+        if (pow2) {
+            double inv = 1.0 / world;
+            for (size_t i = 0; i < n; i++)
+                ((double *)buf)[i] *= inv;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                ((double *)buf)[i] /= world;
+        }
         break;
     case DDP_I32:
         for (size_t i = 0; i < n; i++)

@@ -65,6 +65,39 @@ TEST(reduce_kernels)
     ASSERT_EQ(ddp_dtype_size((enum ddp_dtype)99), 0);
 }
 
+/* The average's division: multiplication by an exact reciprocal for powers of two must give
+ * the bits division gives, for every float (random bit patterns: normals, subnormals, huge). */
+TEST(scale_avg_gives_the_bits_of_a_division)
+{
+    enum { K = 1 << 16 };
+    static float f[K], want[K];
+    static double d[K], dwant[K];
+    uint64_t x = 88172645463325252ull;
+    for (int world = 1; world <= 16; world++) {
+        for (int i = 0; i < K; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            uint32_t u = (uint32_t)x;
+            if (i % 4 == 0)
+                u &= 0x807fffffu; /* a subnormal (or zero) */
+            if ((u & 0x7f800000u) == 0x7f800000u)
+                u &= 0xbfffffffu; /* no inf/NaN */
+            memcpy(&f[i], &u, 4);
+            want[i] = f[i] / (float)world;
+            uint64_t v = x;
+            if ((v & 0x7ff0000000000000ull) == 0x7ff0000000000000ull)
+                v &= 0xbfffffffffffffffull;
+            if (i % 4 == 1)
+                v &= 0x800fffffffffffffull;
+            memcpy(&d[i], &v, 8);
+            dwant[i] = d[i] / world;
+        }
+        ddp__scale_avg(f, K, DDP_F32, world);
+        ddp__scale_avg(d, K, DDP_F64, world);
+        ASSERT_TRUE(memcmp(f, want, sizeof(f)) == 0);
+        ASSERT_TRUE(memcmp(d, dwant, sizeof(d)) == 0);
+    }
+}
+
 static struct ddp_store_server *srv;
 static pthread_t srv_th;
 static int port;
