@@ -76,8 +76,8 @@ uint16_t ddp__f32_to_f16(float x)
 
 #define REDUCE_LOOP(T, d, s, n, op)                                                                \
     do {                                                                                           \
-        T *d_ = (T *)(d);                                                                          \
-        const T *s_ = (const T *)(s);                                                              \
+        T *restrict d_ = (T *)(d);                                                                 \
+        const T *restrict s_ = (const T *)(s);                                                     \
         switch (op) {                                                                              \
         case DDP_SUM:                                                                              \
         case DDP_AVG:                                                                              \
@@ -113,8 +113,8 @@ uint16_t ddp__f32_to_f16(float x)
 #define REDUCE_INT(T, UT, d, s, n, op)                                                             \
     do {                                                                                           \
         if ((op) == DDP_SUM || (op) == DDP_AVG) {                                                  \
-            UT *d_ = (UT *)(d);                                                                    \
-            const UT *s_ = (const UT *)(s);                                                        \
+            UT *restrict d_ = (UT *)(d);                                                           \
+            const UT *restrict s_ = (const UT *)(s);                                               \
             for (size_t i = 0; i < (n); i++)                                                       \
                 d_[i] += s_[i];                                                                    \
         } else {                                                                                   \
