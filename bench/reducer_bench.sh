@@ -29,7 +29,10 @@ ours() { # label extra-args... : prints "label ms"
   # --bench-paired: each step followed by the same step without the reducer and a bare
   # all-reduce of all the gradients; medians of the pairs' differences
   sed -n 's/.*bench: paired.*compute-only \([0-9.]*\) ms, bare.* \([0-9.]*\) ms; added by the reducer \([0-9.]*\) ms.*/\1 \2 \3/p' \
-    "$T/out" | while read -r c b a; do echo "$label:compute $c"; echo "$label:bare $b"; echo "$label:added $a"; done
+    "$T/out" | while read -r c b a; do
+      echo "$label:compute $c"; echo "$label:bare $b"; echo "$label:added $a"
+      echo "$label:ratio $(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')"
+    done
 }
 
 torchrun_() { # label mode
@@ -74,15 +77,16 @@ paired = [k for k in ("overlap", "overlap-copy", "no-overlap") if k + ":added" i
 if paired:
     print()
     print("Paired (--bench-paired): after each step, the same step without the reducer and a bare")
-    print("all-reduce of all the gradients (one buffer, alone); medians over the steps, then over the runs.")
-    print("Target: added <= 1.1 x bare.")
-    print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("all-reduce of all the gradients (one buffer, alone); medians over the steps, then over the runs")
+    print("(added / bare: each run's ratio, then their median and range). Target: added <= 1.1 x bare.")
+    print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare | range |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     names = {"overlap": "reducer, overlap (view)", "overlap-copy": "reducer, overlap (copy)",
              "no-overlap": "reducer, no overlap (view)"}
     for k in paired:
-        a, b = m[k + ":added"], m[k + ":bare"]
-        print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
+        a, b, rs = m[k + ":added"], m[k + ":bare"], d[k + ":ratio"]
+        print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} "
+              f"| {m[k + ':ratio']:.2f} | {min(rs):.2f}-{max(rs):.2f} |")
 sw = [k for k in m if k.startswith("sweep-")]
 if sw:
     print()

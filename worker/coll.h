@@ -12,6 +12,8 @@
 
 /* dst[i] = op(dst[i], src[i]) for n elements; DDP_AVG reduces as a sum. */
 void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op);
+/* dst = (dst + src) / world in one pass, bit for bit ddp__reduce then ddp__scale_avg. */
+void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world);
 /* buf[i] /= world, for DDP_AVG after the sum. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
 

@@ -214,3 +214,37 @@ size_t ddp_dtype_size(enum ddp_dtype dt)
     }
     return 0;
 }
+
+/*
+ * dst = (dst + src) / world in one pass: the last step of an average, the same two
+ * operations per element as ddp__reduce then ddp__scale_avg (so the same bits), reading and
+ * writing the shard once instead of twice. Float types; the others take the two passes.
+ */
+void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world)
+{
+    bool pow2 = world > 0 && (world & (world - 1)) == 0;
+    if (dt == DDP_F32) {
+        float *restrict d = dst, w = (float)world, inv = 1.0f / w;
+        const float *restrict s = src;
+        if (pow2)
+            for (size_t i = 0; i < n; i++)
+                d[i] = (d[i] + s[i]) * inv;
+        else
+            for (size_t i = 0; i < n; i++)
+                d[i] = (d[i] + s[i]) / w;
+        return;
+    }
+    if (dt == DDP_F64) {
+        double *restrict d = dst, w = (double)world, inv = 1.0 / w;
+        const double *restrict s = src;
+        if (pow2)
+            for (size_t i = 0; i < n; i++)
+                d[i] = (d[i] + s[i]) * inv;
+        else
+            for (size_t i = 0; i < n; i++)
+                d[i] = (d[i] + s[i]) / w;
+        return;
+    }
+    ddp__reduce(dst, src, n, dt, DDP_AVG);
+    ddp__scale_avg(dst, n, dt, world);
+}

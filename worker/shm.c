@@ -86,9 +86,15 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             if (scattered)
                 out = c->scratch;
             memcpy(out, slot(sh, 0) + s0 * esz, (s1 - s0) * esz);
-            for (int j = 1; j < n; j++)
-                ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
-            if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, op)) < 0)
+            /* On one node an average divides in the pass that adds the last slot. */
+            bool fuse = op == DDP_AVG && !c->cross;
+            for (int j = 1; j < n; j++) {
+                if (fuse && j == n - 1)
+                    ddp__reduce_avg(out, slot(sh, j) + s0 * esz, s1 - s0, dt, n);
+                else
+                    ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
+            }
+            if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, fuse ? DDP_SUM : op)) < 0)
                 return e;
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
             if (scattered)

@@ -67,7 +67,7 @@ TEST(reduce_kernels)
 
 /* The average's division: multiplication by an exact reciprocal for powers of two must give
  * the bits division gives, for every float (random bit patterns: normals, subnormals, huge). */
-TEST(scale_avg_gives_the_bits_of_a_division)
+TEST(averages_give_the_bits_of_a_division_in_one_pass_or_two)
 {
     enum { K = 1 << 16 };
     static float f[K], want[K];
@@ -91,6 +91,24 @@ TEST(scale_avg_gives_the_bits_of_a_division)
             memcpy(&d[i], &v, 8);
             dwant[i] = d[i] / world;
         }
+        /* the fused last step of an average, (a + b) / world in one pass, against the two
+         * passes: b is the input reversed */
+        static float fa[K], fb[K], ft[K];
+        static double da[K], db[K], dt2[K];
+        for (int i = 0; i < K; i++) {
+            fa[i] = ft[i] = f[i];
+            fb[i] = f[K - 1 - i];
+            da[i] = dt2[i] = d[i];
+            db[i] = d[K - 1 - i];
+        }
+        ddp__reduce_avg(fa, fb, K, DDP_F32, world);
+        ddp__reduce(ft, fb, K, DDP_F32, DDP_AVG);
+        ddp__scale_avg(ft, K, DDP_F32, world);
+        ddp__reduce_avg(da, db, K, DDP_F64, world);
+        ddp__reduce(dt2, db, K, DDP_F64, DDP_AVG);
+        ddp__scale_avg(dt2, K, DDP_F64, world);
+        ASSERT_TRUE(memcmp(fa, ft, sizeof(fa)) == 0);
+        ASSERT_TRUE(memcmp(da, dt2, sizeof(da)) == 0);
         ddp__scale_avg(f, K, DDP_F32, world);
         ddp__scale_avg(d, K, DDP_F64, world);
         ASSERT_TRUE(memcmp(f, want, sizeof(f)) == 0);
