@@ -13,7 +13,7 @@ mpicc -O2 -o "$T/mpi_allreduce" bench/mpi_allreduce.c
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 R="$T/results"
-echo "# $(date -u +%F) $(getconf _NPROCESSORS_ONLN) cores; $(mpirun --version | head -n1); torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" >"$R"
+echo "# $(date -u +%F) $(lscpu | sed -n "s/^Model name: *//p"), $(getconf _NPROCESSORS_ONLN) cores; $(mpirun --version | head -n1); torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" >"$R"
 "$B/bench/allreduce_bench" memcpy >>"$R"
 for n in 2 4; do
   for tr in shm tcp; do

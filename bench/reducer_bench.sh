@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Per-step time of the Fashion-MNIST MLP trainer with 2 ranks on this machine: compute only
-# (the same 2 processes training their shards at once, no reducer), the reducer with overlap,
-# and with overlap disabled; a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
+# (the same 2 processes training their shards at once, no reducer), the reducer with overlap
+# forced on (DDP_REDUCER_OVERLAP=on), with it disabled, and by default (overlap where it pays:
+# on a 2-core machine, none), with and without bucket view; a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
 # on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
 # Configurations alternate within each repetition; medians over the repetitions. The reducer's
 # runs are paired (ddprun-fmnist --bench-paired): each step is followed by the same step without
@@ -23,7 +24,8 @@ ours() { # label extra-args... : prints "label ms"
   local label=$1; shift
   local a="$B/ddprun-fmnist, --hidden, '$HIDDEN', --batch, '$BATCH', --max-steps, '$STEPS', --eval-every, '0', --bench" x
   for x in "$@"; do a="$a, '$x'"; done
-  printf 'command: [%s]\nnproc_per_node: 2\nlogs: {dir: %s/logs}\n' "$a" "$T" >"$T/job.yaml"
+  printf 'command: [%s]\nnproc_per_node: 2\nlogs: {dir: %s/logs}\nenv: {DDP_REDUCER_OVERLAP: "%s"}\n' \
+    "$a" "$T" "${OVERLAP:-auto}" >"$T/job.yaml"
   "$B/ddprun" "$T/job.yaml" >"$T/out" 2>/dev/null
   echo "$label $(sed -n 's/.*bench: median step \([0-9.]*\) ms.*/\1/p' "$T/out")"
   # --bench-paired: each step followed by the same step without the reducer and a bare
@@ -45,9 +47,10 @@ R="$T/r"
 : >"$R"
 for _ in $(seq "$REPS"); do
   ours compute --no-ddp >>"$R"
-  ours overlap --bucket-view --bench-paired >>"$R"
+  OVERLAP=on ours overlap --bucket-view --bench-paired >>"$R"
   ours no-overlap --bucket-view --no-overlap --bench-paired >>"$R"
-  ours overlap-copy --bench-paired >>"$R"
+  ours auto --bucket-view --bench-paired >>"$R"
+  ours auto-copy --bench-paired >>"$R"
   torchrun_ torch-compute compute >>"$R"
   torchrun_ torch-ddp ddp >>"$R"
   if [ -z "${NO_SWEEP:-}" ]; then
@@ -66,14 +69,15 @@ print(f"MLP 784-{sys.argv[2].replace(',', '-')}-10, global batch {sys.argv[3]}, 
 print(f"| {'configuration':34} | step ms | / compute-only |")
 print(f"|{'-'*36}|---------|----------------|")
 for k, name, base in [("compute", "ddprun: compute only", "compute"),
-                      ("overlap", "ddprun: reducer, overlap (view)", "compute"),
-                      ("overlap-copy", "ddprun: reducer, overlap (copy)", "compute"),
+                      ("overlap", "ddprun: reducer, overlap on (view)", "compute"),
                       ("no-overlap", "ddprun: reducer, no overlap (view)", "compute"),
+                      ("auto", "ddprun: reducer, default (view)", "compute"),
+                      ("auto-copy", "ddprun: reducer, default (copy)", "compute"),
                       ("torch-compute", "PyTorch: compute only", "torch-compute"),
                       ("torch-ddp", "PyTorch DDP (gloo)", "torch-compute")]:
     if k in m:
         print(f"| {name:34} | {m[k]:7.1f} | {m[k] / m[base]:14.2f} |")
-paired = [k for k in ("overlap", "overlap-copy", "no-overlap") if k + ":added" in m]
+paired = [k for k in ("overlap", "no-overlap", "auto", "auto-copy") if k + ":added" in m]
 if paired:
     print()
     print("Paired (--bench-paired): after each step, the same step without the reducer and a bare")
@@ -81,8 +85,8 @@ if paired:
     print("(added / bare: each run's ratio, then their median and range). Target: added <= 1.1 x bare.")
     print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare | range |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    names = {"overlap": "reducer, overlap (view)", "overlap-copy": "reducer, overlap (copy)",
-             "no-overlap": "reducer, no overlap (view)"}
+    names = {"overlap": "reducer, overlap on (view)", "no-overlap": "reducer, no overlap (view)",
+             "auto": "reducer, default (view)", "auto-copy": "reducer, default (copy)"}
     for k in paired:
         a, b, rs = m[k + ":added"], m[k + ":bare"], d[k + ":ratio"]
         print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} "

@@ -6,6 +6,7 @@
  * check and parameter broadcast, and the fp16/bf16 compression hooks.
  */
 #include "reducer/reducer.h"
+#include "reducer/overlap.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -56,6 +57,7 @@ struct ddp_reducer {
     size_t norder;
     int32_t *used;
     bool sync, rebuilt, in_finalize;
+    bool overlap; /* buckets start during backward (reducer/overlap.c) */
     bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
     void *stream; /* the group's compute stream */
     struct ddp_reducer_stats st;
@@ -498,6 +500,11 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
         r->o.bucket_cap_bytes = env_bytes("DDP_BUCKET_CAP_MB", DEFAULT_CAP);
     if (!r->o.first_bucket_bytes)
         r->o.first_bucket_bytes = env_bytes("DDP_FIRST_BUCKET_CAP_MB", DEFAULT_FIRST_CAP);
+    char why[300] = "no_overlap";
+    r->overlap = !r->o.no_overlap && ddp__reducer_overlap(pg, why, sizeof(why));
+    r->st.overlap = r->overlap;
+    if (!r->overlap && !r->o.no_overlap && r->rank == 0)
+        DDP_INFO(REDUCER, "rank 0: no overlap: %s", why);
     r->np = n;
     size_t *order = NULL;
     if (!(r->ps = calloc(n ? n : 1, sizeof(*r->ps))) ||
@@ -592,7 +599,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
                         ddp__dev_error());
     }
     r->bk[p->bucket].pending--;
-    return r->o.no_overlap ? 0 : launch_ready(r);
+    return r->overlap ? launch_ready(r) : 0;
 }
 
 static void reset_iteration(struct ddp_reducer *r)

@@ -77,7 +77,10 @@ struct ddp_reducer_opts {
      * it, such parameters are an error that names them. */
     bool find_unused_parameters;
     bool no_rebuild;   /* keep the registration-order buckets */
-    bool no_overlap;   /* start no all-reduce before finalize (to measure what overlap buys) */
+    /* Start no all-reduce before finalize. Without it the reducer overlaps, except on a CPU
+     * group on one node with fewer than 2 usable cores per rank (DDP_REDUCER_OVERLAP=auto;
+     * on or off decide instead): see ddp_reducer(3). */
+    bool no_overlap;
     bool no_broadcast; /* do not overwrite the parameters with rank 0's at creation */
     enum ddp_comm_hook hook;
 };
@@ -124,6 +127,7 @@ struct ddp_reducer_stats {
     uint64_t launch_host_ns;       /* host time spent starting them */
     uint64_t finalize_wait_ns;     /* time finalize waited for communication */
     uint64_t rebuilds;
+    bool overlap; /* buckets start during backward (no_overlap and DDP_REDUCER_OVERLAP) */
 };
 void ddp_reducer_get_stats(const struct ddp_reducer *r, struct ddp_reducer_stats *st);
 

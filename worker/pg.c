@@ -691,6 +691,11 @@ int ddp_pg_world_size(const struct ddp_pg *pg)
     return pg->world;
 }
 
+int ddp_pg_local_world_size(const struct ddp_pg *pg)
+{
+    return pg->local_world;
+}
+
 bool ddp_pg_is_alive(const struct ddp_pg *pg)
 {
     return pg->alive;

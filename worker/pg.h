@@ -104,6 +104,8 @@ int ddp_pg_new_group(struct ddp_pg *pg, const int *ranks, int n, const char *nam
 
 int ddp_pg_rank(const struct ddp_pg *pg);
 int ddp_pg_world_size(const struct ddp_pg *pg);
+/* The ranks of this group on this rank's node (LOCAL_WORLD_SIZE at forming). */
+int ddp_pg_local_world_size(const struct ddp_pg *pg);
 /* True until an operation failed and aborted the group. */
 bool ddp_pg_is_alive(const struct ddp_pg *pg);
 

@@ -35,13 +35,32 @@ job() { # nproc args...
 }
 
 @test "buckets start during backward, in order, while the rest of backward runs" {
+  export DDP_REDUCER_OVERLAP=on
   job 2 overlap
   assert_success
   # 3 iterations: 5 buckets in the first, and as many after the rebuild
   assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
+  assert_output --partial "reducertest: overlap on"
   job 2 overlap --no-overlap
   assert_success
   assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
+  DDP_REDUCER_OVERLAP=off job 2 overlap
+  assert_success
+  assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
+}
+
+@test "overlap by default only with a core per rank to spare: 2 ranks pinned to one core wait for finalize, and say why" {
+  # The rule itself on other machines' shapes is in test_reducer_policy (unit).
+  command -v taskset >/dev/null || skip "taskset (util-linux) is not installed"
+  printf 'command: [%s, overlap]\nnproc_per_node: 2\nlogs: {dir: logs}\nenv: {DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: reducer}\n' "$RT" >job.yaml
+  run taskset -c 0 "$DDPRUN" job.yaml
+  assert_success
+  assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
+  assert_output --partial "reducertest: overlap off"
+  assert_output --partial "no overlap: 1 usable core for 2 ranks on this node"
+  DDP_REDUCER_OVERLAP=on run taskset -c 0 "$DDPRUN" job.yaml
+  assert_success
+  assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
 }
 
 @test "fp16 and bf16 compression hooks average within their precision" {
