@@ -558,12 +558,15 @@ void print_phases(double *const phase_t[3], long n)
 }
 
 /* --bench-paired: one all-reduce of a flat buffer of every gradient's bytes, after a barrier,
- * alone: the yardstick of what the reducer adds to a step. Every rank calls it. */
-double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count)
+ * alone: the yardstick of what the reducer adds to a step. Every rank calls it. *skew: the
+ * barrier's wait, how far the other ranks' compute-only step ran behind this rank's. */
+double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count, double *skew)
 {
+    double tb = now_s();
     if (ddp_pg_barrier(pg) != 0)
         die("barrier failed: %s", ddp_pg_last_error(pg));
     double t0 = now_s();
+    *skew = t0 - tb;
     if (ddp_pg_allreduce(pg, flat, count, DDP_F32, DDP_AVG) != 0)
         die("all-reduce failed: %s", ddp_pg_last_error(pg));
     return now_s() - t0;
@@ -571,7 +574,8 @@ double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count)
 
 /* Medians of the paired measurements (the same warm-up skipped), and of the differences
  * step - compute-only taken pair by pair, so that the machine's drift cancels. */
-void print_paired(double *step_t, double *comp_t, double *bare_t, long n, size_t bytes)
+void print_paired(double *step_t, double *comp_t, double *bare_t, double *skew_t, long n,
+                  size_t bytes)
 {
     if (rank != 0 || n <= 0)
         return;
@@ -582,10 +586,14 @@ void print_paired(double *step_t, double *comp_t, double *bare_t, long n, size_t
         diff[i] = step_t[i] - comp_t[i];
     long used;
     double add = median_ms(diff, n, &used), st = median_ms(step_t, n, &used),
-           co = median_ms(comp_t, n, &used), ba = median_ms(bare_t, n, &used);
+           co = median_ms(comp_t, n, &used), ba = median_ms(bare_t, n, &used),
+           sk = median_ms(skew_t, n, &used);
     printf("bench: paired over %ld steps: step %.3f ms, compute-only %.3f ms, bare all-reduce of "
            "%zu bytes %.3f ms; added by the reducer %.3f ms = %.2f x bare\n",
            used, st, co, bytes, ba, add, ba > 0 ? add / ba : 0.0);
+    printf("bench: paired: rank 0 waited %.3f ms at the barrier after its compute-only step (the "
+           "ranks' skew, part of any synchronised step)\n",
+           sk);
     free(diff);
 }
 

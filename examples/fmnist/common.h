@@ -80,8 +80,9 @@ void print_epoch(const struct cfg *c, int epoch, int64_t step, double loss_sum, 
 /* --bench: the median step and the reducer's statistics. */
 void print_bench(double *step_t, long n, struct ddp_reducer *red);
 void print_phases(double *const phase_t[3], long n);
-double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count);
-void print_paired(double *step_t, double *comp_t, double *bare_t, long n, size_t bytes);
+double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count, double *skew);
+void print_paired(double *step_t, double *comp_t, double *bare_t, double *skew_t, long n,
+                  size_t bytes);
 /* The median of t[] (seconds) in ms, after 5 warm-up steps when there are more than 10. */
 double median_ms(double *t, long n, long *used);
 /* --dump and --compare of the final parameters (flat, registration order): 0, or 1 when the

@@ -540,13 +540,13 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++)
         phase_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
     /* --bench-paired: compute-only steps and bare all-reduces beside the steps */
-    double *paired_t[2] = {NULL, NULL};
+    double *paired_t[3] = {NULL, NULL, NULL}; /* compute-only, bare all-reduce, skew */
     float *flat = NULL;
     if (c.paired) {
         if (!red || c.sim_ranks)
             die("--bench-paired measures the reducer: it needs a process group (no --no-ddp, "
                 "no --simulate-ranks)");
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             paired_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
         flat = calloc(nparams(&m), sizeof(float));
     }
@@ -597,7 +597,8 @@ int main(int argc, char **argv)
             backward(&m, &a, b, NULL);
             sgd(&m, c.lr, c.momentum);
             paired_t[0][nstep_t] = now_s() - p0;
-            paired_t[1][nstep_t] = bench_bare_allreduce(pg, flat, nparams(&m));
+            paired_t[1][nstep_t] =
+                bench_bare_allreduce(pg, flat, nparams(&m), &paired_t[2][nstep_t]);
         }
         nstep_t++;
         step++;
@@ -619,15 +620,16 @@ int main(int argc, char **argv)
         }
     }
     if (paired_t[0]) /* first: the medians below sort step_t in place */
-        print_paired(step_t, paired_t[0], paired_t[1], nstep_t, nparams(&m) * sizeof(float));
+        print_paired(step_t, paired_t[0], paired_t[1], paired_t[2], nstep_t,
+                     nparams(&m) * sizeof(float));
     if (c.bench) {
         print_bench(step_t, nstep_t, red);
         print_phases(phase_t, nstep_t);
     }
     for (int k = 0; k < 3; k++)
         free(phase_t[k]);
-    free(paired_t[0]);
-    free(paired_t[1]);
+    for (int k = 0; k < 3; k++)
+        free(paired_t[k]);
     free(flat);
     int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
