@@ -41,22 +41,6 @@ sshd_setup
 [ -n "$SSHD_NETNS" ] || { echo "needs network namespaces (root, iproute2)" >&2; exit 1; }
 for k in 1 2 3 4; do sshd_start "$k"; done
 
-# rate-limits (or with "none" frees) both directions of host k's link
-limit() { # k rate
-  local k=$1 rate=$2 dev
-  for dev in "vd$SSHD_TAG-$k" "ns:vn$SSHD_TAG-$k"; do
-    local pre=()
-    [[ $dev == ns:* ]] && { pre=(ip netns exec "$(sshd_ns "$k")"); dev=${dev#ns:}; }
-    "${pre[@]}" tc qdisc del dev "$dev" root 2>/dev/null || true
-    [ "$rate" = none ] && continue
-    # a burst of 2 timer ticks at the rate (at least 256 KB, for veth's 64 KB GSO packets)
-    local bps burst
-    bps=$(awk -v r="$rate" 'BEGIN { m = r ~ /Gbit/ ? 1e9 : r ~ /Mbit/ ? 1e6 : 1e3; print r * m / 8 }')
-    burst=$(awk -v b="$bps" 'BEGIN { x = b / 125; print (x < 262144 ? 262144 : int(x)) }')
-    "${pre[@]}" tc qdisc add dev "$dev" root tbf rate "${rate,,}" burst "$burst" latency 50ms
-  done
-}
-
 sent_bytes() { # what the 4 hosts sent: the host sides' receive counters
   local k t=0
   for k in 1 2 3 4; do t=$((t + $(cat "/sys/class/net/vd$SSHD_TAG-$k/statistics/rx_bytes"))); done
@@ -109,12 +93,12 @@ run_speed() { # config rate -> "samples_per_s bytes_per_sample"
   [ "$3" = 4 ] && cfg=dp # the planner chose one stage on all 4 hosts: data parallelism
   steps=$([ "$cfg" = dp ] && echo "$STEPS_DP" || echo "$STEPS_PIPE")
   job "$cfg" "$rate" --epochs 1 --max-steps "$steps" --eval-every 0
-  for k in 1 2 3 4; do limit "$k" "$rate"; done
+  for k in 1 2 3 4; do sshd_limit "$k" "$rate"; done
   local b0 b1
   b0=$(sent_bytes)
   "$B/ddprun" job.yaml >run.txt 2>&1 || { echo "$cfg at $rate failed:" >&2; cat run.txt >&2; exit 1; }
   b1=$(sent_bytes)
-  for k in 1 2 3 4; do limit "$k" none; done
+  for k in 1 2 3 4; do sshd_limit "$k" none; done
   local line sps step samples
   line=$(grep -o 'epoch 1/1 step [0-9]* .* [0-9]* samples/s' run.txt | tail -n1)
   sps=$(sed 's/.* \([0-9]*\) samples\/s/\1/' <<<"$line")

@@ -23,14 +23,7 @@ sshd_setup
 [ -n "$SSHD_NETNS" ] || { echo "needs network namespaces (root, iproute2)" >&2; exit 1; }
 for k in 1 2; do sshd_start "$k"; done
 ns1=$(sshd_ns 1) ns2=$(sshd_ns 2) a1=$(sshd_addr 1)
-if [ "$RATE" != none ]; then
-  for k in 1 2; do
-    bps=$(awk -v r="$RATE" 'BEGIN { m = r ~ /Gbit/ ? 1e9 : r ~ /Mbit/ ? 1e6 : 1e3; print r * m / 8 }')
-    burst=$(awk -v b="$bps" 'BEGIN { x = b / 125; print (x < 262144 ? 262144 : int(x)) }')
-    tc qdisc add dev "vd$SSHD_TAG-$k" root tbf rate "${RATE,,}" burst "$burst" latency 50ms
-    ip netns exec "$(sshd_ns $k)" tc qdisc add dev "vn$SSHD_TAG-$k" root tbf rate "${RATE,,}" burst "$burst" latency 50ms
-  done
-fi
+for k in 1 2; do sshd_limit "$k" "$RATE"; done
 R=results
 echo "# $(date -u +%F) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; link: ${RATE}; $(iperf3 --version | head -n1 | cut -d' ' -f1-2); torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" >"$R"
 

@@ -147,34 +147,40 @@ void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum d
 }
 
 /*
- * Divides by the world size. For a power of two the division is a multiplication by its
- * reciprocal, which is exact, so the two round the same real number and give the same bits
- * (subnormals included); a division costs several times a multiplication, and this pass ran
- * as long as the reduction itself (perf, BENCHMARKS.md "Gradient reducer").
+ * d[i] = d[i] / world, or with src (d[i] + s[i]) / world, for a float type T. For a power of
+ * two the division is a multiplication by its reciprocal, which is exact, so the two round the
+ * same real number and give the same bits (subnormals included); a division costs several
+ * times a multiplication, and this pass ran as long as the reduction itself (perf,
+ * BENCHMARKS.md "Gradient reducer").
  */
+#define AVG_LOOP(T, dst, src, n, world)                                                            \
+    do {                                                                                           \
+        T *restrict d_ = (T *)(dst), w_ = (T)(world), inv_ = (T)1 / w_;                            \
+        const T *restrict s_ = (const T *)(src);                                                   \
+        bool pow2_ = (world) > 0 && ((world) & ((world)-1)) == 0;                                  \
+        if (s_ && pow2_)                                                                           \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] = (d_[i] + s_[i]) * inv_;                                                    \
+        else if (s_)                                                                               \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] = (d_[i] + s_[i]) / w_;                                                      \
+        else if (pow2_)                                                                            \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] *= inv_;                                                                     \
+        else                                                                                       \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] /= w_;                                                                       \
+    } while (0)
+
+/* Divides by the world size. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world)
 {
-    bool pow2 = world > 0 && (world & (world - 1)) == 0;
     switch (dt) {
     case DDP_F32:
-        if (pow2) {
-            float inv = 1.0f / (float)world;
-            for (size_t i = 0; i < n; i++)
-                ((float *)buf)[i] *= inv;
-        } else {
-            for (size_t i = 0; i < n; i++)
-                ((float *)buf)[i] /= (float)world;
-        }
+        AVG_LOOP(float, buf, NULL, n, world);
         break;
     case DDP_F64:
-        if (pow2) {
-            double inv = 1.0 / world;
-            for (size_t i = 0; i < n; i++)
-                ((double *)buf)[i] *= inv;
-        } else {
-            for (size_t i = 0; i < n; i++)
-                ((double *)buf)[i] /= world;
-        }
+        AVG_LOOP(double, buf, NULL, n, world);
         break;
     case DDP_I32:
         for (size_t i = 0; i < n; i++)
@@ -222,29 +228,12 @@ size_t ddp_dtype_size(enum ddp_dtype dt)
  */
 void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world)
 {
-    bool pow2 = world > 0 && (world & (world - 1)) == 0;
     if (dt == DDP_F32) {
-        float *restrict d = dst, w = (float)world, inv = 1.0f / w;
-        const float *restrict s = src;
-        if (pow2)
-            for (size_t i = 0; i < n; i++)
-                d[i] = (d[i] + s[i]) * inv;
-        else
-            for (size_t i = 0; i < n; i++)
-                d[i] = (d[i] + s[i]) / w;
-        return;
+        AVG_LOOP(float, dst, src, n, world);
+    } else if (dt == DDP_F64) {
+        AVG_LOOP(double, dst, src, n, world);
+    } else {
+        ddp__reduce(dst, src, n, dt, DDP_AVG);
+        ddp__scale_avg(dst, n, dt, world);
     }
-    if (dt == DDP_F64) {
-        double *restrict d = dst, w = (double)world, inv = 1.0 / w;
-        const double *restrict s = src;
-        if (pow2)
-            for (size_t i = 0; i < n; i++)
-                d[i] = (d[i] + s[i]) * inv;
-        else
-            for (size_t i = 0; i < n; i++)
-                d[i] = (d[i] + s[i]) / w;
-        return;
-    }
-    ddp__reduce(dst, src, n, dt, DDP_AVG);
-    ddp__scale_avg(dst, n, dt, world);
 }

@@ -13,6 +13,7 @@
 #   sshd_ns_pids K        the pids inside node K's namespace (empty without namespaces)
 #   sshd_tree K           node K's sshd pid, then every process it started, their children, ...
 #   sshd_teardown         stops every node, removes namespaces, links and the bridge
+#   sshd_limit K RATE     tc rate limit (e.g. 1Gbit) on both ends of node K's veth; "none" frees
 
 sshd_setup() {
   SSH_DIR="$BATS_TEST_TMPDIR/ssh"
@@ -147,4 +148,20 @@ ssh: {port: $SSH_PORT, identity: $SSH_KEY, known_hosts: $SSH_KH}
 logs: {dir: logs}
 stop_grace: 2s
 JOB
+}
+
+# Rate-limits (or with "none" frees) both directions of node K's link with tc (namespaces only).
+sshd_limit() { # K RATE
+  local k=$1 rate=$2 dev
+  for dev in "vd$SSHD_TAG-$k" "ns:vn$SSHD_TAG-$k"; do
+    local pre=()
+    [[ $dev == ns:* ]] && { pre=(ip netns exec "$(sshd_ns "$k")"); dev=${dev#ns:}; }
+    "${pre[@]}" tc qdisc del dev "$dev" root 2>/dev/null || true
+    [ "$rate" = none ] && continue
+    # a burst of 2 timer ticks at the rate (at least 256 KB, for veth's 64 KB GSO packets)
+    local bps burst
+    bps=$(awk -v r="$rate" 'BEGIN { m = r ~ /Gbit/ ? 1e9 : r ~ /Mbit/ ? 1e6 : 1e3; print r * m / 8 }')
+    burst=$(awk -v b="$bps" 'BEGIN { x = b / 125; print (x < 262144 ? 262144 : int(x)) }')
+    "${pre[@]}" tc qdisc add dev "$dev" root tbf rate "${rate,,}" burst "$burst" latency 50ms
+  done
 }

@@ -127,6 +127,23 @@ static void *serve(void *a)
     return NULL;
 }
 
+/* The groups' store, served by a thread of this process. */
+static void store_up(void)
+{
+    struct ddp_store_server_opts so = {
+        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&so, &srv));
+    port = ddp_store_server_port(srv);
+    pthread_create(&srv_th, NULL, serve, NULL);
+}
+
+static void store_down(void)
+{
+    ddp_store_server_stop(srv);
+    pthread_join(srv_th, NULL);
+    ddp_store_server_free(srv);
+}
+
 enum { W = 3, N = 50021 };
 
 struct rank_arg {
@@ -190,11 +207,7 @@ static void *rank_main(void *a)
 
 TEST(groups_formed_by_threads_reduce_correctly)
 {
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
-    ASSERT_OK(ddp_store_server_new(&so, &srv));
-    port = ddp_store_server_port(srv);
-    pthread_create(&srv_th, NULL, serve, NULL);
+    store_up();
     pthread_t th[W];
     struct rank_arg ra[W];
     for (int r = 0; r < W; r++) {
@@ -205,9 +218,7 @@ TEST(groups_formed_by_threads_reduce_correctly)
         pthread_join(th[r], NULL);
         ASSERT_EQ(ra[r].rc, 0);
     }
-    ddp_store_server_stop(srv);
-    pthread_join(srv_th, NULL);
-    ddp_store_server_free(srv);
+    store_down();
 }
 
 /* ---- all-reduce of a buffer in pieces (the reducer's buckets without bucket view) ---- */
@@ -283,11 +294,7 @@ static void *piece_rank(void *a)
 
 static void run_pieces(int local_world)
 {
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
-    ASSERT_OK(ddp_store_server_new(&so, &srv));
-    port = ddp_store_server_port(srv);
-    pthread_create(&srv_th, NULL, serve, NULL);
+    store_up();
     pthread_t th[PW];
     struct piece_arg pa[PW];
     for (int r = 0; r < PW; r++) {
@@ -296,9 +303,7 @@ static void run_pieces(int local_world)
     }
     for (int r = 0; r < PW; r++)
         pthread_join(th[r], NULL);
-    ddp_store_server_stop(srv);
-    pthread_join(srv_th, NULL);
-    ddp_store_server_free(srv);
+    store_down();
     for (int r = 0; r < PW; r++)
         ASSERT_EQ(pa[r].rc, 0);
 }
@@ -346,11 +351,7 @@ static void *nccl_thread(void *a)
 
 TEST(nccl_unique_id_broadcast)
 {
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
-    ASSERT_OK(ddp_store_server_new(&so, &srv));
-    port = ddp_store_server_port(srv);
-    pthread_create(&srv_th, NULL, serve, NULL);
+    store_up();
     struct nccl_arg a[3];
     pthread_t th[3];
     /* start the receivers first: they must wait for rank 0 */
@@ -378,9 +379,7 @@ TEST(nccl_unique_id_broadcast)
     for (int i = 0; i < 3; i++)
         ASSERT_ERR(a[i].rc, DDP_ENOTSUP);
 #endif
-    ddp_store_server_stop(srv);
-    pthread_join(srv_th, NULL);
-    ddp_store_server_free(srv);
+    store_down();
 }
 
 TEST(bad_arguments_are_refused)
@@ -438,11 +437,7 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
     char fds[16];
     snprintf(fds, sizeof(fds), "%d", dup(fd));
     setenv("DDPRUN_PROGRESS_FD", fds, 1);
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
-    ASSERT_OK(ddp_store_server_new(&so, &srv));
-    port = ddp_store_server_port(srv);
-    pthread_create(&srv_th, NULL, serve, NULL);
+    store_up();
     pthread_t th[2];
     struct rec_arg ra[2] = {{.rank = 0}, {.rank = 1}};
     for (int r = 0; r < 2; r++)
@@ -480,7 +475,5 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
     ASSERT_TRUE(atomic_load(&e.t_enq) > 0 && atomic_load(&e.t_enq) <= atomic_load(&e.t_start) &&
                 atomic_load(&e.t_start) <= atomic_load(&e.t_end));
     ASSERT_TRUE(!ddp_progress_read(p, 5, &e)); /* never issued */
-    ddp_store_server_stop(srv);
-    pthread_join(srv_th, NULL);
-    ddp_store_server_free(srv);
+    store_down();
 }
