@@ -17,6 +17,7 @@
 #include "cli/agent_link.h"
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
+#include "cli/cpubind.h"
 #include "cli/diag_node.h"
 #include "cli/membership.h"
 #include "common/err.h"
@@ -54,6 +55,9 @@ struct worker {
     int code; /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
     struct ddp__dn_page page; /* its flight recorder, read for the progress report */
+    bool bound;               /* bind_to: its CPUs, and how many local ranks share them */
+    cpu_set_t cpus;
+    int sharers;
 };
 
 struct agent {
@@ -64,6 +68,7 @@ struct agent {
     struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
     char iface[64]; /* this node's interface toward the store: the ranks' network default */
     char node_addr[64]; /* and its address there */
+    cpu_set_t allowed;  /* the agent's own CPUs, which bind_to divides among the ranks */
     struct worker *w;
     int nw, unreported;
     struct ddp_buf in;
@@ -365,7 +370,8 @@ static void snapshot(struct ddp_buf *out)
 }
 
 /* In the child: environment, descriptors, then exec. Reports a failure through xfd. */
-static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, int pfd, pid_t agent)
+static void exec_worker(const struct worker *wk, int ofd, int efd, int tfd, int xfd, int pfd,
+                        pid_t agent)
 {
     const struct ddp__agent_start *st = &A.st;
     int err;
@@ -380,7 +386,9 @@ static void exec_worker(int local_rank, int ofd, int efd, int tfd, int xfd, int 
     dup2(efd, 2);
     int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
     int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
-    ddp__agent_rank_env(st, &A.join, local_rank, A.iface, A.node_addr, tokfd, progfd);
+    ddp__agent_rank_env(st, &A.join, wk->local_rank, A.iface, A.node_addr, tokfd, progfd);
+    ddp__cpubind_apply(wk->bound ? st->bind_to : DDP__BIND_NONE, &wk->cpus, wk->sharers,
+                       wk->local_rank);
     if (chdir(st->workdir) != 0) {
         err = errno;
         int msg[2] = {1, err};
@@ -406,6 +414,10 @@ static int spawn(struct worker *w)
         pipe2(xp, O_CLOEXEC))
         return DDP_ESYS;
     pid_t agent = getpid();
+    int units = 0;
+    w->bound = A.st.bind_to != DDP__BIND_NONE &&
+               ddp__cpubind_rank(A.st.bind_to, NULL, &A.allowed, A.nw, w->local_rank, &w->cpus,
+                                 &w->sharers, &units) == 0;
     w->t0 = ddp_now_ms();
     if (ddp__dn_page_new(&w->page) < 0)
         DDP_DEBUG(SUP, "agent: no progress page for local rank %d", w->local_rank);
@@ -413,7 +425,7 @@ static int spawn(struct worker *w)
     if (pid < 0)
         return DDP_ESYS;
     if (pid == 0)
-        exec_worker(w->local_rank, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
+        exec_worker(w, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
     close(op[1]);
     close(ep[1]);
     close(tp[0]);
@@ -445,6 +457,10 @@ static int spawn(struct worker *w)
         ddp__agent_end(&b, pos);
         w->sent_started = send_buf(&b);
         ddp_buf_release(&b);
+        /* NUMA nodes are shared by design; cores only when ranks outnumber them */
+        if (w->bound && w->local_rank == 0 && w->sharers > 1 && A.st.bind_to == DDP__BIND_CORE)
+            send_note(w, "ddprun agent: bind_to core: %d ranks share %d core%s here", A.nw, units,
+                      units == 1 ? "" : "s");
     }
     ddp_loop_add(A.loop, w->fd[0], DDP_LOOP_READ, on_pipe, w);
     ddp_loop_add(A.loop, w->fd[1], DDP_LOOP_READ, on_pipe, w);
@@ -740,6 +756,8 @@ int ddp__cmd_agent(void)
     setpgid(0, 0);
     /* Orphans of the workers come back to us, to be killed at the end. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (sched_getaffinity(0, sizeof(A.allowed), &A.allowed) != 0)
+        CPU_ZERO(&A.allowed); /* bind_to then leaves the ranks unbound */
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     ddp_buf_init(&A.in);
     ddp_buf_init(&A.last);

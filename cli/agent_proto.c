@@ -82,6 +82,7 @@ int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st)
     r |= put_list(b, st->env);
     r |= put_list(b, st->shell_env);
     r |= ddp_buf_put_u8(b, st->agent_store);
+    r |= ddp_buf_put_u8(b, st->bind_to);
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
 }
@@ -139,7 +140,7 @@ int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_star
         (e = get_list(&r, &st->shell_env)) < 0)
         goto fail;
     e = DDP_EPROTO;
-    if (ddp_rd_u8(&r, &st->agent_store) < 0)
+    if (ddp_rd_u8(&r, &st->agent_store) < 0 || ddp_rd_u8(&r, &st->bind_to) < 0 || st->bind_to > 2)
         goto fail;
     if (ddp_rd_left(&r) != 0 || st->nlocal == 0 || st->nlocal > 4096 ||
         (!st->shell[0] && !st->argv[0]))

@@ -122,6 +122,7 @@ struct ddp__agent_start {
     char **env;           /* "K=V" strings, NULL-terminated: the job's env, applied last */
     char **shell_env;     /* "K=V" from the launching shell (the export rule), applied first */
     uint8_t agent_store;  /* MASTER_ADDR:MASTER_PORT is the launcher's TCPStore port */
+    uint8_t bind_to;      /* bind_to: 0 none, 1 core, 2 numa (cli/cpubind.h) */
 };
 
 /* Appends a START frame to b. */

@@ -110,7 +110,7 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             return -1;
         }
         if (found == DDP_OPT_SET || found == DDP_OPT_NPROC || found == DDP_OPT_NPROC_PER_NODE ||
-            found == DDP_OPT_RANKS || found == DDP_OPT_MAX_RESTARTS) {
+            found == DDP_OPT_RANKS || found == DDP_OPT_MAX_RESTARTS || found == DDP_OPT_BIND_TO) {
             if (o->nsets == DDP_CLI_MAX_SETS) {
                 ddp__cli_error("too many --set options (at most %d)", DDP_CLI_MAX_SETS);
                 return -1;
@@ -121,6 +121,7 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             if (found != DDP_OPT_SET) {
                 const char *key = found == DDP_OPT_RANKS          ? "logs.console_ranks"
                                   : found == DDP_OPT_MAX_RESTARTS ? "elastic.max_restarts"
+                                  : found == DDP_OPT_BIND_TO      ? "bind_to"
                                                                   : "nproc_per_node";
                 if (strlen(val) > 120) {
                     ddp__cli_error("option '--%s': the value is too long", opts[found].name);

@@ -5,6 +5,7 @@
  */
 #include "cli/job.h"
 #include "cli/cli.h"
+#include "cli/cpubind.h"
 #include "cli/job_values.h"
 #include "cli/ytree.h"
 
@@ -23,10 +24,11 @@
 /* Schema                                                             */
 /* ------------------------------------------------------------------ */
 
-static const char *const top_keys[] = {
-    "name",       "command",  "workdir",  "env",      "nodes",      "nproc_per_node", "backend",
-    "rendezvous", "elastic",  "ssh",      "logs",     "checkpoint", "stop_grace",     "network",
-    "export",     "diagnose", "launcher", "pipeline", NULL};
+static const char *const top_keys[] = {"name",       "command",        "workdir",  "env",
+                                       "nodes",      "nproc_per_node", "backend",  "bind_to",
+                                       "rendezvous", "elastic",        "ssh",      "logs",
+                                       "checkpoint", "stop_grace",     "network",  "export",
+                                       "diagnose",   "launcher",       "pipeline", NULL};
 static const char *const elastic_keys[] = {
     "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
     "cooldown",  NULL};
@@ -320,6 +322,17 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             goto out;
         }
 #endif
+    }
+    if ((n = ddp__ytree_get(root, "bind_to"))) {
+        char *b = NULL;
+        if (ddp__jv_str(c, n, "bind_to", &b) < 0)
+            goto out;
+        j->bind_to = ddp__cpubind_parse(b);
+        if (j->bind_to < 0)
+            ddp__jv_err(c, n, "bind_to must be 'none', 'core' or 'numa', got '%s'", b);
+        free(b);
+        if (j->bind_to < 0)
+            goto out;
     }
     if ((sub = ddp__ytree_get(root, "rendezvous")) && ddp__job_rdzv(c, sub, basedir, j) < 0)
         goto out;

@@ -47,6 +47,7 @@ struct ddp_job {
     size_t nnodes;
     int nproc_per_node;
     char *backend; /* "cpu" | "nccl" */
+    int bind_to;   /* enum ddp__cpubind (cli/cpubind.h): each rank's CPUs */
     char *rdzv_listen;
     int rdzv_port;
     int64_t rdzv_timeout_ms;

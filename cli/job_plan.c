@@ -1,6 +1,7 @@
 /* `ddprun plan`'s view of a job (the resolved spec, rank map and environment), also kept as
  * the job's spec.yaml, and the rank environment's OMP_NUM_THREADS rule. */
 #include "cli/cli.h"
+#include "cli/cpubind.h"
 #include "cli/job.h"
 #include "cli/pipe_layout.h"
 
@@ -41,7 +42,8 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     fprintf(f, "nodes:\n");
     for (size_t i = 0; i < j->nnodes; i++)
         fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
-    fprintf(f, "nproc_per_node: %d\nbackend: %s\n", j->nproc_per_node, j->backend);
+    fprintf(f, "nproc_per_node: %d\nbackend: %s\nbind_to: %s\n", j->nproc_per_node, j->backend,
+            ddp__cpubind_name(j->bind_to));
     char d1[32], d2[32];
     if (j->rdzv_etcd) {
         fprintf(f, "rendezvous: {backend: etcd, endpoints: [");
@@ -132,6 +134,9 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
                 : "<store host:port>",
             j->backend, j->checkpoint_dir ? " DDPRUN_CHECKPOINT_DIR=" : "",
             j->checkpoint_dir ? j->checkpoint_dir : "");
+    if (j->bind_to != DDP__BIND_NONE)
+        fprintf(f, "DDPRUN_CPU_BIND=%s DDPRUN_CPU_SHARERS=<ranks of the node on these CPUs>\n",
+                ddp__cpubind_name(j->bind_to));
     if (ddp__job_omp_default(j))
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
     for (char **e = penv; e && *e; e++) {

@@ -2,8 +2,7 @@
  * The supervisor's policy: a job runs as a series of rendezvous rounds. Each node's agent
  * joins the membership (a lease it keeps alive); a round closes once at least
  * elastic.min_nodes agents have joined (at most max_nodes), ranks are numbered contiguously
- * over the members in node order, and the workers start with TORCHELASTIC_RESTART_COUNT = the
- * round number.
+ * over the members in node order; workers start with TORCHELASTIC_RESTART_COUNT = the round.
  *
  * A member node is lost when its lease ends (missed heartbeats), when its agent or SSH
  * connection ends, and a round fails when a worker exits with an error. Then, while
@@ -542,7 +541,8 @@ static void rdzv_close(void)
             .env = env,
             /* local ranks inherit this shell's whole environment */
             .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : L.shell_env,
-            .agent_store = L.torch_port != 0};
+            .agent_store = L.torch_port != 0,
+            .bind_to = (uint8_t)j->bind_to};
         ddp__nodes_start_round(&L.nodes, (int)i, &st);
     }
     for (int k = 0; k < nowned; k++)

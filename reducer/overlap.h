@@ -19,8 +19,10 @@ bool ddp__reducer_overlap(const struct ddp_pg *pg, char *why, size_t len);
  * (a GPU's copy engines and links, a network) or a core of its own. A CPU all-reduce inside a
  * node is copying and adding on the cores; with fewer than 2 cores per local rank it would
  * take them from backward, and run slower for being interleaved with it (measured:
- * BENCHMARKS.md, "Gradient reducer"), so it waits for finalize.
+ * BENCHMARKS.md, "Gradient reducer"), so it waits for finalize. cores: this process's usable
+ * CPUs; sharers: how many of the node's ranks run on them (local_world, unless ranks were
+ * bound to CPUs of their own: ddprun --bind-to).
  */
-bool ddp__overlap_pays(bool cuda, int world, int local_world, int cores);
+bool ddp__overlap_pays(bool cuda, int world, int local_world, int sharers, int cores);
 
 #endif

@@ -191,3 +191,71 @@ a windows line" ]
   assert_line "[localhost:0] step 3/3 done"
   assert_line "[localhost:0] a windows line"
 }
+
+# CPUs of a cpulist ("0-2,5" -> "0 1 2 5").
+cpus_of() {
+  local r out=()
+  for r in ${1//,/ }; do
+    if [[ $r == *-* ]]; then out+=($(seq "${r%-*}" "${r#*-}")); else out+=("$r"); fi
+  done
+  echo "${out[@]}"
+}
+
+bind_job() { # MODE NPROC: each rank prints its CPUs and what ddprun said of them
+  printf 'command: "echo cpus $(sed -n \\"s/^Cpus_allowed_list:[[:space:]]*//p\\" /proc/self/status) bind ${DDPRUN_CPU_BIND:-unset} sharers ${DDPRUN_CPU_SHARERS:-unset}"\nnproc_per_node: %d\nbind_to: %s\n' \
+    "$2" "$1" >job.yaml
+}
+
+@test "bind_to core: each rank gets a core of the agent's CPUs; hardware threads of one core stay together" {
+  command -v taskset >/dev/null || skip "taskset (util-linux) is not installed"
+  read -r a b _ <<<"$(cpus_of "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)")"
+  [ -n "$b" ] || skip "one CPU only"
+  # the reference: are a and b two threads of one core?
+  sib=$(cat "/sys/devices/system/cpu/cpu$a/topology/thread_siblings_list" 2>/dev/null || echo "$a")
+  bind_job core 2
+  run taskset -c "$a,$b" "$DDPRUN" job.yaml
+  assert_success
+  if [[ " $(cpus_of "$sib") " == *" $b "* ]]; then
+    both=$([ "$b" -eq $((a + 1)) ] && echo "$a-$b" || echo "$a,$b")
+    assert_line "[localhost:0] cpus $both bind core sharers 2"
+    assert_line "[localhost:1] cpus $both bind core sharers 2"
+  else
+    assert_line "[localhost:0] cpus $a bind core sharers 1"
+    assert_line "[localhost:1] cpus $b bind core sharers 1"
+  fi
+  # more ranks than cores: they share, and rank 0's output says so once
+  bind_job core 3
+  run taskset -c "$a" "$DDPRUN" job.yaml
+  assert_success
+  for r in 0 1 2; do assert_line "[localhost:$r] cpus $a bind core sharers 3"; done
+  assert_line "[localhost:0] ddprun agent: bind_to core: 3 ranks share 1 core here"
+  [ "$(grep -c 'share 1 core here' <<<"$output")" -eq 1 ]
+  # none (the default): every CPU, no variables
+  bind_job none 2
+  run taskset -c "$a,$b" "$DDPRUN" job.yaml
+  assert_success
+  both=$([ "$b" -eq $((a + 1)) ] && echo "$a-$b" || echo "$a,$b")
+  assert_line "[localhost:1] cpus $both bind unset sharers unset"
+}
+
+@test "bind_to numa: the ranks of one NUMA node share its CPUs; a bad mode is an error naming it" {
+  command -v taskset >/dev/null || skip "taskset (util-linux) is not installed"
+  [ "$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)" -le 1 ] || skip "several NUMA nodes"
+  mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  bind_job numa 2
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_line "[localhost:0] cpus $mine bind numa sharers 2"
+  assert_line "[localhost:1] cpus $mine bind numa sharers 2"
+  refute_output --partial "ranks share"
+  run "$DDPRUN" plan job.yaml
+  assert_success
+  assert_line "bind_to: numa"
+  run "$DDPRUN" --nproc 2 --bind-to socket --no-python true
+  assert_failure 2
+  assert_output --partial "--bind-to socket: bind_to must be 'none', 'core' or 'numa', got 'socket'"
+  printf 'command: [true]\nbind_to: [core]\n' >bad.yaml
+  run "$DDPRUN" bad.yaml
+  assert_failure 2
+  assert_output --partial "bad.yaml:2:10:"
+}

@@ -61,6 +61,13 @@ job() { # nproc args...
   DDP_REDUCER_OVERLAP=on run taskset -c 0 "$DDPRUN" job.yaml
   assert_success
   assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
+  # bound (--bind-to core) to two CPUs: the rule counts the ranks bound to a rank's CPUs
+  # (DDPRUN_CPU_SHARERS), not all of the node's
+  read -r a b _ <<<"$(taskset -cp $$ | sed 's/.*: //; s/,/ /g; s/-/ /')"
+  [ -n "$b" ] || return 0
+  run taskset -c "$a,$b" "$DDPRUN" --bind-to core job.yaml
+  assert_success
+  assert_output --regexp "no overlap: (1 usable core for 1 rank|2 usable cores for 2 ranks) bound to them"
 }
 
 @test "fp16 and bf16 compression hooks average within their precision" {
