@@ -2,7 +2,8 @@
 # Per-step time of the Fashion-MNIST MLP trainer with 2 ranks on this machine: compute only
 # (the same 2 processes training their shards at once, no reducer), the reducer with overlap
 # forced on (DDP_REDUCER_OVERLAP=on), with it disabled, and by default (overlap where it pays:
-# on a 2-core machine, none), with and without bucket view; a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
+# on a 2-core machine, none), with and without bucket view, and by default with each rank bound to
+# cores of its own (bind_to: core); a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
 # on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
 # Configurations alternate within each repetition; medians over the repetitions. The reducer's
 # runs are paired (ddprun-fmnist --bench-paired): each step is followed by the same step without
@@ -24,8 +25,8 @@ ours() { # label extra-args... : prints "label ms"
   local label=$1; shift
   local a="$B/ddprun-fmnist, --hidden, '$HIDDEN', --batch, '$BATCH', --max-steps, '$STEPS', --eval-every, '0', --bench" x
   for x in "$@"; do a="$a, '$x'"; done
-  printf 'command: [%s]\nnproc_per_node: 2\nlogs: {dir: %s/logs}\nenv: {DDP_REDUCER_OVERLAP: "%s"}\n' \
-    "$a" "$T" "${OVERLAP:-auto}" >"$T/job.yaml"
+  printf 'command: [%s]\nnproc_per_node: 2\nlogs: {dir: %s/logs}\nenv: {DDP_REDUCER_OVERLAP: "%s"}\nbind_to: %s\n' \
+    "$a" "$T" "${OVERLAP:-auto}" "${BIND:-none}" >"$T/job.yaml"
   "$B/ddprun" "$T/job.yaml" >"$T/out" 2>/dev/null
   echo "$label $(sed -n 's/.*bench: median step \([0-9.]*\) ms.*/\1/p' "$T/out")"
   # --bench-paired: each step followed by the same step without the reducer and a bare
@@ -51,6 +52,7 @@ for _ in $(seq "$REPS"); do
   ours no-overlap --bucket-view --no-overlap --bench-paired >>"$R"
   ours auto --bucket-view --bench-paired >>"$R"
   ours auto-copy --bench-paired >>"$R"
+  BIND=core ours auto-bound --bucket-view --bench-paired >>"$R"
   torchrun_ torch-compute compute >>"$R"
   torchrun_ torch-ddp ddp >>"$R"
   if [ -z "${NO_SWEEP:-}" ]; then
@@ -73,11 +75,12 @@ for k, name, base in [("compute", "ddprun: compute only", "compute"),
                       ("no-overlap", "ddprun: reducer, no overlap (view)", "compute"),
                       ("auto", "ddprun: reducer, default (view)", "compute"),
                       ("auto-copy", "ddprun: reducer, default (copy)", "compute"),
+                      ("auto-bound", "ddprun: default (view), bound", "compute"),
                       ("torch-compute", "PyTorch: compute only", "torch-compute"),
                       ("torch-ddp", "PyTorch DDP (gloo)", "torch-compute")]:
     if k in m:
         print(f"| {name:34} | {m[k]:7.1f} | {m[k] / m[base]:14.2f} |")
-paired = [k for k in ("overlap", "no-overlap", "auto", "auto-copy") if k + ":added" in m]
+paired = [k for k in ("overlap", "no-overlap", "auto", "auto-copy", "auto-bound") if k + ":added" in m]
 if paired:
     print()
     print("Paired (--bench-paired): after each step, the same step without the reducer and a bare")
@@ -86,7 +89,8 @@ if paired:
     print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare | range |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     names = {"overlap": "reducer, overlap on (view)", "no-overlap": "reducer, no overlap (view)",
-             "auto": "reducer, default (view)", "auto-copy": "reducer, default (copy)"}
+             "auto": "reducer, default (view)", "auto-copy": "reducer, default (copy)",
+             "auto-bound": "reducer, default (view), --bind-to core"}
     for k in paired:
         a, b, rs = m[k + ":added"], m[k + ":bare"], d[k + ":ratio"]
         print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} "

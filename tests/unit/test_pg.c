@@ -221,6 +221,81 @@ TEST(groups_formed_by_threads_reduce_correctly)
     store_down();
 }
 
+/* ---- work queued by a second thread while a blocking call runs inline ---- */
+
+enum { QN = 4 << 20 }; /* 16 MiB: a few milliseconds, long enough to queue behind */
+
+struct queue_arg {
+    struct ddp_pg *pg;
+    float *b;
+    int rc;
+};
+
+static void *queue_behind(void *a)
+{
+    struct queue_arg *qa = a;
+    struct ddp_work *w = NULL;
+    usleep(300);
+    qa->rc = ddp_pg_allreduce_start(qa->pg, qa->b, QN, DDP_F32, DDP_SUM, &w);
+    if (qa->rc == 0) {
+        qa->rc = ddp_work_wait(w); /* hangs if the end of the inline call did not wake the
+                                      communication thread for it */
+        ddp_work_free(w);
+    }
+    return NULL;
+}
+
+static void *inline_rank(void *a)
+{
+    struct rank_arg *ra = a;
+    struct ddp_store *s;
+    struct ddp_pg *pg;
+    ra->rc = -1;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        return NULL;
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "inline"};
+    if (ddp_pg_init(s, ra->rank, W, ra->rank, W, 0, &o, &pg) != 0)
+        return NULL;
+    /* Both buffers hold the same values, so the sums are right whichever of the two
+     * collectives each rank ends up issuing first. */
+    float *a1 = malloc(QN * sizeof(float)), *b1 = malloc(QN * sizeof(float));
+    int bad = 0;
+    for (int it = 0; it < 3 && !bad; it++) {
+        for (int i = 0; i < QN; i++)
+            a1[i] = b1[i] = (float)(ra->rank + i % 5);
+        struct queue_arg qa = {.pg = pg, .b = b1, .rc = -1};
+        pthread_t t;
+        pthread_create(&t, NULL, queue_behind, &qa);
+        bad |= ddp_pg_allreduce(pg, a1, QN, DDP_F32, DDP_SUM) != 0;
+        pthread_join(t, NULL);
+        bad |= qa.rc != 0;
+        for (int i = 0; i < QN && !bad; i++)
+            bad |= a1[i] != (float)(0 + 1 + 2 + 3 * (i % 5)) || b1[i] != a1[i];
+    }
+    free(a1);
+    free(b1);
+    ddp_pg_free(pg);
+    ddp_store_close(s);
+    ra->rc = bad;
+    return NULL;
+}
+
+TEST(work_queued_during_an_inline_call_runs_after_it)
+{
+    store_up();
+    pthread_t th[W];
+    struct rank_arg ra[W];
+    for (int r = 0; r < W; r++) {
+        ra[r].rank = r;
+        pthread_create(&th[r], NULL, inline_rank, &ra[r]);
+    }
+    for (int r = 0; r < W; r++) {
+        pthread_join(th[r], NULL);
+        ASSERT_EQ(ra[r].rc, 0);
+    }
+    store_down();
+}
+
 /* ---- all-reduce of a buffer in pieces (the reducer's buckets without bucket view) ---- */
 
 enum { PW = 4, PN = 30011 };
