@@ -14,6 +14,13 @@
 void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op);
 /* dst = (dst + src) / world in one pass, bit for bit ddp__reduce then ddp__scale_avg. */
 void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world);
+/* The same two with the left operand a instead of dst (the first step of a reduction, with no
+ * copy of a into dst first): dst = op(a, b), dst = (a + b) / world. No buffer overlaps another;
+ * the bits are those of copying a into dst and then the in-place form. */
+void ddp__reduce_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
+                    enum ddp_redop op);
+void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
+                        int world);
 /* buf[i] /= world, for DDP_AVG after the sum. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
 

@@ -74,7 +74,12 @@ uint16_t ddp__f32_to_f16(float x)
     return (uint16_t)(sign | r);
 }
 
-#define REDUCE_LOOP(T, d, s, n, op)                                                                \
+/*
+ * The kernels, written once for both forms: in place, d[i] = op(d[i], s[i]) (A is d_), and
+ * into a third buffer, d[i] = op(a[i], s[i]) (A is a_, declared by the caller's macro), so
+ * the first step of a reduction need not copy a into d first. Same operations, same bits.
+ */
+#define REDUCE_LOOP(T, d, s, n, op, A)                                                             \
     do {                                                                                           \
         T *restrict d_ = (T *)(d);                                                                 \
         const T *restrict s_ = (const T *)(s);                                                     \
@@ -82,68 +87,92 @@ uint16_t ddp__f32_to_f16(float x)
         case DDP_SUM:                                                                              \
         case DDP_AVG:                                                                              \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] += s_[i];                                                                    \
+                d_[i] = A[i] + s_[i];                                                              \
             break;                                                                                 \
         case DDP_MAX:                                                                              \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];                                             \
+                d_[i] = s_[i] > A[i] ? s_[i] : A[i];                                               \
             break;                                                                                 \
         case DDP_MIN:                                                                              \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];                                             \
+                d_[i] = s_[i] < A[i] ? s_[i] : A[i];                                               \
             break;                                                                                 \
         }                                                                                          \
     } while (0)
 
-#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F)                                                     \
+#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F, A)                                                  \
     do {                                                                                           \
         uint16_t *d_ = (uint16_t *)(d);                                                            \
         const uint16_t *s_ = (const uint16_t *)(s);                                                \
         for (size_t i = 0; i < (n); i++) {                                                         \
-            float a = TO_F(d_[i]), b = TO_F(s_[i]);                                                \
-            float r = (op) == DDP_MAX   ? (b > a ? b : a)                                          \
-                      : (op) == DDP_MIN ? (b < a ? b : a)                                          \
-                                        : a + b;                                                   \
+            float l_ = TO_F(A[i]), r_ = TO_F(s_[i]);                                               \
+            float r = (op) == DDP_MAX   ? (r_ > l_ ? r_ : l_)                                      \
+                      : (op) == DDP_MIN ? (r_ < l_ ? r_ : l_)                                      \
+                                        : l_ + r_;                                                 \
             d_[i] = FROM_F(r);                                                                     \
         }                                                                                          \
     } while (0)
 
 /* Signed integer sums wrap (two's complement), as in NCCL and Gloo; done unsigned to be
  * defined behaviour. */
-#define REDUCE_INT(T, UT, d, s, n, op)                                                             \
+#define REDUCE_INT(T, UT, d, s, n, op, A)                                                          \
     do {                                                                                           \
         if ((op) == DDP_SUM || (op) == DDP_AVG) {                                                  \
             UT *restrict d_ = (UT *)(d);                                                           \
             const UT *restrict s_ = (const UT *)(s);                                               \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] += s_[i];                                                                    \
+                d_[i] = (UT)A[i] + s_[i];                                                          \
         } else {                                                                                   \
-            REDUCE_LOOP(T, d, s, n, op);                                                           \
+            REDUCE_LOOP(T, d, s, n, op, A);                                                        \
+        }                                                                                          \
+    } while (0)
+
+/* The kernels for every dtype; A names the left operand (d_ in place, a_ from a). */
+#define REDUCE_ALL(dt, dst, a, src, n, op, A)                                                      \
+    do {                                                                                           \
+        switch (dt) {                                                                              \
+        case DDP_F32: {                                                                            \
+            const float *restrict a_ = (const float *)(a);                                         \
+            (void)a_;                                                                              \
+            REDUCE_LOOP(float, dst, src, n, op, A);                                                \
+        } break;                                                                                   \
+        case DDP_F64: {                                                                            \
+            const double *restrict a_ = (const double *)(a);                                       \
+            (void)a_;                                                                              \
+            REDUCE_LOOP(double, dst, src, n, op, A);                                               \
+        } break;                                                                                   \
+        case DDP_I32: {                                                                            \
+            const int32_t *restrict a_ = (const int32_t *)(a);                                     \
+            (void)a_;                                                                              \
+            REDUCE_INT(int32_t, uint32_t, dst, src, n, op, A);                                     \
+        } break;                                                                                   \
+        case DDP_I64: {                                                                            \
+            const int64_t *restrict a_ = (const int64_t *)(a);                                     \
+            (void)a_;                                                                              \
+            REDUCE_INT(int64_t, uint64_t, dst, src, n, op, A);                                     \
+        } break;                                                                                   \
+        case DDP_BF16: {                                                                           \
+            const uint16_t *restrict a_ = (const uint16_t *)(a);                                   \
+            (void)a_;                                                                              \
+            REDUCE_HALF(dst, src, n, op, ddp__bf16_to_f32, ddp__f32_to_bf16, A);                   \
+        } break;                                                                                   \
+        case DDP_F16: {                                                                            \
+            const uint16_t *restrict a_ = (const uint16_t *)(a);                                   \
+            (void)a_;                                                                              \
+            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16, A);                     \
+        } break;                                                                                   \
         }                                                                                          \
     } while (0)
 
 void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op)
 {
-    switch (dt) {
-    case DDP_F32:
-        REDUCE_LOOP(float, dst, src, n, op);
-        break;
-    case DDP_F64:
-        REDUCE_LOOP(double, dst, src, n, op);
-        break;
-    case DDP_I32:
-        REDUCE_INT(int32_t, uint32_t, dst, src, n, op);
-        break;
-    case DDP_I64:
-        REDUCE_INT(int64_t, uint64_t, dst, src, n, op);
-        break;
-    case DDP_BF16:
-        REDUCE_HALF(dst, src, n, op, ddp__bf16_to_f32, ddp__f32_to_bf16);
-        break;
-    case DDP_F16:
-        REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16);
-        break;
-    }
+    REDUCE_ALL(dt, dst, NULL, src, n, op, d_);
+}
+
+void ddp__reduce_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
+                    enum ddp_redop op)
+{
+    REDUCE_ALL(dt, dst, a, b, n, op, a_);
 }
 
 /*
@@ -153,17 +182,17 @@ void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum d
  * times a multiplication, and this pass ran as long as the reduction itself (perf,
  * BENCHMARKS.md "Gradient reducer").
  */
-#define AVG_LOOP(T, dst, src, n, world)                                                            \
+#define AVG_LOOP(T, dst, src, n, world, A)                                                         \
     do {                                                                                           \
         T *restrict d_ = (T *)(dst), w_ = (T)(world), inv_ = (T)1 / w_;                            \
         const T *restrict s_ = (const T *)(src);                                                   \
         bool pow2_ = (world) > 0 && ((world) & ((world)-1)) == 0;                                  \
         if (s_ && pow2_)                                                                           \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = (d_[i] + s_[i]) * inv_;                                                    \
+                d_[i] = (A[i] + s_[i]) * inv_;                                                     \
         else if (s_)                                                                               \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = (d_[i] + s_[i]) / w_;                                                      \
+                d_[i] = (A[i] + s_[i]) / w_;                                                       \
         else if (pow2_)                                                                            \
             for (size_t i = 0; i < (n); i++)                                                       \
                 d_[i] *= inv_;                                                                     \
@@ -177,10 +206,10 @@ void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world)
 {
     switch (dt) {
     case DDP_F32:
-        AVG_LOOP(float, buf, NULL, n, world);
+        AVG_LOOP(float, buf, NULL, n, world, d_);
         break;
     case DDP_F64:
-        AVG_LOOP(double, buf, NULL, n, world);
+        AVG_LOOP(double, buf, NULL, n, world, d_);
         break;
     case DDP_I32:
         for (size_t i = 0; i < n; i++)
@@ -229,11 +258,26 @@ size_t ddp_dtype_size(enum ddp_dtype dt)
 void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world)
 {
     if (dt == DDP_F32) {
-        AVG_LOOP(float, dst, src, n, world);
+        AVG_LOOP(float, dst, src, n, world, d_);
     } else if (dt == DDP_F64) {
-        AVG_LOOP(double, dst, src, n, world);
+        AVG_LOOP(double, dst, src, n, world, d_);
     } else {
         ddp__reduce(dst, src, n, dt, DDP_AVG);
+        ddp__scale_avg(dst, n, dt, world);
+    }
+}
+
+void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
+                        int world)
+{
+    if (dt == DDP_F32) {
+        const float *restrict a_ = a;
+        AVG_LOOP(float, dst, b, n, world, a_);
+    } else if (dt == DDP_F64) {
+        const double *restrict a_ = a;
+        AVG_LOOP(double, dst, b, n, world, a_);
+    } else {
+        ddp__reduce_to(dst, a, b, n, dt, DDP_AVG);
         ddp__scale_avg(dst, n, dt, world);
     }
 }

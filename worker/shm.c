@@ -38,6 +38,32 @@ static char *slot(struct ddp__shm *sh, int j)
            (set * (size_t)sh->n + (size_t)j) * sh->slot_bytes;
 }
 
+/*
+ * out = the slots' elements [s0, s0 + k) combined in slot order, (..((slot 0 op slot 1) op
+ * slot 2)..), and with avg the last step divided by n: the bits of copying slot 0 out and
+ * reducing the others into it, in fewer passes over the shard.
+ */
+static void reduce_slots(struct ddp__shm *sh, void *out, size_t s0, size_t k, enum ddp_dtype dt,
+                         enum ddp_redop op, bool avg)
+{
+    size_t esz = ddp_dtype_size(dt), off = s0 * esz;
+    int n = sh->n;
+    if (n == 1) { /* an average over one rank is the value itself */
+        memcpy(out, slot(sh, 0) + off, k * esz);
+        return;
+    }
+    if (avg && n == 2)
+        ddp__reduce_avg_to(out, slot(sh, 0) + off, slot(sh, 1) + off, k, dt, n);
+    else
+        ddp__reduce_to(out, slot(sh, 0) + off, slot(sh, 1) + off, k, dt, op);
+    for (int j = 2; j < n; j++) {
+        if (avg && j == n - 1)
+            ddp__reduce_avg(out, slot(sh, j) + off, k, dt, n);
+        else
+            ddp__reduce(out, slot(sh, j) + off, k, dt, op);
+    }
+}
+
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op)
 {
@@ -85,15 +111,10 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             bool scattered = !out;
             if (scattered)
                 out = c->scratch;
-            memcpy(out, slot(sh, 0) + s0 * esz, (s1 - s0) * esz);
-            /* On one node an average divides in the pass that adds the last slot. */
+            /* On one node an average divides in the pass that adds the last slot; the first
+             * pass reads slots 0 and 1 (no copy of slot 0 first). */
             bool fuse = op == DDP_AVG && !c->cross;
-            for (int j = 1; j < n; j++) {
-                if (fuse && j == n - 1)
-                    ddp__reduce_avg(out, slot(sh, j) + s0 * esz, s1 - s0, dt, n);
-                else
-                    ddp__reduce(out, slot(sh, j) + s0 * esz, s1 - s0, dt, op);
-            }
+            reduce_slots(sh, out, s0, s1 - s0, dt, op, fuse);
             if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, fuse ? DDP_SUM : op)) < 0)
                 return e;
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
@@ -176,12 +197,7 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Block me, summed over the slots in slot order (the same order on every rank). */
-        char *o = out + done * esz;
-        memcpy(o, slot(sh, 0) + (size_t)c->rank * m * esz, m * esz);
-        for (int j = 1; j < n; j++)
-            ddp__reduce(o, slot(sh, j) + (size_t)c->rank * m * esz, m, dt, op);
-        if (op == DDP_AVG)
-            ddp__scale_avg(o, m, dt, n);
+        reduce_slots(sh, out + done * esz, (size_t)c->rank * m, m, dt, op, op == DDP_AVG);
         sh->seq += 1;
         sh->round++;
     }

@@ -116,6 +116,39 @@ TEST(averages_give_the_bits_of_a_division_in_one_pass_or_two)
     }
 }
 
+/* The three-operand kernels (the first step of a shard's reduction, slot 0 op slot 1 into the
+ * output) give the bits of copying the left operand out and reducing in place, for every
+ * dtype and op, NaNs and subnormals included (random bit patterns). */
+TEST(three_operand_kernels_give_the_bits_of_copy_then_reduce)
+{
+    enum { K = 4099 };
+    static uint8_t a[K * 8], b[K * 8], want[K * 8], got[K * 8];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < sizeof(a); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        a[i] = (uint8_t)x;
+        b[i] = (uint8_t)(x >> 8);
+    }
+    const enum ddp_dtype dts[] = {DDP_F32, DDP_F64, DDP_I32, DDP_I64, DDP_BF16, DDP_F16};
+    const enum ddp_redop ops[] = {DDP_SUM, DDP_MAX, DDP_MIN, DDP_AVG};
+    for (size_t t = 0; t < 6; t++) {
+        size_t bytes = K * ddp_dtype_size(dts[t]);
+        for (size_t o = 0; o < 4; o++) {
+            memcpy(want, a, bytes);
+            ddp__reduce(want, b, K, dts[t], ops[o]);
+            memset(got, 0xa5, bytes);
+            ddp__reduce_to(got, a, b, K, dts[t], ops[o]);
+            ASSERT_TRUE(memcmp(got, want, bytes) == 0);
+        }
+        for (int world = 2; world <= 3; world++) {
+            memcpy(want, a, bytes);
+            ddp__reduce_avg(want, b, K, dts[t], world);
+            ddp__reduce_avg_to(got, a, b, K, dts[t], world);
+            ASSERT_TRUE(memcmp(got, want, bytes) == 0);
+        }
+    }
+}
+
 static struct ddp_store_server *srv;
 static pthread_t srv_th;
 static int port;
