@@ -41,12 +41,14 @@ teardown() {
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]   # the segment's name never outlives setup
 }
 
-@test "64 MiB all-reduce across 2 and 3 ranks" {
-  for n in 2 3; do
-    printf 'command: [%s, big, "64"]\nnproc_per_node: %d\n' "$PGTEST" "$n" >job.yaml
-    run "$DDPRUN" job.yaml
-    assert_success
-    assert_output --partial "64 MiB float32 all-reduce over $n ranks"
+@test "64 MiB all-reduce across 2 and 3 ranks, through shared memory and over TCP" {
+  for tr in auto tcp; do
+    for n in 2 3; do
+      printf 'command: [%s, big, "64"]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: %s}\n' "$PGTEST" "$n" "$tr" >job.yaml
+      run "$DDPRUN" job.yaml
+      assert_success
+      assert_output --partial "64 MiB float32 all-reduce over $n ranks"
+    done
   done
 }
 
