@@ -43,7 +43,9 @@ bool ddp__reducer_overlap(const struct ddp_pg *pg, char *why, size_t len)
     /* How many of the node's ranks run on this rank's CPUs: all of them, unless ddprun's
      * bind_to gave each its own (DDPRUN_CPU_SHARERS: the ranks bound to the same CPUs). */
     const char *sh = getenv("DDPRUN_CPU_SHARERS");
-    int sharers = sh && atoi(sh) >= 1 && atoi(sh) <= lw ? atoi(sh) : lw;
+    int sharers = sh ? atoi(sh) : lw;
+    if (sharers < 1 || sharers > lw)
+        sharers = lw;
     if (ddp__overlap_pays(ddp_pg_is_cuda(pg), ddp_pg_world_size(pg), lw, sharers, cores))
         return true;
     snprintf(why, len,

@@ -127,38 +127,37 @@ uint16_t ddp__f32_to_f16(float x)
         }                                                                                          \
     } while (0)
 
+/* The left operand a as a_ of type T (unused where A is d_). */
+#define LEFT(T, a)                                                                                 \
+    const T *restrict a_ = (const T *)(a);                                                         \
+    (void)a_
+
 /* The kernels for every dtype; A names the left operand (d_ in place, a_ from a). */
 #define REDUCE_ALL(dt, dst, a, src, n, op, A)                                                      \
     do {                                                                                           \
         switch (dt) {                                                                              \
         case DDP_F32: {                                                                            \
-            const float *restrict a_ = (const float *)(a);                                         \
-            (void)a_;                                                                              \
+            LEFT(float, a);                                                                        \
             REDUCE_LOOP(float, dst, src, n, op, A);                                                \
         } break;                                                                                   \
         case DDP_F64: {                                                                            \
-            const double *restrict a_ = (const double *)(a);                                       \
-            (void)a_;                                                                              \
+            LEFT(double, a);                                                                       \
             REDUCE_LOOP(double, dst, src, n, op, A);                                               \
         } break;                                                                                   \
         case DDP_I32: {                                                                            \
-            const int32_t *restrict a_ = (const int32_t *)(a);                                     \
-            (void)a_;                                                                              \
+            LEFT(int32_t, a);                                                                      \
             REDUCE_INT(int32_t, uint32_t, dst, src, n, op, A);                                     \
         } break;                                                                                   \
         case DDP_I64: {                                                                            \
-            const int64_t *restrict a_ = (const int64_t *)(a);                                     \
-            (void)a_;                                                                              \
+            LEFT(int64_t, a);                                                                      \
             REDUCE_INT(int64_t, uint64_t, dst, src, n, op, A);                                     \
         } break;                                                                                   \
         case DDP_BF16: {                                                                           \
-            const uint16_t *restrict a_ = (const uint16_t *)(a);                                   \
-            (void)a_;                                                                              \
+            LEFT(uint16_t, a);                                                                     \
             REDUCE_HALF(dst, src, n, op, ddp__bf16_to_f32, ddp__f32_to_bf16, A);                   \
         } break;                                                                                   \
         case DDP_F16: {                                                                            \
-            const uint16_t *restrict a_ = (const uint16_t *)(a);                                   \
-            (void)a_;                                                                              \
+            LEFT(uint16_t, a);                                                                     \
             REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16, A);                     \
         } break;                                                                                   \
         }                                                                                          \

@@ -238,19 +238,27 @@ static void *rank_main(void *a)
     return NULL;
 }
 
-TEST(groups_formed_by_threads_reduce_correctly)
+/* Runs fn as W ranks, a thread each, against the store; how many of them failed. */
+static int failed_ranks(void *(*fn)(void *))
 {
-    store_up();
     pthread_t th[W];
     struct rank_arg ra[W];
     for (int r = 0; r < W; r++) {
         ra[r].rank = r;
-        pthread_create(&th[r], NULL, rank_main, &ra[r]);
+        pthread_create(&th[r], NULL, fn, &ra[r]);
     }
+    int bad = 0;
     for (int r = 0; r < W; r++) {
         pthread_join(th[r], NULL);
-        ASSERT_EQ(ra[r].rc, 0);
+        bad += ra[r].rc != 0;
     }
+    return bad;
+}
+
+TEST(groups_formed_by_threads_reduce_correctly)
+{
+    store_up();
+    ASSERT_EQ(failed_ranks(rank_main), 0);
     store_down();
 }
 
@@ -316,16 +324,7 @@ static void *inline_rank(void *a)
 TEST(work_queued_during_an_inline_call_runs_after_it)
 {
     store_up();
-    pthread_t th[W];
-    struct rank_arg ra[W];
-    for (int r = 0; r < W; r++) {
-        ra[r].rank = r;
-        pthread_create(&th[r], NULL, inline_rank, &ra[r]);
-    }
-    for (int r = 0; r < W; r++) {
-        pthread_join(th[r], NULL);
-        ASSERT_EQ(ra[r].rc, 0);
-    }
+    ASSERT_EQ(failed_ranks(inline_rank), 0);
     store_down();
 }
 
