@@ -64,6 +64,25 @@ static void reduce_slots(struct ddp__shm *sh, void *out, size_t s0, size_t k, en
     }
 }
 
+/*
+ * Elements per all-reduce round. A round's working set is the user's chunk, this rank's slot
+ * and the peers' shards of theirs: with 1 MiB slots, over a 1 MiB L2 per core. While the
+ * message still sits in the caches that costs nothing and fewer rounds (barriers) win; once
+ * it streams from memory, half-slot rounds keep most of each round in the L2, so the output
+ * is mostly written into lines just read instead of missing again. Measured on a 2-core EPYC VM
+ * (BENCHMARKS.md, "Round size"): half rounds lose at 4 MiB (0.94x), break even at 8 (0.97-1.14x
+ * in three runs) and win from 16 (1.24x at 16, 1.08-1.10x at 64); quarter rounds lose. One node
+ * only: across nodes the round's shard is what each TCP ring carries, tuned with the slots as they
+ * are.
+ */
+static size_t round_elems(const struct ddp__comm *c, size_t count, size_t esz)
+{
+    size_t bytes = c->shm.slot_bytes;
+    if (!c->cross && count >= 16 * bytes / esz)
+        bytes /= 2;
+    return bytes / esz;
+}
+
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op)
 {
@@ -82,7 +101,7 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
     struct ddp__shm *sh = &c->shm;
     int n = sh->n, me = sh->me, e;
     size_t esz = ddp_dtype_size(dt);
-    size_t per_round = sh->slot_bytes / esz; /* elements per round */
+    size_t per_round = round_elems(c, count, esz);
     struct ddp__pieces v;
     ddp__pieces_init(&v, pc, npc, esz);
     /* A shard that straddles pieces is reduced in scratch memory. Failing here fails the
