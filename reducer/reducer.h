@@ -124,8 +124,8 @@ struct ddp_reducer_stats {
     uint64_t iterations;           /* synchronised ones */
     uint64_t buckets_launched;     /* all-reduces started */
     uint64_t launched_in_backward; /* of which before finalize was called */
-    uint64_t launch_host_ns;       /* host time spent starting them */
-    uint64_t finalize_wait_ns;     /* time finalize waited for communication */
+    uint64_t launch_host_ns;       /* host time spent starting them (those queued) */
+    uint64_t finalize_wait_ns;     /* time finalize waited for (or ran) the all-reduces */
     uint64_t rebuilds;
     bool overlap; /* buckets start during backward (no_overlap and DDP_REDUCER_OVERLAP) */
 };

@@ -529,10 +529,14 @@ static int blocking(struct ddp_pg *pg, const struct ddp_work *desc)
 {
     struct ddp_work w = *desc, *q;
     int r = pg->nccl ? 1 : run_inline(pg, &w);
-    if (r != 1)
+    if (r != 1) {
+        free(w.pieces); /* run here: ours to free (a queued work frees its own) */
         return r;
-    if ((r = start(pg, desc, &q)) < 0)
+    }
+    if ((r = start(pg, desc, &q)) < 0) {
+        free(w.pieces);
         return r;
+    }
     r = ddp_work_wait(q);
     ddp_work_free(q);
     return r;
@@ -560,9 +564,9 @@ int ddp_pg_allreduce_start_bucket(struct ddp_pg *pg, void *buf, size_t count, en
     return start(pg, &w, work);
 }
 
-int ddp_pg_allreduce_pieces_start(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
-                                  enum ddp_dtype dt, enum ddp_redop op, int bucket,
-                                  struct ddp_work **work)
+/* The description of an all-reduce in pieces, with its own copy of the array. */
+static int describe_pieces(struct ddp_pg *pg, struct ddp_work *w, const struct ddp_piece *pieces,
+                           size_t n, enum ddp_dtype dt, enum ddp_redop op, int bucket)
 {
     size_t count = 0;
     for (size_t i = 0; i < n; i++) {
@@ -571,18 +575,37 @@ int ddp_pg_allreduce_pieces_start(struct ddp_pg *pg, const struct ddp_piece *pie
         count += pieces[i].count;
     }
     /* buf: any non-NULL address (the pieces are the buffer) */
-    COLLECTIVE(W_ALLREDUCE, NULL, count ? (void *)pieces : NULL, count, dt, op, 0);
+    int r = describe(pg, w, W_ALLREDUCE, NULL, count ? (void *)pieces : NULL, count, dt, op, 0);
+    if (r < 0)
+        return r;
     if (ddp_pg_is_cuda(pg))
         return DDP_ENOTSUP;
-    if (count && !(w.pieces = malloc(n * sizeof(*pieces))))
+    if (count && !(w->pieces = malloc(n * sizeof(*pieces))))
         return DDP_ENOMEM;
-    if (w.pieces)
-        memcpy(w.pieces, pieces, n * sizeof(*pieces));
-    w.npieces = n;
-    w.bucket = bucket < 0 ? -1 : bucket;
-    if ((r = start(pg, &w, work)) < 0)
+    if (w->pieces)
+        memcpy(w->pieces, pieces, n * sizeof(*pieces));
+    w->npieces = n;
+    w->bucket = bucket < 0 ? -1 : bucket;
+    return 0;
+}
+
+int ddp_pg_allreduce_pieces_start(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                                  enum ddp_dtype dt, enum ddp_redop op, int bucket,
+                                  struct ddp_work **work)
+{
+    struct ddp_work w;
+    int r = describe_pieces(pg, &w, pieces, n, dt, op, bucket);
+    if (r == 0 && (r = start(pg, &w, work)) < 0)
         free(w.pieces);
     return r;
+}
+
+int ddp_pg_allreduce_pieces(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                            enum ddp_dtype dt, enum ddp_redop op, int bucket)
+{
+    struct ddp_work w;
+    int r = describe_pieces(pg, &w, pieces, n, dt, op, bucket);
+    return r < 0 ? r : blocking(pg, &w);
 }
 
 void ddp_pg_dump_recorder(const struct ddp_pg *pg, FILE *f, unsigned n)
@@ -595,6 +618,14 @@ int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype 
                      enum ddp_redop op)
 {
     COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
+    return blocking(pg, &w);
+}
+
+int ddp_pg_allreduce_bucket(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                            enum ddp_redop op, int bucket)
+{
+    COLLECTIVE(W_ALLREDUCE, NULL, buf, count, dt, op, 0);
+    w.bucket = bucket < 0 ? -1 : bucket;
     return blocking(pg, &w);
 }
 

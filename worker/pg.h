@@ -153,6 +153,12 @@ int ddp_pg_allreduce_pieces_start(struct ddp_pg *pg, const struct ddp_piece *pie
 
 int ddp_pg_allreduce(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                      enum ddp_redop op);
+/* The blocking forms of the two bucket calls above (inline in the caller when the group is
+ * idle, as every blocking form: no hand-off to the communication thread). */
+int ddp_pg_allreduce_bucket(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                            enum ddp_redop op, int bucket);
+int ddp_pg_allreduce_pieces(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                            enum ddp_dtype dt, enum ddp_redop op, int bucket);
 int ddp_pg_broadcast(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt, int root);
 int ddp_pg_allgather(struct ddp_pg *pg, const void *send, void *recv, size_t count,
                      enum ddp_dtype dt);

@@ -370,17 +370,21 @@ static void *piece_rank(void *a)
     pc[np].data = mem[np];
     np++;
     int bad = 0;
-    for (int it = 0; it < 2 && !bad; it++) {
+    for (int it = 0; it < 4 && !bad; it++) {
         for (size_t i = 0; i < PN; i++)
             flat[i] =
                 (float)((i * 7919 + (size_t)pa->rank * 104729 + (size_t)it) % 1000) / 997.0f - 0.3f;
         for (size_t k = 0, off = 0; k < np; off += pc[k].count, k++)
             memcpy(pc[k].data, flat + off, pc[k].count * sizeof(float));
         struct ddp_work *w = NULL;
-        enum ddp_redop op = it ? DDP_SUM : DDP_AVG;
-        bad |= ddp_pg_allreduce_pieces_start(pg, pc, np, DDP_F32, op, 3, &w) != 0;
-        bad |= !w || ddp_work_wait(w) != 0;
-        ddp_work_free(w);
+        enum ddp_redop op = it & 1 ? DDP_SUM : DDP_AVG;
+        if (it & 2) { /* the blocking form */
+            bad |= ddp_pg_allreduce_pieces(pg, pc, np, DDP_F32, op, 3) != 0;
+        } else {
+            bad |= ddp_pg_allreduce_pieces_start(pg, pc, np, DDP_F32, op, 3, &w) != 0;
+            bad |= !w || ddp_work_wait(w) != 0;
+            ddp_work_free(w);
+        }
         bad |= ddp_pg_allreduce(pg, flat, PN, DDP_F32, op) != 0;
         for (size_t k = 0, off = 0; k < np; off += pc[k].count, k++)
             memcpy(got + off, pc[k].data, pc[k].count * sizeof(float));
@@ -389,6 +393,7 @@ static void *piece_rank(void *a)
     struct ddp_piece hole = {.data = NULL, .count = 4};
     struct ddp_work *w = NULL;
     bad |= ddp_pg_allreduce_pieces_start(pg, &hole, 1, DDP_F32, DDP_SUM, -1, &w) != DDP_EINVAL;
+    bad |= ddp_pg_allreduce_pieces(pg, &hole, 1, DDP_F32, DDP_SUM, -1) != DDP_EINVAL;
     for (size_t k = 0; k < np; k++)
         free(mem[k]);
     free(flat);
@@ -523,6 +528,10 @@ static void *rec_rank(void *a)
     ddp_work_free(w);
     bad |= ddp_pg_broadcast(pg, d, 2, DDP_F64, 1) != 0;
     bad |= ddp_pg_barrier(pg) != 0;
+    /* the blocking bucket forms (inline: the group is idle) note their bucket too */
+    bad |= ddp_pg_allreduce_bucket(pg, f, 2, DDP_F32, DDP_MAX, 9) != 0;
+    struct ddp_piece pc[2] = {{f, 3}, {d, 0}};
+    bad |= ddp_pg_allreduce_pieces(pg, pc, 2, DDP_F32, DDP_MIN, 2) != 0;
     size_t len;
     FILE *m = open_memstream(&ra->dump, &len);
     ddp_pg_dump_recorder(pg, m, 10);
@@ -553,26 +562,27 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
         pthread_join(th[r], NULL);
         ASSERT_EQ(ra[r].rc, 0);
         /* every group has its own recorder, in the order it ran its collectives */
-        const char *want[] = {"#1 allreduce f32 16 bytes: done",
-                              "#2 allreduce f32 32 bytes bucket 7: done",
-                              "#3 broadcast f64 16 bytes: done", "#4 barrier f32 0 bytes: done"};
+        const char *want[] = {
+            "#1 allreduce f32 16 bytes: done",         "#2 allreduce f32 32 bytes bucket 7: done",
+            "#3 broadcast f64 16 bytes: done",         "#4 barrier f32 0 bytes: done",
+            "#5 allreduce f32 8 bytes bucket 9: done", "#6 allreduce f32 12 bytes bucket 2: done"};
         const char *at = ra[r].dump;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 6; k++) {
             const char *hit = strstr(at, want[k]);
             if (!hit)
                 FAIL_AT("rank %d's recorder lacks '%s' in order:\n%s", r, want[k], ra[r].dump);
             at = hit + strlen(want[k]);
         }
-        ASSERT_TRUE(strstr(at, "#5") == NULL);
+        ASSERT_TRUE(strstr(at, "#7") == NULL);
         free(ra[r].dump);
     }
     /* One group only wrote the page (the other kept a private ring), and let it go. */
     ASSERT_EQ(p->magic, DDP_PROGRESS_MAGIC);
     ASSERT_TRUE(p->rank == 0 || p->rank == 1);
     ASSERT_EQ(p->world, 2);
-    ASSERT_EQ(atomic_load(&p->entered), 4);
-    ASSERT_EQ(atomic_load(&p->started), 4);
-    ASSERT_EQ(atomic_load(&p->completed), 4);
+    ASSERT_EQ(atomic_load(&p->entered), 6);
+    ASSERT_EQ(atomic_load(&p->started), 6);
+    ASSERT_EQ(atomic_load(&p->completed), 6);
     ASSERT_EQ(atomic_load(&p->attached), 0);
     struct ddp_progress_ent e;
     ASSERT_TRUE(ddp_progress_read(p, 2, &e));
@@ -581,6 +591,8 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
     ASSERT_EQ(e.bytes, 32);
     ASSERT_TRUE(atomic_load(&e.t_enq) > 0 && atomic_load(&e.t_enq) <= atomic_load(&e.t_start) &&
                 atomic_load(&e.t_start) <= atomic_load(&e.t_end));
-    ASSERT_TRUE(!ddp_progress_read(p, 5, &e)); /* never issued */
+    ASSERT_TRUE(ddp_progress_read(p, 6, &e));
+    ASSERT_EQ(e.bucket, 2);
+    ASSERT_TRUE(!ddp_progress_read(p, 7, &e)); /* never issued */
     store_down();
 }
