@@ -6,9 +6,11 @@
 # cores of its own (bind_to: core); a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
 # on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
 # Configurations alternate within each repetition; medians over the repetitions. The reducer's
-# runs are paired (ddprun-fmnist --bench-paired): each step is followed by the same step without
-# the reducer and by a bare all-reduce of all the gradients' bytes, so what the reducer adds is
-# measured against the all-reduce it must do, in the same seconds of this drifting VM.
+# runs are paired (ddprun-fmnist --bench-paired): each step has beside it the same step without
+# the reducer (after it on even steps, before it on odd ones, so neither of the pair always
+# follows the cache-flushing all-reduce) and a bare all-reduce of all the gradients' bytes, so
+# what the reducer adds is measured against the all-reduce it must do, in the same seconds of
+# this drifting VM.
 # Usage: bench/reducer_bench.sh [BUILD_DIR] [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
