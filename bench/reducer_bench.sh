@@ -85,8 +85,9 @@ for k, name, base in [("compute", "ddprun: compute only", "compute"),
 paired = [k for k in ("overlap", "no-overlap", "auto", "auto-copy", "auto-bound") if k + ":added" in m]
 if paired:
     print()
-    print("Paired (--bench-paired): after each step, the same step without the reducer and a bare")
-    print("all-reduce of all the gradients (one buffer, alone); medians over the steps, then over the runs")
+    print("Paired (--bench-paired): beside each step, the same step without the reducer (after it, or")
+    print("before it on odd steps) and a bare all-reduce of all the gradients (one buffer, alone);")
+    print("medians over the steps, then over the runs")
     print("(added / bare: each run's ratio, then their median and range). Target: added <= 1.1 x bare.")
     print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare | range |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -574,7 +574,7 @@ int main(int argc, char **argv)
         /* --bench-paired: on odd steps the compute-only step runs first (on the previous
          * step's batch, the same size), so each of the pair follows the other's optimizer
          * step as often as it follows the bare all-reduce, which evicts the weights: always
-         * after the all-reduce, the reducer's step paid 0.1-2.4 ms more forward+backward.
+         * after the all-reduce, the reducer's forward+backward took 0-2.4 ms longer (median 0.3).
          * A barrier then starts the step with the ranks together, as the all-reduce does. */
         int pb = c.batch * (rank + 1) / nsh - c.batch * rank / nsh;
         bool pair_first = c.paired && (nstep_t & 1);
