@@ -177,6 +177,23 @@ static void store_down(void)
     ddp_store_server_free(srv);
 }
 
+/* A thread rank's group (ranks numbered node by node, local_world per node), over its own
+ * store connection; NULL, with nothing left open, on failure. */
+static struct ddp_pg *join(const char *name, int rank, int world, int local_world,
+                           struct ddp_store **s)
+{
+    struct ddp_pg *pg;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, s) != 0)
+        return NULL;
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = name};
+    if (ddp_pg_init(*s, rank, world, rank % local_world, local_world, rank / local_world, &o,
+                    &pg) != 0) {
+        ddp_store_close(*s);
+        return NULL;
+    }
+    return pg;
+}
+
 enum { W = 3, N = 50021 };
 
 struct rank_arg {
@@ -189,10 +206,7 @@ static void *rank_main(void *a)
     struct ddp_store *s;
     struct ddp_pg *pg;
     ra->rc = -1;
-    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
-        return NULL;
-    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "unit"};
-    if (ddp_pg_init(s, ra->rank, W, ra->rank, W, 0, &o, &pg) != 0)
+    if (!(pg = join("unit", ra->rank, W, W, &s)))
         return NULL;
     float *buf = malloc(N * sizeof(float)), *b2 = malloc(N * sizeof(float));
     int bad = 0;
@@ -292,10 +306,7 @@ static void *inline_rank(void *a)
     struct ddp_store *s;
     struct ddp_pg *pg;
     ra->rc = -1;
-    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
-        return NULL;
-    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "inline"};
-    if (ddp_pg_init(s, ra->rank, W, ra->rank, W, 0, &o, &pg) != 0)
+    if (!(pg = join("inline", ra->rank, W, W, &s)))
         return NULL;
     /* Both buffers hold the same values, so the sums are right whichever of the two
      * collectives each rank ends up issuing first. */
@@ -342,11 +353,7 @@ static void *piece_rank(void *a)
     struct ddp_store *s;
     struct ddp_pg *pg;
     pa->rc = -1;
-    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
-        return NULL;
-    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "pieces"};
-    int L = pa->local_world;
-    if (ddp_pg_init(s, pa->rank, PW, pa->rank % L, L, pa->rank / L, &o, &pg) != 0)
+    if (!(pg = join("pieces", pa->rank, PW, pa->local_world, &s)))
         return NULL;
     float *flat = malloc(PN * sizeof(float)), *got = malloc(PN * sizeof(float));
     struct ddp_piece pc[64];
@@ -514,10 +521,7 @@ static void *rec_rank(void *a)
     struct ddp_store *s;
     struct ddp_pg *pg;
     ra->rc = -1;
-    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
-        return NULL;
-    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "rec"};
-    if (ddp_pg_init(s, ra->rank, 2, ra->rank, 2, 0, &o, &pg) != 0)
+    if (!(pg = join("rec", ra->rank, 2, 2, &s)))
         return NULL;
     float f[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     double d[2] = {1, 2};
