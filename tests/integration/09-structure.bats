@@ -25,3 +25,25 @@ load '../lib/common'
   assert_output --partial "include cycle: cli/a.h -> cli/b.h"
   assert_output --partial "call cycle between files: cli/a.c, cli/b.c"
 }
+
+# Bash does not stop on a negated command (`! cmd`) that succeeds unless it is the last one, so
+# in a test body `! grep -q x f` alone asserts nothing; such a line must end in `|| false`.
+negations_that_assert_nothing() { # files...
+  awk '
+    /^@test/ { t = 1; prev = ""; next }
+    t && /^}/ { t = 0; next }
+    t && !/^[ \t]*$/ && !/^[ \t]*#/ {
+      if (prev ~ /^[ \t]*! / && prev !~ /\|\| (false|return 1)/) print FILENAME ":" pn ": " prev
+      prev = $0; pn = FNR
+    }' "$@"
+}
+
+@test "every negated command in a test asserts something (is the test's last or ends in || false)" {
+  run negations_that_assert_nothing "$REPO"/tests/integration/*.bats
+  assert_success
+  assert_output ""
+  # the check finds one
+  printf '@test "x" {\n  ! grep -q a f\n  true\n}\n' >"$BATS_TEST_TMPDIR/t.bats"
+  run negations_that_assert_nothing "$BATS_TEST_TMPDIR/t.bats"
+  assert_output --partial "t.bats:2:   ! grep -q a f"
+}

@@ -59,9 +59,9 @@ teardown() { stop_store; }
   start_store --log-level trace
   tok=$(cat "$TOKFILE")
   st set k v
-  ! tr '\0' ' ' <"/proc/$STORE_PID/cmdline" | grep -q "$tok"
-  ! grep -q "$tok" "$BATS_TEST_TMPDIR/store.err"
-  ! grep -q "$tok" "$BATS_TEST_TMPDIR/store.out"
+  ! tr '\0' ' ' <"/proc/$STORE_PID/cmdline" | grep -q "$tok" || false
+  ! grep -q "$tok" "$BATS_TEST_TMPDIR/store.err" || false
+  ! grep -q "$tok" "$BATS_TEST_TMPDIR/store.out" || false
 }
 
 @test "--torch-listen: PyTorch's TCPStore protocol on a second port, for the allowed addresses only" {

@@ -105,7 +105,7 @@ only_sshd_in() {
   a=$(sshd_addr 8)
   assert_output --partial "node '$a': cannot connect to $a port $SSH_PORT"
   [ "$SECONDS" -lt 20 ]
-  ! pgrep -f "^sleep 30" >/dev/null
+  ! pgrep -f "^sleep 30" >/dev/null || false
   only_sshd_in 1
   # a key the nodes do not accept
   ssh-keygen -q -t ed25519 -N '' -f other_key
@@ -131,8 +131,8 @@ only_sshd_in() {
   rc=0; wait "$pid" || rc=$?
   [ "$rc" -eq 130 ]
   for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
-  ! pgrep -f "$marker"
-  ! pgrep -f "ddprun agent" -P "$(cat ssh/node1/sshd.pid)"
+  ! pgrep -f "$marker" || false
+  ! pgrep -f "ddprun agent" -P "$(cat ssh/node1/sshd.pid)" || false
   for k in 1 2; do only_sshd_in "$k"; done
 }
 
@@ -147,7 +147,7 @@ only_sshd_in() {
   kill -9 "$pid"
   wait "$pid" || true
   for _ in $(seq 100); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
-  ! pgrep -f "$marker"
+  ! pgrep -f "$marker" || false
   for _ in $(seq 50); do only_sshd_in 1 >/dev/null && break; sleep 0.1; done
   only_sshd_in 1
 }
@@ -170,7 +170,7 @@ only_sshd_in() {
   run "$DDPRUN" doctor job.yaml --set ssh.strict_host_key_checking=accept-new --set "nodes=[$(sshd_addr 3)]"
   assert_success
   assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +ok +[a-z0-9-]+ +pass$"
-  ! grep -qF "$(sshd_addr 3)" "$SSH_KH"
+  ! grep -qF "$(sshd_addr 3)" "$SSH_KH" || false
   # a command missing on the node, and a ddprun of another version
   run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1
@@ -239,7 +239,7 @@ SH
   [ "$SECONDS" -le 12 ]   # stop_grace 2 s + 5 s for agents to report + killing: about 7 s
   grep -q "did not stop within stop_grace" out.txt
   for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
-  ! pgrep -f "$marker"
+  ! pgrep -f "$marker" || false
   for k in 1 2; do only_sshd_in "$k"; done
 }
 
@@ -260,14 +260,14 @@ SH
   [ "$rc" -eq 130 ]
   [ "$SECONDS" -le 8 ]
   for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
-  ! pgrep -f "$marker"
+  ! pgrep -f "$marker" || false
   # the rendezvous timeout: status 3 naming the node and what is known of it
   rm -rf logs
   run "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/hang.sh" --set rendezvous.timeout=2s
   assert_failure 3
   assert_output --partial "round 0 cannot start: only 1 of the 2 nodes elastic.min_nodes needs joined within 2 s (rendezvous.timeout); not joined: '$(sshd_addr 2)' (started, no answer)"
   for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
-  ! pgrep -f "$marker"
+  ! pgrep -f "$marker" || false
   for k in 1 2; do only_sshd_in "$k"; done
 }
 

@@ -157,7 +157,7 @@ EOF
   grep -v microbatches: spec.yaml >spec1f1b.yaml
   run "$DDPRUN" spec1f1b.yaml --set pipeline.schedule=1f1b
   assert_success
-  ! cmp -s flags.bin spec.bin
+  ! cmp -s flags.bin spec.bin || false
   # 1F1B runs minibatches in multiples of the replica counts' lcm: fewer is refused, not run
   run "$DDPRUN" spec1f1b.yaml --set pipeline.schedule=1f1b --set 'pipeline.replicas=[2,1]' \
     --set 'command=['"$F"', --max-steps, "1"]'
@@ -200,10 +200,10 @@ JOB
     else
       [ "$rc" -eq 1 ]
       grep -q "ddprun: round 1 cannot start: pipeline: the pipeline's stages take 3 ranks (replicas \[1, 1, 1\], 1 each unless pipeline.replicas says) and the job has 2: each rank runs one stage's replica; pipeline.auto plans for whatever ranks a round has" out.txt
-      ! grep -q "round 1: rank" out.txt
+      ! grep -q "round 1: rank" out.txt || false
     fi
     # the hung node's rank is gone too
     for _ in $(seq 50); do pgrep -f "sleep 61.93" >/dev/null || break; sleep 0.1; done
-    ! pgrep -f "sleep 61.93"
+    ! pgrep -f "sleep 61.93" || false
   done
 }

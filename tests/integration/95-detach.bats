@@ -99,7 +99,7 @@ wait_gone() { # job id: its supervisor ends (5 s after its ranks at most)
   run "$DDPRUN" stop "$id"
   assert_success
   assert_output --partial "the job has ended"
-  ! "$DDPRUN" ps | grep -q "^$id "
+  ! "$DDPRUN" ps | grep -q "^$id " || false
   run "$DDPRUN" logs "$id"
   assert_output --partial "ddprun: ddprun stop: stopping 2 ranks (SIGINT"
   assert_output --regexp "job $id interrupted after"

@@ -89,7 +89,7 @@ JOB
   run "$DDPRUN" job.yaml
   [ "$status" -eq 3 ]
   assert_output --partial "rendezvous.backend etcd: etcd at unix:///nonexistent/etcd.sock: "
-  ! pgrep -fx "sleep 30"   # exactly the job's command: not a "sleep 300" elsewhere
+  ! pgrep -fx "sleep 30" || false   # exactly the job's command: not a "sleep 300" elsewhere
 }
 
 @test "3 SSH nodes meet in etcd over TCP and train; a node cut off the network is lost through its etcd lease; the job goes on from its checkpoint" {
@@ -240,7 +240,7 @@ JOB
   assert_output --regexp "ddprun: job $id succeeded after [0-9.]+ s \(2 ranks on 1 node\)"
   grep -q "step 2400 .*test-acc" logs/"$id"/rank-0.log
   # nothing left: no agent, no rank, no key
-  ! pgrep -f "ddprun agent" >/dev/null
+  ! pgrep -f "ddprun agent" >/dev/null || false
   [ -z "$(etcd_keys | grep "^/jobs/")" ]
 }
 
@@ -291,6 +291,6 @@ JOB
   for p in $ranks; do ! kill -0 "$p" 2>/dev/null; done
   for k in 1 2 3; do [ "$(sshd_ns_pids "$k")" = "$(cat "$SSH_DIR/node$k/sshd.pid")" ]; done
   [ -z "$(sshd_ns_pids 4)" ]
-  ! pgrep -f "__ssh-bridge" >/dev/null
+  ! pgrep -f "__ssh-bridge" >/dev/null || false
   [ -z "$(etcd_keys | grep "^/ddprun/")" ]
 }
