@@ -1,27 +1,25 @@
 /*
  * A rank's arena: registered memory for its collectives (ddp_pg_mem_alloc). The arena is a
- * POSIX shared-memory file, sparse (ftruncate'd to its full size, no page used until one is
+ * memfd (worker/fdshare.h), sparse (ftruncate'd to its full size, no page used until one is
  * allocated), that the rank and every other rank of its node map, so a peer reads a buffer
  * allocated here in place, with no copy through the node's segment and no system call.
  *
  * Allocation is first fit over page-aligned blocks, kept sorted by offset (a process group
  * allocates few, large buffers: gradient buckets). The pages of a block are reserved with
- * posix_fallocate when it is allocated, so a full /dev/shm is a NULL from the allocator, not
+ * posix_fallocate when it is allocated, so memory running out is a NULL from the allocator, not
  * a SIGBUS at first touch; freeing punches them out of the file again.
  */
 #include "worker/coll.h"
+#include "worker/fdshare.h"
 #include "common/err.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include "common/util.h"
 
 #include "common/banned.h"
 
@@ -40,22 +38,16 @@ struct ddp__arena {
     size_t nused, cap;
 };
 
-int ddp__arena_create(size_t len, struct ddp__arena **out, char name[64])
+int ddp__arena_create(size_t len, struct ddp__arena **out)
 {
     *out = NULL;
     len = (len + PAGE - 1) / PAGE * PAGE;
     struct ddp__arena *a = calloc(1, sizeof(*a));
-    uint64_t rnd;
     if (!a)
         return DDP_ENOMEM;
-    a->fd = -1;
     a->base = MAP_FAILED;
-    int r = DDP_ESYS;
-    if (ddp_random_bytes(&rnd, sizeof(rnd)) < 0)
-        goto fail;
-    snprintf(name, 64, "/ddp-arena-%016llx", (unsigned long long)rnd);
-    a->fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (a->fd < 0 || ftruncate(a->fd, (off_t)len) != 0)
+    a->fd = ddp__memfd("ddp-arena", len);
+    if (a->fd < 0)
         goto fail;
     a->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, a->fd, 0);
     if (a->base == MAP_FAILED)
@@ -65,13 +57,15 @@ int ddp__arena_create(size_t len, struct ddp__arena **out, char name[64])
     *out = a;
     return 0;
 fail:
-    if (a->fd >= 0) {
+    if (a->fd >= 0)
         close(a->fd);
-        shm_unlink(name);
-    }
-    name[0] = '\0';
     free(a);
-    return r;
+    return DDP_ESYS;
+}
+
+int ddp__arena_fd(const struct ddp__arena *a)
+{
+    return a ? a->fd : -1;
 }
 
 void *ddp__arena_base(const struct ddp__arena *a)

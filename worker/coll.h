@@ -97,12 +97,13 @@ struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j);
 /* Unmaps the local peers' arenas (not ours) and forgets them. */
 void ddp__shm_unmap_arenas(struct ddp__shm *sh);
 
-/* Registered memory: a rank's arena, a shared-memory file every local rank maps
- * (worker/arena.c). */
-int ddp__arena_create(size_t len, struct ddp__arena **out, char name[64]);
+/* Registered memory: a rank's arena, a memfd every local rank maps (worker/arena.c). */
+int ddp__arena_create(size_t len, struct ddp__arena **out);
 void *ddp__arena_base(const struct ddp__arena *a);
+/* Its descriptor, for the local peers to map (-1 for NULL). */
+int ddp__arena_fd(const struct ddp__arena *a);
 /* bytes of zero-filled memory, page-aligned, its pages reserved (NULL when the arena or the
- * file system is full); _free gives the pages back. */
+ * memory is full); _free gives the pages back. */
 void *ddp__arena_alloc(struct ddp__arena *a, size_t bytes);
 int ddp__arena_free(struct ddp__arena *a, void *p);
 /* The offset of [p, p + bytes) in the arena, or DDP__NOT_IN_ARENA. */

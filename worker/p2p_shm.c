@@ -10,9 +10,9 @@
  */
 #include "worker/p2p_shm.h"
 #include "worker/group.h"
+#include "worker/fdshare.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "common/util.h"
 #include "rendezvous/store.h"
 
 #include <fcntl.h>
@@ -130,49 +130,37 @@ static size_t seg_bytes(size_t cap, int nlocal)
     return HEADER_BYTES + (size_t)nlocal * (size_t)(nlocal - 1) * (CTL_BYTES + cap);
 }
 
-/* The node's lowest rank: a new segment, its pages reserved, the header written; its name in
- * shmname. MAP_FAILED when any step fails (nothing is left behind, shmname empty). */
-static void *create_segment(size_t cap, int nlocal, char *shmname, size_t namelen)
+/* The node's lowest rank: a new segment (a memfd), its pages reserved, the header written;
+ * -1 when any step fails. */
+static int create_segment(size_t cap, int nlocal)
 {
-    uint64_t rnd;
-    if (ddp_random_bytes(&rnd, sizeof(rnd)) != 0)
-        return MAP_FAILED;
-    snprintf(shmname, namelen, "/ddp-p2p-%016llx", (unsigned long long)rnd);
-    int fd = shm_open(shmname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        shmname[0] = '\0';
-        return MAP_FAILED;
-    }
     size_t len = seg_bytes(cap, nlocal);
+    int fd = ddp__memfd("ddp-p2p", len);
     void *base = MAP_FAILED;
-    int e = ftruncate(fd, (off_t)len) != 0 ? -1 : posix_fallocate(fd, 0, (off_t)len);
+    int e = fd < 0 ? -1 : posix_fallocate(fd, 0, (off_t)len);
     if (e == 0)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (base == MAP_FAILED) {
         DDP_WARN(PG, "cannot reserve %zu bytes of shared memory for point-to-point rings%s", len,
-                 e > 0 ? " (is /dev/shm full?)" : "");
-        shm_unlink(shmname);
-        shmname[0] = '\0';
-        return MAP_FAILED;
+                 e > 0 ? " (out of memory?)" : "");
+        if (fd >= 0)
+            close(fd);
+        return -1;
     }
     struct seg_header *hd = base;
     *hd = (struct seg_header){.magic = SEG_MAGIC, .cap = cap, .nlocal = (uint64_t)nlocal};
-    return base;
+    munmap(base, len);
+    return fd;
 }
 
-/* The node's other ranks: the segment of that name, if it is what this rank expects. */
-static void *open_segment(const char *shmname, size_t cap, int nlocal)
+/* Maps the segment of fd if it is what this rank expects; MAP_FAILED if not. */
+static void *map_segment(int fd, size_t cap, int nlocal)
 {
-    int fd = shm_open(shmname, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0)
-        return MAP_FAILED;
     size_t len = seg_bytes(cap, nlocal);
     struct stat st;
     void *base = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size == len)
+    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == len)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (base == MAP_FAILED)
         return MAP_FAILED;
     const struct seg_header *hd = base;
@@ -200,36 +188,31 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
     const char *tr = getenv("DDP_PG_TRANSPORT");
     size_t cap = nlocal >= 2 ? ring_bytes(nlocal) : 0;
     bool want = nlocal >= 2 && cap > 0 && !(tr && strcmp(tr, "tcp") == 0);
-    char key[300], shmname[64] = "";
+    char key[300];
     void *base = MAP_FAILED;
-    snprintf(key, sizeof(key), "pg/%s/p2p-shm/%d", name, node_of[pg->rank]);
-    if (me == 0 && nlocal >= 2) {
-        if (want)
-            base = create_segment(cap, nlocal, shmname, sizeof(shmname));
-        const char *v = base != MAP_FAILED ? shmname : "-";
-        if ((r = ddp_store_set(store, key, v, strlen(v))) < 0)
+    int *fds = want ? calloc((size_t)nlocal, sizeof(int)) : NULL;
+    if (want && !fds) {
+        r = DDP_ENOMEM;
+        goto out;
+    }
+    if (want) {
+        int fd = me == 0 ? create_segment(cap, nlocal) : -1;
+        snprintf(key, sizeof(key), "pg/%s/p2p-shm/%d", name, node_of[pg->rank]);
+        r = ddp__fd_exchange(store, key, me, nlocal, fd, pg->timeout_ms, fds);
+        if (me == 0)
+            fds[0] = fd;
+        base = r < 0 ? MAP_FAILED : map_segment(fds[0], cap, nlocal);
+        for (int j = 0; j < nlocal; j++)
+            if (fds[j] >= 0)
+                close(fds[j]); /* the mapping keeps the segment */
+        if (r < 0)
             goto out;
-    } else if (want) {
-        const char *keys[1] = {key};
-        void *v;
-        size_t vl;
-        if ((r = ddp_store_wait(store, keys, 1, pg->timeout_ms)) < 0 ||
-            (r = ddp_store_get(store, key, &v, &vl)) < 0)
-            goto out;
-        snprintf(shmname, sizeof(shmname), "%.*s", (int)(vl < 63 ? vl : 63), (char *)v);
-        free(v);
-        if (shmname[0] == '/')
-            base = open_segment(shmname, cap, nlocal);
     }
     /* everyone or no one (a rank alone on its node has nothing to map) */
     bool all;
     snprintf(key, sizeof(key), "pg/%s/p2p-shm-mapped", name);
-    r = ddp_store_all_agree(store, key, pg->rank, pg->world, nlocal < 2 || base != MAP_FAILED,
+    r = ddp_store_all_agree(store, key, pg->rank, pg->world, !want || base != MAP_FAILED,
                             pg->timeout_ms, &all);
-    if (me == 0 && shmname[0] == '/') {
-        shm_unlink(shmname); /* every rank mapped it or gave up */
-        shmname[0] = '\0';
-    }
     if (r < 0 || base == MAP_FAILED)
         goto out;
     if (!all) {
@@ -264,8 +247,7 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
              "rank %d: point-to-point through shared memory with %d local ranks (%zu-byte rings)",
              pg->rank, nlocal - 1, cap);
 out:
-    if (me == 0 && shmname[0] == '/')
-        shm_unlink(shmname); /* the store failed before the others could map it */
+    free(fds);
     if (base != MAP_FAILED)
         munmap(base, seg_bytes(cap, nlocal));
     free(local);

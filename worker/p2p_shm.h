@@ -36,11 +36,11 @@ struct ddp__p2p_shm {
 
 /*
  * With point-to-point on, maps the rings of this rank's node: its lowest group rank creates
- * the segment (DDP_PG_P2P_SHM_BYTES per ring, default 1 MiB, its pages reserved so that no
- * write can fault for want of /dev/shm space) and publishes its name through the store, the
- * node's others map it, and every rank of the group agrees (an all-gather) whether all did;
- * if not, or with DDP_PG_TRANSPORT=tcp or DDP_PG_P2P_SHM_BYTES=0, every pair keeps TCP. The
- * name is unlinked before it returns. node_of[world]: each rank's node. Sets pg->p2p_shm (or
+ * the segment (a memfd, DDP_PG_P2P_SHM_BYTES per ring, default 1 MiB, its pages reserved so
+ * that no write can fault for want of memory) and gives its descriptor to the node's others
+ * (worker/fdshare.h), which map it, and every rank of the group agrees (an all-gather) whether
+ * all did; if not, or with DDP_PG_TRANSPORT=tcp or DDP_PG_P2P_SHM_BYTES=0, every pair keeps
+ * TCP. No name is ever left behind. node_of[world]: each rank's node. Sets pg->p2p_shm (or
  * leaves it NULL). 0, or a DDP_E* code when the store failed.
  */
 int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name,

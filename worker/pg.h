@@ -188,9 +188,10 @@ bool ddp_pg_has_p2p(const struct ddp_pg *pg);
 
 /*
  * Registered memory: bytes of zero-filled memory that the other ranks of this node read in
- * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES, default 256 KiB) costs
- * one copy between processes, none through the node's segment. It is ordinary memory (calloc)
- * when the group has none (one rank per node, a TCP-only or NCCL group, no /dev/shm space):
+ * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES up; off unless set)
+ * costs one copy between processes, none through the node's segment. It is ordinary memory
+ * (calloc) when the group has none (DDP_PG_DIRECT_BYTES unset, one rank per node, a TCP-only
+ * or NCCL group, no memory for an arena):
  * callers need not care. NULL only when out of memory. Free it with ddp_pg_mem_free (which
  * frees memory from malloc too) before ddp_pg_free, which unmaps it.
  */

@@ -3,10 +3,11 @@
  * and the registered memory of ddp_pg_mem_alloc.
  *
  * With DDP_PG_DIRECT_BYTES set (the smallest all-reduce that goes single-copy; off by default),
- * every rank creates its arena (a sparse shared-memory file, DDP_PG_ARENA_BYTES, default
+ * every rank creates its arena (a sparse memfd, DDP_PG_ARENA_BYTES, default
  * 64 GiB of address space, no memory until allocated) and tries cross-memory attach on its
- * node's ranks: each publishes its pid, the address of a known word and its arena's name; each
- * maps every local peer's arena and reads every local peer's word with process_vm_readv. All
+ * node's ranks: each publishes its pid and the address of a known word, and gives its arena's
+ * descriptor to its node's other ranks (worker/fdshare.h); each maps every local peer's arena
+ * and reads every local peer's word with process_vm_readv. All
  * ranks of the group then agree (an all-gather) on what works everywhere, so every node runs
  * the same algorithm: the arenas are kept only if every rank mapped every local arena, and
  * cross-memory attach is used only if it worked everywhere (under Yama's ptrace_scope 1 each
@@ -14,6 +15,7 @@
  * Nothing is fatal: what fails leaves the slots of worker/shm.c.
  */
 #include "worker/group.h"
+#include "worker/fdshare.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "rendezvous/store.h"
@@ -25,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -79,22 +82,29 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     size_t arena_len = env_size("DDP_PG_ARENA_BYTES", ARENA_DEFAULT);
     const char *cma_env = getenv("DDP_PG_CMA");
     bool want_cma = !(cma_env && strcmp(cma_env, "0") == 0);
-    char arena_name[64] = "", blob[160], prefix[300];
+    char blob[160], prefix[300];
     struct ddp__arena *arena = NULL;
-    if (arena_len && ddp__arena_create(arena_len, &arena, arena_name) < 0)
+    if (arena_len && ddp__arena_create(arena_len, &arena) < 0)
         DDP_WARN(PG, "rank %d: no arena for registered memory (%s)", pg->rank, strerror(errno));
     if (want_cma)
         allow_siblings();
-    snprintf(blob, sizeof(blob), "%d %llu %s", (int)getpid(),
-             (unsigned long long)(uintptr_t)&g_probe, arena_name[0] ? arena_name : "-");
+    snprintf(blob, sizeof(blob), "%d %llu", (int)getpid(), (unsigned long long)(uintptr_t)&g_probe);
     int n = sh->n, r, world = pg->world;
     struct ddp_store_value *vals = calloc((size_t)world, sizeof(*vals));
+    int *fds = malloc((size_t)n * sizeof(int));
+    for (int j = 0; fds && j < n; j++)
+        fds[j] = -1;
     sh->pid = calloc((size_t)n, sizeof(int));
     sh->peer_arena = calloc((size_t)n, sizeof(void *));
-    if (!vals || !sh->pid || !sh->peer_arena) {
+    if (!vals || !fds || !sh->pid || !sh->peer_arena) {
         r = DDP_ENOMEM;
         goto out;
     }
+    /* every local rank's arena descriptor (none if it has no arena) */
+    snprintf(prefix, sizeof(prefix), "pg/%s/direct-arena/%d", name, pg->node_rank);
+    if ((r = ddp__fd_exchange(store, prefix, sh->me, n, ddp__arena_fd(arena), pg->timeout_ms,
+                              fds)) < 0)
+        goto out;
     snprintf(prefix, sizeof(prefix), "pg/%s/direct-where", name);
     if ((r = ddp_store_all_gather(store, prefix, pg->rank, world, blob, strlen(blob) + 1,
                                   pg->timeout_ms, vals)) < 0)
@@ -105,9 +115,8 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
         struct ddp_store_value *v = &vals[sh->grank[j]];
         int pid = 0;
         unsigned long long addr = 0;
-        char an[64] = "";
         if (!v->data || v->len == 0 || ((char *)v->data)[v->len - 1] != '\0' ||
-            sscanf(v->data, "%d %llu %63s", &pid, &addr, an) != 3) {
+            sscanf(v->data, "%d %llu", &pid, &addr) != 2) {
             cma_ok = arena_ok = false;
             continue;
         }
@@ -122,12 +131,12 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
             cma_ok = false;
         }
         if (arena_ok) {
-            int fd = strcmp(an, "-") ? shm_open(an, O_RDWR | O_CLOEXEC, 0) : -1;
-            void *m = fd >= 0 ? mmap(NULL, arena_len, PROT_READ | PROT_WRITE,
-                                     MAP_SHARED | MAP_NORESERVE, fd, 0)
-                              : MAP_FAILED;
-            if (fd >= 0)
-                close(fd);
+            /* a peer's arena of another size (DDP_PG_ARENA_BYTES differs) is not mapped */
+            struct stat st;
+            bool fits = fds[j] >= 0 && fstat(fds[j], &st) == 0 && (size_t)st.st_size >= arena_len;
+            void *m = fits ? mmap(NULL, arena_len, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_NORESERVE, fds[j], 0)
+                           : MAP_FAILED;
             if (m == MAP_FAILED)
                 arena_ok = false;
             else
@@ -165,8 +174,10 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
              "cross-memory attach %s",
              pg->rank, agreed, all_arena ? "on" : "off", all_cma ? "on" : "off");
 out:
-    if (arena_name[0])
-        shm_unlink(arena_name); /* every peer mapped it (or gave up): the name is not needed */
+    for (int j = 0; fds && j < n; j++)
+        if (fds[j] >= 0)
+            close(fds[j]); /* a mapping keeps its arena */
+    free(fds);
     if (!sh->arena)
         ddp__shm_unmap_arenas(sh);
     if (vals)

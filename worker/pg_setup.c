@@ -6,6 +6,7 @@
  * torchrun environment.
  */
 #include "worker/group.h"
+#include "worker/fdshare.h"
 #include "worker/p2p_shm.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -232,11 +234,10 @@ static int layout_compute(const struct ddp_pg *pg, const int *node_of, const int
 
 /*
  * Maps the node's shared-memory segment when the node has several ranks, every node has the
- * same number (DDP_PG_TRANSPORT=tcp turns it off). Local rank 0 creates it under a random
- * name and publishes the name through the store; every rank maps its node's; all ranks of the
- * group agree through an all-gather whether everyone succeeded (else all keep TCP, so every
- * rank runs the same algorithms); then the names are unlinked, so nothing outlives the group
- * even if it crashes.
+ * same number (DDP_PG_TRANSPORT=tcp turns it off). Local rank 0 creates it (a memfd, with no
+ * name to leave behind) and gives its descriptor to the node's other ranks (worker/fdshare.h);
+ * every rank maps its node's; all ranks of the group agree through an all-gather whether
+ * everyone succeeded (else all keep TCP, so every rank runs the same algorithms).
  */
 static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *name,
                      struct layout *lay)
@@ -255,44 +256,30 @@ static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *nam
         slot = (size_t)L * 64; /* a reduce-scatter round moves at least one element per rank */
     slot = (slot + 63) / 64 * 64;
     size_t len = ddp__shm_segment_bytes(L, slot);
-    char key[300], shmname[64] = "", prefix[300];
-    int r, fd = -1;
+    char prefix[300];
+    int r, fd = pg->local_rank == 0 ? ddp__memfd("ddp-segment", len) : -1;
+    int *fds = calloc((size_t)L, sizeof(int));
     void *base = MAP_FAILED;
-    snprintf(key, sizeof(key), "pg/%s/shm/%d", name, pg->node_rank);
-    if (pg->local_rank == 0) {
-        uint64_t rnd;
-        if (ddp_random_bytes(&rnd, sizeof(rnd)) == 0) {
-            snprintf(shmname, sizeof(shmname), "/ddp-%016llx", (unsigned long long)rnd);
-            fd = shm_open(shmname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-            if (fd >= 0 && ftruncate(fd, (off_t)len) != 0) {
-                close(fd);
-                fd = -1;
-            }
-        }
-        if ((r = ddp_store_set(store, key, fd >= 0 ? shmname : "-",
-                               fd >= 0 ? strlen(shmname) : 1)) < 0)
-            goto out;
-    } else {
-        const char *keys[1] = {key};
-        void *v;
-        size_t vl;
-        if ((r = ddp_store_wait(store, keys, 1, pg->timeout_ms)) < 0 ||
-            (r = ddp_store_get(store, key, &v, &vl)) < 0)
-            goto out;
-        snprintf(shmname, sizeof(shmname), "%s", (char *)v);
-        free(v);
-        if (strcmp(shmname, "-") != 0)
-            fd = shm_open(shmname, O_RDWR | O_CLOEXEC, 0);
+    if (!fds) {
+        r = DDP_ENOMEM;
+        goto out;
     }
-    if (fd >= 0)
+    snprintf(prefix, sizeof(prefix), "pg/%s/shm/%d", name, pg->node_rank);
+    if ((r = ddp__fd_exchange(store, prefix, pg->local_rank, L, fd, pg->timeout_ms, fds)) < 0)
+        goto out;
+    for (int j = 1; j < L; j++)
+        if (fds[j] >= 0)
+            close(fds[j]); /* only local rank 0 gives one */
+    if (pg->local_rank != 0)
+        fd = fds[0];
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == len)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     /* Everyone or no one: agree on whether every rank mapped its node's segment. */
     bool all;
     snprintf(prefix, sizeof(prefix), "pg/%s/shm-mapped", name);
     r = ddp_store_all_agree(store, prefix, pg->rank, pg->world, base != MAP_FAILED, pg->timeout_ms,
                             &all);
-    if (pg->local_rank == 0 && shmname[0] == '/')
-        shm_unlink(shmname); /* every rank has it mapped (or gave up): the name is not needed */
     if (r < 0)
         goto out;
     if (all) {
@@ -311,6 +298,7 @@ out:
         munmap(base, len);
     if (fd >= 0)
         close(fd);
+    free(fds);
     return r;
 }
 

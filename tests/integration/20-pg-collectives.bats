@@ -16,10 +16,12 @@ teardown() {
 
 @test "every collective, dtype, op and size matches the reference at world sizes 1 to 8 (shared memory)" {
   for n in 1 2 3 4 5 6 7 8; do
-    printf 'command: [%s, matrix]\nnproc_per_node: %d\n' "$PGTEST" "$n" >job.yaml
+    printf 'command: [%s, matrix]\nnproc_per_node: %d\nenv: {DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' "$PGTEST" "$n" >job.yaml
     run "$DDPRUN" job.yaml
     [ "$status" -eq 0 ] || { echo "world size $n:"; echo "$output"; return 1; }
     [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+    # every rank of a node of several mapped the segment (none fell back to TCP)
+    [ "$(grep -c 'shared-memory all-reduce on' <<<"$output" || true)" -eq "$((n > 1 ? n : 0))" ]
   done
 }
 
@@ -144,7 +146,7 @@ sigstop_case() {
   grep -q "64 MiB float32 all-reduce over 4 ranks" rank0.out
   # Nodes of one rank each: a plain ring across nodes, no shared memory.
   DDP_LOG_LEVEL=info run_layout 3 1 matrix
-  ! grep -q "shared-memory all-reduce on" rank0.out
+  ! grep -q "shared-memory all-reduce on" rank0.out || false
   # Uneven nodes (2 ranks + 1 rank): every rank falls back to TCP together, and passes.
   stop_store; start_store
   PIDS=
@@ -217,6 +219,51 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
     rm -rf logs
   done
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ] # no segment or arena name outlives setup
+}
+
+# Rank 0's shared-memory files (descriptors and mappings) as /proc shows them.
+shm_files() { # pid
+  { ls -l "/proc/$1/fd" 2>/dev/null; cat "/proc/$1/maps" 2>/dev/null; } | grep -oE '(/memfd:|/dev/shm/)ddp-[a-z0-9-]*' | sort -u || true
+}
+
+@test "shared memory never has a name in /dev/shm: a whole run with every kind of segment creates none; a rank SIGKILLed inside setup leaves none" {
+  command -v inotifywait >/dev/null || skip "inotifywait (inotify-tools) is not installed"
+  # every kind: the all-reduce segment, registered-memory arenas, point-to-point rings
+  inotifywait -m -e create --format '%e %f' /dev/shm >created.txt 2>watch.err &
+  PIDS=$!
+  for _ in $(seq 100); do grep -q "Watches established" watch.err && break; sleep 0.05; done
+  printf 'command: [%s, direct]\nnproc_per_node: 3\nenv: {DDP_PG_DIRECT_BYTES: "4096", DDP_PG_P2P: "1", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  [ "$(grep -c 'shared-memory all-reduce on' <<<"$output")" -eq 3 ]
+  [ "$(grep -c 'registered memory on' <<<"$output")" -eq 3 ]
+  [ "$(grep -c 'point-to-point through shared memory' <<<"$output")" -eq 3 ]
+  kill "$PIDS"; wait "$PIDS" || true; PIDS=
+  cat created.txt
+  [ "$(grep -c ddp- created.txt)" -eq 0 ]
+  # Rank 0 stuck inside each setup step (rank 1 skips that step: its environment turns it
+  # off), holding the step's segment, then SIGKILLed: no name, before or after.
+  for step in "segment DDP_PG_TRANSPORT=tcp" "arena DDP_PG_DIRECT_BYTES=" "p2p DDP_PG_P2P_SHM_BYTES=0"; do
+    set -- $step
+    stop_store
+    start_store # a fresh key space, as every job has
+    PIDS=
+    for r in 0 1; do
+      env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 GROUP_RANK=0 DDP_PG_P2P=1 \
+        DDPRUN_STORE_ADDR="$STORE_ADDR" DDPRUN_TOKEN_FILE="$TOKFILE" DDP_PG_TIMEOUT_MS=60000 \
+        DDP_PG_DIRECT_BYTES=4096 $([ "$r" -eq 1 ] && echo "$2") "$PGTEST" matrix >"rank$r.out" 2>&1 &
+      PIDS="$PIDS $!"
+    done
+    rank0=$(echo $PIDS | cut -d' ' -f1)
+    for _ in $(seq 200); do shm_files "$rank0" | grep -q "ddp-$1" && break; sleep 0.05; done
+    echo "$1: rank 0 holds: $(shm_files "$rank0" | tr '\n' ' ')"
+    [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]
+    shm_files "$rank0" | grep -q "memfd:ddp-$1" # inside the step, holding its segment
+    kill -9 $PIDS
+    for p in $PIDS; do wait "$p" || true; done
+    PIDS=
+    [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]
+  done
 }
 
 @test "single-copy all-reduce forced through the whole matrix, in many blocks, with and without cross-memory attach" {
