@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Launch-to-barrier latency: ddprun's default job (N local ranks connect to the job's store, pass a
-# barrier, all-gather a line, pass a second barrier) vs torchrun --standalone running a gloo init and
+# Launch-to-barrier latency: ddprun's smoke job (the default job's worker when no trainer is
+# installed: N local ranks connect to the job's store, pass a barrier, all-gather a line, pass a
+# second barrier) vs torchrun --standalone running a gloo init and
 # one barrier (Debian's python3-torch). Wall time from start to exit, median of RUNS, interleaved.
 # Usage: bench/launch_compare.sh [BUILD_DIR]
 set -euo pipefail
@@ -24,8 +25,10 @@ ms() { # command... -> wall milliseconds (fails if the command fails)
 cd "$T"
 echo "# $(date -u +%F) $(getconf _NPROCESSORS_ONLN) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); RUNS=$RUNS" >results
 for n in 2 4; do
+  # the smoke worker by name: with ddprun-fmnist beside ddprun, the default job trains instead
+  printf "command: ['%s', __smoke-worker]\nnproc_per_node: %d\n" "$B/ddprun" "$n" >"job$n.yaml"
   for _ in $(seq "$RUNS"); do
-    echo "ddprun $n $(ms "$B/ddprun" --nproc "$n")" >>results
+    echo "ddprun $n $(ms "$B/ddprun" "job$n.yaml")" >>results
     echo "torchrun-0.1 $n $(ms "${TORCHRUN[@]}" --monitor_interval 0.1 --nproc_per_node "$n" "$SCRIPT")" >>results
     echo "torchrun-default $n $(ms "${TORCHRUN[@]}" --nproc_per_node "$n" "$SCRIPT")" >>results
   done

@@ -353,9 +353,7 @@ static void *watch_main(void *arg)
     struct ddp__member_watch *w = arg;
     while (!atomic_load(&w->stop)) {
         struct ddp_store_event *e;
-        int r = ddp_store_next_event(w->s, 200, &e);
-        if (r == DDP_ETIMEDOUT)
-            continue;
+        int r = ddp_store_next_event(w->s, -1, &e); /* unwatch interrupts it */
         if (r < 0)
             break;
         struct ddp__member_ev ev;
@@ -384,6 +382,7 @@ static void unwatch(struct ddp__member_watch *w)
         return;
     if (w->started) {
         atomic_store(&w->stop, true);
+        ddp_store_interrupt(w->s); /* at once, not at the wait's next timeout */
         pthread_join(w->th, NULL);
     }
     if (w->pipe[0] >= 0) {

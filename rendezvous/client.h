@@ -12,6 +12,7 @@
 #include "rendezvous/store.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* The server times a WAIT; the client's own deadline only guards against a dead server. */
@@ -27,6 +28,8 @@ struct ddp__se;
 struct ddp_store {
     struct ddp__se *etcd; /* non-NULL: the store is a prefix in etcd (rendezvous/store_etcd.h) */
     int fd;
+    pthread_mutex_t fdmu;    /* closing fd vs ddp_store_interrupt's shutdown from another thread */
+    atomic_bool interrupted; /* ddp_store_interrupt was called: a closed connection is no error */
     int rcvtimeo_ms; /* SO_RCVTIMEO now on the socket (0: none) */
     pthread_mutex_t mu;
     int timeout_ms;

@@ -234,6 +234,14 @@ int ddp_store_unwatch(struct ddp_store *s, uint32_t id);
 int ddp_store_next_event(struct ddp_store *s, int timeout_ms, struct ddp_store_event **ev);
 void ddp_store_event_free(struct ddp_store_event *ev);
 
+/*
+ * From another thread: a ddp_store_next_event blocked on s returns DDP_ECLOSED at once, and so
+ * does every later one (on the built-in store the connection is shut down: every later call
+ * fails). For a thread that waits for events until told to stop; close s with ddp_store_close
+ * once that thread has returned.
+ */
+void ddp_store_interrupt(struct ddp_store *s);
+
 /* Grants a lease living ttl_ms (1 .. 2^31-1) unless renewed. */
 int ddp_store_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease);
 /* Renews a lease for another full TTL; *ttl_ms (optional) receives it. DDP_ENOLEASE if it expired.

@@ -45,10 +45,25 @@ static int remaining(int64_t deadline)
 /* After a timeout or IO failure the stream position is unknown: never reuse it. */
 static void mark_broken(struct ddp_store *s)
 {
+    pthread_mutex_lock(&s->fdmu);
     if (s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
     }
+    pthread_mutex_unlock(&s->fdmu);
+}
+
+void ddp_store_interrupt(struct ddp_store *s)
+{
+    if (s->etcd) {
+        ddp__se_interrupt(s->etcd);
+        return;
+    }
+    atomic_store(&s->interrupted, true);
+    pthread_mutex_lock(&s->fdmu);
+    if (s->fd >= 0)
+        shutdown(s->fd, SHUT_RDWR); /* a blocked recv returns 0; the fd stays its owner's */
+    pthread_mutex_unlock(&s->fdmu);
 }
 
 static int send_out(struct ddp_store *s, int64_t deadline)
@@ -127,7 +142,8 @@ static int read_frame(struct ddp_store *s, int64_t deadline, const uint8_t **fra
             continue;
         }
         if (n == 0) {
-            DDP_ERROR(STORE, "store '%s' closed the connection", s->addr);
+            if (!atomic_load(&s->interrupted))
+                DDP_ERROR(STORE, "store '%s' closed the connection", s->addr);
             return DDP_ECLOSED;
         }
         if (errno == EINTR)
@@ -382,6 +398,7 @@ int ddp_store_connect(const char *host, int port, const void *token, size_t tokl
         return DDP_ENOMEM;
     s->fd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->fdmu, NULL);
     ddp_buf_init(&s->in);
     ddp_buf_init(&s->out);
     const char *env = getenv("DDP_STORE_TIMEOUT_MS");
@@ -445,6 +462,7 @@ int ddp__store_from_etcd(struct ddp__se *se, struct ddp_store **out)
     s->fd = -1;
     s->etcd = se;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->fdmu, NULL);
     ddp_buf_init(&s->in);
     ddp_buf_init(&s->out);
     snprintf(s->addr, sizeof(s->addr), "etcd");
@@ -467,6 +485,7 @@ void ddp_store_close(struct ddp_store *s)
     ddp_buf_release(&s->in);
     ddp_buf_release(&s->out);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->fdmu);
     free(s);
 }
 

@@ -41,6 +41,7 @@ struct ddp__se {
     pthread_mutex_t mu; /* the event queue, filled by the watches' threads */
     pthread_cond_t cv;
     struct se_event *head, *tail;
+    bool interrupted; /* ddp__se_interrupt: next_event returns DDP_ECLOSED from now on */
 };
 
 static int fail(struct ddp__se *se, int r, const char *what, const char *key)
@@ -628,6 +629,14 @@ int ddp__se_unwatch(struct ddp__se *se, uint32_t id)
     return DDP_EINVAL;
 }
 
+void ddp__se_interrupt(struct ddp__se *se)
+{
+    pthread_mutex_lock(&se->mu);
+    se->interrupted = true;
+    pthread_cond_broadcast(&se->cv);
+    pthread_mutex_unlock(&se->mu);
+}
+
 int ddp__se_next_event(struct ddp__se *se, int timeout_ms, struct ddp_store_event **ev)
 {
     struct timespec ts;
@@ -639,11 +648,12 @@ int ddp__se_next_event(struct ddp__se *se, int timeout_ms, struct ddp_store_even
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&se->mu);
-    while (!se->head && timeout_ms != 0)
+    while (!se->head && !se->interrupted && timeout_ms != 0)
         if (timeout_ms > 0 ? pthread_cond_timedwait(&se->cv, &se->mu, &ts) != 0
                            : pthread_cond_wait(&se->cv, &se->mu) != 0)
             break;
-    struct se_event *q = se->head;
+    struct se_event *q = se->interrupted ? NULL : se->head;
+    bool closed = se->interrupted;
     if (q) {
         se->head = q->next;
         if (!se->head)
@@ -651,7 +661,7 @@ int ddp__se_next_event(struct ddp__se *se, int timeout_ms, struct ddp_store_even
     }
     pthread_mutex_unlock(&se->mu);
     if (!q)
-        return DDP_ETIMEDOUT;
+        return closed ? DDP_ECLOSED : DDP_ETIMEDOUT;
     *ev = q->ev;
     free(q);
     return *ev ? 0 : DDP_ECLOSED;

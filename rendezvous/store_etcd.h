@@ -45,6 +45,8 @@ int ddp__se_watch(struct ddp__se *se, const char *key, bool prefix, uint32_t *id
 int ddp__se_unwatch(struct ddp__se *se, uint32_t id);
 /* May be called while another thread makes calls on se. */
 int ddp__se_next_event(struct ddp__se *se, int timeout_ms, struct ddp_store_event **ev);
+/* ddp__se_next_event (one blocked now, and every later call) returns DDP_ECLOSED. */
+void ddp__se_interrupt(struct ddp__se *se);
 /* What the last failed call met, naming the endpoint. */
 const char *ddp__se_error(const struct ddp__se *se);
 

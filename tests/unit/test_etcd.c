@@ -567,6 +567,9 @@ TEST(store_leases_and_watches_on_etcd_see_a_lost_lease_as_a_delete)
     ASSERT_GE(took, 1000);
     ASSERT_EQ(ddp_store_lease_keepalive(agent, lease, &ttl), DDP_ENOLEASE);
     ASSERT_EQ(ddp_store_next_event(launcher, 300, &ev), DDP_ETIMEDOUT);
+    /* interrupted: a blocked call and every later one return at once */
+    ddp_store_interrupt(launcher);
+    ASSERT_EQ(ddp_store_next_event(launcher, 20000, &ev), DDP_ECLOSED); /* not DDP_ETIMEDOUT */
     ASSERT_EQ(ddp_store_unwatch(launcher, wid), 0);
     ddp_store_close(agent);
     ddp_store_close(launcher);

@@ -256,6 +256,44 @@ TEST(watch_key_and_prefix)
     stop_server();
 }
 
+struct blocked {
+    struct ddp_store *s;
+    int r;
+};
+
+static void *wait_event(void *arg)
+{
+    struct blocked *b = arg;
+    struct ddp_store_event *ev = NULL;
+    b->r = ddp_store_next_event(b->s, 20000, &ev);
+    ddp_store_event_free(ev);
+    return NULL;
+}
+
+/* A thread waiting for events is released by ddp_store_interrupt, not by its timeout (a
+ * broken interrupt ends the wait with DDP_ETIMEDOUT after 20 s); later calls fail too. */
+TEST(interrupt_releases_a_waiting_thread)
+{
+    start_server();
+    struct blocked b = {.s = client(), .r = 1};
+    uint32_t id;
+    ASSERT_OK(ddp_store_watch(b.s, "nodes/", true, &id));
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, wait_event, &b), 0);
+    usleep(100 * 1000); /* most likely blocked by now; either way the result is the same */
+    ddp_store_interrupt(b.s);
+    pthread_join(th, NULL);
+    ASSERT_ERR(b.r, DDP_ECLOSED);
+    struct ddp_store_event *ev;
+    ASSERT_ERR(ddp_store_next_event(b.s, 0, &ev), DDP_ECLOSED);
+    ddp_store_close(b.s);
+    /* the server is unharmed */
+    struct ddp_store *s = client();
+    ASSERT_OK(ddp_store_ping(s));
+    ddp_store_close(s);
+    stop_server();
+}
+
 TEST(lease_keepalive_expiry_and_revoke)
 {
     start_server();
