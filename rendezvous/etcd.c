@@ -1,12 +1,13 @@
 /* An etcd v3 client over its JSON gateway (rendezvous/etcd.h). */
 #include "rendezvous/etcd.h"
 #include "rendezvous/etcd_priv.h"
+#include "rendezvous/curl_dl.h"
 #include "common/base64.h"
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/json.h"
+#include "common/log.h"
 
-#include <curl/curl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,16 +30,13 @@ struct ddp_etcd {
     bool have_json;
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-
-static void curl_init_once(void)
+int ddp__etcd_global_init(void)
 {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-void ddp__etcd_global_init(void)
-{
-    pthread_once(&curl_once, curl_init_once);
+    const char *why = "";
+    if (ddp__curl(&why))
+        return 0;
+    DDP_ERROR(STORE, "etcd needs libcurl, which cannot be loaded: %s (install libcurl4)", why);
+    return DDP_ENOTSUP;
 }
 
 static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
@@ -54,27 +52,30 @@ int ddp_etcd_new(const struct ddp_etcd_opts *o, struct ddp_etcd **out)
 {
     if (!o->nendpoints)
         return DDP_EINVAL;
-    ddp__etcd_global_init();
+    int r = ddp__etcd_global_init();
+    if (r < 0)
+        return r;
     struct ddp_etcd *e = calloc(1, sizeof(*e));
-    if (!e || !(e->ep = calloc(o->nendpoints, sizeof(char *))) || !(e->curl = curl_easy_init()))
+    if (!e || !(e->ep = calloc(o->nendpoints, sizeof(char *))) ||
+        !(e->curl = ddp__curl(NULL)->easy_init()))
         goto nomem;
     for (size_t i = 0; i < o->nendpoints; i++, e->nep++)
         if (!(e->ep[i] = strdup(o->endpoints[i])))
             goto nomem;
     e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
     ddp_buf_init(&e->reply);
-    curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
-    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
-    curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_data);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
     if (o->ca_file)
-        curl_easy_setopt(e->curl, CURLOPT_CAINFO, o->ca_file);
+        ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_CAINFO, o->ca_file);
     if (o->cert_file)
-        curl_easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert_file);
+        ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_SSLCERT, o->cert_file);
     e->client_cert = o->cert_file != NULL;
     if (o->key_file)
-        curl_easy_setopt(e->curl, CURLOPT_SSLKEY, o->key_file);
+        ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_SSLKEY, o->key_file);
     *out = e;
     return 0;
 nomem:
@@ -87,7 +88,7 @@ void ddp_etcd_free(struct ddp_etcd *e)
     if (!e)
         return;
     if (e->curl)
-        curl_easy_cleanup(e->curl);
+        ddp__curl(NULL)->easy_cleanup(e->curl);
     for (size_t i = 0; i < e->nep; i++)
         free(e->ep[i]);
     free(e->ep);
@@ -105,8 +106,8 @@ const char *ddp_etcd_error(const struct ddp_etcd *e)
 void ddp_etcd_set_timeout(struct ddp_etcd *e, int timeout_ms)
 {
     e->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
-    curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
-    curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+    ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
 }
 
 const char *ddp_etcd_endpoint(const struct ddp_etcd *e)
@@ -117,7 +118,7 @@ const char *ddp_etcd_endpoint(const struct ddp_etcd *e)
 int ddp_etcd_local_ip(struct ddp_etcd *e, char *out, size_t n)
 {
     char *ip = NULL;
-    if (curl_easy_getinfo(e->curl, CURLINFO_LOCAL_IP, &ip) != CURLE_OK || !ip || !*ip ||
+    if (ddp__curl(NULL)->easy_getinfo(e->curl, CURLINFO_LOCAL_IP, &ip) != CURLE_OK || !ip || !*ip ||
         strlen(ip) >= n)
         return DDP_ENOKEY;
     memcpy(out, ip, strlen(ip) + 1);
@@ -173,25 +174,25 @@ static int request(struct ddp_etcd *e, const char *path, const char *body)
         char url[2048];
         e->reply.len = e->reply.off = 0;
         if (strncmp(ep, "unix://", 7) == 0) {
-            curl_easy_setopt(e->curl, CURLOPT_UNIX_SOCKET_PATH, ep + 7);
+            ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_UNIX_SOCKET_PATH, ep + 7);
             snprintf(url, sizeof(url), "http://localhost%s", path);
         } else {
-            curl_easy_setopt(e->curl, CURLOPT_UNIX_SOCKET_PATH, NULL);
+            ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_UNIX_SOCKET_PATH, NULL);
             snprintf(url, sizeof(url), "%s%s", ep, path);
         }
-        curl_easy_setopt(e->curl, CURLOPT_URL, url);
+        ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_URL, url);
         if (body) {
-            curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
-            curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+            ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
+            ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
         } else {
-            curl_easy_setopt(e->curl, CURLOPT_HTTPGET, 1L);
+            ddp__curl(NULL)->easy_setopt(e->curl, CURLOPT_HTTPGET, 1L);
         }
-        CURLcode cr = curl_easy_perform(e->curl);
+        CURLcode cr = ddp__curl(NULL)->easy_perform(e->curl);
         long status = 0;
-        curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+        ddp__curl(NULL)->easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
         if (cr != CURLE_OK) {
-            snprintf(e->err, sizeof(e->err), "etcd at %s: %s%s", ep, curl_easy_strerror(cr),
-                     tls_hint(e, ep, cr));
+            snprintf(e->err, sizeof(e->err), "etcd at %s: %s%s", ep,
+                     ddp__curl(NULL)->easy_strerror(cr), tls_hint(e, ep, cr));
             rc = cr == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEDOUT : DDP_ECONNECT;
             continue; /* the next member */
         }

@@ -7,8 +7,9 @@
 
 struct ddp_json;
 
-/* libcurl's global setup, once per process. */
-void ddp__etcd_global_init(void);
+/* libcurl loaded and set up, once per process (rendezvous/curl_dl.h): 0, or DDP_ENOTSUP
+ * (logged, naming why) when it cannot be loaded. */
+int ddp__etcd_global_init(void);
 /* p[0..n) as base64 (malloc'd), or NULL. */
 char *ddp__etcd_b64(const void *p, size_t n);
 /* The base64 of the end of the range of keys under prefix (malloc'd), or NULL. */

@@ -5,13 +5,13 @@
  */
 #include "rendezvous/etcd.h"
 #include "rendezvous/etcd_priv.h"
+#include "rendezvous/curl_dl.h"
 #include "common/base64.h"
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/json.h"
 #include "common/util.h"
 
-#include <curl/curl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -102,7 +102,7 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl
 static void *watch_main(void *arg)
 {
     struct ddp_etcd_watch *w = arg;
-    CURL *c = curl_easy_init();
+    CURL *c = ddp__curl(NULL)->easy_init();
     char err[1024] = "out of memory";
     int64_t last_ok = ddp_now_ms();
     size_t i = 0;
@@ -112,10 +112,10 @@ static void *watch_main(void *arg)
         const char *ep = w->ep[i % w->nep];
         char url[2048], body[8192];
         if (strncmp(ep, "unix://", 7) == 0) {
-            curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, ep + 7);
+            ddp__curl(NULL)->easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, ep + 7);
             snprintf(url, sizeof(url), "http://localhost/v3/watch");
         } else {
-            curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, NULL);
+            ddp__curl(NULL)->easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, NULL);
             snprintf(url, sizeof(url), "%s/v3/watch", ep);
         }
         snprintf(body, sizeof(body),
@@ -123,35 +123,35 @@ static void *watch_main(void *arg)
                  "\"start_revision\":\"%" PRId64 "\"}}",
                  k, end, w->next_rev);
         w->in.len = w->in.off = 0;
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)w->timeout_ms);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, w);
-        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(c, CURLOPT_XFERINFODATA, w);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_URL, url);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)w->timeout_ms);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_WRITEDATA, w);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_XFERINFODATA, w);
         /* a member that vanishes without a word: TCP keepalive notices */
-        curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-        curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 2L);
-        curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 1L);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 2L);
+        ddp__curl(NULL)->easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 1L);
         if (w->ca)
-            curl_easy_setopt(c, CURLOPT_CAINFO, w->ca);
+            ddp__curl(NULL)->easy_setopt(c, CURLOPT_CAINFO, w->ca);
         if (w->cert)
-            curl_easy_setopt(c, CURLOPT_SSLCERT, w->cert);
+            ddp__curl(NULL)->easy_setopt(c, CURLOPT_SSLCERT, w->cert);
         if (w->key)
-            curl_easy_setopt(c, CURLOPT_SSLKEY, w->key);
+            ddp__curl(NULL)->easy_setopt(c, CURLOPT_SSLKEY, w->key);
         int64_t before = w->next_rev;
-        CURLcode cr = curl_easy_perform(c);
+        CURLcode cr = ddp__curl(NULL)->easy_perform(c);
         if (atomic_load(&w->stop))
             break;
         long status = 0;
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        ddp__curl(NULL)->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         if (status == 200 || w->next_rev != before)
             last_ok = ddp_now_ms(); /* it served: the stream ended, resume from next_rev */
         snprintf(err, sizeof(err), "etcd at %s: the watch of %s ended: %s", ep, w->prefix,
-                 cr != CURLE_OK  ? curl_easy_strerror(cr)
+                 cr != CURLE_OK  ? ddp__curl(NULL)->easy_strerror(cr)
                  : status != 200 ? "HTTP error"
                                  : "closed");
         if (ddp_now_ms() - last_ok > w->timeout_ms) {
@@ -167,7 +167,7 @@ static void *watch_main(void *arg)
     free(k);
     free(end);
     if (c)
-        curl_easy_cleanup(c);
+        ddp__curl(NULL)->easy_cleanup(c);
     return NULL;
 }
 
@@ -196,7 +196,9 @@ int ddp_etcd_watch_start(const struct ddp_etcd_opts *o, const char *prefix, int6
 {
     if (!o->nendpoints)
         return DDP_EINVAL;
-    ddp__etcd_global_init();
+    int r = ddp__etcd_global_init();
+    if (r < 0)
+        return r;
     struct ddp_etcd_watch *w = calloc(1, sizeof(*w));
     if (!w || !(w->ep = calloc(o->nendpoints, sizeof(char *))) || !(w->prefix = strdup(prefix)))
         goto nomem;

@@ -92,6 +92,23 @@ JOB
   ! pgrep -fx "sleep 30" || false   # exactly the job's command: not a "sleep 300" elsewhere
 }
 
+@test "libcurl is loaded only for etcd: with it unloadable, an etcd job is one clear error (status 3) and a job without etcd runs" {
+  [ "$(id -u)" -eq 0 ] || skip "needs root to hide libcurl in a mount namespace"
+  lib=$(ldconfig -p | sed -n 's/.*libcurl\.so\.4 (libc6,x86-64) => //p' | head -n1)
+  [ -n "$lib" ] || skip "libcurl.so.4 not found"
+  printf 'command: [sleep, "30"]\nrendezvous: {backend: etcd, endpoints: ["http://127.0.0.1:1"]}\n' >etcd.yaml
+  printf 'command: [echo, ran]\n' >plain.yaml
+  # /dev/null over the library (and what it links to) in a mount namespace of this test's own
+  run unshare -m sh -c "mount --bind /dev/null '$(readlink -f "$lib")' && '$DDPRUN' etcd.yaml"
+  [ "$status" -eq 3 ]
+  assert_output --partial "etcd needs libcurl, which cannot be loaded: "
+  assert_output --partial "(install libcurl4)"
+  ! pgrep -fx "sleep 30" || false
+  run unshare -m sh -c "mount --bind /dev/null '$(readlink -f "$lib")' && '$DDPRUN' plain.yaml"
+  assert_success
+  assert_output --partial "[localhost:0] ran"
+}
+
 @test "3 SSH nodes meet in etcd over TCP and train; a node cut off the network is lost through its etcd lease; the job goes on from its checkpoint" {
   trains
   three_ssh_hosts "a node to cut off"
