@@ -184,6 +184,24 @@ static void accept_all(int l, int n, int me, int expect, const bool *sent, int t
     }
 }
 
+int ddp__fd_from_first(struct ddp_store *store, const char *prefix, int me, int n, int fd_in,
+                       int timeout_ms, int *out)
+{
+    *out = me == 0 ? fd_in : -1;
+    int *fds = malloc((size_t)n * sizeof(int));
+    if (!fds)
+        return DDP_ENOMEM;
+    int r = ddp__fd_exchange(store, prefix, me, n, me == 0 ? fd_in : -1, timeout_ms, fds);
+    for (int j = 0; j < n; j++) {
+        if (j == 0 && me != 0)
+            *out = fds[0];
+        else if (fds[j] >= 0)
+            close(fds[j]); /* only number 0 gives one */
+    }
+    free(fds);
+    return r;
+}
+
 int ddp__fd_exchange(struct ddp_store *store, const char *prefix, int me, int n, int fd_in,
                      int timeout_ms, int *fds)
 {

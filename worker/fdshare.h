@@ -26,4 +26,12 @@ int ddp__memfd(const char *tag, size_t len);
 int ddp__fd_exchange(struct ddp_store *store, const char *prefix, int me, int n, int fd_in,
                      int timeout_ms, int *fds);
 
+/*
+ * The same for one giver, the node's number 0 (a segment it created): rank 0 passes its
+ * descriptor as fd_in and gets it back in *out; the others pass -1 and get rank 0's (-1 where
+ * it could not come). Errors as for ddp__fd_exchange.
+ */
+int ddp__fd_from_first(struct ddp_store *store, const char *prefix, int me, int n, int fd_in,
+                       int timeout_ms, int *out);
+
 #endif

@@ -190,21 +190,13 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
     bool want = nlocal >= 2 && cap > 0 && !(tr && strcmp(tr, "tcp") == 0);
     char key[300];
     void *base = MAP_FAILED;
-    int *fds = want ? calloc((size_t)nlocal, sizeof(int)) : NULL;
-    if (want && !fds) {
-        r = DDP_ENOMEM;
-        goto out;
-    }
     if (want) {
         int fd = me == 0 ? create_segment(cap, nlocal) : -1;
         snprintf(key, sizeof(key), "pg/%s/p2p-shm/%d", name, node_of[pg->rank]);
-        r = ddp__fd_exchange(store, key, me, nlocal, fd, pg->timeout_ms, fds);
-        if (me == 0)
-            fds[0] = fd;
-        base = r < 0 ? MAP_FAILED : map_segment(fds[0], cap, nlocal);
-        for (int j = 0; j < nlocal; j++)
-            if (fds[j] >= 0)
-                close(fds[j]); /* the mapping keeps the segment */
+        r = ddp__fd_from_first(store, key, me, nlocal, fd, pg->timeout_ms, &fd);
+        base = r < 0 ? MAP_FAILED : map_segment(fd, cap, nlocal);
+        if (fd >= 0)
+            close(fd); /* the mapping keeps the segment */
         if (r < 0)
             goto out;
     }
@@ -247,7 +239,6 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
              "rank %d: point-to-point through shared memory with %d local ranks (%zu-byte rings)",
              pg->rank, nlocal - 1, cap);
 out:
-    free(fds);
     if (base != MAP_FAILED)
         munmap(base, seg_bytes(cap, nlocal));
     free(local);

@@ -258,20 +258,10 @@ static int setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *nam
     size_t len = ddp__shm_segment_bytes(L, slot);
     char prefix[300];
     int r, fd = pg->local_rank == 0 ? ddp__memfd("ddp-segment", len) : -1;
-    int *fds = calloc((size_t)L, sizeof(int));
     void *base = MAP_FAILED;
-    if (!fds) {
-        r = DDP_ENOMEM;
-        goto out;
-    }
     snprintf(prefix, sizeof(prefix), "pg/%s/shm/%d", name, pg->node_rank);
-    if ((r = ddp__fd_exchange(store, prefix, pg->local_rank, L, fd, pg->timeout_ms, fds)) < 0)
+    if ((r = ddp__fd_from_first(store, prefix, pg->local_rank, L, fd, pg->timeout_ms, &fd)) < 0)
         goto out;
-    for (int j = 1; j < L; j++)
-        if (fds[j] >= 0)
-            close(fds[j]); /* only local rank 0 gives one */
-    if (pg->local_rank != 0)
-        fd = fds[0];
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == len)
         base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -298,7 +288,6 @@ out:
         munmap(base, len);
     if (fd >= 0)
         close(fd);
-    free(fds);
     return r;
 }
 
