@@ -3,7 +3,8 @@
 # (the same 2 processes training their shards at once, no reducer), the reducer with overlap
 # forced on (DDP_REDUCER_OVERLAP=on), with it disabled, and by default (overlap where it pays:
 # on a 2-core machine, none), with and without bucket view, and by default with each rank bound to
-# cores of its own (bind_to: core); a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
+# cores of its own (bind_to: core); both modes in one process on alternate steps
+# (--bench-view-copy); a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
 # on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
 # Configurations alternate within each repetition; medians over the repetitions. The reducer's
 # runs are paired (ddprun-fmnist --bench-paired): each step has beside it the same step without
@@ -38,6 +39,11 @@ ours() { # label extra-args... : prints "label ms"
       echo "$label:compute $c"; echo "$label:bare $b"; echo "$label:added $a"
       echo "$label:ratio $(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')"
     done
+  # --bench-view-copy: both modes in one process, alternate steps
+  sed -n 's/.*bench: view-copy over.*: step view \([0-9.]*\) copy \([0-9.]*\),.*/\1 \2/p' "$T/out" |
+    while read -r v k; do echo "$label:view $v"; echo "$label:copy $k"; done
+  sed -n 's/.*copy \/ view step, pair by pair: median \([0-9.]*\).*/\1/p' "$T/out" |
+    while read -r r; do echo "$label:ratio $r"; done
 }
 
 torchrun_() { # label mode
@@ -55,6 +61,7 @@ for _ in $(seq "$REPS"); do
   ours auto --bucket-view --bench-paired >>"$R"
   ours auto-copy --bench-paired >>"$R"
   BIND=core ours auto-bound --bucket-view --bench-paired >>"$R"
+  ours view-copy --bench-view-copy >>"$R"
   torchrun_ torch-compute compute >>"$R"
   torchrun_ torch-ddp ddp >>"$R"
   if [ -z "${NO_SWEEP:-}" ]; then
@@ -98,6 +105,16 @@ if paired:
         a, b, rs = m[k + ":added"], m[k + ":bare"], d[k + ":ratio"]
         print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} "
               f"| {m[k + ':ratio']:.2f} | {min(rs):.2f}-{max(rs):.2f} |")
+if "view-copy:ratio" in m:
+    rs = d["view-copy:ratio"]
+    print()
+    print("Copy mode against bucket view in one process (--bench-view-copy: two reducers on the same")
+    print("parameters, used on alternate steps; each copy step over the view step before it, median")
+    print("over the pairs, then over the runs). Target: copy within 5% of view.")
+    print("| view step ms | copy step ms | copy / view | range |")
+    print("|---:|---:|---:|---:|")
+    print(f"| {m['view-copy:view']:.1f} | {m['view-copy:copy']:.1f} | {m['view-copy:ratio']:.3f} "
+          f"| {min(rs):.3f}-{max(rs):.3f} |")
 sw = [k for k in m if k.startswith("sweep-")]
 if sw:
     print()

@@ -152,6 +152,9 @@ void usage(FILE *f)
         "                      reducer (compute only: after it, or before it on odd steps)\n"
         "                      and a bare all-reduce of all the gradients, timed pair by\n"
         "                      pair (a benchmark, not training)\n"
+        "  --bench-view-copy   --bench with two reducers on the same parameters, one with\n"
+        "                      --bucket-view and one without, used on alternate steps:\n"
+        "                      each mode's medians and copy / view, pair by pair\n"
         "  --dump FILE         write the final parameters (rank 0)\n"
         "  --compare FILE      compare the final parameters with FILE (--tol, default 1e-4)\n"
         "  --profile-graph FILE  time each layer's forward and backward at a minibatch of\n"
@@ -243,6 +246,7 @@ void parse(int argc, char **argv, struct cfg *c)
         O_HOOK,
         O_BENCH,
         O_PAIRED,
+        O_VIEWCOPY,
         O_DUMP,
         O_CMP,
         O_TOL,
@@ -273,6 +277,7 @@ void parse(int argc, char **argv, struct cfg *c)
                                        {"hook", 1, 0, O_HOOK},
                                        {"bench", 0, 0, O_BENCH},
                                        {"bench-paired", 0, 0, O_PAIRED},
+                                       {"bench-view-copy", 0, 0, O_VIEWCOPY},
                                        {"dump", 1, 0, O_DUMP},
                                        {"compare", 1, 0, O_CMP},
                                        {"tol", 1, 0, O_TOL},
@@ -360,6 +365,9 @@ void parse(int argc, char **argv, struct cfg *c)
             break;
         case O_PAIRED:
             c->bench = c->paired = true;
+            break;
+        case O_VIEWCOPY:
+            c->bench = c->view_copy = true;
             break;
         case O_DUMP:
             c->dump = optarg;
@@ -556,6 +564,56 @@ void print_phases(double *const phase_t[3], long n)
     printf("bench: phases (medians): forward+backward %.3f ms, finalize %.3f ms, optimizer "
            "%.3f ms\n",
            f, w, o);
+}
+
+/*
+ * --bench-view-copy: even steps ran the bucket-view reducer, odd steps the copy one. Each
+ * mode's median step and phases after the same warm-up, and copy / view of each odd step
+ * against the even step before it (their median and quartiles), so the machine's drift
+ * cancels pair by pair.
+ */
+static double mid(double *t, long n) /* the median, in ms (sorts t) */
+{
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    return t[n / 2] * 1e3;
+}
+
+void print_view_copy(double *step_t, double *const phase_t[3], long n)
+{
+    long skip = n > 20 ? 10 : 0, np = (n - skip) / 2;
+    if (rank != 0 || np < 1)
+        return;
+    double *v[4], *k[4], *ratio = malloc((size_t)np * sizeof(double));
+    for (int j = 0; j < 4; j++) {
+        v[j] = malloc((size_t)np * sizeof(double));
+        k[j] = malloc((size_t)np * sizeof(double));
+        if (!v[j] || !k[j] || !ratio)
+            die("out of memory");
+    }
+    for (long i = 0; i < np; i++) {
+        long e = skip + 2 * i, o = e + 1;
+        for (int j = 0; j < 4; j++) {
+            const double *src = j == 0 ? step_t : phase_t[j - 1];
+            v[j][i] = src[e];
+            k[j][i] = src[o];
+        }
+        ratio[i] = step_t[o] / step_t[e];
+    }
+    static const char *const what[4] = {"step", "forward+backward", "finalize", "optimizer"};
+    printf("bench: view-copy over %ld pairs (medians, ms):", np);
+    for (int j = 0; j < 4; j++) {
+        double mv = mid(v[j], np), mk = mid(k[j], np);
+        printf("%s %s view %.3f copy %.3f", j ? "," : "", what[j], mv, mk);
+    }
+    double rm = mid(ratio, np) / 1e3;
+    printf(
+        "\nbench: view-copy: copy / view step, pair by pair: median %.3f (quartiles %.3f-%.3f)\n",
+        rm, ratio[np / 4], ratio[(3 * np) / 4]);
+    for (int j = 0; j < 4; j++) {
+        free(v[j]);
+        free(k[j]);
+    }
+    free(ratio);
 }
 
 /* --bench-paired: one all-reduce of a flat buffer of every gradient's bytes, after a barrier,

@@ -22,6 +22,7 @@ struct cfg {
     const char *profile_graph; /* --profile-graph: write PipeDream's graph.txt and exit */
     double tol;
     bool ddp, view, overlap, bench, paired, find_unused;
+    bool view_copy; /* --bench-view-copy: both reducer modes, alternating step by step */
     double bucket_mb, first_mb;
     enum ddp_comm_hook hook;
     /* --pipeline: layers per stage, --replicas per stage, --schedule, --microbatches */
@@ -81,6 +82,7 @@ void print_epoch(const struct cfg *c, int epoch, int64_t step, double loss_sum, 
 void print_bench(double *step_t, long n, struct ddp_reducer *red);
 void print_phases(double *const phase_t[3], long n);
 double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count, double *skew);
+void print_view_copy(double *step_t, double *const phase_t[3], long n);
 void print_paired(double *step_t, double *comp_t, double *bare_t, double *skew_t, long n,
                   size_t bytes);
 /* The median of t[] (seconds) in ms, after 5 warm-up steps when there are more than 10. */

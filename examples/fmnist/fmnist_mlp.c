@@ -506,7 +506,19 @@ int main(int argc, char **argv)
 
     /* The reducer: parameters registered in forward order; rank 0's values (fresh or
      * resumed) go to every rank. The momentum and the position follow. */
-    struct ddp_reducer *red = NULL;
+    struct ddp_reducer *red = NULL, *red_copy = NULL;
+    /* --bench-view-copy: mc shares m's weights and momentum but keeps the gradient buffers
+     * this process allocated, for the copy-mode reducer, made first; m's gradients then move
+     * into the bucket-view reducer's buckets. Odd steps train through mc and red_copy. */
+    struct model mc = m;
+    if (pg && c.view_copy) {
+        if (c.paired || c.sim_ranks || c.hook != DDP_HOOK_ALLREDUCE)
+            die("--bench-view-copy runs alone (no --bench-paired, --simulate-ranks or --hook)");
+        struct cfg cc = c;
+        cc.view = false;
+        red_copy = make_reducer(pg, &mc, &cc);
+        c.view = true;
+    }
     if (pg) {
         red = make_reducer(pg, &m, &c);
         int rc = ddp_pg_broadcast(pg, &step, 1, DDP_I64, 0);
@@ -583,6 +595,9 @@ int main(int argc, char **argv)
             if (ddp_pg_barrier(pg) != 0)
                 die("barrier failed: %s", ddp_pg_last_error(pg));
         }
+        bool copy_step = red_copy && (nstep_t & 1);
+        struct model *cur = copy_step ? &mc : &m;
+        struct ddp_reducer *cur_red = copy_step ? red_copy : red;
         double t0 = now_s();
         for (int r = r_first; r < r_last; r++) {
             int lo = c.batch * r / nsh, hi = c.batch * (r + 1) / nsh, b = hi - lo;
@@ -596,7 +611,7 @@ int main(int argc, char **argv)
             forward(&m, &a, xb, b);
             ep_loss += loss_grad(&m, &a, yb, b, scale, a.dZ, NULL);
             ep_n += b;
-            backward(&m, &a, b, red);
+            backward(cur, &a, b, cur_red);
             if (r > r_first) {
                 sim_swap(&sm, &m);
                 sim_add(&sm, &m);
@@ -604,10 +619,10 @@ int main(int argc, char **argv)
         }
         sim_average(&sm, &m);
         double t1 = now_s();
-        if (red && ddp_reducer_finalize(red) != 0)
-            die("gradient reduction failed: %s", ddp_reducer_last_error(red));
+        if (cur_red && ddp_reducer_finalize(cur_red) != 0)
+            die("gradient reduction failed: %s", ddp_reducer_last_error(cur_red));
         double t2 = now_s();
-        sgd(&m, c.lr, c.momentum);
+        sgd(cur, c.lr, c.momentum);
         phase_t[0][nstep_t] = t1 - t0;
         phase_t[1][nstep_t] = t2 - t1;
         phase_t[2][nstep_t] = now_s() - t2;
@@ -642,6 +657,8 @@ int main(int argc, char **argv)
     if (paired_t[0]) /* first: the medians below sort step_t in place */
         print_paired(step_t, paired_t[0], paired_t[1], paired_t[2], nstep_t,
                      nparams(&m) * sizeof(float));
+    if (red_copy)
+        print_view_copy(step_t, phase_t, nstep_t);
     if (c.bench) {
         print_bench(step_t, nstep_t, red);
         print_phases(phase_t, nstep_t);
@@ -653,6 +670,7 @@ int main(int argc, char **argv)
     free(flat);
     int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
+    ddp_reducer_free(red_copy);
     ddp_pg_free(pg);
     sim_free(&sm, &m);
     model_free(&m, free);

@@ -43,6 +43,23 @@ fjob() { # nproc args... : a job running the trainer
   done
 }
 
+@test "--bench-view-copy: two reducers, bucket view and copy, on alternate steps, end with the 2-rank simulation's parameters bit for bit and print both modes' medians" {
+  # Both modes average the same gradients in the same order, so switching between them step
+  # by step changes no bit; a copy step that read the view buckets' stale gradients, or a view
+  # step the copy buffers', would (the gradients move every step).
+  OMP_NUM_THREADS=1 "$FMNIST" --simulate-ranks 2 --max-steps 30 --eval-every 0 --batch 64 --dump sim2.bin >/dev/null
+  fjob 2 --max-steps 30 --eval-every 0 --batch 64 --compare sim2.bin --tol 0 --bench-view-copy
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "compare: max |difference| from sim2.bin = 0 (tolerance 0)"
+  assert_output --regexp "bench: view-copy over 10 pairs \(medians, ms\): step view [0-9.]+ copy [0-9.]+, forward\+backward"
+  assert_output --regexp "copy / view step, pair by pair: median [0-9]+\.[0-9]{3} \(quartiles"
+  fjob 2 --max-steps 30 --bench-view-copy --bench-paired
+  run "$DDPRUN" job.yaml
+  assert_failure
+  assert_output --partial "--bench-view-copy runs alone (no --bench-paired"
+}
+
 @test "N ranks with batch B/N take the step one process takes with batch B (one step: only the summation order differs)" {
   # After one step from the same parameters the runs differ by lr times the rounding of one
   # gradient (1.5e-8 here). Even a ReLU input that rounds to the other side of zero changes
