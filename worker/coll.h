@@ -46,6 +46,9 @@ struct ddp__xfer {
     void *rbuf; /* where received bytes land (a scratch buffer when reducing) */
     size_t rlen;
     void *reduce_dst;
+    /* With reduce_dst: rbuf holds only rwin bytes (a multiple of the element size), reused
+     * round and round as they are reduced, so it stays in the cache; 0: rlen bytes. */
+    size_t rwin;
     enum ddp_dtype dt;
     enum ddp_redop op;
 };

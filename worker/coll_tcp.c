@@ -21,6 +21,14 @@
 #include "common/banned.h"
 
 #define IO_SLICE (256u << 10) /* bytes per send/recv call, so both directions progress */
+/*
+ * Received bytes that are reduced as they arrive land in a window of this many bytes, reused,
+ * instead of a scratch buffer as large as a ring step (half the message at 2 ranks: 512 MiB for
+ * a 1 GiB bucket). Measured on loopback TCP at 2 ranks (BENCHMARKS.md, "All-reduce across two
+ * hosts"): 2 MiB costs nothing at any size; 512 KiB and 1 MiB windows were 12-14% slower at
+ * 4 MiB messages, and no window was faster at 16 or 64 MiB.
+ */
+#define RECV_WIN ((size_t)2 << 20)
 
 static int fail(struct ddp__comm *c, int code, const struct ddp__peer *p, const char *what)
 {
@@ -54,9 +62,12 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
         if (pr <= 0)
             continue;
         if (ir >= 0 && p[ir].revents) {
-            size_t want = x->rlen - got;
-            ssize_t n = recv(x->from->fd, (char *)x->rbuf + got, want > IO_SLICE ? IO_SLICE : want,
-                             MSG_DONTWAIT);
+            size_t want = x->rlen - got, at = x->rwin ? got % x->rwin : got;
+            if (want > IO_SLICE)
+                want = IO_SLICE;
+            if (x->rwin && want > x->rwin - at) /* up to the window's end: elements never wrap */
+                want = x->rwin - at;
+            ssize_t n = recv(x->from->fd, (char *)x->rbuf + at, want, MSG_DONTWAIT);
             if (n == 0)
                 return fail(c, DDP_ECLOSED, x->from, "connection closed by");
             if (n < 0 && errno != EAGAIN && errno != EINTR)
@@ -66,7 +77,10 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
                 if (x->reduce_dst) {
                     size_t whole = got / esz * esz;
                     if (whole > reduced) {
-                        ddp__reduce((char *)x->reduce_dst + reduced, (char *)x->rbuf + reduced,
+                        /* [reduced, whole) lies in one pass over the window: the unreduced
+                         * bytes before this recv were less than an element, behind got */
+                        size_t from = x->rwin ? reduced % x->rwin : reduced;
+                        ddp__reduce((char *)x->reduce_dst + reduced, (char *)x->rbuf + from,
                                     (whole - reduced) / esz, x->dt, x->op);
                         reduced = whole;
                     }
@@ -115,8 +129,9 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
 {
     int n = c->world, r = c->rank, e;
     size_t esz = ddp_dtype_size(dt), maxchunk = (count + (size_t)n - 1) / (size_t)n;
+    size_t win = maxchunk * esz > RECV_WIN ? RECV_WIN : 0;
     void *tmp;
-    if ((e = scratch(c, maxchunk * esz, &tmp)) < 0)
+    if ((e = scratch(c, win ? win : maxchunk * esz, &tmp)) < 0)
         return e;
     struct ddp__peer *next = peer(c, r + 1), *prev = peer(c, r - 1);
     /* Reduce-scatter: after n-1 steps this rank holds the full reduction of chunk r+1. */
@@ -130,6 +145,7 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
                               .rbuf = tmp,
                               .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
                               .reduce_dst = buf + ro * esz,
+                              .rwin = win,
                               .dt = dt,
                               .op = op};
         if ((e = ddp__xfer(c, &x)) < 0)
@@ -280,6 +296,7 @@ int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
                               .rbuf = tmp,
                               .rlen = bytes,
                               .reduce_dst = work + (size_t)ri * bytes,
+                              .rwin = bytes > RECV_WIN ? RECV_WIN : 0,
                               .dt = dt,
                               .op = op};
         if ((e = ddp__xfer(c, &x)) < 0) {

@@ -6,6 +6,7 @@
  * dtype, bf16 and f16 included, so results are compared bit for bit.
  *
  *   pgtest matrix        every collective, dtype, op and size up to 1 MiB
+ *   pgtest wide          every dtype and op at about 6 MiB: all-reduce and reduce-scatter
  *   pgtest big MIB       one float32 sum all-reduce of MIB MiB, checked
  *   pgtest loop MIB      all-reduce MIB MiB until an error (failure tests)
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
@@ -145,6 +146,40 @@ static int allreduce_ops(struct ddp_pg *pg, void *buf, void *want, size_t n, enu
             reference(want, i, i, dt, (enum ddp_redop)op, *seed);
         snprintf(what, sizeof(what), "%sallreduce %s %s n=%zu", label, dtn[dt], opn[op], n);
         bad |= compare(buf, want, n, dt, what);
+    }
+    return bad;
+}
+
+/* Every dtype and op at one size of about 6 MiB (an odd count of elements), all-reduce and
+ * reduce-scatter: over TCP at 2 ranks each ring step receives more than the 2 MiB window it
+ * reduces from, so the window wraps with every element size. */
+static int wide(struct ddp_pg *pg)
+{
+    int bad = 0;
+    unsigned seed = 7;
+    char what[128];
+    for (int dt = 0; dt <= DDP_I64; dt++) {
+        size_t esz = ddp_dtype_size((enum ddp_dtype)dt), n = (6u << 20) / esz + 7;
+        char *buf = malloc(n * esz), *want = malloc(n * esz);
+        bad |= allreduce_ops(pg, buf, want, n, (enum ddp_dtype)dt, &seed, "wide ");
+        free(buf);
+        free(want);
+        size_t m = n / (size_t)world, all = m * (size_t)world;
+        char *send = malloc(all * esz), *recv = malloc(m * esz), *ref = malloc(m * esz);
+        for (int op = 0; op <= DDP_MIN; op++) {
+            fill(send, all, (enum ddp_dtype)dt, rank, ++seed, 0);
+            must(pg,
+                 ddp_pg_reduce_scatter(pg, send, recv, m, (enum ddp_dtype)dt, (enum ddp_redop)op),
+                 "reduce_scatter");
+            for (size_t i = 0; i < m; i++)
+                reference(ref, i, (size_t)rank * m + i, (enum ddp_dtype)dt, (enum ddp_redop)op,
+                          seed);
+            snprintf(what, sizeof(what), "wide reduce_scatter %s %s n=%zu", dtn[dt], opn[op], m);
+            bad |= compare(recv, ref, m, (enum ddp_dtype)dt, what);
+        }
+        free(send);
+        free(recv);
+        free(ref);
     }
     return bad;
 }
@@ -579,6 +614,8 @@ int main(int argc, char **argv)
     int bad = 0;
     if (strcmp(argv[1], "matrix") == 0) {
         bad = matrix(pg);
+    } else if (strcmp(argv[1], "wide") == 0) {
+        bad = wide(pg);
     } else if (strcmp(argv[1], "direct") == 0) {
         bad = direct(pg);
     } else if (strcmp(argv[1], "p2p") == 0) {

@@ -34,6 +34,13 @@ teardown() {
       [ "$status" -eq 0 ] || { echo "n=$n small_bytes=$sb: $output"; return 1; }
     done
   done
+  # ring steps larger than the window received bytes are reduced from, every element size
+  for n in 2 3; do
+    printf 'command: [%s, wide]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: tcp}\n' "$PGTEST" "$n" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "wide n=$n: $output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+  done
 }
 
 @test "shared memory with tiny slots (many rounds per all-reduce) agrees with the reference" {
