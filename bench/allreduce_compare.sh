@@ -3,6 +3,9 @@
 # forced), Gloo (Debian's
 # python3-torch), Open MPI's MPI_Allreduce over shared memory (btl self,vader) and over TCP, and a
 # single-thread memcpy as the ceiling. float32 sum in place, 4 KiB to 64 MiB; medians.
+# Also two memcpys at once, one per core: each rank of a 2-rank all-reduce must read its buffer
+# and write it once, as a memcpy does, at the same time as the other, so once the message
+# streams from memory what each of the two gets is the 2-rank busbw's bound.
 # REPS rounds (default 3) run every implementation in turn, so a slow spell of a shared VM hits all
 # of them; the table shows each one's median over the rounds and each ratio's median over the
 # rounds with its range (the ratio of two runs taken seconds apart).
@@ -25,6 +28,11 @@ echo "# $(date -u +%F) $(lscpu | sed -n "s/^Model name: *//p"), $(getconf _NPROC
 for rep in $(seq "$REPS"); do
   {
     "$B/bench/allreduce_bench" memcpy
+    # two at once, one per core: what the memory system gives each of 2 ranks
+    "$B/bench/allreduce_bench" memcpy | sed 's/^RESULT memcpy /RESULT memcpy2a /' >"$T/m2" &
+    "$B/bench/allreduce_bench" memcpy | sed 's/^RESULT memcpy /RESULT memcpy2b /'
+    wait
+    cat "$T/m2"
     for n in 2 4; do
       for tr in shm tcp; do
         t=$([ $tr = shm ] && echo auto || echo tcp)
@@ -53,8 +61,10 @@ def fmt(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 for n in (2, 4):
     print(f"\n{n} ranks on one node. busbw in GB/s (time in us), medians over the rounds; ratios: median (min-max) of the rounds' ratios.\n")
-    print("| size | ddprun shm | ddprun TCP | Gloo | Open MPI shm | Open MPI TCP | shm/Gloo | shm/MPI-shm | TCP/Gloo | memcpy GB/s | wrong |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    two = n == 2
+    print("| size | ddprun shm | ddprun TCP | Gloo | Open MPI shm | Open MPI TCP | shm/Gloo | shm/MPI-shm | TCP/Gloo | memcpy GB/s | wrong |"
+          + (" 2 memcpys at once, each GB/s | shm / memcpy | shm / 2 memcpys' each |" if two else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if two else ""))
     for (nn, b) in sorted(k for k in runs if k[0] == n):
         r = runs[(nn, b)]
         def g(k):
@@ -67,10 +77,20 @@ for n in (2, 4):
             if not rs:
                 return "-"
             return f"{median(rs):.2f}x" + (f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else "")
-        mc = runs.get((1, b), {}).get("memcpy", {})
+        m1 = runs.get((1, b), {})
+        mc = m1.get("memcpy", {})
         mcbw = median(x[1] for x in mc.values()) if mc else 0
         wrong = sum(x[2] for v in r.values() for x in v.values())
+        extra = ""
+        if two:
+            # per round: the two concurrent copies' mean, and the shares of that round
+            a, c, sh = m1.get("memcpy2a", {}), m1.get("memcpy2b", {}), r.get("ddp-shm", {})
+            each = {p: (a[p][1] + c[p][1]) / 2 for p in a if p in c}
+            s1 = [sh[p][1] / mc[p][1] for p in sh if p in mc and mc[p][1]]
+            s2 = [sh[p][1] / each[p] for p in sh if p in each and each[p]]
+            f = lambda v: f"{median(v):.0%} ({min(v):.0%}-{max(v):.0%})" if v else "-"
+            extra = f" {median(each.values()):.1f} | {f(s1)} | {f(s2)} |" if each else " - | - | - |"
         print(f"| {fmt(b)} | {g('ddp-shm')} | {g('ddp-tcp')} | {g('gloo')} | {g('mpi-shm')} | {g('mpi-tcp')} "
               f"| {ratio('ddp-shm', 'gloo')} | {ratio('ddp-shm', 'mpi-shm')} | {ratio('ddp-tcp', 'gloo')} "
-              f"| {mcbw:.1f} | {wrong} |")
+              f"| {mcbw:.1f} | {wrong} |" + extra)
 PY
