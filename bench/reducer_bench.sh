@@ -39,6 +39,8 @@ ours() { # label extra-args... : prints "label ms"
       echo "$label:compute $c"; echo "$label:bare $b"; echo "$label:added $a"
       echo "$label:ratio $(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')"
     done
+  sed -n 's/.*gradients were ready \([0-9.]*\) ms after.*beyond that wait \([0-9.-]*\) ms = \([0-9.-]*\) x bare.*/\1 \3/p' \
+    "$T/out" | while read -r w r; do echo "$label:lastwait $w"; echo "$label:ratio-beyond $r"; done
   # --bench-view-copy: both modes in one process, alternate steps
   sed -n 's/.*bench: view-copy over.*: step view \([0-9.]*\) copy \([0-9.]*\),.*/\1 \2/p' "$T/out" |
     while read -r v k; do echo "$label:view $v"; echo "$label:copy $k"; done
@@ -96,15 +98,20 @@ if paired:
     print("before it on odd steps) and a bare all-reduce of all the gradients (one buffer, alone);")
     print("medians over the steps, then over the runs")
     print("(added / bare: each run's ratio, then their median and range). Target: added <= 1.1 x bare.")
-    print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare | range |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("Last rank: how long after rank 0's the last rank's gradients were ready (median over the steps;")
+    print("no all-reduce can end before that); beyond it: added less that wait, pair by pair, / bare.")
+    print("| configuration | step ms | compute-only ms | added ms | bare all-reduce ms | added / bare | range | last rank ms | beyond it / bare | range |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     names = {"overlap": "reducer, overlap on (view)", "no-overlap": "reducer, no overlap (view)",
              "auto": "reducer, default (view)", "auto-copy": "reducer, default (copy)",
              "auto-bound": "reducer, default (view), --bind-to core"}
     for k in paired:
         a, b, rs = m[k + ":added"], m[k + ":bare"], d[k + ":ratio"]
+        bs = d.get(k + ":ratio-beyond", [])
+        beyond = (f"{m[k + ':lastwait']:.1f} | {m[k + ':ratio-beyond']:.2f} | {min(bs):.2f}-{max(bs):.2f}"
+                  if bs else "- | - | -")
         print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} "
-              f"| {m[k + ':ratio']:.2f} | {min(rs):.2f}-{max(rs):.2f} |")
+              f"| {m[k + ':ratio']:.2f} | {min(rs):.2f}-{max(rs):.2f} | {beyond} |")
 if "view-copy:ratio" in m:
     rs = d["view-copy:ratio"]
     print()

@@ -632,28 +632,36 @@ double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count, double
 }
 
 /* Medians of the paired measurements (the same warm-up skipped), and of the differences
- * step - compute-only taken pair by pair, so that the machine's drift cancels. */
-void print_paired(double *step_t, double *comp_t, double *bare_t, double *skew_t, long n,
-                  size_t bytes)
+ * step - compute-only taken pair by pair, so that the machine's drift cancels; also less the
+ * wait for the last rank's gradients (paired_t[3]), which no all-reduce can avoid. */
+void print_paired(double *step_t, double *const paired_t[4], long n, size_t bytes, bool one_node)
 {
     if (rank != 0 || n <= 0)
         return;
-    double *diff = malloc((size_t)n * sizeof(double));
-    if (!diff)
+    double *diff = malloc((size_t)n * sizeof(double)), *beyond = malloc((size_t)n * sizeof(double));
+    if (!diff || !beyond)
         die("out of memory");
-    for (long i = 0; i < n; i++)
-        diff[i] = step_t[i] - comp_t[i];
+    for (long i = 0; i < n; i++) {
+        diff[i] = step_t[i] - paired_t[0][i];
+        beyond[i] = diff[i] - paired_t[3][i];
+    }
     long used;
-    double add = median_ms(diff, n, &used), st = median_ms(step_t, n, &used),
-           co = median_ms(comp_t, n, &used), ba = median_ms(bare_t, n, &used),
-           sk = median_ms(skew_t, n, &used);
+    double add = median_ms(diff, n, &used), add2 = median_ms(beyond, n, &used),
+           st = median_ms(step_t, n, &used), co = median_ms(paired_t[0], n, &used),
+           ba = median_ms(paired_t[1], n, &used), sk = median_ms(paired_t[2], n, &used),
+           la = median_ms(paired_t[3], n, &used);
     printf("bench: paired over %ld steps: step %.3f ms, compute-only %.3f ms, bare all-reduce of "
            "%zu bytes %.3f ms; added by the reducer %.3f ms = %.2f x bare\n",
            used, st, co, bytes, ba, add, ba > 0 ? add / ba : 0.0);
     printf("bench: paired: rank 0 waited %.3f ms at the barrier after its compute-only step (the "
            "ranks' skew, part of any synchronised step)\n",
            sk);
+    if (one_node) /* else the ranks' clocks differ: not measured */
+        printf("bench: paired: the last rank's gradients were ready %.3f ms after rank 0's; added "
+               "beyond that wait %.3f ms = %.2f x bare\n",
+               la, add2, ba > 0 ? add2 / ba : 0.0);
     free(diff);
+    free(beyond);
 }
 
 void model_free(struct model *m, void (*release)(void *))

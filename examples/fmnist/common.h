@@ -83,8 +83,7 @@ void print_bench(double *step_t, long n, struct ddp_reducer *red);
 void print_phases(double *const phase_t[3], long n);
 double bench_bare_allreduce(struct ddp_pg *pg, float *flat, size_t count, double *skew);
 void print_view_copy(double *step_t, double *const phase_t[3], long n);
-void print_paired(double *step_t, double *comp_t, double *bare_t, double *skew_t, long n,
-                  size_t bytes);
+void print_paired(double *step_t, double *const paired_t[4], long n, size_t bytes, bool one_node);
 /* The median of t[] (seconds) in ms, after 5 warm-up steps when there are more than 10. */
 double median_ms(double *t, long n, long *used);
 /* --dump and --compare of the final parameters (flat, registration order): 0, or 1 when the

@@ -564,14 +564,16 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++)
         phase_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
     /* --bench-paired: compute-only steps and bare all-reduces beside the steps */
-    double *paired_t[3] = {NULL, NULL, NULL}; /* compute-only, bare all-reduce, skew */
+    /* compute-only, bare all-reduce, skew, how long after this rank's the last rank's
+     * gradients were ready (one node only: the ranks share CLOCK_MONOTONIC) */
+    double *paired_t[4] = {NULL, NULL, NULL, NULL};
     float *flat = NULL;
     if (c.paired) {
         if (!red || c.sim_ranks)
             die("--bench-paired measures the reducer: it needs a process group (no --no-ddp, "
                 "no --simulate-ranks)");
-        for (int k = 0; k < 3; k++)
-            paired_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
+        for (int k = 0; k < 4; k++)
+            paired_t[k] = calloc((size_t)(total_steps + 1), sizeof(double));
         flat = calloc(nparams(&m), sizeof(float));
     }
     long nstep_t = 0;
@@ -634,6 +636,12 @@ int main(int argc, char **argv)
                 paired_t[0][nstep_t] = compute_only(&m, &a, xb, yb, pb, scale, &c);
             paired_t[1][nstep_t] =
                 bench_bare_allreduce(pg, flat, nparams(&m), &paired_t[2][nstep_t]);
+            /* no all-reduce of this step could end before the last rank's gradients existed */
+            double last = t1;
+            if (ddp_pg_local_world_size(pg) == world &&
+                ddp_pg_allreduce(pg, &last, 1, DDP_F64, DDP_MAX) != 0)
+                die("all-reduce failed: %s", ddp_pg_last_error(pg));
+            paired_t[3][nstep_t] = last - t1;
         }
         nstep_t++;
         step++;
@@ -655,8 +663,8 @@ int main(int argc, char **argv)
         }
     }
     if (paired_t[0]) /* first: the medians below sort step_t in place */
-        print_paired(step_t, paired_t[0], paired_t[1], paired_t[2], nstep_t,
-                     nparams(&m) * sizeof(float));
+        print_paired(step_t, paired_t, nstep_t, nparams(&m) * sizeof(float),
+                     ddp_pg_local_world_size(pg) == world);
     if (red_copy)
         print_view_copy(step_t, phase_t, nstep_t);
     if (c.bench) {
@@ -665,7 +673,7 @@ int main(int argc, char **argv)
     }
     for (int k = 0; k < 3; k++)
         free(phase_t[k]);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         free(paired_t[k]);
     free(flat);
     int rc = dump_model(&m, &c, host_copy);

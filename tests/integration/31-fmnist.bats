@@ -60,6 +60,16 @@ fjob() { # nproc args... : a job running the trainer
   assert_output --partial "--bench-view-copy runs alone (no --bench-paired"
 }
 
+@test "--bench-paired: each step beside a compute-only step and a bare all-reduce of every gradient's bytes, and the wait for the last rank's gradients" {
+  fjob 2 --max-steps 20 --eval-every 0 --bench-paired
+  run "$DDPRUN" job.yaml
+  assert_success
+  # 784x256 + 256 + 256x128 + 128 + 128x10 + 10 = 235146 float32 parameters
+  assert_output --regexp "bench: paired over 15 steps: step [0-9.]+ ms, compute-only [0-9.]+ ms, bare all-reduce of 940584 bytes [0-9.]+ ms; added by the reducer -?[0-9.]+ ms"
+  # one node: the ranks share a clock, and the wait is never negative
+  assert_output --regexp "the last rank's gradients were ready [0-9]+\.[0-9]{3} ms after rank 0's; added beyond that wait -?[0-9.]+ ms = -?[0-9.]+ x bare"
+}
+
 @test "N ranks with batch B/N take the step one process takes with batch B (one step: only the summation order differs)" {
   # After one step from the same parameters the runs differ by lr times the rounding of one
   # gradient (1.5e-8 here). Even a ReLU input that rounds to the other side of zero changes
