@@ -150,6 +150,25 @@ static int allreduce_ops(struct ddp_pg *pg, void *buf, void *want, size_t n, enu
     return bad;
 }
 
+/* Reduce-scatters send (n elements per rank) into recv with each op in turn (seeds ++*seed)
+ * and checks each against the reference in ref; label heads the description of a mismatch. */
+static int reduce_scatter_ops(struct ddp_pg *pg, void *send, void *recv, void *ref, size_t n,
+                              enum ddp_dtype dt, unsigned *seed, const char *label)
+{
+    int bad = 0;
+    char what[160];
+    for (int op = 0; op <= DDP_MIN; op++) {
+        fill(send, n * (size_t)world, dt, rank, ++*seed, 0);
+        must(pg, ddp_pg_reduce_scatter(pg, send, recv, n, dt, (enum ddp_redop)op),
+             "reduce_scatter");
+        for (size_t i = 0; i < n; i++)
+            reference(ref, i, (size_t)rank * n + i, dt, (enum ddp_redop)op, *seed);
+        snprintf(what, sizeof(what), "%sreduce_scatter %s %s n=%zu", label, dtn[dt], opn[op], n);
+        bad |= compare(recv, ref, n, dt, what);
+    }
+    return bad;
+}
+
 /* Every dtype and op at one size of about 6 MiB (an odd count of elements), all-reduce and
  * reduce-scatter: over TCP at 2 ranks each ring step receives more than the 2 MiB window it
  * reduces from, so the window wraps with every element size. */
@@ -157,26 +176,16 @@ static int wide(struct ddp_pg *pg)
 {
     int bad = 0;
     unsigned seed = 7;
-    char what[128];
     for (int dt = 0; dt <= DDP_I64; dt++) {
         size_t esz = ddp_dtype_size((enum ddp_dtype)dt), n = (6u << 20) / esz + 7;
         char *buf = malloc(n * esz), *want = malloc(n * esz);
         bad |= allreduce_ops(pg, buf, want, n, (enum ddp_dtype)dt, &seed, "wide ");
         free(buf);
         free(want);
-        size_t m = n / (size_t)world, all = m * (size_t)world;
-        char *send = malloc(all * esz), *recv = malloc(m * esz), *ref = malloc(m * esz);
-        for (int op = 0; op <= DDP_MIN; op++) {
-            fill(send, all, (enum ddp_dtype)dt, rank, ++seed, 0);
-            must(pg,
-                 ddp_pg_reduce_scatter(pg, send, recv, m, (enum ddp_dtype)dt, (enum ddp_redop)op),
-                 "reduce_scatter");
-            for (size_t i = 0; i < m; i++)
-                reference(ref, i, (size_t)rank * m + i, (enum ddp_dtype)dt, (enum ddp_redop)op,
-                          seed);
-            snprintf(what, sizeof(what), "wide reduce_scatter %s %s n=%zu", dtn[dt], opn[op], m);
-            bad |= compare(recv, ref, m, (enum ddp_dtype)dt, what);
-        }
+        size_t m = n / (size_t)world;
+        char *send = malloc(m * (size_t)world * esz), *recv = malloc(m * esz),
+             *ref = malloc(m * esz);
+        bad |= reduce_scatter_ops(pg, send, recv, ref, m, (enum ddp_dtype)dt, &seed, "wide ");
         free(send);
         free(recv);
         free(ref);
@@ -220,18 +229,7 @@ static int matrix(struct ddp_pg *pg)
                 fill(ref + (size_t)r * n * esz, n, (enum ddp_dtype)dt, r, seed, 0);
             snprintf(what, sizeof(what), "allgather %s n=%zu", dtn[dt], n);
             bad |= compare(recv, ref, n * (size_t)world, (enum ddp_dtype)dt, what);
-            for (int op = 0; op <= DDP_MIN; op++) {
-                fill(send, n * (size_t)world, (enum ddp_dtype)dt, rank, ++seed, 0);
-                must(pg,
-                     ddp_pg_reduce_scatter(pg, send, recv, n, (enum ddp_dtype)dt,
-                                           (enum ddp_redop)op),
-                     "reduce_scatter");
-                for (size_t i = 0; i < n; i++)
-                    reference(ref, i, (size_t)rank * n + i, (enum ddp_dtype)dt, (enum ddp_redop)op,
-                              seed);
-                snprintf(what, sizeof(what), "reduce_scatter %s %s n=%zu", dtn[dt], opn[op], n);
-                bad |= compare(recv, ref, n, (enum ddp_dtype)dt, what);
-            }
+            bad |= reduce_scatter_ops(pg, send, recv, ref, n, (enum ddp_dtype)dt, &seed, "");
             free(send);
             free(recv);
             free(ref);
