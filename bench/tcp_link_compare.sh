@@ -2,7 +2,8 @@
 # All-reduce across two hosts over TCP, side by side with what bounds it: 2 test hosts (network
 # namespaces on veth through a bridge, from tests/lib/sshd.bash), one rank each, links
 # optionally rate-limited with tc (RATE, e.g. 1Gbit; "none" = the veths' own speed, which on a VM
-# is CPU-bound). In one run: one iperf3 stream between the hosts (each direction), ddprun's TCP
+# is CPU-bound). In one run: one iperf3 stream between the hosts (each direction alone, then
+# one each way at once, --bidir: the traffic of an all-reduce, which sends and receives), ddprun's TCP
 # all-reduce (bench/allreduce_bench under ddprun over SSH) and Gloo's (Debian's python3-torch,
 # one process per host). float32 sum in place, 4 KiB to 64 MiB, the slowest rank's median.
 # busbw = algbw x 2(n-1)/n = algbw at 2 ranks: the bytes each host must send and receive per
@@ -34,6 +35,8 @@ for dir in "" -R; do
   ip netns exec "$ns2" iperf3 -c "$a1" -p 5201 -t 5 -O 1 $dir -J >iperf.json
   /usr/bin/python3 -c "import json; d = json.load(open('iperf.json')); print('STREAM', d['end']['sum_received']['bits_per_second'] / 8e9)" >>"$R"
 done
+ip netns exec "$ns2" iperf3 -c "$a1" -p 5201 -t 5 -O 1 --bidir -J >iperf.json
+/usr/bin/python3 -c "import json; e = json.load(open('iperf.json'))['end']; print('BIDIR', e['sum_received']['bits_per_second'] / 8e9, e['sum_received_bidir_reverse']['bits_per_second'] / 8e9)" >>"$R"
 kill "$(cat iperf.pid)" 2>/dev/null || true
 
 # ddprun over TCP: 2 hosts x 1 rank (a group across nodes with one rank per node is TCP only)
@@ -58,16 +61,20 @@ for l in lines:
     if l.startswith("RESULT"):
         _, impl, n, b, us, alg, bus, wrong = l.split()
         rows.setdefault(int(b), {})[impl] = (float(us), float(bus), int(wrong))
-s = min(streams)
-print(f"\none iperf3 stream: {streams[0]:.2f} GB/s host 2 -> 1, {streams[1]:.2f} GB/s host 1 -> 2\n")
-print("2 hosts x 1 rank over TCP. busbw in GB/s (time in us).\n")
-print("| size | ddprun TCP | Gloo | ddprun / Gloo | ddprun / one stream | wrong |")
-print("|---:|---:|---:|---:|---:|---:|")
+bidir = [float(x) for l in lines if l.startswith("BIDIR") for x in l.split()[1:]]
+s, sb = min(streams), min(bidir)
+print(f"\none iperf3 stream: {streams[0]:.2f} GB/s host 2 -> 1, {streams[1]:.2f} GB/s host 1 -> 2")
+print(f"one stream each way at once (--bidir): {bidir[0]:.2f} GB/s host 2 -> 1, {bidir[1]:.2f} GB/s host 1 -> 2\n")
+print("2 hosts x 1 rank over TCP. busbw in GB/s (time in us); the streams' columns divide by the")
+print("slower direction.\n")
+print("| size | ddprun TCP | Gloo | ddprun / Gloo | ddprun / one stream | ddprun / one each way at once | wrong |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
 fmt = lambda b: f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 for b in sorted(rows):
     r = rows[b]
     g = lambda k: f"{r[k][1]:.2f} ({r[k][0]:.0f})" if k in r else "-"
     ratio = f"{r['ddp-tcp'][1] / r['gloo'][1]:.2f}x" if 'gloo' in r and 'ddp-tcp' in r and r['gloo'][1] else "-"
     st = f"{r['ddp-tcp'][1] / s:.2f}" if 'ddp-tcp' in r else "-"
-    print(f"| {fmt(b)} | {g('ddp-tcp')} | {g('gloo')} | {ratio} | {st} | {sum(v[2] for v in r.values())} |")
+    sbr = f"{r['ddp-tcp'][1] / sb:.2f}" if 'ddp-tcp' in r else "-"
+    print(f"| {fmt(b)} | {g('ddp-tcp')} | {g('gloo')} | {ratio} | {st} | {sbr} | {sum(v[2] for v in r.values())} |")
 PY
