@@ -7,6 +7,8 @@
  * the number of ranks whose result differed from the reference afterwards.
  * With "memcpy" instead of running under ddprun, prints the single-thread
  * memcpy bandwidth per size (the physical ceiling) as impl "memcpy".
+ * An impl ending in "-rs" (ddp-tcp-rs) times reduce-scatter instead: each rank's input is the
+ * size, its output a world-th of it; busbw = algbw * (n-1)/n (nccl-tests' reduce_scatter).
  */
 #include "common/util.h"
 #include "worker/pg.h"
@@ -57,6 +59,9 @@ int main(int argc, char **argv)
     /* ddp-*-reg: the buffer in the group's registered memory (ddp_pg_mem_alloc) */
     bool reg = strstr(impl, "-reg") != NULL;
     float *buf = reg ? ddp_pg_mem_alloc(pg, maxb) : malloc(maxb);
+    size_t rl = strlen(impl);
+    bool rs = rl > 3 && strcmp(impl + rl - 3, "-rs") == 0;
+    float *out = rs ? malloc(maxb / (size_t)n + 4) : NULL;
     /* optional: one size only (argv[2] bytes), argv[3] times (profiling) */
     size_t only = argc > 2 ? (size_t)atol(argv[2]) : 0;
     int only_it = argc > 3 ? atoi(argv[3]) : 0;
@@ -67,28 +72,33 @@ int main(int argc, char **argv)
         int it = only_it > 0 ? only_it : iters_for(bytes);
         for (size_t i = 0; i < count; i++)
             buf[i] = 1.0f;
-        for (int w = 0; w < 3; w++)
-            ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
-        for (int i = 0; i < it; i++) {
-            ddp_pg_barrier(pg);
+        size_t part = count / (size_t)n; /* reduce-scatter: elements per rank */
+        for (int i = -3; i < it; i++) {  /* 3 warm-up calls, untimed */
+            if (i >= 0)
+                ddp_pg_barrier(pg);
             int64_t t0 = ddp_now_ns();
-            if (ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM) != 0)
+            if ((rs ? ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM)
+                    : ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM)) != 0)
                 return 1;
-            t[i] = (double)(ddp_now_ns() - t0) / 1e3;
+            if (i >= 0)
+                t[i] = (double)(ddp_now_ns() - t0) / 1e3;
         }
         /* Check a fresh reduction: every element must be n. */
         for (size_t i = 0; i < count; i++)
             buf[i] = 1.0f;
-        ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
+        if (rs)
+            ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM);
+        else
+            ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
         int wrong = 0;
-        for (size_t i = 0; i < count && !wrong; i++)
-            wrong = buf[i] != (float)n;
+        for (size_t i = 0; i < (rs ? part : count) && !wrong; i++)
+            wrong = (rs ? out : buf)[i] != (float)n;
         ddp_pg_allreduce(pg, &wrong, 1, DDP_I32, DDP_SUM);
         /* Each rank's median; the slowest rank's median is the operation's time. */
         qsort(t, (size_t)it, sizeof(double), cmp_d);
         double med = t[it / 2];
         ddp_pg_allreduce(pg, &med, 1, DDP_F64, DDP_MAX);
-        double algbw = (double)bytes / med / 1e3, busbw = algbw * 2.0 * (n - 1) / n;
+        double algbw = (double)bytes / med / 1e3, busbw = algbw * (rs ? 1.0 : 2.0) * (n - 1) / n;
         if (rank == 0)
             printf("RESULT %s %d %zu %.1f %.3f %.3f %d\n", impl, n, bytes, med, algbw, busbw,
                    wrong);
@@ -97,6 +107,7 @@ int main(int argc, char **argv)
             break;
     }
     ddp_pg_mem_free(pg, buf); /* either kind */
+    free(out);
     ddp_pg_free(pg);
     return 0;
 }

@@ -49,6 +49,9 @@ struct ddp__xfer {
     /* With reduce_dst: rbuf holds only rwin bytes (a multiple of the element size), reused
      * round and round as they are reduced, so it stays in the cache; 0: rlen bytes. */
     size_t rwin;
+    /* With reduce_dst: its elements are first copied from here, as they are reduced (one
+     * pass over memory instead of a copy, then the reduction); NULL: reduce_dst holds them. */
+    const void *reduce_own;
     enum ddp_dtype dt;
     enum ddp_redop op;
 };

@@ -117,7 +117,8 @@ bool ddp_pg_is_alive(const struct ddp_pg *pg);
  * allreduce: buf[count] in place, reduced with op across all ranks.
  * broadcast: buf[count] from root to every rank.
  * allgather: send[count] from each rank into recv[count * world] (rank order).
- * reduce_scatter: send[count * world] reduced; rank r receives block r in recv[count].
+ * reduce_scatter: send[count * world] reduced; rank r receives block r in recv[count]; recv
+ *   may be send's own block (send + r * count elements: in place).
  * barrier: returns once every rank has entered it.
  */
 int ddp_pg_allreduce_start(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,

@@ -5,8 +5,10 @@
  * reference locally. Inputs are small integers: sums are exact in every
  * dtype, bf16 and f16 included, so results are compared bit for bit.
  *
- *   pgtest matrix        every collective, dtype, op and size up to 1 MiB
+ *   pgtest matrix        every collective, dtype, op and size up to 1 MiB (reduce-scatter
+ *                        also in place)
  *   pgtest wide          every dtype and op at about 6 MiB: all-reduce and reduce-scatter
+ *                        (into recv, then in place)
  *   pgtest big MIB       one float32 sum all-reduce of MIB MiB, checked
  *   pgtest loop MIB      all-reduce MIB MiB until an error (failure tests)
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
@@ -170,8 +172,8 @@ static int reduce_scatter_ops(struct ddp_pg *pg, void *send, void *recv, void *r
 }
 
 /* Every dtype and op at one size of about 6 MiB (an odd count of elements), all-reduce and
- * reduce-scatter: over TCP at 2 ranks each ring step receives more than the 2 MiB window it
- * reduces from, so the window wraps with every element size. */
+ * reduce-scatter (into its own buffer, then in place): over TCP at 2 ranks each ring step receives
+ * more than the 2 MiB window it reduces from, so the window wraps with every element size. */
 static int wide(struct ddp_pg *pg)
 {
     int bad = 0;
@@ -186,6 +188,9 @@ static int wide(struct ddp_pg *pg)
         char *send = malloc(m * (size_t)world * esz), *recv = malloc(m * esz),
              *ref = malloc(m * esz);
         bad |= reduce_scatter_ops(pg, send, recv, ref, m, (enum ddp_dtype)dt, &seed, "wide ");
+        /* in place: the result lands on this rank's own block of send */
+        bad |= reduce_scatter_ops(pg, send, send + (size_t)rank * m * esz, ref, m,
+                                  (enum ddp_dtype)dt, &seed, "wide in place ");
         free(send);
         free(recv);
         free(ref);
@@ -230,6 +235,8 @@ static int matrix(struct ddp_pg *pg)
             snprintf(what, sizeof(what), "allgather %s n=%zu", dtn[dt], n);
             bad |= compare(recv, ref, n * (size_t)world, (enum ddp_dtype)dt, what);
             bad |= reduce_scatter_ops(pg, send, recv, ref, n, (enum ddp_dtype)dt, &seed, "");
+            bad |= reduce_scatter_ops(pg, send, send + (size_t)rank * n * esz, ref, n,
+                                      (enum ddp_dtype)dt, &seed, "in place ");
             free(send);
             free(recv);
             free(ref);

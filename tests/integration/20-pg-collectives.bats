@@ -23,6 +23,11 @@ teardown() {
     # every rank of a node of several mapped the segment (none fell back to TCP)
     [ "$(grep -c 'shared-memory all-reduce on' <<<"$output" || true)" -eq "$((n > 1 ? n : 0))" ]
   done
+  # about 6 MiB of every dtype and op, reduce-scatter also in place
+  printf 'command: [%s, wide]\nnproc_per_node: 3\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 0 ] || { echo "wide: $output"; return 1; }
+  [ "$(grep -c 'checks passed' <<<"$output")" -eq 3 ]
 }
 
 @test "over TCP, the ring and recursive doubling, each forced through the whole matrix, agree with the reference" {
