@@ -24,6 +24,20 @@ void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum 
 /* buf[i] /= world, for DDP_AVG after the sum. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
 
+/*
+ * The address in [base, base + DDP__PAGE) that lies half a page from dst modulo the page size:
+ * where a buffer read while dst is written should start. At the same offset within a page
+ * (glibc puts every large allocation 16 bytes past a page) loads wait on unrelated stores whose
+ * low 12 address bits match (4K aliasing): the TCP ring ran at 1.6 GB/s instead of 2.4
+ * (BENCHMARKS.md, "4K aliasing"). base needs DDP__PAGE bytes beyond what the buffer holds.
+ */
+#define DDP__PAGE ((size_t)4096)
+static inline void *ddp__away_from(void *base, const void *dst)
+{
+    uintptr_t want = ((uintptr_t)dst + DDP__PAGE / 2) & (DDP__PAGE - 1);
+    return (char *)base + ((want - (uintptr_t)base) & (DDP__PAGE - 1));
+}
+
 float ddp__bf16_to_f32(uint16_t h);
 uint16_t ddp__f32_to_bf16(float f);
 float ddp__f16_to_f32(uint16_t h);
@@ -49,8 +63,9 @@ struct ddp__xfer {
     /* With reduce_dst: rbuf holds only rwin bytes (a multiple of the element size), reused
      * round and round as they are reduced, so it stays in the cache; 0: rlen bytes. */
     size_t rwin;
-    /* With reduce_dst: its elements are first copied from here, as they are reduced (one
-     * pass over memory instead of a copy, then the reduction); NULL: reduce_dst holds them. */
+    /* With reduce_dst: the left operand of the reduction, read from here instead of from
+     * reduce_dst, which is only written (ddp__reduce_to: one pass over memory, no copy of it
+     * into reduce_dst first); NULL: reduce_dst holds it. */
     const void *reduce_own;
     enum ddp_dtype dt;
     enum ddp_redop op;

@@ -27,7 +27,7 @@
  * instead of a scratch buffer as large as a ring step (half the message at 2 ranks: 512 MiB for
  * a 1 GiB bucket). Measured on loopback TCP at 2 ranks (BENCHMARKS.md, "All-reduce across two
  * hosts"): 2 MiB costs nothing at any size. Since the window is placed away from 4K aliasing
- * (window_for), 256 KiB to 2 MiB windows measure alike at 4 to 64 MiB messages.
+ * (ddp__away_from), 256 KiB to 2 MiB windows measure alike at 4 to 64 MiB messages.
  */
 #define RECV_WIN ((size_t)2 << 20)
 
@@ -81,11 +81,14 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
                         /* [reduced, whole) lies in one pass over the window: the unreduced
                          * bytes before this recv were less than an element, behind got */
                         size_t from = x->rwin ? reduced % x->rwin : reduced;
+                        char *dst = (char *)x->reduce_dst + reduced;
                         if (x->reduce_own)
-                            memcpy((char *)x->reduce_dst + reduced,
-                                   (const char *)x->reduce_own + reduced, whole - reduced);
-                        ddp__reduce((char *)x->reduce_dst + reduced, (char *)x->rbuf + from,
-                                    (whole - reduced) / esz, x->dt, x->op);
+                            ddp__reduce_to(dst, (const char *)x->reduce_own + reduced,
+                                           (char *)x->rbuf + from, (whole - reduced) / esz, x->dt,
+                                           x->op);
+                        else
+                            ddp__reduce(dst, (char *)x->rbuf + from, (whole - reduced) / esz, x->dt,
+                                        x->op);
                         reduced = whole;
                     }
                 }
@@ -117,22 +120,6 @@ static int scratch(struct ddp__comm *c, size_t bytes, void **out)
     return 0;
 }
 
-/*
- * Where in the scratch (of at least bytes + PAGE bytes, from scratch()) received bytes that
- * are reduced into dst should land: half a page away from dst modulo the page size. Reading
- * the window at the same offset within a page as dst is written (both 16 bytes past a page,
- * as glibc's large allocations are) stalls on 4K aliasing: loads wait for unrelated stores
- * whose low 12 address bits match. Measured on loopback TCP, 2 ranks, 256 KiB-1 MiB
- * (BENCHMARKS.md, "4K aliasing"): 1.6 GB/s at the same page offset, 2.3-2.5 at any other.
- * The window is a whole number of pages, so the distance holds when it wraps.
- */
-#define PAGE 4096u
-static char *window_for(void *scratch_base, const void *dst)
-{
-    uintptr_t b = (uintptr_t)scratch_base, want = ((uintptr_t)dst + PAGE / 2) & (PAGE - 1);
-    return (char *)scratch_base + ((want - b) & (PAGE - 1));
-}
-
 static struct ddp__peer *peer(struct ddp__comm *c, int r)
 {
     return &c->peers[((r % c->world) + c->world) % c->world];
@@ -151,7 +138,7 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
     size_t esz = ddp_dtype_size(dt), maxchunk = (count + (size_t)n - 1) / (size_t)n;
     size_t win = maxchunk * esz > RECV_WIN ? RECV_WIN : 0;
     void *tmp;
-    if ((e = scratch(c, (win ? win : maxchunk * esz) + PAGE, &tmp)) < 0)
+    if ((e = scratch(c, (win ? win : maxchunk * esz) + DDP__PAGE, &tmp)) < 0)
         return e;
     struct ddp__peer *next = peer(c, r + 1), *prev = peer(c, r - 1);
     /* Reduce-scatter: after n-1 steps this rank holds the full reduction of chunk r+1. */
@@ -162,7 +149,7 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
                               .sbuf = buf + so * esz,
                               .slen = (chunk_off(count, n, si + 1) - so) * esz,
                               .from = prev,
-                              .rbuf = window_for(tmp, buf + ro * esz),
+                              .rbuf = ddp__away_from(tmp, buf + ro * esz),
                               .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
                               .reduce_dst = buf + ro * esz,
                               .rwin = win,
@@ -203,9 +190,9 @@ static int rd_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp_d
     while (p2 * 2 <= n)
         p2 *= 2;
     int extra = n - p2;
-    if ((e = scratch(c, bytes + PAGE, &tmp)) < 0)
+    if ((e = scratch(c, bytes + DDP__PAGE, &tmp)) < 0)
         return e;
-    tmp = window_for(tmp, buf);
+    tmp = ddp__away_from(tmp, buf);
     if (r >= p2) {
         struct ddp__xfer out = {.to = peer(c, r - p2), .sbuf = buf, .slen = bytes};
         struct ddp__xfer in = {.from = peer(c, r - p2), .rbuf = buf, .rlen = bytes};
@@ -322,7 +309,7 @@ int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
         return DDP_ENOMEM;
     char *last = alias ? extra + (nscratch - 1) * bytes : out, *other = extra;
     size_t wlen = bytes > RECV_WIN ? RECV_WIN : bytes;
-    if ((e = scratch(c, wlen + PAGE, (void **)&win)) < 0)
+    if ((e = scratch(c, wlen + DDP__PAGE, (void **)&win)) < 0)
         goto out;
     for (int s = 0; s < n - 1; s++) {
         int si = ((r - s - 1) % n + n) % n, ri = ((r - s - 2) % n + n) % n;
@@ -332,7 +319,7 @@ int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
                               .sbuf = s == 0 ? in + (size_t)si * bytes : prev_dst,
                               .slen = bytes,
                               .from = peer(c, r - 1),
-                              .rbuf = window_for(win, dst),
+                              .rbuf = ddp__away_from(win, dst),
                               .rlen = bytes,
                               .reduce_dst = dst,
                               .rwin = wlen,

@@ -30,7 +30,6 @@
 #include "common/banned.h"
 
 #define CHUNK ((size_t)64 << 10) /* bytes reduced at a time: the accumulator stays in cache */
-#define PAGE ((size_t)4096)
 
 /* Reads len bytes at peer j's address addr into dst (cross-memory attach). */
 static int cma_read(struct ddp__comm *c, int j, void *dst, uint64_t addr, size_t len)
@@ -71,21 +70,17 @@ static const char *peer_mem(struct ddp__shm *sh, int j, const struct ddp__shm_ct
 }
 
 /*
- * Our shard [b0, b0 + len) (bytes), reduced over every local rank's buffer in rank order, in
- * an accumulator taken from scratch (2 * CHUNK + 2 * PAGE bytes) half a page away from the
- * shard modulo the page size: the peers' buffers are usually at our buffer's offset within a
- * page, and reducing into memory at the same offset as the loads stalls on 4K aliasing (see
- * window_for in coll_tcp.c). The cross-memory attach copy goes half a page from the
- * accumulator.
+ * Our shard [b0, b0 + len) (bytes), reduced over every local rank's buffer in rank order, in an
+ * accumulator in scratch (2 * CHUNK + 2 * DDP__PAGE bytes) half a page from the shard modulo
+ * the page size (ddp__away_from): the peers' buffers are usually at our buffer's offset within
+ * a page. The cross-memory attach copy goes half a page from the accumulator.
  */
 static int reduce_shard(struct ddp__comm *c, char *buf, size_t b0, size_t len, enum ddp_dtype dt,
                         enum ddp_redop op, char *scratch)
 {
     struct ddp__shm *sh = &c->shm;
     size_t esz = ddp_dtype_size(dt);
-    uintptr_t want = ((uintptr_t)(buf + b0) + PAGE / 2) & (PAGE - 1);
-    char *acc = scratch + ((want - (uintptr_t)scratch) & (PAGE - 1));
-    char *tmp = acc + CHUNK + PAGE / 2;
+    char *acc = ddp__away_from(scratch, buf + b0), *tmp = acc + CHUNK + DDP__PAGE / 2;
     for (size_t o = b0; o < b0 + len; o += CHUNK) {
         size_t m = b0 + len - o < CHUNK ? b0 + len - o : CHUNK;
         for (int j = 0; j < sh->n; j++) {
@@ -129,12 +124,12 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         sh->seq += 1;
         return 1;
     }
-    if (c->scratch_len < 2 * CHUNK + 2 * PAGE) {
-        void *s = realloc(c->scratch, 2 * CHUNK + 2 * PAGE);
+    if (c->scratch_len < 2 * CHUNK + 2 * DDP__PAGE) {
+        void *s = realloc(c->scratch, 2 * CHUNK + 2 * DDP__PAGE);
         if (!s)
             return DDP_ENOMEM; /* a peer waits out its deadline; not expected */
         c->scratch = s;
-        c->scratch_len = 2 * CHUNK + 2 * PAGE;
+        c->scratch_len = 2 * CHUNK + 2 * DDP__PAGE;
     }
     char *b = buf;
     /* Blocks of the buffer, one step each: a shard's peers copy it out while it is still in
