@@ -311,12 +311,12 @@ int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
     size_t wlen = bytes > RECV_WIN ? RECV_WIN : bytes;
     if ((e = scratch(c, wlen + DDP__PAGE, (void **)&win)) < 0)
         goto out;
+    const char *next_send = in + (size_t)((r - 1 + n) % n) * bytes; /* step 0: block r-1 */
     for (int s = 0; s < n - 1; s++) {
-        int si = ((r - s - 1) % n + n) % n, ri = ((r - s - 2) % n + n) % n;
+        int ri = ((r - s - 2) % n + n) % n;
         char *dst = (n - 2 - s) % 2 == 0 ? last : other;
-        char *prev_dst = (n - 1 - s) % 2 == 0 ? last : other; /* q[s-1] */
         struct ddp__xfer x = {.to = peer(c, r + 1),
-                              .sbuf = s == 0 ? in + (size_t)si * bytes : prev_dst,
+                              .sbuf = next_send,
                               .slen = bytes,
                               .from = peer(c, r - 1),
                               .rbuf = ddp__away_from(win, dst),
@@ -328,6 +328,7 @@ int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
                               .op = op};
         if ((e = ddp__xfer(c, &x)) < 0)
             goto out;
+        next_send = dst; /* step s+1 passes on what step s reduced */
     }
     if (op == DDP_AVG)
         ddp__scale_avg(last, count, dt, n);

@@ -152,21 +152,26 @@ static int allreduce_ops(struct ddp_pg *pg, void *buf, void *want, size_t n, enu
     return bad;
 }
 
-/* Reduce-scatters send (n elements per rank) into recv with each op in turn (seeds ++*seed)
- * and checks each against the reference in ref; label heads the description of a mismatch. */
-static int reduce_scatter_ops(struct ddp_pg *pg, void *send, void *recv, void *ref, size_t n,
+/* Reduce-scatters send (n elements per rank) with each op in turn (seeds ++*seed), into recv,
+ * then again in place (into this rank's own block of send), and checks each against the
+ * reference in ref; label heads the description of a mismatch. */
+static int reduce_scatter_ops(struct ddp_pg *pg, char *send, void *recv, void *ref, size_t n,
                               enum ddp_dtype dt, unsigned *seed, const char *label)
 {
     int bad = 0;
     char what[160];
-    for (int op = 0; op <= DDP_MIN; op++) {
-        fill(send, n * (size_t)world, dt, rank, ++*seed, 0);
-        must(pg, ddp_pg_reduce_scatter(pg, send, recv, n, dt, (enum ddp_redop)op),
-             "reduce_scatter");
-        for (size_t i = 0; i < n; i++)
-            reference(ref, i, (size_t)rank * n + i, dt, (enum ddp_redop)op, *seed);
-        snprintf(what, sizeof(what), "%sreduce_scatter %s %s n=%zu", label, dtn[dt], opn[op], n);
-        bad |= compare(recv, ref, n, dt, what);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        void *out = inplace ? send + (size_t)rank * n * ddp_dtype_size(dt) : recv;
+        for (int op = 0; op <= DDP_MIN; op++) {
+            fill(send, n * (size_t)world, dt, rank, ++*seed, 0);
+            must(pg, ddp_pg_reduce_scatter(pg, send, out, n, dt, (enum ddp_redop)op),
+                 "reduce_scatter");
+            for (size_t i = 0; i < n; i++)
+                reference(ref, i, (size_t)rank * n + i, dt, (enum ddp_redop)op, *seed);
+            snprintf(what, sizeof(what), "%s%sreduce_scatter %s %s n=%zu", label,
+                     inplace ? "in place " : "", dtn[dt], opn[op], n);
+            bad |= compare(out, ref, n, dt, what);
+        }
     }
     return bad;
 }
@@ -188,9 +193,6 @@ static int wide(struct ddp_pg *pg)
         char *send = malloc(m * (size_t)world * esz), *recv = malloc(m * esz),
              *ref = malloc(m * esz);
         bad |= reduce_scatter_ops(pg, send, recv, ref, m, (enum ddp_dtype)dt, &seed, "wide ");
-        /* in place: the result lands on this rank's own block of send */
-        bad |= reduce_scatter_ops(pg, send, send + (size_t)rank * m * esz, ref, m,
-                                  (enum ddp_dtype)dt, &seed, "wide in place ");
         free(send);
         free(recv);
         free(ref);
@@ -235,8 +237,6 @@ static int matrix(struct ddp_pg *pg)
             snprintf(what, sizeof(what), "allgather %s n=%zu", dtn[dt], n);
             bad |= compare(recv, ref, n * (size_t)world, (enum ddp_dtype)dt, what);
             bad |= reduce_scatter_ops(pg, send, recv, ref, n, (enum ddp_dtype)dt, &seed, "");
-            bad |= reduce_scatter_ops(pg, send, send + (size_t)rank * n * esz, ref, n,
-                                      (enum ddp_dtype)dt, &seed, "in place ");
             free(send);
             free(recv);
             free(ref);
