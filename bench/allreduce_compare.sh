@@ -15,6 +15,8 @@
 # python3-torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. bench/lib.sh
 B=$(cd "${1:-build/release}" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -40,7 +42,7 @@ for rep in $(seq "$REPS"); do
           "$B/bench/allreduce_bench" "$tr" "$n" "$T" "$t" "$BIND" >"$T/job.yaml"
         "$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/^\[localhost:0\] //p'
       done
-      /usr/bin/python3 bench/gloo_allreduce.py "$n" $((30000 + RANDOM % 20000))
+      /usr/bin/python3 bench/gloo_allreduce.py "$n" "$(free_port)"
       "${MPIRUN[@]}" --mca btl self,vader -np "$n" "$T/mpi_allreduce" mpi-shm
       "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo -np "$n" "$T/mpi_allreduce" mpi-tcp
     done

@@ -10,6 +10,8 @@
 # Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. bench/lib.sh
 REPO=$PWD
 B=$(cd "${1:-build/release}" && pwd)
 RUNS=${2:-5}
@@ -61,7 +63,8 @@ JOB
 }
 
 torchrun_run() { # agents -> "recover"
-  local n=$1 port=$((30000 + RANDOM % 20000)) pids=() k
+  local n=$1 port pids=() k
+  port=$(free_port)
   for k in $(seq "$n"); do
     setsid "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes "1:$n" --nproc_per_node 1 \
       --rdzv_backend c10d \

@@ -8,6 +8,8 @@
 # Usage: bench/p2p_compare.sh [BUILD_DIR]   (needs openmpi-bin, libopenmpi-dev, python3-torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. bench/lib.sh
 B=$(cd "${1:-build/release}" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -23,7 +25,7 @@ for _ in $(seq "${REPEAT:-3}"); do
       "$B/bench/p2p_bench" "$tr" "$T" "$bytes" >"$T/job.yaml"
     "$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/^\[localhost:0\] //p' >>"$R"
   done
-  /usr/bin/python3 bench/gloo_p2p.py $((30000 + RANDOM % 20000)) >>"$R"
+  /usr/bin/python3 bench/gloo_p2p.py "$(free_port)" >>"$R"
   "${MPIRUN[@]}" --mca btl self,vader "$T/mpi_p2p" mpi-shm >>"$R"
   "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo "$T/mpi_p2p" mpi-tcp >>"$R"
 done

@@ -6,6 +6,8 @@
 # Usage: bench/rdzv_etcd.sh [BUILD_DIR]   (default build/release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. bench/lib.sh
 B=${1:-build/release}
 REPS=${REPS:-5}
 KEEP_S=${KEEP_S:-10}
@@ -16,7 +18,7 @@ trap 'kill $DDP_PID $ETCD_PID 2>/dev/null || true; rm -rf "$T"' EXIT
 (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token")
 "$B/ddprun" store --listen 127.0.0.1:0 --token-file "$T/token" >"$T/ddp.out" 2>"$T/ddp.err" &
 DDP_PID=$!
-PORT=$((30000 + RANDOM % 20000))
+PORT=$(free_port)
 (cd "$T" && exec /usr/bin/etcd --name m0 --data-dir d --listen-client-urls "http://127.0.0.1:$PORT" \
   --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls unix://p0:0 \
   --initial-advertise-peer-urls unix://p0:0 --initial-cluster m0=unix://p0:0 >"$T/etcd.log" 2>&1) &

@@ -4,6 +4,8 @@
 # Usage: bench/store_compare.sh [BUILD_DIR]   (default build/release; needs /usr/bin/python3 + torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. bench/lib.sh
 B=${1:-build/release}
 REPS=${REPS:-3}
 SECS=${SECS:-2}
@@ -14,7 +16,7 @@ trap 'kill $DDP_PID $TS_PID 2>/dev/null || true; rm -rf "$T"' EXIT
 (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$T/token")
 "$B/ddprun" store --listen 127.0.0.1:0 --token-file "$T/token" >"$T/ddp.out" 2>"$T/ddp.err" &
 DDP_PID=$!
-TS_PORT=$((20000 + RANDOM % 20000))
+TS_PORT=$(free_port)
 /usr/bin/python3 bench/tcpstore_server.py "$TS_PORT" >"$T/ts.out" 2>&1 &
 TS_PID=$!
 for _ in $(seq 200); do [ -s "$T/ddp.out" ] && grep -q ready "$T/ts.out" && break; sleep 0.1; done

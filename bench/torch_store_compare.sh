@@ -10,6 +10,8 @@
 # Runs interleaved; medians. Usage: bench/torch_store_compare.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. bench/lib.sh
 B=$(cd "${1:-build/release}" && pwd)
 RUNS=${RUNS:-5}
 REPS=${REPS:-3}
@@ -47,7 +49,7 @@ echo "# $(date -u +%F) $(getconf _NPROCESSORS_ONLN) cores, $(grep -m1 'model nam
 "$B/ddprun" store --listen 127.0.0.1:0 --token-file "$T/token" --torch-listen 127.0.0.1:0 \
   >"$T/ddp.out" 2>"$T/ddp.err" &
 DDP_PID=$!
-TS_PORT=$((20000 + RANDOM % 20000))
+TS_PORT=$(free_port)
 "$PY" bench/tcpstore_server.py "$TS_PORT" >"$T/ts.out" 2>&1 &
 TS_PID=$!
 for _ in $(seq 300); do
