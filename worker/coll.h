@@ -25,6 +25,18 @@ void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum 
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
 
 /*
+ * How long a thread with nothing to do keeps polling, calling sched_yield between polls, before
+ * it sleeps: the TCP transfers (worker/coll_tcp.c), the point-to-point engine and a caller
+ * waiting for a point-to-point operation (worker/p2p.c). A sleeping poll's or condition
+ * variable's wake-up costs tens of microseconds on a VM, whose idle vCPU halts (a 4 KiB TCP
+ * all-reduce of 2 ranks took 39 us sleeping and 8 us polling; an 8-byte point-to-point message
+ * 44-59 us one way and 16-17); the yield leaves the core to what else runs there (more ranks than
+ * cores, the reducer's or a pipeline stage's computation). BENCHMARKS.md, "TCP waits" and
+ * "Point-to-point inside a node".
+ */
+#define DDP__SPIN_NS ((int64_t)200000)
+
+/*
  * The address in [base, base + DDP__PAGE) that lies half a page from dst modulo the page size:
  * where a buffer read while dst is written should start. At the same offset within a page
  * (glibc puts every large allocation 16 bytes past a page) loads wait on unrelated stores whose

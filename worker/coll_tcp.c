@@ -31,14 +31,6 @@
  * (ddp__away_from), 256 KiB to 2 MiB windows measure alike at 4 to 64 MiB messages.
  */
 #define RECV_WIN ((size_t)2 << 20)
-/*
- * A transfer with nothing to do polls without sleeping for its first SPIN_NS, yielding the
- * core between polls: a sleeping poll's wake-up costs tens of microseconds on a VM, whose idle
- * vCPU halts (2 ranks on loopback: a 4 KiB all-reduce took 37 us sleeping, 8 us spinning,
- * 1 MiB 360 and 245; BENCHMARKS.md "TCP waits"), and the yield leaves the core to what else
- * runs there (more ranks than cores, the reducer's computation). Then it sleeps in poll.
- */
-#define SPIN_NS 200000
 
 static int fail(struct ddp__comm *c, int code, const struct ddp__peer *p, const char *what)
 {
@@ -52,7 +44,7 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
 {
     size_t sent = 0, got = 0, reduced = 0;
     size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
-    int64_t spin_end = ddp_now_ns() + SPIN_NS;
+    int64_t spin_end = ddp_now_ns() + DDP__SPIN_NS; /* then sleep in poll */
     bool spin = true;
     while (sent < x->slen || got < x->rlen) {
         struct pollfd p[2];

@@ -35,6 +35,7 @@ struct ddp_work {
     uint64_t seq; /* the flight recorder's sequence number, 0 before it is entered */
     int result;
     bool done;
+    bool spin; /* ddp_work_wait polls `done` for DDP__SPIN_NS before sleeping (point-to-point) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct ddp_work *next; /* queue link, owned by the group while queued or in flight */

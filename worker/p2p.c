@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,7 @@ struct ddp__p2p {
     bool stop;
     int wake[2];
     int n, me, timeout_ms;
+    int64_t busy_ns; /* when an operation was last posted or an fd last had an event */
     struct link *links;
     struct pollfd *pf; /* the engine's poll set: the wake-up pipe and a connection per peer */
     int *who;
@@ -483,9 +485,15 @@ static void *engine(void *arg)
             pf[np] = (struct pollfd){.fd = l->fd, .events = POLLIN | (out ? POLLOUT : 0)};
             who[np++] = j;
         }
-        int k = poll(pf, (nfds_t)np, 100);
+        /* Recently busy (an operation posted, an event): poll without sleeping (coll.h) */
+        bool spin = ddp_now_ns() - e->busy_ns < DDP__SPIN_NS;
+        int k = poll(pf, (nfds_t)np, spin ? 0 : 100);
         if (k < 0 && errno != EINTR)
             break;
+        if (k > 0 || rev)
+            e->busy_ns = ddp_now_ns();
+        else if (spin)
+            sched_yield();
         if (k > 0 && (pf[0].revents & POLLIN)) {
             char buf[64];
             while (read(e->wake[0], buf, sizeof(buf)) > 0)
@@ -584,6 +592,7 @@ static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer,
     pthread_cond_init(&w->cv, NULL);
     w->refs = 1;
     w->bucket = -1;
+    w->spin = true;
     *o = (struct op){.w = w,
                      .pg = pg,
                      .send = send,

@@ -24,6 +24,7 @@
 #include <openssl/hmac.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -468,6 +469,14 @@ int ddp_work_wait(struct ddp_work *w)
         }
     }
     pthread_mutex_lock(&w->mu);
+    for (int64_t end = w->spin ? ddp_now_ns() + DDP__SPIN_NS : 0; !w->done && end;) {
+        pthread_mutex_unlock(&w->mu);
+        if (ddp_now_ns() > end)
+            end = 0;
+        else
+            sched_yield();
+        pthread_mutex_lock(&w->mu);
+    }
     while (!w->done)
         pthread_cond_wait(&w->cv, &w->mu);
     int r = w->result;
