@@ -32,7 +32,8 @@ void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
  * all-reduce of 2 ranks took 39 us sleeping and 8 us polling; an 8-byte point-to-point message
  * 44-59 us one way and 16-17); the yield leaves the core to what else runs there (more ranks than
  * cores, the reducer's or a pipeline stage's computation). BENCHMARKS.md, "TCP waits" and
- * "Point-to-point inside a node".
+ * "Point-to-point inside a node". The shared-memory transport's waits (worker/shm_sync.c)
+ * spin, then yield for 1 ms, measured on their own.
  */
 #define DDP__SPIN_NS ((int64_t)200000)
 

@@ -45,7 +45,6 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
     size_t sent = 0, got = 0, reduced = 0;
     size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
     int64_t spin_end = ddp_now_ns() + DDP__SPIN_NS; /* then sleep in poll */
-    bool spin = true;
     while (sent < x->slen || got < x->rlen) {
         struct pollfd p[2];
         int np = 0, is = -1, ir = -1;
@@ -60,7 +59,7 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
         int64_t rem = c->deadline_ms - ddp_now_ms();
         if (rem <= 0)
             return fail(c, DDP_ETIMEDOUT, ir >= 0 ? x->from : x->to, "timed out waiting for");
-        spin = spin && ddp_now_ns() < spin_end;
+        bool spin = ddp_now_ns() < spin_end;
         int pr = poll(p, (nfds_t)np, spin ? 0 : rem > 1000 ? 1000 : (int)rem);
         if (pr < 0 && errno != EINTR)
             return fail(c, DDP_ESYS, x->to, "poll failed with");
