@@ -70,6 +70,8 @@ struct link {
     struct op *target; /* the receive it goes to, or NULL (held) */
     struct held *into;
     bool dead;
+    bool spin;     /* the engine polls without sleeping: between messages, no doorbell is needed */
+    bool moved;    /* bytes went through a ring since the engine last looked (it stays awake) */
     char why[160]; /* why it died, for what is posted afterwards */
     int why_code;
 };
@@ -313,7 +315,10 @@ static ssize_t link_in(struct link *l, void *buf, size_t n)
     if (!l->in.data)
         return recv(l->fd, buf, n, 0);
     bool bell;
+    /* between messages a polling engine finds the next header without a doorbell */
+    l->in.awake = l->spin && !l->in_body && l->hdr_got == 0;
     size_t k = ddp__ring_get(&l->in, buf, n, &bell);
+    l->moved |= k > 0;
     return ring_moved(l, k, bell);
 }
 
@@ -323,6 +328,7 @@ static ssize_t link_out(struct link *l, const void *buf, size_t n, int flags)
         return send(l->fd, buf, n, MSG_NOSIGNAL | flags);
     bool bell;
     size_t k = ddp__ring_put(&l->out, buf, n, &bell);
+    l->moved |= k > 0;
     return ring_moved(l, k, bell);
 }
 
@@ -471,9 +477,15 @@ static void *engine(void *arg)
         }
         if (stop)
             break;
-        for (int j = 0; j < e->n; j++) /* what was just posted, before the engine may sleep */
-            if (e->links[j].in.data && !e->links[j].dead)
+        /* Recently busy (an operation posted, an event, bytes through a ring): poll without
+         * sleeping (coll.h). Not spinning, the rings are looked at with their sleep marked. */
+        bool spin = ddp_now_ns() - e->busy_ns < DDP__SPIN_NS, moved = false;
+        for (int j = 0; j < e->n; j++) { /* what was just posted, before the engine may sleep */
+            struct link *l = &e->links[j];
+            l->spin = spin;
+            if (l->in.data && !l->dead)
                 do_rings(e, j, false);
+        }
         int np = 0;
         pf[np] = (struct pollfd){.fd = e->wake[0], .events = POLLIN};
         who[np++] = -1;
@@ -485,14 +497,16 @@ static void *engine(void *arg)
             pf[np] = (struct pollfd){.fd = l->fd, .events = POLLIN | (out ? POLLOUT : 0)};
             who[np++] = j;
         }
-        /* Recently busy (an operation posted, an event): poll without sleeping (coll.h) */
-        bool spin = ddp_now_ns() - e->busy_ns < DDP__SPIN_NS;
-        int k = poll(pf, (nfds_t)np, spin ? 0 : 100);
+        for (int j = 0; j < e->n; j++) {
+            moved |= e->links[j].moved;
+            e->links[j].moved = false;
+        }
+        int k = poll(pf, (nfds_t)np, spin || moved ? 0 : 100);
         if (k < 0 && errno != EINTR)
             break;
-        if (k > 0 || rev)
+        if (k > 0 || rev || moved)
             e->busy_ns = ddp_now_ns();
-        else if (spin)
+        else if (spin) /* nothing moved: let the core go for a moment */
             sched_yield();
         if (k > 0 && (pf[0].revents & POLLIN)) {
             char buf[64];

@@ -80,6 +80,8 @@ size_t ddp__ring_get(const struct ddp__ring *r, void *buf, size_t n, bool *bell)
     uint64_t t = atomic_load_explicit(&c->tail, memory_order_relaxed);
     uint64_t h = atomic_load_explicit(&c->head, memory_order_acquire);
     if (h == t) {
+        if (r->awake)
+            return 0;
         atomic_store(&c->reader_sleeps, 1);
         if ((h = atomic_load(&c->head)) == t)
             return 0;

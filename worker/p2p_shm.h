@@ -4,8 +4,9 @@
  * stream (headers and payloads) that a pair on two nodes sends over TCP. The pair's TCP
  * connection stays, as the doorbell: a side that finds its ring empty (reader) or full
  * (writer) marks itself asleep and waits in poll(2) on the connection; the other side, after
- * moving the ring's counter, writes one byte to wake it. The connection's end still tells
- * that a peer exited or died.
+ * moving the ring's counter, writes one byte to wake it. A reader still polling between
+ * messages does not mark itself (ddp__ring.awake), so the next message costs no doorbell.
+ * The connection's end still tells that a peer exited or died.
  */
 #ifndef DDP_WORKER_P2P_SHM_H
 #define DDP_WORKER_P2P_SHM_H
@@ -25,6 +26,12 @@ struct ddp__ring {
     struct ddp__ring_ctl *c;
     char *data; /* NULL: this pair uses TCP */
     size_t cap; /* a power of two */
+    /* Reading side only: set while this side polls without sleeping and waits for the start
+     * of a message. An empty ring then does not mark it asleep, so a writer starting the
+     * next message does not ring for nothing. Clear it before sleeping and look once more
+     * (ddp__ring_get then marks it). A side waiting in the middle of a message (the rest of
+     * a body, room for a send) always marks itself, and is rung for. */
+    bool awake;
 };
 
 struct ddp__p2p_shm {
@@ -51,7 +58,8 @@ void ddp__p2p_shm_free(struct ddp_pg *pg);
  * rings once it has made room). *bell: the reader was asleep; wake it. */
 size_t ddp__ring_put(const struct ddp__ring *r, const void *buf, size_t n, bool *bell);
 /* Copies up to n bytes out of the ring; returns how many, 0 when it is empty (the writer then
- * rings once it has written). *bell: the writer was asleep, waiting for room; wake it. */
+ * rings once it has written, unless r->awake). *bell: the writer was asleep, waiting for
+ * room; wake it. */
 size_t ddp__ring_get(const struct ddp__ring *r, void *buf, size_t n, bool *bell);
 
 #endif

@@ -4,6 +4,7 @@
  * threads whose pairs on one "node" talk through rings and across "nodes" over TCP (so TSan
  * sees the engines and the rings).
  */
+#include "common/util.h"
 #include "rendezvous/store.h"
 #include "tests/unit/test.h"
 #include "worker/group.h"
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TOKEN "p2p-unit-token"
 
@@ -53,6 +55,36 @@ TEST(ring_bells_wake_only_a_sleeping_side)
     ASSERT_EQ(ddp__ring_put(&r, in, 3000, &bell), 3000);
     ASSERT_EQ(ddp__ring_get(&r, out, 3000, &bell), 3000);
     ASSERT_TRUE(memcmp(in, out, 3000) == 0);
+    free(r.c);
+}
+
+TEST(ring_reader_awake_between_messages_is_not_rung_for)
+{
+    struct ddp__ring r = ring_new(4096);
+    char in[64] = "header", out[64];
+    bool bell;
+    /* a polling reader finds the ring empty without marking itself asleep: no ring */
+    r.awake = true;
+    ASSERT_EQ(ddp__ring_get(&r, out, 16, &bell), 0);
+    ASSERT_EQ(ddp__ring_put(&r, in, 16, &bell), 16);
+    ASSERT_TRUE(!bell);
+    ASSERT_EQ(ddp__ring_get(&r, out, 16, &bell), 16);
+    ASSERT_TRUE(memcmp(in, out, 16) == 0);
+    /* about to sleep, it clears the flag and looks once more: now the next write rings */
+    r.awake = false;
+    ASSERT_EQ(ddp__ring_get(&r, out, 16, &bell), 0);
+    ASSERT_EQ(ddp__ring_put(&r, in, 16, &bell), 16);
+    ASSERT_TRUE(bell);
+    /* the flag is the reader's: a full ring still marks the writer, whose reader rings */
+    for (size_t left = 4096 - 16; left > 0;) {
+        size_t k = ddp__ring_put(&r, out, left < sizeof(out) ? left : sizeof(out), &bell);
+        ASSERT_TRUE(k > 0);
+        left -= k;
+    }
+    ASSERT_EQ(ddp__ring_put(&r, in, 1, &bell), 0);
+    r.awake = true;
+    ASSERT_EQ(ddp__ring_get(&r, out, 1, &bell), 1);
+    ASSERT_TRUE(bell);
     free(r.c);
 }
 
@@ -236,4 +268,82 @@ TEST(messages_many_times_a_small_ring_arrive_whole)
 {
     setenv("DDP_PG_P2P_SHM_BYTES", "4096", 1);
     run_group();
+}
+
+/* 2 ranks of one node, ping-pong of one small message with 2 ms of silence before each: both
+ * engines have stopped polling and sleep in poll(2) when it comes, so each message is found
+ * through its doorbell. A message that is not rung for waits out the rest of the engine's
+ * 100 ms poll timeout: the 20 messages of a rank's 10 round trips took 2 s with the reader
+ * never marked asleep. The bound leaves a slow VM 1 s beyond the silences for 20 wake-ups. */
+enum { PINGS = 20 };
+
+static void *idle_rank(void *a)
+{
+    struct rank_arg *ra = a;
+    struct ddp_store *s = NULL;
+    struct ddp_pg *pg = NULL;
+    int me = ra->rank, peer = 1 - me;
+    ra->rc = 1;
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        RFAIL("store");
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "p2p-idle", .p2p = true};
+    if (ddp_pg_init(s, me, 2, me, 2, 0, &o, &pg) != 0)
+        RFAIL("group");
+    if (!pg->p2p_shm || !pg->p2p_shm->in[peer].data)
+        RFAIL("rank %d: no rings", me);
+    uint64_t v = 0;
+    int64_t busy = 0;
+    for (int i = 0; i < PINGS; i++) {
+        if (me == (i & 1)) {
+            nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+            int64_t t0 = ddp_now_ns();
+            v = (uint64_t)i * 1000003u + 7;
+            if (ddp_pg_send(pg, &v, sizeof(v), peer, 9) != 0)
+                RFAIL("send %d: %s", i, ddp_pg_last_error(pg));
+            if (ddp_pg_recv(pg, &v, sizeof(v), peer, 9) != 0)
+                RFAIL("recv %d: %s", i, ddp_pg_last_error(pg));
+            busy += ddp_now_ns() - t0 - 2000000;
+            if (v != (uint64_t)i * 1000003u + 8)
+                RFAIL("rank %d: reply %d is %llu", me, i, (unsigned long long)v);
+        } else {
+            if (ddp_pg_recv(pg, &v, sizeof(v), peer, 9) != 0)
+                RFAIL("recv %d: %s", i, ddp_pg_last_error(pg));
+            nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+            v++;
+            if (ddp_pg_send(pg, &v, sizeof(v), peer, 9) != 0)
+                RFAIL("reply %d: %s", i, ddp_pg_last_error(pg));
+        }
+    }
+    if (busy > 1000000000)
+        RFAIL("%d round trips took %lld ms beyond their silences: a doorbell missed?", PINGS / 2,
+              (long long)(busy / 1000000));
+    ra->rc = 0;
+done:
+    ddp_pg_free(pg);
+    if (s)
+        ddp_store_close(s);
+    return NULL;
+}
+
+TEST(messages_after_silence_wake_a_sleeping_engine)
+{
+    struct ddp_store_server_opts so = {
+        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
+    ASSERT_OK(ddp_store_server_new(&so, &srv));
+    port = ddp_store_server_port(srv);
+    pthread_t srv_th, th[2];
+    pthread_create(&srv_th, NULL, serve, NULL);
+    struct rank_arg ra[2];
+    for (int r = 0; r < 2; r++) {
+        ra[r] = (struct rank_arg){.rank = r};
+        pthread_create(&th[r], NULL, idle_rank, &ra[r]);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        if (ra[r].rc)
+            FAIL_AT("rank %d: %s", r, ra[r].why);
+    }
+    ddp_store_server_stop(srv);
+    pthread_join(srv_th, NULL);
+    ddp_store_server_free(srv);
 }
