@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -84,6 +85,10 @@ struct ddp__p2p {
     int wake[2];
     int n, me, timeout_ms;
     int64_t busy_ns; /* when an operation was last posted or an fd last had an event */
+    /* Set by the engine before it takes what was posted, when it may sleep afterwards: a
+     * caller posting after that writes to the wake-up pipe. While the engine polls without
+     * sleeping it is clear, and a caller only queues (the engine's next look finds it). */
+    atomic_bool may_sleep;
     struct link *links;
     struct pollfd *pf; /* the engine's poll set: the wake-up pipe and a connection per peer */
     int *who;
@@ -449,6 +454,12 @@ static void *engine(void *arg)
     struct pollfd *pf = e->pf;
     int *who = e->who;
     for (;;) {
+        /* Recently busy (an operation posted, an event, bytes through a ring): poll without
+         * sleeping (coll.h). Not spinning, the rings are looked at with their sleep marked,
+         * and what is posted from now on rings the wake-up pipe (taken under e->mu below, so
+         * a caller either sees may_sleep or its operation is taken now). */
+        bool spin = ddp_now_ns() - e->busy_ns < DDP__SPIN_NS, moved = false;
+        atomic_store(&e->may_sleep, !spin);
         pthread_mutex_lock(&e->mu);
         bool stop = e->stop;
         struct op *in = e->posted;
@@ -477,9 +488,6 @@ static void *engine(void *arg)
         }
         if (stop)
             break;
-        /* Recently busy (an operation posted, an event, bytes through a ring): poll without
-         * sleeping (coll.h). Not spinning, the rings are looked at with their sleep marked. */
-        bool spin = ddp_now_ns() - e->busy_ns < DDP__SPIN_NS, moved = false;
         for (int j = 0; j < e->n; j++) { /* what was just posted, before the engine may sleep */
             struct link *l = &e->links[j];
             l->spin = spin;
@@ -501,7 +509,7 @@ static void *engine(void *arg)
             moved |= e->links[j].moved;
             e->links[j].moved = false;
         }
-        int k = poll(pf, (nfds_t)np, spin || moved ? 0 : 100);
+        int k = poll(pf, (nfds_t)np, spin || moved || rev ? 0 : 100);
         if (k < 0 && errno != EINTR)
             break;
         if (k > 0 || rev || moved)
@@ -561,6 +569,7 @@ static int engine_start(struct ddp_pg *pg)
     e->n = pg->world;
     e->me = pg->rank;
     e->timeout_ms = pg->timeout_ms;
+    atomic_init(&e->may_sleep, true);
     e->links = calloc((size_t)pg->world, sizeof(struct link));
     e->pf = calloc((size_t)pg->world + 1, sizeof(*e->pf));
     e->who = calloc((size_t)pg->world + 1, sizeof(int));
@@ -635,8 +644,10 @@ static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer,
     o->next = e->posted;
     e->posted = o;
     pthread_mutex_unlock(&e->mu);
-    ssize_t ignored = write(e->wake[1], "", 1); /* a full pipe already wakes it */
-    (void)ignored;
+    if (atomic_load(&e->may_sleep)) {
+        ssize_t ignored = write(e->wake[1], "", 1); /* a full pipe already wakes it */
+        (void)ignored;
+    }
     *work = w;
     return 0;
 }

@@ -271,10 +271,11 @@ TEST(messages_many_times_a_small_ring_arrive_whole)
 }
 
 /* 2 ranks of one node, ping-pong of one small message with 2 ms of silence before each: both
- * engines have stopped polling and sleep in poll(2) when it comes, so each message is found
- * through its doorbell. A message that is not rung for waits out the rest of the engine's
- * 100 ms poll timeout: the 20 messages of a rank's 10 round trips took 2 s with the reader
- * never marked asleep. The bound leaves a slow VM 1 s beyond the silences for 20 wake-ups. */
+ * engines have stopped polling and sleep in poll(2) when it comes, so each send is taken
+ * through the engine's wake-up pipe and each message found through its doorbell. A wake-up
+ * missed waits out the rest of the engine's 100 ms poll timeout: the 20 messages of a rank's
+ * 10 round trips took 2 s with the reader never marked asleep, and 1.9 s with the pipe never
+ * written. The bound leaves a slow VM 1 s beyond the silences for 20 wake-ups. */
 enum { PINGS = 20 };
 
 static void *idle_rank(void *a)
