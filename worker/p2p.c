@@ -10,7 +10,8 @@
  * Between two ranks of one node the same byte stream goes through a pair of shared-memory
  * rings (worker/p2p_shm.h) and the connection only carries doorbells: the engine reads and
  * writes the rings instead of the socket, drains the doorbells it is sent, and rings the
- * peer's when the ring says it sleeps.
+ * peer's when the ring says it sleeps. A small send with nothing queued before it is written
+ * into the ring by the caller itself (send_now), under the ring's writer lock.
  */
 #include "worker/group.h"
 #include "worker/p2p_shm.h"
@@ -45,6 +46,7 @@ struct op {
     size_t len, off; /* bytes of header + payload written (sends) */
     uint8_t hdr[HDR];
     int64_t deadline;
+    atomic_int *queued; /* a send's count of queued sends to its peer (link.queued) */
 };
 
 /* A message that arrived (or is arriving) before its receive. */
@@ -71,6 +73,9 @@ struct link {
     struct op *target; /* the receive it goes to, or NULL (held) */
     struct held *into;
     bool dead;
+    atomic_bool gone;       /* dead, as a caller may read it (the caller's fast path) */
+    atomic_int queued;      /* sends posted to the engine and not yet finished */
+    pthread_mutex_t out_mu; /* a ring link: whoever writes its out ring (engine or caller) */
     bool spin;     /* the engine polls without sleeping: between messages, no doorbell is needed */
     bool moved;    /* bytes went through a ring since the engine last looked (it stays awake) */
     char why[160]; /* why it died, for what is posted afterwards */
@@ -96,6 +101,8 @@ struct ddp__p2p {
 
 static void finish(struct op *o, int r)
 {
+    if (o->queued) /* every byte is in the ring or socket, or never will be */
+        atomic_fetch_sub(o->queued, 1);
     pthread_mutex_lock(&o->w->mu);
     o->w->result = r;
     o->w->done = true;
@@ -159,6 +166,7 @@ static void kill_link(struct ddp__p2p *e, int j, int r, const char *why)
 {
     struct link *l = &e->links[j];
     l->dead = true;
+    atomic_store(&l->gone, true);
     for (struct op *o = l->sends, *nx; o; o = nx) {
         nx = o->next;
         fail_op(o, r, "%s", why);
@@ -332,7 +340,9 @@ static ssize_t link_out(struct link *l, const void *buf, size_t n, int flags)
     if (!l->out.data)
         return send(l->fd, buf, n, MSG_NOSIGNAL | flags);
     bool bell;
+    pthread_mutex_lock(&l->out_mu); /* a caller's fast path may write it too */
     size_t k = ddp__ring_put(&l->out, buf, n, &bell);
+    pthread_mutex_unlock(&l->out_mu);
     l->moved |= k > 0;
     return ring_moved(l, k, bell);
 }
@@ -554,6 +564,8 @@ static void engine_release(struct ddp__p2p *e, bool pipe_made)
     if (pipe_made) {
         close(e->wake[0]);
         close(e->wake[1]);
+        for (int j = 0; j < e->n; j++)
+            pthread_mutex_destroy(&e->links[j].out_mu);
     }
     free(e->links);
     free(e->pf);
@@ -578,6 +590,7 @@ static int engine_start(struct ddp_pg *pg)
         return DDP_ESYS;
     }
     for (int j = 0; j < pg->world; j++) {
+        pthread_mutex_init(&e->links[j].out_mu, NULL);
         e->links[j].fd = pg->p2p_fd[j];
         if (pg->p2p_shm) {
             e->links[j].out = pg->p2p_shm->out[j];
@@ -596,8 +609,35 @@ static int engine_start(struct ddp_pg *pg)
     return 0;
 }
 
+/* A send to a peer on this node written by the caller itself, whole, when it is small, no
+ * earlier send to that peer is still queued and the ring has room for it now: no hand-over
+ * to the engine and back (the peer's engine is rung if it sleeps). false: post it as usual.
+ * A blocking send (the caller waits for the copy either way) up to 64 KiB: above, the
+ * engine's path measured as fast (256 KiB: 20.2 us through it, 22.3 written by the caller;
+ * 8 B: 7.7 against 4.5). A nonblocking one only up to 4 KiB, where the copy costs less than
+ * the hand-over: larger, the engine copies while the caller goes on (a 3-stage pipeline of
+ * 32-64 KiB activations lost 2-5% with its sends written by the caller). */
+#define SEND_NOW_BYTES ((size_t)64 << 10)
+#define SEND_NOW_ASYNC_BYTES ((size_t)4 << 10)
+static bool send_now(struct link *l, const struct op *o, bool blocking)
+{
+    size_t most = blocking ? SEND_NOW_BYTES : SEND_NOW_ASYNC_BYTES;
+    if (o->len - HDR > most || !l->out.data || atomic_load(&l->gone))
+        return false;
+    bool sent = false, bell = false;
+    pthread_mutex_lock(&l->out_mu);
+    if (atomic_load(&l->queued) == 0)
+        sent = ddp__ring_put_whole(&l->out, o->hdr, HDR, o->buf, o->len - HDR, &bell);
+    pthread_mutex_unlock(&l->out_mu);
+    if (bell)
+        ring_bell(l);
+    return sent;
+}
+
+/* An operation handed to the engine (or a small send written at once); blocking: the caller
+ * waits for it next. */
 static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer, uint32_t tag,
-                struct ddp_work **work)
+                bool blocking, struct ddp_work **work)
 {
     *work = NULL;
     if (!pg || peer < 0 || peer >= pg->world || peer == pg->rank || (bytes && !buf))
@@ -640,6 +680,17 @@ static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer,
         free(o);
         return r;
     }
+    if (send) {
+        struct link *l = &e->links[peer];
+        if (send_now(l, o, blocking)) {
+            free(o);
+            w->done = true; /* result 0; nobody else has w yet */
+            *work = w;
+            return 0;
+        }
+        o->queued = &l->queued;
+        atomic_fetch_add(&l->queued, 1);
+    }
     pthread_mutex_lock(&e->mu);
     o->next = e->posted;
     e->posted = o;
@@ -655,19 +706,19 @@ static int post(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer,
 int ddp_pg_send_start(struct ddp_pg *pg, const void *buf, size_t bytes, int peer, uint32_t tag,
                       struct ddp_work **work)
 {
-    return post(pg, true, (void *)buf, bytes, peer, tag, work);
+    return post(pg, true, (void *)buf, bytes, peer, tag, false, work);
 }
 
 int ddp_pg_recv_start(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t tag,
                       struct ddp_work **work)
 {
-    return post(pg, false, buf, bytes, peer, tag, work);
+    return post(pg, false, buf, bytes, peer, tag, false, work);
 }
 
 static int blocking(struct ddp_pg *pg, bool send, void *buf, size_t bytes, int peer, uint32_t tag)
 {
     struct ddp_work *w;
-    int r = post(pg, send, buf, bytes, peer, tag, &w);
+    int r = post(pg, send, buf, bytes, peer, tag, true, &w);
     if (r < 0)
         return r;
     r = ddp_work_wait(w);

@@ -50,6 +50,30 @@ struct seg_header {
     uint64_t nlocal;
 };
 
+/* Copies n bytes into the ring at stream position pos (room checked by the caller). */
+static void copy_in(const struct ddp__ring *r, uint64_t pos, const void *buf, size_t n)
+{
+    size_t off = (size_t)pos & (r->cap - 1), first = n < r->cap - off ? n : r->cap - off;
+    memcpy(r->data + off, buf, first);
+    memcpy(r->data, (const char *)buf + first, n - first);
+}
+
+/* Bytes written before head moves: the reader copies a piece out while the next goes in. */
+#define PUBLISH_BYTES ((size_t)64 << 10)
+
+/* Copies n bytes in at head h (room checked), moving head after each piece; the new head. */
+static uint64_t copy_publish(const struct ddp__ring *r, uint64_t h, const char *buf, size_t n)
+{
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < PUBLISH_BYTES ? n - done : PUBLISH_BYTES;
+        copy_in(r, h, buf + done, k);
+        h += k;
+        done += k;
+        atomic_store_explicit(&r->c->head, h, memory_order_release);
+    }
+    return h;
+}
+
 size_t ddp__ring_put(const struct ddp__ring *r, const void *buf, size_t n, bool *bell)
 {
     struct ddp__ring_ctl *c = r->c;
@@ -65,12 +89,29 @@ size_t ddp__ring_put(const struct ddp__ring *r, const void *buf, size_t n, bool 
         atomic_store(&c->writer_sleeps, 0);
     }
     size_t k = n < room ? n : room;
-    size_t off = (size_t)h & (r->cap - 1), first = k < r->cap - off ? k : r->cap - off;
-    memcpy(r->data + off, buf, first);
-    memcpy(r->data, (const char *)buf + first, k - first);
-    atomic_store(&c->head, h + k);
+    copy_publish(r, h, buf, k);
+    atomic_thread_fence(memory_order_seq_cst); /* head before reader_sleeps (Dekker) */
     *bell = atomic_load(&c->reader_sleeps) && atomic_exchange(&c->reader_sleeps, 0);
     return k;
+}
+
+bool ddp__ring_put_whole(const struct ddp__ring *r, const void *a, size_t na, const void *b,
+                         size_t nb, bool *bell)
+{
+    struct ddp__ring_ctl *c = r->c;
+    *bell = false;
+    uint64_t h = atomic_load_explicit(&c->head, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&c->tail, memory_order_acquire);
+    if (r->cap - (size_t)(h - t) < na + nb)
+        return false;
+    copy_in(r, h, a, na);
+    if (nb)
+        copy_publish(r, h + na, b, nb);
+    else
+        atomic_store_explicit(&c->head, h + na, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst); /* head before reader_sleeps (Dekker) */
+    *bell = atomic_load(&c->reader_sleeps) && atomic_exchange(&c->reader_sleeps, 0);
+    return true;
 }
 
 size_t ddp__ring_get(const struct ddp__ring *r, void *buf, size_t n, bool *bell)

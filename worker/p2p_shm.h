@@ -55,8 +55,13 @@ int ddp__p2p_setup_shm(struct ddp_pg *pg, struct ddp_store *store, const char *n
 void ddp__p2p_shm_free(struct ddp_pg *pg);
 
 /* Copies up to n bytes into the ring; returns how many, 0 when it is full (the reader then
- * rings once it has made room). *bell: the reader was asleep; wake it. */
+ * rings once it has made room). Head moves after each 64 KiB, so the reader copies a piece
+ * out while the next goes in. *bell: the reader was asleep; wake it. */
 size_t ddp__ring_put(const struct ddp__ring *r, const void *buf, size_t n, bool *bell);
+/* Copies a (na bytes) and then b (nb) into the ring if both fit now, else nothing; never
+ * marks the writer asleep (the caller's fast path, worker/p2p.c). *bell as above. */
+bool ddp__ring_put_whole(const struct ddp__ring *r, const void *a, size_t na, const void *b,
+                         size_t nb, bool *bell);
 /* Copies up to n bytes out of the ring; returns how many, 0 when it is empty (the writer then
  * rings once it has written, unless r->awake). *bell: the writer was asleep, waiting for
  * room; wake it. */

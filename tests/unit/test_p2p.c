@@ -88,6 +88,39 @@ TEST(ring_reader_awake_between_messages_is_not_rung_for)
     free(r.c);
 }
 
+TEST(ring_put_whole_writes_all_or_nothing)
+{
+    struct ddp__ring r = ring_new(4096);
+    static char body[200016], out[4096];
+    char hdr[16] = "0123456789abcdef";
+    bool bell;
+    for (size_t i = 0; i < sizeof(body); i++)
+        body[i] = (char)(i * 13 + 5);
+    /* a sleeping reader is rung once the whole message is in */
+    ASSERT_EQ(ddp__ring_get(&r, out, 16, &bell), 0);
+    ASSERT_TRUE(ddp__ring_put_whole(&r, hdr, 16, body, 3000, &bell));
+    ASSERT_TRUE(bell);
+    /* what does not fit is not written at all, and the writer is not marked asleep */
+    ASSERT_TRUE(!ddp__ring_put_whole(&r, hdr, 16, body, 4096 - 3016 + 1, &bell));
+    ASSERT_TRUE(!bell);
+    ASSERT_TRUE(ddp__ring_put_whole(&r, hdr, 16, NULL, 0, &bell));
+    ASSERT_EQ(ddp__ring_get(&r, out, sizeof(out), &bell), 3032);
+    ASSERT_TRUE(!bell);
+    ASSERT_TRUE(memcmp(out, hdr, 16) == 0 && memcmp(out + 16, body, 3000) == 0);
+    ASSERT_TRUE(memcmp(out + 3016, hdr, 16) == 0);
+    /* written in 64 KiB pieces, across the end of the data: 200,000 bytes in order */
+    struct ddp__ring big = ring_new((size_t)256 << 10);
+    static char back[(size_t)256 << 10];
+    for (int round = 0; round < 3; round++) {
+        ASSERT_TRUE(ddp__ring_put_whole(&big, hdr, 16, body + round, 200000, &bell));
+        ASSERT_EQ(ddp__ring_get(&big, back, sizeof(back), &bell), 200016);
+        ASSERT_TRUE(memcmp(back, hdr, 16) == 0 && memcmp(back + 16, body + round, 200000) == 0);
+    }
+    ASSERT_TRUE(!ddp__ring_put_whole(&big, hdr, 16, body, (size_t)256 << 10, &bell));
+    free(big.c);
+    free(r.c);
+}
+
 struct stream {
     struct ddp__ring r;
     size_t total;
@@ -326,7 +359,8 @@ done:
     return NULL;
 }
 
-TEST(messages_after_silence_wake_a_sleeping_engine)
+/* Two ranks of one node as threads, each running fn. */
+static void run_pair(void *(*fn)(void *))
 {
     struct ddp_store_server_opts so = {
         .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
@@ -337,7 +371,7 @@ TEST(messages_after_silence_wake_a_sleeping_engine)
     struct rank_arg ra[2];
     for (int r = 0; r < 2; r++) {
         ra[r] = (struct rank_arg){.rank = r};
-        pthread_create(&th[r], NULL, idle_rank, &ra[r]);
+        pthread_create(&th[r], NULL, fn, &ra[r]);
     }
     for (int r = 0; r < 2; r++) {
         pthread_join(th[r], NULL);
@@ -347,4 +381,79 @@ TEST(messages_after_silence_wake_a_sleeping_engine)
     ddp_store_server_stop(srv);
     pthread_join(srv_th, NULL);
     ddp_store_server_free(srv);
+}
+
+TEST(messages_after_silence_wake_a_sleeping_engine)
+{
+    run_pair(idle_rank);
+}
+
+/* A small send, which the caller writes into the ring itself when nothing is queued before
+ * it, never overtakes a larger one to the same peer still in the engine's hands: rank 0
+ * starts a message the engine carries (100 KiB, or 3 MiB: three rings' worth) and at once
+ * small ones with the same tag; rank 1's receives, posted in the same order, each get the
+ * message of their size and round. */
+enum { ORDER_ROUNDS = 30 };
+
+static void *order_rank(void *a)
+{
+    struct rank_arg *ra = a;
+    struct ddp_store *s = NULL;
+    struct ddp_pg *pg = NULL;
+    int me = ra->rank, peer = 1 - me;
+    size_t bigmax = (size_t)3 << 20;
+    uint8_t *big = malloc(bigmax);
+    uint64_t small[3];
+    struct ddp_work *w[4] = {0};
+    ra->rc = 1;
+    if (!big)
+        RFAIL("memory");
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
+        RFAIL("store");
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "p2p-order", .p2p = true};
+    if (ddp_pg_init(s, me, 2, me, 2, 0, &o, &pg) != 0)
+        RFAIL("group");
+    for (int i = 0; i < ORDER_ROUNDS; i++) {
+        size_t nb = i % 3 == 2 ? bigmax : (size_t)100 << 10;
+        int r = 0;
+        if (me == 0) {
+            memset(big, i + 1, nb);
+            for (int k = 0; k < 3; k++)
+                small[k] = (uint64_t)i * 10 + (uint64_t)k;
+            r = ddp_pg_send_start(pg, big, nb, peer, 3, &w[0]);
+            for (int k = 0; k < 3 && r == 0; k++)
+                r = ddp_pg_send_start(pg, &small[k], 8, peer, 3, &w[k + 1]);
+        } else {
+            r = ddp_pg_recv_start(pg, big, nb, peer, 3, &w[0]);
+            for (int k = 0; k < 3 && r == 0; k++)
+                r = ddp_pg_recv_start(pg, &small[k], 8, peer, 3, &w[k + 1]);
+        }
+        for (int k = 0; k < 4; k++) {
+            if (w[k] && ddp_work_wait(w[k]) != 0 && r == 0)
+                r = -1;
+            ddp_work_free(w[k]);
+            w[k] = NULL;
+        }
+        if (r != 0)
+            RFAIL("round %d: %s", i, ddp_pg_last_error(pg));
+        if (me == 1) {
+            if (big[0] != (uint8_t)(i + 1) || big[nb - 1] != (uint8_t)(i + 1))
+                RFAIL("round %d: the large message holds another round's bytes", i);
+            for (int k = 0; k < 3; k++)
+                if (small[k] != (uint64_t)i * 10 + (uint64_t)k)
+                    RFAIL("round %d: small message %d is %llu", i, k, (unsigned long long)small[k]);
+        }
+    }
+    ra->rc = 0;
+done:
+    ddp_pg_free(pg);
+    if (s)
+        ddp_store_close(s);
+    free(big);
+    return NULL;
+}
+
+TEST(small_sends_keep_their_order_behind_queued_ones)
+{
+    run_pair(order_rank);
 }
