@@ -72,8 +72,7 @@ struct link {
     char *body;        /* a receive's buffer or a held message's */
     struct op *target; /* the receive it goes to, or NULL (held) */
     struct held *into;
-    bool dead;
-    atomic_bool gone;       /* dead, as a caller may read it (the caller's fast path) */
+    atomic_bool dead;       /* also read by a caller's fast path */
     atomic_int queued;      /* sends posted to the engine and not yet finished */
     pthread_mutex_t out_mu; /* a ring link: whoever writes its out ring (engine or caller) */
     bool spin;     /* the engine polls without sleeping: between messages, no doorbell is needed */
@@ -166,7 +165,6 @@ static void kill_link(struct ddp__p2p *e, int j, int r, const char *why)
 {
     struct link *l = &e->links[j];
     l->dead = true;
-    atomic_store(&l->gone, true);
     for (struct op *o = l->sends, *nx; o; o = nx) {
         nx = o->next;
         fail_op(o, r, "%s", why);
@@ -503,6 +501,8 @@ static void *engine(void *arg)
             l->spin = spin;
             if (l->in.data && !l->dead)
                 do_rings(e, j, false);
+            moved |= l->moved; /* here, or after the last poll */
+            l->moved = false;
         }
         int np = 0;
         pf[np] = (struct pollfd){.fd = e->wake[0], .events = POLLIN};
@@ -514,10 +514,6 @@ static void *engine(void *arg)
             bool out = l->sends && !l->out.data; /* a ring's room is rung for, not polled */
             pf[np] = (struct pollfd){.fd = l->fd, .events = POLLIN | (out ? POLLOUT : 0)};
             who[np++] = j;
-        }
-        for (int j = 0; j < e->n; j++) {
-            moved |= e->links[j].moved;
-            e->links[j].moved = false;
         }
         int k = poll(pf, (nfds_t)np, spin || moved || rev ? 0 : 100);
         if (k < 0 && errno != EINTR)
@@ -622,7 +618,7 @@ static int engine_start(struct ddp_pg *pg)
 static bool send_now(struct link *l, const struct op *o, bool blocking)
 {
     size_t most = blocking ? SEND_NOW_BYTES : SEND_NOW_ASYNC_BYTES;
-    if (o->len - HDR > most || !l->out.data || atomic_load(&l->gone))
+    if (o->len - HDR > most || !l->out.data || l->dead)
         return false;
     bool sent = false, bell = false;
     pthread_mutex_lock(&l->out_mu);

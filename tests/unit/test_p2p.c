@@ -269,7 +269,8 @@ done:
     return NULL;
 }
 
-static void run_group(void)
+/* n ranks as threads beside a store server, each running fn; fails naming the first that did. */
+static void run_ranks(int n, void *(*fn)(void *))
 {
     struct ddp_store_server_opts so = {
         .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
@@ -278,11 +279,11 @@ static void run_group(void)
     pthread_t srv_th, th[W];
     pthread_create(&srv_th, NULL, serve, NULL);
     struct rank_arg ra[W];
-    for (int r = 0; r < W; r++) {
+    for (int r = 0; r < n; r++) {
         ra[r] = (struct rank_arg){.rank = r};
-        pthread_create(&th[r], NULL, rank_main, &ra[r]);
+        pthread_create(&th[r], NULL, fn, &ra[r]);
     }
-    for (int r = 0; r < W; r++) {
+    for (int r = 0; r < n; r++) {
         pthread_join(th[r], NULL);
         if (ra[r].rc)
             FAIL_AT("rank %d: %s", r, ra[r].why);
@@ -290,6 +291,11 @@ static void run_group(void)
     ddp_store_server_stop(srv);
     pthread_join(srv_th, NULL);
     ddp_store_server_free(srv);
+}
+
+static void run_group(void)
+{
+    run_ranks(W, rank_main);
 }
 
 TEST(pairs_on_a_node_use_rings_and_the_others_tcp)
@@ -301,6 +307,16 @@ TEST(messages_many_times_a_small_ring_arrive_whole)
 {
     setenv("DDP_PG_P2P_SHM_BYTES", "4096", 1);
     run_group();
+}
+
+/* Rank me of a 2-rank group on one node with point-to-point on: 0, or -1 (what was made is
+ * left in *s and *pg for the caller to free). */
+static int pair_join(int me, const char *name, struct ddp_store **s, struct ddp_pg **pg)
+{
+    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, s) != 0)
+        return -1;
+    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = name, .p2p = true};
+    return ddp_pg_init(*s, me, 2, me, 2, 0, &o, pg) != 0 ? -1 : 0;
 }
 
 /* 2 ranks of one node, ping-pong of one small message with 2 ms of silence before each: both
@@ -318,11 +334,8 @@ static void *idle_rank(void *a)
     struct ddp_pg *pg = NULL;
     int me = ra->rank, peer = 1 - me;
     ra->rc = 1;
-    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
-        RFAIL("store");
-    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "p2p-idle", .p2p = true};
-    if (ddp_pg_init(s, me, 2, me, 2, 0, &o, &pg) != 0)
-        RFAIL("group");
+    if (pair_join(me, "p2p-idle", &s, &pg) != 0)
+        RFAIL("rank %d: no store or group", me);
     if (!pg->p2p_shm || !pg->p2p_shm->in[peer].data)
         RFAIL("rank %d: no rings", me);
     uint64_t v = 0;
@@ -359,33 +372,9 @@ done:
     return NULL;
 }
 
-/* Two ranks of one node as threads, each running fn. */
-static void run_pair(void *(*fn)(void *))
-{
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
-    ASSERT_OK(ddp_store_server_new(&so, &srv));
-    port = ddp_store_server_port(srv);
-    pthread_t srv_th, th[2];
-    pthread_create(&srv_th, NULL, serve, NULL);
-    struct rank_arg ra[2];
-    for (int r = 0; r < 2; r++) {
-        ra[r] = (struct rank_arg){.rank = r};
-        pthread_create(&th[r], NULL, fn, &ra[r]);
-    }
-    for (int r = 0; r < 2; r++) {
-        pthread_join(th[r], NULL);
-        if (ra[r].rc)
-            FAIL_AT("rank %d: %s", r, ra[r].why);
-    }
-    ddp_store_server_stop(srv);
-    pthread_join(srv_th, NULL);
-    ddp_store_server_free(srv);
-}
-
 TEST(messages_after_silence_wake_a_sleeping_engine)
 {
-    run_pair(idle_rank);
+    run_ranks(2, idle_rank);
 }
 
 /* A small send, which the caller writes into the ring itself when nothing is queued before
@@ -408,11 +397,8 @@ static void *order_rank(void *a)
     ra->rc = 1;
     if (!big)
         RFAIL("memory");
-    if (ddp_store_connect("127.0.0.1", port, TOKEN, strlen(TOKEN), 5000, &s) != 0)
-        RFAIL("store");
-    struct ddp_pg_opts o = {.timeout_ms = 20000, .name = "p2p-order", .p2p = true};
-    if (ddp_pg_init(s, me, 2, me, 2, 0, &o, &pg) != 0)
-        RFAIL("group");
+    if (pair_join(me, "p2p-order", &s, &pg) != 0)
+        RFAIL("rank %d: no store or group", me);
     for (int i = 0; i < ORDER_ROUNDS; i++) {
         size_t nb = i % 3 == 2 ? bigmax : (size_t)100 << 10;
         int r = 0;
@@ -455,5 +441,5 @@ done:
 
 TEST(small_sends_keep_their_order_behind_queued_ones)
 {
-    run_pair(order_rank);
+    run_ranks(2, order_rank);
 }
