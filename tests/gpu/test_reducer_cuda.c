@@ -79,6 +79,13 @@ static double iteration(struct ddp_reducer *r, float **grad, cudaStream_t cs, cu
     return host;
 }
 
+/* compute-sanitizer (NV_SANITIZER_*) or another CUDA tool (CUDA_INJECTION64_PATH) attached:
+ * launches run one at a time, the host waiting for each, so host time proves nothing. */
+static bool tool_attached(void)
+{
+    return getenv("NV_SANITIZER_INJECTION_PORT_BASE") || getenv("CUDA_INJECTION64_PATH");
+}
+
 static void run_case(struct ddp_pg *pg, cudaStream_t cs, bool view, bool overlap)
 {
     static struct timeline tl;
@@ -145,8 +152,9 @@ static void run_case(struct ddp_pg *pg, cudaStream_t cs, bool view, bool overlap
     printf("\n%s, %s: host time of backward + finalize %.3f ms (kernels: %.1f ms)\n",
            view ? "gradient-as-bucket-view" : "copy-in buckets", overlap ? "overlap" : "no_overlap",
            host, (double)LAYERS * LAYER_NS / 1e6);
-    CHECK(host < 0.5 * LAYERS * LAYER_NS / 1e6, "the host did not wait for the kernels (%.3f ms)",
-          host);
+    if (!tool_attached())
+        CHECK(host < 0.5 * LAYERS * LAYER_NS / 1e6,
+              "the host did not wait for the kernels (%.3f ms)", host);
     CHECK(tl.n == LAYERS, "traced %d bucket all-reduces", tl.n);
     printf("  %-8s %12s %12s   %s\n", "", "start (ms)", "end (ms)", "");
     for (int l = LAYERS - 1; l >= 0; l--)
@@ -208,7 +216,10 @@ static void stream_order(struct ddp_pg *pg, cudaStream_t cs)
     cudaStreamSynchronize(cs);
     printf("\nstream order: start + stream wait took %.3f ms of host time behind a 50 ms kernel\n",
            host);
-    CHECK(host < 20, "the host did not wait for the device (%.3f ms)", host);
+    if (tool_attached())
+        printf("a CUDA tool is attached (it serializes launches): host time not checked\n");
+    else
+        CHECK(host < 20, "the host did not wait for the device (%.3f ms)", host);
     cudaMemcpy(h, out, n * sizeof(float), cudaMemcpyDeviceToHost);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)

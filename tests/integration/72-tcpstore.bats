@@ -4,7 +4,7 @@
 # a key space per restart round, to the job's node addresses only.
 load '../lib/common'
 
-PY=/usr/bin/python3
+PY=${DDP_TEST_PYTHON:-/usr/bin/python3} # another PyTorch: DDP_TEST_PYTHON
 CHECKS="$REPO/tests/integration/py/tcpstore_checks.py"
 
 setup() {
