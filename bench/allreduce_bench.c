@@ -7,16 +7,23 @@
  * the number of ranks whose result differed from the reference afterwards.
  * With "memcpy" instead of running under ddprun, prints the single-thread
  * memcpy bandwidth per size (the physical ceiling) as impl "memcpy".
+ * With "xcore", the rate of a memcpy out of a buffer another process (on another core) has just
+ * written, as impl "xcore": what each rank of a shared-memory all-reduce does to its peers' data,
+ * so the cache-to-cache transfer's own bound, apart from any algorithm.
  * An impl ending in "-rs" (ddp-tcp-rs) times reduce-scatter instead: each rank's input is the
  * size, its output a world-th of it; busbw = algbw * (n-1)/n (nccl-tests' reduce_scatter).
  */
 #include "common/util.h"
 #include "worker/pg.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -27,6 +34,57 @@ static int cmp_d(const void *a, const void *b)
 static int iters_for(size_t bytes)
 {
     return bytes >= (16u << 20) ? 10 : bytes >= (1u << 20) ? 20 : 50;
+}
+
+/* Two processes take turns on a shared buffer: the child writes all of it, the parent copies
+ * it out, timed. A turn counter in the shared page orders them (both spin). */
+static int xcore(size_t maxb, double *t)
+{
+    char *m = mmap(NULL, maxb + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    char *priv = malloc(maxb);
+    if (m == MAP_FAILED || !priv)
+        return 1;
+    _Atomic long *turn = (_Atomic long *)m;
+    char *buf = m + 4096;
+    memset(priv, 0, maxb);
+    memset(buf, 0, maxb);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    long k = 0;
+    for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
+        int it = iters_for(bytes) + 3;
+        for (int i = 0; i < it; i++, k += 2) {
+            if (pid == 0) { /* the writer */
+                while (atomic_load(turn) != k)
+                    ;
+                memset(buf, (int)(k & 0x7f), bytes);
+                atomic_store(turn, k + 1);
+                continue;
+            }
+            while (atomic_load(turn) != k + 1)
+                ;
+            int64_t t0 = ddp_now_ns();
+            memcpy(priv, buf, bytes);
+            if (i >= 3)
+                t[i - 3] = (double)(ddp_now_ns() - t0) / 1e3;
+            if (priv[bytes - 1] != (char)(k & 0x7f))
+                return 1;
+            atomic_store(turn, k + 2);
+        }
+        if (pid == 0)
+            continue;
+        it -= 3;
+        qsort(t, (size_t)it, sizeof(double), cmp_d);
+        double us = t[it / 2], bw = (double)bytes / us / 1e3;
+        printf("RESULT xcore 1 %zu %.1f %.2f %.2f 0\n", bytes, us, bw, bw);
+        fflush(stdout);
+    }
+    if (pid == 0)
+        _exit(0);
+    int st;
+    waitpid(pid, &st, 0);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -52,6 +110,8 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (strcmp(impl, "xcore") == 0)
+        return xcore(maxb, t);
     struct ddp_pg *pg;
     if (ddp_pg_init_env(NULL, &pg) != 0)
         return 1;

@@ -6,7 +6,10 @@
 # host time each bucket launch costs (the reducer's own statistics). Each step ends with a
 # stream synchronisation, so step times include the device work. Configurations alternate
 # within each repetition; medians over the repetitions.
-# Usage: bench/gpu_reducer.sh [BUILD_DIR] [REPS]
+# Beside them, what a user would pick instead: PyTorch DDP (NCCL, 25 MiB buckets, gradient as
+# bucket view) on the same MLP, batch and optimizer (bench/torch_gpu_mlp.py), and its compute
+# only, when $PY (default python3) has PyTorch with CUDA.
+# Usage: [PY=python3] bench/gpu_reducer.sh [BUILD_DIR] [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
@@ -28,15 +31,31 @@ $(sed -n 's/.* \([0-9.]*\) us host time per launch.*/\1/p' <<<"$out") \
 $(sed -n 's/.*bench: \([0-9]*\) buckets.*/\1/p' <<<"$out")"
 }
 
+PY=${PY:-python3}
+TORCH=0
+"$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null && TORCH=1
+torch_run() { # label hidden batch ddp|compute : prints "label ms"
+  printf 'command: [%s, %s, "%s", "%s", "%s", %s]\nnproc_per_node: 1\nlogs: {dir: %s/logs}\n' \
+    "$PY" "$PWD/bench/torch_gpu_mlp.py" "$2" "$3" "$STEPS" "$4" "$T" >"$T/tjob.yaml"
+  echo "$1 $("$B/ddprun" "$T/tjob.yaml" 2>&1 | sed -n 's/.*bench: median step \([0-9.]*\) ms.*/\1/p')"
+}
+
 R="$T/r"
 : >"$R"
 for _ in $(seq "$REPS"); do
+  if [ "$TORCH" = 1 ]; then
+    torch_run compute-heavy/torch-compute 4096,4096,4096 4096 compute >>"$R"
+    torch_run compute-heavy/torch-ddp 4096,4096,4096 4096 ddp >>"$R"
+    torch_run comm-heavy/torch-compute 4096,4096,4096 32 compute >>"$R"
+    torch_run comm-heavy/torch-ddp 4096,4096,4096 32 ddp >>"$R"
+  fi
   run compute-heavy/compute 4096,4096,4096 4096 --no-ddp >>"$R"
   run compute-heavy/reducer 4096,4096,4096 4096 --bucket-view >>"$R"
   run comm-heavy/compute 4096,4096,4096 32 --no-ddp >>"$R"
   run comm-heavy/reducer 4096,4096,4096 32 --bucket-view --bucket-mb 0 >>"$R"
   run comm-heavy/reducer-25MiB 4096,4096,4096 32 --bucket-view >>"$R"
 done
+cp "$R" "${RESULTS_OUT:-/dev/null}" 2>/dev/null || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/device: /' || true
 /usr/bin/python3 - "$R" <<'PY'
 import statistics, sys
@@ -49,15 +68,22 @@ for l in open(sys.argv[1]):
         us[f[0]].append(float(f[2])); nb[f[0]] = f[3]
 med = {k: statistics.median(v) for k, v in ms.items()}
 print("MLP 784-4096-4096-4096-10 (36.8 M parameters), world size 1, median of", len(ms["compute-heavy/compute"]), "runs")
-print(f"| {'configuration':34} | step ms | overhead | buckets | host us / bucket launch |")
-print(f"|{'-'*36}|---------|----------|---------|-------------------------|")
+print(f"| {'configuration':37} | step ms | overhead | buckets | host us / bucket launch |")
+print(f"|{'-'*39}|---------|----------|---------|-------------------------|")
 for k, name in [("compute-heavy/compute", "batch 4096: compute only"),
                 ("compute-heavy/reducer", "batch 4096: reducer (25 MiB buckets)"),
                 ("comm-heavy/compute", "batch 32: compute only"),
                 ("comm-heavy/reducer", "batch 32: reducer, per-tensor buckets"),
-                ("comm-heavy/reducer-25MiB", "batch 32: reducer, 25 MiB buckets")]:
-    base = med[k.split("/")[0] + "/compute"]
+                ("comm-heavy/reducer-25MiB", "batch 32: reducer, 25 MiB buckets"),
+                ("compute-heavy/torch-compute", "batch 4096: PyTorch compute only"),
+                ("compute-heavy/torch-ddp", "batch 4096: PyTorch DDP (25 MiB)"),
+                ("comm-heavy/torch-compute", "batch 32: PyTorch compute only"),
+                ("comm-heavy/torch-ddp", "batch 32: PyTorch DDP (25 MiB)")]:
+    if k not in med:
+        continue
+    torch = "torch" in k
+    base = med[k.split("/")[0] + ("/torch-compute" if torch else "/compute")]
     ov = f"{(med[k] / base - 1) * 100:+7.1f}%" if "compute" not in k.split("/")[1] else "       -"
     u = f"{statistics.median(us[k]):23.2f}" if us.get(k) else " " * 23
-    print(f"| {name:34} | {med[k]:7.2f} | {ov} | {nb.get(k, '-'):>7} | {u} |")
+    print(f"| {name:37} | {med[k]:7.2f} | {ov} | {nb.get(k, '-'):>7} | {u} |")
 PY

@@ -5,7 +5,8 @@
 # on a 2-core machine, none), with and without bucket view, and by default with each rank bound to
 # cores of its own (bind_to: core); both modes in one process on alternate steps
 # (--bench-view-copy); a bucket-size sweep; and PyTorch DDP (gloo, Debian's python3-torch)
-# on a model of the same shapes and batch, one thread per rank, with its own compute-only run.
+# on a model of the same shapes and batch, one thread per rank, with its own compute-only run
+# ($PY, default /usr/bin/python3, is the PyTorch used).
 # Configurations alternate within each repetition; medians over the repetitions. The reducer's
 # runs are paired (ddprun-fmnist --bench-paired): each step has beside it the same step without
 # the reducer (after it on even steps, before it on odd ones, so neither of the pair always
@@ -49,13 +50,14 @@ ours() { # label extra-args... : prints "label ms"
 }
 
 torchrun_() { # label mode
-  ms=$(/usr/bin/python3 bench/torch_ddp_step.py --hidden "$HIDDEN" --batch "$BATCH" --steps "$STEPS" \
+  ms=$("${PY:-/usr/bin/python3}" bench/torch_ddp_step.py --hidden "$HIDDEN" --batch "$BATCH" --steps "$STEPS" \
     --mode "$2" | sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p')
   echo "$1 $ms"
 }
 
 R="$T/r"
 : >"$R"
+trap 'cp "$R" "${RESULTS_OUT:-/dev/null}" 2>/dev/null; rm -rf "$T"' EXIT
 for _ in $(seq "$REPS"); do
   ours compute --no-ddp >>"$R"
   OVERLAP=on ours overlap --bucket-view --bench-paired >>"$R"

@@ -5,7 +5,10 @@
 # interleaved REPS times (default 5; this kind of machine drifts between runs) and the table
 # shows each one's median busbw. Then the memory system's bound: one memcpy alone, and two at
 # once (each rank of a 2-rank all-reduce must read its buffer and write it once, at the same
-# time as the other: busbw <= half of what two concurrent memcpys move in all).
+# time as the other: busbw <= half of what two concurrent memcpys move in all), and a memcpy
+# out of a buffer another core has just written (allreduce_bench xcore): each rank reads its
+# peer's half that way twice (its shard to reduce, then the peer's reduced shard), so busbw is
+# also bound by that rate.
 # Usage: bench/shm_direct_compare.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ done
 "$B/bench/allreduce_bench" memcpy | awk '{print "memcpy2", $4, $6}' >>"$T/r"
 wait
 awk '{print "memcpy2", $4, $6}' "$T/m2" >>"$T/r"
+"$B/bench/allreduce_bench" xcore | awk '{print "xcore", $4, $6}' >>"$T/r"
 echo "# $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores; REPS=${REPS:-5}"
 /usr/bin/python3 - "$T/r" <<'PY'
 import sys
@@ -34,12 +38,12 @@ d = defaultdict(list)
 for l in open(sys.argv[1]):
     n, b, bw = l.split()
     d[(n, int(b))].append(float(bw))
-print("\n| size | slots | single-copy, CMA | single-copy, registered | CMA / slots | registered / slots | memcpy alone | two memcpys at once, in all | bound: that / 2 |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("\n| size | slots | single-copy, CMA | single-copy, registered | CMA / slots | registered / slots | memcpy alone | two memcpys at once, in all | bound: that / 2 | copy of another core's writes |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for b in sorted({k[1] for k in d if k[0] == "slots"}):
     s, c, r = (median(d[(n, b)]) for n in ("slots", "cma", "registered"))
     m1 = median(d[("memcpy1", b)])
     m2 = d[("memcpy2", b)]
     print(f"| {b >> 20 and f'{b >> 20} MiB' or f'{b >> 10} KiB'} | {s:.2f} | {c:.2f} | {r:.2f} | {c / s:.2f}x | {r / s:.2f}x "
-          f"| {m1:.1f} | {sum(m2):.1f} | {sum(m2) / 2:.1f} |")
+          f"| {m1:.1f} | {sum(m2):.1f} | {sum(m2) / 2:.1f} | {median(d[('xcore', b)]):.1f} |")
 PY
