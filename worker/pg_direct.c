@@ -36,8 +36,9 @@
 #define PROBE_MAGIC 0x64647021636d6121ull
 static volatile const uint64_t g_probe = PROBE_MAGIC;
 
-/* Off unless DDP_PG_DIRECT_BYTES says from where: on the machines measured so far the slots
- * were as fast or faster at every size (BENCHMARKS.md, "Single-copy all-reduce"). */
+/* Off unless DDP_PG_DIRECT_BYTES says from where: the slots were as fast or faster at every
+ * size on the AMD EPYC VM, registered memory 1.07-1.24x faster from 1 MiB on a 16-core Intel
+ * Xeon (BENCHMARKS.md, "Single-copy all-reduce" and "a second CPU model"). */
 #define DIRECT_MIN_DEFAULT ((size_t)0)
 #define DIRECT_BLOCK_DEFAULT ((size_t)1 << 20)
 #define ARENA_DEFAULT ((size_t)64 << 30)
