@@ -29,8 +29,13 @@ int main(int argc, char **argv)
     size_t maxb = (size_t)64 << 20;
     unsigned char *a = malloc(maxb), *b = malloc(maxb);
     static double t[1000];
-    for (size_t bytes = 8; bytes <= maxb; bytes *= 8) {
+    /* P2P_SIZES=a,b,...: those sizes instead (each < 64 MiB), P2P_ITERS=n round trips each
+     * (at most 1000 timed): for profiling one size */
+    const char *sz = getenv("P2P_SIZES"), *its = getenv("P2P_ITERS");
+    for (size_t bytes = sz ? strtoull(sz, NULL, 10) : 8; bytes && bytes <= maxb;) {
         int it = bytes >= (16u << 20) ? 10 : bytes >= (1u << 20) ? 30 : 200, wrong = 0;
+        if (its && atoi(its) > 0)
+            it = atoi(its) < 1000 ? atoi(its) : 1000;
         for (int i = -3; i < it; i++) { /* 3 warm-up round trips */
             if (rank == 0) {
                 memset(a, (unsigned char)(i + 7), bytes);
@@ -52,6 +57,12 @@ int main(int argc, char **argv)
                    wrong);
             fflush(stdout);
         }
+        if (!sz) {
+            bytes *= 8;
+            continue;
+        }
+        sz = strchr(sz, ',');
+        bytes = sz ? strtoull(++sz, NULL, 10) : 0;
     }
     ddp_pg_barrier(pg);
     free(a);
