@@ -16,12 +16,14 @@
 #include "common/util.h"
 #include "worker/pg.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +53,8 @@ static int xcore(size_t maxb, double *t)
     pid_t pid = fork();
     if (pid < 0)
         return 1;
+    if (pid == 0)
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never left spinning after its parent */
     long k = 0;
     for (size_t bytes = 4096; bytes <= maxb; bytes *= 4) {
         int it = iters_for(bytes) + 3;
@@ -68,8 +72,12 @@ static int xcore(size_t maxb, double *t)
             memcpy(priv, buf, bytes);
             if (i >= 3)
                 t[i - 3] = (double)(ddp_now_ns() - t0) / 1e3;
-            if (priv[bytes - 1] != (char)(k & 0x7f))
+            if (priv[bytes - 1] != (char)(k & 0x7f)) {
+                fprintf(stderr, "xcore: the copy did not see the writer's bytes\n");
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
                 return 1;
+            }
             atomic_store(turn, k + 2);
         }
         if (pid == 0)

@@ -29,9 +29,11 @@ int main(int argc, char **argv)
     size_t maxb = (size_t)64 << 20;
     unsigned char *a = malloc(maxb), *b = malloc(maxb);
     static double t[1000];
-    /* P2P_SIZES=a,b,...: those sizes instead (each < 64 MiB), P2P_ITERS=n round trips each
-     * (at most 1000 timed): for profiling one size */
+    /* P2P_SIZES=a,b,...: those sizes instead (up to the first 0 or one over 64 MiB),
+     * P2P_ITERS=n round trips each (at most 1000): for profiling one size */
     const char *sz = getenv("P2P_SIZES"), *its = getenv("P2P_ITERS");
+    if (sz && !*sz)
+        sz = NULL;
     for (size_t bytes = sz ? strtoull(sz, NULL, 10) : 8; bytes && bytes <= maxb;) {
         int it = bytes >= (16u << 20) ? 10 : bytes >= (1u << 20) ? 30 : 200, wrong = 0;
         if (its && atoi(its) > 0)
