@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
-# Unmodified PyTorch DDP programs under ddprun (Debian's python3-torch, under /usr/bin/python3):
-# on local ranks, and across SSH test hosts whose host name resolves to a loopback address,
-# where Gloo must be told which interface reaches the other nodes (the agents choose it).
+# Unmodified PyTorch DDP programs under ddprun (Debian's python3-torch, under /usr/bin/python3,
+# or DDP_TEST_PYTHON's): on local ranks, on GPUs with NCCL where PyTorch sees one, and across SSH
+# test hosts whose host name resolves to a loopback address, where Gloo must be told which
+# interface reaches the other nodes (the agents choose it).
 load '../lib/common'
 load '../lib/sshd'
 
