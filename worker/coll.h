@@ -112,6 +112,7 @@ struct ddp__shm {
      * or cross-memory attach (cma: every rank of the group may read its local peers' memory
      * with process_vm_readv; pid: each local rank's). */
     size_t direct_min, direct_block;
+    bool direct_auto; /* set up for auto's measurement (worker/pg_direct.c), not yet taken */
     bool cma;
     int *pid;
     struct ddp__arena *arena; /* ours, or NULL */

@@ -351,6 +351,7 @@ static int direct(struct ddp_pg *pg)
 {
     static const char *kinds[] = {"malloc", "registered", "mixed"};
     int bad = 0;
+    printf("pgtest rank %d: arena %s\n", rank, pg->comm.shm.arena ? "kept" : "none");
     for (int k = 0; k < 3; k++) {
         long done = 0, reads = 0;
         bad |= direct_kind(pg, k, &done, &reads);

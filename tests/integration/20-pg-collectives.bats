@@ -255,7 +255,7 @@ shm_files() { # pid
   [ "$(grep -c ddp- created.txt)" -eq 0 ]
   # Rank 0 stuck inside each setup step (rank 1 skips that step: its environment turns it
   # off), holding the step's segment, then SIGKILLed: no name, before or after.
-  for step in "segment DDP_PG_TRANSPORT=tcp" "arena DDP_PG_DIRECT_BYTES=" "p2p DDP_PG_P2P_SHM_BYTES=0"; do
+  for step in "segment DDP_PG_TRANSPORT=tcp" "arena DDP_PG_DIRECT_BYTES=0" "p2p DDP_PG_P2P_SHM_BYTES=0"; do
     set -- $step
     stop_store
     start_store # a fresh key space, as every job has
@@ -275,6 +275,34 @@ shm_files() { # pid
     for p in $PIDS; do wait "$p" || true; done
     PIDS=
     [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]
+  done
+}
+
+@test "single-copy chosen at group creation (DDP_PG_DIRECT_BYTES=auto): kept, registered buffers from 4 MiB go single-copy; given up or unset, no arena is left" {
+  # DDP_PG_DIRECT_AUTO_MARGIN 0 keeps it whatever was measured, 1e9 gives it up; every rank
+  # must follow the slowest rank's times (a rank going its own way hangs or fails the checks)
+  for m in 0 1e9 off; do
+    env="DDP_PG_DIRECT_BYTES: auto, DDP_PG_DIRECT_AUTO_MARGIN: \"$m\""
+    [ "$m" = off ] && env='DDP_PG_DIRECT_AUTO_MARGIN: "0"' # unset: off, whatever the margin
+    rm -rf logs
+    printf 'command: [%s, direct]\nnproc_per_node: 3\nenv: {%s, DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\nlogs: {dir: logs}\n' \
+      "$PGTEST" "$env" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "margin $m: $output"; return 1; }
+    local measured="single-copy all-reduce of registered memory %s \\(4 MiB, slowest rank's median: slots [0-9]+ us, single-copy [0-9]+ us"
+    case $m in
+      0) assert_output --regexp "$(printf "$measured" "from 4 MiB")" ;;
+      1e9) assert_output --regexp "$(printf "$measured" off)" ;;
+      off) refute_output --partial "slowest rank's median" ;;
+    esac
+    for f in logs/*/rank-*.log; do
+      direct_counts "$f" malloc 0 0
+      # 4 dtypes x 1 size of at least 4 MiB x 4 operations
+      direct_counts "$f" registered "$([ "$m" = 0 ] && echo 16 || echo 0)" 0
+      direct_counts "$f" mixed 0 0
+      grep -q "checks passed" "$f" || { cat "$f"; return 1; }
+      grep -q "arena $([ "$m" = 0 ] && echo kept || echo none)\$" "$f" || { cat "$f"; return 1; }
+    done
   done
 }
 
