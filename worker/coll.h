@@ -131,6 +131,8 @@ void ddp__shm_detach(struct ddp__shm *sh);
 struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j);
 /* Unmaps the local peers' arenas (not ours) and forgets them. */
 void ddp__shm_unmap_arenas(struct ddp__shm *sh);
+/* Unmaps the peers' arenas and destroys ours: no registered memory from now on. */
+void ddp__shm_drop_arenas(struct ddp__shm *sh);
 
 /* Registered memory: a rank's arena, a memfd every local rank maps (worker/arena.c). */
 int ddp__arena_create(size_t len, struct ddp__arena **out);

@@ -101,12 +101,9 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     bool want_cma = !autom && !(cma_env && strcmp(cma_env, "0") == 0);
     char blob[160], prefix[300];
     struct ddp__arena *arena = NULL;
-    if (arena_len && ddp__arena_create(arena_len, &arena) < 0) {
-        if (autom)
-            DDP_INFO(PG, "rank %d: no arena for registered memory (%s)", pg->rank, strerror(errno));
-        else
-            DDP_WARN(PG, "rank %d: no arena for registered memory (%s)", pg->rank, strerror(errno));
-    }
+    if (arena_len && ddp__arena_create(arena_len, &arena) < 0) /* auto asked for nothing */
+        DDP__LOG(autom ? DDP_LOG_INFO : DDP_LOG_WARN, PG,
+                 "rank %d: no arena for registered memory (%s)", pg->rank, strerror(errno));
     if (want_cma)
         allow_siblings();
     snprintf(blob, sizeof(blob), "%d %llu", (int)getpid(), (unsigned long long)(uintptr_t)&g_probe);
@@ -195,9 +192,7 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
         /* auto single-copy is registered memory on one node: nothing to measure */
         sh->direct_auto = false;
         sh->direct_min = 0;
-        ddp__shm_unmap_arenas(sh);
-        arena = sh->arena;
-        sh->arena = NULL;
+        ddp__shm_drop_arenas(sh);
     } else if (sh->direct_auto) {
         DDP_INFO(PG, "rank %d: single-copy all-reduce of registered memory: measured next",
                  pg->rank);
@@ -234,7 +229,6 @@ static int timed(struct ddp_pg *pg, float *buf, size_t count, bool direct, doubl
     for (size_t i = 0; i < count; i++)
         buf[i] = 1.0f;
     c->shm.direct_min = direct ? 1 : 0;
-    c->opname = "all-reduce (measuring single-copy)";
     c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
     int64_t t0 = ddp_now_ns();
     int r = ddp__cpu_allreduce(c, buf, count, DDP_F32, DDP_SUM);
@@ -300,9 +294,7 @@ int ddp__pg_calibrate_direct(struct ddp_pg *pg)
         sh->direct_min = CAL_BYTES;
         return 0;
     }
-    ddp__shm_unmap_arenas(sh);
-    ddp__arena_destroy(sh->arena);
-    sh->arena = NULL;
+    ddp__shm_drop_arenas(sh);
     return 0;
 }
 
