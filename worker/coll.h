@@ -87,6 +87,8 @@ struct ddp__xfer {
 /* Each local rank's control line at the head of the node's segment (worker/shm_sync.c). */
 #define DDP__SHM_CTRL_LINE 64
 #define DDP__NOT_IN_ARENA UINT64_MAX
+#define DDP__AUTO_PAIRS 5   /* worker/shm_auto.c: timed pairs in a trial */
+#define DDP__AUTO_CLASSES 4 /* and its size classes */
 struct ddp__shm_ctrl {
     _Atomic uint32_t seq;      /* the low 32 bits of the steps this rank passed */
     _Atomic uint32_t sleepers; /* peers asleep on seq */
@@ -94,9 +96,31 @@ struct ddp__shm_ctrl {
      * before the step that publishes it: its address in its owner, and its offset in the
      * owner's arena (or DDP__NOT_IN_ARENA). */
     uint64_t addr, arena_off;
+    /* Auto (worker/shm_auto.c): this rank's last trial of each size class, single-copy's time
+     * per byte over the slots' in parts per million (0: not measured), written before the
+     * step that follows. */
+    uint64_t auto_ratio[DDP__AUTO_CLASSES];
 };
 
 struct ddp__arena;
+
+/* DDP_PG_DIRECT_BYTES=auto: single-copy or the slots, chosen from the group's all-reduces of
+ * registered memory (worker/shm_auto.c), for each size class apart: 1-4, 4-16, 16-64, 64- MiB. */
+struct ddp__auto_class {
+    bool direct;           /* the choice now */
+    uint64_t calls;        /* all-reduces of the class so far, alike on every local rank */
+    uint64_t trial;        /* the one that starts the next trial */
+    bool in_trial, decide; /* in a trial; deciding after the next all-reduce */
+    int warm, got, tries;  /* the trial's warm-ups, halves timed, timed all-reduces */
+    uint64_t ns_per_mb[DDP__AUTO_PAIRS][2]; /* its pairs' times: [0] slots, [1] single-copy */
+    uint64_t trials, chosen;                /* trials decided, and how many chose single-copy */
+};
+struct ddp__direct_auto {
+    bool on;
+    double margin;  /* DDP_PG_DIRECT_AUTO_MARGIN */
+    uint64_t every; /* DDP_PG_DIRECT_AUTO_EVERY */
+    struct ddp__auto_class cls[DDP__AUTO_CLASSES];
+};
 
 /* The node's shared-memory segment, shared by the ranks of one node. */
 struct ddp__shm {
@@ -112,7 +136,7 @@ struct ddp__shm {
      * or cross-memory attach (cma: every rank of the group may read its local peers' memory
      * with process_vm_readv; pid: each local rank's). */
     size_t direct_min, direct_block;
-    bool direct_auto; /* set up for auto's measurement (worker/pg_direct.c), not yet taken */
+    struct ddp__direct_auto autod;
     bool cma;
     int *pid;
     struct ddp__arena *arena; /* ours, or NULL */
@@ -194,6 +218,10 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
  * returns 1 alike and ddp__shm_allreduce does the work. */
 int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                               enum ddp_redop op);
+/* An all-reduce of direct_min bytes or more on a one-node group with auto on: single-copy or
+ * the slots as chosen now, or as its trial of the two asks (worker/shm_auto.c). */
+int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                            enum ddp_redop op);
 
 /* The same, for groups on one node (no cross ring): every byte through the node's segment. */
 int ddp__shm_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);

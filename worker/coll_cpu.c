@@ -27,6 +27,8 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
          * nodes only with cross-memory attach (on every node alike, so every node cuts the
          * buffer into the same shards for the rings). */
         const struct ddp__shm *sh = &c->shm;
+        if (sh->autod.on && count * ddp_dtype_size(dt) >= sh->direct_min)
+            return ddp__shm_auto_allreduce(c, buf, count, dt, op);
         if (sh->direct_min && count * ddp_dtype_size(dt) >= sh->direct_min &&
             (sh->cma || (sh->arena && !c->cross))) {
             int r = ddp__shm_direct_allreduce(c, buf, count, dt, op);

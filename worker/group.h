@@ -82,10 +82,6 @@ void ddp__p2p_free(struct ddp_pg *pg);
 /* After the node's segment is attached on every rank: the arenas and cross-memory attach of
  * the single-copy all-reduce (worker/pg_direct.c). Every rank of the group calls it. */
 int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char *name);
-/* Auto single-copy (DDP_PG_DIRECT_BYTES unset): times it against the slots on the formed
- * group and keeps it where it pays, the same on every rank; a collective of the whole group. */
-int ddp__pg_calibrate_direct(struct ddp_pg *pg);
-
 /* Starts the group's communication thread (the NCCL watchdog on an NCCL group). */
 int ddp__pg_comm_start(struct ddp_pg *pg);
 /* Stops it once what is queued has run, and joins it. */

@@ -189,10 +189,11 @@ bool ddp_pg_has_p2p(const struct ddp_pg *pg);
 
 /*
  * Registered memory: bytes of zero-filled memory that the other ranks of this node read in
- * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES up; off unless set)
- * costs one copy between processes, none through the node's segment. It is ordinary memory
- * (calloc) when the group has none (DDP_PG_DIRECT_BYTES unset, one rank per node, a TCP-only
- * or NCCL group, no memory for an arena):
+ * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES up; by default from
+ * 1 MiB on one node where trials say it pays) costs one copy between processes, none through
+ * the node's segment. It is ordinary memory (calloc) when the group has none
+ * (DDP_PG_DIRECT_BYTES=0, one rank per node, several nodes by default, a TCP-only or NCCL
+ * group, no memory for an arena):
  * callers need not care. NULL only when out of memory. Free it with ddp_pg_mem_free (which
  * frees memory from malloc too) before ddp_pg_free, which unmaps it.
  */

@@ -2,8 +2,9 @@
  * Setting up the single-copy all-reduce of a group with shared memory (worker/shm_direct.c),
  * and the registered memory of ddp_pg_mem_alloc.
  *
- * With DDP_PG_DIRECT_BYTES set (the smallest all-reduce that goes single-copy; off by default)
- * or "auto" (registered memory only, kept if a measurement at group creation says it pays),
+ * With DDP_PG_DIRECT_BYTES set (the smallest all-reduce that goes single-copy; 0: none) or
+ * "auto", the default (registered memory on one node, from 1 MiB, for each size where trials
+ * on the program's own all-reduces say it pays: worker/shm_auto.c),
  * every rank creates its arena (a sparse memfd, DDP_PG_ARENA_BYTES, default
  * 64 GiB of address space, no memory until allocated) and tries cross-memory attach on its
  * node's ranks: each publishes its pid and the address of a known word, and gives its arena's
@@ -14,14 +15,6 @@
  * cross-memory attach is used only if it worked everywhere (under Yama's ptrace_scope 1 each
  * rank first lets its parent's descendants, its sibling ranks, read it: PR_SET_PTRACER).
  * Nothing is fatal: what fails leaves the slots of worker/shm.c.
- *
- * Auto (one node): whether single-copy pays depends on the CPU (BENCHMARKS.md: registered
- * memory 1.24x the slots at 4 MiB on a 16-core Intel Xeon, 0.98x on a 2-core AMD EPYC), so the
- * group times both on a 4 MiB buffer of the arena once it is formed, takes the slowest rank's
- * times, and keeps single-copy from 4 MiB only where it is faster by a margin; otherwise the
- * arenas are given up, as if it were off. Not the default: on the shared 2-core VM one
- * measurement at the start does not tell (its slow spells slow the slots more; with one
- * warm-up it picked single-copy in 8 of 13 starts where steady runs show the two equal).
  */
 #include "worker/group.h"
 #include "worker/fdshare.h"
@@ -47,14 +40,21 @@
 static volatile const uint64_t g_probe = PROBE_MAGIC;
 
 #define DIRECT_BLOCK_DEFAULT ((size_t)1 << 20)
-/* Auto's measurement: 2 warm-ups and 3 timed all-reduces of each kind; single-copy kept where
- * its median is DDP_PG_DIRECT_AUTO_MARGIN (default 1.10) times faster (the 2-core VM's
- * medians of 3 drift by ~5%; 0 keeps it always, a large one never). */
-#define CAL_BYTES ((size_t)4 << 20)
-#define CAL_WARM 2
-#define CAL_TIMED 3
-#define CAL_MARGIN 1.10
+/* Auto (worker/shm_auto.c): all-reduces of registered memory from 1 MiB, single-copy taken
+ * for a size class where its trials say it is DDP_PG_DIRECT_AUTO_MARGIN (default 1.05) times
+ * faster than the slots (0 takes it whatever they say, a large margin never). */
+#define AUTO_BYTES ((size_t)1 << 20)
+#define AUTO_MARGIN 1.05
+#define AUTO_EVERY 500 /* all-reduces from one trial's decision to the next trial */
 #define ARENA_DEFAULT ((size_t)64 << 30)
+
+static double auto_margin(void)
+{
+    const char *mv = getenv("DDP_PG_DIRECT_AUTO_MARGIN");
+    char *end = NULL;
+    double m = mv ? strtod(mv, &end) : AUTO_MARGIN;
+    return !mv || end == mv || *end || !(m >= 0) ? AUTO_MARGIN : m;
+}
 
 static size_t env_size(const char *name, size_t dflt)
 {
@@ -90,10 +90,11 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     struct ddp__shm *sh = &pg->comm.shm;
     /* Like DDP_PG_TRANSPORT, the same on every rank of a job (ddprun gives all one env). */
     const char *dv = getenv("DDP_PG_DIRECT_BYTES");
-    bool autom = dv && strcmp(dv, "auto") == 0;
-    size_t dmin = autom ? CAL_BYTES : env_size("DDP_PG_DIRECT_BYTES", 0);
+    bool autom = !dv || !*dv || strcmp(dv, "auto") == 0; /* the default */
+    size_t dmin = autom ? AUTO_BYTES : env_size("DDP_PG_DIRECT_BYTES", 0);
     size_t dblock = env_size("DDP_PG_DIRECT_BLOCK", DIRECT_BLOCK_DEFAULT);
-    if (dmin == 0)
+    /* auto chooses on groups of one node only (the layout is the same on every rank) */
+    if (dmin == 0 || (autom && pg->local_world != pg->world))
         return 0;
     size_t arena_len = env_size("DDP_PG_ARENA_BYTES", ARENA_DEFAULT);
     const char *cma_env = getenv("DDP_PG_CMA");
@@ -163,7 +164,10 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     }
     ddp_store_values_free(vals, (size_t)world);
     /* What works everywhere, and the same threshold and blocks everywhere. */
-    snprintf(blob, sizeof(blob), "%d %d %d %zu %zu", cma_ok, arena_ok, autom, dmin, dblock);
+    double margin = autom ? auto_margin() : 0;
+    size_t every = autom ? env_size("DDP_PG_DIRECT_AUTO_EVERY", AUTO_EVERY) : 0;
+    snprintf(blob, sizeof(blob), "%d %d %d %zu %zu %a %zu", cma_ok, arena_ok, autom, dmin, dblock,
+             margin, every);
     snprintf(prefix, sizeof(prefix), "pg/%s/direct-ok", name);
     if ((r = ddp_store_all_gather(store, prefix, pg->rank, world, blob, strlen(blob) + 1,
                                   pg->timeout_ms, vals)) < 0)
@@ -172,30 +176,34 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     size_t agreed = dmin;
     for (int i = 0; i < world; i++) {
         int c = 0, a = 0, au = 0;
-        size_t d = 0, bl = 0;
-        if (!vals[i].data || sscanf(vals[i].data, "%d %d %d %zu %zu", &c, &a, &au, &d, &bl) != 5)
+        size_t d = 0, bl = 0, ev = 0;
+        double m = -1;
+        if (!vals[i].data ||
+            sscanf(vals[i].data, "%d %d %d %zu %zu %la %zu", &c, &a, &au, &d, &bl, &m, &ev) != 7)
             c = a = 0, d = 0;
         all_cma &= c == 1;
         all_arena &= a == 1;
-        if (d != agreed || bl != dblock || au != autom)
+        if (d != agreed || bl != dblock || au != autom || m != margin || ev != every)
             agreed = 0; /* ranks disagree on DDP_PG_DIRECT_*: none of it */
     }
     sh->cma = all_cma;
     sh->direct_min = agreed;
     sh->direct_block = dblock;
-    sh->direct_auto = autom && agreed;
+    bool autod = autom && agreed;
     if (all_arena) {
         sh->arena = arena;
         arena = NULL;
     }
-    if (sh->direct_auto && !(all_arena && pg->local_world == pg->world)) {
-        /* auto single-copy is registered memory on one node: nothing to measure */
-        sh->direct_auto = false;
+    if (autod && !all_arena) {
+        /* auto single-copy is registered memory: nothing to choose */
         sh->direct_min = 0;
         ddp__shm_drop_arenas(sh);
-    } else if (sh->direct_auto) {
-        DDP_INFO(PG, "rank %d: single-copy all-reduce of registered memory: measured next",
-                 pg->rank);
+    } else if (autod) {
+        sh->autod = (struct ddp__direct_auto){.on = true, .margin = margin, .every = every};
+        DDP_INFO(PG,
+                 "rank %d: single-copy all-reduce of registered memory from %zu MiB: chosen by "
+                 "trials against the slots for each size",
+                 pg->rank, agreed >> 20);
     } else {
         DDP_INFO(PG,
                  "rank %d: single-copy all-reduce from %zu bytes: registered memory %s, "
@@ -214,88 +222,6 @@ out:
     free(vals);
     ddp__arena_destroy(arena);
     return r;
-}
-
-static double median3(double *t)
-{
-    double a = t[0], b = t[1], c = t[2];
-    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
-}
-
-/* One all-reduce of the calibration buffer, slots or single-copy, timed on this rank. */
-static int timed(struct ddp_pg *pg, float *buf, size_t count, bool direct, double *us)
-{
-    struct ddp__comm *c = &pg->comm;
-    for (size_t i = 0; i < count; i++)
-        buf[i] = 1.0f;
-    c->shm.direct_min = direct ? 1 : 0;
-    c->deadline_ms = ddp_now_ms() + pg->timeout_ms;
-    int64_t t0 = ddp_now_ns();
-    int r = ddp__cpu_allreduce(c, buf, count, DDP_F32, DDP_SUM);
-    *us = (double)(ddp_now_ns() - t0) / 1e3;
-    return r;
-}
-
-int ddp__pg_calibrate_direct(struct ddp_pg *pg)
-{
-    struct ddp__shm *sh = &pg->comm.shm;
-    if (!sh->direct_auto)
-        return 0;
-    sh->direct_auto = false;
-    size_t count = CAL_BYTES / sizeof(float);
-    float *buf = ddp__arena_alloc(sh->arena, CAL_BYTES);
-    double t[2][CAL_TIMED], agree[2] = {buf ? 0 : 1, 0};
-    /* every rank has its buffer, or none measures (each collective below is the whole group's) */
-    sh->direct_min = 0;
-    pg->comm.opname = "all-reduce (measuring single-copy)";
-    pg->comm.deadline_ms = ddp_now_ms() + pg->timeout_ms;
-    int r = ddp__cpu_allreduce(&pg->comm, agree, 1, DDP_F64, DDP_MAX);
-    bool measure = r == 0 && agree[0] == 0;
-    /* alternating, so a drift of the machine's speed reaches both alike */
-    for (int i = -CAL_WARM; measure && i < CAL_TIMED && r == 0; i++)
-        for (int d = 0; d < 2 && r == 0; d++) {
-            double us;
-            r = timed(pg, buf, count, d == 1, &us);
-            if (i >= 0)
-                t[d][i] = us;
-        }
-    if (buf)
-        ddp__arena_free(sh->arena, buf);
-    sh->direct_min = 0;
-    if (measure && r == 0) {
-        /* the slowest rank's medians decide, the same on every rank */
-        agree[0] = median3(t[0]);
-        agree[1] = median3(t[1]);
-        pg->comm.deadline_ms = ddp_now_ms() + pg->timeout_ms;
-        r = ddp__cpu_allreduce(&pg->comm, agree, 2, DDP_F64, DDP_MAX);
-    }
-    if (r < 0) {
-        snprintf(pg->err, sizeof(pg->err), "measuring the single-copy all-reduce: %s",
-                 pg->comm.err[0] ? pg->comm.err : ddp_strerror(r));
-        return r;
-    }
-    const char *mv = getenv("DDP_PG_DIRECT_AUTO_MARGIN");
-    char *end = NULL;
-    double margin = mv ? strtod(mv, &end) : CAL_MARGIN;
-    if (!mv || end == mv || *end || margin < 0)
-        margin = CAL_MARGIN;
-    bool pays = measure && agree[1] * margin < agree[0];
-    if (pg->rank == 0 && measure)
-        DDP_INFO(PG,
-                 "single-copy all-reduce of registered memory %s (%zu MiB, slowest rank's "
-                 "median: slots %.0f us, single-copy %.0f us; DDP_PG_DIRECT_BYTES sets it)",
-                 pays ? "from 4 MiB" : "off", CAL_BYTES >> 20, agree[0], agree[1]);
-    else if (pg->rank == 0)
-        DDP_INFO(PG,
-                 "single-copy all-reduce of registered memory off (no %zu MiB to measure in "
-                 "some rank's arena)",
-                 CAL_BYTES >> 20);
-    if (pays) {
-        sh->direct_min = CAL_BYTES;
-        return 0;
-    }
-    ddp__shm_drop_arenas(sh);
-    return 0;
 }
 
 void *ddp_pg_mem_alloc(struct ddp_pg *pg, size_t bytes)

@@ -521,7 +521,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                  ddp_strerror(r));
         goto fail;
     }
-    if ((r = setup_cross(pg, &lay)) < 0 || (r = ddp__pg_calibrate_direct(pg)) < 0)
+    if ((r = setup_cross(pg, &lay)) < 0)
         goto fail;
     if (pg->p2p_fd && (r = ddp__p2p_setup_shm(pg, store, name, where)) < 0) {
         snprintf(pg->err, sizeof(pg->err), "cannot agree on point-to-point rings: %s",

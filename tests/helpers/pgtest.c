@@ -14,6 +14,8 @@
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
  *                        mixed buffers, checked; prints how many went single-copy and how
  *                        many peer reads were cross-memory attach
+ *   pgtest auto N [mixed]  N all-reduces of 4 MiB registered (odd ranks malloc'd: mixed),
+ *                        checked; prints which way each went under DDP_PG_DIRECT_BYTES=auto
  *   pgtest p2p           point-to-point (ddp_pg_send/recv, DDP_PG_P2P=1): a ring of sizes 0 to
  *                        16 MiB posted both ways round, tags out of order, one tag twice,
  *                        64 MiB both ways at once beside an all-reduce, a size mismatch, and a
@@ -361,6 +363,39 @@ static int direct(struct ddp_pg *pg)
     return bad;
 }
 
+/* DDP_PG_DIRECT_BYTES=auto: calls all-reduces of 4 MiB (registered, or on odd ranks malloc'd
+ * with "mixed"), each checked bit for bit against the sum in rank order, and prints which way
+ * each went (S: slots, D: single-copy) and what the trials chose. */
+static int auto_run(struct ddp_pg *pg, long calls, bool mixed)
+{
+    size_t n = (4u << 20) / 4;
+    bool reg = !mixed || rank % 2 == 0;
+    float *f = reg ? ddp_pg_mem_alloc(pg, n * 4) : malloc(n * 4), *w = malloc(n * 4);
+    char *way = calloc((size_t)calls + 1, 1);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float acc = ordered(0, i);
+        for (int r = 1; r < world; r++)
+            acc += ordered(r, i);
+        w[i] = acc;
+    }
+    for (long c = 0; c < calls && !bad; c++) {
+        for (size_t i = 0; i < n; i++)
+            f[i] = ordered(rank, i);
+        uint64_t d0 = pg->comm.shm.direct_done;
+        must(pg, ddp_pg_allreduce(pg, f, n, DDP_F32, DDP_SUM), "allreduce");
+        way[c] = pg->comm.shm.direct_done > d0 ? 'D' : 'S';
+        bad |= compare(f, w, n, DDP_F32, "auto f32 sum in rank order");
+    }
+    const struct ddp__auto_class *a = &pg->comm.shm.autod.cls[1]; /* 4-16 MiB */
+    printf("pgtest rank %d: auto %s: %llu trials, %llu chose single-copy\n", rank, way,
+           (unsigned long long)a->trials, (unsigned long long)a->chosen);
+    ddp_pg_mem_free(pg, f);
+    free(w);
+    free(way);
+    return bad;
+}
+
 /* The byte i of the message with tag t from rank r. */
 static uint8_t pbyte(int r, uint32_t t, size_t i)
 {
@@ -624,6 +659,8 @@ int main(int argc, char **argv)
         bad = wide(pg);
     } else if (strcmp(argv[1], "direct") == 0) {
         bad = direct(pg);
+    } else if (strcmp(argv[1], "auto") == 0 && argc >= 3) {
+        bad = auto_run(pg, atol(argv[2]), argc == 4 && strcmp(argv[3], "mixed") == 0);
     } else if (strcmp(argv[1], "p2p") == 0) {
         bad = p2p(pg);
     } else if (strcmp(argv[1], "p2p-wait") == 0 && world >= 2) {

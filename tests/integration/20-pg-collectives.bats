@@ -278,34 +278,50 @@ shm_files() { # pid
   done
 }
 
-@test "single-copy chosen at group creation (DDP_PG_DIRECT_BYTES=auto): kept, registered buffers from 4 MiB go single-copy; given up or unset, no arena is left" {
-  # DDP_PG_DIRECT_AUTO_MARGIN 0 keeps it whatever was measured, 1e9 gives it up; every rank
-  # must follow the slowest rank's times (a rank going its own way hangs or fails the checks)
-  local cases="0 1e9 off"
-  case "$BUILD" in */asan | */tsan) cases="0 1e9" ;; esac # unset runs no new code
-  for m in $cases; do
-    env="DDP_PG_DIRECT_BYTES: auto, DDP_PG_DIRECT_AUTO_MARGIN: \"$m\""
-    [ "$m" = off ] && env='DDP_PG_DIRECT_AUTO_MARGIN: "0"' # unset: off, whatever the margin
-    rm -rf logs
-    printf 'command: [%s, direct]\nnproc_per_node: 2\nenv: {%s, DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\nlogs: {dir: logs}\n' \
-      "$PGTEST" "$env" >job.yaml
-    run "$DDPRUN" job.yaml
-    [ "$status" -eq 0 ] || { echo "margin $m: $output"; return 1; }
-    local measured="single-copy all-reduce of registered memory %s \\(4 MiB, slowest rank's median: slots [0-9]+ us, single-copy [0-9]+ us"
-    case $m in
-      0) assert_output --regexp "$(printf "$measured" "from 4 MiB")" ;;
-      1e9) assert_output --regexp "$(printf "$measured" off)" ;;
-      off) refute_output --partial "slowest rank's median" ;;
-    esac
-    for f in logs/*/rank-*.log; do
-      direct_counts "$f" malloc 0 0
-      # 4 dtypes x 1 size of at least 4 MiB x 4 operations
-      direct_counts "$f" registered "$([ "$m" = 0 ] && echo 16 || echo 0)" 0
-      direct_counts "$f" mixed 0 0
-      grep -q "checks passed" "$f" || { cat "$f"; return 1; }
-      grep -q "arena $([ "$m" = 0 ] && echo kept || echo none)\$" "$f" || { cat "$f"; return 1; }
-    done
-  done
+# pgtest auto: 40 all-reduces of a 4 MiB buffer (registered; odd ranks' malloc'd with
+# "mixed"), each checked bit for bit, with a trial every 15: it prints which way each went
+auto_seq() { # env-entries pgtest-extra-args : sets AUTO to rank 0's ways; every rank's must match
+  rm -rf logs
+  printf 'command: [%s, auto, "40"%s]\nnproc_per_node: 2\nenv: {DDP_PG_DIRECT_AUTO_EVERY: "15", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg%s}\nlogs: {dir: logs}\n' \
+    "$PGTEST" "$2" "$1" >job.yaml
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 0 ] || { echo "$1: $output"; return 1; }
+  [ "$(grep -c '40 checks passed' <<<"$output")" -eq 2 ] || { echo "$output"; return 1; }
+  AUTO=$(sed -n 's/.*pgtest rank 0: auto \([DS]*\):.*/\1/p' <<<"$output")
+  [ "$(sed -n 's/.*pgtest rank 1: auto \([DS]*\):.*/\1/p' <<<"$output")" = "$AUTO" ] || { echo "$output"; return 1; }
+  echo "$1$2: $AUTO"
+}
+rep() { printf "%${2}s" "" | tr ' ' "$1"; }
+
+@test "single-copy or the slots chosen per size from the program's own all-reduces (auto, the default): a trial's schedule, every rank alike, the faster way by measurement, bit for bit" {
+  # a trial: 2 single-copy warm-ups, 5 timed pairs in alternating order, one more all-reduce
+  # the current way (the slots at first), then the choice until the next trial, 15 later
+  local trial=DDSDDSSDDSSD on off
+  on="$trial"S$(rep D 15)$trial
+  off="$trial"S$(rep S 15)$trial
+  local chose="single-copy all-reduce of registered memory from 4 to 16 MiB %s \\(trial 1: its time per byte over the slots' %s"
+  # DDP_PG_DIRECT_AUTO_MARGIN 0 takes single-copy whatever the trial measured, 1e9 never
+  auto_seq ', DDP_PG_DIRECT_AUTO_MARGIN: "0"'
+  [ "$AUTO" = "$on" ]
+  assert_output --regexp "$(printf "$chose" on '[0-9.]+,')"
+  auto_seq ', DDP_PG_DIRECT_BYTES: auto, DDP_PG_DIRECT_AUTO_MARGIN: "1e9"'
+  [ "$AUTO" = "$off" ]
+  assert_output --regexp "$(printf "$chose" off '[0-9.]+,')"
+  # by measurement: single-copy in 256-byte blocks (two steps of the ranks each) is several
+  # times slower than the slots; the slots in 4 KiB rounds several times slower than it
+  auto_seq ', DDP_PG_DIRECT_BLOCK: "256"'
+  [ "$AUTO" = "$off" ]
+  auto_seq ', DDP_PG_SHM_SLOT_BYTES: "4096"'
+  [ "$AUTO" = "$on" ]
+  # a rank's buffer not registered: single-copy never runs, the trial measures nothing
+  auto_seq '' ', mixed'
+  [ "$AUTO" = "$(rep S 40)" ]
+  assert_output --regexp "$(printf "$chose" off 'unmeasured')"
+  # 0: none of it (no arena, no trial)
+  auto_seq ', DDP_PG_DIRECT_BYTES: "0", DDP_PG_DIRECT_AUTO_MARGIN: "0"'
+  [ "$AUTO" = "$(rep S 40)" ]
+  refute_output --partial "chosen by trials"
+  refute_output --partial "(trial"
 }
 
 @test "single-copy all-reduce forced through the whole matrix, in many blocks, with and without cross-memory attach" {
