@@ -10,12 +10,17 @@
  * With "xcore", the rate of a memcpy out of a buffer another process (on another core) has just
  * written, as impl "xcore": what each rank of a shared-memory all-reduce does to its peers' data,
  * so the cache-to-cache transfer's own bound, apart from any algorithm.
+ * With AR_TRACE set, every rank prints each timed call to stderr: "TRACE rank i us cpu A->B vcs
+ * V ivcs I" (the CPU it ran on before and after, its voluntary and involuntary context switches
+ * during the call), to tell a slow run's cause (a rank sleeping, two ranks on one CPU, or
+ * neither).
  * An impl ending in "-rs" (ddp-tcp-rs) times reduce-scatter instead: each rank's input is the
  * size, its output a world-th of it; busbw = algbw * (n-1)/n (nccl-tests' reduce_scatter).
  */
 #include "common/util.h"
 #include "worker/pg.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -24,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,6 +130,7 @@ int main(int argc, char **argv)
     if (ddp_pg_init_env(NULL, &pg) != 0)
         return 1;
     int rank = ddp_pg_rank(pg), n = ddp_pg_world_size(pg);
+    bool trace = getenv("AR_TRACE") != NULL;
     /* ddp-*-reg: the buffer in the group's registered memory (ddp_pg_mem_alloc) */
     bool reg = strstr(impl, "-reg") != NULL;
     float *buf = reg ? ddp_pg_mem_alloc(pg, maxb) : malloc(maxb);
@@ -144,12 +151,20 @@ int main(int argc, char **argv)
         for (int i = -3; i < it; i++) {  /* 3 warm-up calls, untimed */
             if (i >= 0)
                 ddp_pg_barrier(pg);
+            int cpu0 = trace ? sched_getcpu() : 0;
+            struct rusage ru0 = {0}, ru1;
+            if (trace)
+                getrusage(RUSAGE_THREAD, &ru0);
             int64_t t0 = ddp_now_ns();
             if ((rs ? ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM)
                     : ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM)) != 0)
                 return 1;
             if (i >= 0)
                 t[i] = (double)(ddp_now_ns() - t0) / 1e3;
+            if (trace && i >= 0 && getrusage(RUSAGE_THREAD, &ru1) == 0)
+                fprintf(stderr, "TRACE %d %d %.0f cpu %d->%d vcs %ld ivcs %ld\n", rank, i, t[i],
+                        cpu0, sched_getcpu(), ru1.ru_nvcsw - ru0.ru_nvcsw,
+                        ru1.ru_nivcsw - ru0.ru_nivcsw);
         }
         /* Check a fresh reduction: every element must be n. */
         for (size_t i = 0; i < count; i++)
