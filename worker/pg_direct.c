@@ -104,7 +104,9 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     struct ddp__arena *arena = NULL;
     if (arena_len && ddp__arena_create(arena_len, &arena) < 0) /* auto asked for nothing */
         DDP__LOG(autom ? DDP_LOG_INFO : DDP_LOG_WARN, PG,
-                 "rank %d: no arena for registered memory (%s)", pg->rank, strerror(errno));
+                 "rank %d: no arena for registered memory (%zu bytes of address space, "
+                 "DDP_PG_ARENA_BYTES: %s)",
+                 pg->rank, arena_len, strerror(errno));
     if (want_cma)
         allow_siblings();
     snprintf(blob, sizeof(blob), "%d %llu", (int)getpid(), (unsigned long long)(uintptr_t)&g_probe);

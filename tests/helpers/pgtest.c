@@ -14,8 +14,9 @@
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
  *                        mixed buffers, checked; prints how many went single-copy and how
  *                        many peer reads were cross-memory attach
- *   pgtest auto N [mixed]  N all-reduces of 4 MiB registered (odd ranks malloc'd: mixed),
- *                        checked; prints which way each went under DDP_PG_DIRECT_BYTES=auto
+ *   pgtest auto N [mixed|MIB,...]  N all-reduces of 4 MiB registered (odd ranks malloc'd:
+ *                        mixed; or of the sizes listed, in turn), checked; prints which way
+ *                        each went under DDP_PG_DIRECT_BYTES=auto
  *   pgtest p2p           point-to-point (ddp_pg_send/recv, DDP_PG_P2P=1): a ring of sizes 0 to
  *                        16 MiB posted both ways round, tags out of order, one tag twice,
  *                        64 MiB both ways at once beside an all-reduce, a size mismatch, and a
@@ -364,11 +365,21 @@ static int direct(struct ddp_pg *pg)
 }
 
 /* DDP_PG_DIRECT_BYTES=auto: calls all-reduces of 4 MiB (registered, or on odd ranks malloc'd
- * with "mixed"), each checked bit for bit against the sum in rank order, and prints which way
- * each went (S: slots, D: single-copy) and what the trials chose. */
-static int auto_run(struct ddp_pg *pg, long calls, bool mixed)
+ * with "mixed"; or of the sizes in MiB of a list such as "4,16", in turn), each checked bit for
+ * bit against the sum in rank order, and prints which way each went (S: slots, D: single-copy)
+ * and the trials of every size class. */
+static int auto_run(struct ddp_pg *pg, long calls, const char *arg)
 {
-    size_t n = (4u << 20) / 4;
+    bool mixed = arg && strcmp(arg, "mixed") == 0;
+    size_t mib[8] = {4}, nsz = 1, n = 0;
+    if (arg && !mixed) {
+        nsz = 0;
+        for (const char *p = arg; *p && nsz < 8; p += *p == ',')
+            mib[nsz++] = strtoul(p, (char **)&p, 10);
+    }
+    for (size_t k = 0; k < nsz; k++)
+        n = mib[k] > n ? mib[k] : n;
+    n = (n << 20) / 4;
     bool reg = !mixed || rank % 2 == 0;
     float *f = reg ? ddp_pg_mem_alloc(pg, n * 4) : malloc(n * 4), *w = malloc(n * 4);
     char *way = calloc((size_t)calls + 1, 1);
@@ -380,16 +391,20 @@ static int auto_run(struct ddp_pg *pg, long calls, bool mixed)
         w[i] = acc;
     }
     for (long c = 0; c < calls && !bad; c++) {
-        for (size_t i = 0; i < n; i++)
+        size_t m = (mib[(size_t)c % nsz] << 20) / 4;
+        for (size_t i = 0; i < m; i++)
             f[i] = ordered(rank, i);
         uint64_t d0 = pg->comm.shm.direct_done;
-        must(pg, ddp_pg_allreduce(pg, f, n, DDP_F32, DDP_SUM), "allreduce");
+        must(pg, ddp_pg_allreduce(pg, f, m, DDP_F32, DDP_SUM), "allreduce");
         way[c] = pg->comm.shm.direct_done > d0 ? 'D' : 'S';
-        bad |= compare(f, w, n, DDP_F32, "auto f32 sum in rank order");
+        bad |= compare(f, w, m, DDP_F32, "auto f32 sum in rank order");
     }
-    const struct ddp__auto_class *a = &pg->comm.shm.autod.cls[1]; /* 4-16 MiB */
-    printf("pgtest rank %d: auto %s: %llu trials, %llu chose single-copy\n", rank, way,
-           (unsigned long long)a->trials, (unsigned long long)a->chosen);
+    printf("pgtest rank %d: auto %s:", rank, way);
+    for (int k = 0; k < DDP__AUTO_CLASSES; k++) {
+        const struct ddp__auto_class *a = &pg->comm.shm.autod.cls[k];
+        printf(" class %d %llu trials %llu single-copy%s", k, (unsigned long long)a->trials,
+               (unsigned long long)a->chosen, k + 1 < DDP__AUTO_CLASSES ? "," : "\n");
+    }
     ddp_pg_mem_free(pg, f);
     free(w);
     free(way);
@@ -660,7 +675,7 @@ int main(int argc, char **argv)
     } else if (strcmp(argv[1], "direct") == 0) {
         bad = direct(pg);
     } else if (strcmp(argv[1], "auto") == 0 && argc >= 3) {
-        bad = auto_run(pg, atol(argv[2]), argc == 4 && strcmp(argv[3], "mixed") == 0);
+        bad = auto_run(pg, atol(argv[2]), argc == 4 ? argv[3] : NULL);
     } else if (strcmp(argv[1], "p2p") == 0) {
         bad = p2p(pg);
     } else if (strcmp(argv[1], "p2p-wait") == 0 && world >= 2) {

@@ -280,16 +280,19 @@ shm_files() { # pid
 
 # pgtest auto: 40 all-reduces of a 4 MiB buffer (registered; odd ranks' malloc'd with
 # "mixed"), each checked bit for bit, with a trial every 15: it prints which way each went
-auto_seq() { # env-entries pgtest-extra-args : sets AUTO to rank 0's ways; every rank's must match
+auto_seq() { # env-entries [pgtest-extra-args] [ranks] : sets AUTO to rank 0's ways; every rank's must match
+  local n=${3:-2}
   rm -rf logs
-  printf 'command: [%s, auto, "40"%s]\nnproc_per_node: 2\nenv: {DDP_PG_DIRECT_AUTO_EVERY: "15", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg%s}\nlogs: {dir: logs}\n' \
-    "$PGTEST" "$2" "$1" >job.yaml
+  printf 'command: [%s, auto, "40"%s]\nnproc_per_node: %d\nenv: {DDP_PG_DIRECT_AUTO_EVERY: "15", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg%s}\nlogs: {dir: logs}\n' \
+    "$PGTEST" "${2:-}" "$n" "$1" >job.yaml
   run "$DDPRUN" job.yaml
   [ "$status" -eq 0 ] || { echo "$1: $output"; return 1; }
-  [ "$(grep -c '40 checks passed' <<<"$output")" -eq 2 ] || { echo "$output"; return 1; }
+  [ "$(grep -c '40 checks passed' <<<"$output")" -eq "$n" ] || { echo "$output"; return 1; }
   AUTO=$(sed -n 's/.*pgtest rank 0: auto \([DS]*\):.*/\1/p' <<<"$output")
-  [ "$(sed -n 's/.*pgtest rank 1: auto \([DS]*\):.*/\1/p' <<<"$output")" = "$AUTO" ] || { echo "$output"; return 1; }
-  echo "$1$2: $AUTO"
+  for r in $(seq 1 $((n - 1))); do
+    [ "$(sed -n "s/.*pgtest rank $r: auto \\([DS]*\\):.*/\\1/p" <<<"$output")" = "$AUTO" ] || { echo "$output"; return 1; }
+  done
+  echo "$1${2:-}: $AUTO"
 }
 rep() { printf "%${2}s" "" | tr ' ' "$1"; }
 
@@ -313,6 +316,12 @@ rep() { printf "%${2}s" "" | tr ' ' "$1"; }
   [ "$AUTO" = "$off" ]
   auto_seq ', DDP_PG_SHM_SLOT_BYTES: "4096"'
   [ "$AUTO" = "$on" ]
+  # each size class on its own: 1 and 16 MiB in turn at 3 ranks, each class's schedule
+  # interleaved with the other's (the same, so each way doubled), both chosen
+  auto_seq ', DDP_PG_DIRECT_AUTO_MARGIN: "0"' ', "1,16"' 3
+  [ "$AUTO" = "$(sed 's/./&&/g' <<<"${on:0:20}")" ]
+  assert_output --regexp "from 1 to 4 MiB on \\(trial 1: .* mean over 3 ranks"
+  assert_output --regexp "from 16 to 64 MiB on \\(trial 1: .* mean over 3 ranks"
   # a rank's buffer not registered: single-copy never runs, the trial measures nothing
   auto_seq '' ', mixed'
   [ "$AUTO" = "$(rep S 40)" ]
