@@ -112,6 +112,8 @@ struct ddp__auto_class {
     uint64_t trial;        /* the one that starts the next trial */
     bool in_trial, decide; /* in a trial; deciding after the next all-reduce */
     int warm, got, tries;  /* the trial's warm-ups, halves timed, timed all-reduces */
+    int fails;             /* single-copy halves that could not run, in a row */
+    uint64_t backoff;      /* the next trial EVERY times this later (unmeasured trials) */
     uint64_t ns_per_mb[DDP__AUTO_PAIRS][2]; /* its pairs' times: [0] slots, [1] single-copy */
     uint64_t trials, chosen;                /* trials decided, and how many chose single-copy */
 };

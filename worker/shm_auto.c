@@ -16,7 +16,8 @@
  *            machine's speed or a warm cache reaches both alike), each timed from a step that
  *            every local rank passed (a rank's wait for a late peer is not the algorithm's); a
  *            single-copy half that could not run (some rank's buffer not registered: the slots
- *            ran) is taken again on the next all-reduce, up to TRIES timed all-reduces in all
+ *            ran) is taken again on the next all-reduce, up to TRIES timed all-reduces in all,
+ *            and FAILS such halves in a row end the trial
  *   then     each rank publishes in its control line the median over its pairs of single-copy's
  *            time per byte over the slots' (parts per million; 0: fewer than half the pairs)
  *   one more all-reduce the current way, after which every rank has published: each reads
@@ -25,9 +26,11 @@
  *            the slots where a rank has too few pairs)
  *
  * and then the current way until the class's next trial, DDP_PG_DIRECT_AUTO_EVERY (500)
- * all-reduces of the class later. Every local rank runs the same all-reduces in the same order with
- * the same sizes, and whether single-copy could run is the same on all, so all count alike, run
- * each trial's all-reduces the same way, end it on the same one, and decide from the same published
+ * all-reduces of the class later (2, 4, ... BACKOFF_MAX times that after trials in a row with
+ * too few pairs: a program that registers none of its buffers pays the extra steps of trials
+ * ever more rarely). Every local rank runs the same all-reduces in the same order with the same
+ * sizes, and whether single-copy could run is the same on all, so all count alike, run each
+ * trial's all-reduces the same way, end it on the same one, and decide from the same published
  * numbers. A rank rewrites its line only at the end of the next trial, which none reaches
  * before every rank has read this one. Both ways reduce in local rank order: the result is
  * the same bit for bit whichever runs. Auto is off across nodes.
@@ -44,6 +47,8 @@
 #define WARM 2
 #define PAIRS DDP__AUTO_PAIRS
 #define TRIES (4 * PAIRS) /* timed all-reduces at most in one trial */
+#define FAILS 3           /* single-copy halves that could not run in a row: the trial ends */
+#define BACKOFF_MAX 64    /* unmeasured trials in a row space the next up to this many times */
 #define PPM 1000000ull
 
 static int cmp_u64(const void *a, const void *b)
@@ -78,8 +83,9 @@ static void publish_ratio(struct ddp__shm *sh, int k)
     ddp__shm_ctrl(sh, sh->me)->auto_ratio[k] = med;
 }
 
-/* Every local rank published before it entered the all-reduce just done. */
-static void decide(struct ddp__comm *c, int k)
+/* Every local rank published before it entered the all-reduce just done. False where some
+ * rank measured too few pairs. */
+static bool decide(struct ddp__comm *c, int k)
 {
     struct ddp__shm *sh = &c->shm;
     struct ddp__auto_class *a = &sh->autod.cls[k];
@@ -114,6 +120,7 @@ static void decide(struct ddp__comm *c, int k)
                  (unsigned long long)a->trials, all ? "" : "unmeasured, ", (double)mean / PPM,
                  sh->n, PAIRS, margin);
     }
+    return all;
 }
 
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
@@ -125,7 +132,7 @@ int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum d
     struct ddp__auto_class *a = &sh->autod.cls[k];
     if (a->calls == a->trial) {
         a->in_trial = true;
-        a->warm = a->got = a->tries = 0;
+        a->warm = a->got = a->tries = a->fails = 0;
     }
     bool direct = a->direct, timed = false, decide_now = a->decide;
     int e;
@@ -156,15 +163,22 @@ int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum d
         uint64_t ns = (uint64_t)(ddp_now_ns() - t0) * PPM / bytes;
         a->ns_per_mb[a->got / 2][direct] = ns ? ns : 1;
         a->got++;
+        a->fails = 0;
+    } else if (timed) {
+        a->fails++;
     }
-    if (timed && (a->got == 2 * PAIRS || a->tries == TRIES)) {
+    if (timed && (a->got == 2 * PAIRS || a->tries == TRIES || a->fails == FAILS)) {
         publish_ratio(sh, k);
         a->in_trial = false;
         a->decide = true;
     } else if (decide_now) {
-        decide(c, k);
+        /* a program whose buffers are not registered is tried ever more rarely */
+        if (decide(c, k))
+            a->backoff = 1;
+        else if (a->backoff < BACKOFF_MAX)
+            a->backoff = a->backoff ? 2 * a->backoff : 2;
         a->decide = false;
-        a->trial = a->calls + sh->autod.every;
+        a->trial = a->calls + sh->autod.every * (a->backoff ? a->backoff : 1);
     }
     return 0;
 }

@@ -322,10 +322,13 @@ rep() { printf "%${2}s" "" | tr ' ' "$1"; }
   [ "$AUTO" = "$(sed 's/./&&/g' <<<"${on:0:20}")" ]
   assert_output --regexp "from 1 to 4 MiB on \\(trial 1: .* mean over 3 ranks"
   assert_output --regexp "from 16 to 64 MiB on \\(trial 1: .* mean over 3 ranks"
-  # a rank's buffer not registered: single-copy never runs, the trial measures nothing
+  # a rank's buffer not registered: single-copy never runs, the trial measures nothing and
+  # ends after 3 such tries (call 5), and the next comes twice as late (call 37, not 22: one
+  # trial decided in 40 calls, not two)
   auto_seq '' ', mixed'
   [ "$AUTO" = "$(rep S 40)" ]
   assert_output --regexp "$(printf "$chose" off 'unmeasured')"
+  [ "$(grep -c 'auto S*: class 0 0 trials 0 single-copy, class 1 1 trials 0 single-copy' <<<"$output")" -eq 2 ]
   # 0: none of it (no arena, no trial)
   auto_seq ', DDP_PG_DIRECT_BYTES: "0", DDP_PG_DIRECT_AUTO_MARGIN: "0"'
   [ "$AUTO" = "$(rep S 40)" ]
