@@ -73,8 +73,10 @@ static void publish_ratio(struct ddp__shm *sh, int k)
     struct ddp__auto_class *a = &sh->autod.cls[k];
     uint64_t v[PAIRS];
     int nv = a->got / 2;
-    for (int p = 0; p < nv; p++)
+    for (int p = 0; p < nv; p++) { /* at least 1: 0 means unmeasured */
         v[p] = a->ns_per_mb[p][1] * PPM / a->ns_per_mb[p][0];
+        v[p] = v[p] ? v[p] : 1;
+    }
     uint64_t med = 0;
     if (nv > PAIRS / 2) {
         qsort(v, (size_t)nv, sizeof(v[0]), cmp_u64);
