@@ -168,6 +168,8 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     /* What works everywhere, and the same threshold and blocks everywhere. */
     double margin = autom ? auto_margin() : 0;
     size_t every = autom ? env_size("DDP_PG_DIRECT_AUTO_EVERY", AUTO_EVERY) : 0;
+    if (every > ((size_t)1 << 40))
+        every = (size_t)1 << 40; /* times the trials' back-off (64) stays far from overflow */
     snprintf(blob, sizeof(blob), "%d %d %d %zu %zu %a %zu", cma_ok, arena_ok, autom, dmin, dblock,
              margin, every);
     snprintf(prefix, sizeof(prefix), "pg/%s/direct-ok", name);
