@@ -113,7 +113,7 @@ struct ddp__auto_class {
     bool in_trial, decide; /* in a trial; deciding after the next all-reduce */
     int warm, got, tries;  /* the trial's warm-ups, halves timed, timed all-reduces */
     int fails;             /* single-copy halves that could not run, in a row */
-    uint64_t backoff;      /* the next trial EVERY times this later (unmeasured trials) */
+    int backoff;           /* the next trial EVERY << this later (unmeasured trials in a row) */
     uint64_t ns_per_mb[DDP__AUTO_PAIRS][2]; /* its pairs' times: [0] slots, [1] single-copy */
     uint64_t trials, chosen;                /* trials decided, and how many chose single-copy */
 };
@@ -157,8 +157,6 @@ void ddp__shm_detach(struct ddp__shm *sh);
 struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j);
 /* Unmaps the local peers' arenas (not ours) and forgets them. */
 void ddp__shm_unmap_arenas(struct ddp__shm *sh);
-/* Unmaps the peers' arenas and destroys ours: no registered memory from now on. */
-void ddp__shm_drop_arenas(struct ddp__shm *sh);
 
 /* Registered memory: a rank's arena, a memfd every local rank maps (worker/arena.c). */
 int ddp__arena_create(size_t len, struct ddp__arena **out);

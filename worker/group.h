@@ -82,6 +82,7 @@ void ddp__p2p_free(struct ddp_pg *pg);
 /* After the node's segment is attached on every rank: the arenas and cross-memory attach of
  * the single-copy all-reduce (worker/pg_direct.c). Every rank of the group calls it. */
 int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char *name);
+
 /* Starts the group's communication thread (the NCCL watchdog on an NCCL group). */
 int ddp__pg_comm_start(struct ddp_pg *pg);
 /* Stops it once what is queued has run, and joins it. */

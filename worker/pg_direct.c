@@ -199,9 +199,7 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
         arena = NULL;
     }
     if (autod && !all_arena) {
-        /* auto single-copy is registered memory: nothing to choose */
-        sh->direct_min = 0;
-        ddp__shm_drop_arenas(sh);
+        sh->direct_min = 0; /* auto single-copy is registered memory: nothing to choose */
     } else if (autod) {
         sh->autod = (struct ddp__direct_auto){.on = true, .margin = margin, .every = every};
         DDP_INFO(PG,

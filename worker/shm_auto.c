@@ -26,7 +26,7 @@
  *            the slots where a rank has too few pairs)
  *
  * and then the current way until the class's next trial, DDP_PG_DIRECT_AUTO_EVERY (500)
- * all-reduces of the class later (2, 4, ... BACKOFF_MAX times that after trials in a row with
+ * all-reduces of the class later (2, 4, ... 2^BACKOFF_MAX times that after trials in a row with
  * too few pairs: a program that registers none of its buffers pays the extra steps of trials
  * ever more rarely). Every local rank runs the same all-reduces in the same order with the same
  * sizes, and whether single-copy could run is the same on all, so all count alike, run each
@@ -48,7 +48,7 @@
 #define PAIRS DDP__AUTO_PAIRS
 #define TRIES (4 * PAIRS) /* timed all-reduces at most in one trial */
 #define FAILS 3           /* single-copy halves that could not run in a row: the trial ends */
-#define BACKOFF_MAX 64    /* unmeasured trials in a row space the next up to this many times */
+#define BACKOFF_MAX 6     /* unmeasured trials in a row space the next up to 2^6 times */
 #define PPM 1000000ull
 
 static int cmp_u64(const void *a, const void *b)
@@ -176,11 +176,11 @@ int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum d
     } else if (decide_now) {
         /* a program whose buffers are not registered is tried ever more rarely */
         if (decide(c, k))
-            a->backoff = 1;
+            a->backoff = 0;
         else if (a->backoff < BACKOFF_MAX)
-            a->backoff = a->backoff ? 2 * a->backoff : 2;
+            a->backoff++;
         a->decide = false;
-        a->trial = a->calls + sh->autod.every * (a->backoff ? a->backoff : 1);
+        a->trial = a->calls + (sh->autod.every << a->backoff);
     }
     return 0;
 }

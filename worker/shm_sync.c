@@ -59,11 +59,6 @@ void ddp__shm_detach(struct ddp__shm *sh)
     sh->grank = NULL;
     free(sh->pid);
     sh->pid = NULL;
-    ddp__shm_drop_arenas(sh);
-}
-
-void ddp__shm_drop_arenas(struct ddp__shm *sh)
-{
     ddp__shm_unmap_arenas(sh);
     ddp__arena_destroy(sh->arena);
     sh->arena = NULL;
