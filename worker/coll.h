@@ -21,6 +21,10 @@ void ddp__reduce_to(void *dst, const void *a, const void *b, size_t n, enum ddp_
                     enum ddp_redop op);
 void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
                         int world);
+/* And with the right operand in place: dst = op(a, dst), dst = (a + dst) / world (a rank's own
+ * elements already where the result goes, after a peer's on the left). */
+void ddp__reduce_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, enum ddp_redop op);
+void ddp__reduce_avg_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, int world);
 /* buf[i] /= world, for DDP_AVG after the sum. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
 

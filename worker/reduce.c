@@ -75,37 +75,45 @@ uint16_t ddp__f32_to_f16(float x)
 }
 
 /*
- * The kernels, written once for both forms: in place, d[i] = op(d[i], s[i]) (A is d_), and
+ * The kernels, written once for three forms: in place, d[i] = op(d[i], s[i]) (A is d_, B s_);
  * into a third buffer, d[i] = op(a[i], s[i]) (A is a_, declared by the caller's macro), so
- * the first step of a reduction need not copy a into d first. Same operations, same bits.
+ * the first step of a reduction need not copy a into d first; and in place on the right,
+ * d[i] = op(a[i], d[i]) (A is a_, B d_), for a rank whose own elements are the right operand
+ * and already lie where the result goes. Same operations in the same order, same bits.
  */
-#define REDUCE_LOOP(T, d, s, n, op, A)                                                             \
+#define REDUCE_LOOP(T, d, s, n, op, A, B)                                                          \
     do {                                                                                           \
         T *restrict d_ = (T *)(d);                                                                 \
         const T *restrict s_ = (const T *)(s);                                                     \
+        (void)s_;                                                                                  \
         switch (op) {                                                                              \
         case DDP_SUM:                                                                              \
         case DDP_AVG:                                                                              \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = A[i] + s_[i];                                                              \
+                d_[i] = A[i] + B[i];                                                               \
             break;                                                                                 \
         case DDP_MAX:                                                                              \
-            for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = s_[i] > A[i] ? s_[i] : A[i];                                               \
+            for (size_t i = 0; i < (n); i++) {                                                     \
+                T r_ = B[i];                                                                       \
+                d_[i] = r_ > A[i] ? r_ : A[i];                                                     \
+            }                                                                                      \
             break;                                                                                 \
         case DDP_MIN:                                                                              \
-            for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = s_[i] < A[i] ? s_[i] : A[i];                                               \
+            for (size_t i = 0; i < (n); i++) {                                                     \
+                T r_ = B[i];                                                                       \
+                d_[i] = r_ < A[i] ? r_ : A[i];                                                     \
+            }                                                                                      \
             break;                                                                                 \
         }                                                                                          \
     } while (0)
 
-#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F, A)                                                  \
+#define REDUCE_HALF(d, s, n, op, TO_F, FROM_F, A, B)                                               \
     do {                                                                                           \
         uint16_t *d_ = (uint16_t *)(d);                                                            \
         const uint16_t *s_ = (const uint16_t *)(s);                                                \
+        (void)s_;                                                                                  \
         for (size_t i = 0; i < (n); i++) {                                                         \
-            float l_ = TO_F(A[i]), r_ = TO_F(s_[i]);                                               \
+            float l_ = TO_F(A[i]), r_ = TO_F(B[i]);                                                \
             float r = (op) == DDP_MAX   ? (r_ > l_ ? r_ : l_)                                      \
                       : (op) == DDP_MIN ? (r_ < l_ ? r_ : l_)                                      \
                                         : l_ + r_;                                                 \
@@ -115,15 +123,16 @@ uint16_t ddp__f32_to_f16(float x)
 
 /* Signed integer sums wrap (two's complement), as in NCCL and Gloo; done unsigned to be
  * defined behaviour. */
-#define REDUCE_INT(T, UT, d, s, n, op, A)                                                          \
+#define REDUCE_INT(T, UT, d, s, n, op, A, B)                                                       \
     do {                                                                                           \
         if ((op) == DDP_SUM || (op) == DDP_AVG) {                                                  \
             UT *restrict d_ = (UT *)(d);                                                           \
             const UT *restrict s_ = (const UT *)(s);                                               \
+            (void)s_;                                                                              \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = (UT)A[i] + s_[i];                                                          \
+                d_[i] = (UT)A[i] + (UT)B[i];                                                       \
         } else {                                                                                   \
-            REDUCE_LOOP(T, d, s, n, op, A);                                                        \
+            REDUCE_LOOP(T, d, s, n, op, A, B);                                                     \
         }                                                                                          \
     } while (0)
 
@@ -133,45 +142,45 @@ uint16_t ddp__f32_to_f16(float x)
     (void)a_
 
 /* The kernels for every dtype; A names the left operand (d_ in place, a_ from a). */
-#define REDUCE_ALL(dt, dst, a, src, n, op, A)                                                      \
+#define REDUCE_ALL(dt, dst, a, src, n, op, A, B)                                                   \
     do {                                                                                           \
         switch (dt) {                                                                              \
         case DDP_F32: {                                                                            \
             LEFT(float, a);                                                                        \
-            REDUCE_LOOP(float, dst, src, n, op, A);                                                \
+            REDUCE_LOOP(float, dst, src, n, op, A, B);                                             \
         } break;                                                                                   \
         case DDP_F64: {                                                                            \
             LEFT(double, a);                                                                       \
-            REDUCE_LOOP(double, dst, src, n, op, A);                                               \
+            REDUCE_LOOP(double, dst, src, n, op, A, B);                                            \
         } break;                                                                                   \
         case DDP_I32: {                                                                            \
             LEFT(int32_t, a);                                                                      \
-            REDUCE_INT(int32_t, uint32_t, dst, src, n, op, A);                                     \
+            REDUCE_INT(int32_t, uint32_t, dst, src, n, op, A, B);                                  \
         } break;                                                                                   \
         case DDP_I64: {                                                                            \
             LEFT(int64_t, a);                                                                      \
-            REDUCE_INT(int64_t, uint64_t, dst, src, n, op, A);                                     \
+            REDUCE_INT(int64_t, uint64_t, dst, src, n, op, A, B);                                  \
         } break;                                                                                   \
         case DDP_BF16: {                                                                           \
             LEFT(uint16_t, a);                                                                     \
-            REDUCE_HALF(dst, src, n, op, ddp__bf16_to_f32, ddp__f32_to_bf16, A);                   \
+            REDUCE_HALF(dst, src, n, op, ddp__bf16_to_f32, ddp__f32_to_bf16, A, B);                \
         } break;                                                                                   \
         case DDP_F16: {                                                                            \
             LEFT(uint16_t, a);                                                                     \
-            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16, A);                     \
+            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16, A, B);                  \
         } break;                                                                                   \
         }                                                                                          \
     } while (0)
 
 void ddp__reduce(void *dst, const void *src, size_t n, enum ddp_dtype dt, enum ddp_redop op)
 {
-    REDUCE_ALL(dt, dst, NULL, src, n, op, d_);
+    REDUCE_ALL(dt, dst, NULL, src, n, op, d_, s_);
 }
 
 void ddp__reduce_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
                     enum ddp_redop op)
 {
-    REDUCE_ALL(dt, dst, a, b, n, op, a_);
+    REDUCE_ALL(dt, dst, a, b, n, op, a_, s_);
 }
 
 /*
@@ -181,17 +190,18 @@ void ddp__reduce_to(void *dst, const void *a, const void *b, size_t n, enum ddp_
  * times a multiplication, and this pass ran as long as the reduction itself (perf,
  * BENCHMARKS.md "Gradient reducer").
  */
-#define AVG_LOOP(T, dst, src, n, world, A)                                                         \
+#define AVG_LOOP(T, dst, src, n, world, A, B)                                                      \
     do {                                                                                           \
         T *restrict d_ = (T *)(dst), w_ = (T)(world), inv_ = (T)1 / w_;                            \
         const T *restrict s_ = (const T *)(src);                                                   \
         bool pow2_ = (world) > 0 && ((world) & ((world)-1)) == 0;                                  \
-        if (s_ && pow2_)                                                                           \
+        (void)s_;                                                                                  \
+        if ((B) && pow2_)                                                                          \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = (A[i] + s_[i]) * inv_;                                                     \
-        else if (s_)                                                                               \
+                d_[i] = (A[i] + B[i]) * inv_;                                                      \
+        else if (B)                                                                                \
             for (size_t i = 0; i < (n); i++)                                                       \
-                d_[i] = (A[i] + s_[i]) / w_;                                                       \
+                d_[i] = (A[i] + B[i]) / w_;                                                        \
         else if (pow2_)                                                                            \
             for (size_t i = 0; i < (n); i++)                                                       \
                 d_[i] *= inv_;                                                                     \
@@ -205,10 +215,10 @@ void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world)
 {
     switch (dt) {
     case DDP_F32:
-        AVG_LOOP(float, buf, NULL, n, world, d_);
+        AVG_LOOP(float, buf, NULL, n, world, d_, s_);
         break;
     case DDP_F64:
-        AVG_LOOP(double, buf, NULL, n, world, d_);
+        AVG_LOOP(double, buf, NULL, n, world, d_, s_);
         break;
     case DDP_I32:
         for (size_t i = 0; i < n; i++)
@@ -257,9 +267,9 @@ size_t ddp_dtype_size(enum ddp_dtype dt)
 void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world)
 {
     if (dt == DDP_F32) {
-        AVG_LOOP(float, dst, src, n, world, d_);
+        AVG_LOOP(float, dst, src, n, world, d_, s_);
     } else if (dt == DDP_F64) {
-        AVG_LOOP(double, dst, src, n, world, d_);
+        AVG_LOOP(double, dst, src, n, world, d_, s_);
     } else {
         ddp__reduce(dst, src, n, dt, DDP_AVG);
         ddp__scale_avg(dst, n, dt, world);
@@ -271,12 +281,31 @@ void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum 
 {
     if (dt == DDP_F32) {
         const float *restrict a_ = a;
-        AVG_LOOP(float, dst, b, n, world, a_);
+        AVG_LOOP(float, dst, b, n, world, a_, s_);
     } else if (dt == DDP_F64) {
         const double *restrict a_ = a;
-        AVG_LOOP(double, dst, b, n, world, a_);
+        AVG_LOOP(double, dst, b, n, world, a_, s_);
     } else {
         ddp__reduce_to(dst, a, b, n, dt, DDP_AVG);
+        ddp__scale_avg(dst, n, dt, world);
+    }
+}
+
+void ddp__reduce_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, enum ddp_redop op)
+{
+    REDUCE_ALL(dt, dst, a, NULL, n, op, a_, d_);
+}
+
+void ddp__reduce_avg_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, int world)
+{
+    if (dt == DDP_F32) {
+        const float *restrict a_ = a;
+        AVG_LOOP(float, dst, NULL, n, world, a_, d_);
+    } else if (dt == DDP_F64) {
+        const double *restrict a_ = a;
+        AVG_LOOP(double, dst, NULL, n, world, a_, d_);
+    } else {
+        ddp__reduce_rev(dst, a, n, dt, DDP_AVG);
         ddp__scale_avg(dst, n, dt, world);
     }
 }

@@ -41,27 +41,54 @@ static char *slot(struct ddp__shm *sh, int j)
 /*
  * out = the slots' elements [s0, s0 + k) combined in slot order, (..((slot 0 op slot 1) op
  * slot 2)..), and with avg the last step divided by n: the bits of copying slot 0 out and
- * reducing the others into it, in fewer passes over the shard.
+ * reducing the others into it, in fewer passes over the shard. With own_in_out, out already
+ * holds this rank's own elements and its slot does not (own_in_place says where that works).
  */
-static void reduce_slots(struct ddp__shm *sh, void *out, size_t s0, size_t k, enum ddp_dtype dt,
-                         enum ddp_redop op, bool avg)
+static void reduce_slots(struct ddp__shm *sh, void *out, bool own_in_out, size_t s0, size_t k,
+                         enum ddp_dtype dt, enum ddp_redop op, bool avg)
 {
     size_t esz = ddp_dtype_size(dt), off = s0 * esz;
     int n = sh->n;
     if (n == 1) { /* an average over one rank is the value itself */
-        memcpy(out, slot(sh, 0) + off, k * esz);
+        if (!own_in_out)
+            memcpy(out, slot(sh, 0) + off, k * esz);
         return;
     }
-    if (avg && n == 2)
+    bool last = avg && n == 2;
+    if (own_in_out && sh->me == 0) { /* out = out op slot 1 */
+        if (last)
+            ddp__reduce_avg(out, slot(sh, 1) + off, k, dt, n);
+        else
+            ddp__reduce(out, slot(sh, 1) + off, k, dt, op);
+    } else if (own_in_out) { /* local rank 1: out = slot 0 op out */
+        if (last)
+            ddp__reduce_avg_rev(out, slot(sh, 0) + off, k, dt, n);
+        else
+            ddp__reduce_rev(out, slot(sh, 0) + off, k, dt, op);
+    } else if (last) {
         ddp__reduce_avg_to(out, slot(sh, 0) + off, slot(sh, 1) + off, k, dt, n);
-    else
+    } else {
         ddp__reduce_to(out, slot(sh, 0) + off, slot(sh, 1) + off, k, dt, op);
+    }
     for (int j = 2; j < n; j++) {
         if (avg && j == n - 1)
             ddp__reduce_avg(out, slot(sh, j) + off, k, dt, n);
         else
             ddp__reduce(out, slot(sh, j) + off, k, dt, op);
     }
+}
+
+/*
+ * Whether this rank's own elements of its shard can stay in its buffer instead of going
+ * through its slot, which nobody else reads there (each rank reads only its own shard of the
+ * others' slots): the reduction's first pass reads them there, as the left operand (local rank
+ * 0) or the right (local rank 1), before it writes the result over them. A later rank's
+ * elements are read after out holds partial results, so they still go through the slot. It
+ * saves a shard of the copying in on those two ranks: half of it at 2 ranks.
+ */
+static bool own_in_place(const struct ddp__shm *sh)
+{
+    return sh->me < 2;
 }
 
 /*
@@ -119,21 +146,27 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
         /* This rank's shard of the round: elements [s0, s1). */
         size_t s0 = m * (size_t)me / (size_t)n, s1 = m * (size_t)(me + 1) / (size_t)n;
         char *mine = slot(sh, me);
-        /* Phase 1: copy in. */
-        ddp__pieces_read(&v, done, m, mine);
+        char *out = s1 > s0 ? ddp__pieces_span(&v, done + s0, s1 - s0) : NULL;
+        bool own = out && own_in_place(sh);
+        /* Phase 1: copy in (only the other ranks' shards where ours is read in place). */
+        if (own) {
+            ddp__pieces_read(&v, done, s0, mine);
+            ddp__pieces_read(&v, done + s1, m - s1, mine + s1 * esz);
+        } else {
+            ddp__pieces_read(&v, done, m, mine);
+        }
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
          * it in our slot (the others read other shards of our slot meanwhile). */
         if (s1 > s0) {
-            char *out = ddp__pieces_span(&v, done + s0, s1 - s0);
             bool scattered = !out;
             if (scattered)
                 out = c->scratch;
             /* On one node an average divides in the pass that adds the last slot; the first
              * pass reads slots 0 and 1 (no copy of slot 0 first). */
             bool fuse = op == DDP_AVG && !c->cross;
-            reduce_slots(sh, out, s0, s1 - s0, dt, op, fuse);
+            reduce_slots(sh, out, own, s0, s1 - s0, dt, op, fuse);
             if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, fuse ? DDP_SUM : op)) < 0)
                 return e;
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
@@ -216,7 +249,7 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Block me, summed over the slots in slot order (the same order on every rank). */
-        reduce_slots(sh, out + done * esz, (size_t)c->rank * m, m, dt, op, op == DDP_AVG);
+        reduce_slots(sh, out + done * esz, false, (size_t)c->rank * m, m, dt, op, op == DDP_AVG);
         sh->seq += 1;
         sh->round++;
     }

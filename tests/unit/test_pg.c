@@ -117,9 +117,11 @@ TEST(averages_give_the_bits_of_a_division_in_one_pass_or_two)
 }
 
 /* The three-operand kernels (the first step of a shard's reduction, slot 0 op slot 1 into the
- * output) give the bits of copying the left operand out and reducing in place, for every
- * dtype and op, NaNs and subnormals included (random bit patterns). */
-TEST(three_operand_kernels_give_the_bits_of_copy_then_reduce)
+ * output) and the right-in-place ones (slot 0 op our own elements, where they lie) give the
+ * bits of copying the left operand out and reducing in place, for every dtype and op, NaNs
+ * and subnormals included (random bit patterns: max and min are not symmetric in NaNs, so an
+ * operand order swapped would show). */
+TEST(three_operand_and_right_in_place_kernels_give_the_bits_of_copy_then_reduce)
 {
     enum { K = 4099 };
     static uint8_t a[K * 8], b[K * 8], want[K * 8], got[K * 8];
@@ -139,11 +141,17 @@ TEST(three_operand_kernels_give_the_bits_of_copy_then_reduce)
             memset(got, 0xa5, bytes);
             ddp__reduce_to(got, a, b, K, dts[t], ops[o]);
             ASSERT_TRUE(memcmp(got, want, bytes) == 0);
+            memcpy(got, b, bytes);
+            ddp__reduce_rev(got, a, K, dts[t], ops[o]);
+            ASSERT_TRUE(memcmp(got, want, bytes) == 0);
         }
         for (int world = 2; world <= 3; world++) {
             memcpy(want, a, bytes);
             ddp__reduce_avg(want, b, K, dts[t], world);
             ddp__reduce_avg_to(got, a, b, K, dts[t], world);
+            ASSERT_TRUE(memcmp(got, want, bytes) == 0);
+            memcpy(got, b, bytes);
+            ddp__reduce_avg_rev(got, a, K, dts[t], world);
             ASSERT_TRUE(memcmp(got, want, bytes) == 0);
         }
     }
