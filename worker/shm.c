@@ -25,6 +25,9 @@
 
 #include "common/banned.h"
 
+/* Bytes of a shard reduced, then copied into our slot, at a time on one node (L1-sized). */
+#define PUBLISH_BYTES ((size_t)16 << 10)
+
 /*
  * Rank j's slot in the current round. Rounds alternate between two sets of slots, so a round
  * needs no closing barrier: a rank writes set A again only in the round after next, after it
@@ -166,10 +169,17 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             /* On one node an average divides in the pass that adds the last slot; the first
              * pass reads slots 0 and 1 (no copy of slot 0 first). */
             bool fuse = op == DDP_AVG && !c->cross;
-            reduce_slots(sh, out, own, s0, s1 - s0, dt, op, fuse);
-            if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, fuse ? DDP_SUM : op)) < 0)
-                return e;
-            memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
+            /* On one node the shard is final as reduced: published a piece at a time, while the
+             * piece is still in the L1 (across nodes, after the ring's all-reduce). */
+            size_t step = c->cross ? s1 - s0 : PUBLISH_BYTES / esz;
+            for (size_t k0 = s0; k0 < s1; k0 += step) {
+                size_t k = s1 - k0 < step ? s1 - k0 : step;
+                char *o = out + (k0 - s0) * esz;
+                reduce_slots(sh, o, own, k0, k, dt, op, fuse);
+                if ((e = ddp__shm_shard_done(c, o, k, dt, fuse ? DDP_SUM : op)) < 0)
+                    return e;
+                memcpy(mine + k0 * esz, o, k * esz);
+            }
             if (scattered)
                 ddp__pieces_write(&v, done + s0, s1 - s0, out);
         }
