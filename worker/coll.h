@@ -104,6 +104,9 @@ struct ddp__shm_ctrl {
      * per byte over the slots' in parts per million (0: not measured), written before the
      * step that follows. */
     uint64_t auto_ratio[DDP__AUTO_CLASSES];
+    /* The CPU this rank published its last step from: a peer waiting on the same CPU yields at
+     * once instead of spinning (we cannot arrive while it spins). */
+    _Atomic int32_t cpu;
 };
 
 struct ddp__arena;
@@ -137,6 +140,7 @@ struct ddp__shm {
     size_t slot_bytes;
     uint64_t seq;   /* barriers passed, the same on every rank of the node */
     uint64_t round; /* rounds done (their parity picks the set of slots) */
+    int cpu;        /* where we published our last step from (sched_getcpu) */
     /* Single-copy all-reduce (worker/shm_direct.c) from direct_min bytes (0: never): peers'
      * buffers read where they are, through the arenas every local rank maps (ddp_pg_mem_alloc)
      * or cross-memory attach (cma: every rank of the group may read its local peers' memory

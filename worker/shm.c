@@ -149,15 +149,13 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
         /* This rank's shard of the round: elements [s0, s1). */
         size_t s0 = m * (size_t)me / (size_t)n, s1 = m * (size_t)(me + 1) / (size_t)n;
         char *mine = slot(sh, me);
+        /* Phase 1: copy in (only the other ranks' shards where ours is read in place), moving
+         * forward through the pieces. */
+        ddp__pieces_read(&v, done, s0, mine);
         char *out = s1 > s0 ? ddp__pieces_span(&v, done + s0, s1 - s0) : NULL;
         bool own = out && own_in_place(sh);
-        /* Phase 1: copy in (only the other ranks' shards where ours is read in place). */
-        if (own) {
-            ddp__pieces_read(&v, done, s0, mine);
-            ddp__pieces_read(&v, done + s1, m - s1, mine + s1 * esz);
-        } else {
-            ddp__pieces_read(&v, done, m, mine);
-        }
+        size_t from = own ? s1 : s0;
+        ddp__pieces_read(&v, done + from, m - from, mine + from * esz);
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish

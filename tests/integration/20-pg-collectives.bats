@@ -48,10 +48,14 @@ teardown() {
   done
 }
 
-@test "shared memory with tiny slots (many rounds per all-reduce) agrees with the reference" {
+@test "shared memory with tiny slots (many rounds per all-reduce) agrees with the reference, also with every rank on one CPU" {
   printf 'command: [%s, matrix]\nnproc_per_node: 3\nenv: {DDP_PG_SHM_SLOT_BYTES: "4096"}\n' "$PGTEST" >job.yaml
   run "$DDPRUN" job.yaml
   assert_success
+  # ranks that share a CPU yield to each other at once instead of spinning (worker/shm_sync.c)
+  run taskset -c 0 "$DDPRUN" job.yaml
+  assert_success
+  [ "$(grep -c 'checks passed' <<<"$output")" -eq 3 ]
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]   # the segment's name never outlives setup
 }
 
