@@ -44,50 +44,48 @@ static char *slot(struct ddp__shm *sh, int j)
 /*
  * out = the slots' elements [s0, s0 + k) combined in slot order, (..((slot 0 op slot 1) op
  * slot 2)..), and with avg the last step divided by n: the bits of copying slot 0 out and
- * reducing the others into it, in fewer passes over the shard. With own_in_out, out already
- * holds this rank's own elements and its slot does not (own_in_place says where that works).
+ * reducing the others into it, in fewer passes over the shard. With own, this rank's elements
+ * are read there instead of from its slot (which then need not hold them: nobody else reads a
+ * rank's own shard of its slot). own may be out itself only on local ranks 0 and 1, whose
+ * elements the first pass reads before it writes out (own_in_place).
  */
-static void reduce_slots(struct ddp__shm *sh, void *out, bool own_in_out, size_t s0, size_t k,
+static void reduce_slots(struct ddp__shm *sh, void *out, const void *own, size_t s0, size_t k,
                          enum ddp_dtype dt, enum ddp_redop op, bool avg)
 {
     size_t esz = ddp_dtype_size(dt), off = s0 * esz;
     int n = sh->n;
+    const void *in[2] = {NULL, NULL};
+    for (int j = 0; j < 2 && j < n; j++)
+        in[j] = own && j == sh->me ? own : slot(sh, j) + off;
     if (n == 1) { /* an average over one rank is the value itself */
-        if (!own_in_out)
-            memcpy(out, slot(sh, 0) + off, k * esz);
+        if (in[0] != out)
+            memcpy(out, in[0], k * esz);
         return;
     }
     bool last = avg && n == 2;
-    if (own_in_out && sh->me == 0) { /* out = out op slot 1 */
-        if (last)
-            ddp__reduce_avg(out, slot(sh, 1) + off, k, dt, n);
-        else
-            ddp__reduce(out, slot(sh, 1) + off, k, dt, op);
-    } else if (own_in_out) { /* local rank 1: out = slot 0 op out */
-        if (last)
-            ddp__reduce_avg_rev(out, slot(sh, 0) + off, k, dt, n);
-        else
-            ddp__reduce_rev(out, slot(sh, 0) + off, k, dt, op);
-    } else if (last) {
-        ddp__reduce_avg_to(out, slot(sh, 0) + off, slot(sh, 1) + off, k, dt, n);
-    } else {
-        ddp__reduce_to(out, slot(sh, 0) + off, slot(sh, 1) + off, k, dt, op);
-    }
+    if (in[0] == out) /* out op slot 1, in place */
+        last ? ddp__reduce_avg(out, in[1], k, dt, n) : ddp__reduce(out, in[1], k, dt, op);
+    else if (in[1] == out) /* slot 0 op out, in place on the right */
+        last ? ddp__reduce_avg_rev(out, in[0], k, dt, n) : ddp__reduce_rev(out, in[0], k, dt, op);
+    else
+        last ? ddp__reduce_avg_to(out, in[0], in[1], k, dt, n)
+             : ddp__reduce_to(out, in[0], in[1], k, dt, op);
     for (int j = 2; j < n; j++) {
+        const void *x = own && j == sh->me ? own : slot(sh, j) + off;
         if (avg && j == n - 1)
-            ddp__reduce_avg(out, slot(sh, j) + off, k, dt, n);
+            ddp__reduce_avg(out, x, k, dt, n);
         else
-            ddp__reduce(out, slot(sh, j) + off, k, dt, op);
+            ddp__reduce(out, x, k, dt, op);
     }
 }
 
 /*
- * Whether this rank's own elements of its shard can stay in its buffer instead of going
- * through its slot, which nobody else reads there (each rank reads only its own shard of the
- * others' slots): the reduction's first pass reads them there, as the left operand (local rank
- * 0) or the right (local rank 1), before it writes the result over them. A later rank's
- * elements are read after out holds partial results, so they still go through the slot. It
- * saves a shard of the copying in on those two ranks: half of it at 2 ranks.
+ * Whether this rank's own elements of its all-reduce shard can stay in its buffer (where the
+ * result goes) instead of going through its slot: the reduction's first pass reads them there,
+ * as the left operand (local rank 0) or the right (local rank 1), before it writes the result
+ * over them. A later rank's elements would be read after out holds partial results, so they
+ * still go through the slot. It saves a shard of the copying in on those two ranks: half of it
+ * at 2 ranks.
  */
 static bool own_in_place(const struct ddp__shm *sh)
 {
@@ -173,7 +171,7 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             for (size_t k0 = s0; k0 < s1; k0 += step) {
                 size_t k = s1 - k0 < step ? s1 - k0 : step;
                 char *o = out + (k0 - s0) * esz;
-                reduce_slots(sh, o, own, k0, k, dt, op, fuse);
+                reduce_slots(sh, o, own ? o : NULL, k0, k, dt, op, fuse);
                 if ((e = ddp__shm_shard_done(c, o, k, dt, fuse ? DDP_SUM : op)) < 0)
                     return e;
                 memcpy(mine + k0 * esz, o, k * esz);
@@ -250,14 +248,21 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
     const char *s = send;
     char *out = recv;
     for (size_t done = 0; done < count; done += per_round) {
-        size_t m = count - done < per_round ? count - done : per_round;
-        char *mine = slot(sh, me);
+        size_t m = count - done < per_round ? count - done : per_round, len = m * esz;
+        char *mine = slot(sh, me), *o = out + done * esz;
+        /* Our own block is read where it is, unless the output overlaps it other than exactly
+         * (in place on a rank past local rank 1: see own_in_place). */
+        const char *own = s + ((size_t)c->rank * count + done) * esz;
+        bool apart = own + len <= o || o + len <= own;
+        if (!apart && !(own == o && own_in_place(sh)))
+            own = NULL;
         for (int i = 0; i < n; i++)
-            memcpy(mine + (size_t)i * m * esz, s + ((size_t)i * count + done) * esz, m * esz);
+            if (!own || i != c->rank)
+                memcpy(mine + (size_t)i * len, s + ((size_t)i * count + done) * esz, len);
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Block me, summed over the slots in slot order (the same order on every rank). */
-        reduce_slots(sh, out + done * esz, false, (size_t)c->rank * m, m, dt, op, op == DDP_AVG);
+        reduce_slots(sh, o, own, (size_t)c->rank * m, m, dt, op, op == DDP_AVG);
         sh->seq += 1;
         sh->round++;
     }
