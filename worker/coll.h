@@ -215,6 +215,9 @@ void ddp__pieces_read(struct ddp__pieces *v, size_t off, size_t count, void *dst
 void ddp__pieces_write(struct ddp__pieces *v, size_t off, size_t count, const void *src);
 /* Elements [off, off + count) in place when one piece holds them all, else NULL. */
 void *ddp__pieces_span(struct ddp__pieces *v, size_t off, size_t count);
+/* Element off in place, and *count cut to what its piece holds from there (off inside the
+ * total). */
+void *ddp__pieces_run(struct ddp__pieces *v, size_t off, size_t *count);
 
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);

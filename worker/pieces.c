@@ -64,3 +64,14 @@ void *ddp__pieces_span(struct ddp__pieces *v, size_t off, size_t count)
         return NULL;
     return (char *)v->p[v->at].data + (off - v->at_off) * v->esz;
 }
+
+void *ddp__pieces_run(struct ddp__pieces *v, size_t off, size_t *count)
+{
+    seek(v, off);
+    if (v->at >= v->n)
+        return NULL;
+    size_t left = v->at_off + v->p[v->at].count - off;
+    if (*count > left)
+        *count = left;
+    return (char *)v->p[v->at].data + (off - v->at_off) * v->esz;
+}

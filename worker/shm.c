@@ -132,10 +132,11 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
     size_t per_round = round_elems(c, count, esz);
     struct ddp__pieces v;
     ddp__pieces_init(&v, pc, npc, esz);
-    /* A shard that straddles pieces is reduced in scratch memory. Failing here fails the
-     * group (aborted: the other ranks see it at their next step). */
+    /* Across nodes a shard that straddles pieces is gathered in scratch memory for its ring
+     * (one node reduces it piece by piece where it lies). Failing here fails the group
+     * (aborted: the other ranks see it at their next step). */
     size_t shard_max = (per_round + (size_t)n - 1) / (size_t)n * esz;
-    if (npc > 1 && c->scratch_len < shard_max) {
+    if (npc > 1 && c->cross && c->scratch_len < shard_max) {
         void *p = realloc(c->scratch, shard_max);
         if (!p)
             return DDP_ENOMEM;
@@ -150,33 +151,33 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
         /* Phase 1: copy in (only the other ranks' shards where ours is read in place), moving
          * forward through the pieces. */
         ddp__pieces_read(&v, done, s0, mine);
-        char *out = s1 > s0 ? ddp__pieces_span(&v, done + s0, s1 - s0) : NULL;
-        bool own = out && own_in_place(sh);
+        char *whole = c->cross && s1 > s0 ? ddp__pieces_span(&v, done + s0, s1 - s0) : NULL;
+        bool own = own_in_place(sh) && (!c->cross || whole);
         size_t from = own ? s1 : s0;
         ddp__pieces_read(&v, done + from, m - from, mine + from * esz);
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
         /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
          * it in our slot (the others read other shards of our slot meanwhile). */
-        if (s1 > s0) {
-            bool scattered = !out;
-            if (scattered)
-                out = c->scratch;
-            /* On one node an average divides in the pass that adds the last slot; the first
-             * pass reads slots 0 and 1 (no copy of slot 0 first). */
-            bool fuse = op == DDP_AVG && !c->cross;
-            /* On one node the shard is final as reduced: published a piece at a time, while the
-             * piece is still in the L1 (across nodes, after the ring's all-reduce). */
-            size_t step = c->cross ? s1 - s0 : PUBLISH_BYTES / esz;
-            for (size_t k0 = s0; k0 < s1; k0 += step) {
-                size_t k = s1 - k0 < step ? s1 - k0 : step;
-                char *o = out + (k0 - s0) * esz;
-                reduce_slots(sh, o, own ? o : NULL, k0, k, dt, op, fuse);
-                if ((e = ddp__shm_shard_done(c, o, k, dt, fuse ? DDP_SUM : op)) < 0)
-                    return e;
+        if (s1 > s0 && !c->cross) {
+            /* On one node the shard is final as reduced (an average divides in the pass that
+             * adds the last slot): reduced where it lies, 16 KiB or up to a piece's end at a
+             * time, and published while that part is still in the L1. */
+            for (size_t k0 = s0, k; k0 < s1; k0 += k) {
+                k = s1 - k0 < PUBLISH_BYTES / esz ? s1 - k0 : PUBLISH_BYTES / esz;
+                char *o = ddp__pieces_run(&v, done + k0, &k);
+                reduce_slots(sh, o, own ? o : NULL, k0, k, dt, op, op == DDP_AVG);
                 memcpy(mine + k0 * esz, o, k * esz);
             }
-            if (scattered)
+        } else if (s1 > s0) {
+            /* Across nodes: the node's sum all-reduced with the other nodes' on our ring, then
+             * published. */
+            char *out = whole ? whole : c->scratch;
+            reduce_slots(sh, out, own ? out : NULL, s0, s1 - s0, dt, op, false);
+            if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, op)) < 0)
+                return e;
+            memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
+            if (!whole)
                 ddp__pieces_write(&v, done + s0, s1 - s0, out);
         }
         if ((e = ddp__shm_step(c, 2)) < 0)
