@@ -16,6 +16,8 @@
  * neither).
  * An impl ending in "-rs" (ddp-tcp-rs) times reduce-scatter instead: each rank's input is the
  * size, its output a world-th of it; busbw = algbw * (n-1)/n (nccl-tests' reduce_scatter).
+ * An impl ending in "-pc" all-reduces the buffer as pieces (ddp_pg_allreduce_pieces, the
+ * reducer's copy mode) of AR_PIECE_BYTES each (default 100000, the last one shorter).
  */
 #include "common/util.h"
 #include "worker/pg.h"
@@ -137,6 +139,11 @@ int main(int argc, char **argv)
     size_t rl = strlen(impl);
     bool rs = rl > 3 && strcmp(impl + rl - 3, "-rs") == 0;
     float *out = rs ? malloc(maxb / (size_t)n + 4) : NULL;
+    bool pcs = rl > 3 && strcmp(impl + rl - 3, "-pc") == 0;
+    size_t piece = getenv("AR_PIECE_BYTES") ? (size_t)atol(getenv("AR_PIECE_BYTES")) / 4 : 25000;
+    if (piece == 0)
+        piece = 1;
+    struct ddp_piece *pc = pcs ? malloc((maxb / 4 / piece + 1) * sizeof(*pc)) : NULL;
     /* optional: one size only (argv[2] bytes), argv[3] times (profiling) */
     size_t only = argc > 2 ? (size_t)atol(argv[2]) : 0;
     int only_it = argc > 3 ? atoi(argv[3]) : 0;
@@ -148,7 +155,10 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < count; i++)
             buf[i] = 1.0f;
         size_t part = count / (size_t)n; /* reduce-scatter: elements per rank */
-        for (int i = -3; i < it; i++) {  /* 3 warm-up calls, untimed */
+        size_t npc = 0;
+        for (size_t off = 0; pcs && off < count; off += piece, npc++)
+            pc[npc] = (struct ddp_piece){buf + off, count - off < piece ? count - off : piece};
+        for (int i = -3; i < it; i++) { /* 3 warm-up calls, untimed */
             if (i >= 0)
                 ddp_pg_barrier(pg);
             int cpu0 = trace ? sched_getcpu() : 0;
@@ -156,8 +166,9 @@ int main(int argc, char **argv)
             if (trace)
                 getrusage(RUSAGE_THREAD, &ru0);
             int64_t t0 = ddp_now_ns();
-            if ((rs ? ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM)
-                    : ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM)) != 0)
+            if ((rs    ? ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM)
+                 : pcs ? ddp_pg_allreduce_pieces(pg, pc, npc, DDP_F32, DDP_SUM, -1)
+                       : ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM)) != 0)
                 return 1;
             if (i >= 0)
                 t[i] = (double)(ddp_now_ns() - t0) / 1e3;
@@ -171,6 +182,8 @@ int main(int argc, char **argv)
             buf[i] = 1.0f;
         if (rs)
             ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM);
+        else if (pcs)
+            ddp_pg_allreduce_pieces(pg, pc, npc, DDP_F32, DDP_SUM, -1);
         else
             ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
         int wrong = 0;
@@ -191,6 +204,7 @@ int main(int argc, char **argv)
     }
     ddp_pg_mem_free(pg, buf); /* either kind */
     free(out);
+    free(pc);
     ddp_pg_free(pg);
     return 0;
 }
