@@ -254,7 +254,8 @@ int ddp__shm_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, s
         /* Our own block is read where it is, unless the output overlaps it other than exactly
          * (in place on a rank past local rank 1: see own_in_place). */
         const char *own = s + ((size_t)c->rank * count + done) * esz;
-        bool apart = own + len <= o || o + len <= own;
+        uintptr_t a = (uintptr_t)own, b = (uintptr_t)o;
+        bool apart = a + len <= b || b + len <= a;
         if (!apart && !(own == o && own_in_place(sh)))
             own = NULL;
         for (int i = 0; i < n; i++)
