@@ -259,6 +259,22 @@ size_t ddp_dtype_size(enum ddp_dtype dt)
     return 0;
 }
 
+/* The three forms of it, as REDUCE_ALL's: float types in one pass (AVG_LOOP), the others as
+ * the reduction TWO_PASS then the division. */
+#define AVG_ALL(dt, dst, a, src, n, world, A, B, TWO_PASS)                                         \
+    do {                                                                                           \
+        if ((dt) == DDP_F32) {                                                                     \
+            LEFT(float, a);                                                                        \
+            AVG_LOOP(float, dst, src, n, world, A, B);                                             \
+        } else if ((dt) == DDP_F64) {                                                              \
+            LEFT(double, a);                                                                       \
+            AVG_LOOP(double, dst, src, n, world, A, B);                                            \
+        } else {                                                                                   \
+            TWO_PASS;                                                                              \
+            ddp__scale_avg(dst, n, dt, world);                                                     \
+        }                                                                                          \
+    } while (0)
+
 /*
  * dst = (dst + src) / world in one pass: the last step of an average, the same two
  * operations per element as ddp__reduce then ddp__scale_avg (so the same bits), reading and
@@ -266,29 +282,13 @@ size_t ddp_dtype_size(enum ddp_dtype dt)
  */
 void ddp__reduce_avg(void *dst, const void *src, size_t n, enum ddp_dtype dt, int world)
 {
-    if (dt == DDP_F32) {
-        AVG_LOOP(float, dst, src, n, world, d_, s_);
-    } else if (dt == DDP_F64) {
-        AVG_LOOP(double, dst, src, n, world, d_, s_);
-    } else {
-        ddp__reduce(dst, src, n, dt, DDP_AVG);
-        ddp__scale_avg(dst, n, dt, world);
-    }
+    AVG_ALL(dt, dst, NULL, src, n, world, d_, s_, ddp__reduce(dst, src, n, dt, DDP_AVG));
 }
 
 void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum ddp_dtype dt,
                         int world)
 {
-    if (dt == DDP_F32) {
-        const float *restrict a_ = a;
-        AVG_LOOP(float, dst, b, n, world, a_, s_);
-    } else if (dt == DDP_F64) {
-        const double *restrict a_ = a;
-        AVG_LOOP(double, dst, b, n, world, a_, s_);
-    } else {
-        ddp__reduce_to(dst, a, b, n, dt, DDP_AVG);
-        ddp__scale_avg(dst, n, dt, world);
-    }
+    AVG_ALL(dt, dst, a, b, n, world, a_, s_, ddp__reduce_to(dst, a, b, n, dt, DDP_AVG));
 }
 
 void ddp__reduce_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, enum ddp_redop op)
@@ -298,14 +298,5 @@ void ddp__reduce_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, enum
 
 void ddp__reduce_avg_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, int world)
 {
-    if (dt == DDP_F32) {
-        const float *restrict a_ = a;
-        AVG_LOOP(float, dst, NULL, n, world, a_, d_);
-    } else if (dt == DDP_F64) {
-        const double *restrict a_ = a;
-        AVG_LOOP(double, dst, NULL, n, world, a_, d_);
-    } else {
-        ddp__reduce_rev(dst, a, n, dt, DDP_AVG);
-        ddp__scale_avg(dst, n, dt, world);
-    }
+    AVG_ALL(dt, dst, a, NULL, n, world, a_, d_, ddp__reduce_rev(dst, a, n, dt, DDP_AVG));
 }
