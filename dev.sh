@@ -63,7 +63,7 @@ test)
   echo "== [${SECONDS} s] TSan: unit tests (the threaded client and server)"
   build tsan
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-    ctest --test-dir build/tsan --output-on-failure -L unit
+    ctest --test-dir build/tsan --output-on-failure -L unit -j "$JOBS"
   echo "== [${SECONDS} s] TSan: the launcher and agent threads (store, lease watcher, heartbeats) in elastic jobs"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
     bats --timing --print-output-on-failure -f "failed worker|fails once|hung node" \
@@ -78,20 +78,35 @@ test)
   build fuzz
   # -timeout: an input that takes seconds (quadratic key handling, say) is a failure too;
   # -max_len: room for deep nesting and many keys; job_spec gets a dictionary of YAML tokens;
-  # torch_store sends each input to a real server's TCPStore port.
+  # torch_store sends each input to a real server's TCPStore port. $JOBS fuzzers at once,
+  # each on a core of its own for its whole time; each writes its log, status and failing
+  # inputs under build/fuzz/ with its own name.
+  fuzzers=()
   for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
     json:corpus-json: profile:corpus-profile:-max_len=8192; do
     IFS=: read -r name corpus extra <<<"$t"
-    echo "== [${SECONDS} s] libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
+    fuzzers+=("$name")
     mkdir -p "build/fuzz/$corpus"
+    rm -f "build/fuzz/$name".rc "build/fuzz/$name"-{crash,timeout,oom,leak}-*
+    if [ "${#fuzzers[@]}" -gt "$JOBS" ]; then wait -n || true; fi # one ended: its core is free
+    echo "== [${SECONDS} s] libFuzzer: $name, ${FUZZ_SECONDS:-30} s"
     # shellcheck disable=SC2086
-    # The whole log is kept: on a failure, its report (the sanitizer's stack or the abort's
-    # place, and the input in hex) is what CI shows, not only the final statistics.
-    if ! ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
-      -timeout=10 -max_len=65536 $extra "build/fuzz/$corpus" "tests/fuzz/$corpus" \
-      >"build/fuzz/$name.log" 2>&1; then
+    (
+      rc=0
+      ./build/fuzz/tests/fuzz_"$name" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
+        -timeout=10 -max_len=65536 -artifact_prefix="build/fuzz/$name-" $extra \
+        "build/fuzz/$corpus" "tests/fuzz/$corpus" >"build/fuzz/$name.log" 2>&1 || rc=$?
+      echo "$rc" >"build/fuzz/$name.rc"
+    ) &
+  done
+  wait
+  for name in "${fuzzers[@]}"; do
+    echo "== libFuzzer: $name"
+    if [ "$(cat "build/fuzz/$name.rc" 2>/dev/null)" != 0 ]; then
+      # The whole log is kept: on a failure, its report (the sanitizer's stack or the abort's
+      # place, and the input in hex) is what CI shows, not only the final statistics.
       sed -n '/^==[0-9]*==\|^ERROR\|^SUMMARY\|^Deadly\|deadly signal/,$p' "build/fuzz/$name.log" | head -n 120
-      for a in crash-* timeout-* oom-* leak-*; do
+      for a in "build/fuzz/$name"-{crash,timeout,oom,leak}-*; do
         [ -f "$a" ] && echo "input $a: $(od -An -c "$a" | head -c 4000)"
       done
       echo "dev.sh: fuzz_$name found a failing input (above)" >&2

@@ -704,6 +704,11 @@ void ddp__sup_finish(const char *why, int rc)
             a->state = DDP__NS_STOPPING;
         } else {
             ddp__nodes_close(&L.nodes, (int)i);
+            /* An agent that never answered has no workers to stop and may never read the
+             * close (a node hung before its agent ran): it is ended now, not after
+             * stop_grace + a few seconds. */
+            if (a->state == DDP__NS_JOINING)
+                ddp__nodes_end(&L.nodes, (int)i, 1);
         }
     }
     /* Whatever the nodes do (a hung node never answers), the stop ends: the workers have

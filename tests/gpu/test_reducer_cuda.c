@@ -91,7 +91,7 @@ static void run_case(struct ddp_pg *pg, cudaStream_t cs, bool view, bool overlap
     static struct timeline tl;
     float *own[LAYERS], *grad[LAYERS], *data[LAYERS];
     struct ddp_param ps[LAYERS];
-    char names[LAYERS][16];
+    char names[LAYERS][24]; /* "layer" and any int */
     for (int l = 0; l < LAYERS; l++) {
         cudaMalloc((void **)&data[l], ELEMS * sizeof(float));
         cudaMemset(data[l], 0, ELEMS * sizeof(float));

@@ -91,6 +91,21 @@ assert_nothing_left() {
   assert_nothing_left
 }
 
+@test "an agent that hangs while stopping (SIGSTOPped with its ranks) is ended after stop_grace + 5 s, and nothing is left" {
+  start_job
+  kill -STOP -- "-$AGENT"   # the agent and its ranks: a node hung (D state, a frozen VM)
+  t0=$(date +%s.%N)
+  kill -INT "$DDP"
+  rc=0; wait "$DDP" || rc=$?
+  t1=$(date +%s.%N)
+  cat out.txt
+  [ "$rc" -eq 130 ]
+  grep -q "ddprun: 1 node agent did not stop within stop_grace + 5 s; ending them" out.txt
+  # stop_grace 1 s + 5 s for the agent to report, then its process group is ended
+  awk -v a="$t0" -v e="$t1" 'BEGIN { printf "ended after %.2f s\n", e - a; exit !(e - a > 5.5 && e - a < 20) }'
+  assert_nothing_left
+}
+
 # A rank that logs each signal it gets, with the time, and keeps running.
 logging_rank() { # file grace
   cat >sig.sh <<'SH'

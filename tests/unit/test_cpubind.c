@@ -99,7 +99,7 @@ TEST(cores_keep_their_threads_and_go_in_contiguous_blocks)
     ASSERT_EQ(sh, 1);
     ASSERT_STREQ(rank_cpus(DDP__BIND_CORE, "0-7", 2, 1, &sh), "2-3,6-7");
     for (int i = 0; i < 4; i++) {
-        char want[16];
+        char want[32]; /* two of any int */
         snprintf(want, sizeof(want), "%d,%d", i, i + 4);
         ASSERT_STREQ(rank_cpus(DDP__BIND_CORE, "0-7", 4, i, &sh), want);
     }

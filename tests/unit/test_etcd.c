@@ -511,7 +511,7 @@ TEST(the_store_api_on_etcd_keeps_its_meaning_under_a_prefix)
         pthread_join(th[r], NULL);
         ASSERT_EQ(ad[r].rc, 0);
         for (int k = 0; k < 4; k++) {
-            char want[16];
+            char want[24]; /* "rank " and any int */
             snprintf(want, sizeof(want), "rank %d", k);
             ASSERT_STREQ((char *)ad[r].vals[k].data, want);
         }
