@@ -12,7 +12,8 @@
  * transition is said to the views and written to events.jsonl.
  *
  * Stopping is bounded: members get stop_grace, their agents a few seconds more, then the
- * agents are ended through their provisioners (ddp__sup_escalate).
+ * agents are ended through their provisioners (cli/sup_stop.c); an agent that never
+ * answered (hung on start) has no workers and is ended at once.
  */
 #include "cli/pipe_layout.h"
 #include "cli/supervisor.h"
@@ -704,10 +705,7 @@ void ddp__sup_finish(const char *why, int rc)
             a->state = DDP__NS_STOPPING;
         } else {
             ddp__nodes_close(&L.nodes, (int)i);
-            /* An agent that never answered has no workers to stop and may never read the
-             * close (a node hung before its agent ran): it is ended now, not after
-             * stop_grace + a few seconds. */
-            if (a->state == DDP__NS_JOINING)
+            if (a->state == DDP__NS_JOINING) /* never answered: no workers, maybe no agent */
                 ddp__nodes_end(&L.nodes, (int)i, 1);
         }
     }
@@ -716,44 +714,6 @@ void ddp__sup_finish(const char *why, int rc)
     ddp_timer_start(L.loop, &L.stop_deadline, L.job->stop_grace_ms + DDP__SUP_STOP_SLACK_MS);
     if (ddp__nodes_all_gone(&L.nodes))
         ddp_loop_stop(L.loop);
-}
-
-/*
- * Ends every agent process still there, through its provisioner: at level 1 a local agent
- * with its process group (its workers too), an SSH bridge with SIGTERM, on which it has the
- * remote session killed and closes. Two seconds later (level 2), whatever is left is
- * SIGKILLed.
- */
-void ddp__sup_escalate(void)
-{
-    if (L.escalation >= 2)
-        return;
-    L.escalation++;
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        ddp__nodes_end(&L.nodes, (int)i, L.escalation);
-    if (L.escalation == 1)
-        ddp_timer_start(L.loop, &L.force, 2000);
-}
-
-static void on_stop_deadline(struct ddp_loop *loop, struct ddp_timer *t)
-{
-    (void)loop;
-    (void)t;
-    int left = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        left += ddp__nodes_pid(&L.nodes, (int)i) > 0;
-    if (!left)
-        return;
-    ddp__sup_say("ddprun: %d node agent%s did not stop within stop_grace + %d s; ending them", left,
-                 left == 1 ? "" : "s", DDP__SUP_STOP_SLACK_MS / 1000);
-    ddp__sup_escalate();
-}
-
-static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
-{
-    (void)loop;
-    (void)t;
-    ddp__sup_escalate();
 }
 
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
@@ -793,8 +753,7 @@ void ddp__sup_open(void)
 void ddp__sup_timers_init(void)
 {
     ddp_timer_init(&L.tick, on_tick);
-    ddp_timer_init(&L.force, on_force);
-    ddp_timer_init(&L.stop_deadline, on_stop_deadline);
+    ddp__sup_stop_timers_init();
     ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
     ddp_timer_init(&L.last_call, on_last_call);
     ddp_timer_init(&L.retry, on_retry);

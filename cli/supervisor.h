@@ -123,7 +123,7 @@ struct ddp__sup {
     struct ddp_timer keepalive;
 };
 
-/* The one supervisor of this process (cli/rounds.c). */
+/* The one supervisor of this process (cli/ranks.c). */
 extern struct ddp__sup ddp__S;
 
 /* ---- cli/rounds.c, for cli/supervise.c ---- */
@@ -143,8 +143,14 @@ void ddp__sup_open(void);
 void ddp__sup_finish(const char *why, int rc);
 /* diagnose.on_hang is fail and the ranks hang: the round fails with why. */
 void ddp__sup_hang_failed(const char *why);
+
+/* ---- cli/sup_stop.c: the end of a stop ---- */
+
 /* Ends the agents that are left: level 1, then 2 (cli/nodes.h). */
 void ddp__sup_escalate(void);
+/* The stop's deadline and the kill two seconds after level 1, on the supervisor's loop. */
+void ddp__sup_stop_timers_init(void);
+
 /* ---- cli/ranks.c: the book of the round's ranks ---- */
 
 /* How rank r of the current round ended. */
