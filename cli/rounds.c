@@ -478,6 +478,10 @@ static void rdzv_close(void)
                                                   sizeof(why) - 10))) {
         free(ms);
         memcpy(why, "pipeline: ", 10);
+        for (size_t i = 0; i < j->nnodes; i++) /* no member started: each agent just leaves */
+            if (L.nd[i].state == DDP__NS_RUNNING)
+                L.nd[i].state = DDP__NS_READY;
+        L.world = L.nmembers = 0;
         rdzv_fail(why);
         return;
     }

@@ -201,6 +201,10 @@ JOB
       [ "$rc" -eq 1 ]
       grep -q "ddprun: round 1 cannot start: pipeline: the pipeline's stages take 3 ranks (replicas \[1, 1, 1\], 1 each unless pipeline.replicas says) and the job has 2: each rank runs one stage's replica; pipeline.auto plans for whatever ranks a round has" out.txt
       ! grep -q "round 1: rank" out.txt || false
+      # no member of round 1 ever started: the agents leave at once (not after stop_grace +
+      # 5 s), and the summary counts no ranks
+      ! grep -q "did not stop within stop_grace" out.txt || false
+      grep -Eq "failed after [0-9.]+ s \(0 ranks on 0 nodes, after 1 restart\)" out.txt
     fi
     # the hung node's rank is gone too
     for _ in $(seq 50); do pgrep -f "sleep 61.93" >/dev/null || break; sleep 0.1; done
