@@ -90,7 +90,7 @@ replicas_equal() { # output n
   mkdir ckpt
   ssh_job job.yaml 1 1 2 3 -- "$PY" "$TRAIN"
   cat >>job.yaml <<JOB
-env: {CKPT: $PWD/ckpt/model.pt, STEPS: "200", STEP_SLEEP: "0.05"}
+env: {CKPT: $PWD/ckpt/model.pt, STEPS: "100", STEP_SLEEP: "0.05"}
 elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
 rendezvous: {last_call: 3s}
 JOB
@@ -108,6 +108,6 @@ JOB
   grep -Eq "^\[$(sshd_addr 1):0\] resumed at step [1-9][0-9]*0$" out.txt
   out=$(grep 'params sum' out.txt)
   replicas_equal "$out" 2
-  grep -q "rank 1 of 2: params sum [-0-9.]* after 200 steps" out.txt
+  grep -q "rank 1 of 2: params sum [-0-9.]* after 100 steps" out.txt
   grep -q '"event": "membership".*"world_size": 2' logs/*/events.jsonl
 }
