@@ -83,7 +83,7 @@ test)
   # inputs under build/fuzz/ with its own name.
   fuzzers=()
   for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
-    json:corpus-json: profile:corpus-profile:-max_len=8192; do
+    json:corpus-json: profile:corpus-profile:-max_len=8192 agent_proto:corpus-agent:; do
     IFS=: read -r name corpus extra <<<"$t"
     fuzzers+=("$name")
     mkdir -p "build/fuzz/$corpus"

@@ -655,9 +655,7 @@ static void on_frames(int fd)
         } else if (type == DDP__AG_START && A.have_join && !A.have_start && !A.exiting) {
             if (ddp__agent_get_start(body, len, &A.st) < 0) {
                 fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
-                A.rc = DDP_EXIT_LAUNCH;
-                start_exit("protocol error");
-                return;
+                goto protocol_error;
             }
             A.have_start = true;
             A.stopping = false;
@@ -695,15 +693,16 @@ static void on_frames(int fd)
                 forward_signal(sig);
         } else {
             fprintf(stderr, "ddprun agent: unexpected frame %u from the launcher\n", type);
-            start_exit("protocol error");
-            return;
+            goto protocol_error;
         }
     }
     ddp_buf_compact(&A.in);
-    if (r < 0) {
-        fprintf(stderr, "ddprun agent: bad frame from the launcher\n");
-        start_exit("protocol error");
-    }
+    if (r >= 0)
+        return;
+    fprintf(stderr, "ddprun agent: bad frame from the launcher\n");
+protocol_error: /* what a launcher never sends: this node stops, status 3 */
+    A.rc = DDP_EXIT_LAUNCH;
+    start_exit("protocol error");
 }
 
 static void reap(void)

@@ -96,7 +96,9 @@ static int read_frames(struct ddp__nodes *n, int i)
                          n->job->nodes[i].host);
         n->cb.message(n->cb.arg, i, msg, (size_t)m);
         p->rx.len = p->rx.off = 0;
-        ddp__nodes_end(n, i, 2);
+        /* Level 1: an SSH bridge, still connected, has the remote session killed (SIGKILL of
+         * the bridge would leave the agent there); a local agent's process group ends. */
+        ddp__nodes_end(n, i, 1);
     }
     return 1;
 }

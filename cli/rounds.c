@@ -301,7 +301,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     }
     /* Rank frames count only from the current round's members. */
     if ((a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING) || ddp_rd_u32(&rd, &lr) < 0 ||
-        (int)lr >= L.job->nodes[i].slots)
+        lr >= (uint32_t)L.job->nodes[i].slots)
         return;
     int rank = a->rank_offset + (int)lr;
     switch (type) {

@@ -281,6 +281,67 @@ SH
   for k in 1 2; do only_sshd_in "$k"; done
 }
 
+# The agent's side of the launcher-agent protocol played by tests/integration/py/fake_agent.py.
+fake_agent() { # mode
+  printf '#!/bin/sh\nFAKE_AGENT_MODE=%s exec /usr/bin/python3 %s\n' "$1" "$REPO/tests/integration/py/fake_agent.py" >fake-$1.sh
+  chmod +x fake-$1.sh
+}
+
+@test "malformed frames from an agent: rank frames out of range, truncated or unknown are ignored; a frame over the size limit ends the node, saying so" {
+  [ -x /usr/bin/python3 ] || fail "Debian's python3 is missing"
+  sshd_start 1
+  ssh_job job.yaml 1 1 -- /bin/true
+  fake_agent ranks
+  run timeout 60 "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/fake-ranks.sh"
+  echo "$output"
+  assert_success
+  a1=$(rx "$(sshd_addr 1)")
+  assert_line --regexp "^\[$a1:0\] hello from the fake agent$"
+  assert_line --regexp "^\[$a1:0\] still running$"  # no out-of-range EXITED ended the job
+  refute_output --partial "EVIL"
+  assert_output --regexp "job [^ ]+ succeeded after"
+  # a frame longer than the protocol allows (1 MiB): the node is ended, the job fails
+  fake_agent length
+  rm -rf logs
+  SECONDS=0
+  run timeout 60 "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/fake-length.sh"
+  echo "$output"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  assert_output --partial "ddprun: error: bad frame from the agent on '$(sshd_addr 1)'; ending it"
+  [ "$SECONDS" -le 15 ]
+  for _ in $(seq 50); do pgrep -f fake_agent.py >/dev/null || break; sleep 0.1; done
+  ! pgrep -f fake_agent.py || false
+  only_sshd_in 1
+}
+
+@test "malformed frames from a launcher: the agent exits at once naming the cause, whatever it is sent" {
+  agent_fed() { # bytes (printf format) -> status, output: the agent's status and stderr
+    local t0=$SECONDS pid
+    rm -f in.fifo && mkfifo in.fifo
+    timeout 10 "$DDPRUN" agent <in.fifo >/dev/null 2>err.txt &
+    pid=$!
+    # the agent's stdin stays open after the bytes, as the launcher's pipe would: it must not
+    # wait for more
+    exec 4>in.fifo
+    printf "$1" >&4
+    status=0; wait "$pid" || status=$?
+    exec 4>&-
+    output=$(cat err.txt)
+    echo "fed '$1': status $status after $((SECONDS - t0)) s: $output"
+    [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  }
+  agent_fed '\x00\x00\x00\x00'                # a frame of length 0
+  assert_output "ddprun agent: bad frame from the launcher"
+  agent_fed '\x02\x00\x10\x00\x03'            # 1 MiB + 2: over the limit
+  assert_output "ddprun agent: bad frame from the launcher"
+  agent_fed '\x01\x00\x00\x00\x55'            # an unknown type
+  assert_output "ddprun agent: unexpected frame 85 from the launcher"
+  agent_fed '\x05\x00\x00\x00\x03\xff\xff\xff\x7f'  # JOIN whose first string claims 2 GiB
+  assert_output "ddprun agent: malformed JOIN from the launcher"
+  agent_fed '\x01\x00\x00\x00\x01'            # START before any JOIN
+  assert_output "ddprun agent: unexpected frame 1 from the launcher"
+}
+
 @test "signals across SSH: SIGUSR1 reaches remote ranks, the first SIGINT reaches them as SIGINT" {
   for k in 1 2; do sshd_start "$k"; done
   cat >sig.sh <<'SH'

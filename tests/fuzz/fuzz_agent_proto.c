@@ -1,0 +1,119 @@
+/*
+ * libFuzzer target for the frames between the launcher and a node agent (cli/agent_proto.c):
+ * arbitrary bytes are cut into frames as both ends' read paths do (ddp__agent_next, the
+ * input fed in pieces as a pipe or an SSH channel delivers it), and each JOIN, START and
+ * STATE body is parsed. A frame must lie inside the bytes given; a body that parses must
+ * encode back to exactly its bytes (the encoding is canonical: nothing is lost or invented
+ * between launcher and agent), and parse again.
+ */
+#include "cli/agent_proto.h"
+#include "common/buf.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+/* The frame re-encoded by put must be 4 length bytes, the type, then exactly body. */
+static void same_bytes(const struct ddp_buf *b, uint8_t type, const uint8_t *body, size_t len)
+{
+    if (b->len != 5 + len || b->data[4] != type || (len && memcmp(b->data + 5, body, len) != 0))
+        abort();
+}
+
+static void check_join(const uint8_t *body, size_t len)
+{
+    struct ddp__agent_join j, again;
+    if (ddp__agent_get_join(body, len, &j) != 0)
+        return;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_join(&b, &j) != 0)
+        abort();
+    same_bytes(&b, DDP__AG_JOIN, body, len);
+    if (ddp__agent_get_join(b.data + 5, b.len - 5, &again) != 0)
+        abort();
+    ddp__agent_join_release(&again);
+    ddp_buf_release(&b);
+    ddp__agent_join_release(&j);
+}
+
+static void check_start(const uint8_t *body, size_t len)
+{
+    struct ddp__agent_start st, again;
+    if (ddp__agent_get_start(body, len, &st) != 0)
+        return;
+    if (!st.argv || !st.env || !st.shell_env || st.nlocal == 0 || st.nlocal > 4096)
+        abort();
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_start(&b, &st) != 0)
+        abort();
+    same_bytes(&b, DDP__AG_START, body, len);
+    if (ddp__agent_get_start(b.data + 5, b.len - 5, &again) != 0)
+        abort();
+    ddp__agent_start_release(&again);
+    ddp_buf_release(&b);
+    ddp__agent_start_release(&st);
+}
+
+static void check_state(const uint8_t *body, size_t len)
+{
+    struct ddp__agent_state s;
+    if (ddp__agent_get_state(body, len, &s) != 0)
+        return;
+    if (s.nlocal && !s.ranks)
+        abort();
+    /* Without a round's workers a launcher never sends ranks: put writes none. */
+    if (s.have_start || s.nlocal == 0) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        if (ddp__agent_put_state(&b, &s) != 0)
+            abort();
+        same_bytes(&b, DDP__AG_STATE, body, len);
+        ddp_buf_release(&b);
+    }
+    free(s.ranks);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* The first byte sets the piece size the bytes arrive in (1 to 256). */
+    if (size == 0)
+        return 0;
+    size_t piece = (size_t)data[0] + 1, off = 1;
+    struct ddp_buf in;
+    ddp_buf_init(&in);
+    while (off < size) {
+        size_t n = size - off < piece ? size - off : piece;
+        if (ddp_buf_put(&in, data + off, n) != 0)
+            abort();
+        off += n;
+        uint8_t type;
+        const uint8_t *body;
+        size_t len;
+        int k;
+        while ((k = ddp__agent_next(&in, &type, &body, &len)) > 0) {
+            if (body < in.data || body + len > in.data + in.off || len + 1 > DDP__AGENT_MAX_FRAME)
+                abort();
+            /* An exact-size copy, so that ASan sees any read past the body. */
+            uint8_t *copy = malloc(len ? len : 1);
+            if (!copy)
+                abort();
+            memcpy(copy, body, len);
+            if (type == DDP__AG_JOIN)
+                check_join(copy, len);
+            else if (type == DDP__AG_START)
+                check_start(copy, len);
+            else if (type == DDP__AG_STATE)
+                check_state(copy, len);
+            free(copy);
+        }
+        ddp_buf_compact(&in);
+        if (k < 0)
+            break; /* both ends drop the peer here */
+    }
+    ddp_buf_release(&in);
+    return 0;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""A node agent that answers the launcher (cli/agent_proto.h) with malformed frames.
+
+Run by the launcher over SSH in place of `ddprun agent` (ssh.remote_ddprun). MODE:
+  ranks   JOINED, then on START: rank frames whose local rank is out of range (2^32 - 1,
+          which is -1 as an int, and the node's slot count), truncated, or of an unknown
+          type, each to be ignored; then the one rank's real STARTED, OUTPUT and EXITED and
+          DONE, so the job succeeds; DONE again for each STOP; exits at EOF.
+  length  JOINED, then a frame whose length is over the protocol's 1 MiB limit: the
+          launcher must end this node, saying why; the script then waits to be killed.
+"""
+import os
+import struct
+import sys
+import time
+
+MODE = os.environ.get("FAKE_AGENT_MODE", "ranks")
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+
+
+def frame(kind, body=b""):
+    out.write(struct.pack("<IB", len(body) + 1, kind) + body)
+    out.flush()
+
+
+def s(text):
+    b = text.encode()
+    return struct.pack("<I", len(b)) + b
+
+
+def frames():
+    """Yields each frame type the launcher sends, until EOF."""
+    while True:
+        head = inp.read(4)
+        if len(head) < 4:
+            return
+        (n,) = struct.unpack("<I", head)
+        body = inp.read(n)
+        if len(body) < n:
+            return
+        yield body[0]
+
+
+JOIN, START, STOP = 3, 1, 2
+STARTED, OUTPUT, EXITED, DONE, JOINED = 0x81, 0x82, 0x83, 0x84, 0x85
+BAD = 0xFFFFFFFF  # a u32 local rank that is -1 as a C int
+
+for kind in frames():
+    if kind == JOIN:
+        frame(JOINED, struct.pack("<Q", 1))
+        if MODE == "length":
+            out.write(struct.pack("<IB", (1 << 20) + 2, OUTPUT))
+            out.flush()
+            while True:
+                time.sleep(1)
+    elif kind == START:
+        pid = os.getpid()
+        frame(STARTED, struct.pack("<II", BAD, pid))
+        frame(STARTED, struct.pack("<II", 1, pid))  # the node has 1 slot: local rank 1 is none
+        frame(OUTPUT, struct.pack("<IB", BAD, 1) + s("EVIL minus one"))
+        frame(OUTPUT, struct.pack("<IB", 1, 1) + s("EVIL past the slots"))
+        frame(OUTPUT, struct.pack("<IBI", 0, 1, 100) + b"EVIL truncated")
+        frame(0x99, b"EVIL unknown type")
+        frame(EXITED, struct.pack("<IiQB", BAD, 0, 1, 0))
+        frame(EXITED, struct.pack("<IiQB", 1, 0, 1, 0))
+        frame(STARTED, struct.pack("<II", 0, pid))
+        frame(OUTPUT, struct.pack("<IB", 0, 1) + s("hello from the fake agent"))
+        time.sleep(0.5)  # the job must still be running: no bad EXITED counted
+        frame(OUTPUT, struct.pack("<IB", 0, 1) + s("still running"))
+        frame(EXITED, struct.pack("<IiQB", 0, 0, 500, 0))
+        frame(DONE)
+    elif kind == STOP:
+        frame(DONE)
