@@ -381,9 +381,10 @@ void ddp__summary_text(const struct ddp__summary *s,
                        void (*line)(void *arg, const char *msg, size_t n), void *arg)
 {
     char buf[128];
-    out(line, arg, "ddprun: job %s %s after %.1f s (%d ranks on %d node%s%s%.0d%s)", s->job_id,
+    out(line, arg, "ddprun: job %s %s after %.1f s (%d rank%s on %d node%s%s%.0d%s)", s->job_id,
         s->exit_status == 3 ? "launch failed" : ddp__job_status(s->exit_status), s->runtime_s,
-        s->world, s->nodes, s->nodes == 1 ? "" : "s", s->restarts ? ", after " : "", s->restarts,
+        s->world, s->world == 1 ? "" : "s", s->nodes, s->nodes == 1 ? "" : "s",
+        s->restarts ? ", after " : "", s->restarts,
         s->restarts == 1 ? " restart"
         : s->restarts    ? " restarts"
                          : "");

@@ -502,8 +502,8 @@ static void rdzv_close(void)
     /* The views learn the round's ranks before any of their output (the records open the rank
      * logs). */
     ddp__sup_announce_round();
-    ddp__sup_say("ddprun: round %d: %d node%s (%s), %d ranks%s", L.round, L.nmembers,
-                 L.nmembers == 1 ? "" : "s", names, L.world,
+    ddp__sup_say("ddprun: round %d: %d node%s (%s), %d rank%s%s", L.round, L.nmembers,
+                 L.nmembers == 1 ? "" : "s", names, L.world, L.world == 1 ? "" : "s",
                  !L.round            ? ""
                  : j->checkpoint_dir ? "; workers restart from the last checkpoint"
                                      : "; workers restart");

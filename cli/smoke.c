@@ -42,7 +42,7 @@ int ddp__cmd_smoke_worker(void)
     if ((r = ddp_store_all_gather(s, "smoke/hello", rank, n, blob, strlen(blob), 30000, vals)) < 0)
         goto out;
     if (rank == 0) {
-        printf("%d ranks met at the store:\n", n);
+        printf("%d rank%s met at the store:\n", n, n == 1 ? "" : "s");
         for (int k = 0; k < n; k++)
             printf("  %s\n", (const char *)vals[k].data);
         fflush(stdout);

@@ -420,9 +420,10 @@ static int announce(int ready_fd, bool listening)
 /* The first line of `ddprun status`. */
 static void headline(char *out, size_t n)
 {
-    snprintf(out, n, "job %s: %s, round %d, %d ranks on %d node%s, %.0f s since the start",
-             L.job_id, L.phase_name ? L.phase_name : "starting", L.round, L.world, L.nmembers,
-             L.nmembers == 1 ? "" : "s", (double)(ddp_now_ms() - L.t0) / 1000);
+    snprintf(out, n, "job %s: %s, round %d, %d rank%s on %d node%s, %.0f s since the start",
+             L.job_id, L.phase_name ? L.phase_name : "starting", L.round, L.world,
+             L.world == 1 ? "" : "s", L.nmembers, L.nmembers == 1 ? "" : "s",
+             (double)(ddp_now_ms() - L.t0) / 1000);
 }
 
 int ddp__launch(const struct ddp_job *job, int ready_fd)
@@ -576,14 +577,14 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
         goto out;
     if (!L.tty && job->rdzv_etcd)
-        ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, rendezvous in etcd (%s) under %s, "
+        ddp__sup_say("ddprun: job %s: %d rank%s on %zu node%s, rendezvous in etcd (%s) under %s, "
                      "logs in %s",
-                     L.job_id, job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s",
-                     L.etcd_eps, L.etcd_prefix, L.logdir);
+                     L.job_id, job->world_size, job->world_size == 1 ? "" : "s", job->nnodes,
+                     job->nnodes == 1 ? "" : "s", L.etcd_eps, L.etcd_prefix, L.logdir);
     else if (!L.tty)
-        ddp__sup_say("ddprun: job %s: %d ranks on %zu node%s, store on %s:%d, logs in %s", L.job_id,
-                     job->world_size, job->nnodes, job->nnodes == 1 ? "" : "s", listen,
-                     L.store_port, L.logdir);
+        ddp__sup_say("ddprun: job %s: %d rank%s on %zu node%s, store on %s:%d, logs in %s",
+                     L.job_id, job->world_size, job->world_size == 1 ? "" : "s", job->nnodes,
+                     job->nnodes == 1 ? "" : "s", listen, L.store_port, L.logdir);
     if (!L.resuming)
         ddp__sup_event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes,
                        "#min_nodes", (long long)job->min_nodes, "#max_nodes",

@@ -313,9 +313,9 @@ void ddp__to_resume(const char *from)
         else
             n++;
     }
-    ddp__sup_say("ddprun: took over job %s from %s: round %d, %d ranks; rejoining %d node "
+    ddp__sup_say("ddprun: took over job %s from %s: round %d, %d rank%s; rejoining %d node "
                  "agent%s",
-                 L.job_id, from, L.round, L.world, n, n == 1 ? "" : "s");
+                 L.job_id, from, L.round, L.world, L.world == 1 ? "" : "s", n, n == 1 ? "" : "s");
     ddp__sup_event("takeover", "from", from, "#nodes", (long long)n, NULL);
     ddp__sup_set_phase("taking over");
     if (n == 0)

@@ -299,7 +299,8 @@ fake_agent() { # mode
   assert_line --regexp "^\[$a1:0\] hello from the fake agent$"
   assert_line --regexp "^\[$a1:0\] still running$"  # no out-of-range EXITED ended the job
   refute_output --partial "EVIL"
-  assert_output --regexp "job [^ ]+ succeeded after"
+  assert_output --regexp "job [^ ]+ succeeded after [0-9.]+ s \(1 rank on 1 node\)"
+  assert_line --regexp "^ddprun: round 0: 1 node \($a1\), 1 rank$"
   # a frame longer than the protocol allows (1 MiB): the node is ended, the job fails
   fake_agent length
   rm -rf logs
