@@ -247,9 +247,10 @@ static void start_stop(const char *why, int sig)
     A.stop_sig = sig;
     DDP_DEBUG(SUP, "agent stopping its workers with %s: %s", sigabbrev_np(sig), why);
     if (A.unreported > 0) {
-        /* The whole process group: workers and whatever they started. The agent gets its
-         * own copy through the signalfd and ignores it (it comes from itself). */
+        /* The whole process group: workers and what they started (our own copy, through the
+         * signalfd, is ignored); SIGCONT lets a stopped worker act on it, as systemd does. */
         kill(0, sig);
+        kill(0, SIGCONT);
         if (sig != SIGTERM)
             ddp_timer_start(A.loop, &A.term, (int64_t)A.st.grace_ms / 2);
         ddp_timer_start(A.loop, &A.grace, (int64_t)A.st.grace_ms);

@@ -66,6 +66,9 @@ wait_for() { # seconds, then a command that succeeds once it holds
   t_hang=$(date -d "$(field time <<<"$ev")" +%s.%N)
   awk -v a="$(cat stamp)" -v b="$t_hang" 'BEGIN { d = b - a; print "reported " d " s after the stop"; exit !(d >= 3 && d <= 3 + 2) }'
   events | grep -q '"event": "hang_stacks".*hangtest_stop_self'
+  # the stop resumes the stopped rank (SIGCONT after SIGTERM, as systemd does): it ends on
+  # SIGTERM at once, not on SIGKILL when stop_grace is over
+  assert_line --regexp "^  2 +127\.0\.0\.1 +stopped \(SIGTERM\) "
 }
 
 @test "a rank looping forever outside any collective: the report names it as running; ddprun stacks and status show it" {
