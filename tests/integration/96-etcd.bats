@@ -269,10 +269,13 @@ JOB
   three_ssh_hosts "a second login node"
   sshd_make_ns 4 # the second login node: no sshd; it reaches etcd and the nodes over the bridge
   etcd_start 1 "10.213.$SSHD_TAG.1"
-  # each rank trains, then waits for ./go, which comes once the new launcher took over
+  # each rank trains, prints a line once the launcher is dead (held by its agent), then waits
+  # for ./go, which comes once the new launcher took over
   cat >train.sh <<SH
 #!/bin/sh
 "$FMNIST" "\$@" || exit
+until [ -e "$PWD/killed" ]; do sleep 0.05; done
+echo "rank \$RANK printed while the job had no launcher"
 until [ -e "$PWD/go" ]; do sleep 0.05; done
 echo "rank \$RANK saw go"
 SH
@@ -288,8 +291,12 @@ JOB
   id=$(basename logs/*/)
   ranks=$(pgrep -d' ' -f "^/bin/sh $PWD/train.sh")
   [ "$(wc -w <<<"$ranks")" -eq 3 ]
+  # killed once training is over and its last line shown: a line on its way to the launcher
+  # at the kill (in its pipes or the SSH connection) would be lost (ddprun(1), attach --etcd)
+  wait_for_line out.txt 60 "step 300 .*test-acc"
   kill -9 "$ddp"
   wait "$ddp" || true
+  touch killed
   sleep 1
   for p in $ranks; do kill -0 "$p"; done
   ip netns exec "$(sshd_ns 4)" "$DDPRUN" attach --etcd "$ETCD_EPS" "$id" >att.txt 2>&1 &
@@ -304,8 +311,11 @@ JOB
   # and afterwards reached the new launcher
   [ "$(ev_field takeover nodes)" = 3 ]
   [ -z "$(ev_field membership nodes | sed -n 2p)" ]
-  cat out.txt att.txt | grep -q "\[$(sshd_addr 1):0\] .*step 300 .*test-acc"
-  for k in 1 2 3; do grep -q "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) saw go" att.txt; done
+  grep -q "\[$(sshd_addr 1):0\] .*step 300 .*test-acc" out.txt
+  for k in 1 2 3; do
+    grep -q "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) printed while the job had no launcher" att.txt
+    grep -q "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) saw go" att.txt
+  done
   grep -Eq "ddprun: job $id succeeded after [0-9.]+ s \(3 ranks on 3 nodes\)" att.txt
   # nothing left: no rank, no agent on any node (only its sshd), no bridge here, no key in etcd
   for p in $ranks; do ! kill -0 "$p" 2>/dev/null; done
