@@ -79,10 +79,7 @@ struct agent {
     int stop_sig; /* the signal a stop began with */
     int rc;
     struct ddp_timer report;       /* the progress report, every heartbeat interval */
-    struct ddp__dn_stacks *stacks; /* a stack collection under way */
-    uint32_t stacks_req;
-    int *stacks_local; /* the ranks asked for, and their pids */
-    pid_t *stacks_pids;
+    struct ddp__dn_asker asker;    /* STACKS (cli/diag_node.h) */
 };
 
 static struct agent A;
@@ -518,80 +515,20 @@ static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
     ddp_timer_start(loop, t, (int64_t)A.join.heartbeat_interval_ms);
 }
 
-static void send_stacks(uint32_t req, const int *local, const pid_t *pids, char *const *texts,
-                        int n)
+static void send_stacks(struct ddp_buf *frame)
 {
-    struct ddp_buf b;
-    ddp_buf_init(&b);
-    size_t pos = ddp__agent_begin(&b, DDP__AG_STACKS_REPLY);
-    ddp_buf_put_u32(&b, req);
-    ddp_buf_put_u32(&b, (uint32_t)n);
-    for (int i = 0; i < n; i++) {
-        /* a frame holds 1 MiB: each text is cut to its share */
-        size_t len = strlen(texts[i]), cap = (DDP__AGENT_MAX_FRAME - 64) / (size_t)(n + 1);
-        ddp_buf_put_u32(&b, (uint32_t)local[i]);
-        ddp_buf_put_u32(&b, (uint32_t)pids[i]);
-        ddp_buf_put_str(&b, texts[i], len < cap ? len : cap);
-    }
-    ddp__agent_end(&b, pos);
-    send_buf(&b);
-    ddp_buf_release(&b);
+    send_buf(frame);
 }
 
-static void on_stacks(void *arg, char *const *texts, int n)
-{
-    (void)arg;
-    send_stacks(A.stacks_req, A.stacks_local, A.stacks_pids, texts, n);
-    A.stacks = NULL;
-    free(A.stacks_local);
-    free(A.stacks_pids);
-    A.stacks_local = NULL;
-    A.stacks_pids = NULL;
-}
-
-/* STACKS: the native stacks of the asked (or all running) local ranks, one tool each. */
+/* STACKS: the native stacks of the asked (or all running) local ranks. */
 static void gather_stacks(const uint8_t *body, size_t len)
 {
-    struct ddp_rd rd;
-    uint32_t req, n;
-    ddp_rd_init(&rd, body, len);
-    if (ddp_rd_u32(&rd, &req) < 0 || ddp_rd_u32(&rd, &n) < 0 || n > 65536)
-        return;
-    if (A.stacks) {
-        char busy[] = "(no stack: another collection is under way on this node)";
-        char *texts[] = {busy};
-        int none = -1;
-        pid_t zero = 0;
-        send_stacks(req, &none, &zero, texts, 1);
-        return;
-    }
-    int *local = calloc((size_t)A.nw + 1, sizeof(int));
-    pid_t *pids = calloc((size_t)A.nw + 1, sizeof(pid_t));
-    int k = 0;
-    for (uint32_t i = 0; i < (n ? n : (uint32_t)A.nw) && local && pids; i++) {
-        uint32_t lr = i;
-        if (n && ddp_rd_u32(&rd, &lr) < 0)
-            break;
-        if (lr < (uint32_t)A.nw && A.w[lr].pid > 0 && !A.w[lr].exited && k < A.nw) {
-            local[k] = (int)lr;
-            pids[k++] = A.w[lr].pid;
-        }
-    }
-    if (!local || !pids) {
-        free(local);
-        free(pids);
-        return;
-    }
-    A.stacks_req = req;
-    A.stacks_local = local;
-    A.stacks_pids = pids;
-    if (ddp__dn_stacks_start(A.loop, pids, k, 10000, &A.oldmask, on_stacks, NULL, &A.stacks) < 0) {
-        free(local);
-        free(pids);
-        A.stacks_local = NULL;
-        A.stacks_pids = NULL;
-        A.stacks = NULL;
-    }
+    pid_t *running = calloc((size_t)A.nw + 1, sizeof(pid_t));
+    for (int i = 0; running && i < A.nw; i++)
+        running[i] = A.w[i].pid > 0 && !A.w[i].exited ? A.w[i].pid : 0;
+    if (running)
+        ddp__dn_stacks_frame(&A.asker, body, len, running, A.nw);
+    free(running);
 }
 
 /* Joins the membership (a lease kept alive by a heartbeat) and answers JOINED. */
@@ -684,6 +621,11 @@ static void on_frames(int fd)
                 start_stop("the launcher asked", sig);
         } else if (type == DDP__AG_BYE) {
             ddp__link_configure(A.have_join ? A.join.job_id : "", 0, 0);
+        } else if (type == DDP__AG_ACK) {
+            if (ddp__link_ack(body, len) < 0) {
+                fprintf(stderr, "ddprun agent: malformed ACK from the launcher\n");
+                goto protocol_error;
+            }
         } else if (type == DDP__AG_STACKS) {
             gather_stacks(body, len);
         } else if (type == DDP__AG_SIGNAL) {
@@ -778,6 +720,7 @@ int ddp__cmd_agent(void)
     ddp_timer_start(A.loop, &A.reap, 200);
     struct ddp__link_cb lcb = {.readable = on_frames, .snapshot = snapshot, .gone = on_gone};
     ddp__link_init(A.loop, &lcb);
+    A.asker = (struct ddp__dn_asker){.loop = A.loop, .mask = &A.oldmask, .send = send_stacks};
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
     A.rc = 0;
     ddp_loop_run(A.loop);
@@ -785,9 +728,7 @@ int ddp__cmd_agent(void)
     if (A.nw > 0) /* left without a clean round end (launch error) */
         ddp__sweep_children();
     MEMBERSHIP->leave(A.lease, false);
-    ddp__dn_stacks_free(A.stacks);
-    free(A.stacks_local);
-    free(A.stacks_pids);
+    ddp__dn_asker_release(&A.asker);
     free_workers();
     ddp__agent_start_release(&A.st);
     ddp__agent_join_release(&A.join);

@@ -20,6 +20,7 @@
 #include "common/banned.h"
 
 #define HELD_OUTPUT_MAX (16u << 20) /* output held for a new launcher; beyond it lines drop */
+#define UNACKED_MAX (16u << 20)     /* output kept until acknowledged; beyond it the oldest goes */
 
 static struct {
     struct ddp_loop *loop;
@@ -32,6 +33,11 @@ static struct {
     uint64_t takeover_ms;
     struct ddp_buf held; /* STATE, then the frames since */
     size_t held_output;
+    /* With a takeover wait: the OUTPUT frames this link carried that the launcher has not
+     * acknowledged (ACK): in its pipes or its SSH connection when it died, they go to the next
+     * launcher after STATE. unacked_seq is the link's count of OUTPUT frames before them. */
+    struct ddp_buf unacked;
+    uint64_t unacked_seq, sent_output;
     uint64_t dropped;
     struct ddp_timer expire, fail;
 } K = {.in = -1, .out = -1, .lfd = -1};
@@ -61,6 +67,7 @@ void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb)
     K.in = 0;
     K.out = 1;
     ddp_buf_init(&K.held);
+    ddp_buf_init(&K.unacked);
     ddp_timer_init(&K.expire, on_gone);
     ddp_timer_init(&K.fail, on_gone);
     ddp_loop_add(loop, 0, DDP_LOOP_READ, on_readable, NULL);
@@ -81,6 +88,56 @@ static socklen_t abstract_addr(const char *name, struct sockaddr_un *a)
         n = sizeof(a->sun_path) - 1;
     memcpy(a->sun_path + 1, name, n); /* sun_path[0] == 0: the abstract namespace */
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* Drops the first unacknowledged frame. */
+static void unacked_pop(void)
+{
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    if (ddp__agent_next(&K.unacked, &type, &body, &len) <= 0) {
+        K.unacked.len = K.unacked.off = 0; /* cannot be: only whole frames go in */
+        return;
+    }
+    K.unacked_seq++;
+    if (!ddp_buf_pending(&K.unacked))
+        K.unacked.len = K.unacked.off = 0;
+    else if (K.unacked.off > ddp_buf_pending(&K.unacked))
+        ddp_buf_compact(&K.unacked);
+}
+
+/* An OUTPUT frame went out on the link: kept until the launcher acknowledges it. */
+static void unacked_push(const uint8_t *frame, size_t n)
+{
+    K.sent_output++;
+    if (!K.takeover_ms)
+        return;
+    while (ddp_buf_pending(&K.unacked) && ddp_buf_pending(&K.unacked) + n > UNACKED_MAX)
+        unacked_pop();
+    if (ddp_buf_put(&K.unacked, frame, n) < 0)
+        K.unacked_seq = K.sent_output; /* out of memory: what was kept is let go */
+}
+
+/* A new link: its count of OUTPUT frames starts again. */
+static void unacked_reset(void)
+{
+    K.unacked.len = K.unacked.off = 0;
+    K.unacked_seq = K.sent_output = 0;
+}
+
+int ddp__link_ack(const uint8_t *body, size_t len)
+{
+    struct ddp_rd rd;
+    uint64_t n;
+    ddp_rd_init(&rd, body, len);
+    if (ddp_rd_u64(&rd, &n) < 0 || ddp_rd_left(&rd) || n > K.sent_output)
+        return -1;
+    while (K.unacked_seq < n && ddp_buf_pending(&K.unacked))
+        unacked_pop();
+    if (K.unacked_seq < n) /* let go of (beyond the bound) before the ACK came */
+        K.unacked_seq = n;
+    return 0;
 }
 
 /* The launcher is linked again: what was held goes out first, in order. */
@@ -104,6 +161,14 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     close(fd);
     K.lfd = -1;
     ddp_timer_stop(loop, &K.expire);
+    /* The OUTPUT frames held are this link's first: kept until acknowledged, as any. */
+    unacked_reset();
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    while (ddp__agent_next(&K.held, &type, &body, &len) > 0)
+        if (type == DDP__AG_OUTPUT)
+            unacked_push(body - 5, len + 5);
     K.held.len = K.held.off = 0;
     K.held_output = 0;
     K.dropped = 0;
@@ -143,8 +208,12 @@ int ddp__link_lost(void)
         return -1;
     }
     K.waiting = true;
+    /* What the launcher may not have shown goes first, as it was written before STATE's news
+     * (the new launcher holds it until STATE names the round it belongs to). */
     K.held.len = K.held.off = 0;
-    K.held_output = 0;
+    K.held_output = ddp_buf_pending(&K.unacked);
+    ddp_buf_put(&K.held, K.unacked.data + K.unacked.off, ddp_buf_pending(&K.unacked));
+    unacked_reset();
     K.cb.snapshot(&K.held);
     ddp_timer_start(K.loop, &K.expire, (int64_t)K.takeover_ms);
     return 0;
@@ -152,8 +221,11 @@ int ddp__link_lost(void)
 
 bool ddp__link_send(const struct ddp_buf *b, bool output)
 {
-    if (!K.waiting && K.out >= 0 && ddp_write_all(K.out, b->data, b->len) == 0)
+    if (!K.waiting && K.out >= 0 && ddp_write_all(K.out, b->data, b->len) == 0) {
+        if (output)
+            unacked_push(b->data, b->len);
         return true;
+    }
     if (!K.waiting && ddp__link_lost() < 0) {
         if (K.loop) /* from the loop: this may run deep inside a report */
             ddp_timer_start(K.loop, &K.fail, 0);
@@ -175,6 +247,7 @@ void ddp__link_release(void)
         close(K.lfd);
     K.lfd = -1;
     ddp_buf_release(&K.held);
+    ddp_buf_release(&K.unacked);
 }
 
 /* ---- `ddprun agent --rejoin JOB NODE` ---- */

@@ -2,8 +2,9 @@
  * The node agent's link to its launcher (cli/agent_link.c): the frames it sends, and what
  * happens when the launcher goes away without saying goodbye (BYE). Without a takeover wait
  * that stops the node, as always. With one (rendezvous: {backend: etcd}, JOIN's takeover_ms),
- * the workers run on: the agent holds what it would have sent behind a STATE frame of what
- * the dead launcher had been told, listens on an abstract Unix socket of its user, job and
+ * the workers run on: the agent holds what it would have sent behind the output the dead
+ * launcher had not acknowledged (ACK: it may have been lost on the way) and a STATE frame of
+ * what that launcher had been told, listens on an abstract Unix socket of its user, job and
  * node, and a new launcher (`ddprun attach --etcd`) reaches it there through
  * `ddprun agent --rejoin JOB NODE` started as any agent is (locally, over SSH). Should none
  * come within takeover_ms, the node stops.
@@ -32,6 +33,9 @@ void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms
 /* Sends a frame (output: a worker's line, which may be dropped while held beyond a bound).
  * True when it went out; false when it is held (or, with no takeover, lost). */
 bool ddp__link_send(const struct ddp_buf *b, bool output);
+/* ACK's body (cli/agent_proto.h): the launcher has shown that many OUTPUT frames of this link.
+ * 0, or -1 when malformed (or more than were sent). */
+int ddp__link_ack(const uint8_t *body, size_t len);
 /* The launcher is gone (EOF on its frames; a failed write calls this itself). With a takeover
  * wait: waits for a new one and returns 0; else -1, and the caller stops the node. */
 int ddp__link_lost(void);

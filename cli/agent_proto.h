@@ -27,6 +27,9 @@ enum ddp__agent_msg {
                            gather their native stacks */
     DDP__AG_BYE = 6,    /* the job is done with this agent: at EOF it stops and exits, even
                            where it would wait for a new launcher (takeover_ms) */
+    DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT frames this link
+                           carried (sent only with a takeover wait: the agent keeps the others
+                           for a new launcher, cli/agent_link.h) */
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid */
     DDP__AG_OUTPUT = 0x82,       /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
@@ -39,9 +42,10 @@ enum ddp__agent_msg {
     DDP__AG_STACKS_REPLY = 0x86, /* u32 request, u32 n, n x (u32 local_rank, u32 pid,
                                     str text): the stacks STACKS asked for */
     DDP__AG_STATE = 0x87,        /* the first frame of an agent a new launcher rejoined
-                                    (`ddprun agent --rejoin`): where it stood when its launcher
-                                    went (struct ddp__agent_state); the frames it held since
-                                    follow in order */
+                                    (`ddprun agent --rejoin`) after the OUTPUT frames the last
+                                    launcher had not acknowledged: where it stood when its
+                                    launcher went (struct ddp__agent_state); the frames it held
+                                    since follow in order */
 };
 
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage

@@ -1,5 +1,6 @@
 /* The node agent's side of diagnosis (cli/diag_node.h). */
 #include "cli/diag_node.h"
+#include "cli/agent_proto.h"
 #include "cli/diag.h"
 #include "common/err.h"
 #include "common/list.h"
@@ -292,4 +293,92 @@ void ddp__dn_stacks_free(struct ddp__dn_stacks *s)
     ddp_timer_stop(s->loop, &s->timer);
     free(s->job);
     free(s);
+}
+
+/* ---- STACKS frames ---- */
+
+static void send_reply(struct ddp__dn_asker *a, uint32_t req, const int *local, const pid_t *pids,
+                       char *const *texts, int n)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STACKS_REPLY);
+    ddp_buf_put_u32(&b, req);
+    ddp_buf_put_u32(&b, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        /* a frame holds 1 MiB: each text is cut to its share */
+        size_t len = strlen(texts[i]), cap = (DDP__AGENT_MAX_FRAME - 64) / (size_t)(n + 1);
+        ddp_buf_put_u32(&b, (uint32_t)local[i]);
+        ddp_buf_put_u32(&b, (uint32_t)pids[i]);
+        ddp_buf_put_str(&b, texts[i], len < cap ? len : cap);
+    }
+    ddp__agent_end(&b, pos);
+    a->send(&b);
+    ddp_buf_release(&b);
+}
+
+static void on_stacks(void *arg, char *const *texts, int n)
+{
+    struct ddp__dn_asker *a = arg;
+    a->stacks = NULL;
+    send_reply(a, a->req, a->local, a->pids, texts, n);
+    free(a->local);
+    free(a->pids);
+    a->local = NULL;
+    a->pids = NULL;
+}
+
+void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t len,
+                          const pid_t *running, int nw)
+{
+    struct ddp_rd rd;
+    uint32_t req, n;
+    ddp_rd_init(&rd, body, len);
+    if (ddp_rd_u32(&rd, &req) < 0 || ddp_rd_u32(&rd, &n) < 0 || n > 65536)
+        return;
+    if (a->stacks) {
+        char busy[] = "(no stack: another collection is under way on this node)";
+        char *texts[] = {busy};
+        int none = -1;
+        pid_t zero = 0;
+        send_reply(a, req, &none, &zero, texts, 1);
+        return;
+    }
+    int *local = calloc((size_t)nw + 1, sizeof(int));
+    pid_t *pids = calloc((size_t)nw + 1, sizeof(pid_t));
+    int k = 0;
+    for (uint32_t i = 0; i < (n ? n : (uint32_t)nw) && local && pids; i++) {
+        uint32_t lr = i;
+        if (n && ddp_rd_u32(&rd, &lr) < 0)
+            break;
+        if (lr < (uint32_t)nw && running[lr] > 0 && k < nw) {
+            local[k] = (int)lr;
+            pids[k++] = running[lr];
+        }
+    }
+    if (!local || !pids) {
+        free(local);
+        free(pids);
+        return;
+    }
+    a->req = req;
+    a->local = local;
+    a->pids = pids;
+    if (ddp__dn_stacks_start(a->loop, pids, k, 10000, a->mask, on_stacks, a, &a->stacks) < 0) {
+        free(local);
+        free(pids);
+        a->local = NULL;
+        a->pids = NULL;
+        a->stacks = NULL;
+    }
+}
+
+void ddp__dn_asker_release(struct ddp__dn_asker *a)
+{
+    ddp__dn_stacks_free(a->stacks);
+    free(a->local);
+    free(a->pids);
+    a->stacks = NULL;
+    a->local = NULL;
+    a->pids = NULL;
 }

@@ -40,4 +40,20 @@ int ddp__dn_stacks_start(struct ddp_loop *loop, const pid_t *pids, int n, int ti
 /* Stops a collection (killing its tools); done is not called. NULL is a no-op. */
 void ddp__dn_stacks_free(struct ddp__dn_stacks *s);
 
+/* A STACKS frame (cli/agent_proto.h) on the node: one collection at a time, answered by
+ * STACKS_REPLY through send (a second request meanwhile is answered at once: busy). */
+struct ddp__dn_asker {
+    struct ddp_loop *loop;
+    const sigset_t *mask;                /* the tools' signal mask */
+    void (*send)(struct ddp_buf *frame); /* the reply goes to the launcher */
+    struct ddp__dn_stacks *stacks;       /* a collection under way */
+    uint32_t req;
+    int *local; /* the local ranks asked for, and their pids */
+    pid_t *pids;
+};
+/* body: the frame's; running[lr]: local rank lr's pid while it runs, else 0 (nw of them). */
+void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t len,
+                          const pid_t *running, int nw);
+void ddp__dn_asker_release(struct ddp__dn_asker *a);
+
 #endif

@@ -16,6 +16,8 @@
 
 #include "common/banned.h"
 
+#define HELD_MAX (32u << 20) /* an agent holds at most 16 MiB of output (cli/agent_link.c) */
+
 int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
                     const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb)
 {
@@ -54,6 +56,7 @@ void ddp__nodes_release(struct ddp__nodes *n)
         close_fd(n, &p->ch.err_fd, true);
         ddp_buf_release(&p->rx);
         ddp_buf_release(&p->erx);
+        ddp_buf_release(&p->held);
     }
     free(n->p);
     n->p = NULL;
@@ -64,6 +67,39 @@ static void send_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
     struct ddp__node_proc *p = &n->p[i];
     if (p->ch.in_fd >= 0 && ddp_write_all(p->ch.in_fd, b->data, b->len) < 0)
         close_fd(n, &p->ch.in_fd, false); /* the agent is gone; its reaping tells the rest */
+}
+
+/* The OUTPUT frames handed over (shown) or dropped for good: the agent need not keep them for
+ * a next launcher. */
+static void send_ack(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (!n->ctx.detach || p->acked == p->outputs)
+        return;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_ACK);
+    ddp_buf_put_u64(&b, p->outputs);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+    p->acked = p->outputs;
+}
+
+void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    p->holding = false;
+    while (ddp__agent_next(&p->held, &type, &body, &len) > 0) {
+        if (deliver)
+            n->cb.frame(n->cb.arg, i, type, body, len);
+        p->outputs++;
+    }
+    ddp_buf_release(&p->held);
+    send_ack(n, i);
 }
 
 /* Reads what agent i wrote and hands over its frames: 1 when something was read, 0 when
@@ -85,9 +121,22 @@ static int read_frames(struct ddp__nodes *n, int i)
     const uint8_t *body;
     size_t len;
     int k;
-    while ((k = ddp__agent_next(&p->rx, &type, &body, &len)) > 0)
+    while ((k = ddp__agent_next(&p->rx, &type, &body, &len)) > 0) {
+        if (type == DDP__AG_OUTPUT && p->holding) {
+            if (p->held.len + len + 5 <= HELD_MAX) {
+                size_t pos = ddp__agent_begin(&p->held, type);
+                ddp_buf_put(&p->held, body, len);
+                ddp__agent_end(&p->held, pos);
+            } else {
+                p->outputs++; /* dropped for good */
+            }
+            continue;
+        }
         n->cb.frame(n->cb.arg, i, type, body, len);
+        p->outputs += type == DDP__AG_OUTPUT;
+    }
     ddp_buf_compact(&p->rx);
+    send_ack(n, i);
     if (k < 0) {
         char msg[300];
         int m = snprintf(msg, sizeof(msg),
@@ -162,6 +211,9 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
         return -1;
     ddp_buf_init(&p->rx);
     ddp_buf_init(&p->erx);
+    p->outputs = p->acked = 0;
+    ddp_buf_release(&p->held);
+    p->holding = !join;
     ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
     if (join) {
         struct ddp_buf b;

@@ -37,6 +37,9 @@ struct ddp__node_proc {
     const struct ddp__prov_ops *prov;
     struct ddp__child ch; /* pid 0 when none runs */
     struct ddp_buf rx, erx;
+    uint64_t outputs, acked; /* OUTPUT frames handed over on this link, and acknowledged */
+    bool holding;            /* rejoined: its OUTPUT frames are held until STATE */
+    struct ddp_buf held;
 };
 
 struct ddp__nodes {
@@ -53,8 +56,14 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
 void ddp__nodes_release(struct ddp__nodes *n);
 
 /* Starts node i's agent and sends it JOIN; 0, or -1 with errno. join NULL: rejoins a waiting
- * agent (ctx.rejoin), whose first frame is STATE. */
+ * agent (ctx.rejoin), whose first frame other than OUTPUT is STATE: the OUTPUT frames before it
+ * (which the last launcher may not have shown, of a round STATE names) are held until
+ * ddp__nodes_flush_held. With ctx.detach, the OUTPUT frames handed over (or dropped) are
+ * acknowledged (ACK) after each read. */
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
+/* A rejoined agent's OUTPUT frames held until its STATE: handed over to cb.frame (deliver) or
+ * dropped; from now on its frames are handed over as they come. */
+void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver);
 /* START for a round. */
 void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st);
 /* STOP: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms; grace_ms 0 kills at once. */

@@ -225,13 +225,16 @@ static void rank_started(int rank)
     }
 }
 
-/* A rejoined agent's STATE (cli/takeover.c): what the last launcher knew of its ranks. */
+/* A rejoined agent's STATE (cli/takeover.c): what the last launcher knew of its ranks, after
+ * the output it may not have shown (held until now). */
 static void agent_state(int i, const uint8_t *body, size_t len)
 {
     struct ddp__sup_node *a = &L.nd[i];
     struct ddp__agent_state s;
-    if (ddp__agent_get_state(body, len, &s) < 0)
+    if (ddp__agent_get_state(body, len, &s) < 0) {
+        ddp__nodes_flush_held(&L.nodes, i, false);
         return;
+    }
     a->incarnation = s.incarnation;
     if (s.dropped)
         ddp__sup_say("ddprun: node '%s': %llu lines of output were lost while the job had no "
@@ -239,6 +242,7 @@ static void agent_state(int i, const uint8_t *body, size_t len)
                      host_of(i), (unsigned long long)s.dropped);
     bool same = s.have_start && s.round == (uint32_t)L.round &&
                 (int)s.rank_offset == a->rank_offset && (int)s.nlocal == L.job->nodes[i].slots;
+    ddp__nodes_flush_held(&L.nodes, i, a->state == DDP__NS_RUNNING && same);
     if (a->state == DDP__NS_RUNNING && same) {
         /* rank_exited is right in any phase: a failure among them fails the round, and the
          * exits after it are still recorded for the summary. */

@@ -172,7 +172,6 @@ void ddp__to_end(void);
 struct ddp__view ddp__to_view(void);
 int ddp__to_restore(void);
 void ddp__to_resume(const char *from);
-
 /* Where the job's members meet (the store or etcd) as a JOIN's fields: token, store_addr,
  * job_id and the etcd settings; the rest zero. */
 void ddp__sup_join_where(struct ddp__agent_join *jf);

@@ -341,6 +341,10 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed JOIN from the launcher"
   agent_fed '\x01\x00\x00\x00\x01'            # START before any JOIN
   assert_output "ddprun agent: unexpected frame 1 from the launcher"
+  agent_fed '\x05\x00\x00\x00\x07\x00\x00\x00\x00'  # ACK with 4 bytes, not 8
+  assert_output "ddprun agent: malformed ACK from the launcher"
+  agent_fed '\x09\x00\x00\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00'  # ACK of a line never sent
+  assert_output "ddprun agent: malformed ACK from the launcher"
 }
 
 @test "signals across SSH: SIGUSR1 reaches remote ranks, the first SIGINT reaches them as SIGINT" {

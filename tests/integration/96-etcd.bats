@@ -264,16 +264,78 @@ JOB
   [ -z "$(etcd_keys | grep "^/jobs/")" ]
 }
 
+@test "output on its way to the launcher when it died is not lost: the launcher that takes over shows it, once, in order" {
+  etcd_start 1
+  # each rank prints a line the launcher shows (and acknowledges), a burst of lines while the
+  # launcher is stopped (they wait in the agent's pipe to it, unread), then waits for ./go
+  cat >burst.sh <<SH
+#!/bin/sh
+echo "rank \$RANK shown before"
+until [ -e "$PWD/stopped" ]; do sleep 0.05; done
+i=1
+while [ \$i -le 400 ]; do echo "rank \$RANK line \$i"; i=\$((i + 1)); done
+touch "$PWD/printed.\$RANK"
+until [ -e "$PWD/go" ]; do sleep 0.05; done
+echo "rank \$RANK saw go"
+SH
+  chmod +x burst.sh
+  cat >job.yaml <<JOB
+command: [$PWD/burst.sh]
+nproc_per_node: 2
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  id=$(basename logs/*/)
+  wait_for_line out.txt 30 "rank 0 shown before"
+  wait_for_line out.txt 30 "rank 1 shown before"
+  sleep 1 # its acknowledgement, sent right after, reaches the agent
+  kill -STOP "$ddp"
+  touch stopped
+  for _ in $(seq 100); do [ -e printed.0 ] && [ -e printed.1 ] && break; sleep 0.1; done
+  [ -e printed.0 ] && [ -e printed.1 ]
+  sleep 0.5 # the agent sends them on
+  kill -9 "$ddp"
+  wait "$ddp" || true
+  ! grep -q " line " out.txt || false
+  "$DDPRUN" attach --etcd "$ETCD_EPS" --prefix /jobs/ "$id" >att.txt 2>&1 &
+  att=$!
+  wait_for_line att.txt 30 "took over job $id from"
+  touch go
+  rc=0; wait "$att" || rc=$?
+  cat att.txt
+  [ "$rc" -eq 0 ]
+  # what the old launcher showed is not shown again; every line of the burst exactly once and
+  # in order, before what the ranks printed after
+  ! grep -q "shown before" att.txt || false
+  for r in 0 1; do
+    grep -o "rank $r line [0-9]*" att.txt | cut -d' ' -f4 >lines.$r
+    seq 400 | diff - lines.$r
+    [ "$(grep -n "rank $r line 400" att.txt | cut -d: -f1)" -lt "$(grep -n "rank $r saw go" att.txt | cut -d: -f1)" ]
+    [ "$(grep -c "rank $r line" logs/"$id"/rank-$r.log)" -eq 400 ]
+  done
+  grep -Eq "ddprun: job $id succeeded after [0-9.]+ s \(2 ranks on 1 node\)" att.txt
+  ! pgrep -f "ddprun agent" >/dev/null || false
+}
+
 @test "3 SSH nodes, the launcher SIGKILLed: ddprun attach --etcd from a second login node takes the job over; the ranks run on and nothing is left anywhere" {
   trains
   three_ssh_hosts "a second login node"
   sshd_make_ns 4 # the second login node: no sshd; it reaches etcd and the nodes over the bridge
   etcd_start 1 "10.213.$SSHD_TAG.1"
-  # each rank trains, prints a line once the launcher is dead (held by its agent), then waits
-  # for ./go, which comes once the new launcher took over
+  # each rank trains, prints a burst of lines while the launcher is stopped (they wait on their
+  # way to it: the SSH connection, its bridge's pipe), a line once the launcher is dead (held
+  # by its agent), then waits for ./go, which comes once the new launcher took over
   cat >train.sh <<SH
 #!/bin/sh
 "$FMNIST" "\$@" || exit
+until [ -e "$PWD/stopped" ]; do sleep 0.05; done
+i=1
+while [ \$i -le 200 ]; do echo "rank \$RANK line \$i"; i=\$((i + 1)); done
+touch "$PWD/printed.\$RANK"
 until [ -e "$PWD/killed" ]; do sleep 0.05; done
 echo "rank \$RANK printed while the job had no launcher"
 until [ -e "$PWD/go" ]; do sleep 0.05; done
@@ -291,9 +353,12 @@ JOB
   id=$(basename logs/*/)
   ranks=$(pgrep -d' ' -f "^/bin/sh $PWD/train.sh")
   [ "$(wc -w <<<"$ranks")" -eq 3 ]
-  # killed once training is over and its last line shown: a line on its way to the launcher
-  # at the kill (in its pipes or the SSH connection) would be lost (ddprun(1), attach --etcd)
   wait_for_line out.txt 60 "step 300 .*test-acc"
+  kill -STOP "$ddp"
+  touch stopped
+  for _ in $(seq 100); do [ "$(ls printed.* 2>/dev/null | wc -l)" -eq 3 ] && break; sleep 0.1; done
+  [ "$(ls printed.* | wc -l)" -eq 3 ]
+  sleep 0.5 # the agents send them on
   kill -9 "$ddp"
   wait "$ddp" || true
   touch killed
@@ -312,7 +377,11 @@ JOB
   [ "$(ev_field takeover nodes)" = 3 ]
   [ -z "$(ev_field membership nodes | sed -n 2p)" ]
   grep -q "\[$(sshd_addr 1):0\] .*step 300 .*test-acc" out.txt
+  ! grep -q " line " out.txt || false
   for k in 1 2 3; do
+    # the burst on its way at the kill: each line once, in order
+    grep -o "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) line [0-9]*" att.txt | cut -d' ' -f5 >lines.$k
+    seq 200 | diff - lines.$k
     grep -q "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) printed while the job had no launcher" att.txt
     grep -q "\[$(sshd_addr "$k"):$((k - 1))\] rank $((k - 1)) saw go" att.txt
   done
