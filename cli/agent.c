@@ -20,6 +20,7 @@
 #include "cli/cpubind.h"
 #include "cli/diag_node.h"
 #include "cli/membership.h"
+#include "cli/pystacks.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -55,6 +56,7 @@ struct worker {
     int code; /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
     struct ddp__dn_page page; /* its flight recorder, read for the progress report */
+    int pydump;               /* its Python tracebacks (cli/pystacks.h), or -1 */
     bool bound;               /* bind_to: its CPUs, and how many local ranks share them */
     cpu_set_t cpus;
     int sharers;
@@ -80,6 +82,7 @@ struct agent {
     int rc;
     struct ddp_timer report;       /* the progress report, every heartbeat interval */
     struct ddp__dn_asker asker;    /* STACKS (cli/diag_node.h) */
+    int pyshim;                    /* the ranks' sitecustomize (cli/pystacks.h), or -1 */
 };
 
 static struct agent A;
@@ -282,6 +285,8 @@ static void free_workers(void)
             if (A.w[i].fd[s] >= 0)
                 close(A.w[i].fd[s]);
         ddp__dn_page_release(&A.w[i].page);
+        if (A.w[i].pydump >= 0)
+            close(A.w[i].pydump);
     }
     free(A.w);
     A.w = NULL;
@@ -385,6 +390,7 @@ static void exec_worker(const struct worker *wk, int ofd, int efd, int tfd, int 
     int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
     int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
     ddp__agent_rank_env(st, &A.join, wk->local_rank, A.iface, A.node_addr, tokfd, progfd);
+    ddp__pys_rank_env(A.pyshim, wk->pydump);
     ddp__cpubind_apply(wk->bound ? st->bind_to : DDP__BIND_NONE, &wk->cpus, wk->sharers,
                        wk->local_rank);
     if (chdir(st->workdir) != 0) {
@@ -419,6 +425,7 @@ static int spawn(struct worker *w)
     w->t0 = ddp_now_ms();
     if (ddp__dn_page_new(&w->page) < 0)
         DDP_DEBUG(SUP, "agent: no progress page for local rank %d", w->local_rank);
+    w->pydump = A.pyshim >= 0 ? ddp__pys_dump_new() : -1;
     pid_t pid = fork();
     if (pid < 0)
         return DDP_ESYS;
@@ -474,6 +481,7 @@ static void start_workers(void)
         A.w[i].local_rank = i;
         A.w[i].fd[0] = A.w[i].fd[1] = -1;
         A.w[i].page.fd = -1;
+        A.w[i].pydump = -1;
         if (A.stopping || spawn(&A.w[i]) < 0) {
             /* Never started: report it as failed so the launcher's count adds up. */
             A.w[i].exited = true;
@@ -523,9 +531,10 @@ static void send_stacks(struct ddp_buf *frame)
 /* STACKS: the native stacks of the asked (or all running) local ranks. */
 static void gather_stacks(const uint8_t *body, size_t len)
 {
-    pid_t *running = calloc((size_t)A.nw + 1, sizeof(pid_t));
+    struct ddp__dn_proc *running = calloc((size_t)A.nw + 1, sizeof(*running));
     for (int i = 0; running && i < A.nw; i++)
-        running[i] = A.w[i].pid > 0 && !A.w[i].exited ? A.w[i].pid : 0;
+        running[i] = (struct ddp__dn_proc){.pid = A.w[i].pid > 0 && !A.w[i].exited ? A.w[i].pid : 0,
+                                           .pydump = A.w[i].pydump};
     if (running)
         ddp__dn_stacks_frame(&A.asker, body, len, running, A.nw);
     free(running);
@@ -701,6 +710,7 @@ int ddp__cmd_agent(void)
     if (sched_getaffinity(0, sizeof(A.allowed), &A.allowed) != 0)
         CPU_ZERO(&A.allowed); /* bind_to then leaves the ranks unbound */
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    A.pyshim = ddp__pys_shim_new();
     ddp_buf_init(&A.in);
     ddp_buf_init(&A.last);
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
@@ -729,6 +739,8 @@ int ddp__cmd_agent(void)
         ddp__sweep_children();
     MEMBERSHIP->leave(A.lease, false);
     ddp__dn_asker_release(&A.asker);
+    if (A.pyshim >= 0)
+        close(A.pyshim);
     free_workers();
     ddp__agent_start_release(&A.st);
     ddp__agent_join_release(&A.join);

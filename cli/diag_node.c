@@ -1,6 +1,7 @@
 /* The node agent's side of diagnosis (cli/diag_node.h). */
 #include "cli/diag_node.h"
 #include "cli/agent_proto.h"
+#include "cli/pystacks.h"
 #include "cli/diag.h"
 #include "common/err.h"
 #include "common/list.h"
@@ -132,16 +133,52 @@ struct stack_job {
     int fd;
     struct ddp_buf out;
     bool done;
+    /* Python's tracebacks (cli/pystacks.h): asked for, where they start in the dump file, its
+     * size at the last look */
+    bool py;
+    int pydump;
+    size_t pyoff, pylast;
+    struct ddp_buf pytext;
 };
 
 struct ddp__dn_stacks {
     struct ddp_loop *loop;
     struct stack_job *job;
     int n, left;
-    struct ddp_timer timer;
+    struct ddp_timer timer, pytimer;
+    int64_t py_until; /* the Python tracebacks are waited for until then */
+    const sigset_t *mask;
     void (*done)(void *arg, char *const *texts, int n);
     void *arg;
 };
+
+/* The tracebacks faulthandler wrote, with the thread that took the signal (which varies from
+ * rank to rank) not told apart, so that ranks at the same lines group together. */
+static void python_text(struct stack_job *j)
+{
+    struct ddp_buf raw;
+    ddp_buf_init(&raw);
+    ddp__pys_read(j->pydump, j->pyoff, STACK_MAX / 2, &raw);
+    static const char head[] = "Python threads (faulthandler):\n";
+    ddp_buf_put(&j->pytext, head, sizeof(head) - 1);
+    if (!raw.len) {
+        static const char none[] = "(no answer within 1 s: the rank is stopped, or blocks the "
+                                   "signal)\n";
+        ddp_buf_put(&j->pytext, none, sizeof(none) - 1);
+    }
+    static const char cur[] = "Current thread ";
+    for (size_t i = 0; i < raw.len;) {
+        if ((i == 0 || raw.data[i - 1] == '\n') && raw.len - i >= sizeof(cur) - 1 &&
+            memcmp(raw.data + i, cur, sizeof(cur) - 1) == 0) {
+            ddp_buf_put(&j->pytext, "Thread ", 7);
+            i += sizeof(cur) - 1;
+            continue;
+        }
+        ddp_buf_put_u8(&j->pytext, raw.data[i++]);
+    }
+    ddp_buf_put(&j->pytext, "native:\n", 8);
+    ddp_buf_release(&raw);
+}
 
 static void finish(struct ddp__dn_stacks *s)
 {
@@ -151,9 +188,15 @@ static void finish(struct ddp__dn_stacks *s)
         if (!j->done)
             ddp_buf_put(&j->out, "\n(the stack tool did not finish in time)\n", 41);
         ddp_buf_put(&j->out, "", 1);
-        texts[i] = (char *)j->out.data;
+        if (j->pytext.len) { /* Python's first: the program's own lines */
+            ddp_buf_put(&j->pytext, j->out.data, j->out.len);
+            texts[i] = (char *)j->pytext.data;
+        } else {
+            texts[i] = (char *)j->out.data;
+        }
     }
     ddp_timer_stop(s->loop, &s->timer);
+    ddp_timer_stop(s->loop, &s->pytimer);
     if (texts)
         s->done(s->arg, texts, s->n);
     free(texts);
@@ -218,40 +261,17 @@ static void exec_tool(pid_t pid, int fd, const sigset_t *mask)
     _exit(127);
 }
 
-int ddp__dn_stacks_start(struct ddp_loop *loop, const pid_t *pids, int n, int timeout_ms,
-                         const sigset_t *mask, void (*done)(void *arg, char *const *texts, int n),
-                         void *arg, struct ddp__dn_stacks **out)
+/* The native stacks: one tool per process, all at once. */
+static void start_tools(struct ddp__dn_stacks *s)
 {
-    struct ddp__dn_stacks *s = calloc(1, sizeof(*s));
-    if (!s || !(s->job = calloc((size_t)(n > 0 ? n : 1), sizeof(*s->job)))) {
-        free(s);
-        return DDP_ENOMEM;
-    }
-    s->loop = loop;
-    s->n = s->left = n;
-    s->done = done;
-    s->arg = arg;
-    ddp_timer_init(&s->timer, on_timeout);
-    for (int i = 0; i < n; i++) {
-        struct stack_job *j = &s->job[i];
-        j->s = s;
-        j->pid = pids[i];
-        j->fd = -1;
-        ddp_buf_init(&j->out);
-    }
-    *out = s;
-    if (n == 0) {
-        finish(s);
-        return 0;
-    }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < s->n; i++) {
         struct stack_job *j = &s->job[i];
         int pp[2];
         const char *why = NULL;
         if (pipe2(pp, O_CLOEXEC) != 0) {
             why = "(no stack: out of descriptors)\n";
         } else if ((j->tool = fork()) == 0) {
-            exec_tool(j->pid, pp[1], mask);
+            exec_tool(j->pid, pp[1], s->mask);
         } else {
             close(pp[1]);
             if (j->tool < 0) {
@@ -267,12 +287,83 @@ int ddp__dn_stacks_start(struct ddp_loop *loop, const pid_t *pids, int n, int ti
         }
         j->fd = pp[0];
         fcntl(j->fd, F_SETFL, O_NONBLOCK);
-        ddp_loop_add(loop, j->fd, DDP_LOOP_READ, on_tool, j);
+        ddp_loop_add(s->loop, j->fd, DDP_LOOP_READ, on_tool, j);
     }
-    if (s->left > 0)
-        ddp_timer_start(loop, &s->timer, timeout_ms);
-    else
+    if (s->left == 0)
         finish(s);
+}
+
+/* Every 20 ms while Python ranks write their tracebacks: once no dump file grew since the last
+ * look, and each has something, or after 1 s, the tools start (a tool attached meanwhile would
+ * catch faulthandler in the middle of its work). */
+static void on_py_poll(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    struct ddp__dn_stacks *s = DDP_CONTAINER_OF(t, struct ddp__dn_stacks, pytimer);
+    bool settled = true;
+    for (int i = 0; i < s->n; i++) {
+        struct stack_job *j = &s->job[i];
+        if (!j->py)
+            continue;
+        size_t now = ddp__pys_size(j->pydump);
+        if (now == j->pyoff || now != j->pylast)
+            settled = false;
+        j->pylast = now;
+    }
+    if (!settled && ddp_now_ms() < s->py_until) {
+        ddp_timer_start(loop, t, 20);
+        return;
+    }
+    for (int i = 0; i < s->n; i++)
+        if (s->job[i].py)
+            python_text(&s->job[i]);
+    start_tools(s);
+}
+
+int ddp__dn_stacks_start(struct ddp_loop *loop, const struct ddp__dn_proc *procs, int n,
+                         int timeout_ms, const sigset_t *mask,
+                         void (*done)(void *arg, char *const *texts, int n), void *arg,
+                         struct ddp__dn_stacks **out)
+{
+    struct ddp__dn_stacks *s = calloc(1, sizeof(*s));
+    if (!s || !(s->job = calloc((size_t)(n > 0 ? n : 1), sizeof(*s->job)))) {
+        free(s);
+        return DDP_ENOMEM;
+    }
+    s->loop = loop;
+    s->n = s->left = n;
+    s->mask = mask;
+    s->done = done;
+    s->arg = arg;
+    ddp_timer_init(&s->timer, on_timeout);
+    ddp_timer_init(&s->pytimer, on_py_poll);
+    int py = 0;
+    for (int i = 0; i < n; i++) {
+        struct stack_job *j = &s->job[i];
+        j->s = s;
+        j->pid = procs[i].pid;
+        j->fd = -1;
+        j->pydump = procs[i].pydump;
+        ddp_buf_init(&j->out);
+        ddp_buf_init(&j->pytext);
+        /* Only to a rank that handles it: to any other process this signal is fatal. */
+        if (j->pydump >= 0 && ddp__pys_armed(j->pid)) {
+            j->pyoff = j->pylast = ddp__pys_size(j->pydump);
+            j->py = kill(j->pid, DDP__PYS_SIGNAL) == 0;
+            py += j->py;
+        }
+    }
+    *out = s;
+    if (n == 0) {
+        finish(s);
+        return 0;
+    }
+    ddp_timer_start(loop, &s->timer, timeout_ms);
+    if (py) {
+        s->py_until = ddp_now_ms() + 1000;
+        ddp_timer_start(loop, &s->pytimer, 20);
+    } else {
+        start_tools(s);
+    }
     return 0;
 }
 
@@ -289,16 +380,18 @@ void ddp__dn_stacks_free(struct ddp__dn_stacks *s)
         if (!j->done && j->tool > 0)
             kill(j->tool, SIGKILL);
         ddp_buf_release(&j->out);
+        ddp_buf_release(&j->pytext);
     }
     ddp_timer_stop(s->loop, &s->timer);
+    ddp_timer_stop(s->loop, &s->pytimer);
     free(s->job);
     free(s);
 }
 
 /* ---- STACKS frames ---- */
 
-static void send_reply(struct ddp__dn_asker *a, uint32_t req, const int *local, const pid_t *pids,
-                       char *const *texts, int n)
+static void send_reply(struct ddp__dn_asker *a, uint32_t req, const int *local,
+                       const struct ddp__dn_proc *procs, char *const *texts, int n)
 {
     struct ddp_buf b;
     ddp_buf_init(&b);
@@ -309,7 +402,7 @@ static void send_reply(struct ddp__dn_asker *a, uint32_t req, const int *local, 
         /* a frame holds 1 MiB: each text is cut to its share */
         size_t len = strlen(texts[i]), cap = (DDP__AGENT_MAX_FRAME - 64) / (size_t)(n + 1);
         ddp_buf_put_u32(&b, (uint32_t)local[i]);
-        ddp_buf_put_u32(&b, (uint32_t)pids[i]);
+        ddp_buf_put_u32(&b, (uint32_t)procs[i].pid);
         ddp_buf_put_str(&b, texts[i], len < cap ? len : cap);
     }
     ddp__agent_end(&b, pos);
@@ -321,15 +414,15 @@ static void on_stacks(void *arg, char *const *texts, int n)
 {
     struct ddp__dn_asker *a = arg;
     a->stacks = NULL;
-    send_reply(a, a->req, a->local, a->pids, texts, n);
+    send_reply(a, a->req, a->local, a->procs, texts, n);
     free(a->local);
-    free(a->pids);
+    free(a->procs);
     a->local = NULL;
-    a->pids = NULL;
+    a->procs = NULL;
 }
 
 void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t len,
-                          const pid_t *running, int nw)
+                          const struct ddp__dn_proc *running, int nw)
 {
     struct ddp_rd rd;
     uint32_t req, n;
@@ -340,35 +433,35 @@ void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t l
         char busy[] = "(no stack: another collection is under way on this node)";
         char *texts[] = {busy};
         int none = -1;
-        pid_t zero = 0;
+        struct ddp__dn_proc zero = {.pid = 0, .pydump = -1};
         send_reply(a, req, &none, &zero, texts, 1);
         return;
     }
     int *local = calloc((size_t)nw + 1, sizeof(int));
-    pid_t *pids = calloc((size_t)nw + 1, sizeof(pid_t));
+    struct ddp__dn_proc *procs = calloc((size_t)nw + 1, sizeof(*procs));
     int k = 0;
-    for (uint32_t i = 0; i < (n ? n : (uint32_t)nw) && local && pids; i++) {
+    for (uint32_t i = 0; i < (n ? n : (uint32_t)nw) && local && procs; i++) {
         uint32_t lr = i;
         if (n && ddp_rd_u32(&rd, &lr) < 0)
             break;
-        if (lr < (uint32_t)nw && running[lr] > 0 && k < nw) {
+        if (lr < (uint32_t)nw && running[lr].pid > 0 && k < nw) {
             local[k] = (int)lr;
-            pids[k++] = running[lr];
+            procs[k++] = running[lr];
         }
     }
-    if (!local || !pids) {
+    if (!local || !procs) {
         free(local);
-        free(pids);
+        free(procs);
         return;
     }
     a->req = req;
     a->local = local;
-    a->pids = pids;
-    if (ddp__dn_stacks_start(a->loop, pids, k, 10000, a->mask, on_stacks, a, &a->stacks) < 0) {
+    a->procs = procs;
+    if (ddp__dn_stacks_start(a->loop, procs, k, 10000, a->mask, on_stacks, a, &a->stacks) < 0) {
         free(local);
-        free(pids);
+        free(procs);
         a->local = NULL;
-        a->pids = NULL;
+        a->procs = NULL;
         a->stacks = NULL;
     }
 }
@@ -377,8 +470,8 @@ void ddp__dn_asker_release(struct ddp__dn_asker *a)
 {
     ddp__dn_stacks_free(a->stacks);
     free(a->local);
-    free(a->pids);
+    free(a->procs);
     a->stacks = NULL;
     a->local = NULL;
-    a->pids = NULL;
+    a->procs = NULL;
 }

@@ -29,14 +29,22 @@ void ddp__dn_page_release(struct ddp__dn_page *pg);
 /* Appends the line of a running rank (global rank, pid, its page or NULL) to b. */
 void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct ddp_progress_page *p);
 
-/* Native stacks of n processes, gathered by one eu-stack (or gdb) each, in parallel; done is
+/* A rank's process: its pid, and its Python dump file (cli/pystacks.h) or -1. */
+struct ddp__dn_proc {
+    pid_t pid;
+    int pydump;
+};
+
+/* Stacks of n processes: first the Python tracebacks of those that armed them (waited for up
+ * to 1 s), then native stacks, gathered by one eu-stack (or gdb) each, in parallel; done is
  * called on loop with each one's text (or why there is none) once all have finished or
  * timeout_ms passed, and the collection frees itself (it may do so before this returns; *out
  * is set first). The tools run with signal mask `mask`. */
 struct ddp__dn_stacks;
-int ddp__dn_stacks_start(struct ddp_loop *loop, const pid_t *pids, int n, int timeout_ms,
-                         const sigset_t *mask, void (*done)(void *arg, char *const *texts, int n),
-                         void *arg, struct ddp__dn_stacks **out);
+int ddp__dn_stacks_start(struct ddp_loop *loop, const struct ddp__dn_proc *procs, int n,
+                         int timeout_ms, const sigset_t *mask,
+                         void (*done)(void *arg, char *const *texts, int n), void *arg,
+                         struct ddp__dn_stacks **out);
 /* Stops a collection (killing its tools); done is not called. NULL is a no-op. */
 void ddp__dn_stacks_free(struct ddp__dn_stacks *s);
 
@@ -48,12 +56,12 @@ struct ddp__dn_asker {
     void (*send)(struct ddp_buf *frame); /* the reply goes to the launcher */
     struct ddp__dn_stacks *stacks;       /* a collection under way */
     uint32_t req;
-    int *local; /* the local ranks asked for, and their pids */
-    pid_t *pids;
+    int *local; /* the local ranks asked for, and their processes */
+    struct ddp__dn_proc *procs;
 };
-/* body: the frame's; running[lr]: local rank lr's pid while it runs, else 0 (nw of them). */
+/* body: the frame's; running[lr]: local rank lr's process (pid 0 unless it runs), nw of them. */
 void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t len,
-                          const pid_t *running, int nw);
+                          const struct ddp__dn_proc *running, int nw);
 void ddp__dn_asker_release(struct ddp__dn_asker *a);
 
 #endif

@@ -147,8 +147,8 @@ wait_for() { # seconds, then a command that succeeds once it holds
   [ -z "$(ls "$XDG_RUNTIME_DIR/ddprun" | grep "\.sock$")" ] # (each job leaves its log folder's path, for ddprun logs)
 }
 
-@test "Python workers (no flight recorder): status shows their processes, stacks their native stacks" {
-  printf 'command: [/usr/bin/python3, -c, "import time\\nwhile True: time.sleep(0.2)"]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
+@test "Python workers (no flight recorder): status shows their processes, stacks their Python lines and native stacks" {
+  printf 'command: [/usr/bin/python3, -c, "import time\\ndef wait():\\n    while True: time.sleep(0.2)\\nwait()"]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
   wait_for 20 bash -c "'$DDPRUN' status | grep -q 'no flight recorder'"
@@ -157,9 +157,108 @@ wait_for() { # seconds, then a command that succeeds once it holds
   assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping .*\(no flight recorder\)'
   run "$DDPRUN" stacks
   assert_success
+  # both ranks at the same lines: one group, the Python frames (faulthandler's) first
   assert_output --partial "== ranks 0,1 (2 of 2):"
+  assert_output --partial "Python threads (faulthandler):"
+  assert_output --partial $'File "<string>", line 3 in wait\n  File "<string>", line 4 in <module>'
   assert_output --partial "PyEval"
+  # asked again: the same, once (what the last collection read is not read again)
+  run "$DDPRUN" stacks
+  [ "$(grep -c 'line 3 in wait' <<<"$output")" -eq 1 ]
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
   DDP_PID=
+  # the ranks ran to the stop: the signal that asks for Python stacks never ended them
+  grep -q "stopped (SIGINT)" out.txt
+}
+
+@test "a rank without the Python stacks' handler (python3 -E ignores PYTHONPATH) is never sent its signal: native stacks only, and it runs on" {
+  printf 'command: [/usr/bin/python3, -E, -c, "import time\\nwhile True: time.sleep(0.2)"]\nnproc_per_node: 1\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 20 bash -c "'$DDPRUN' status | grep -q 'no flight recorder'"
+  run "$DDPRUN" stacks
+  assert_success
+  assert_output --partial "== rank 0 (1 of 1):"
+  assert_output --partial "PyEval"
+  refute_output --partial "Python threads"
+  sleep 0.5
+  run "$DDPRUN" status
+  assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping'
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  grep -q "stopped (SIGINT)" out.txt
+}
+
+@test "an unmodified PyTorch DDP script stuck in all_reduce: ddprun stacks shows the line each rank is at" {
+  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  cat >stuck.py <<'PY'
+import os, time
+import torch
+import torch.distributed as dist
+
+def late():
+    time.sleep(3600)
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    late()
+t = torch.ones(4)
+dist.all_reduce(t)
+PY
+  printf 'command: [/usr/bin/python3, stuck.py]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  # until rank 1 sleeps in late() and rank 0 waits in all_reduce
+  for _ in $(seq 120); do
+    run "$DDPRUN" stacks
+    grep -q 'stuck.py", line 12 in <module>' <<<"$output" && grep -q 'line 6 in late' <<<"$output" && break
+    sleep 0.5
+  done
+  echo "$output"
+  assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n  File "[^"]*/stuck.py", line 12 in <module>'
+  assert_output --regexp $'== rank 1 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*/stuck.py", line 6 in late\n  File "[^"]*/stuck.py", line 10 in <module>'
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+}
+
+@test "the Python stacks' sitecustomize is invisible to the rank: PYTHONPATH, sys.path and the user's sitecustomize as without it; DDPRUN_PYTHON_STACKS=0 leaves Python alone" {
+  mkdir mine
+  echo 'import os; os.environ["MINE_RAN"] = "yes"' >mine/sitecustomize.py
+  cat >show.py <<'PY'
+import os, sys
+try:
+    import sitecustomize
+    where = sitecustomize.__file__
+except ImportError:
+    where = None
+print("PYTHONPATH=%s" % os.environ.get("PYTHONPATH"))
+print("shim on sys.path: %s" % any("/proc/self/fd" in p for p in sys.path))
+print("DDPRUN_PY vars: %s" % sorted(k for k in os.environ if k.startswith("DDPRUN_PY")))
+print("sitecustomize: %s, ran: %s" % (where, os.environ.get("MINE_RAN")))
+PY
+  printf 'command: [/usr/bin/python3, show.py]\nnproc_per_node: 1\nlogs: {dir: logs}\n' >job.yaml
+  # the user's own PYTHONPATH and sitecustomize
+  PYTHONPATH="$PWD/mine:/nonexistent" run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "PYTHONPATH=$PWD/mine:/nonexistent"
+  assert_output --partial "shim on sys.path: False"
+  assert_output --partial "DDPRUN_PY vars: []"
+  assert_output --partial "sitecustomize: $PWD/mine/sitecustomize.py, ran: yes"
+  # none: the system's own sitecustomize (Debian's) still runs, PYTHONPATH stays unset
+  system=$(env -u PYTHONPATH /usr/bin/python3 -c 'try:
+    import sitecustomize; print(sitecustomize.__file__)
+except ImportError: print(None)')
+  run env -u PYTHONPATH "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "PYTHONPATH=None"
+  assert_output --partial "sitecustomize: $system, ran: None"
+  # turned off in the job's env
+  printf 'env: {DDPRUN_PYTHON_STACKS: "0"}\n' >>job.yaml
+  PYTHONPATH="$PWD/mine" run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "PYTHONPATH=$PWD/mine"
+  assert_output --partial "DDPRUN_PY vars: ['DDPRUN_PYTHON_STACKS']"
 }
