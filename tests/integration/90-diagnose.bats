@@ -232,7 +232,7 @@ import os, sys
 try:
     import sitecustomize
     where = sitecustomize.__file__
-except ImportError:
+except Exception:  # none, or one that raises (imported again here)
     where = None
 print("PYTHONPATH=%s" % os.environ.get("PYTHONPATH"))
 print("shim on sys.path: %s" % any("/proc/self/fd" in p for p in sys.path))
@@ -255,6 +255,14 @@ except ImportError: print(None)')
   assert_success
   assert_output --partial "PYTHONPATH=None"
   assert_output --partial "sitecustomize: $system, ran: None"
+  # a sitecustomize that raises: Python's own message, as without ddprun, and the rank runs
+  mkdir bad
+  echo 'raise ValueError("boom")' >bad/sitecustomize.py
+  PYTHONPATH="$PWD/bad" run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "Error in sitecustomize; set PYTHONVERBOSE for traceback:"
+  assert_output --partial "ValueError: boom"
+  assert_output --partial "PYTHONPATH=$PWD/bad"
   # turned off in the job's env
   printf 'env: {DDPRUN_PYTHON_STACKS: "0"}\n' >>job.yaml
   PYTHONPATH="$PWD/mine" run "$DDPRUN" job.yaml
