@@ -14,6 +14,10 @@
  * the nodes' reach check is toward its first TCP endpoint (the "etcd" column).
  *
  * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks.
+ *
+ * A Python job (the command's program is python...) also has each node's interpreter report
+ * its version and torch's (or none), from workdir as the agent would run it; every node must
+ * show the same two as the first one that reports them.
  */
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -39,9 +43,16 @@
 
 #include "common/banned.h"
 
-enum { C_SSH, C_KEY, C_DDPRUN, C_WORKDIR, C_CMD, C_PORT, C_STORE, C_IFACE, C_N };
-static const char *const col_name[C_N] = {"ssh",     "host key", "ddprun", "workdir",
-                                          "command", "port",     "store",  "interface"};
+enum { C_SSH, C_KEY, C_DDPRUN, C_WORKDIR, C_CMD, C_PORT, C_STORE, C_IFACE, C_PY, C_TORCH, C_N };
+static const char *const col_name[C_N] = {"ssh",  "host key", "ddprun",    "workdir", "command",
+                                          "port", "store",    "interface", "python",  "torch"};
+
+/* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
+ * import fails the program, with its traceback). */
+#define PY_CHECK                                                                                   \
+    "import sys,importlib.util as u;t=u.find_spec(\"torch\") and "                                 \
+    "__import__(\"torch\").__version__ "                                                           \
+    "or \"-\";print(\"python\",sys.version.split()[0],\"torch\",t)"
 
 struct node_check {
     const struct ddp_job *job;
@@ -51,6 +62,7 @@ struct node_check {
     const char *cell[C_N]; /* "ok", "FAIL", "-" or a short note */
     char why[1200];        /* the first failure */
     char iface[64];        /* the node's interface toward the store: its ranks' default */
+    char py[32], torch[64]; /* a Python job's versions there */
 };
 
 static void failed(struct node_check *n, int col, const char *fmt, ...)
@@ -131,6 +143,71 @@ static int probe(const char *host, int port, char *out, size_t n)
     return 0;
 }
 
+/* From workdir ($1), program $2 runs PY_CHECK ($3): the last lines of what it printed, and its
+ * status. */
+#define PY_SH                                                                                      \
+    "cd \"$1\" || exit; o=$(\"$2\" -c \"$3\" 2>&1); r=$?; printf '%s\\n' \"$o\" | tail -n 4; "     \
+    "exit $r"
+
+static int run_python_here(const char *workdir, const char *prog, char *out, size_t n)
+{
+    char *argv[] = {"/bin/sh",        "-c", PY_SH, "sh", (char *)workdir, (char *)prog,
+                    (char *)PY_CHECK, NULL};
+    int st = -1;
+    if (ddp__run_capture(argv, out, n, 60000, &st) < 0)
+        snprintf(out, n, "cannot run /bin/sh");
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+static bool is_python(const char *prog)
+{
+    const char *b = strrchr(prog, '/');
+    return strncmp(b ? b + 1 : prog, "python", 6) == 0;
+}
+
+/* What PY_CHECK printed (with its stderr): the versions, or why there are none. */
+static void apply_python(struct node_check *n, const char *prog, const char *where, int st,
+                         const char *out)
+{
+    const char *l = strstr(out, "python ");
+    char v[32], t[64];
+    if (st == 0 && l && sscanf(l, "python %31s torch %63s", v, t) == 2) {
+        snprintf(n->py, sizeof(n->py), "%s", v);
+        snprintf(n->torch, sizeof(n->torch), "%s", strcmp(t, "-") == 0 ? "none" : t);
+        n->cell[C_PY] = n->py;
+        n->cell[C_TORCH] = n->torch;
+        return;
+    }
+    size_t len = strlen(out);
+    while (len && out[len - 1] == '\n')
+        len--;
+    const char *last = out + len;
+    while (last > out && last[-1] != '\n')
+        last--;
+    failed(n, C_PY, "'%s' fails to start, or to import torch, %s: %.*s", prog, where,
+           (int)(out + len - last), len ? last : "(no output)");
+}
+
+/* After every node reported: each Python job's node against the first that reported. */
+static void compare_python(struct node_check *nc, size_t nn)
+{
+    const struct node_check *ref = NULL;
+    for (size_t i = 0; i < nn && !ref; i++)
+        if (nc[i].py[0])
+            ref = &nc[i];
+    for (size_t i = 0; ref && i < nn; i++) {
+        struct node_check *n = &nc[i];
+        if (!n->py[0] || n->why[0] ||
+            (strcmp(n->py, ref->py) == 0 && strcmp(n->torch, ref->torch) == 0))
+            continue;
+        snprintf(n->why, sizeof(n->why),
+                 "python %s with torch %s here, python %s with torch %s on %s: the ranks must "
+                 "run the same (a mixed job fails in its rendezvous or first collective, or "
+                 "computes wrong)",
+                 n->py, n->torch, ref->py, ref->torch, n->job->nodes[ref->i].host);
+    }
+}
+
 /* `__probe HOST:PORT [WORKDIR PROGRAM]`: with a workdir and program (a node reached by srun,
  * where this ddprun is the one the agent would be), a line for each of them first. */
 int ddp__cmd_probe(int argc, char **argv)
@@ -148,6 +225,11 @@ int ddp__cmd_probe(int argc, char **argv)
     }
     int r = probe(host, port, out, sizeof(out));
     puts(out);
+    if (argc == 5 && is_python(argv[4])) { /* a Python job's versions, for ddprun doctor */
+        char py[2048];
+        int st = run_python_here(argv[3], argv[4], py, sizeof(py));
+        printf("pyrc %d\n%s", st, py);
+    }
     return r;
 }
 
@@ -213,6 +295,9 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
         char line[512];
         snprintf(line, sizeof(line), "%.*s", (int)strcspn(probe_line + 1, "\n"), probe_line + 1);
         apply_probe(n, WIFEXITED(st) ? WEXITSTATUS(st) : 1, line);
+        const char *py = strstr(out, "\npyrc "), *nl = py ? strchr(py + 1, '\n') : NULL;
+        if (!n->why[0] && is_python(prog) && py)
+            apply_python(n, prog, "there", atoi(py + 6), nl ? nl + 1 : "");
     }
 }
 
@@ -239,6 +324,10 @@ static void *check_node(void *arg)
                    j->workdir);
         if (!n->why[0])
             apply_probe(n, probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
+        if (!n->why[0] && is_python(prog)) {
+            int st = run_python_here(j->workdir, prog, out, sizeof(out));
+            apply_python(n, prog, "here", st, out);
+        }
         return NULL;
     }
     struct ddp__ssh s = {.host = host,
@@ -305,8 +394,24 @@ static void *check_node(void *arg)
             apply_probe(n, st, out);
         }
     }
+    if (!n->why[0] && is_python(prog)) {
+        snprintf(
+            cmd, sizeof(cmd),
+            "cd '%s' || exit; o=$('%s' -c '%s' 2>&1); r=$?; printf '%%s\\n' \"$o\" | tail -n 4; "
+            "exit $r",
+            j->workdir, prog, PY_CHECK);
+        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0)
+            failed(n, C_PY, "%s", s.err);
+        else
+            apply_python(n, prog, "there", st, out);
+    }
     ddp__ssh_close(&s);
     return NULL;
+}
+
+static int width(int col)
+{
+    return col == C_IFACE || col == C_TORCH ? 16 : 10;
 }
 
 static _Atomic bool stop_accepting;
@@ -382,6 +487,8 @@ int ddp__doctor(const struct ddp_job *job)
     }
     for (size_t i = 0; i < job->nnodes; i++)
         pthread_join(th[i], NULL);
+    compare_python(nc, job->nnodes);
+    bool py = is_python(job->shell ? "/bin/sh" : job->argv[0]);
     atomic_store(&stop_accepting, true);
     pthread_join(acc, NULL);
     close(lfd);
@@ -391,14 +498,14 @@ int ddp__doctor(const struct ddp_job *job)
         hw = l > hw ? l : hw;
     }
     printf("%-*s", (int)hw + 2, "node");
-    for (int c = 0; c < C_N; c++)
-        printf("%-*s", c == C_IFACE ? 16 : 10, c == C_STORE && ehost[0] ? "etcd" : col_name[c]);
+    for (int c = 0; c < (py ? C_N : C_PY); c++)
+        printf("%-*s", width(c), c == C_STORE && ehost[0] ? "etcd" : col_name[c]);
     printf("result\n");
     int bad = 0;
     for (size_t i = 0; i < job->nnodes; i++) {
         printf("%-*s", (int)hw + 2, job->nodes[i].host);
-        for (int c = 0; c < C_N; c++)
-            printf("%-*s", c == C_IFACE ? 16 : 10, nc[i].cell[c] ? nc[i].cell[c] : "-");
+        for (int c = 0; c < (py ? C_N : C_PY); c++)
+            printf("%-*s", width(c), nc[i].cell[c] ? nc[i].cell[c] : "-");
         if (nc[i].why[0]) {
             bad++;
             printf("FAIL: %s\n", nc[i].why);

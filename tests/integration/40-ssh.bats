@@ -192,6 +192,32 @@ only_sshd_in() {
   assert_output --partial "there is 'ddprun 0.0.1', this is ddprun"
 }
 
+@test "ddprun doctor on a Python job: each node's python and torch versions; a node with another torch, or one that fails to import, fails naming both" {
+  /usr/bin/python3 -c "import torch" 2>/dev/null || skip "needs Debian's python3-torch"
+  sshd_start 1
+  # node 2's sessions find another torch first on their PYTHONPATH: a node set up apart
+  mkdir -p other/torch && echo '__version__ = "2.1.0"' >other/torch/__init__.py
+  SSHD_EXTRA_CONFIG="SetEnv PYTHONPATH=$PWD/other" sshd_start 2
+  ssh_job job.yaml 1 1 2 -- /usr/bin/python3 train.py
+  want=$(/usr/bin/python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)')
+  py=${want% *} torch=${want#* }
+  run "$DDPRUN" doctor job.yaml
+  assert_failure 1
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
+  assert_output --regexp " +interface +python +torch +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +$torch +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +2\.1\.0 +FAIL: python $py with torch 2\.1\.0 here, python $py with torch $torch on $a1: the ranks must run the same"
+  # a torch that is there but fails to import (as a missing CUDA library makes it): its error
+  mkdir -p broken/torch && echo 'raise ImportError("libcudnn.so.8: cannot open shared object file")' >broken/torch/__init__.py
+  run env PYTHONPATH="$PWD/broken" "$DDPRUN" doctor job.yaml --set "nodes=[localhost]"
+  assert_failure 1
+  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +[a-z0-9]+ +FAIL +- +FAIL: '/usr/bin/python3' fails to start, or to import torch, here: ImportError: libcudnn.so.8: cannot open shared object file$"
+  # a job that is not Python has no such columns
+  run "$DDPRUN" doctor job.yaml --set "command=[sleep, '1']" --set "nodes=[$(sshd_addr 1)]"
+  assert_success
+  refute_output --partial "python"
+}
+
 @test "ddprun doctor on a local job checks the workdir, the command (from the workdir) and the store address" {
   printf 'command: [/nonexistent/x]\n' >job.yaml
   run "$DDPRUN" doctor job.yaml

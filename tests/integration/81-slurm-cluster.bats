@@ -212,4 +212,13 @@ JOB
   run slurm_login salloc -N3 --quiet ddprun doctor bad.yaml
   assert_failure 1
   assert_output --partial "FAIL: 'no-such-program' is not an executable program there"
+  # a Python job: each node's interpreter reports its version (and torch's, or none) through
+  # the same step
+  want=$(/usr/bin/python3 -c 'import sys; print(sys.version.split()[0])')
+  printf 'command: [/usr/bin/python3, train.py]\n' >py.yaml
+  run slurm_login salloc -N3 --quiet ddprun doctor py.yaml
+  [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+  for k in 1 2 3; do
+    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +${want//./\\.} +[^ ]+ +pass"
+  done
 }

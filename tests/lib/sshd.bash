@@ -96,6 +96,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 LogLevel ERROR
+${SSHD_EXTRA_CONFIG:-}
 CFG
   if [ -n "$SSHD_NETNS" ]; then
     sshd_make_ns "$k"
