@@ -345,10 +345,11 @@ int ddp__dn_stacks_start(struct ddp_loop *loop, const struct ddp__dn_proc *procs
         j->pydump = procs[i].pydump;
         ddp_buf_init(&j->out);
         ddp_buf_init(&j->pytext);
-        /* Only to a rank that handles it: to any other process this signal is fatal. */
-        if (j->pydump >= 0 && ddp__pys_armed(j->pid)) {
+        /* Only to a process that handles it: to any other this signal is fatal. */
+        pid_t target = j->pydump >= 0 ? ddp__pys_find(j->pid, j->pydump) : 0;
+        if (target > 0) {
             j->pyoff = j->pylast = ddp__pys_size(j->pydump);
-            j->py = kill(j->pid, DDP__PYS_SIGNAL) == 0;
+            j->py = kill(target, DDP__PYS_SIGNAL) == 0;
             py += j->py;
         }
     }

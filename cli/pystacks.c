@@ -2,6 +2,7 @@
 #include "cli/pystacks.h"
 #include "common/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -181,6 +182,66 @@ bool ddp__pys_armed(pid_t pid)
         }
     fclose(f);
     return found && (mask >> (DDP__PYS_SIGNAL - 1) & 1);
+}
+
+/* Whether process p holds the file of fd (the same inode among its descriptors). */
+static bool holds(pid_t p, int fd)
+{
+    struct stat want, st;
+    char path[80];
+    if (fstat(fd, &want) != 0)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)p);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    bool found = false;
+    while (d && !found && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/fd/%.16s", (int)p, e->d_name);
+        found = stat(path, &st) == 0 && st.st_ino == want.st_ino && st.st_dev == want.st_dev;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+pid_t ddp__pys_find(pid_t rank, int dump)
+{
+    enum { MAX = 64 };
+    pid_t q[MAX];
+    int head = 0, tail = 0;
+    q[tail++] = rank;
+    while (head < tail) {
+        pid_t p = q[head++];
+        if (ddp__pys_armed(p) && holds(p, dump))
+            return p;
+        /* Children hang off the thread that forked them: every thread's list. */
+        char path[80], line[4096];
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)p);
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d)) && tail < MAX) {
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "/proc/%d/task/%.16s/children", (int)p, e->d_name);
+            FILE *f = fopen(path, "re");
+            if (!f)
+                continue;
+            size_t n = fread(line, 1, sizeof(line) - 1, f);
+            fclose(f);
+            line[n] = '\0';
+            for (char *s = line, *end; tail < MAX; s = end) {
+                long c = strtol(s, &end, 10);
+                if (end == s)
+                    break;
+                q[tail++] = (pid_t)c;
+            }
+        }
+        if (d)
+            closedir(d);
+    }
+    return 0;
 }
 
 size_t ddp__pys_size(int dump)

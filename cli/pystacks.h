@@ -34,6 +34,10 @@ void ddp__pys_rank_env(int shim, int dump);
 
 /* Whether pid has the dump's handler installed. */
 bool ddp__pys_armed(pid_t pid);
+/* The process of a rank to signal for its tracebacks: the rank itself or, breadth first among
+ * its first 64 descendants, the first (a wrapper script's Python) that has the handler and
+ * holds the rank's dump file; 0 when none does. */
+pid_t ddp__pys_find(pid_t rank, int dump);
 /* The dump file's size now (where the next traceback starts). */
 size_t ddp__pys_size(int dump);
 /* Appends what the dump file holds from off on (at most max bytes). */

@@ -191,6 +191,29 @@ wait_for() { # seconds, then a command that succeeds once it holds
   grep -q "stopped (SIGINT)" out.txt
 }
 
+@test "a Python that a wrapper script starts (not exec'd): stacks show its Python lines" {
+  cat >wrap.sh <<'SH'
+#!/bin/sh
+/usr/bin/python3 -c 'import time
+def spin():
+    while True: time.sleep(0.2)
+spin()'
+echo "python ended"
+SH
+  chmod +x wrap.sh
+  printf 'command: [./wrap.sh]\nnproc_per_node: 1\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  for _ in $(seq 100); do pgrep -f "^/usr/bin/python3 -c import time" >/dev/null && break; sleep 0.1; done
+  sleep 0.5 # its sitecustomize ran
+  run "$DDPRUN" stacks
+  assert_success
+  assert_output --partial $'Python threads (faulthandler):\nThread (most recent call first):\n  File "<string>", line 3 in spin\n  File "<string>", line 4 in <module>'
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+}
+
 @test "an unmodified PyTorch DDP script stuck in all_reduce: ddprun stacks shows the line each rank is at" {
   /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
   cat >stuck.py <<'PY'
