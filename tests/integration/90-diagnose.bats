@@ -286,6 +286,18 @@ except ImportError: print(None)')
   assert_output --partial "Error in sitecustomize; set PYTHONVERBOSE for traceback:"
   assert_output --partial "ValueError: boom"
   assert_output --partial "PYTHONPATH=$PWD/bad"
+  # the archive itself, as a rank's shell passes it on (a Python that ignores PYTHONPATH
+  # reads it): one member, whose CRC-32 checks
+  cat >zipcheck.sh <<'SH'
+#!/bin/sh
+exec /usr/bin/python3 -E -c 'import os, zipfile
+z = zipfile.ZipFile(os.environ["DDPRUN_PY_SHIM"])
+print("members %s, bad %s" % (z.namelist(), z.testzip()))'
+SH
+  chmod +x zipcheck.sh
+  run "$DDPRUN" job.yaml --set 'command=[./zipcheck.sh]'
+  assert_success
+  assert_output --partial "members ['sitecustomize.py'], bad None"
   # turned off in the job's env
   printf 'env: {DDPRUN_PYTHON_STACKS: "0"}\n' >>job.yaml
   PYTHONPATH="$PWD/mine" run "$DDPRUN" job.yaml
