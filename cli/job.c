@@ -364,7 +364,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     }
     if (j->max_nodes > (int)j->nnodes) {
         ddp__jv_err(c, ddp__ytree_get(root, "elastic"),
-                    "elastic.max_nodes (%d) is above the number of nodes listed (%zu)",
+                    "elastic.max_nodes (%d) is above the number of nodes listed (%zu; -H or "
+                    "--hostfile list them on a command line)",
                     j->max_nodes, j->nnodes);
         goto out;
     }

@@ -208,7 +208,7 @@ static void usage(void)
 
 /* The job of a run, plan or doctor: JOB.yaml with the overrides, a program's command line
  * (torchrun style), or the default job. */
-static int load_job(const struct ddp_cli_opts *o, bool file_needed, struct ddp_job **job)
+static int load_spec(const struct ddp_cli_opts *o, bool file_needed, struct ddp_job **job)
 {
     const char *const *v = o->vals;
     if (o->program) {
@@ -245,6 +245,24 @@ static int load_job(const struct ddp_cli_opts *o, bool file_needed, struct ddp_j
         return ddp__job_load_default(o->sets, o->labels, o->nsets, job);
     }
     return ddp__job_load(o->pos[0], o->sets, o->labels, o->nsets, job);
+}
+
+static int load_job(const struct ddp_cli_opts *o, bool file_needed, struct ddp_job **job)
+{
+    if (load_spec(o, file_needed, job) < 0)
+        return -1;
+    /* torchrun's --standalone: one node, this machine. */
+    if (o->vals[DDP_OPT_STANDALONE] &&
+        ((*job)->nnodes != 1 || !ddp__job_host_is_local((*job)->nodes[0].host))) {
+        ddp__cli_error("--standalone runs the job on this machine alone, but it lists %zu node%s "
+                       "(%s%s): leave out --standalone, or the other hosts",
+                       (*job)->nnodes, (*job)->nnodes == 1 ? "" : "s", (*job)->nodes[0].host,
+                       (*job)->nnodes > 1 ? ", ..." : "");
+        ddp__job_free(*job);
+        *job = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static int cmd_run(struct ddp_cli_opts *o)

@@ -35,6 +35,37 @@ teardown() {
   assert_output --partial "rank 0 (localhost) exited with status 3"
 }
 
+@test "a torchrun command line runs as written: underscores, --standalone, --nnodes, --role, --log-dir, and its no-op flags; per-node options are a clear error" {
+  printf 'import os, sys\nprint("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], "role", os.environ["ROLE_NAME"], "args", sys.argv[1:])\n' >role.py
+  run "$DDPRUN" --standalone --nnodes=1 --nproc_per_node=2 --max_restarts=1 --monitor-interval=1 \
+    --tee 3 -r 3 --redirects=3 --run-path --start-method spawn --role trainer --log-dir tlogs \
+    role.py --lr 0.1
+  assert_success
+  assert_line "[localhost:0] rank 0 of 2 role trainer args ['--lr', '0.1']"
+  assert_line "[localhost:1] rank 1 of 2 role trainer args ['--lr', '0.1']"
+  grep -q "rank 1 of 2 role trainer" tlogs/role-*/rank-1.log
+  # --nnodes MIN:MAX is the elastic range over the hosts given
+  run "$DDPRUN" plan --nnodes 1:2 -H a,b --nproc_per_node 1 hello.py
+  assert_success
+  assert_output --partial "elastic: {min_nodes: 1, max_nodes: 2,"
+  run "$DDPRUN" plan --nnodes 2 hello.py
+  assert_failure 2
+  assert_output --partial "--nnodes 2: elastic.max_nodes (2) is above the number of nodes listed (1; -H or --hostfile list them on a command line)"
+  run "$DDPRUN" plan --nnodes 2:x hello.py
+  assert_failure 2
+  assert_output "ddprun: error: --nnodes '2:x': give N or MIN:MAX, as torchrun takes it (2, 1:4)"
+  run "$DDPRUN" plan --standalone -H a,b hello.py
+  assert_failure 2
+  assert_output --partial "--standalone runs the job on this machine alone, but it lists 2 nodes (a, ...)"
+  # what torchrun needs on every node, ddprun does from here
+  for o in --node-rank=0 --node_rank=0 "--master-addr 10.0.0.1" --master_port=29500 \
+    "--rdzv-endpoint h:29400" "--rdzv_backend c10d" "--rdzv-id 7" --local-addr=x; do
+    run "$DDPRUN" $o --nproc_per_node 1 hello.py
+    assert_failure 2
+    assert_output --regexp "^ddprun: error: '--[a-z_-]+' is torchrun's, for a launcher started on every node; ddprun runs once, from here, and starts every node itself: name them with -H h1,h2 or --hostfile FILE"
+  done
+}
+
 @test "plan, doctor and --set work on a command line" {
   run "$DDPRUN" plan --nproc-per-node 3 --set env.SEED=7 --max-restarts 2 hello.py "a b"
   assert_success
