@@ -35,7 +35,8 @@ static struct {
     size_t held_output;
     /* With a takeover wait: the OUTPUT frames this link carried that the launcher has not
      * acknowledged (ACK): in its pipes or its SSH connection when it died, they go to the next
-     * launcher after STATE. unacked_seq is the link's count of OUTPUT frames before them. */
+     * launcher first, before STATE. unacked_seq is the link's count of OUTPUT frames before
+     * them. */
     struct ddp_buf unacked;
     uint64_t unacked_seq, sent_output;
     uint64_t dropped;

@@ -147,6 +147,7 @@ struct ddp__dn_stacks {
     int n, left;
     struct ddp_timer timer, pytimer;
     int64_t py_until; /* the Python tracebacks are waited for until then */
+    int py_still;     /* looks in a row at which no dump file grew */
     const sigset_t *mask;
     void (*done)(void *arg, char *const *texts, int n);
     void *arg;
@@ -159,6 +160,7 @@ static void python_text(struct stack_job *j)
     struct ddp_buf raw;
     ddp_buf_init(&raw);
     ddp__pys_read(j->pydump, j->pyoff, STACK_MAX / 2, &raw);
+    bool cut = ddp__pys_size(j->pydump) - j->pyoff > STACK_MAX / 2;
     static const char head[] = "Python threads (faulthandler):\n";
     ddp_buf_put(&j->pytext, head, sizeof(head) - 1);
     if (!raw.len) {
@@ -176,6 +178,8 @@ static void python_text(struct stack_job *j)
         }
         ddp_buf_put_u8(&j->pytext, raw.data[i++]);
     }
+    if (cut)
+        ddp_buf_put(&j->pytext, "\n(cut at 32 KiB)\n", 17);
     ddp_buf_put(&j->pytext, "native:\n", 8);
     ddp_buf_release(&raw);
 }
@@ -293,9 +297,9 @@ static void start_tools(struct ddp__dn_stacks *s)
         finish(s);
 }
 
-/* Every 20 ms while Python ranks write their tracebacks: once no dump file grew since the last
- * look, and each has something, or after 1 s, the tools start (a tool attached meanwhile would
- * catch faulthandler in the middle of its work). */
+/* Every 20 ms while Python ranks write their tracebacks: once each has something and no dump
+ * file grew for two looks in a row, or after 1 s, the tools start (a tool attached meanwhile
+ * would catch faulthandler in the middle of its work). */
 static void on_py_poll(struct ddp_loop *loop, struct ddp_timer *t)
 {
     struct ddp__dn_stacks *s = DDP_CONTAINER_OF(t, struct ddp__dn_stacks, pytimer);
@@ -309,7 +313,8 @@ static void on_py_poll(struct ddp_loop *loop, struct ddp_timer *t)
             settled = false;
         j->pylast = now;
     }
-    if (!settled && ddp_now_ms() < s->py_until) {
+    s->py_still = settled ? s->py_still + 1 : 0;
+    if (s->py_still < 2 && ddp_now_ms() < s->py_until) {
         ddp_timer_start(loop, t, 20);
         return;
     }

@@ -98,6 +98,8 @@ void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver)
             n->cb.frame(n->cb.arg, i, type, body, len);
         p->outputs++;
     }
+    p->outputs += p->held_dropped;
+    p->held_dropped = 0;
     ddp_buf_release(&p->held);
     send_ack(n, i);
 }
@@ -128,7 +130,7 @@ static int read_frames(struct ddp__nodes *n, int i)
                 ddp_buf_put(&p->held, body, len);
                 ddp__agent_end(&p->held, pos);
             } else {
-                p->outputs++; /* dropped for good */
+                p->held_dropped++; /* dropped for good */
             }
             continue;
         }
@@ -211,7 +213,7 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
         return -1;
     ddp_buf_init(&p->rx);
     ddp_buf_init(&p->erx);
-    p->outputs = p->acked = 0;
+    p->outputs = p->acked = p->held_dropped = 0;
     ddp_buf_release(&p->held);
     p->holding = !join;
     ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);

@@ -40,6 +40,7 @@ struct ddp__node_proc {
     uint64_t outputs, acked; /* OUTPUT frames handed over on this link, and acknowledged */
     bool holding;            /* rejoined: its OUTPUT frames are held until STATE */
     struct ddp_buf held;
+    uint64_t held_dropped; /* and those beyond the bound, counted once the others are */
 };
 
 struct ddp__nodes {
