@@ -61,9 +61,9 @@ static int find_opt(const char *name, size_t nl, const char *const *groups)
 }
 
 /* torchrun's options for a launcher started on every node, which ddprun is not. */
-static const char *const per_node[] = {
-    "node-rank", "master-addr", "master-port", "rdzv-endpoint", "rdzv-backend",
-    "rdzv-id",   "rdzv-conf",   "local-addr",  "max-nodes",     "nnodes-max"};
+static const char *const per_node[] = {"node-rank",     "master-addr",  "master-port",
+                                       "rdzv-endpoint", "rdzv-backend", "rdzv-id",
+                                       "rdzv-conf",     "local-addr"};
 
 static bool torchrun_per_node(const char *name, size_t nl)
 {
