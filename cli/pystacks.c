@@ -147,12 +147,12 @@ void ddp__pys_rank_env(int shim, int dump)
     snprintf(path, sizeof(path), "/proc/self/fd/%d", s);
     const char *old = getenv("PYTHONPATH");
     if (old) {
-        setenv("DDPRUN_PY_PYTHONPATH", old, 1);
         size_t n = strlen(path) + strlen(old) + 2;
         char *pp = malloc(n);
         if (!pp)
             return;
         snprintf(pp, n, "%s:%s", path, old);
+        setenv("DDPRUN_PY_PYTHONPATH", old, 1);
         setenv("PYTHONPATH", pp, 1);
         free(pp);
     } else {
