@@ -35,6 +35,30 @@ replicas_equal() { # output n
   assert_output --partial "rank 1 of 2: params sum"
 }
 
+@test "the PyTorch example (examples/jobs/pytorch-fmnist.yaml) trains Fashion-MNIST above 80% in one epoch on 2 ranks; run again it resumes from its checkpoint" {
+  trains
+  [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "needs dataset-fashion-mnist"
+  job="$REPO/examples/jobs/pytorch-fmnist.yaml"
+  ex="$REPO/examples/pytorch/fmnist_ddp.py"
+  run "$DDPRUN" "$job" --set logs.dir="$PWD/logs" --set checkpoint.dir="$PWD/ck" \
+    --set "command=[$PY, $ex, --epochs, '1']"
+  assert_success
+  replicas_equal "$output" 2
+  acc=$(grep -o 'epoch 1/1: 2 ranks, train-loss [0-9.]*, test-acc [0-9.]*' <<<"$output" | grep -o '[0-9.]*$')
+  echo "test accuracy after one epoch: $acc"
+  awk -v a="$acc" 'BEGIN { exit !(a > 0.80) }'
+  [ -s ck/fmnist_ddp.pt ]
+  ! ls ck | grep -q tmp || false
+  # run again for two epochs: it goes on from the first one's checkpoint
+  run "$DDPRUN" "$job" --set logs.dir="$PWD/logs" --set checkpoint.dir="$PWD/ck" \
+    --set "command=[$PY, $ex, --epochs, '2']"
+  assert_success
+  assert_output --partial "resuming from $PWD/ck/fmnist_ddp.pt after epoch 1"
+  assert_output --regexp "epoch 2/2: 2 ranks, train-loss [0-9.]+, test-acc 0\.[89]"
+  refute_output --partial "epoch 1/2"
+  replicas_equal "$output" 2
+}
+
 @test "GPU: the same script on NCCL (DEVICE=cuda, a rank per GPU) ends where the CPU run ends" {
   ngpu=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null) || ngpu=0
   [ "${ngpu:-0}" -ge 1 ] || skip "no CUDA device visible to this PyTorch"
