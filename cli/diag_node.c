@@ -347,7 +347,8 @@ int ddp__dn_stacks_start(struct ddp_loop *loop, const struct ddp__dn_proc *procs
         j->s = s;
         j->pid = procs[i].pid;
         j->fd = -1;
-        j->pydump = procs[i].pydump;
+        /* its own descriptor: the rank's may close (its round ends) while this runs */
+        j->pydump = procs[i].pydump >= 0 ? fcntl(procs[i].pydump, F_DUPFD_CLOEXEC, 0) : -1;
         ddp_buf_init(&j->out);
         ddp_buf_init(&j->pytext);
         /* Only to a process that handles it: to any other this signal is fatal. */
@@ -387,6 +388,8 @@ void ddp__dn_stacks_free(struct ddp__dn_stacks *s)
             kill(j->tool, SIGKILL);
         ddp_buf_release(&j->out);
         ddp_buf_release(&j->pytext);
+        if (j->pydump >= 0)
+            close(j->pydump);
     }
     ddp_timer_stop(s->loop, &s->timer);
     ddp_timer_stop(s->loop, &s->pytimer);
