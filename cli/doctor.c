@@ -200,11 +200,12 @@ static void compare_python(struct node_check *nc, size_t nn)
         if (!n->py[0] || n->why[0] ||
             (strcmp(n->py, ref->py) == 0 && strcmp(n->torch, ref->torch) == 0))
             continue;
-        snprintf(n->why, sizeof(n->why),
-                 "python %s with torch %s here, python %s with torch %s on %s: the ranks must "
-                 "run the same (a mixed job fails in its rendezvous or first collective, or "
-                 "computes wrong)",
-                 n->py, n->torch, ref->py, ref->torch, n->job->nodes[ref->i].host);
+        snprintf(
+            n->why, sizeof(n->why),
+            "python %s with torch %s on this node, python %s with torch %s on %s: the ranks must "
+            "run the same (a mixed job fails in its rendezvous or first collective, or "
+            "computes wrong)",
+            n->py, n->torch, ref->py, ref->torch, n->job->nodes[ref->i].host);
     }
 }
 

@@ -206,7 +206,7 @@ only_sshd_in() {
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
   assert_output --regexp " +interface +python +torch +result"$'\n'
   assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +$torch +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +2\.1\.0 +FAIL: python $py with torch 2\.1\.0 here, python $py with torch $torch on $a1: the ranks must run the same"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +2\.1\.0 +FAIL: python $py with torch 2\.1\.0 on this node, python $py with torch $torch on $a1: the ranks must run the same"
   # a torch that is there but fails to import (as a missing CUDA library makes it): its error
   mkdir -p broken/torch && echo 'raise ImportError("libcudnn.so.8: cannot open shared object file")' >broken/torch/__init__.py
   run env PYTHONPATH="$PWD/broken" "$DDPRUN" doctor job.yaml --set "nodes=[localhost]"
