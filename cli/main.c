@@ -76,9 +76,9 @@ static const struct command commands[] = {
      cmd_status},
     {"stacks",
      "ddprun stacks [JOB] [--rank R]",
-     "Prints the native stacks of a running job's ranks (or of rank R), gathered on every\n"
-     "node by eu-stack (elfutils) or gdb; identical stacks print once, with the ranks that\n"
-     "share them.",
+     "Prints the stacks of a running job's ranks (or of rank R), gathered on every node: a\n"
+     "Python rank's Python tracebacks (faulthandler), then native stacks by eu-stack\n"
+     "(elfutils) or gdb; identical stacks print once, with the ranks that share them.",
      {"rank", NULL},
      1,
      cmd_stacks},
@@ -170,7 +170,7 @@ static void usage(void)
            "map\n"
            "       ddprun doctor [OPTIONS] JOB.yaml            check every node before a run\n"
            "       ddprun status [JOB]                         a running job's ranks\n"
-           "       ddprun stacks [JOB] [--rank R]              their native stacks\n"
+           "       ddprun stacks [JOB] [--rank R]              their Python and native stacks\n"
            "       ddprun --detach JOB.yaml                    run without this terminal\n"
            "       ddprun attach|stop [JOB], ddprun ps, ddprun logs JOB [--rank R] [-f]\n"
            "       ddprun [--nproc N]                          run the embedded default job\n"
