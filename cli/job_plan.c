@@ -139,6 +139,14 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
                 ddp__cpubind_name(j->bind_to));
     if (ddp__job_omp_default(j))
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
+    bool pystacks = true;
+    for (size_t i = 0; i < j->nenv; i++)
+        if (strcmp(j->env[i].key, "DDPRUN_PYTHON_STACKS") == 0 && strcmp(j->env[i].value, "0") == 0)
+            pystacks = false;
+    if (pystacks)
+        fprintf(f, "PYTHONPATH=/proc/self/fd/<ddprun's sitecustomize>:<its own>   # ddprun stacks' "
+                   "Python tracebacks; a Python rank sees its own (env: DDPRUN_PYTHON_STACKS=0 "
+                   "leaves it out)\n");
     for (char **e = penv; e && *e; e++) {
         fprintf(f, "%s ", *e);
         free(*e);

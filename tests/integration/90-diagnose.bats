@@ -298,8 +298,12 @@ SH
   run "$DDPRUN" job.yaml --set 'command=[./zipcheck.sh]'
   assert_success
   assert_output --partial "members ['sitecustomize.py'], bad None"
-  # turned off in the job's env
+  # plan says so, and stops saying it once it is turned off in the job's env
+  run "$DDPRUN" plan job.yaml
+  assert_output --partial "PYTHONPATH=/proc/self/fd/<ddprun's sitecustomize>:<its own>"
   printf 'env: {DDPRUN_PYTHON_STACKS: "0"}\n' >>job.yaml
+  run "$DDPRUN" plan job.yaml
+  refute_output --partial "sitecustomize"
   PYTHONPATH="$PWD/mine" run "$DDPRUN" job.yaml
   assert_success
   assert_output --partial "PYTHONPATH=$PWD/mine"
