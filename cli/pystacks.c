@@ -66,38 +66,36 @@ static uint32_t crc32_of(const uint8_t *p, size_t n)
     return ~c;
 }
 
+/* The fields a zip's local header and its central directory entry share, in the same order:
+ * version needed to extract, flags, method (stored), time, date (1980-01-01), CRC-32, both
+ * sizes, the name's length, no extra field. */
+static void put_entry(struct ddp_buf *b, uint32_t crc, size_t n, uint16_t nl)
+{
+    ddp_buf_put_u16(b, 20);
+    ddp_buf_put_u16(b, 0);
+    ddp_buf_put_u16(b, 0);
+    ddp_buf_put_u16(b, 0);
+    ddp_buf_put_u16(b, (0 << 9) | (1 << 5) | 1);
+    ddp_buf_put_u32(b, crc);
+    ddp_buf_put_u32(b, (uint32_t)n);
+    ddp_buf_put_u32(b, (uint32_t)n);
+    ddp_buf_put_u16(b, nl);
+    ddp_buf_put_u16(b, 0);
+}
+
 /* A zip archive of one file, stored (not compressed), as zipimport reads it. */
 static void put_zip(struct ddp_buf *b, const char *name, const uint8_t *data, size_t n)
 {
     uint32_t crc = crc32_of(data, n);
     uint16_t nl = (uint16_t)strlen(name);
-    const uint16_t ver = 20, date = (0 << 9) | (1 << 5) | 1; /* 1980-01-01 */
-    ddp_buf_put_u32(b, 0x04034b50);                          /* local file header */
-    ddp_buf_put_u16(b, ver);
-    ddp_buf_put_u16(b, 0); /* flags */
-    ddp_buf_put_u16(b, 0); /* stored */
-    ddp_buf_put_u16(b, 0); /* time */
-    ddp_buf_put_u16(b, date);
-    ddp_buf_put_u32(b, crc);
-    ddp_buf_put_u32(b, (uint32_t)n);
-    ddp_buf_put_u32(b, (uint32_t)n);
-    ddp_buf_put_u16(b, nl);
-    ddp_buf_put_u16(b, 0); /* extra */
+    ddp_buf_put_u32(b, 0x04034b50); /* local file header */
+    put_entry(b, crc, n, nl);
     ddp_buf_put(b, name, nl);
     ddp_buf_put(b, data, n);
     size_t cd = b->len;
     ddp_buf_put_u32(b, 0x02014b50); /* central directory */
-    ddp_buf_put_u16(b, ver);        /* made by */
-    ddp_buf_put_u16(b, ver);        /* needed */
-    ddp_buf_put_u16(b, 0);
-    ddp_buf_put_u16(b, 0);
-    ddp_buf_put_u16(b, 0);
-    ddp_buf_put_u16(b, date);
-    ddp_buf_put_u32(b, crc);
-    ddp_buf_put_u32(b, (uint32_t)n);
-    ddp_buf_put_u32(b, (uint32_t)n);
-    ddp_buf_put_u16(b, nl);
-    ddp_buf_put_u16(b, 0); /* extra */
+    ddp_buf_put_u16(b, 20);         /* made by */
+    put_entry(b, crc, n, nl);
     ddp_buf_put_u16(b, 0); /* comment */
     ddp_buf_put_u16(b, 0); /* disk */
     ddp_buf_put_u16(b, 0); /* internal attributes */
