@@ -67,6 +67,7 @@ struct agent {
     struct ddp__agent_join join;
     struct ddp__agent_start st;
     bool have_join, have_start, stopping, exiting;
+    bool hello;                      /* the launcher on the link said HELLO (agent_proto.h) */
     struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
     char iface[64]; /* this node's interface toward the store: the ranks' network default */
     char node_addr[64]; /* and its address there */
@@ -335,6 +336,8 @@ static void start_exit(const char *why)
 /* The launcher is gone, and no new one came within the takeover wait (or none may). */
 static void on_gone(void)
 {
+    if (!A.have_join)
+        A.rc = DDP_EXIT_LAUNCH; /* told nothing */
     if (!A.exiting)
         start_exit("the launcher is gone");
 }
@@ -362,6 +365,38 @@ static void state_of(struct ddp_buf *out, bool done)
     }
     ddp__agent_put_state(out, &s);
     free(s.ranks);
+}
+
+/* A new launcher linked (cli/agent_link.h): its frames, HELLO first, start on a clean slate. */
+static void linked(void)
+{
+    A.in.len = A.in.off = 0;
+    A.hello = false;
+}
+
+/* The launcher's first frame: its HELLO, of our protocol. Else false (told why, where a
+ * launcher that said HELLO would not say it itself). */
+static bool launcher_hello(uint8_t type, const uint8_t *body, size_t len)
+{
+    uint32_t proto;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    if (type != DDP__AG_HELLO) {
+        fprintf(stderr,
+                "ddprun agent: the launcher did not say its version first (a ddprun older "
+                "than this one, %s?): run the same ddprun on every node\n",
+                DDP_VERSION);
+        return false;
+    }
+    if (ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)) < 0) {
+        fprintf(stderr, "ddprun agent: malformed HELLO from the launcher\n");
+        return false;
+    }
+    if (proto != DDP__AGENT_PROTO) { /* the launcher names the mismatch, from our HELLO */
+        DDP_INFO(SUP, "agent: the launcher is ddprun %s (agent protocol %u), we are %s (%u)", ver,
+                 proto, DDP_VERSION, DDP__AGENT_PROTO);
+        return false;
+    }
+    return A.hello = true;
 }
 
 static void snapshot(struct ddp_buf *out)
@@ -585,7 +620,17 @@ static void on_frames(int fd)
     size_t len;
     int r;
     while ((r = ddp__agent_next(&A.in, &type, &body, &len)) > 0) {
-        if (type == DDP__AG_JOIN && !A.have_join) {
+        if (!A.hello) {
+            if (launcher_hello(type, body, len))
+                continue;
+            if (!A.have_join)
+                goto protocol_error;
+            /* A new launcher of another version: not one to take over; wait for the next. */
+            A.in.len = A.in.off = 0;
+            if (ddp__link_lost() < 0)
+                start_exit("the launcher is gone");
+            return;
+        } else if (type == DDP__AG_JOIN && !A.have_join) {
             if (ddp__agent_get_join(body, len, &A.join) < 0) {
                 fprintf(stderr, "ddprun agent: malformed JOIN from the launcher\n");
                 A.rc = DDP_EXIT_LAUNCH;
@@ -728,8 +773,9 @@ int ddp__cmd_agent(void)
     ddp_timer_init(&A.fin, on_fin);
     ddp_timer_init(&A.report, on_report);
     ddp_timer_start(A.loop, &A.reap, 200);
-    struct ddp__link_cb lcb = {.readable = on_frames, .snapshot = snapshot, .gone = on_gone};
-    ddp__link_init(A.loop, &lcb);
+    struct ddp__link_cb lcb = {
+        .readable = on_frames, .snapshot = snapshot, .gone = on_gone, .linked = linked};
+    ddp__link_init(A.loop, &lcb, DDP_VERSION);
     A.asker = (struct ddp__dn_asker){.loop = A.loop, .mask = &A.oldmask, .send = send_stacks};
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
     A.rc = 0;

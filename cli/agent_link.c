@@ -31,7 +31,8 @@ static struct {
     bool gone;      /* told cb.gone */
     char name[200]; /* the socket's abstract name */
     uint64_t takeover_ms;
-    struct ddp_buf held; /* STATE, then the frames since */
+    struct ddp_buf hello; /* our HELLO: first on every link */
+    struct ddp_buf held;  /* STATE, then the frames since */
     size_t held_output;
     /* With a takeover wait: the OUTPUT frames this link carried that the launcher has not
      * acknowledged (ACK): in its pipes or its SSH connection when it died, they go to the next
@@ -61,17 +62,26 @@ static void on_gone(struct ddp_loop *loop, struct ddp_timer *t)
     }
 }
 
-void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb)
+void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version)
 {
     K.loop = loop;
     K.cb = *cb;
     K.in = 0;
     K.out = 1;
+    ddp_buf_init(&K.hello);
+    if (ddp__agent_put_hello(&K.hello, DDP__AG_AGENT_HELLO, version) < 0 ||
+        ddp_write_all(K.out, K.hello.data, K.hello.len) < 0)
+        K.out = -1; /* the first frame sent finds the link lost */
     ddp_buf_init(&K.held);
     ddp_buf_init(&K.unacked);
     ddp_timer_init(&K.expire, on_gone);
     ddp_timer_init(&K.fail, on_gone);
-    ddp_loop_add(loop, 0, DDP_LOOP_READ, on_readable, NULL);
+    if (ddp_loop_add(loop, 0, DDP_LOOP_READ, on_readable, NULL) < 0) {
+        /* a file, /dev/null: epoll cannot watch it, and no launcher's frames come from it */
+        fprintf(stderr, "ddprun agent: stdin is not a pipe or socket from a launcher\n");
+        K.in = -1;
+        ddp_timer_start(loop, &K.fail, 0);
+    }
 }
 
 void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms)
@@ -152,6 +162,7 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     struct ucred cr;
     socklen_t cl = sizeof(cr);
     if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != getuid() ||
+        ddp_write_all(c, K.hello.data, K.hello.len) < 0 ||
         ddp_write_all(c, K.held.data, K.held.len) < 0) {
         close(c); /* another user, or a launcher gone at once: keep waiting */
         return;
@@ -175,6 +186,7 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     K.dropped = 0;
     K.in = K.out = c;
     K.waiting = false;
+    K.cb.linked();
     ddp_loop_add(loop, c, DDP_LOOP_READ, on_readable, NULL);
 }
 
@@ -247,6 +259,7 @@ void ddp__link_release(void)
     if (K.lfd >= 0)
         close(K.lfd);
     K.lfd = -1;
+    ddp_buf_release(&K.hello);
     ddp_buf_release(&K.held);
     ddp_buf_release(&K.unacked);
 }

@@ -24,10 +24,12 @@ struct ddp__link_cb {
     void (*readable)(int fd);              /* the launcher's frames wait on fd */
     void (*snapshot)(struct ddp_buf *out); /* appends the STATE frame of now */
     void (*gone)(void); /* the launcher is gone and none came in time: stop the node */
+    void (*linked)(void); /* a new launcher linked: its frames start afresh (HELLO first) */
 };
 
-/* The first launcher: frames from stdin, to stdout. */
-void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb);
+/* The first launcher: frames from stdin, to stdout. version is ours, said in the HELLO that
+ * goes first on every link. */
+void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version);
 /* After JOIN: the agent's job, node, and how long it waits for a new launcher (0: never). */
 void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms);
 /* Sends a frame (output: a worker's line, which may be dropped while held beyond a bound).

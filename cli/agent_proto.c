@@ -45,6 +45,32 @@ static int put_s(struct ddp_buf *b, const char *s)
     return ddp_buf_put_str(b, s ? s : "", s ? strlen(s) : 0);
 }
 
+int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version)
+{
+    size_t pos = ddp__agent_begin(b, type);
+    int r = ddp_buf_put_u32(b, DDP__AGENT_PROTO);
+    r |= put_s(b, version);
+    ddp__agent_end(b, pos);
+    return r ? DDP_ENOMEM : 0;
+}
+
+int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char *version, size_t n)
+{
+    struct ddp_rd r;
+    const uint8_t *p;
+    uint32_t vn;
+    ddp_rd_init(&r, body, len);
+    if (ddp_rd_u32(&r, proto) < 0 || ddp_rd_str(&r, DDP__AGENT_VERSION_MAX, &p, &vn) < 0 ||
+        vn == 0 || vn >= n)
+        return DDP_EPROTO;
+    for (uint32_t i = 0; i < vn; i++) /* it is shown in messages */
+        if (p[i] < 0x21 || p[i] > 0x7e)
+            return DDP_EPROTO;
+    memcpy(version, p, vn);
+    version[vn] = '\0';
+    return 0;
+}
+
 static int put_list(struct ddp_buf *b, char *const *v)
 {
     uint32_t n = 0;

@@ -15,6 +15,10 @@
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
+/* The frames' protocol: 2 since each end says HELLO first (1: the ones before, which did not).
+ * Raised whenever a frame changes; the ends of a link must speak the same one. */
+#define DDP__AGENT_PROTO 2u
+#define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
 #define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
 
 enum ddp__agent_msg {
@@ -30,6 +34,12 @@ enum ddp__agent_msg {
     DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT frames this link
                            carried (sent only with a takeover wait: the agent keeps the others
                            for a new launcher, cli/agent_link.h) */
+    DDP__AG_HELLO = 8,  /* the first frame each end sends on a link (AGENT_HELLO the agent's):
+                           u32 protocol, str ddprun version (printable, 1-64 bytes); a later
+                           protocol may add fields after them. A first frame that is not HELLO,
+                           or another protocol, ends the link: the launcher names both
+                           versions; an agent says so only to a launcher that sent no HELLO
+                           (one that did names the mismatch itself) */
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid */
     DDP__AG_OUTPUT = 0x82,       /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
@@ -41,6 +51,8 @@ enum ddp__agent_msg {
     DDP__AG_JOINED = 0x85,       /* u64 lease: connected to the store, heartbeating */
     DDP__AG_STACKS_REPLY = 0x86, /* u32 request, u32 n, n x (u32 local_rank, u32 pid,
                                     str text): the stacks STACKS asked for */
+    DDP__AG_AGENT_HELLO = 0x88,  /* as HELLO: the first frame on every link, also before
+                                    what a rejoined agent held (STATE below) */
     DDP__AG_STATE = 0x87,        /* the first frame of an agent a new launcher rejoined
                                     (`ddprun agent --rejoin`) after the OUTPUT frames the last
                                     launcher had not acknowledged: where it stood when its
@@ -134,6 +146,12 @@ int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st);
 /* Parses a START frame body (after the type byte). 0, or DDP_EPROTO/ENOMEM. */
 int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_start *st);
 void ddp__agent_start_release(struct ddp__agent_start *st);
+
+/* Appends a HELLO frame of type (HELLO or AGENT_HELLO) with DDP__AGENT_PROTO and version. */
+int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version);
+/* Parses a HELLO body: its protocol and version (NUL-terminated in version[n]; n is at least
+ * DDP__AGENT_VERSION_MAX + 1). Fields after them are ignored. 0, or DDP_EPROTO. */
+int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char *version, size_t n);
 
 /* Starts and ends a frame in b (as ddp__proto_begin/end for the store). */
 size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type);

@@ -17,6 +17,9 @@
 #include "common/banned.h"
 
 #define HELD_MAX (32u << 20) /* an agent holds at most 16 MiB of output (cli/agent_link.c) */
+#define SAME_DDPRUN                                                                                \
+    "the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; "           \
+    "`ddprun doctor` compares them)"
 
 int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
                     const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb)
@@ -104,6 +107,31 @@ void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver)
     send_ack(n, i);
 }
 
+/* Agent i's first frame: its HELLO, of our protocol. Else false, said why. */
+static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t *body, size_t len)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    uint32_t proto;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    if (type != DDP__AG_AGENT_HELLO)
+        snprintf(p->refused, sizeof(p->refused),
+                 "did not say its version first: a ddprun older than this one (%s) runs there",
+                 DDP_VERSION);
+    else if (ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)) < 0)
+        snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO");
+    else if (proto != DDP__AGENT_PROTO)
+        snprintf(p->refused, sizeof(p->refused),
+                 "is ddprun %s (agent protocol %u), this is ddprun %s (protocol %u)", ver, proto,
+                 DDP_VERSION, DDP__AGENT_PROTO);
+    else
+        return p->hello = true;
+    char msg[400];
+    int m = snprintf(msg, sizeof(msg), "ddprun: error: the agent on '%s' %s; " SAME_DDPRUN,
+                     n->job->nodes[i].host, p->refused);
+    n->cb.message(n->cb.arg, i, msg, (size_t)m < sizeof(msg) ? (size_t)m : sizeof(msg) - 1);
+    return false;
+}
+
 /* Reads what agent i wrote and hands over its frames: 1 when something was read, 0 when
  * nothing was waiting, -1 at EOF. */
 static int read_frames(struct ddp__nodes *n, int i)
@@ -123,7 +151,13 @@ static int read_frames(struct ddp__nodes *n, int i)
     const uint8_t *body;
     size_t len;
     int k;
+    bool refused = false;
     while ((k = ddp__agent_next(&p->rx, &type, &body, &len)) > 0) {
+        if (!p->hello) {
+            if (!(refused = !agent_hello(n, i, type, body, len)))
+                continue;
+            break;
+        }
         if (type == DDP__AG_OUTPUT && p->holding) {
             if (p->held.len + len + 5 <= HELD_MAX) {
                 size_t pos = ddp__agent_begin(&p->held, type);
@@ -139,13 +173,14 @@ static int read_frames(struct ddp__nodes *n, int i)
     }
     ddp_buf_compact(&p->rx);
     send_ack(n, i);
-    if (k < 0) {
+    if (k < 0 || refused) {
         char msg[300];
         int m = snprintf(msg, sizeof(msg),
                          "ddprun: error: bad frame from the agent on '%s'; "
                          "ending it",
                          n->job->nodes[i].host);
-        n->cb.message(n->cb.arg, i, msg, (size_t)m);
+        if (!refused)
+            n->cb.message(n->cb.arg, i, msg, (size_t)m);
         p->rx.len = p->rx.off = 0;
         /* Level 1: an SSH bridge, still connected, has the remote session killed (SIGKILL of
          * the bridge would leave the agent there); a local agent's process group ends. */
@@ -216,9 +251,15 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     p->outputs = p->acked = p->held_dropped = 0;
     ddp_buf_release(&p->held);
     p->holding = !join;
+    p->hello = false;
+    p->refused[0] = '\0';
     ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION) == 0)
+        send_frame(n, i, &b); /* first, before JOIN or what a rejoined agent is told */
+    ddp_buf_release(&b);
     if (join) {
-        struct ddp_buf b;
         ddp_buf_init(&b);
         if (ddp__agent_put_join(&b, join) == 0)
             send_frame(n, i, &b);
@@ -308,7 +349,10 @@ bool ddp__nodes_all_gone(const struct ddp__nodes *n)
 void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
                          size_t len)
 {
-    n->p[i].prov->describe(st, joining, buf, len);
+    if (n->p[i].refused[0])
+        snprintf(buf, len, "its agent %s", n->p[i].refused);
+    else
+        n->p[i].prov->describe(st, joining, buf, len);
 }
 
 bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st)

@@ -38,6 +38,8 @@ struct ddp__node_proc {
     struct ddp__child ch; /* pid 0 when none runs */
     struct ddp_buf rx, erx;
     uint64_t outputs, acked; /* OUTPUT frames handed over on this link, and acknowledged */
+    bool hello;              /* its HELLO came, of our protocol (cli/agent_proto.h) */
+    char refused[160];       /* why its link was refused (another ddprun), for describe */
     bool holding;            /* rejoined: its OUTPUT frames are held until STATE */
     struct ddp_buf held;
     uint64_t held_dropped; /* and those beyond the bound, counted once the others are */

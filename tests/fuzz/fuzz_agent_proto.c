@@ -2,8 +2,8 @@
  * libFuzzer target for the frames between the launcher and a node agent (cli/agent_proto.c):
  * arbitrary bytes are cut into frames as both ends' read paths do (ddp__agent_next, the
  * input fed in pieces as a pipe or an SSH channel delivers it), and each JOIN, START and
- * STATE body is parsed. A frame must lie inside the bytes given; a body that parses must
- * encode back to exactly its bytes (the encoding is canonical: nothing is lost or invented
+ * STATE body is parsed, and each HELLO. A frame must lie inside the bytes given; a body that parses
+ * must encode back to exactly its bytes (the encoding is canonical: nothing is lost or invented
  * between launcher and agent), and parse again.
  */
 #include "cli/agent_proto.h"
@@ -77,6 +77,30 @@ static void check_state(const uint8_t *body, size_t len)
     free(s.ranks);
 }
 
+/* A HELLO that parses has a printable version of 1-64 bytes; put writes its first fields back
+ * (a later protocol's fields after them are skipped). */
+static void check_hello(uint8_t type, const uint8_t *body, size_t len)
+{
+    uint32_t proto;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    if (ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)) != 0)
+        return;
+    size_t n = strlen(ver);
+    if (n == 0 || n > DDP__AGENT_VERSION_MAX)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        if (ver[i] <= ' ' || ver[i] > '~')
+            abort();
+    if (proto == DDP__AGENT_PROTO) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        if (ddp__agent_put_hello(&b, type, ver) != 0 || b.len - 5 > len ||
+            memcmp(b.data + 5, body, b.len - 5) != 0)
+            abort();
+        ddp_buf_release(&b);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* The first byte sets the piece size the bytes arrive in (1 to 256). */
@@ -108,6 +132,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check_start(copy, len);
             else if (type == DDP__AG_STATE)
                 check_state(copy, len);
+            else if (type == DDP__AG_HELLO || type == DDP__AG_AGENT_HELLO)
+                check_hello(type, copy, len);
             free(copy);
         }
         ddp_buf_compact(&in);

@@ -341,6 +341,31 @@ fake_agent() { # mode
   only_sshd_in 1
 }
 
+@test "an agent of another ddprun (older, without HELLO; or another protocol) is refused, naming both versions; nothing is left" {
+  [ -x /usr/bin/python3 ] || fail "Debian's python3 is missing"
+  sshd_start 1
+  ssh_job job.yaml 1 1 -- /bin/true
+  v=$("$DDPRUN" --version | cut -d' ' -f2)
+  fake_agent old
+  run timeout 60 "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/fake-old.sh"
+  echo "$output"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' did not say its version first: a ddprun older than this one ($v) runs there; the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; \`ddprun doctor\` compares them)"
+  refute_output --partial "hello from the fake agent" # refused before any round
+  assert_output --partial "'$(sshd_addr 1)' at 20"
+  assert_output --regexp "\(\+[0-9.]+ s, round 0\): its agent did not say its version first: a ddprun older than this one \($v\) runs there"
+  fake_agent other
+  run timeout 60 "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/fake-other.sh"
+  echo "$output"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 2); the same ddprun must run on every node"
+  assert_output --partial "round 0): its agent is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 2)"
+  refute_output --partial "hello from the fake agent"
+  for _ in $(seq 50); do pgrep -f fake_agent.py >/dev/null || break; sleep 0.1; done
+  ! pgrep -f fake_agent.py || false
+  only_sshd_in 1
+}
+
 @test "malformed frames from a launcher: the agent exits at once with status 3, naming the cause, whatever it is sent" {
   agent_fed() { # bytes (printf format) -> status, output: the agent's status and stderr
     local t0=$SECONDS pid
@@ -361,16 +386,38 @@ fake_agent() { # mode
   assert_output "ddprun agent: bad frame from the launcher"
   agent_fed '\x02\x00\x10\x00\x03'            # 1 MiB + 2: over the limit
   assert_output "ddprun agent: bad frame from the launcher"
-  agent_fed '\x01\x00\x00\x00\x55'            # an unknown type
+  # HELLO first (protocol 2, version "t"), as every launcher since protocol 2 sends it
+  H='\x0a\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00t'
+  agent_fed '\x05\x00\x00\x00\x03\xff\xff\xff\x7f'  # JOIN first: a launcher older than HELLO
+  assert_output "ddprun agent: the launcher did not say its version first (a ddprun older than this one, $("$DDPRUN" --version | cut -d' ' -f2)?): run the same ddprun on every node"
+  agent_fed '\x05\x00\x00\x00\x08\x02\x00\x00\x00'  # HELLO without its version
+  assert_output "ddprun agent: malformed HELLO from the launcher"
+  agent_fed '\x09\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00'  # an empty version
+  assert_output "ddprun agent: malformed HELLO from the launcher"
+  # another protocol: the launcher, which said HELLO, names the mismatch (from the agent's)
+  agent_fed '\x0a\x00\x00\x00\x08\x63\x00\x00\x00\x01\x00\x00\x00t'
+  assert_output ""
+  agent_fed "$H"'\x01\x00\x00\x00\x55'            # an unknown type
   assert_output "ddprun agent: unexpected frame 85 from the launcher"
-  agent_fed '\x05\x00\x00\x00\x03\xff\xff\xff\x7f'  # JOIN whose first string claims 2 GiB
+  agent_fed "$H"'\x05\x00\x00\x00\x03\xff\xff\xff\x7f'  # JOIN whose first string claims 2 GiB
   assert_output "ddprun agent: malformed JOIN from the launcher"
-  agent_fed '\x01\x00\x00\x00\x01'            # START before any JOIN
+  agent_fed "$H"'\x01\x00\x00\x00\x01'            # START before any JOIN
   assert_output "ddprun agent: unexpected frame 1 from the launcher"
-  agent_fed '\x05\x00\x00\x00\x07\x00\x00\x00\x00'  # ACK with 4 bytes, not 8
+  agent_fed "$H$H"                             # HELLO twice
+  assert_output "ddprun agent: unexpected frame 8 from the launcher"
+  agent_fed "$H"'\x05\x00\x00\x00\x07\x00\x00\x00\x00'  # ACK with 4 bytes, not 8
   assert_output "ddprun agent: malformed ACK from the launcher"
-  agent_fed '\x09\x00\x00\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00'  # ACK of a line never sent
+  agent_fed "$H"'\x09\x00\x00\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00'  # ACK of a line never sent
   assert_output "ddprun agent: malformed ACK from the launcher"
+  # the agent's own first frame is its HELLO: protocol 2 and its version
+  v=$("$DDPRUN" --version | cut -d' ' -f2)
+  # (stdin /dev/null, which epoll cannot watch: the agent says so and ends, status 3)
+  { st=0; timeout 10 "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
+  [ "$(cat rc)" = 3 ]
+  grep -qx "ddprun agent: stdin is not a pipe or socket from a launcher" err.txt
+  exp=$(printf '%08x' $((1 + 4 + 4 + ${#v})) | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/')88020000000$(printf '%x' ${#v})000000$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')
+  echo "agent's first bytes: $(cat hello.hex), expected $exp"
+  [ "$(cat hello.hex)" = "$exp" ]
 }
 
 @test "signals across SSH: SIGUSR1 reaches remote ranks, the first SIGINT reaches them as SIGINT" {

@@ -246,6 +246,21 @@ JOB
   # no launcher: the ranks train on, their agent waits for a new one
   sleep 1
   for p in ${ranks//,/ }; do kill -0 "$p"; done
+  # a launcher of another agent protocol (its HELLO says 99) takes nothing over: the agent
+  # sends its own HELLO, drops the link at once and waits for the next; the ranks run on
+  run timeout 20 /usr/bin/python3 - "$DDPRUN" "$id" <<'PY'
+import subprocess, sys, time
+p = subprocess.Popen([sys.argv[1], "agent", "--rejoin", sys.argv[2], "0"],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+p.stdin.write(b"\x0c\x00\x00\x00\x08\x63\x00\x00\x00\x03\x00\x00\x009.9")
+p.stdin.flush()  # and kept open: only the agent ends this link
+t = time.time()
+out = p.stdout.read()
+print("hello", out[4:9].hex(), "rc", p.wait(), "after", round(time.time() - t, 1), "s")
+PY
+  echo "$output"
+  assert_output --regexp "^hello 8802000000 rc 0 after [0-4]\.[0-9] s$"
+  for p in ${ranks//,/ }; do kill -0 "$p"; done
   run "$DDPRUN" attach --etcd "$ETCD_EPS" --prefix /jobs/ "$id"
   echo "$output"
   [ "$status" -eq 0 ]

@@ -119,3 +119,39 @@ TEST(join_carries_the_takeover_wait)
     ASSERT_ERR(ddp__agent_get_join(body, len - 8, &g), DDP_EPROTO);
     ddp_buf_release(&b);
 }
+
+TEST(hello_says_protocol_and_version_and_refuses_what_cannot_be_shown)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0"));
+    size_t len;
+    const uint8_t *body = body_of(&b, DDP__AG_AGENT_HELLO, &len);
+    ASSERT_TRUE(body != NULL);
+    uint32_t proto = 0;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    ASSERT_OK(ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)));
+    ASSERT_EQ(proto, DDP__AGENT_PROTO);
+    ASSERT_STREQ(ver, "0.1.0");
+    /* a later protocol's fields after the version are skipped: its number can still be read */
+    uint8_t later[64];
+    memcpy(later, body, len);
+    memcpy(later + len, "more", 4);
+    ASSERT_OK(ddp__agent_get_hello(later, len + 4, &proto, ver, sizeof(ver)));
+    /* cut anywhere, it is refused */
+    for (size_t k = 0; k < len; k++)
+        ASSERT_ERR(ddp__agent_get_hello(body, k, &proto, ver, sizeof(ver)), DDP_EPROTO);
+    ddp_buf_release(&b);
+    /* versions a message could not show: empty, a control byte, a space, too long */
+    const char *bad[] = {"", "0.1\n", "0 1",
+                         "0.1.0-rc1-0123456789012345678901234567890123456789"
+                         "0123456789abcdef"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ddp_buf_init(&b);
+        ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_HELLO, bad[i]));
+        body = body_of(&b, DDP__AG_HELLO, &len);
+        ASSERT_TRUE(body != NULL);
+        ASSERT_ERR(ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)), DDP_EPROTO);
+        ddp_buf_release(&b);
+    }
+}

@@ -8,6 +8,11 @@ Run by the launcher over SSH in place of `ddprun agent` (ssh.remote_ddprun). MOD
           DONE, so the job succeeds; DONE again for each STOP; exits at EOF.
   length  JOINED, then a frame whose length is over the protocol's 1 MiB limit: the
           launcher must end this node, saying why; the script then waits to be killed.
+  old     as ranks, but without the HELLO every agent sends first since protocol 2: an
+          agent of an older ddprun; the launcher must refuse it, saying so.
+  other   as ranks, after a HELLO of protocol 99 from ddprun 9.9.9: the launcher must refuse
+          it, naming both versions.
+Every mode but old says HELLO first (protocol 2, version "fake").
 """
 import os
 import struct
@@ -42,8 +47,13 @@ def frames():
 
 
 JOIN, START, STOP = 3, 1, 2
-STARTED, OUTPUT, EXITED, DONE, JOINED = 0x81, 0x82, 0x83, 0x84, 0x85
+STARTED, OUTPUT, EXITED, DONE, JOINED, HELLO = 0x81, 0x82, 0x83, 0x84, 0x85, 0x88
 BAD = 0xFFFFFFFF  # a u32 local rank that is -1 as a C int
+
+if MODE == "other":
+    frame(HELLO, struct.pack("<I", 99) + s("9.9.9"))
+elif MODE != "old":
+    frame(HELLO, struct.pack("<I", 2) + s("fake"))
 
 for kind in frames():
     if kind == JOIN:
