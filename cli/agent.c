@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/cpubind.h"
 #include "cli/diag_node.h"
+#include "cli/errfile.h"
 #include "cli/membership.h"
 #include "cli/pystacks.h"
 #include "common/err.h"
@@ -57,6 +58,7 @@ struct worker {
     int64_t t0, t1;
     struct ddp__dn_page page; /* its flight recorder, read for the progress report */
     int pydump;               /* its Python tracebacks (cli/pystacks.h), or -1 */
+    int errfd;                /* its TORCHELASTIC_ERROR_FILE (cli/errfile.h), or -1 */
     bool bound;               /* bind_to: its CPUs, and how many local ranks share them */
     cpu_set_t cpus;
     int sharers;
@@ -142,6 +144,8 @@ static void maybe_report(struct worker *w)
         return;
     struct ddp_buf b;
     ddp_buf_init(&b);
+    if (w->code != 0 && !w->exec_failed && ddp__ef_frame(w->errfd, (uint32_t)w->local_rank, &b))
+        send_buf(&b); /* before EXITED: the launcher names the error with the exit */
     size_t pos = ddp__agent_begin(&b, DDP__AG_EXITED);
     ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
     ddp_buf_put_u32(&b, (uint32_t)w->code);
@@ -288,6 +292,8 @@ static void free_workers(void)
         ddp__dn_page_release(&A.w[i].page);
         if (A.w[i].pydump >= 0)
             close(A.w[i].pydump);
+        if (A.w[i].errfd >= 0)
+            close(A.w[i].errfd);
     }
     free(A.w);
     A.w = NULL;
@@ -374,31 +380,6 @@ static void linked(void)
     A.hello = false;
 }
 
-/* The launcher's first frame: its HELLO, of our protocol. Else false (told why, where a
- * launcher that said HELLO would not say it itself). */
-static bool launcher_hello(uint8_t type, const uint8_t *body, size_t len)
-{
-    uint32_t proto;
-    char ver[DDP__AGENT_VERSION_MAX + 1];
-    if (type != DDP__AG_HELLO) {
-        fprintf(stderr,
-                "ddprun agent: the launcher did not say its version first (a ddprun older "
-                "than this one, %s?): run the same ddprun on every node\n",
-                DDP_VERSION);
-        return false;
-    }
-    if (ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)) < 0) {
-        fprintf(stderr, "ddprun agent: malformed HELLO from the launcher\n");
-        return false;
-    }
-    if (proto != DDP__AGENT_PROTO) { /* the launcher names the mismatch, from our HELLO */
-        DDP_INFO(SUP, "agent: the launcher is ddprun %s (agent protocol %u), we are %s (%u)", ver,
-                 proto, DDP_VERSION, DDP__AGENT_PROTO);
-        return false;
-    }
-    return A.hello = true;
-}
-
 static void snapshot(struct ddp_buf *out)
 {
     if (!A.have_start && A.last.len)
@@ -424,7 +405,10 @@ static void exec_worker(const struct worker *wk, int ofd, int efd, int tfd, int 
     dup2(efd, 2);
     int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
     int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
-    ddp__agent_rank_env(st, &A.join, wk->local_rank, A.iface, A.node_addr, tokfd, progfd);
+    char ef[64] = "";
+    if (wk->errfd >= 0)
+        ddp__ef_path(wk->errfd, agent, ef, sizeof(ef));
+    ddp__agent_rank_env(st, &A.join, wk->local_rank, A.iface, A.node_addr, tokfd, progfd, ef);
     ddp__pys_rank_env(A.pyshim, wk->pydump);
     ddp__cpubind_apply(wk->bound ? st->bind_to : DDP__BIND_NONE, &wk->cpus, wk->sharers,
                        wk->local_rank);
@@ -461,6 +445,7 @@ static int spawn(struct worker *w)
     if (ddp__dn_page_new(&w->page) < 0)
         DDP_DEBUG(SUP, "agent: no progress page for local rank %d", w->local_rank);
     w->pydump = A.pyshim >= 0 ? ddp__pys_dump_new() : -1;
+    w->errfd = ddp__ef_new();
     pid_t pid = fork();
     if (pid < 0)
         return DDP_ESYS;
@@ -516,7 +501,7 @@ static void start_workers(void)
         A.w[i].local_rank = i;
         A.w[i].fd[0] = A.w[i].fd[1] = -1;
         A.w[i].page.fd = -1;
-        A.w[i].pydump = -1;
+        A.w[i].pydump = A.w[i].errfd = -1;
         if (A.stopping || spawn(&A.w[i]) < 0) {
             /* Never started: report it as failed so the launcher's count adds up. */
             A.w[i].exited = true;
@@ -621,7 +606,7 @@ static void on_frames(int fd)
     int r;
     while ((r = ddp__agent_next(&A.in, &type, &body, &len)) > 0) {
         if (!A.hello) {
-            if (launcher_hello(type, body, len))
+            if ((A.hello = ddp__link_hello(type, body, len)))
                 continue;
             if (!A.have_join)
                 goto protocol_error;

@@ -18,7 +18,7 @@ static int set_env_int(const char *k, long v)
 
 void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
                          int local_rank, const char *iface, const char *node_addr, int tokfd,
-                         int progfd)
+                         int progfd, const char *error_file)
 {
     /* Slurm's description of the agent's own step is not the rank's (cli/slurm.c). */
     ddp__slurm_scrub_env();
@@ -41,6 +41,11 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
     set_env_int("TORCHELASTIC_RESTART_COUNT", st->restart_count);
     set_env_int("TORCHELASTIC_MAX_RESTARTS", st->max_restarts);
     setenv("TORCHELASTIC_RUN_ID", st->job_id, 1);
+    /* torch's @record writes a failing rank's exception there (the job's env may name another) */
+    if (error_file[0])
+        setenv("TORCHELASTIC_ERROR_FILE", error_file, 1);
+    else
+        unsetenv("TORCHELASTIC_ERROR_FILE");
     /* True: every rank is a client of MASTER_ADDR:MASTER_PORT, the launcher's TCPStore port
      * (torch's agent store); False: rank 0 hosts a TCPStore there. */
     setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);

@@ -6,9 +6,10 @@
 #include "cli/agent_proto.h"
 
 /* iface/node_addr: the node's interface and address toward the store ("" unknown); tokfd: the
- * token's descriptor; progfd: the progress page's, or -1. */
+ * token's descriptor; progfd: the progress page's, or -1; error_file: the rank's
+ * TORCHELASTIC_ERROR_FILE (cli/errfile.h), "" for none. */
 void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
                          int local_rank, const char *iface, const char *node_addr, int tokfd,
-                         int progfd);
+                         int progfd, const char *error_file);
 
 #endif

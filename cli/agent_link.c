@@ -254,6 +254,29 @@ bool ddp__link_send(const struct ddp_buf *b, bool output)
     return false;
 }
 
+bool ddp__link_hello(uint8_t type, const uint8_t *body, size_t len)
+{
+    uint32_t proto;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    if (type != DDP__AG_HELLO) {
+        fprintf(stderr,
+                "ddprun agent: the launcher did not say its version first (a ddprun older "
+                "than this one, %s?): run the same ddprun on every node\n",
+                DDP_VERSION);
+        return false;
+    }
+    if (ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)) < 0) {
+        fprintf(stderr, "ddprun agent: malformed HELLO from the launcher\n");
+        return false;
+    }
+    if (proto != DDP__AGENT_PROTO) {
+        DDP_INFO(SUP, "agent: the launcher is ddprun %s (agent protocol %u), we are %s (%u)", ver,
+                 proto, DDP_VERSION, DDP__AGENT_PROTO);
+        return false;
+    }
+    return true;
+}
+
 void ddp__link_release(void)
 {
     if (K.lfd >= 0)

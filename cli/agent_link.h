@@ -43,6 +43,11 @@ int ddp__link_ack(const uint8_t *body, size_t len);
 int ddp__link_lost(void);
 void ddp__link_release(void);
 
+/* The launcher's first frame on a link: true when it is its HELLO, of our protocol. Else
+ * false, said on stderr where a launcher that said HELLO would not say it itself (to one of
+ * another protocol, our HELLO tells the mismatch). */
+bool ddp__link_hello(uint8_t type, const uint8_t *body, size_t len);
+
 /* `ddprun agent --rejoin JOB NODE`: relays stdin and stdout to that agent's socket. */
 int ddp__cmd_agent_rejoin(const char *job_id, const char *node);
 

@@ -53,6 +53,9 @@ enum ddp__agent_msg {
                                     str text): the stacks STACKS asked for */
     DDP__AG_AGENT_HELLO = 0x88,  /* as HELLO: the first frame on every link, also before
                                     what a rejoined agent held (STATE below) */
+    DDP__AG_ERROR = 0x89,        /* u32 local_rank, str message, str traceback (may be ""):
+                                    what a failed rank wrote to its TORCHELASTIC_ERROR_FILE
+                                    (cli/errfile.h), sent before its EXITED */
     DDP__AG_STATE = 0x87,        /* the first frame of an agent a new launcher rejoined
                                     (`ddprun agent --rejoin`) after the OUTPUT frames the last
                                     launcher had not acknowledged: where it stood when its

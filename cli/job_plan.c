@@ -123,7 +123,9 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         fprintf(f, "MASTER_ADDR=<this machine, as each node reaches the store> "
                    "MASTER_PORT=<the launcher's TCPStore port> "
                    "TORCHELASTIC_USE_AGENT_STORE=True\n");
-    fprintf(f, "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s\n",
+    fprintf(f,
+            "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s "
+            "TORCHELASTIC_ERROR_FILE=/proc/<agent>/fd/<n>\n",
             j->max_restarts, job_id);
     fprintf(f,
             "DDPRUN_JOB_ID=%s DDPRUN_STORE_ADDR=%s DDPRUN_TOKEN_FD=<pipe> "

@@ -4,6 +4,7 @@
  */
 #include "cli/supervisor.h"
 #include "cli/watchdog.h"
+#include "common/buf.h"
 #include "common/util.h"
 
 #include <signal.h>
@@ -52,12 +53,31 @@ struct ddp__outcome ddp__sup_outcome(int rank)
     return o;
 }
 
+void ddp__sup_rank_error(int rank, const uint8_t *body, size_t len)
+{
+    struct ddp__sup_rank *r = &L.rk[rank];
+    struct ddp_rd rd;
+    const uint8_t *m, *t;
+    uint32_t mn, tn;
+    ddp_rd_init(&rd, body, len);
+    if (r->error || ddp_rd_str(&rd, 4096, &m, &mn) < 0 || mn == 0 ||
+        ddp_rd_str(&rd, 65536, &t, &tn) < 0 || ddp_rd_left(&rd))
+        return; /* one per rank; a malformed one is ignored, as other rank frames are */
+    r->error = strndup((const char *)m, mn);
+    r->traceback = tn ? strndup((const char *)t, tn) : NULL;
+    for (char *p = r->error; p && *p; p++) /* one line in messages and the event log */
+        if (*p == '\n' || *p == '\r' || *p == '\0')
+            *p = ' ';
+}
+
 void ddp__sup_release_ranks(void)
 {
     for (int i = 0; L.rk && i < L.total_slots; i++) {
         struct ddp__sup_rank *r = &L.rk[i];
         for (int k = 0; k < r->ntail; k++)
             free(r->tail[k]);
+        free(r->error);
+        free(r->traceback);
         memset(r, 0, sizeof(*r));
     }
 }

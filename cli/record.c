@@ -334,6 +334,12 @@ static void rec_summary(void *self, const struct ddp__summary *s)
         json_str(f, k->host);
         fputs(", ", f);
         outcome_json(f, &k->out);
+        if (k->error) { /* torch's @record, through TORCHELASTIC_ERROR_FILE */
+            fputs(", \"error\": ", f);
+            json_str(f, k->error);
+            fputs(", \"traceback\": ", f);
+            json_str(f, k->traceback);
+        }
         fputc('}', f);
     }
     fprintf(f, "],\n \"lost_nodes\": [");
@@ -377,6 +383,35 @@ static void out(void (*line)(void *, const char *, size_t), void *arg, const cha
         line(arg, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
+#define TRACEBACK_LINES 30
+
+/* The first failure with the traceback torch's @record wrote (its last lines). */
+static void traceback_text(void (*line)(void *, const char *, size_t), void *arg, int rank,
+                           const struct ddp__rank_rec *r)
+{
+    char buf[128];
+    out(line, arg,
+        "ddprun: first failure: rank %d on '%s': %s: %s; its traceback (from "
+        "TORCHELASTIC_ERROR_FILE; log %s):",
+        rank, r->host, ddp__outcome_text(&r->out, buf, sizeof(buf)), r->error, r->log);
+    const char *p = r->traceback, *end = p + strlen(p);
+    while (end > p && end[-1] == '\n')
+        end--;
+    int lines = end > p;
+    for (const char *q = p; q < end; q++)
+        lines += *q == '\n';
+    for (int skip = lines - TRACEBACK_LINES; skip > 0; skip--) /* each finds a newline */
+        p = (const char *)memchr(p, '\n', (size_t)(end - p)) + 1;
+    if (p != r->traceback)
+        out(line, arg, "    ...");
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        out(line, arg, "    %.*s", (int)len, p);
+        p += len + 1;
+    }
+}
+
 void ddp__summary_text(const struct ddp__summary *s,
                        void (*line)(void *arg, const char *msg, size_t n), void *arg)
 {
@@ -399,10 +434,14 @@ void ddp__summary_text(const struct ddp__summary *s,
     }
     if (s->first_fail >= 0 && s->first_fail < s->world) {
         const struct ddp__rank_rec *r = &s->ranks[s->first_fail];
-        out(line, arg,
-            "ddprun: first failure: rank %d on '%s': %s; last lines of %s:", s->first_fail, r->host,
-            ddp__outcome_text(&r->out, buf, sizeof(buf)), r->log);
-        for (int k = 0; k < s->ntail; k++)
+        if (r->error && r->traceback)
+            traceback_text(line, arg, s->first_fail, r);
+        else
+            out(line, arg,
+                "ddprun: first failure: rank %d on '%s': %s%s%s; last lines of %s:", s->first_fail,
+                r->host, ddp__outcome_text(&r->out, buf, sizeof(buf)), r->error ? ": " : "",
+                r->error ? r->error : "", r->log);
+        for (int k = 0; k < s->ntail && !(r->error && r->traceback); k++)
             out(line, arg, "    %s", s->tail[k]);
     }
     if (s->world)

@@ -135,7 +135,8 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
         snprintf(what, sizeof(what), "rank %d (%s) did not start: %s", rank, host_of(r->node),
                  r->tail[r->ntail - 1]);
     else
-        snprintf(what, sizeof(what), "rank %d (%s) %s", rank, host_of(r->node), how);
+        snprintf(what, sizeof(what), "rank %d (%s) %s%s%.400s", rank, host_of(r->node), how,
+                 r->error ? ": " : "", r->error ? r->error : "");
     struct ddp__outcome o = ddp__sup_outcome(rank);
     ddp__sup_event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "@outcome",
                    &o, "reason", what, NULL);
@@ -319,6 +320,9 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
             ddp__sup_rank_output(rank, u8 & 0x0f, p, n, u8 & DDP__AG_OUT_PROGRESS);
         break;
     }
+    case DDP__AG_ERROR:
+        ddp__sup_rank_error(rank, body + 4, len - 4);
+        break;
     case DDP__AG_EXITED:
         if (ddp_rd_u32(&rd, &v32) == 0 && ddp_rd_u64(&rd, &v64) == 0 && ddp_rd_u8(&rd, &u8) == 0)
             rank_exited(rank, (int32_t)v32, (int64_t)v64, u8 != 0);

@@ -217,6 +217,8 @@ static void summarize(int rc)
                                        .log = ddp__rec_rank_log(&L.rec, i),
                                        .out = ddp__sup_outcome(i),
                                        .started = r->started,
+                                       .error = r->error,
+                                       .traceback = r->traceback,
                                        .runtime_s = (double)r->runtime_ms / 1000};
     }
     for (int k = 0; k < L.nlosses; k++)
@@ -647,9 +649,7 @@ out:
     if (sfd >= 0)
         close(sfd);
     pthread_sigmask(SIG_SETMASK, &L.oldmask, NULL);
-    for (int i = 0; L.rk && i < L.total_slots; i++)
-        for (int k = 0; k < L.rk[i].ntail; k++)
-            free(L.rk[i].tail[k]);
+    ddp__sup_release_ranks();
     for (char **p = L.env; p && *p; p++)
         free(*p);
     free(L.env);

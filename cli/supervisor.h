@@ -38,6 +38,7 @@ struct ddp__sup_rank {
     int64_t runtime_ms;
     char *tail[DDP__SUP_TAIL_LINES];
     int ntail;
+    char *error, *traceback; /* what it wrote to its TORCHELASTIC_ERROR_FILE, or NULL */
 };
 
 enum ddp__node_state {
@@ -157,6 +158,8 @@ void ddp__sup_stop_timers_init(void);
 struct ddp__outcome ddp__sup_outcome(int r);
 /* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
 void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress);
+/* An ERROR frame's body after its local rank (cli/agent_proto.h): rank's error. */
+void ddp__sup_rank_error(int rank, const uint8_t *body, size_t len);
 /* The views and the watchdog learn the round's ranks. */
 void ddp__sup_announce_round(void);
 /* Forgets every rank's last lines and state. */

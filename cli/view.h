@@ -33,6 +33,7 @@ struct ddp__rank_rec {
     struct ddp__outcome out;
     bool started;
     double runtime_s;
+    const char *error, *traceback; /* from its TORCHELASTIC_ERROR_FILE, or NULL */
 };
 
 struct ddp__loss_rec {

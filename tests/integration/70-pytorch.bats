@@ -35,6 +35,92 @@ replicas_equal() { # output n
   assert_output --partial "rank 1 of 2: params sum"
 }
 
+@test "a rank's exception recorded by torch's @record (TORCHELASTIC_ERROR_FILE) names the failure: the line saying so, the summary with its traceback, summary.json" {
+  cat >rec.py <<'PY'
+import os, sys, time
+from torch.distributed.elastic.multiprocessing.errors import record
+ef = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+print("error file", ef, flush=True)
+MODE = sys.argv[1]
+
+def deep(n):  # a traceback of more than 30 lines (frames that alternate, so none is elided)
+    if n:
+        other(n - 1)
+    raise ValueError("boom on rank 1\nsecond line")
+
+def other(n):
+    deep(n)
+
+@record
+def main():
+    if os.environ["RANK"] == "1":
+        if MODE == "garbage":
+            open(ef, "w").write("not JSON")
+            sys.exit(1)
+        if MODE == "ok":
+            open(ef, "w").write('{"message": "an old error"}')
+            return
+        deep(20)
+    if MODE != "ok":
+        time.sleep(30)
+
+if MODE == "plain":
+    main.__wrapped__()
+else:
+    main()
+PY
+  # the rank is a shell's child: it reaches the file by the agent's /proc path
+  job() { printf 'command: [/bin/sh, -c, "%s rec.py %s; exit $?"]\nnproc_per_node: 2\nlogs: {dir: logs}\n' "$PY" "$1" >job.yaml; }
+  job raise
+  run "$DDPRUN" job.yaml
+  echo "$output"
+  assert_failure 1
+  assert_output --regexp "\[localhost:1\] error file /proc/[0-9]+/fd/[0-9]+"
+  assert_line "ddprun: rank 1 (localhost) exited with status 1: ValueError: boom on rank 1 second line; stopping the job"
+  assert_output --regexp "ddprun: first failure: rank 1 on 'localhost': exit 1: ValueError: boom on rank 1 second line; its traceback \(from TORCHELASTIC_ERROR_FILE; log .*/rank-1.log\):"
+  assert_line '        raise ValueError("boom on rank 1\nsecond line")'
+  assert_line "    second line"
+  # its last 30 lines, after a line that says there were more
+  tb=$(sed -n '/its traceback (from TORCHELASTIC_ERROR_FILE/,/^  rank /p' <<<"$output")
+  [ "$(sed -n 2p <<<"$tb")" = "    ..." ]
+  [ "$(grep -c '^    ' <<<"$tb")" -eq 31 ]
+  refute_output --partial "last lines of"
+  d=$(ls -d logs/*/)
+  /usr/bin/python3 - "$d/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+f = s["failed_ranks"][0]
+assert f["rank"] == 1 and f["error"] == "ValueError: boom on rank 1 second line", f
+assert f["traceback"].startswith("Traceback (most recent call last):"), f
+assert f["traceback"].endswith("ValueError: boom on rank 1\nsecond line\n"), f
+PY
+  grep -q '"reason": "rank 1 (localhost) exited with status 1: ValueError: boom on rank 1 second line"' "$d/events.jsonl"
+  # not recorded (no @record), or not JSON: the exit and the log's last lines, as before
+  for mode in plain garbage; do
+    rm -rf logs
+    job "$mode"
+    run "$DDPRUN" job.yaml
+    echo "$output"
+    assert_failure 1
+    assert_line "ddprun: rank 1 (localhost) exited with status 1; stopping the job"
+    assert_output --regexp "ddprun: first failure: rank 1 on 'localhost': exit 1; last lines of"
+    ! grep -q '"error"' logs/*/summary.json || false
+    [ "$mode" = garbage ] || assert_output --partial "    ValueError: boom on rank 1" # the log's
+  done
+  # a rank that succeeds has no error, whatever its file holds
+  job ok
+  run "$DDPRUN" job.yaml
+  assert_success
+  # the job's env names its own file: torch writes there, ddprun reads nothing
+  rm -rf logs
+  job raise
+  run "$DDPRUN" job.yaml --set "env.TORCHELASTIC_ERROR_FILE=$PWD/mine.json"
+  assert_failure 1
+  assert_line "[localhost:1] error file $PWD/mine.json"
+  assert_line "ddprun: rank 1 (localhost) exited with status 1; stopping the job"
+  grep -q '"message": "ValueError: boom on rank 1' mine.json
+}
+
 @test "the PyTorch example (examples/jobs/pytorch-fmnist.yaml) trains Fashion-MNIST above 80% in one epoch on 2 ranks; run again it resumes from its checkpoint" {
   trains
   [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "needs dataset-fashion-mnist"

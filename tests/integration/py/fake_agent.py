@@ -4,8 +4,9 @@
 Run by the launcher over SSH in place of `ddprun agent` (ssh.remote_ddprun). MODE:
   ranks   JOINED, then on START: rank frames whose local rank is out of range (2^32 - 1,
           which is -1 as an int, and the node's slot count), truncated, or of an unknown
-          type, each to be ignored; then the one rank's real STARTED, OUTPUT and EXITED and
-          DONE, so the job succeeds; DONE again for each STOP; exits at EOF.
+          type, and ERROR frames out of range, truncated or with an empty message, each
+          to be ignored; then the one rank's real STARTED, OUTPUT and EXITED and DONE, so
+          the job succeeds; DONE again for each STOP; exits at EOF.
   length  JOINED, then a frame whose length is over the protocol's 1 MiB limit: the
           launcher must end this node, saying why; the script then waits to be killed.
   old     as ranks, but without the HELLO every agent sends first since protocol 2: an
@@ -47,7 +48,7 @@ def frames():
 
 
 JOIN, START, STOP = 3, 1, 2
-STARTED, OUTPUT, EXITED, DONE, JOINED, HELLO = 0x81, 0x82, 0x83, 0x84, 0x85, 0x88
+STARTED, OUTPUT, EXITED, DONE, JOINED, HELLO, ERROR = 0x81, 0x82, 0x83, 0x84, 0x85, 0x88, 0x89
 BAD = 0xFFFFFFFF  # a u32 local rank that is -1 as a C int
 
 if MODE == "other":
@@ -71,6 +72,9 @@ for kind in frames():
         frame(OUTPUT, struct.pack("<IB", 1, 1) + s("EVIL past the slots"))
         frame(OUTPUT, struct.pack("<IBI", 0, 1, 100) + b"EVIL truncated")
         frame(0x99, b"EVIL unknown type")
+        frame(ERROR, struct.pack("<I", BAD) + s("EVIL error of rank -1") + s(""))
+        frame(ERROR, struct.pack("<I", 0) + struct.pack("<I", 1 << 30) + b"EVIL")  # truncated
+        frame(ERROR, struct.pack("<I", 0) + s("") + s("EVIL empty message"))
         frame(EXITED, struct.pack("<IiQB", BAD, 0, 1, 0))
         frame(EXITED, struct.pack("<IiQB", 1, 0, 1, 0))
         frame(STARTED, struct.pack("<II", 0, pid))

@@ -1,0 +1,83 @@
+/* torchrun's TORCHELASTIC_ERROR_FILE, on the agent's side (cli/errfile.h). */
+#include "cli/errfile.h"
+#include "cli/agent_proto.h"
+#include "common/json.h"
+#include "common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define FILE_MAX (1u << 20) /* torch writes a few KiB; more than this is not read */
+
+int ddp__ef_new(void)
+{
+    return memfd_create("ddprun-error-file", MFD_CLOEXEC);
+}
+
+void ddp__ef_path(int fd, pid_t agent, char *buf, size_t n)
+{
+    snprintf(buf, n, "/proc/%d/fd/%d", (int)agent, fd);
+}
+
+/* The string at tok, unescaped, its last max bytes when longer (the end of a traceback is
+ * where it failed); NULL when tok is not a string. */
+static char *str_tail(const struct ddp_json *j, int tok, size_t max)
+{
+    if (tok < 0 || j->tok[tok].type != DDP_J_STRING)
+        return NULL;
+    size_t cap = (size_t)(j->tok[tok].end - j->tok[tok].start) + 1; /* unescaping only shrinks */
+    char *s = malloc(cap);
+    if (!s || ddp_json_str(j, tok, s, cap) < 0) {
+        free(s);
+        return NULL;
+    }
+    size_t n = strlen(s);
+    if (n > max)
+        memmove(s, s + n - max, max + 1);
+    return s;
+}
+
+bool ddp__ef_frame(int fd, uint32_t local_rank, struct ddp_buf *out)
+{
+    if (fd < 0)
+        return false;
+    char *text = malloc(FILE_MAX);
+    size_t len = 0;
+    while (text && len < FILE_MAX) {
+        ssize_t r = pread(fd, text + len, FILE_MAX - len, (off_t)len);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    struct ddp_json j = {0};
+    bool sent = false;
+    if (text && len > 0 && len < FILE_MAX && ddp_json_parse(text, len, &j) == 0 &&
+        j.tok[0].type == DDP_J_OBJECT) {
+        /* {"message": {"message": "...", "extraInfo": {"py_callstack": "..."}}}, or (torch's
+         * newer form) {"message": "..."} */
+        int m = ddp_json_get(&j, 0, "message");
+        int mm = m >= 0 && j.tok[m].type == DDP_J_OBJECT ? ddp_json_get(&j, m, "message") : m;
+        const char *const cs[] = {"extraInfo", "py_callstack", NULL};
+        int tb = m >= 0 && j.tok[m].type == DDP_J_OBJECT ? ddp_json_path(&j, m, cs) : -1;
+        char *msg = str_tail(&j, mm, DDP__EF_MESSAGE_MAX),
+             *trace = str_tail(&j, tb, DDP__EF_TRACEBACK_MAX);
+        if (msg && msg[0]) {
+            size_t pos = ddp__agent_begin(out, DDP__AG_ERROR);
+            ddp_buf_put_u32(out, local_rank);
+            ddp_buf_put_str(out, msg, strlen(msg));
+            ddp_buf_put_str(out, trace ? trace : "", trace ? strlen(trace) : 0);
+            ddp__agent_end(out, pos);
+            sent = true;
+        }
+        free(msg);
+        free(trace);
+    }
+    ddp_json_free(&j);
+    free(text);
+    return sent;
+}
