@@ -15,7 +15,7 @@
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
-/* The frames' protocol: 2 since each end says HELLO first (1: the ones before, which did not).
+/* The frames' protocol: 2 since each end says HELLO first, with ERROR (1: the ones before).
  * Raised whenever a frame changes; the ends of a link must speak the same one. */
 #define DDP__AGENT_PROTO 2u
 #define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
