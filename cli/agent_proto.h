@@ -51,16 +51,17 @@ enum ddp__agent_msg {
     DDP__AG_JOINED = 0x85,       /* u64 lease: connected to the store, heartbeating */
     DDP__AG_STACKS_REPLY = 0x86, /* u32 request, u32 n, n x (u32 local_rank, u32 pid,
                                     str text): the stacks STACKS asked for */
-    DDP__AG_AGENT_HELLO = 0x88,  /* as HELLO: the first frame on every link, also before
-                                    what a rejoined agent held (STATE below) */
-    DDP__AG_ERROR = 0x89,        /* u32 local_rank, str message, str traceback (may be ""):
-                                    what a failed rank wrote to its TORCHELASTIC_ERROR_FILE
-                                    (cli/errfile.h), sent before its EXITED */
     DDP__AG_STATE = 0x87,        /* the first frame of an agent a new launcher rejoined
-                                    (`ddprun agent --rejoin`) after the OUTPUT frames the last
+                                    (`ddprun agent --rejoin`) after its HELLO and the OUTPUT
+                                    frames the last
                                     launcher had not acknowledged: where it stood when its
                                     launcher went (struct ddp__agent_state); the frames it held
                                     since follow in order */
+    DDP__AG_AGENT_HELLO = 0x88,  /* as HELLO: the first frame on every link, also before
+                                    what a rejoined agent held (STATE above) */
+    DDP__AG_ERROR = 0x89,        /* u32 local_rank, str message, str traceback (may be ""):
+                                    what a failed rank wrote to its TORCHELASTIC_ERROR_FILE
+                                    (cli/errfile.h), sent before its EXITED */
 };
 
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage

@@ -154,6 +154,10 @@ static int read_frames(struct ddp__nodes *n, int i)
     bool refused = false;
     while ((k = ddp__agent_next(&p->rx, &type, &body, &len)) > 0) {
         if (!p->hello) {
+            if (p->refused[0]) { /* refused already: what else it sends is dropped */
+                p->rx.len = p->rx.off = 0;
+                return 1;
+            }
             if (!(refused = !agent_hello(n, i, type, body, len)))
                 continue;
             break;

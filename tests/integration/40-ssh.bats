@@ -360,6 +360,7 @@ fake_agent() { # mode
   [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
   assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 2); the same ddprun must run on every node"
   assert_output --partial "round 0): its agent is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 2)"
+  refute_output --partial "did not say its version first" # its JOINED after the refusal: dropped
   refute_output --partial "hello from the fake agent"
   for _ in $(seq 50); do pgrep -f fake_agent.py >/dev/null || break; sleep 0.1; done
   ! pgrep -f fake_agent.py || false
