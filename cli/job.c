@@ -299,9 +299,10 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     }
     if (ddp__slurm_launcher(c, ddp__ytree_get(root, "launcher"), alloc, j) < 0)
         goto out;
-    if ((n = per_node) && n->type == DDP_Y_SCALAR && !strcmp(n->str, "auto"))
-        j->nproc_per_node = ddp__slurm_gpus_here();
-    else if (n && ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
+    int named = 0; /* gpu, cpu, auto */
+    if ((n = per_node) && (named = ddp__nproc_named(c, n, j, &j->nproc_per_node)) < 0)
+        goto out;
+    if (n && !named && ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
         goto out;
     j->world_size = 0;
     for (size_t i = 0; i < j->nnodes; i++) {

@@ -51,11 +51,34 @@ nodes_of() { # plan output -> "host:slots host:slots ..."
   [ "$(nodes_of <<<"$output")" = "localhost:1" ]
 }
 
-@test "nproc_per_node: auto is the GPUs Slurm gives the node, else CUDA_VISIBLE_DEVICES's, else 1" {
+@test "nproc_per_node gpu, cpu, auto (torchrun's): GPUs from Slurm, CUDA_VISIBLE_DEVICES or the driver, CPUs by affinity; where the count cannot stand for the nodes, an error asking for a number" {
   printf 'command: [true]\nnproc_per_node: auto\n' >auto.yaml
   [ "$(SLURM_GPUS_ON_NODE=4 CUDA_VISIBLE_DEVICES=0 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:4" ]
   [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1,3 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:3" ]
-  [ "$(env -u SLURM_GPUS_ON_NODE -u CUDA_VISIBLE_DEVICES "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:1" ]
+  # no GPU (CUDA_VISIBLE_DEVICES empty: none, whatever the driver has): auto is the CPUs ddprun
+  # may run on, as torchrun's auto is os.cpu_count() then
+  [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:$(nproc)" ]
+  [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= taskset -c 0 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:1" ]
+  # torchrun's command line: --nproc-per-node gpu / cpu
+  [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 "$DDPRUN" plan --nproc-per-node gpu --no-python /bin/true | nodes_of)" = "localhost:2" ]
+  [ "$(env CUDA_VISIBLE_DEVICES=0,1 taskset -c 0 "$DDPRUN" plan --nproc-per-node cpu --no-python /bin/true | nodes_of)" = "localhost:1" ]
+  # gpu where none is visible
+  run env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=-1 "$DDPRUN" plan --nproc-per-node gpu --no-python /bin/true
+  assert_failure 2
+  assert_output --partial "nproc_per_node: gpu is counted on this machine, and no GPU is visible here (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus): give the number of ranks per node"
+  # nodes that are other machines: the GPUs counted here stand for theirs (a batch node's, as
+  # Slurm gives the same to each); the CPUs here, or auto without a GPU, do not
+  printf 'command: [true]\nnodes: [n1, n2]\nnproc_per_node: cpu\n' >remote.yaml
+  run "$DDPRUN" plan remote.yaml
+  assert_failure 2
+  assert_output "ddprun: error: remote.yaml:3:17: nproc_per_node: cpu is counted on this machine, and the nodes are other machines: give the number of ranks per node"
+  run env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= "$DDPRUN" plan remote.yaml --set nproc_per_node=auto
+  assert_failure 2
+  assert_output --partial "nproc_per_node: auto is counted on this machine, and no GPU is visible here"
+  [ "$(SLURM_GPUS_ON_NODE=8 "$DDPRUN" plan remote.yaml --set nproc_per_node=gpu | nodes_of)" = "n1:8 n2:8" ]
+  run "$DDPRUN" plan auto.yaml --set nproc_per_node=xpu
+  assert_failure 2
+  assert_output --partial "nproc_per_node: xpu (Intel GPUs) is not supported: give a number"
 }
 
 @test "Slurm's variables wrong or missing: one clear error at the job file's nodes key" {
