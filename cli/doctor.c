@@ -2,7 +2,9 @@
  * `ddprun doctor JOB.yaml`: checks every node of a job before it runs, all nodes at once:
  * SSH reachable, host key known, authentication, ddprun present there in the same version,
  * the workdir present, the command's program present (as the agent runs it, from workdir),
- * the interface its ranks will use (the one that routes to the store), a port
+ * the interface its ranks will use (the one that routes to the store), the GPUs its ranks would
+ * see (shown for backend: nccl, which fails a node with fewer than its slots, or when a node has
+ * some), a port
  * the node can listen on, and whether the node can reach the address the store would be served on
  * (a listener of the doctor's own, on the address and interface a launch would use). Prints one row
  * per node; exit status 0 when every node passes, 1 otherwise.
@@ -43,9 +45,23 @@
 
 #include "common/banned.h"
 
-enum { C_SSH, C_KEY, C_DDPRUN, C_WORKDIR, C_CMD, C_PORT, C_STORE, C_IFACE, C_PY, C_TORCH, C_N };
-static const char *const col_name[C_N] = {"ssh",  "host key", "ddprun",    "workdir", "command",
-                                          "port", "store",    "interface", "python",  "torch"};
+enum {
+    C_SSH,
+    C_KEY,
+    C_DDPRUN,
+    C_WORKDIR,
+    C_CMD,
+    C_PORT,
+    C_STORE,
+    C_IFACE,
+    C_GPUS,
+    C_PY,
+    C_TORCH,
+    C_N
+};
+static const char *const col_name[C_N] = {"ssh",     "host key", "ddprun", "workdir",
+                                          "command", "port",     "store",  "interface",
+                                          "gpus",    "python",   "torch"};
 
 /* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
  * import fails the program, with its traceback). */
@@ -63,6 +79,8 @@ struct node_check {
     char why[1200];        /* the first failure */
     char iface[64];        /* the node's interface toward the store: its ranks' default */
     char py[32], torch[64]; /* a Python job's versions there */
+    int gpus;               /* the GPUs its ranks would see (ddp__gpus_here there), or -1 */
+    char gpus_s[16];
 };
 
 static void failed(struct node_check *n, int col, const char *fmt, ...)
@@ -139,7 +157,7 @@ static int probe(const char *host, int port, char *out, size_t n)
     char ifname[64];
     if (ddp__route_iface(host, ifname, sizeof(ifname), NULL, 0) < 0)
         snprintf(ifname, sizeof(ifname), "?");
-    snprintf(out, n, "ok port %d iface %s", myport, ifname);
+    snprintf(out, n, "ok port %d iface %s gpus %d", myport, ifname, ddp__gpus_here());
     return 0;
 }
 
@@ -209,6 +227,28 @@ static void compare_python(struct node_check *nc, size_t nn)
     }
 }
 
+/* backend: nccl takes a GPU per rank: a node that shows fewer than its slots fails. Whether
+ * the GPUs column is worth showing (that job, or a node with GPUs). */
+static bool check_gpus(struct node_check *nc, size_t nn)
+{
+    bool nccl = strcmp(nc[0].job->backend, "nccl") == 0, any = nccl;
+    for (size_t i = 0; i < nn; i++) {
+        struct node_check *n = &nc[i];
+        int slots = n->job->nodes[n->i].slots;
+        any = any || n->gpus > 0;
+        if (nccl && !n->why[0] && n->gpus >= 0 && n->gpus < slots) {
+            n->cell[C_GPUS] = "FAIL";
+            snprintf(n->why, sizeof(n->why),
+                     "%d GPU%s visible %s for its %d rank%s (backend: nccl takes a GPU per "
+                     "rank; SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus)",
+                     n->gpus, n->gpus == 1 ? "" : "s",
+                     ddp__job_host_is_local(n->job->nodes[n->i].host) ? "here" : "there", slots,
+                     slots == 1 ? "" : "s");
+        }
+    }
+    return any;
+}
+
 /* `__probe HOST:PORT [WORKDIR PROGRAM]`: with a workdir and program (a node reached by srun,
  * where this ddprun is the one the agent would be), a line for each of them first. */
 int ddp__cmd_probe(int argc, char **argv)
@@ -244,6 +284,10 @@ static void apply_probe(struct node_check *n, int rc, const char *out)
         else if (f)
             snprintf(n->iface, sizeof(n->iface), "%.*s", (int)strcspn(f + 7, " \n"), f + 7);
         n->cell[C_IFACE] = n->iface[0] ? n->iface : "?";
+        const char *g = strstr(out, " gpus ");
+        if (g && (n->gpus = atoi(g + 6)) >= 0)
+            snprintf(n->gpus_s, sizeof(n->gpus_s), "%d", n->gpus);
+        n->cell[C_GPUS] = n->gpus_s[0] ? n->gpus_s : NULL;
     } else if (rc == 2) {
         failed(n, C_PORT, "%s", out);
     } else {
@@ -483,13 +527,14 @@ int ddp__doctor(const struct ddp_job *job)
                                     .probe_host = ehost[0]   ? ehost
                                                   : wildcard ? "127.0.0.1"
                                                              : laddr,
-                                    .probe_port = ehost[0] ? eport : port};
+                                    .probe_port = ehost[0] ? eport : port,
+                                    .gpus = -1};
         pthread_create(&th[i], NULL, check_node, &nc[i]);
     }
     for (size_t i = 0; i < job->nnodes; i++)
         pthread_join(th[i], NULL);
     compare_python(nc, job->nnodes);
-    bool py = is_python(job->shell ? "/bin/sh" : job->argv[0]);
+    bool py = is_python(job->shell ? "/bin/sh" : job->argv[0]), gpus = check_gpus(nc, job->nnodes);
     atomic_store(&stop_accepting, true);
     pthread_join(acc, NULL);
     close(lfd);
@@ -500,13 +545,15 @@ int ddp__doctor(const struct ddp_job *job)
     }
     printf("%-*s", (int)hw + 2, "node");
     for (int c = 0; c < (py ? C_N : C_PY); c++)
-        printf("%-*s", width(c), c == C_STORE && ehost[0] ? "etcd" : col_name[c]);
+        if (c != C_GPUS || gpus)
+            printf("%-*s", width(c), c == C_STORE && ehost[0] ? "etcd" : col_name[c]);
     printf("result\n");
     int bad = 0;
     for (size_t i = 0; i < job->nnodes; i++) {
         printf("%-*s", (int)hw + 2, job->nodes[i].host);
         for (int c = 0; c < (py ? C_N : C_PY); c++)
-            printf("%-*s", width(c), nc[i].cell[c] ? nc[i].cell[c] : "-");
+            if (c != C_GPUS || gpus)
+                printf("%-*s", width(c), nc[i].cell[c] ? nc[i].cell[c] : "-");
         if (nc[i].why[0]) {
             bad++;
             printf("FAIL: %s\n", nc[i].why);

@@ -138,6 +138,9 @@ int64_t ddp__parse_duration_ms(const char *s);
 
 /* True for the hosts ddprun starts locally without SSH. */
 bool ddp__job_host_is_local(const char *host);
+/* The GPUs this machine gives its ranks: SLURM_GPUS_ON_NODE, else the devices
+ * CUDA_VISIBLE_DEVICES lists, else the NVIDIA driver's; 0 for none (cli/job_slurm.c). */
+int ddp__gpus_here(void);
 /* The first node reached over SSH, or NULL for a local job. */
 const char *ddp__job_first_remote(const struct ddp_job *j);
 /* Where the store listens: rendezvous.listen, or for auto loopback on a local job and every

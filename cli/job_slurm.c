@@ -21,7 +21,7 @@ bool ddp__slurm_allocated(void)
     return id && *id && list && *list;
 }
 
-int ddp__slurm_gpus_here(void)
+int ddp__gpus_here(void)
 {
     const char *g = getenv("SLURM_GPUS_ON_NODE");
     char *end;
@@ -61,7 +61,7 @@ int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, const
     for (size_t i = 0; i < j->nnodes; i++)
         local = local && ddp__job_host_is_local(j->nodes[i].host);
     cpu_set_t set;
-    int gpus = ddp__slurm_gpus_here(),
+    int gpus = ddp__gpus_here(),
         cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
     if (!strcmp(n->str, "cpu") && local) {
         *out = cpus;

@@ -59,14 +59,12 @@ int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, co
                       struct ddp_job *j);
 void ddp__job_pipeline_free(struct ddp_job_pipeline *p);
 
-/* cli/job_slurm.c: whether ddprun runs inside a Slurm allocation; the GPUs this machine gives
- * its ranks (SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES's, else the NVIDIA driver's; 0 for
- * none); nproc_per_node n when it is a name (gpu, cpu, auto, as torchrun's: counted here, j's
+/* cli/job_slurm.c: whether ddprun runs inside a Slurm allocation; nproc_per_node n when it is
+ * a name (gpu, cpu, auto, as torchrun's: counted here, j's
  * nodes read): 1 and *out, 0 when it is not one, -1 when it cannot be counted (said at n); the
  * allocation's nodes as j's (nodes: slurm), with their task counts as slots unless
  * per_node_given. */
 bool ddp__slurm_allocated(void);
-int ddp__slurm_gpus_here(void);
 int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, const struct ddp_job *j,
                      int *out);
 int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool per_node_given,

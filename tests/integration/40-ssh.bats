@@ -307,6 +307,32 @@ SH
   for k in 1 2; do only_sshd_in "$k"; done
 }
 
+@test "ddprun doctor: the GPUs each node's ranks would see; backend nccl fails a node with fewer than its slots" {
+  "$DDPRUN" plan --nproc 1 --no-python --set backend=nccl /bin/true >/dev/null 2>&1 || skip "built without NCCL"
+  # node 1's sessions see no GPU, node 2's two (as its sshd sets them for the sessions)
+  SSHD_EXTRA_CONFIG="SetEnv CUDA_VISIBLE_DEVICES=-1" sshd_start 1
+  SSHD_EXTRA_CONFIG="SetEnv CUDA_VISIBLE_DEVICES=0,1" sshd_start 2
+  ssh_job job.yaml 2 1 2 -- /bin/true
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
+  run "$DDPRUN" doctor job.yaml --set backend=nccl
+  assert_failure 1
+  assert_output --regexp " +interface +gpus +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +FAIL +FAIL: 0 GPUs visible there for its 2 ranks \(backend: nccl takes a GPU per rank; "
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +2 +pass$"
+  # 3 slots on node 2: one GPU short
+  run "$DDPRUN" doctor job.yaml --set backend=nccl --set "nodes=[{host: $(sshd_addr 2), slots: 3}]"
+  assert_failure 1
+  assert_output --partial "FAIL: 2 GPUs visible there for its 3 ranks"
+  # a CPU job: the count is shown (a node has GPUs), nothing fails on it
+  run "$DDPRUN" doctor job.yaml
+  assert_success
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +0 +pass$"
+  # and not shown where no node has any
+  run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1)]"
+  assert_success
+  refute_output --partial "gpus"
+}
+
 # The agent's side of the launcher-agent protocol played by tests/integration/py/fake_agent.py.
 fake_agent() { # mode
   printf '#!/bin/sh\nFAKE_AGENT_MODE=%s exec /usr/bin/python3 %s\n' "$1" "$REPO/tests/integration/py/fake_agent.py" >fake-$1.sh
