@@ -145,7 +145,7 @@ static void maybe_report(struct worker *w)
     struct ddp_buf b;
     ddp_buf_init(&b);
     if (w->code != 0 && !w->exec_failed && ddp__ef_frame(w->errfd, (uint32_t)w->local_rank, &b))
-        send_buf(&b); /* before EXITED: the launcher names the error with the exit */
+        send_frame(&b, true); /* before EXITED, kept as output is: the error names the exit */
     size_t pos = ddp__agent_begin(&b, DDP__AG_EXITED);
     ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
     ddp_buf_put_u32(&b, (uint32_t)w->code);

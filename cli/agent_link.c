@@ -34,9 +34,9 @@ static struct {
     struct ddp_buf hello; /* our HELLO: first on every link */
     struct ddp_buf held;  /* STATE, then the frames since */
     size_t held_output;
-    /* With a takeover wait: the OUTPUT frames this link carried that the launcher has not
-     * acknowledged (ACK): in its pipes or its SSH connection when it died, they go to the next
-     * launcher first, before STATE. unacked_seq is the link's count of OUTPUT frames before
+    /* With a takeover wait: the OUTPUT and ERROR frames this link carried that the launcher has
+     * not acknowledged (ACK): in its pipes or its SSH connection when it died, they go to the
+     * next launcher first, before STATE. unacked_seq is the link's count of such frames before
      * them. */
     struct ddp_buf unacked;
     uint64_t unacked_seq, sent_output;
@@ -118,7 +118,7 @@ static void unacked_pop(void)
         ddp_buf_compact(&K.unacked);
 }
 
-/* An OUTPUT frame went out on the link: kept until the launcher acknowledges it. */
+/* An OUTPUT or ERROR frame went out on the link: kept until the launcher acknowledges it. */
 static void unacked_push(const uint8_t *frame, size_t n)
 {
     K.sent_output++;
@@ -173,13 +173,13 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     close(fd);
     K.lfd = -1;
     ddp_timer_stop(loop, &K.expire);
-    /* The OUTPUT frames held are this link's first: kept until acknowledged, as any. */
+    /* The OUTPUT and ERROR frames held are this link's first: kept until acknowledged. */
     unacked_reset();
     uint8_t type;
     const uint8_t *body;
     size_t len;
     while (ddp__agent_next(&K.held, &type, &body, &len) > 0)
-        if (type == DDP__AG_OUTPUT)
+        if (ddp__agent_acked(type))
             unacked_push(body - 5, len + 5);
     K.held.len = K.held.off = 0;
     K.held_output = 0;

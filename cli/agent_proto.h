@@ -31,9 +31,9 @@ enum ddp__agent_msg {
                            gather their native stacks */
     DDP__AG_BYE = 6,    /* the job is done with this agent: at EOF it stops and exits, even
                            where it would wait for a new launcher (takeover_ms) */
-    DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT frames this link
-                           carried (sent only with a takeover wait: the agent keeps the others
-                           for a new launcher, cli/agent_link.h) */
+    DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT and ERROR frames
+                           this link carried (sent only with a takeover wait: the agent keeps
+                           the others for a new launcher, cli/agent_link.h) */
     DDP__AG_HELLO = 8,  /* the first frame each end sends on a link (AGENT_HELLO the agent's):
                            u32 protocol, str ddprun version (printable, 1-64 bytes); a later
                            protocol may add fields after them. A first frame that is not HELLO,
@@ -63,6 +63,13 @@ enum ddp__agent_msg {
                                     what a failed rank wrote to its TORCHELASTIC_ERROR_FILE
                                     (cli/errfile.h), sent before its EXITED */
 };
+
+/* The frames an agent keeps until its launcher acknowledges them (ACK counts them), and a new
+ * launcher holds until STATE: a rank's output and its error. */
+static inline bool ddp__agent_acked(uint8_t type)
+{
+    return type == DDP__AG_OUTPUT || type == DDP__AG_ERROR;
+}
 
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage
  * return (a progress bar): the text after its last '\r', sent before the line ends. */

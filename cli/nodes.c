@@ -162,7 +162,7 @@ static int read_frames(struct ddp__nodes *n, int i)
                 continue;
             break;
         }
-        if (type == DDP__AG_OUTPUT && p->holding) {
+        if (ddp__agent_acked(type) && p->holding) {
             if (p->held.len + len + 5 <= HELD_MAX) {
                 size_t pos = ddp__agent_begin(&p->held, type);
                 ddp_buf_put(&p->held, body, len);
@@ -173,7 +173,7 @@ static int read_frames(struct ddp__nodes *n, int i)
             continue;
         }
         n->cb.frame(n->cb.arg, i, type, body, len);
-        p->outputs += type == DDP__AG_OUTPUT;
+        p->outputs += ddp__agent_acked(type);
     }
     ddp_buf_compact(&p->rx);
     send_ack(n, i);

@@ -37,10 +37,10 @@ struct ddp__node_proc {
     const struct ddp__prov_ops *prov;
     struct ddp__child ch; /* pid 0 when none runs */
     struct ddp_buf rx, erx;
-    uint64_t outputs, acked; /* OUTPUT frames handed over on this link, and acknowledged */
+    uint64_t outputs, acked; /* OUTPUT, ERROR frames handed over on this link, and acknowledged */
     bool hello;              /* its HELLO came, of our protocol (cli/agent_proto.h) */
     char refused[160];       /* why its link was refused (another ddprun), for describe */
-    bool holding;            /* rejoined: its OUTPUT frames are held until STATE */
+    bool holding;            /* rejoined: its OUTPUT, ERROR frames are held until STATE */
     struct ddp_buf held;
     uint64_t held_dropped; /* and those beyond the bound, counted once the others are */
 };
@@ -58,11 +58,11 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
 /* Closes what is left (the processes must have been reaped). */
 void ddp__nodes_release(struct ddp__nodes *n);
 
-/* Starts node i's agent and sends it JOIN; 0, or -1 with errno. join NULL: rejoins a waiting
- * agent (ctx.rejoin), whose first frame other than OUTPUT is STATE: the OUTPUT frames before it
- * (which the last launcher may not have shown, of a round STATE names) are held until
- * ddp__nodes_flush_held. With ctx.detach, the OUTPUT frames handed over (or dropped) are
- * acknowledged (ACK) after each read. */
+/* Starts node i's agent and sends it HELLO and JOIN; 0, or -1 with errno. join NULL: rejoins a
+ * waiting agent (ctx.rejoin), whose first frame after HELLO other than OUTPUT and ERROR is STATE:
+ * those before it (which the last launcher may not have shown, of a round STATE names) are held
+ * until ddp__nodes_flush_held. With ctx.detach, the OUTPUT and ERROR frames handed over (or
+ * dropped) are acknowledged (ACK) after each read. */
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
 /* A rejoined agent's OUTPUT frames held until its STATE: handed over to cb.frame (deliver) or
  * dropped; from now on its frames are handed over as they come. */

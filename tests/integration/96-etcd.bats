@@ -336,6 +336,55 @@ JOB
   ! pgrep -f "ddprun agent" >/dev/null || false
 }
 
+@test "a rank's error (torch's @record) on its way to the launcher when it died is not lost: the launcher that takes over names the failure with it" {
+  etcd_start 1
+  cat >err.json <<'JSON'
+{"message": {"message": "RuntimeError: lost in transit", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9, in step\nRuntimeError: lost in transit\n"}}}
+JSON
+  # rank 1 fails, as @record leaves it, while the launcher is stopped: its ERROR and EXITED wait
+  # in the agent's pipe to it, unread, when it dies
+  cat >err.sh <<SH
+#!/bin/sh
+echo "rank \$RANK up"
+until [ -e "$PWD/stopped" ]; do sleep 0.05; done
+[ "\$RANK" = 1 ] || exec sleep 59.17
+cat "$PWD/err.json" >"\$TORCHELASTIC_ERROR_FILE"
+touch "$PWD/failed"
+exit 1
+SH
+  chmod +x err.sh
+  cat >job.yaml <<JOB
+command: [$PWD/err.sh]
+nproc_per_node: 2
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+stop_grace: 2s
+logs: {dir: logs}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  id=$(basename logs/*/)
+  wait_for_line out.txt 30 "rank 0 up"
+  wait_for_line out.txt 30 "rank 1 up"
+  sleep 1 # its acknowledgement of them reaches the agent
+  kill -STOP "$ddp"
+  touch stopped
+  for _ in $(seq 100); do [ -e failed ] && break; sleep 0.1; done
+  [ -e failed ]
+  sleep 0.5 # the agent sends ERROR and EXITED on
+  kill -9 "$ddp"
+  wait "$ddp" || true
+  ! grep -q "exited with status" out.txt || false
+  run "$DDPRUN" attach --etcd "$ETCD_EPS" --prefix /jobs/ "$id"
+  echo "$output"
+  assert_failure 1
+  assert_line "ddprun: rank 1 (localhost) exited with status 1: RuntimeError: lost in transit; stopping the job"
+  assert_output --partial "ddprun: first failure: rank 1 on 'localhost': exit 1: RuntimeError: lost in transit; its traceback (from TORCHELASTIC_ERROR_FILE;"
+  assert_line '      File "train.py", line 9, in step'
+  ! pgrep -f "sleep 59.17" >/dev/null || false
+}
+
 @test "3 SSH nodes, the launcher SIGKILLed: ddprun attach --etcd from a second login node takes the job over; the ranks run on and nothing is left anywhere" {
   trains
   three_ssh_hosts "a second login node"
