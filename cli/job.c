@@ -335,7 +335,7 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         if (j->bind_to < 0)
             goto out;
     }
-    if ((sub = ddp__ytree_get(root, "rendezvous")) && ddp__job_rdzv(c, sub, basedir, j) < 0)
+    if (ddp__job_rdzv(c, ddp__ytree_get(root, "rendezvous"), basedir, j) < 0)
         goto out;
     j->min_nodes = j->max_nodes = (int)j->nnodes;
     if ((sub = ddp__ytree_get(root, "elastic"))) {

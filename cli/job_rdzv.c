@@ -75,8 +75,36 @@ static int tls(const struct ddp__jctx *c, const struct ddp_ynode *sub, const cha
     return 0;
 }
 
+/* Provisioning a node, as measured (BENCHMARKS.md's scale model): key exchange and
+ * authentication over SSH, a step created and launched through srun. */
+#define SSH_NODE_MS 87
+#define SRUN_NODE_MS 15
+
+/* rendezvous.timeout when the job gives none: 60 s, or twice the time its nodes take to be
+ * provisioned when that is longer (the first round waits for all of them: 1,000 nodes over SSH
+ * take about 87 s). */
+static int64_t default_timeout(const struct ddp_job *j)
+{
+    int64_t est = 0;
+    for (size_t i = 0; i < j->nnodes; i++)
+        if (!ddp__job_host_is_local(j->nodes[i].host))
+            est += j->srun ? SRUN_NODE_MS : SSH_NODE_MS;
+    return 2 * est > 60000 ? 2 * est : 60000;
+}
+
+static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
+                        struct ddp_job *j);
+
 int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                   struct ddp_job *j)
+{
+    if (!sub || !ddp__ytree_get(sub, "timeout"))
+        j->rdzv_timeout_ms = default_timeout(j);
+    return sub ? rdzv_section(c, sub, basedir, j) : 0;
+}
+
+static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
+                        struct ddp_job *j)
 {
     const struct ddp_ynode *n, *be = ddp__ytree_get(sub, "backend");
     if (ddp__jv_check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||

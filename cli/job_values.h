@@ -48,7 +48,8 @@ bool ddp__jv_rank_list_ok(const char *s);
 
 struct ddp_job;
 
-/* cli/job_rdzv.c: the rendezvous section sub (the store's or etcd's settings) into j. */
+/* cli/job_rdzv.c: the rendezvous section sub (the store's or etcd's settings; NULL: none) into
+ * j, whose nodes and launcher are read: a timeout it does not give grows with the nodes. */
 int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                   struct ddp_job *j);
 

@@ -183,3 +183,18 @@ spec_error() {
   refute_line "OMP_NUM_THREADS=3"
   refute_line "XYZ=2"
 }
+
+@test "rendezvous.timeout a job does not give grows with its nodes: twice their provisioning (87 ms per SSH node, 15 ms per srun step) beyond 60 s" {
+  timeout_of() { sed -n 's/^rendezvous: .*timeout: \([0-9a-z]*\), last_call.*/\1/p'; }
+  { printf 'command: [true]\nnodes:\n'; for i in $(seq 1000); do echo "  - n$i"; done; } >big.yaml
+  [ "$("$DDPRUN" plan big.yaml | timeout_of)" = 174s ] # 2 x 1,000 x 87 ms
+  # given, it is what is given
+  [ "$("$DDPRUN" plan big.yaml --set rendezvous.timeout=90s | timeout_of)" = 90s ]
+  # few nodes, or local ones: 60 s
+  [ "$("$DDPRUN" plan big.yaml --set 'nodes=[n1, n2, n3]' | timeout_of)" = 60s ]
+  [ "$("$DDPRUN" plan big.yaml --set 'nodes=[localhost]' --set nproc_per_node=4 | timeout_of)" = 60s ]
+  # 10,000 nodes of a Slurm allocation through srun steps: 2 x 10,000 x 15 ms
+  if command -v srun >/dev/null; then
+    [ "$(SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[00001-10000]' "$DDPRUN" plan big.yaml --set nodes=slurm | timeout_of)" = 300s ]
+  fi
+}
