@@ -24,9 +24,10 @@ void ddp__ef_path(int fd, pid_t agent, char *buf, size_t n)
     snprintf(buf, n, "/proc/%d/fd/%d", (int)agent, fd);
 }
 
-/* The string at tok, unescaped, its last max bytes when longer (the end of a traceback is
- * where it failed); NULL when tok is not a string. */
-static char *str_tail(const struct ddp_json *j, int tok, size_t max)
+/* The string at tok, unescaped, cut to max bytes when longer, at a UTF-8 character's start:
+ * its first ones, or its last (tail: the end of a traceback is where it failed); NULL when tok
+ * is not a string. */
+static char *str_cut(const struct ddp_json *j, int tok, size_t max, bool tail)
 {
     if (tok < 0 || j->tok[tok].type != DDP_J_STRING)
         return NULL;
@@ -36,9 +37,16 @@ static char *str_tail(const struct ddp_json *j, int tok, size_t max)
         free(s);
         return NULL;
     }
-    size_t n = strlen(s);
-    if (n > max)
-        memmove(s, s + n - max, max + 1);
+    size_t n = strlen(s), k;
+    if (n > max && tail) {
+        for (k = n - max; k < n && (s[k] & 0xc0) == 0x80; k++) /* not inside a character */
+            ;
+        memmove(s, s + k, n - k + 1);
+    } else if (n > max) {
+        for (k = max; k > 0 && (s[k] & 0xc0) == 0x80; k--)
+            ;
+        s[k] = '\0';
+    }
     return s;
 }
 
@@ -64,8 +72,8 @@ bool ddp__ef_frame(int fd, uint32_t local_rank, struct ddp_buf *out)
         int mm = m >= 0 && j.tok[m].type == DDP_J_OBJECT ? ddp_json_get(&j, m, "message") : m;
         const char *const cs[] = {"extraInfo", "py_callstack", NULL};
         int tb = m >= 0 && j.tok[m].type == DDP_J_OBJECT ? ddp_json_path(&j, m, cs) : -1;
-        char *msg = str_tail(&j, mm, DDP__EF_MESSAGE_MAX),
-             *trace = str_tail(&j, tb, DDP__EF_TRACEBACK_MAX);
+        char *msg = str_cut(&j, mm, DDP__EF_MESSAGE_MAX, false),
+             *trace = str_cut(&j, tb, DDP__EF_TRACEBACK_MAX, true);
         if (msg && msg[0]) {
             size_t pos = ddp__agent_begin(out, DDP__AG_ERROR);
             ddp_buf_put_u32(out, local_rank);

@@ -17,7 +17,7 @@
 
 #include "common/buf.h"
 
-#define DDP__EF_MESSAGE_MAX 2048    /* of the exception's message, bytes */
+#define DDP__EF_MESSAGE_MAX 2048    /* of the exception's message, bytes: its first ones */
 #define DDP__EF_TRACEBACK_MAX 16384 /* of its traceback: the last ones */
 
 /* A new error file (close-on-exec memfd), or -1. */

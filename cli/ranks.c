@@ -66,7 +66,7 @@ void ddp__sup_rank_error(int rank, const uint8_t *body, size_t len)
     r->error = strndup((const char *)m, mn);
     r->traceback = tn ? strndup((const char *)t, tn) : NULL;
     for (char *p = r->error; p && *p; p++) /* one line in messages and the event log */
-        if (*p == '\n' || *p == '\r' || *p == '\0')
+        if (*p == '\n' || *p == '\r')
             *p = ' ';
 }
 

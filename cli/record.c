@@ -391,9 +391,10 @@ static void traceback_text(void (*line)(void *, const char *, size_t), void *arg
 {
     char buf[128];
     out(line, arg,
-        "ddprun: first failure: rank %d on '%s': %s: %s; its traceback (from "
+        "ddprun: first failure: rank %d on '%s': %s: %.*s; its traceback (from "
         "TORCHELASTIC_ERROR_FILE; log %s):",
-        rank, r->host, ddp__outcome_text(&r->out, buf, sizeof(buf)), r->error, r->log);
+        rank, r->host, ddp__outcome_text(&r->out, buf, sizeof(buf)),
+        (int)ddp_utf8_prefix(r->error, 400), r->error, r->log);
     const char *p = r->traceback, *end = p + strlen(p);
     while (end > p && end[-1] == '\n')
         end--;
@@ -437,9 +438,9 @@ void ddp__summary_text(const struct ddp__summary *s,
         if (r->error && r->traceback)
             traceback_text(line, arg, s->first_fail, r);
         else
-            out(line, arg,
-                "ddprun: first failure: rank %d on '%s': %s%s%s; last lines of %s:", s->first_fail,
-                r->host, ddp__outcome_text(&r->out, buf, sizeof(buf)), r->error ? ": " : "",
+            out(line, arg, "ddprun: first failure: rank %d on '%s': %s%s%.*s; last lines of %s:",
+                s->first_fail, r->host, ddp__outcome_text(&r->out, buf, sizeof(buf)),
+                r->error ? ": " : "", (int)(r->error ? ddp_utf8_prefix(r->error, 400) : 0),
                 r->error ? r->error : "", r->log);
         for (int k = 0; k < s->ntail && !(r->error && r->traceback); k++)
             out(line, arg, "    %s", s->tail[k]);

@@ -129,14 +129,15 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
         return;
     if (L.first_fail < 0)
         L.first_fail = rank;
-    char what[700], how[160];
+    char what[1024], how[160];
     ddp__sup_describe_exit(code, how, sizeof(how));
     if (exec_failed && r->ntail) /* the agent's note: cannot run 'x': why */
         snprintf(what, sizeof(what), "rank %d (%s) did not start: %s", rank, host_of(r->node),
                  r->tail[r->ntail - 1]);
     else
-        snprintf(what, sizeof(what), "rank %d (%s) %s%s%.400s", rank, host_of(r->node), how,
-                 r->error ? ": " : "", r->error ? r->error : "");
+        snprintf(what, sizeof(what), "rank %d (%s) %s%s%.*s", rank, host_of(r->node), how,
+                 r->error ? ": " : "", (int)(r->error ? ddp_utf8_prefix(r->error, 400) : 0),
+                 r->error ? r->error : "");
     struct ddp__outcome o = ddp__sup_outcome(rank);
     ddp__sup_event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "@outcome",
                    &o, "reason", what, NULL);

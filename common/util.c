@@ -129,3 +129,13 @@ long ddp_raise_nofile(void)
     }
     return (long)rl.rlim_cur;
 }
+
+size_t ddp_utf8_prefix(const char *s, size_t max)
+{
+    size_t n = strnlen(s, max + 1);
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80) /* s[max] continues a character */
+        max--;
+    return max;
+}

@@ -60,6 +60,8 @@ def main():
         if MODE == "ok":
             open(ef, "w").write('{"message": "an old error"}')
             return
+        if MODE == "long":  # 6,001 bytes, two to a character after "x": 2 KiB ends inside one
+            raise ValueError("x" + "\u00e9" * 3000)
         deep(20)
     if MODE != "ok":
         time.sleep(30)
@@ -107,6 +109,21 @@ PY
     ! grep -q '"error"' logs/*/summary.json || false
     [ "$mode" = garbage ] || assert_output --partial "    ValueError: boom on rank 1" # the log's
   done
+  # a long message: its first 2 KiB, cut between characters (summary.json stays UTF-8)
+  rm -rf logs
+  job long
+  run "$DDPRUN" job.yaml
+  assert_failure 1
+  /usr/bin/python3 - logs/*/summary.json logs/*/events.jsonl <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1], encoding="utf-8"))
+e = s["failed_ranks"][0]["error"].encode()
+assert e.startswith(b"ValueError: x\xc3\xa9") and len(e) == 2047, len(e)
+# the reason (and the line that says it) holds the message's first 400 bytes, whole characters
+assert s["reason"].endswith(": ValueError: x" + "\u00e9" * 193), s["reason"][-20:]
+for line in open(sys.argv[2], encoding="utf-8"):
+    json.loads(line)
+PY
   # a rank that succeeds has no error, whatever its file holds
   job ok
   run "$DDPRUN" job.yaml

@@ -5,6 +5,7 @@
  */
 #include "cli/agent_proto.h"
 #include "common/err.h"
+#include "common/util.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -155,4 +156,13 @@ TEST(hello_says_protocol_and_version_and_refuses_what_cannot_be_shown)
         ASSERT_ERR(ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)), DDP_EPROTO);
         ddp_buf_release(&b);
     }
+}
+
+TEST(utf8_prefix_ends_between_characters)
+{
+    /* the cut of an error's message for the launcher's one-line reports (common/util.h) */
+    const char *s = "ab\xc3\xa9\xe2\x82\xac!"; /* a b e-acute euro ! */
+    size_t want[] = {0, 1, 2, 2, 4, 4, 4, 7, 8, 8};
+    for (size_t max = 0; max < sizeof(want) / sizeof(want[0]); max++)
+        ASSERT_EQ(ddp_utf8_prefix(s, max), want[max]);
 }
