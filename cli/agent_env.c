@@ -26,6 +26,11 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
      * below win over them. */
     for (char **e = st->shell_env; e && *e; e++)
         putenv(*e);
+    /* As torchrun's agent, unless set here or by the job: PyTorch's NCCL watchdog tears a rank
+     * down on a collective's error or timeout rather than leave it hanging (torch 1.x reads the
+     * first name, 2.x the second, which it prefers: no deprecation warning). */
+    setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
+    setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", 0);
     int rank = (int)st->rank_offset + local_rank;
     set_env_int("RANK", rank);
     set_env_int("LOCAL_RANK", local_rank);

@@ -139,6 +139,8 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     if (j->bind_to != DDP__BIND_NONE)
         fprintf(f, "DDPRUN_CPU_BIND=%s DDPRUN_CPU_SHARERS=<ranks of the node on these CPUs>\n",
                 ddp__cpubind_name(j->bind_to));
+    fprintf(f, "NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # as torchrun, "
+               "unless set\n");
     if (ddp__job_omp_default(j))
         fprintf(f, "OMP_NUM_THREADS=1   # as torchrun: several ranks per node and none set\n");
     bool pystacks = true;

@@ -94,13 +94,21 @@ logdir() { # the one job folder under ddprun-logs
   ! pgrep -f "^sleep 30$" || false
 }
 
-@test "env, workdir and checkpoint.dir reach the ranks" {
+@test "env, workdir and checkpoint.dir reach the ranks; NCCL async error handling as torchrun sets it" {
   mkdir -p work
   printf 'command: "echo $SEED $(pwd) $DDPRUN_CHECKPOINT_DIR $OMP_NUM_THREADS"\nworkdir: work\nenv: {SEED: "42"}\ncheckpoint: {dir: ckpt}\nnproc_per_node: 2\n' >job.yaml
   run "$DDPRUN" job.yaml
   assert_success
   # every relative path of a job is relative to the job file's folder
   assert_line "[localhost:0] 42 $BATS_TEST_TMPDIR/work $BATS_TEST_TMPDIR/ckpt 1"
+  # NCCL's async error handling, as torchrun sets it unless the shell or the job does
+  printf 'command: "echo async $NCCL_ASYNC_ERROR_HANDLING $TORCH_NCCL_ASYNC_ERROR_HANDLING"\n' >nccl.yaml
+  run env -u NCCL_ASYNC_ERROR_HANDLING -u TORCH_NCCL_ASYNC_ERROR_HANDLING "$DDPRUN" nccl.yaml
+  assert_line "[localhost:0] async 1 1"
+  run env NCCL_ASYNC_ERROR_HANDLING=0 "$DDPRUN" nccl.yaml --set env.TORCH_NCCL_ASYNC_ERROR_HANDLING=3
+  assert_line "[localhost:0] async 0 3"
+  run "$DDPRUN" plan nccl.yaml
+  assert_line "NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # as torchrun, unless set"
 }
 
 # The value of "key" in the JSON object on the line of $2 (a file) that has "$1" in it.
