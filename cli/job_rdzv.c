@@ -93,17 +93,6 @@ static int64_t default_timeout(const struct ddp_job *j)
 }
 
 static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
-                        struct ddp_job *j);
-
-int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
-                  struct ddp_job *j)
-{
-    if (!sub || !ddp__ytree_get(sub, "timeout"))
-        j->rdzv_timeout_ms = default_timeout(j);
-    return sub ? rdzv_section(c, sub, basedir, j) : 0;
-}
-
-static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                         struct ddp_job *j)
 {
     const struct ddp_ynode *n, *be = ddp__ytree_get(sub, "backend");
@@ -189,4 +178,12 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
         return -1;
     }
     return 0;
+}
+
+int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
+                  struct ddp_job *j)
+{
+    if (!sub || !ddp__ytree_get(sub, "timeout"))
+        j->rdzv_timeout_ms = default_timeout(j);
+    return sub ? rdzv_section(c, sub, basedir, j) : 0;
 }

@@ -177,14 +177,15 @@ static int read_frames(struct ddp__nodes *n, int i)
     }
     ddp_buf_compact(&p->rx);
     send_ack(n, i);
-    if (k < 0 || refused) {
+    if (k < 0) { /* a refusal said its own why */
         char msg[300];
         int m = snprintf(msg, sizeof(msg),
                          "ddprun: error: bad frame from the agent on '%s'; "
                          "ending it",
                          n->job->nodes[i].host);
-        if (!refused)
-            n->cb.message(n->cb.arg, i, msg, (size_t)m);
+        n->cb.message(n->cb.arg, i, msg, (size_t)m);
+    }
+    if (k < 0 || refused) {
         p->rx.len = p->rx.off = 0;
         /* Level 1: an SSH bridge, still connected, has the remote session killed (SIGKILL of
          * the bridge would leave the agent there); a local agent's process group ends. */

@@ -279,6 +279,29 @@ PY
   [ -z "$(etcd_keys | grep "^/jobs/")" ]
 }
 
+# Runs SCRIPT as a local job of 2 ranks meeting in etcd (EXTRA: more job keys, a line), waits
+# until each rank printed "rank R MARK" and the launcher acknowledged it, then SIGSTOPs the
+# launcher and creates ./stopped. Sets ddp (its pid) and id (the job's).
+launcher_stopped_after() { # script mark [extra]
+  cat >job.yaml <<JOB
+command: [$1]
+nproc_per_node: 2
+rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+${3:-}
+logs: {dir: logs}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  id=$(basename logs/*/)
+  wait_for_line out.txt 30 "rank 0 $2"
+  wait_for_line out.txt 30 "rank 1 $2"
+  sleep 1 # its acknowledgement, sent right after, reaches the agent
+  kill -STOP "$ddp"
+  touch stopped
+}
+
 @test "output on its way to the launcher when it died is not lost: the launcher that takes over shows it, once, in order" {
   etcd_start 1
   # each rank prints a line the launcher shows (and acknowledges), a burst of lines while the
@@ -294,22 +317,7 @@ until [ -e "$PWD/go" ]; do sleep 0.05; done
 echo "rank \$RANK saw go"
 SH
   chmod +x burst.sh
-  cat >job.yaml <<JOB
-command: [$PWD/burst.sh]
-nproc_per_node: 2
-rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
-elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
-logs: {dir: logs}
-JOB
-  "$DDPRUN" job.yaml >out.txt 2>&1 &
-  ddp=$!
-  wait_event workers_running
-  id=$(basename logs/*/)
-  wait_for_line out.txt 30 "rank 0 shown before"
-  wait_for_line out.txt 30 "rank 1 shown before"
-  sleep 1 # its acknowledgement, sent right after, reaches the agent
-  kill -STOP "$ddp"
-  touch stopped
+  launcher_stopped_after "$PWD/burst.sh" "shown before"
   for _ in $(seq 100); do [ -e printed.0 ] && [ -e printed.1 ] && break; sleep 0.1; done
   [ -e printed.0 ] && [ -e printed.1 ]
   sleep 0.5 # the agent sends them on
@@ -353,23 +361,7 @@ touch "$PWD/failed"
 exit 1
 SH
   chmod +x err.sh
-  cat >job.yaml <<JOB
-command: [$PWD/err.sh]
-nproc_per_node: 2
-rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST, prefix: /jobs/}
-elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
-stop_grace: 2s
-logs: {dir: logs}
-JOB
-  "$DDPRUN" job.yaml >out.txt 2>&1 &
-  ddp=$!
-  wait_event workers_running
-  id=$(basename logs/*/)
-  wait_for_line out.txt 30 "rank 0 up"
-  wait_for_line out.txt 30 "rank 1 up"
-  sleep 1 # its acknowledgement of them reaches the agent
-  kill -STOP "$ddp"
-  touch stopped
+  launcher_stopped_after "$PWD/err.sh" up "stop_grace: 2s"
   for _ in $(seq 100); do [ -e failed ] && break; sleep 0.1; done
   [ -e failed ]
   sleep 0.5 # the agent sends ERROR and EXITED on
