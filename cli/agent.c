@@ -527,15 +527,17 @@ static void on_fenced(void *arg, const char *why)
 
 /* ---- diagnosis: the progress report and stacks (cli/diag_node.h) ---- */
 
-/* Every heartbeat interval: a line per running rank, sent with the next heartbeat. */
+/* Every heartbeat interval: a line per rank started (those that exited: their page's last
+ * state), sent with the next heartbeat. */
 static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
 {
     if (A.have_start && A.lease) {
         struct ddp_buf b;
         ddp_buf_init(&b);
         for (int i = 0; i < A.nw; i++)
-            if (A.w[i].pid > 0 && !A.w[i].exited)
-                ddp__dn_report_rank(&b, (int)A.st.rank_offset + i, A.w[i].pid, A.w[i].page.p);
+            if (A.w[i].pid > 0)
+                ddp__dn_report_rank(&b, (int)A.st.rank_offset + i, A.w[i].pid, A.w[i].exited,
+                                    A.w[i].page.p);
         if (b.len)
             MEMBERSHIP->publish(A.lease, b.data, b.len);
         ddp_buf_release(&b);

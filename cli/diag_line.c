@@ -153,6 +153,9 @@ void ddp__diag_state_name(char *out, size_t n, char state, const char *wchan)
     case 'Z':
         snprintf(out, n, "exited, not yet reaped");
         break;
+    case 'X': /* the agent's word for a rank it reaped */
+        snprintf(out, n, "exited");
+        break;
     default:
         snprintf(out, n, "in state %c", state);
     }

@@ -86,10 +86,12 @@ static void proc_state(pid_t pid, struct ddp__rank_progress *rp)
     }
 }
 
-void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct ddp_progress_page *p)
+void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
+                         const struct ddp_progress_page *p)
 {
-    struct ddp__rank_progress rp = {.rank = rank, .pid = (int)pid};
-    proc_state(pid, &rp);
+    struct ddp__rank_progress rp = {.rank = rank, .pid = (int)pid, .state = 'X'};
+    if (!exited)
+        proc_state(pid, &rp);
     int64_t now = ddp_now_ns();
     if (p && p->magic == DDP_PROGRESS_MAGIC && p->version == DDP_PROGRESS_VERSION) {
         rp.rec = true;
@@ -113,7 +115,8 @@ void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct dd
         for (uint64_t s = first; s <= rp.completed && s; s++)
             if (ddp_progress_read(p, s, &e)) {
                 int64_t st = atomic_load(&e.t_start), end = atomic_load(&e.t_end);
-                if (!st || end < st || atomic_load(&e.result))
+                if (!st || end < st || atomic_load(&e.result) || e.op == DDP_PROG_DDP_STEP ||
+                    e.op == DDP_PROG_DDP_FORWARD) /* a step's length is no arrival time */
                     continue;
                 int64_t us = (end - st) / 1000;
                 rp.wseq[rp.nwaits] = s;

@@ -26,8 +26,10 @@ struct ddp__dn_page {
 int ddp__dn_page_new(struct ddp__dn_page *pg);
 void ddp__dn_page_release(struct ddp__dn_page *pg);
 
-/* Appends the line of a running rank (global rank, pid, its page or NULL) to b. */
-void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, const struct ddp_progress_page *p);
+/* Appends the line of a rank (global rank, pid, its page or NULL) to b: a running one, or one
+ * that exited (state X: what its page held last). */
+void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
+                         const struct ddp_progress_page *p);
 
 /* A rank's process: its pid, and its Python dump file (cli/pystacks.h) or -1. */
 struct ddp__dn_proc {

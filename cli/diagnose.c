@@ -44,7 +44,10 @@ void ddp__diag_take(struct ddp__diag *d, int node, const char *report, int64_t n
             if (ddp__diag_line_parse(line, &p) == 0 && p.rank < d->world &&
                 d->r[p.rank].node == node) {
                 struct ddp__diag_rank *r = &d->r[p.rank];
-                if (!r->have || now_ms - r->prev_at_ms >= RATE_WINDOW_MS) {
+                if (p.state == 'X') { /* exited: no rates */
+                    r->rated = false;
+                    r->cpu_pct = r->coll_per_s = 0;
+                } else if (!r->have || now_ms - r->prev_at_ms >= RATE_WINDOW_MS) {
                     if (r->have && now_ms > r->prev_at_ms) {
                         double dt = (double)(now_ms - r->prev_at_ms) / 1000;
                         r->coll_per_s = (double)(p.completed - r->prev_completed) / dt;
@@ -86,6 +89,106 @@ static bool counted(const struct ddp__diag_rank *r)
     return r->have && r->p.rec;
 }
 
+/* A DDP step (cli/torch_rec.py) is a rank's own work (forward, backward and the gradient
+ * all-reduces torch runs inside it), not a collective the rank waits in: a rank in one has done
+ * what it entered, and waits, if at all, for peers to enter its step. */
+static bool in_step(const struct ddp__rank_progress *p)
+{
+    return p->in_coll && (p->op == DDP_PROG_DDP_STEP || p->op == DDP_PROG_DDP_FORWARD);
+}
+
+static uint64_t done_of(const struct ddp__rank_progress *p)
+{
+    return in_step(p) ? p->entered : p->completed;
+}
+
+/* The rank's operation at seq when it is in it now, else -1. */
+static int op_at(const struct ddp__rank_progress *p, uint64_t seq)
+{
+    return p->in_coll && p->completed + 1 == seq ? p->op : -1;
+}
+
+/* Who did what, for a stuck point: the same only while no rank's counters move. */
+static uint64_t signature(const struct ddp__diag *d)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < d->world; i++)
+        if (counted(&d->r[i]))
+            h = (h ^ (d->r[i].p.entered * 31 + d->r[i].p.completed)) * 1099511628211ull;
+    return h;
+}
+
+/* "sleeping in futex_wait_queue at 0% CPU (pid 4242)" */
+static void rank_state(const struct ddp__diag_rank *r, char *out, size_t n)
+{
+    char state[96], cpu[32] = "";
+    ddp__diag_state_name(state, sizeof(state), r->p.state, r->p.wchan);
+    if (r->rated && r->p.state != 'X')
+        snprintf(cpu, sizeof(cpu), " at %.0f%% CPU", r->cpu_pct);
+    snprintf(out, n, "%s%s (pid %d)", state, cpu, r->p.pid);
+}
+
+/* The ranks are not all in the same operation at seq (a rank skipped a collective, or ran more
+ * steps than the others): names each operation with its ranks, the fewest first. */
+static bool mismatch(struct ddp__diag *d, uint64_t seq, int64_t now_ms, const char *const *names,
+                     struct ddp__hang *h)
+{
+    int ops[DDP_PROG__COUNT] = {0}, kinds = 0;
+    for (int i = 0; i < d->world; i++) {
+        int op = counted(&d->r[i]) ? op_at(&d->r[i].p, seq) : -1;
+        if (op >= 0 && op < DDP_PROG__COUNT && ops[op]++ == 0)
+            kinds++;
+    }
+    if (kinds < 2)
+        return false;
+    h->mismatch = true;
+    snprintf(h->what, sizeof(h->what), "different operations at #%" PRIu64 " (", seq);
+    for (int op = 0, k = 0; op < DDP_PROG__COUNT; op++) {
+        int one = -1;
+        for (int i = 0; i < d->world && ops[op] == 1 && one < 0; i++)
+            if (counted(&d->r[i]) && op_at(&d->r[i].p, seq) == op)
+                one = i;
+        if (one >= 0)
+            add(h->what, sizeof(h->what), "%s%s: rank %d", k++ ? "; " : "",
+                ddp_progress_op_name((unsigned)op), one);
+        else if (ops[op])
+            add(h->what, sizeof(h->what), "%s%s: %d ranks", k++ ? "; " : "",
+                ddp_progress_op_name((unsigned)op), ops[op]);
+    }
+    add(h->what, sizeof(h->what), ")");
+    add(h->text, sizeof(h->text),
+        " the ranks are not in the same operation at #%" PRIu64
+        " (a rank skipped a collective or ran more steps than the others)\n",
+        seq);
+    int listed = 0, largest = 0;
+    bool tie = true;
+    for (int op = 0; op < DDP_PROG__COUNT; op++)
+        largest = ops[op] > ops[largest] ? op : largest;
+    for (int op = 0; op < DDP_PROG__COUNT; op++)
+        tie &= ops[op] == 0 || ops[op] == ops[largest];
+    for (int round = 0; round < 2; round++) /* the other operations' ranks first */
+        for (int i = 0; i < d->world; i++) {
+            const struct ddp__diag_rank *r = &d->r[i];
+            int op = counted(r) ? op_at(&r->p, seq) : -1;
+            if (op < 0 || (op == largest) != (round == 1))
+                continue;
+            if (op != largest || tie)
+                h->behind[h->nbehind++] = i;
+            if (listed++ >= LISTED)
+                continue;
+            char what[96], it[160];
+            ddp__diag_coll_name(what, sizeof(what), op, seq, r->p.bucket, r->p.bytes);
+            rank_state(r, it, sizeof(it));
+            add(h->text, sizeof(h->text),
+                "  rank %d on %s is in %s, entered %.0f s ago; it is %s\n", i, node_of(d, names, i),
+                what, (double)(r->p.cur_ms + (now_ms - r->at_ms)) / 1000, it);
+        }
+    if (listed > LISTED)
+        add(h->text, sizeof(h->text), "  and %d more rank%s\n", listed - LISTED,
+            listed - LISTED == 1 ? "" : "s");
+    return true;
+}
+
 bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
                     const char *const *node_names, struct ddp__hang *h)
 {
@@ -101,19 +204,20 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
         int64_t t = r->at_ms - r->p.idle_ms;
         if (t > last)
             last = t;
-        if (r->p.completed + 1 < seq)
-            seq = r->p.completed + 1;
+        if (done_of(&r->p) + 1 < seq)
+            seq = done_of(&r->p) + 1;
     }
     if (n == 0 || now_ms - last < hang_after_ms)
         return false;
-    if (seq == d->reported_seq && last == d->reported_last_ms)
+    uint64_t sig = signature(d);
+    if (d->reported && sig == d->reported_sig)
         return false; /* this stuck point was reported */
     /* The collective: as a rank that is in it describes it. */
     int64_t entered_ms = -1;
     const struct ddp__rank_progress *in = NULL;
     for (int i = 0; i < d->world; i++) {
         struct ddp__diag_rank *r = &d->r[i];
-        if (counted(r) && r->p.in_coll && r->p.completed + 1 == seq) {
+        if (counted(r) && op_at(&r->p, seq) >= 0) {
             int64_t e = r->p.cur_ms + (now_ms - r->at_ms);
             if (e > entered_ms) {
                 entered_ms = e;
@@ -123,29 +227,40 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
     }
     if (!(h->behind = calloc((size_t)d->world, sizeof(int))))
         return false;
-    d->reported_seq = seq;
-    d->reported_last_ms = last;
+    d->reported = true;
+    d->reported_sig = sig;
     h->seq = seq;
     h->stuck_ms = now_ms - last;
+    add(h->text, sizeof(h->text),
+        "ddprun: no rank has made progress for %.0f s:", (double)h->stuck_ms / 1000);
+    if (mismatch(d, seq, now_ms, node_names, h))
+        return true;
     if (in)
         ddp__diag_coll_name(h->what, sizeof(h->what), in->op, seq, in->bucket, in->bytes);
     else
         snprintf(h->what, sizeof(h->what), "collective #%" PRIu64, seq);
-    int entered = 0;
+    int entered = 0, stepping = 0;
     for (int i = 0; i < d->world; i++)
-        if (counted(&d->r[i]) && d->r[i].p.entered >= seq)
-            entered++;
+        if (counted(&d->r[i])) {
+            entered += d->r[i].p.entered >= seq;
+            stepping += in_step(&d->r[i].p);
+        }
     h->entered_by_all = entered == n;
     for (int i = 0; i < d->world; i++) {
         const struct ddp__diag_rank *r = &d->r[i];
         if (!counted(r))
             continue;
-        if (h->entered_by_all ? r->p.completed < seq : r->p.entered < seq)
+        if (entered == 0 && stepping > 0 ? in_step(&r->p) || r->p.state == 'X'
+            : h->entered_by_all          ? r->p.completed < seq
+                                         : r->p.entered < seq)
             h->behind[h->nbehind++] = i;
     }
-    add(h->text, sizeof(h->text),
-        "ddprun: no rank has made progress for %.0f s:", (double)h->stuck_ms / 1000);
-    if (entered == 0)
+    if (entered == 0 && stepping > 0)
+        add(h->text, sizeof(h->text),
+            " every rank finished #%" PRIu64 " or is in its DDP step (forward, backward and "
+            "gradient all-reduces), and none has entered anything since\n",
+            seq - 1);
+    else if (entered == 0)
         add(h->text, sizeof(h->text),
             " every rank finished #%" PRIu64 " and none has issued another collective since\n",
             seq - 1);
@@ -155,20 +270,27 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
     else
         add(h->text, sizeof(h->text), "\n");
     for (int k = 0; k < h->nbehind && k < LISTED; k++) {
-        const struct ddp__diag_rank *r = &d->r[h->behind[k]];
-        char state[96], cpu[32] = "";
-        ddp__diag_state_name(state, sizeof(state), r->p.state, r->p.wchan);
-        if (r->rated)
-            snprintf(cpu, sizeof(cpu), " at %.0f%% CPU", r->cpu_pct);
-        if (!h->entered_by_all && entered > 0)
+        int i = h->behind[k];
+        const struct ddp__diag_rank *r = &d->r[i];
+        char it[160];
+        rank_state(r, it, sizeof(it));
+        if (!h->entered_by_all && entered > 0) {
             add(h->text, sizeof(h->text),
                 "  rank %d on %s has not entered %s that the other %d rank%s entered %.0f s ago; "
-                "it is %s%s (pid %d)\n",
-                h->behind[k], node_of(d, node_names, h->behind[k]), h->what, entered,
-                entered == 1 ? "" : "s", (double)entered_ms / 1000, state, cpu, r->p.pid);
-        else
-            add(h->text, sizeof(h->text), "  rank %d on %s is %s%s (pid %d)\n", h->behind[k],
-                node_of(d, node_names, h->behind[k]), state, cpu, r->p.pid);
+                "it is %s\n",
+                i, node_of(d, node_names, i), h->what, entered, entered == 1 ? "" : "s",
+                (double)entered_ms / 1000, it);
+        } else if (in_step(&r->p)) {
+            char what[96];
+            ddp__diag_coll_name(what, sizeof(what), r->p.op, r->p.entered, -1, r->p.bytes);
+            add(h->text, sizeof(h->text),
+                "  rank %d on %s is in %s, entered %.0f s ago; it is %s\n", i,
+                node_of(d, node_names, i), what, (double)(r->p.cur_ms + (now_ms - r->at_ms)) / 1000,
+                it);
+        } else {
+            add(h->text, sizeof(h->text), "  rank %d on %s is %s\n", i, node_of(d, node_names, i),
+                it);
+        }
     }
     if (h->nbehind > LISTED)
         add(h->text, sizeof(h->text), "  and %d more rank%s\n", h->nbehind - LISTED,

@@ -29,9 +29,9 @@ struct ddp__diag_rank {
 struct ddp__diag {
     int world;
     struct ddp__diag_rank *r; /* [world] */
-    /* The last stuck point reported: its collective and when progress last happened then. */
-    uint64_t reported_seq;
-    int64_t reported_last_ms;
+    /* The last stuck point reported: every rank's counters then. */
+    bool reported;
+    uint64_t reported_sig;
 };
 
 /* A new round of world ranks; node_of_rank[r] is each rank's node index. 0 or DDP_ENOMEM. */
@@ -47,6 +47,8 @@ struct ddp__hang {
     int nbehind;      /* ranks that have not issued it (behind[]), else those still in it */
     int *behind;
     bool entered_by_all; /* every rank issued it: behind[] lists those that did not finish */
+    bool mismatch;       /* ranks are in different operations at seq: behind[] lists those in
+                          * the less common ones (every one of them on a tie) */
     char text[4096];     /* the report, a line per rank named */
 };
 

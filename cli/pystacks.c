@@ -1,10 +1,13 @@
 /* Python tracebacks of ranks on demand (cli/pystacks.h). */
 #include "cli/pystacks.h"
+#include "common/progress.h"
 #include "common/util.h"
+#include "worker/pg.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +23,66 @@
 static const char SHIM[] =
     "# ddprun: this rank's Python stacks on demand (`ddprun stacks`, hang reports). faulthandler\n"
     "# writes every thread's traceback to a file the node agent reads when it sends a signal.\n"
-    "# Then this module leaves sys.path and PYTHONPATH, and the sitecustomize it hid, if any,\n"
-    "# runs as Python would have run it. DDPRUN_PYTHON_STACKS=0 in the job's env turns it off.\n"
+    "# With a progress page (DDPRUN_PROGRESS_FD), a finder waits for torch.distributed to load\n"
+    "# ddprun's flight recorder for it (_ddprun_torch in this archive; DDP_FLIGHT_RECORDER=0\n"
+    "# turns it off). Then this module leaves sys.path and PYTHONPATH, and the sitecustomize it\n"
+    "# hid, if any, runs as Python would have run it. DDPRUN_PYTHON_STACKS=0 in the job's env\n"
+    "# turns all of it off.\n"
+    "class _DdprunTorchFinder:\n"
+    "    W = ('torch.distributed.distributed_c10d', 'torch.nn.parallel.distributed')\n"
+    "\n"
+    "    def __init__(self, imp, path):\n"
+    "        self.imp, self.path, self.rec, self.done = imp, path, None, set()\n"
+    "\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name not in self.W or name in self.done:\n"
+    "            return None\n"
+    "        import sys\n"
+    "        for f in sys.meta_path:\n"
+    "            if f is not self and hasattr(f, 'find_spec'):\n"
+    "                spec = f.find_spec(name, path, target)\n"
+    "                if spec is not None:\n"
+    "                    break\n"
+    "        else:\n"
+    "            return None\n"
+    "        ld = spec.loader\n"
+    "        ex = getattr(ld, 'exec_module', None)\n"
+    "        if ex is None or type(ld).__name__ not in ('SourceFileLoader', "
+    "'SourcelessFileLoader'):\n"
+    "            return spec\n"
+    "        hook = self\n"
+    "\n"
+    "        def exec_module(module):\n"
+    "            ex(module)\n"
+    "            hook.loaded(name, module)\n"
+    "        ld.exec_module = exec_module\n"
+    "        return spec\n"
+    "\n"
+    "    def loaded(self, name, module):\n"
+    "        import sys\n"
+    "        self.done.add(name)\n"
+    "        if len(self.done) == len(self.W) and self in sys.meta_path:\n"
+    "            sys.meta_path.remove(self)\n"
+    "        try:\n"
+    "            if self.rec is None:\n"
+    "                m = type(sys)('_ddprun_torch')\n"
+    "                m.__loader__, m.__file__ = self.imp, self.path + '/_ddprun_torch.py'\n"
+    "                exec(self.imp.get_code('_ddprun_torch'), m.__dict__)\n"
+    "                self.rec = sys.modules['_ddprun_torch'] = m\n"
+    "            self.rec.patch(name, module)\n"
+    "        except Exception:\n"
+    "            pass\n"
+    "\n"
+    "\n"
     "def _ddprun_shim():\n"
     "    import os\n"
     "    import sys\n"
     "    env = os.environ\n"
     "    me = env.pop('DDPRUN_PY_SHIM', None)\n"
+    "    imp = None\n"
     "    if me is not None:\n"
     "        sys.path[:] = [p for p in sys.path if p != me]\n"
-    "        sys.path_importer_cache.pop(me, None)\n"
+    "        imp = sys.path_importer_cache.pop(me, None)\n"
     "    old = env.pop('DDPRUN_PY_PYTHONPATH', None)\n"
     "    if old is None:\n"
     "        env.pop('PYTHONPATH', None)\n"
@@ -42,6 +95,9 @@ static const char SHIM[] =
     "        faulthandler.register(int(sig), file=int(fd), all_threads=True)\n"
     "    except Exception:\n"
     "        pass\n"
+    "    if (imp is not None and hasattr(imp, 'get_code') and env.get('DDPRUN_PROGRESS_FD') and\n"
+    "            env.get('DDP_FLIGHT_RECORDER') != '0'):\n"
+    "        sys.meta_path.insert(0, _DdprunTorchFinder(imp, me))\n"
     "    shim = sys.modules.pop('sitecustomize')\n"
     "    try:\n"
     "        __import__('sitecustomize')\n"
@@ -83,41 +139,89 @@ static void put_entry(struct ddp_buf *b, uint32_t crc, size_t n, uint16_t nl)
     ddp_buf_put_u16(b, 0);
 }
 
-/* A zip archive of one file, stored (not compressed), as zipimport reads it. */
-static void put_zip(struct ddp_buf *b, const char *name, const uint8_t *data, size_t n)
+struct zfile {
+    const char *name;
+    const uint8_t *data;
+    size_t n;
+};
+
+/* A zip archive of n files, stored (not compressed), as zipimport reads it. */
+static void put_zip(struct ddp_buf *b, const struct zfile *f, int n)
 {
-    uint32_t crc = crc32_of(data, n);
-    uint16_t nl = (uint16_t)strlen(name);
-    ddp_buf_put_u32(b, 0x04034b50); /* local file header */
-    put_entry(b, crc, n, nl);
-    ddp_buf_put(b, name, nl);
-    ddp_buf_put(b, data, n);
+    uint32_t crc[4], at[4];
+    for (int i = 0; i < n && i < 4; i++) {
+        crc[i] = crc32_of(f[i].data, f[i].n);
+        at[i] = (uint32_t)b->len;
+        ddp_buf_put_u32(b, 0x04034b50); /* local file header */
+        put_entry(b, crc[i], f[i].n, (uint16_t)strlen(f[i].name));
+        ddp_buf_put(b, f[i].name, strlen(f[i].name));
+        ddp_buf_put(b, f[i].data, f[i].n);
+    }
     size_t cd = b->len;
-    ddp_buf_put_u32(b, 0x02014b50); /* central directory */
-    ddp_buf_put_u16(b, 20);         /* made by */
-    put_entry(b, crc, n, nl);
-    ddp_buf_put_u16(b, 0); /* comment */
-    ddp_buf_put_u16(b, 0); /* disk */
-    ddp_buf_put_u16(b, 0); /* internal attributes */
-    ddp_buf_put_u32(b, 0); /* external attributes */
-    ddp_buf_put_u32(b, 0); /* the local header's offset */
-    ddp_buf_put(b, name, nl);
+    for (int i = 0; i < n && i < 4; i++) {
+        ddp_buf_put_u32(b, 0x02014b50); /* central directory */
+        ddp_buf_put_u16(b, 20);         /* made by */
+        put_entry(b, crc[i], f[i].n, (uint16_t)strlen(f[i].name));
+        ddp_buf_put_u16(b, 0);     /* comment */
+        ddp_buf_put_u16(b, 0);     /* disk */
+        ddp_buf_put_u16(b, 0);     /* internal attributes */
+        ddp_buf_put_u32(b, 0);     /* external attributes */
+        ddp_buf_put_u32(b, at[i]); /* the local header's offset */
+        ddp_buf_put(b, f[i].name, strlen(f[i].name));
+    }
     size_t cd_len = b->len - cd;
     ddp_buf_put_u32(b, 0x06054b50); /* end of central directory */
     ddp_buf_put_u16(b, 0);
     ddp_buf_put_u16(b, 0);
-    ddp_buf_put_u16(b, 1);
-    ddp_buf_put_u16(b, 1);
+    ddp_buf_put_u16(b, (uint16_t)n);
+    ddp_buf_put_u16(b, (uint16_t)n);
     ddp_buf_put_u32(b, (uint32_t)cd_len);
     ddp_buf_put_u32(b, (uint32_t)cd);
     ddp_buf_put_u16(b, 0); /* comment */
 }
 
+#define OFF(f) ((unsigned)offsetof(struct ddp_progress_page, f))
+#define EOFF(f) ((unsigned)offsetof(struct ddp_progress_ent, f))
+
+/* The recorder's source after _L, the layout and codes of common/progress.h it writes. */
+static void put_recorder(struct ddp_buf *b)
+{
+    char l[1536];
+    int n = snprintf(
+        l, sizeof(l),
+        "_L = {'size': %u, 'magic': %u, 'version': %u, 'ring_n': %u, 'rank': %u, 'world': %u, "
+        "'entered': %u, 'started': %u, 'completed': %u, 'changed': %u, 'attached': %u, "
+        "'ent': %u, 'esz': %u, 'ring': %u, 'MAGIC': %u, 'VERSION': %u, 'e_op': %u, "
+        "'e_dtype': %u, 'e_bucket': %u, 'e_bytes': %u, 'e_enq': %u, 'e_start': %u, "
+        "'e_end': %u, 'e_result': %u, 'dtypes': {'float32': %d, 'float64': %d, 'bfloat16': %d, "
+        "'float16': %d, 'int32': %d, 'int64': %d}, 'ops': {",
+        (unsigned)sizeof(struct ddp_progress_page), OFF(magic), OFF(version), OFF(ring), OFF(rank),
+        OFF(world), OFF(entered), OFF(started), OFF(completed), OFF(changed_ns), OFF(attached),
+        OFF(ent), (unsigned)sizeof(struct ddp_progress_ent), DDP_PROGRESS_RING, DDP_PROGRESS_MAGIC,
+        DDP_PROGRESS_VERSION, EOFF(op), EOFF(dtype), EOFF(bucket), EOFF(bytes), EOFF(t_enq),
+        EOFF(t_start), EOFF(t_end), EOFF(result), DDP_F32, DDP_F64, DDP_BF16, DDP_F16, DDP_I32,
+        DDP_I64);
+    for (unsigned op = 0; op < DDP_PROG__COUNT && n > 0 && (size_t)n < sizeof(l); op++)
+        n += snprintf(l + n, sizeof(l) - (size_t)n, "%s'%s': %u", op ? ", " : "",
+                      ddp_progress_op_name(op), op);
+    if (n > 0 && (size_t)n < sizeof(l))
+        n += snprintf(l + n, sizeof(l) - (size_t)n, "}}\n");
+    if (n > 0 && (size_t)n < sizeof(l))
+        ddp_buf_put(b, l, (size_t)n);
+    ddp_buf_put(b, ddp__torch_rec_py, ddp__torch_rec_py_len);
+}
+
 int ddp__pys_shim_new(void)
 {
-    struct ddp_buf b;
+    struct ddp_buf b, rec;
     ddp_buf_init(&b);
-    put_zip(&b, "sitecustomize.py", (const uint8_t *)SHIM, sizeof(SHIM) - 1);
+    ddp_buf_init(&rec);
+    put_recorder(&rec);
+    const struct zfile files[] = {
+        {"sitecustomize.py", (const uint8_t *)SHIM, sizeof(SHIM) - 1},
+        {"_ddprun_torch.py", rec.data, rec.len},
+    };
+    put_zip(&b, files, 2);
     int fd = memfd_create("ddprun-pyshim", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd >= 0 && (ddp_write_all(fd, b.data, b.len) < 0 ||
                     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0)) {
@@ -125,6 +229,7 @@ int ddp__pys_shim_new(void)
         fd = -1;
     }
     ddp_buf_release(&b);
+    ddp_buf_release(&rec);
     return fd;
 }
 

@@ -279,9 +279,13 @@ static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
                        "#stuck_ms", (long long)h.stuck_ms, "ranks", list, "report", h.text, NULL);
         char why[1024] = "";
         if (W.c.job->hang_fail) {
-            snprintf(why, sizeof(why), "no rank made progress for %.0f s in %s (rank%s %s %s)",
-                     (double)h.stuck_ms / 1000, h.what, h.nbehind == 1 ? "" : "s", list,
-                     h.entered_by_all ? "did not finish it" : "did not enter it");
+            if (h.mismatch)
+                snprintf(why, sizeof(why), "no rank made progress for %.0f s: the ranks are in %s",
+                         (double)h.stuck_ms / 1000, h.what);
+            else
+                snprintf(why, sizeof(why), "no rank made progress for %.0f s in %s (rank%s %s %s)",
+                         (double)h.stuck_ms / 1000, h.what, h.nbehind == 1 ? "" : "s", list,
+                         h.entered_by_all ? "did not finish it" : "did not enter it");
             say("ddprun: diagnose.on_hang is fail: gathering stacks, then the round fails");
         } else {
             say("ddprun: waiting (diagnose.on_hang: wait); `ddprun status` and `ddprun stacks` "

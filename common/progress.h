@@ -22,13 +22,22 @@
 #define DDP_PROGRESS_VERSION 1u
 #define DDP_PROGRESS_RING 1024u /* entries; a power of two */
 
-/* Operations, as recorded (the names are ddp_progress_op_name's). */
+/* Operations, as recorded (the names are ddp_progress_op_name's). libddp records the first
+ * five; a PyTorch rank's recorder (cli/torch_rec.py) all of them: DDP_PROG_DDP_STEP is a
+ * DistributedDataParallel forward that its backward's gradient all-reduces follow (open until
+ * the rank's next entry), DDP_PROG_DDP_FORWARD one without them (no_grad, no_sync). */
 enum ddp_progress_op {
     DDP_PROG_ALLREDUCE,
     DDP_PROG_BROADCAST,
     DDP_PROG_ALLGATHER,
     DDP_PROG_REDUCE_SCATTER,
     DDP_PROG_BARRIER,
+    DDP_PROG_REDUCE,
+    DDP_PROG_GATHER,
+    DDP_PROG_SCATTER,
+    DDP_PROG_ALLTOALL,
+    DDP_PROG_DDP_STEP,
+    DDP_PROG_DDP_FORWARD,
     DDP_PROG__COUNT
 };
 
@@ -59,8 +68,9 @@ struct ddp_progress_page {
 
 static inline const char *ddp_progress_op_name(unsigned op)
 {
-    static const char *const names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
-                                        "barrier"};
+    static const char *const names[] = {"allreduce", "broadcast", "allgather",  "reduce_scatter",
+                                        "barrier",   "reduce",    "gather",     "scatter",
+                                        "alltoall",  "ddp_step",  "ddp_forward"};
     return op < DDP_PROG__COUNT ? names[op] : "?";
 }
 

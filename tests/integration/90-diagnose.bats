@@ -240,8 +240,14 @@ PY
     sleep 0.5
   done
   echo "$output"
-  assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n  File "[^"]*/stuck.py", line 12 in <module>'
+  # torch's all_reduce, called through ddprun's flight recorder (cli/torch_rec.py)
+  assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n  File "[^"]*/_ddprun_torch.py", line [0-9]+ in ddprun_flight_recorder\n  File "[^"]*/stuck.py", line 12 in <module>'
   assert_output --regexp $'== rank 1 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*/stuck.py", line 6 in late\n  File "[^"]*/stuck.py", line 10 in <module>'
+  # the recorder: rank 0 in all_reduce #1 (4 floats), rank 1 counted from init_process_group
+  wait_for 30 bash -c "'$DDPRUN' status | grep -q 'in allreduce #1'"
+  run "$DDPRUN" status
+  assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping.* in allreduce #1 \(16 bytes\)'
+  assert_output --regexp $'\n''1 +localhost +[0-9]+ +sleeping in hrtimer_nanosleep .* - +[0-9.]+ s ago'
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
   DDP_PID=
@@ -297,7 +303,7 @@ SH
   chmod +x zipcheck.sh
   run "$DDPRUN" job.yaml --set 'command=[./zipcheck.sh]'
   assert_success
-  assert_output --partial "members ['sitecustomize.py'], bad None"
+  assert_output --partial "members ['sitecustomize.py', '_ddprun_torch.py'], bad None"
   # plan says so, and stops saying it once it is turned off in the job's env
   run "$DDPRUN" plan job.yaml
   assert_output --partial "PYTHONPATH=/proc/self/fd/<ddprun's sitecustomize>:<its own>"
@@ -308,4 +314,145 @@ SH
   assert_success
   assert_output --partial "PYTHONPATH=$PWD/mine"
   assert_output --partial "DDPRUN_PY vars: ['DDPRUN_PYTHON_STACKS']"
+}
+
+# A DDP training loop (Gloo, 2 ranks): a barrier, then steps of Linear(16, 4) (272 bytes of
+# gradients); STALL_AT makes rank 1 sleep before that step, STEPS1 gives rank 1 fewer steps
+# (uneven inputs), END=barrier a barrier after the loop.
+ddp_script() {
+  cat >ddp.py <<'PY'
+import os, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def load(step):
+    if dist.get_rank() == 1 and step == int(os.environ.get("STALL_AT", "-1")):
+        time.sleep(3600)
+    return torch.randn(8, 16)
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(16, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+dist.barrier()
+steps = int(os.environ.get("STEPS1" if dist.get_rank() == 1 else "STEPS", "1000"))
+for step in range(steps):
+    x = load(step)
+    loss = model(x).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.02)
+if os.environ.get("END") == "barrier":
+    dist.barrier()
+PY
+  cat >job.yaml <<'JOB'
+command: [/usr/bin/python3, ddp.py]
+nproc_per_node: 2
+logs: {dir: logs}
+stop_grace: 2s
+elastic: {heartbeat_interval: 500ms}
+JOB
+}
+
+@test "an unmodified PyTorch DDP script whose rank 1 stalls before a step: the hang report names rank 1, the DDP step rank 0 entered, and rank 1's Python line, once" {
+  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  ddp_script
+  printf 'diagnose: {hang_after: 3s}\nenv: {STALL_AT: "5"}\n' >>job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 90 grep -q "waiting (diagnose.on_hang: wait)" out.txt
+  # barrier #1, steps 0-4 are #2-#6: rank 0 entered #7, rank 1 sleeps in load(5)
+  grep -q "^ddprun: no rank has made progress for [0-9]* s:$" out.txt
+  grep -q "^  rank 1 on localhost has not entered ddp_step #7 (272 bytes) that the other 1 rank entered [0-9]* s ago; it is sleeping in hrtimer_nanosleep" out.txt
+  wait_for 20 grep -q 'ddp.py", line 8 in load' out.txt
+  run "$DDPRUN" status
+  assert_output --regexp $'\n''0 +localhost .* in ddp_step #7 \(272 bytes\)'
+  assert_output --regexp $'\n''1 +localhost .* in ddp_step #6 \(272 bytes\)'
+  [ "$(events | grep '"event": "hang"' | field collective)" = "ddp_step #7 (272 bytes)" ]
+  # reported once: the reports that keep arriving carry the same counters
+  sleep 4
+  [ "$(grep -c "no rank has made progress" out.txt)" -eq 1 ]
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+}
+
+@test "PyTorch DDP with uneven inputs (rank 1 runs out of data and waits in a barrier): the ranks named in different operations; on_hang: fail ends the job saying so" {
+  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  ddp_script
+  printf 'diagnose: {hang_after: 3s, on_hang: fail}\nenv: {STEPS: "9", STEPS1: "8", END: barrier}\n' >>job.yaml
+  run timeout 120 "$DDPRUN" job.yaml
+  [ "$status" -eq 1 ]
+  # barrier #1, steps #2-#9 on both; then rank 0's ninth step, rank 1's barrier, both #10
+  assert_output --partial "the ranks are not in the same operation at #10 (a rank skipped a collective or ran more steps than the others)"
+  assert_output --regexp $'\n''  rank 0 on localhost is in ddp_step #10 \(272 bytes\), entered [0-9]+ s ago; it is sleeping'
+  assert_output --regexp $'\n''  rank 1 on localhost is in barrier #10 \(0 bytes\), entered [0-9]+ s ago; it is sleeping'
+  assert_output --regexp 'File "[^"]*/ddp.py", line 21 in <module>'
+  assert_output --regexp 'File "[^"]*/ddp.py", line 25 in <module>'
+  assert_output --regexp "no rank made progress for [0-9]+ s: the ranks are in different operations at #10 \(barrier: rank 1; ddp_step: rank 0\); stopping the job"
+}
+
+@test "the PyTorch recorder changes nothing torch computes, leaves no finder behind, counts only whole-world groups; DDP_FLIGHT_RECORDER=0 leaves torch unwrapped" {
+  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  cat >rec.py <<'PY'
+import mmap, os, struct, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+r, w = dist.get_rank(), dist.get_world_size()
+print("finders left: %s" % [type(f).__name__ for f in sys.meta_path if "Ddprun" in type(f).__name__])
+print("wrapped: %s" % hasattr(dist.all_reduce, "__wrapped__"))
+t = torch.arange(5, dtype=torch.float64) * (r + 1) / 3
+dist.all_reduce(t)
+ref = sum(torch.arange(5, dtype=torch.float64) * (k + 1) / 3 for k in range(w))
+print("all_reduce exact: %s" % bool(torch.equal(t, ref)))
+objs = [None] * w
+dist.all_gather_object(objs, {"rank": r})
+print("objects: %s" % objs)
+sub = dist.new_group([0])
+if r == 0:
+    dist.all_reduce(torch.ones(3), group=sub)   # not every rank: not in the sequence
+work = dist.all_reduce(torch.ones(1024), async_op=True)
+work.wait()
+try:
+    dist.broadcast(torch.ones(2), src=w + 5)
+except Exception as e:
+    print("bad src: %s" % type(e).__name__)
+dist.barrier()
+# the rank's progress page as the recorder wrote it (common/progress.h, the layout it was given)
+L = getattr(sys.modules.get("_ddprun_torch"), "_L", None)
+if L:
+    fd = int(os.environ["DDPRUN_PROGRESS_FD"])
+    m = mmap.mmap(fd, L["size"], prot=mmap.PROT_READ)
+    u64 = lambda off: struct.unpack_from("<Q", m, off)[0]
+    names = {v: k for k, v in L["ops"].items()}
+    ents = []
+    for s in range(1, u64(L["entered"]) + 1):
+        e = L["ent"] + (s % L["ring"]) * L["esz"]
+        assert u64(e) == s
+        ents.append("%s:%d:%d" % (names[m[e + L["e_op"]]], u64(e + L["e_bytes"]),
+                                  struct.unpack_from("<i", m, e + L["e_result"])[0]))
+    print("page: rank %d world %d entered %d completed %d: %s" % (
+        struct.unpack_from("<i", m, L["rank"])[0], struct.unpack_from("<i", m, L["world"])[0],
+        u64(L["entered"]), u64(L["completed"]), " ".join(ents)))
+PY
+  printf 'command: [/usr/bin/python3, rec.py]\nnproc_per_node: 2\nlogs: {dir: logs}\nelastic: {heartbeat_interval: 300ms}\n' >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "[localhost:0] finders left: []"
+  assert_output --partial "[localhost:0] wrapped: True"
+  assert_output --partial "[localhost:1] all_reduce exact: True"
+  assert_output --partial "[localhost:0] objects: [{'rank': 0}, {'rank': 1}]"
+  assert_output --partial "[localhost:1] bad src: RuntimeError"
+  # one entry per call on every rank (all_gather_object's own all_gathers inside it), not the
+  # subgroup's all_reduce; the broadcast that raised failed
+  for r in 0 1; do
+    assert_output --partial "[localhost:$r] page: rank $r world 2 entered 5 completed 5: allreduce:40:0 allgather:0:0 allreduce:4096:0 broadcast:8:1 barrier:0:0"
+  done
+  run "$DDPRUN" job.yaml --set 'env={DDP_FLIGHT_RECORDER: "0"}'
+  assert_success
+  assert_output --partial "[localhost:0] wrapped: False"
+  assert_output --partial "[localhost:0] all_reduce exact: True"
 }

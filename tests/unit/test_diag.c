@@ -240,3 +240,136 @@ TEST(identical_stacks_print_once_with_their_ranks)
                     "== rank 1 (1 of 3):\nthread:\n#0  epoll_wait\n");
     ddp_buf_release(&out);
 }
+
+/* A PyTorch rank's DDP step (cli/torch_rec.py): the rank's own work, open until its next entry. */
+static struct ddp__rank_progress step(int rank, uint64_t entered, int64_t idle_ms, char state)
+{
+    struct ddp__rank_progress p = prog(rank, entered, entered - 1, idle_ms);
+    p.op = DDP_PROG_DDP_STEP;
+    p.bucket = -1;
+    p.bytes = 272;
+    p.state = state;
+    return p;
+}
+
+/* Rank 1 stuck loading data before its step #7; rank 0 in #7 (its backward waits for rank 1's
+ * gradients). Reports arrive with a few ms of jitter: reported once all the same. */
+TEST(a_rank_that_has_not_started_the_next_ddp_step_is_named)
+{
+    struct ddp__diag d = {0};
+    int node_of[] = {0, 1};
+    ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
+    struct ddp__rank_progress a = step(0, 7, 4000, 'S'), b = step(1, 6, 4000, 'S');
+    snprintf(b.wchan, sizeof(b.wchan), "hrtimer_nanosleep");
+    take(&d, 0, &a, 10000);
+    take(&d, 1, &b, 10000);
+    struct ddp__hang h;
+    ASSERT_TRUE(ddp__diag_hang(&d, 10000, 3000, (const char *const *)NODES, &h));
+    ASSERT_EQ(h.seq, 7);
+    ASSERT_TRUE(!h.entered_by_all && !h.mismatch);
+    ASSERT_EQ(h.nbehind, 1);
+    ASSERT_EQ(h.behind[0], 1);
+    if (!strstr(h.text, "rank 1 on n2 has not entered ddp_step #7 (272 bytes) that the other 1 "
+                        "rank entered 4 s ago; it is sleeping in hrtimer_nanosleep (pid 1001)"))
+        FAIL_AT("report:\n%s", h.text);
+    ddp__diag_hang_release(&h);
+    for (int k = 1; k <= 5; k++) { /* the same counters, idle a few ms off each time */
+        a.idle_ms = 4000 + 1000 * k + k % 3;
+        b.idle_ms = 4000 + 1000 * k - 2;
+        take(&d, 0, &a, 10000 + 1000 * k);
+        take(&d, 1, &b, 10000 + 1000 * k);
+        ASSERT_TRUE(!ddp__diag_hang(&d, 10000 + 1000 * k, 3000, (const char *const *)NODES, &h));
+    }
+    ddp__diag_release(&d);
+}
+
+/* Every rank in step #12 for long (a backward stuck in torch's all-reduce, or all computing):
+ * each is listed with what it is doing. */
+TEST(every_rank_in_its_ddp_step_lists_each_with_its_state)
+{
+    struct ddp__diag d = {0};
+    int node_of[] = {0, 1};
+    ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
+    struct ddp__rank_progress a = step(0, 12, 9000, 'S'), b = step(1, 12, 9000, 'R');
+    take(&d, 0, &a, 0);
+    take(&d, 1, &b, 0);
+    struct ddp__hang h;
+    ASSERT_TRUE(ddp__diag_hang(&d, 0, 5000, (const char *const *)NODES, &h));
+    ASSERT_EQ(h.nbehind, 2);
+    if (!strstr(h.text, "every rank finished #12 or is in its DDP step") ||
+        !strstr(h.text, "rank 0 on n1 is in ddp_step #12 (272 bytes), entered 9 s ago; it is "
+                        "sleeping in futex_wait_queue (pid 1000)") ||
+        !strstr(h.text, "rank 1 on n2 is in ddp_step #12 (272 bytes), entered 9 s ago; it is "
+                        "running (on a CPU) (pid 1001)"))
+        FAIL_AT("report:\n%s", h.text);
+    ddp__diag_hang_release(&h);
+    ddp__diag_release(&d);
+}
+
+/* Uneven inputs: ranks 0-2 ran out of data and wait in barrier #9; rank 3 is in a ninth step
+ * (its gradient all-reduce waits for the others). Then the tie of two ranks. */
+TEST(ranks_in_different_operations_at_the_same_seq_are_a_mismatch)
+{
+    struct ddp__diag d = {0};
+    int node_of[] = {0, 0, 1, 1};
+    ASSERT_OK(ddp__diag_reset(&d, 4, node_of));
+    for (int r = 0; r < 3; r++) {
+        struct ddp__rank_progress p = prog(r, 9, 8, 6000);
+        p.op = DDP_PROG_BARRIER;
+        p.bucket = -1;
+        p.bytes = 0;
+        take(&d, node_of[r], &p, 0);
+    }
+    struct ddp__rank_progress s = step(3, 9, 6000, 'S');
+    take(&d, 1, &s, 0);
+    struct ddp__hang h;
+    ASSERT_TRUE(ddp__diag_hang(&d, 0, 5000, (const char *const *)NODES, &h));
+    ASSERT_TRUE(h.mismatch);
+    ASSERT_EQ(h.seq, 9);
+    ASSERT_EQ(h.nbehind, 1);
+    ASSERT_EQ(h.behind[0], 3);
+    ASSERT_STREQ(h.what, "different operations at #9 (barrier: 3 ranks; ddp_step: rank 3)");
+    const char *first = strstr(h.text, "  rank 3 on n2 is in ddp_step #9 (272 bytes)");
+    if (!strstr(h.text, "the ranks are not in the same operation at #9") || !first ||
+        !strstr(first, "  rank 0 on n1 is in barrier #9 (0 bytes), entered 6 s ago"))
+        FAIL_AT("report:\n%s", h.text);
+    ddp__diag_hang_release(&h);
+    ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
+    struct ddp__rank_progress x = prog(0, 5, 4, 6000);
+    x.op = DDP_PROG_BROADCAST;
+    take(&d, 0, &x, 0);
+    x = prog(1, 5, 4, 6000);
+    take(&d, 0, &x, 0);
+    ASSERT_TRUE(ddp__diag_hang(&d, 0, 5000, (const char *const *)NODES, &h));
+    ASSERT_TRUE(h.mismatch);
+    ASSERT_EQ(h.nbehind, 2);
+    ASSERT_STREQ(h.what, "different operations at #5 (allreduce: rank 1; broadcast: rank 0)");
+    ddp__diag_hang_release(&h);
+    ddp__diag_release(&d);
+}
+
+/* Rank 1 exited after its step #4 (the agent reports its page's last state, X); rank 0 waits in
+ * step #5's backward for it. */
+TEST(a_rank_that_exited_is_named_as_not_having_entered)
+{
+    struct ddp__diag d = {0};
+    int node_of[] = {0, 1};
+    ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
+    struct ddp__rank_progress a = step(0, 5, 7000, 'S'), b = prog(1, 4, 4, 7000);
+    b.state = 'X';
+    b.wchan[0] = '\0';
+    b.cpu_s = 0;
+    take(&d, 0, &a, 0);
+    take(&d, 1, &b, 0);
+    take(&d, 1, &b, 2000); /* exited: no CPU rate from the zero it reports */
+    ASSERT_TRUE(!d.r[1].rated);
+    struct ddp__hang h;
+    ASSERT_TRUE(ddp__diag_hang(&d, 2000, 5000, (const char *const *)NODES, &h));
+    ASSERT_EQ(h.nbehind, 1);
+    ASSERT_EQ(h.behind[0], 1);
+    if (!strstr(h.text, "rank 1 on n2 has not entered ddp_step #5 (272 bytes) that the other 1 "
+                        "rank entered 9 s ago; it is exited (pid 1001)"))
+        FAIL_AT("report:\n%s", h.text);
+    ddp__diag_hang_release(&h);
+    ddp__diag_release(&d);
+}

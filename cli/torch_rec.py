@@ -1,0 +1,306 @@
+# ddprun's flight recorder for PyTorch ranks (cli/torch_rec.py; see cli/pystacks.h).
+#
+# libddp's process groups write each collective into the rank's progress page, which the node
+# agent reads on every heartbeat (common/progress.h); torch's do not. This module, loaded by
+# the rank's sitecustomize when torch.distributed is imported, writes the same page from
+# Python: each collective a program calls through torch.distributed on a group of every rank
+# (all_reduce, broadcast, barrier, the *_object ones, ...), and each forward of a
+# DistributedDataParallel module over every rank as a "ddp_step" (its backward's gradient
+# all-reduces run in C++; the step lasts until the rank's next recorded event). So the
+# launcher's hang report, `ddprun status` and stragglers see PyTorch ranks as they see libddp
+# ones. It never changes what torch does, and a failure of its own leaves torch alone.
+#
+# ddprun prepends _L: the page's layout and the operations' codes, from common/progress.h.
+# A collective called with async_op=True is recorded as finished when the call returns.
+
+import atexit
+import mmap
+import os
+import sys
+import threading
+import time
+
+_mono = time.monotonic_ns
+
+# A collective's payload: the first of these parameters it has (this rank's input).
+_PAYLOAD = ('input', 'input_tensor', 'input_list', 'input_tensor_list', 'tensor', 'tensors',
+            'tensor_list')
+_OPS = {
+    'all_reduce': 'allreduce', 'all_reduce_coalesced': 'allreduce', 'broadcast': 'broadcast',
+    'broadcast_object_list': 'broadcast', 'all_gather': 'allgather',
+    'all_gather_into_tensor': 'allgather', '_all_gather_base': 'allgather',
+    'all_gather_coalesced': 'allgather', 'all_gather_object': 'allgather',
+    'reduce_scatter': 'reduce_scatter', 'reduce_scatter_tensor': 'reduce_scatter',
+    '_reduce_scatter_base': 'reduce_scatter', 'barrier': 'barrier',
+    'monitored_barrier': 'barrier', 'reduce': 'reduce', 'gather': 'gather',
+    'gather_object': 'gather', 'scatter': 'scatter', 'scatter_object_list': 'scatter',
+    'all_to_all': 'alltoall', 'all_to_all_single': 'alltoall',
+}
+
+
+class _Rec:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.tls = threading.local()
+        self.q = None      # the page as u64, u32 and bytes, once attached
+        self.off = False   # nothing more to do in this process
+        self.n = 0         # the last seq entered
+        self.open = 0      # a ddp_step not finished yet
+        self.c10d = None
+        self.dtypes = None
+        self.bytes = {}    # id(DDP module) -> its gradients' bytes
+        self.worlds = {}   # id(group) -> whether it has every rank
+
+    # ---- the page ----
+
+    def attach(self):
+        """Maps the agent's page once the default group exists; False when it cannot."""
+        c = self.c10d
+        if self.off or c is None or not c.is_initialized():
+            return False
+        self.off = True
+        fd = int(os.environ.get('DDPRUN_PROGRESS_FD', '-1'))
+        if fd < 0 or not os.readlink('/proc/self/fd/%d' % fd).startswith('/memfd:ddprun-progress'):
+            return False
+        m = mmap.mmap(fd, _L['size'])
+        q, i, b = memoryview(m).cast('Q'), memoryview(m).cast('I'), memoryview(m).cast('B')
+        if i[_L['attached'] // 4]:
+            return False   # a libddp group of this process writes it
+        i[_L['attached'] // 4] = 1
+        for k in ('entered', 'started', 'completed'):
+            q[_L[k] // 8] = 0
+        ent, esz = _L['ent'], _L['esz']
+        for k in range(_L['ring']):
+            q[(ent + k * esz) // 8] = 0
+        i[_L['magic'] // 4] = _L['MAGIC']
+        i[_L['version'] // 4] = _L['VERSION']
+        i[_L['ring_n'] // 4] = _L['ring']
+        i[_L['rank'] // 4] = c.get_rank() & 0xffffffff
+        i[_L['world'] // 4] = c.get_world_size() & 0xffffffff
+        q[_L['changed'] // 8] = _mono()
+        self.m, self.q, self.i, self.b = m, q, i, b
+        torch = sys.modules.get('torch')
+        self.dtypes = {getattr(torch, n): v for n, v in _L['dtypes'].items()
+                       if hasattr(torch, n)}
+        self.off = False
+        return True
+
+    def enter(self, op, nbytes, dtype):
+        """Writes entry seq (the next); closes an open ddp_step first. Under self.lock."""
+        q, i, b = self.q, self.i, self.b
+        t = _mono()
+        if self.open:
+            self.end_locked(self.open, 0, t)
+            self.open = 0
+        s = self.n + 1
+        self.n = s
+        e = _L['ent'] + (s % _L['ring']) * _L['esz']
+        q[e // 8] = 0
+        b[e + _L['e_op']] = op
+        b[e + _L['e_dtype']] = dtype
+        i[(e + _L['e_bucket']) // 4] = 0xffffffff
+        q[(e + _L['e_bytes']) // 8] = nbytes
+        q[(e + _L['e_enq']) // 8] = t
+        q[(e + _L['e_start']) // 8] = t
+        q[(e + _L['e_end']) // 8] = 0
+        i[(e + _L['e_result']) // 4] = 0
+        q[e // 8] = s
+        q[_L['entered'] // 8] = s
+        q[_L['started'] // 8] = s
+        q[_L['changed'] // 8] = t
+        return s
+
+    def end_locked(self, s, failed, t):
+        q = self.q
+        e = _L['ent'] + (s % _L['ring']) * _L['esz']
+        if q[e // 8] == s:
+            if failed:
+                self.i[(e + _L['e_result']) // 4] = 1
+            q[(e + _L['e_end']) // 8] = t
+        q[_L['completed'] // 8] = s
+        q[_L['changed'] // 8] = t
+
+    def end(self, s, failed):
+        try:
+            with self.lock:
+                if self.q is not None:
+                    self.end_locked(s, failed, _mono())
+        except Exception:
+            pass
+
+    def close_step(self):
+        try:
+            with self.lock:
+                if self.q is not None and self.open:
+                    self.end_locked(self.open, 0, _mono())
+                    self.open = 0
+        except Exception:
+            pass
+
+    # ---- what is recorded ----
+
+    def whole(self, g):
+        """Whether group g has every rank (its collectives are in every rank's sequence)."""
+        c = self.c10d
+        if g is None or g is c.GroupMember.WORLD:
+            return True
+        w = self.worlds.get(id(g))
+        if w is None:
+            w = self.worlds[id(g)] = c.get_world_size(g) == c.get_world_size()
+        return w
+
+    def size_of(self, x):
+        torch = sys.modules.get('torch')
+        if isinstance(x, torch.Tensor):
+            return x.numel() * x.element_size(), self.dtypes.get(x.dtype, 255)
+        if isinstance(x, (list, tuple)):
+            n, dt = 0, 255
+            for t in x:
+                if isinstance(t, torch.Tensor):
+                    n += t.numel() * t.element_size()
+                    dt = self.dtypes.get(t.dtype, 255)
+            return n, dt
+        return 0, 255
+
+    def coll(self, op, gi, pi, pname, a, k):
+        """Enters a collective called with (a, k); its seq, or 0 when not recorded."""
+        try:
+            if self.off or (self.q is None and not self.attach()):
+                return 0
+            g = k.get('group') if 'group' in k else (a[gi] if gi is not None and gi < len(a)
+                                                     else None)
+            if not self.whole(g):
+                return 0
+            x = k.get(pname) if pname in k else (a[pi] if pi is not None and pi < len(a)
+                                                 else None)
+            nbytes, dt = self.size_of(x) if x is not None else (0, 255)
+            with self.lock:
+                return self.enter(op, nbytes, dt)
+        except Exception:
+            return 0
+
+    def step(self, ddp):
+        """A DistributedDataParallel forward: enters a ddp_step (or ddp_forward) left open."""
+        try:
+            if self.off or (self.q is None and not self.attach()):
+                return
+            if not self.whole(getattr(ddp, 'process_group', None)):
+                return
+            torch = sys.modules.get('torch')
+            sync = torch.is_grad_enabled() and getattr(ddp, 'require_backward_grad_sync', True)
+            nb = self.bytes.get(id(ddp))
+            if nb is None:
+                nb, dt = self.size_of([p for p in ddp.module.parameters() if p.requires_grad])
+                self.bytes[id(ddp)] = nb = (nb, dt)
+            op = _L['ops']['ddp_step' if sync else 'ddp_forward']
+            with self.lock:
+                self.open = self.enter(op, nb[0], nb[1])
+        except Exception:
+            pass
+
+
+_R = _Rec()
+
+
+def _wrap(fn, op, gi, pi, pname):
+    # named for the tracebacks it shows in: torch's function, called by ddprun's recorder
+    def ddprun_flight_recorder(*a, **k):
+        t = _R.tls
+        if getattr(t, 'busy', False):
+            return fn(*a, **k)   # inside a recorded call (all_gather_object's all_gathers)
+        s = _R.coll(op, gi, pi, pname, a, k)
+        if not s:
+            return fn(*a, **k)
+        t.busy = True
+        try:
+            r = fn(*a, **k)
+        except BaseException:
+            t.busy = False
+            _R.end(s, 1)
+            raise
+        t.busy = False
+        _R.end(s, 0)
+        return r
+    for k in ('__module__', '__name__', '__qualname__', '__doc__'):
+        try:
+            setattr(ddprun_flight_recorder, k, getattr(fn, k))
+        except Exception:
+            pass
+    ddprun_flight_recorder.__wrapped__ = fn
+    ddprun_flight_recorder.__dict__.update(getattr(fn, '__dict__', {}))
+    return ddprun_flight_recorder
+
+
+def _patch_c10d(c):
+    import inspect
+    _R.c10d = c
+    for name, opname in _OPS.items():
+        fn = getattr(c, name, None)
+        if fn is None or not callable(fn):
+            continue
+        try:
+            ps = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            continue
+        gi = ps.index('group') if 'group' in ps else None
+        pname = next((p for p in _PAYLOAD if p in ps), None)
+        pi = ps.index(pname) if pname else None
+        setattr(c, name, _wrap(fn, _L['ops'][opname], gi, pi, pname))
+    init = getattr(c, 'init_process_group', None)
+    if init is not None:
+        def init_process_group(*a, **k):
+            r = init(*a, **k)
+            try:   # a rank that has recorded nothing yet counts from here: 0 entered
+                if _R.q is None:
+                    _R.attach()
+            except Exception:
+                pass
+            return r
+        init_process_group.__wrapped__ = init
+        init_process_group.__doc__ = init.__doc__
+        c.init_process_group = init_process_group
+    destroy = getattr(c, 'destroy_process_group', None)
+    if destroy is not None:
+        def destroy_process_group(*a, **k):
+            _R.close_step()
+            return destroy(*a, **k)
+        destroy_process_group.__wrapped__ = destroy
+        destroy_process_group.__doc__ = destroy.__doc__
+        c.destroy_process_group = destroy_process_group
+    atexit.register(_R.close_step)
+    if hasattr(os, 'register_at_fork'):
+        os.register_at_fork(after_in_child=_forked)
+
+
+def _forked():
+    _R.off = True   # a child of the rank shares its page: only the rank writes it
+    _R.q = None
+
+
+def _patch_ddp(mod):
+    cls = getattr(mod, 'DistributedDataParallel', None)
+    fwd = getattr(cls, 'forward', None)
+    if fwd is None:
+        return
+
+    def ddprun_flight_recorder(self, *a, **k):
+        _R.step(self)
+        t = _R.tls
+        if getattr(t, 'busy', False):
+            return fwd(self, *a, **k)
+        t.busy = True   # collectives inside the forward are part of the step
+        try:
+            return fwd(self, *a, **k)
+        finally:
+            t.busy = False
+    ddprun_flight_recorder.__name__ = ddprun_flight_recorder.__qualname__ = 'forward'
+    ddprun_flight_recorder.__wrapped__ = fwd
+    ddprun_flight_recorder.__doc__ = fwd.__doc__
+    cls.forward = ddprun_flight_recorder
+
+
+def patch(name, module):
+    if name == 'torch.distributed.distributed_c10d':
+        _patch_c10d(module)
+    elif name == 'torch.nn.parallel.distributed':
+        _patch_ddp(module)
