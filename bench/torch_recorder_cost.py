@@ -1,0 +1,46 @@
+# One rank's side of bench/torch_recorder_cost.sh: the median time of a torch.distributed call
+# (a 4-float all_reduce, a barrier) and of a DDP training step of a small model, over Gloo.
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+reps = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+
+
+def timed(fn, n):
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e6
+
+
+x = torch.ones(4)
+for _ in range(200):
+    dist.all_reduce(x)
+ar = timed(lambda: dist.all_reduce(x), reps)
+br = timed(dist.barrier, reps)
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.randn(16, 64)
+
+
+def step():
+    opt.zero_grad()
+    model(data).sum().backward()
+    opt.step()
+
+
+for _ in range(50):
+    step()
+st = timed(step, reps // 4)
+if dist.get_rank() == 0:
+    print("bench: all_reduce %.2f us, barrier %.2f us, ddp step %.2f us" % (ar, br, st))

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The cost of ddprun's flight recorder for PyTorch ranks (cli/torch_rec.py): 2 ranks of Debian's
+# torch over Gloo on this machine (bench/torch_recorder_cost.py), the median time of a 4-float
+# all_reduce, of a barrier and of a DDP step of a 64-64-10 MLP (batch 16), with the recorder
+# (the default) and without it (DDP_FLIGHT_RECORDER=0), alternating, each first in turn; the
+# table gives the medians of the runs and the median of the per-pair ratios.
+# Usage: bench/torch_recorder_cost.sh [BUILD_DIR] [PAIRS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=$(cd "${1:-build/release}" && pwd)
+PAIRS=${2:-7}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export OMP_NUM_THREADS=1
+run() { # recorder 1|0: the rank 0 line's three numbers
+  printf 'command: [/usr/bin/python3, %s/bench/torch_recorder_cost.py]\nnproc_per_node: 2\nenv: {DDP_FLIGHT_RECORDER: "%s"}\nlogs: {dir: %s/logs}\n' \
+    "$PWD" "$1" "$T" >"$T/job.yaml"
+  "$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/.*bench: all_reduce \([0-9.]*\) us, barrier \([0-9.]*\) us, ddp step \([0-9.]*\) us.*/\1 \2 \3/p'
+}
+: >"$T/r"
+for i in $(seq "$PAIRS"); do
+  if [ $((i % 2)) -eq 1 ]; then on=$(run 1); off=$(run 0); else off=$(run 0); on=$(run 1); fi
+  echo "$on $off" >>"$T/r"
+done
+echo "# $(date +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); PAIRS=$PAIRS"
+/usr/bin/python3 - "$T/r" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 6]
+print("| call | recorder on, us | off, us | on - off, us | on / off (median of pairs) | pairs' range |")
+print("|---|---:|---:|---:|---:|---:|")
+for k, name in enumerate(("all_reduce, 4 floats", "barrier", "DDP step, 64-64-10 MLP")):
+    on = statistics.median(r[k] for r in rows)
+    off = statistics.median(r[k + 3] for r in rows)
+    ratios = sorted(r[k] / r[k + 3] for r in rows)
+    print(f"| {name} | {on:.1f} | {off:.1f} | {on - off:+.1f} | {statistics.median(ratios):.3f} | "
+          f"{ratios[0]:.3f}-{ratios[-1]:.3f} |")
+PY
