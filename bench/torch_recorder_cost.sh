@@ -15,14 +15,19 @@ export OMP_NUM_THREADS=1
 run() { # recorder 1|0: the rank 0 line's three numbers
   printf 'command: [/usr/bin/python3, %s/bench/torch_recorder_cost.py]\nnproc_per_node: 2\nenv: {DDP_FLIGHT_RECORDER: "%s"}\nlogs: {dir: %s/logs}\n' \
     "$PWD" "$1" "$T" >"$T/job.yaml"
-  "$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/.*bench: all_reduce \([0-9.]*\) us, barrier \([0-9.]*\) us, ddp step \([0-9.]*\) us.*/\1 \2 \3/p'
+  "$B/ddprun" "$T/job.yaml" 2>/dev/null >"$T/out"
+  sed -n 's/.*bench: all_reduce \([0-9.]*\) us, barrier \([0-9.]*\) us, ddp step \([0-9.]*\) us.*/\1 \2 \3/p' "$T/out"
+  sed -n 's/.*bench: recorder alone \([0-9.]*\) us.*/\1/p' "$T/out" >>"$T/alone"
+  sed -n 's/.*bench: in one process, all_reduce through the wrapper \([0-9.]*\) us, direct \([0-9.]*\) us.*/\1 \2/p' "$T/out" >>"$T/inproc"
 }
 : >"$T/r"
+: >"$T/alone"
+: >"$T/inproc"
 for i in $(seq "$PAIRS"); do
   if [ $((i % 2)) -eq 1 ]; then on=$(run 1); off=$(run 0); else off=$(run 0); on=$(run 1); fi
   echo "$on $off" >>"$T/r"
 done
-echo "# $(date +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); PAIRS=$PAIRS"
+echo "# $(date +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(getconf _NPROCESSORS_ONLN) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); PAIRS=$PAIRS"
 /usr/bin/python3 - "$T/r" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 6]
@@ -35,3 +40,15 @@ for k, name in enumerate(("all_reduce, 4 floats", "barrier", "DDP step, 64-64-10
     print(f"| {name} | {on:.1f} | {off:.1f} | {on - off:+.1f} | {statistics.median(ratios):.3f} | "
           f"{ratios[0]:.3f}-{ratios[-1]:.3f} |")
 PY
+echo
+/usr/bin/python3 - "$T/inproc" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 2]
+if rows:
+    w = statistics.median(r[0] for r in rows)
+    d = statistics.median(r[1] for r in rows)
+    print(f"\nin one process (recorder on), all_reduce of 4 floats through the wrapper {w:.1f} us, "
+          f"torch's function called directly {d:.1f} us: {w - d:+.1f} us, x{w / d:.3f} "
+          f"(medians over the runs of alternating 100-call blocks)")
+PY
+echo "the recorder alone (an entry written and finished, as its wrapper does per call; median of the runs): $(sort -n "$T/alone" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') us"

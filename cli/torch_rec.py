@@ -19,8 +19,13 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 _mono = time.monotonic_ns
+# The page's fields as indexes of its u64, u32 and byte views (the calls below use them often).
+_ENT, _ESZ, _RING = _L['ent'], _L['esz'], _L['ring']
+_Q_ENTERED, _Q_STARTED = _L['entered'] // 8, _L['started'] // 8
+_Q_COMPLETED, _Q_CHANGED = _L['completed'] // 8, _L['changed'] // 8
 
 # A collective's payload: the first of these parameters it has (this rank's input).
 _PAYLOAD = ('input', 'input_tensor', 'input_list', 'input_tensor_list', 'tensor', 'tensors',
@@ -48,8 +53,7 @@ class _Rec:
         self.open = 0      # a ddp_step not finished yet
         self.c10d = None
         self.dtypes = None
-        self.bytes = {}    # id(DDP module) -> its gradients' bytes
-        self.worlds = {}   # id(group) -> whether it has every rank
+        self.bytes = weakref.WeakKeyDictionary()  # DDP module -> its gradients' bytes, dtype
 
     # ---- the page ----
 
@@ -59,6 +63,9 @@ class _Rec:
         if self.off or c is None or not c.is_initialized():
             return False
         self.off = True
+        if tuple(_L[k] for k in ('e_op', 'e_dtype', 'e_bucket', 'e_bytes', 'e_enq', 'e_start',
+                                 'e_end', 'e_result')) != (8, 9, 12, 16, 24, 32, 40, 48):
+            return False   # enter() writes an entry's fields at these offsets
         fd = int(os.environ.get('DDPRUN_PROGRESS_FD', '-1'))
         if fd < 0 or not os.readlink('/proc/self/fd/%d' % fd).startswith('/memfd:ddprun-progress'):
             return False
@@ -94,31 +101,32 @@ class _Rec:
             self.open = 0
         s = self.n + 1
         self.n = s
-        e = _L['ent'] + (s % _L['ring']) * _L['esz']
-        q[e // 8] = 0
-        b[e + _L['e_op']] = op
-        b[e + _L['e_dtype']] = dtype
-        i[(e + _L['e_bucket']) // 4] = 0xffffffff
-        q[(e + _L['e_bytes']) // 8] = nbytes
-        q[(e + _L['e_enq']) // 8] = t
-        q[(e + _L['e_start']) // 8] = t
-        q[(e + _L['e_end']) // 8] = 0
-        i[(e + _L['e_result']) // 4] = 0
-        q[e // 8] = s
-        q[_L['entered'] // 8] = s
-        q[_L['started'] // 8] = s
-        q[_L['changed'] // 8] = t
+        e = _ENT + (s % _RING) * _ESZ
+        e8, e4 = e >> 3, e >> 2
+        q[e8] = 0   # seq: 0 while the entry is rewritten, then s (common/progress.h)
+        b[e + 8] = op
+        b[e + 9] = dtype
+        i[e4 + 3] = 0xffffffff   # bucket -1
+        q[e8 + 2] = nbytes
+        q[e8 + 3] = t   # issued
+        q[e8 + 4] = t   # began
+        q[e8 + 5] = 0   # finished
+        i[e4 + 12] = 0  # result
+        q[e8] = s
+        q[_Q_ENTERED] = s
+        q[_Q_STARTED] = s
+        q[_Q_CHANGED] = t
         return s
 
     def end_locked(self, s, failed, t):
         q = self.q
-        e = _L['ent'] + (s % _L['ring']) * _L['esz']
-        if q[e // 8] == s:
+        e = _ENT + (s % _RING) * _ESZ
+        if q[e >> 3] == s:
             if failed:
-                self.i[(e + _L['e_result']) // 4] = 1
-            q[(e + _L['e_end']) // 8] = t
-        q[_L['completed'] // 8] = s
-        q[_L['changed'] // 8] = t
+                self.i[(e >> 2) + 12] = 1
+            q[(e >> 3) + 5] = t
+        q[_Q_COMPLETED] = s
+        q[_Q_CHANGED] = t
 
     def end(self, s, failed):
         try:
@@ -142,12 +150,7 @@ class _Rec:
     def whole(self, g):
         """Whether group g has every rank (its collectives are in every rank's sequence)."""
         c = self.c10d
-        if g is None or g is c.GroupMember.WORLD:
-            return True
-        w = self.worlds.get(id(g))
-        if w is None:
-            w = self.worlds[id(g)] = c.get_world_size(g) == c.get_world_size()
-        return w
+        return g is None or g is c.GroupMember.WORLD or c.get_world_size(g) == c.get_world_size()
 
     def size_of(self, x):
         torch = sys.modules.get('torch')
@@ -188,10 +191,10 @@ class _Rec:
                 return
             torch = sys.modules.get('torch')
             sync = torch.is_grad_enabled() and getattr(ddp, 'require_backward_grad_sync', True)
-            nb = self.bytes.get(id(ddp))
+            nb = self.bytes.get(ddp)
             if nb is None:
-                nb, dt = self.size_of([p for p in ddp.module.parameters() if p.requires_grad])
-                self.bytes[id(ddp)] = nb = (nb, dt)
+                nb = self.bytes[ddp] = self.size_of([p for p in ddp.module.parameters()
+                                                     if p.requires_grad])
             op = _L['ops']['ddp_step' if sync else 'ddp_forward']
             with self.lock:
                 self.open = self.enter(op, nb[0], nb[1])

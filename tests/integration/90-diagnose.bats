@@ -420,6 +420,11 @@ try:
     dist.broadcast(torch.ones(2), src=w + 5)
 except Exception as e:
     print("bad src: %s" % type(e).__name__)
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(torch.nn.Linear(4, 2))   # 10 floats of gradients
+model(torch.ones(1, 4)).sum().backward()
+with torch.no_grad():
+    model(torch.ones(1, 4))
 dist.barrier()
 # the rank's progress page as the recorder wrote it (common/progress.h, the layout it was given)
 L = getattr(sys.modules.get("_ddprun_torch"), "_L", None)
@@ -447,9 +452,10 @@ PY
   assert_output --partial "[localhost:0] objects: [{'rank': 0}, {'rank': 1}]"
   assert_output --partial "[localhost:1] bad src: RuntimeError"
   # one entry per call on every rank (all_gather_object's own all_gathers inside it), not the
-  # subgroup's all_reduce; the broadcast that raised failed
+  # subgroup's all_reduce; the broadcast that raised failed; a DDP step with its gradients'
+  # bytes, a forward without gradients, each finished by the next entry
   for r in 0 1; do
-    assert_output --partial "[localhost:$r] page: rank $r world 2 entered 5 completed 5: allreduce:40:0 allgather:0:0 allreduce:4096:0 broadcast:8:1 barrier:0:0"
+    assert_output --partial "[localhost:$r] page: rank $r world 2 entered 7 completed 7: allreduce:40:0 allgather:0:0 allreduce:4096:0 broadcast:8:1 ddp_step:40:0 ddp_forward:40:0 barrier:0:0"
   done
   run "$DDPRUN" job.yaml --set 'env={DDP_FLIGHT_RECORDER: "0"}'
   assert_success
