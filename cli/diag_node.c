@@ -115,8 +115,8 @@ void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
         for (uint64_t s = first; s <= rp.completed && s; s++)
             if (ddp_progress_read(p, s, &e)) {
                 int64_t st = atomic_load(&e.t_start), end = atomic_load(&e.t_end);
-                if (!st || end < st || atomic_load(&e.result) || e.op == DDP_PROG_DDP_STEP ||
-                    e.op == DDP_PROG_DDP_FORWARD) /* a step's length is no arrival time */
+                if (!st || end < st || atomic_load(&e.result) ||
+                    e.op == DDP_PROG_DDP_FORWARD) /* a forward waits for no one */
                     continue;
                 int64_t us = (end - st) / 1000;
                 rp.wseq[rp.nwaits] = s;

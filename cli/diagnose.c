@@ -281,12 +281,17 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
                 i, node_of(d, node_names, i), h->what, entered, entered == 1 ? "" : "s",
                 (double)entered_ms / 1000, it);
         } else if (in_step(&r->p)) {
-            char what[96];
+            char what[96], where[80];
             ddp__diag_coll_name(what, sizeof(what), r->p.op, r->p.entered, -1, r->p.bytes);
+            if (r->p.op == DDP_PROG_DDP_STEP && r->p.cur_run_ms >= 0)
+                snprintf(where, sizeof(where), "its gradients ready %.0f s ago (in its all-reduce)",
+                         (double)(r->p.cur_run_ms + (now_ms - r->at_ms)) / 1000);
+            else
+                snprintf(where, sizeof(where), "in its forward or backward");
             add(h->text, sizeof(h->text),
-                "  rank %d on %s is in %s, entered %.0f s ago; it is %s\n", i,
+                "  rank %d on %s is in %s, entered %.0f s ago, %s; it is %s\n", i,
                 node_of(d, node_names, i), what, (double)(r->p.cur_ms + (now_ms - r->at_ms)) / 1000,
-                it);
+                where, it);
         } else {
             add(h->text, sizeof(h->text), "  rank %d on %s is %s\n", i, node_of(d, node_names, i),
                 it);

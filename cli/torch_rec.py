@@ -54,6 +54,8 @@ class _Rec:
         self.c10d = None
         self.dtypes = None
         self.bytes = weakref.WeakKeyDictionary()  # DDP module -> its gradients' bytes, dtype
+        self.hooked = weakref.WeakKeyDictionary()  # DDP modules whose first parameter is hooked
+        self.pending = 0   # a ddp_step whose gradients are not ready yet
 
     # ---- the page ----
 
@@ -92,12 +94,12 @@ class _Rec:
         self.off = False
         return True
 
-    def enter(self, op, nbytes, dtype):
+    def enter(self, op, nbytes, dtype, started=True):
         """Writes entry seq (the next); closes an open ddp_step first. Under self.lock."""
         q, i, b = self.q, self.i, self.b
         t = _mono()
         if self.open:
-            self.end_locked(self.open, 0, t)
+            self.end_locked(self.open, 0, t, timed=False)
             self.open = 0
         s = self.n + 1
         self.n = s
@@ -109,21 +111,34 @@ class _Rec:
         i[e4 + 3] = 0xffffffff   # bucket -1
         q[e8 + 2] = nbytes
         q[e8 + 3] = t   # issued
-        q[e8 + 4] = t   # began
+        q[e8 + 4] = t if started else 0   # began
         q[e8 + 5] = 0   # finished
         i[e4 + 12] = 0  # result
         q[e8] = s
         q[_Q_ENTERED] = s
-        q[_Q_STARTED] = s
+        if started:
+            q[_Q_STARTED] = s
         q[_Q_CHANGED] = t
         return s
 
-    def end_locked(self, s, failed, t):
+    def start_locked(self, s, t):
+        q = self.q
+        e = _ENT + (s % _RING) * _ESZ
+        if q[e >> 3] == s:
+            q[(e >> 3) + 4] = t
+        q[_Q_STARTED] = s
+        q[_Q_CHANGED] = t
+
+    def end_locked(self, s, failed, t, timed=True):
+        """Finishes entry s; a step closed by the rank's next entry (timed False) keeps no
+        begin time: its length says nothing of when the rank arrived."""
         q = self.q
         e = _ENT + (s % _RING) * _ESZ
         if q[e >> 3] == s:
             if failed:
                 self.i[(e >> 2) + 12] = 1
+            if not timed:
+                q[(e >> 3) + 4] = 0
             q[(e >> 3) + 5] = t
         q[_Q_COMPLETED] = s
         q[_Q_CHANGED] = t
@@ -140,7 +155,7 @@ class _Rec:
         try:
             with self.lock:
                 if self.q is not None and self.open:
-                    self.end_locked(self.open, 0, _mono())
+                    self.end_locked(self.open, 0, _mono(), timed=False)
                     self.open = 0
         except Exception:
             pass
@@ -182,6 +197,47 @@ class _Rec:
         except Exception:
             return 0
 
+    # A DDP step's times: issued at its forward; begun when its first parameter's gradient is
+    # computed (the backward's last: the rank's gradients are ready, it arrives at the
+    # all-reduce); finished after the backward's final callbacks, DDP's wait for its gradient
+    # all-reduces among them. As for a collective, the rank that arrives last waits shortest.
+
+    def grad_ready(self, grad):
+        """The hook on a DDP module's first parameter: the step has begun; times its end."""
+        try:
+            s = self.pending
+            if s and self.q is not None:
+                self.pending = 0
+                with self.lock:
+                    if self.open == s:
+                        self.start_locked(s, _mono())
+                eng = sys.modules['torch'].autograd.Variable._execution_engine
+                # queued from a final callback, the second runs after those queued meanwhile
+                # (DDP's, when its last bucket is ready)
+                eng.queue_callback(lambda: eng.queue_callback(lambda: self.step_done(s)))
+        except Exception:
+            pass
+        return None
+
+    def step_done(self, s):
+        try:
+            with self.lock:
+                if self.q is not None and self.open == s:
+                    self.end_locked(s, 0, _mono())
+                    self.open = 0
+        except Exception:
+            pass
+
+    def hook(self, ddp):
+        """A hook on the first parameter that takes a gradient, once per DDP module."""
+        if ddp in self.hooked:
+            return
+        self.hooked[ddp] = True
+        for p in ddp.module.parameters():
+            if p.requires_grad:
+                p.register_hook(self.grad_ready)
+                return
+
     def step(self, ddp):
         """A DistributedDataParallel forward: enters a ddp_step (or ddp_forward) left open."""
         try:
@@ -196,8 +252,11 @@ class _Rec:
                 nb = self.bytes[ddp] = self.size_of([p for p in ddp.module.parameters()
                                                      if p.requires_grad])
             op = _L['ops']['ddp_step' if sync else 'ddp_forward']
+            if sync:
+                self.hook(ddp)
             with self.lock:
-                self.open = self.enter(op, nb[0], nb[1])
+                self.open = self.enter(op, nb[0], nb[1], started=not sync)
+            self.pending = self.open if sync else 0
         except Exception:
             pass
 
@@ -229,8 +288,8 @@ def _wrap(fn, op, gi, pi, pname):
             setattr(ddprun_flight_recorder, k, getattr(fn, k))
         except Exception:
             pass
-    ddprun_flight_recorder.__wrapped__ = fn
     ddprun_flight_recorder.__dict__.update(getattr(fn, '__dict__', {}))
+    ddprun_flight_recorder.__wrapped__ = fn   # torch's function itself (its own __wrapped__ under)
     return ddprun_flight_recorder
 
 

@@ -24,8 +24,11 @@
 
 /* Operations, as recorded (the names are ddp_progress_op_name's). libddp records the first
  * five; a PyTorch rank's recorder (cli/torch_rec.py) all of them: DDP_PROG_DDP_STEP is a
- * DistributedDataParallel forward that its backward's gradient all-reduces follow (open until
- * the rank's next entry), DDP_PROG_DDP_FORWARD one without them (no_grad, no_sync). */
+ * DistributedDataParallel forward that its backward's gradient all-reduces follow (t_enq the
+ * forward, t_start when the rank's gradients are ready, t_end when the backward and DDP's wait
+ * for its all-reduces are over; a step whose end is not seen is finished by the rank's next
+ * entry, t_start cleared), DDP_PROG_DDP_FORWARD one without them (no_grad, no_sync; finished by
+ * the next entry). */
 enum ddp_progress_op {
     DDP_PROG_ALLREDUCE,
     DDP_PROG_BROADCAST,

@@ -318,7 +318,7 @@ SH
 
 # A DDP training loop (Gloo, 2 ranks): a barrier, then steps of Linear(16, 4) (272 bytes of
 # gradients); STALL_AT makes rank 1 sleep before that step, STEPS1 gives rank 1 fewer steps
-# (uneven inputs), END=barrier a barrier after the loop.
+# (uneven inputs), END=barrier a barrier after the loop, SLOW1_MS slows rank 1's every step.
 ddp_script() {
   cat >ddp.py <<'PY'
 import os, time
@@ -343,7 +343,7 @@ for step in range(steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    time.sleep(0.02)
+    time.sleep(0.02 + (int(os.environ.get("SLOW1_MS", "0")) / 1000 if dist.get_rank() == 1 else 0))
 if os.environ.get("END") == "barrier":
     dist.barrier()
 PY
@@ -369,11 +369,29 @@ JOB
   wait_for 20 grep -q 'ddp.py", line 8 in load' out.txt
   run "$DDPRUN" status
   assert_output --regexp $'\n''0 +localhost .* in ddp_step #7 \(272 bytes\)'
-  assert_output --regexp $'\n''1 +localhost .* in ddp_step #6 \(272 bytes\)'
+  # rank 1's step #6 ended with its backward; rank 0 waits in #7's all-reduce, gradients ready
+  assert_output --regexp $'\n''1 +localhost .* #6 done'
   [ "$(events | grep '"event": "hang"' | field collective)" = "ddp_step #7 (272 bytes)" ]
   # reported once: the reports that keep arriving carry the same counters
   sleep 4
   [ "$(grep -c "no rank has made progress" out.txt)" -eq 1 ]
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+}
+
+@test "PyTorch DDP: a rank 30 ms late to every step is named the straggler by ddprun status (it waits shortest in the gradient all-reduce)" {
+  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  ddp_script
+  printf 'env: {SLOW1_MS: "30"}\n' >>job.yaml
+  sed -i 's/heartbeat_interval: 500ms/heartbeat_interval: 300ms/' job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 60 bash -c "'$DDPRUN' status | grep -q STRAGGLER"
+  run "$DDPRUN" status
+  echo "$output"
+  assert_output --regexp $'\n''1 +localhost .*  [0-9]+%, by [0-9.]+ ms  STRAGGLER'
+  [ -z "$(grep -E '^0 +localhost .*STRAGGLER' <<<"$output")" ]
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
   DDP_PID=

@@ -291,16 +291,18 @@ TEST(every_rank_in_its_ddp_step_lists_each_with_its_state)
     int node_of[] = {0, 1};
     ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
     struct ddp__rank_progress a = step(0, 12, 9000, 'S'), b = step(1, 12, 9000, 'R');
+    a.cur_run_ms = 8000; /* its gradients are ready: it waits in torch's all-reduce */
     take(&d, 0, &a, 0);
     take(&d, 1, &b, 0);
     struct ddp__hang h;
     ASSERT_TRUE(ddp__diag_hang(&d, 0, 5000, (const char *const *)NODES, &h));
     ASSERT_EQ(h.nbehind, 2);
     if (!strstr(h.text, "every rank finished #12 or is in its DDP step") ||
-        !strstr(h.text, "rank 0 on n1 is in ddp_step #12 (272 bytes), entered 9 s ago; it is "
-                        "sleeping in futex_wait_queue (pid 1000)") ||
-        !strstr(h.text, "rank 1 on n2 is in ddp_step #12 (272 bytes), entered 9 s ago; it is "
-                        "running (on a CPU) (pid 1001)"))
+        !strstr(h.text, "rank 0 on n1 is in ddp_step #12 (272 bytes), entered 9 s ago, its "
+                        "gradients ready 8 s ago (in its all-reduce); it is sleeping in "
+                        "futex_wait_queue (pid 1000)") ||
+        !strstr(h.text, "rank 1 on n2 is in ddp_step #12 (272 bytes), entered 9 s ago, in its "
+                        "forward or backward; it is running (on a CPU) (pid 1001)"))
         FAIL_AT("report:\n%s", h.text);
     ddp__diag_hang_release(&h);
     ddp__diag_release(&d);
