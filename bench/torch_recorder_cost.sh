@@ -19,10 +19,12 @@ run() { # recorder 1|0: the rank 0 line's three numbers
   sed -n 's/.*bench: all_reduce \([0-9.]*\) us, barrier \([0-9.]*\) us, ddp step \([0-9.]*\) us.*/\1 \2 \3/p' "$T/out"
   sed -n 's/.*bench: recorder alone \([0-9.]*\) us.*/\1/p' "$T/out" >>"$T/alone"
   sed -n 's/.*bench: in one process, all_reduce through the wrapper \([0-9.]*\) us, direct \([0-9.]*\) us.*/\1 \2/p' "$T/out" >>"$T/inproc"
+  sed -n 's/.*bench: in one process, ddp step through the recorder \([0-9.]*\) us, direct \([0-9.]*\) us.*/\1 \2/p' "$T/out" >>"$T/inproc_step"
 }
 : >"$T/r"
 : >"$T/alone"
 : >"$T/inproc"
+: >"$T/inproc_step"
 for i in $(seq "$PAIRS"); do
   if [ $((i % 2)) -eq 1 ]; then on=$(run 1); off=$(run 0); else off=$(run 0); on=$(run 1); fi
   echo "$on $off" >>"$T/r"
@@ -41,14 +43,15 @@ for k, name in enumerate(("all_reduce, 4 floats", "barrier", "DDP step, 64-64-10
           f"{ratios[0]:.3f}-{ratios[-1]:.3f} |")
 PY
 echo
-/usr/bin/python3 - "$T/inproc" <<'PY'
+/usr/bin/python3 - "$T/inproc" "$T/inproc_step" <<'PY'
 import statistics, sys
-rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 2]
-if rows:
-    w = statistics.median(r[0] for r in rows)
-    d = statistics.median(r[1] for r in rows)
-    print(f"\nin one process (recorder on), all_reduce of 4 floats through the wrapper {w:.1f} us, "
-          f"torch's function called directly {d:.1f} us: {w - d:+.1f} us, x{w / d:.3f} "
-          f"(medians over the runs of alternating 100-call blocks)")
+for f, what in ((sys.argv[1], "all_reduce of 4 floats through the wrapper"),
+                (sys.argv[2], "DDP step through the recorder's forward")):
+    rows = [list(map(float, l.split())) for l in open(f) if len(l.split()) == 2]
+    if rows:
+        w = statistics.median(r[0] for r in rows)
+        d = statistics.median(r[1] for r in rows)
+        print(f"\nin one process (recorder on), {what} {w:.1f} us, torch's directly {d:.1f} us: "
+              f"{w - d:+.1f} us, x{w / d:.3f} (medians over the runs of alternating blocks)")
 PY
 echo "the recorder alone (an entry written and finished, as its wrapper does per call; median of the runs): $(sort -n "$T/alone" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') us"
