@@ -145,11 +145,12 @@ struct zfile {
     size_t n;
 };
 
-/* A zip archive of n files, stored (not compressed), as zipimport reads it. */
+/* A zip archive of n files (at most 4), stored (not compressed), as zipimport reads it. */
 static void put_zip(struct ddp_buf *b, const struct zfile *f, int n)
 {
     uint32_t crc[4], at[4];
-    for (int i = 0; i < n && i < 4; i++) {
+    n = n < 4 ? n : 4;
+    for (int i = 0; i < n; i++) {
         crc[i] = crc32_of(f[i].data, f[i].n);
         at[i] = (uint32_t)b->len;
         ddp_buf_put_u32(b, 0x04034b50); /* local file header */
@@ -158,7 +159,7 @@ static void put_zip(struct ddp_buf *b, const struct zfile *f, int n)
         ddp_buf_put(b, f[i].data, f[i].n);
     }
     size_t cd = b->len;
-    for (int i = 0; i < n && i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         ddp_buf_put_u32(b, 0x02014b50); /* central directory */
         ddp_buf_put_u16(b, 20);         /* made by */
         put_entry(b, crc[i], f[i].n, (uint16_t)strlen(f[i].name));

@@ -6,7 +6,8 @@
 # Python: each collective a program calls through torch.distributed on a group of every rank
 # (all_reduce, broadcast, barrier, the *_object ones, ...), and each forward of a
 # DistributedDataParallel module over every rank as a "ddp_step" (its backward's gradient
-# all-reduces run in C++; the step lasts until the rank's next recorded event). So the
+# all-reduces run in C++: the step begins when the rank's gradients are ready and ends after
+# DDP's wait for them, else at the rank's next entry). So the
 # launcher's hang report, `ddprun status` and stragglers see PyTorch ranks as they see libddp
 # ones. It never changes what torch does, and a failure of its own leaves torch alone.
 #
