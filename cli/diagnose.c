@@ -118,6 +118,12 @@ static uint64_t signature(const struct ddp__diag *d)
     return h;
 }
 
+/* How long ago (ms, now) the rank issued the entry it is in: its report's age added. */
+static int64_t entered_ago(const struct ddp__diag_rank *r, int64_t now_ms)
+{
+    return r->p.cur_ms + (now_ms - r->at_ms);
+}
+
 /* "sleeping in futex_wait_queue at 0% CPU (pid 4242)" */
 static void rank_state(const struct ddp__diag_rank *r, char *out, size_t n)
 {
@@ -181,7 +187,7 @@ static bool mismatch(struct ddp__diag *d, uint64_t seq, int64_t now_ms, const ch
             rank_state(r, it, sizeof(it));
             add(h->text, sizeof(h->text),
                 "  rank %d on %s is in %s, entered %.0f s ago; it is %s\n", i, node_of(d, names, i),
-                what, (double)(r->p.cur_ms + (now_ms - r->at_ms)) / 1000, it);
+                what, (double)entered_ago(r, now_ms) / 1000, it);
         }
     if (listed > LISTED)
         add(h->text, sizeof(h->text), "  and %d more rank%s\n", listed - LISTED,
@@ -218,7 +224,7 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
     for (int i = 0; i < d->world; i++) {
         struct ddp__diag_rank *r = &d->r[i];
         if (counted(r) && op_at(&r->p, seq) >= 0) {
-            int64_t e = r->p.cur_ms + (now_ms - r->at_ms);
+            int64_t e = entered_ago(r, now_ms);
             if (e > entered_ms) {
                 entered_ms = e;
                 in = &r->p;
@@ -290,8 +296,7 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
                 snprintf(where, sizeof(where), "in its forward or backward");
             add(h->text, sizeof(h->text),
                 "  rank %d on %s is in %s, entered %.0f s ago, %s; it is %s\n", i,
-                node_of(d, node_names, i), what, (double)(r->p.cur_ms + (now_ms - r->at_ms)) / 1000,
-                where, it);
+                node_of(d, node_names, i), what, (double)entered_ago(r, now_ms) / 1000, where, it);
         } else {
             add(h->text, sizeof(h->text), "  rank %d on %s is %s\n", i, node_of(d, node_names, i),
                 it);
