@@ -1,6 +1,7 @@
 /* The node agent's side of diagnosis (cli/diag_node.h). */
 #include "cli/diag_node.h"
 #include "cli/agent_proto.h"
+#include "cli/proc_stat.h"
 #include "cli/pystacks.h"
 #include "cli/diag.h"
 #include "common/err.h"
@@ -24,6 +25,7 @@ int ddp__dn_page_new(struct ddp__dn_page *pg)
 {
     pg->fd = memfd_create("ddprun-progress", MFD_CLOEXEC);
     pg->p = NULL;
+    pg->seen_state = '\0';
     if (pg->fd < 0)
         return DDP_ESYS;
     if (ftruncate(pg->fd, sizeof(struct ddp_progress_page)) != 0) {
@@ -52,46 +54,32 @@ void ddp__dn_page_release(struct ddp__dn_page *pg)
     pg->fd = -1;
 }
 
-/* State, CPU time and kernel wait of a process, from /proc. */
-static void proc_state(pid_t pid, struct ddp__rank_progress *rp)
+/* State, CPU time and kernel wait of a rank, from /proc. While the agent's stack tool has it
+ * stopped (`ddprun stacks`, the hang report), the state and wait are the last seen before: what
+ * the rank was doing, not that ddprun was reading its stack. */
+static void proc_state(pid_t pid, struct ddp__dn_page *pg, struct ddp__rank_progress *rp)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    rp->state = '?';
-    if (fd >= 0) {
-        ssize_t n = ddp_read_eintr(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        char *rp_ = n > 0 ? (buf[n] = '\0', strrchr(buf, ')')) : NULL;
-        unsigned long ut = 0, stime = 0;
-        char st;
-        if (rp_ && sscanf(rp_ + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &st, &ut,
-                          &stime) == 3) {
-            rp->state = st;
-            long hz = sysconf(_SC_CLK_TCK);
-            rp->cpu_s = (double)(ut + stime) / (double)(hz > 0 ? hz : 100);
-        }
+    struct ddp__proc_stat ps;
+    ddp__proc_stat_read(pid, &ps);
+    rp->cpu_s = ps.cpu_s;
+    if ((ps.state == 't' || ps.state == 'T') && pg->seen_state && ddp__proc_traced_by_child(pid)) {
+        rp->state = pg->seen_state;
+        snprintf(rp->wchan, sizeof(rp->wchan), "%s", pg->seen_wchan);
+        return;
     }
-    snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = ddp_read_eintr(fd, rp->wchan, sizeof(rp->wchan) - 1);
-        close(fd);
-        rp->wchan[n > 0 ? n : 0] = '\0';
-        if (strcmp(rp->wchan, "0") == 0)
-            rp->wchan[0] = '\0';
-        for (char *c = rp->wchan; *c; c++)
-            if (*c == ' ' || *c == '\n')
-                *c = '_';
-    }
+    rp->state = ps.state;
+    snprintf(rp->wchan, sizeof(rp->wchan), "%s", ps.wchan);
+    pg->seen_state = ps.state;
+    snprintf(pg->seen_wchan, sizeof(pg->seen_wchan), "%s", ps.wchan);
 }
 
 void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
-                         const struct ddp_progress_page *p)
+                         struct ddp__dn_page *pg)
 {
     struct ddp__rank_progress rp = {.rank = rank, .pid = (int)pid, .state = 'X'};
+    const struct ddp_progress_page *p = pg->p;
     if (!exited)
-        proc_state(pid, &rp);
+        proc_state(pid, pg, &rp);
     int64_t now = ddp_now_ns();
     if (p && p->magic == DDP_PROGRESS_MAGIC && p->version == DDP_PROGRESS_VERSION) {
         rp.rec = true;

@@ -20,16 +20,19 @@ struct ddp_loop;
 struct ddp__dn_page {
     int fd;
     struct ddp_progress_page *p;
+    /* the rank's state and kernel wait last read while no stack tool of the agent stopped it */
+    char seen_state;
+    char seen_wchan[48];
 };
 
 /* 0, or DDP_ESYS (then the rank simply runs without one). */
 int ddp__dn_page_new(struct ddp__dn_page *pg);
 void ddp__dn_page_release(struct ddp__dn_page *pg);
 
-/* Appends the line of a rank (global rank, pid, its page or NULL) to b: a running one, or one
- * that exited (state X: what its page held last). */
+/* Appends the line of a rank (global rank, pid, its page: p NULL without one) to b: a running
+ * one, or one that exited (state X: what its page held last). */
 void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
-                         const struct ddp_progress_page *p);
+                         struct ddp__dn_page *pg);
 
 /* A rank's process: its pid, and its Python dump file (cli/pystacks.h) or -1. */
 struct ddp__dn_proc {
