@@ -95,6 +95,19 @@ int ddp__doctor(const struct ddp_job *job);
 /* Its etcd part (cli/doctor_etcd.c): prints each endpoint's answer and the prefix check; the
  * failures' count. host/port: the first TCP endpoint, for the nodes' check (host "" if none). */
 int ddp__doctor_etcd(const struct ddp_job *job, char *host, size_t n, int *port);
+/* The file the doctor compares between nodes (cli/doctor_code.c): the program, or for python
+ * the script (*script set), or NULL (a shell command, python -c/-m/-). */
+const char *ddp__code_file(const struct ddp_job *job, bool *script);
+/* "code HEX\n" (its SHA-256's first 8 bytes) or "code none WHY\n" for file from workdir. */
+void ddp__code_line(const char *workdir, const char *file, bool script, char *out, size_t n);
+/* The hidden `ddprun __code WORKDIR FILE program|script` the doctor runs on a node. */
+int ddp__cmd_code(int argc, char **argv);
+/* The environment of the doctor's checks on a node, as its ranks get it (cli/doctor_env.c):
+ * for a node reached by SSH a shell prefix "export 'K=V' ...; " (the export rule's variables,
+ * then the job's env; "" when none), malloc'd; here and through srun {"env", "K=V", ..., NULL}
+ * (the job's env), each string and the array malloc'd. NULL when out of memory. */
+char *ddp__doctor_env_sh(const struct ddp_job *job);
+char **ddp__doctor_env_argv(const struct ddp_job *job);
 /* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor.c). */
 int ddp__cmd_probe(int argc, char **argv);
 /* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). With
@@ -174,5 +187,7 @@ int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, in
 
 /* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
 bool ddp__program_here(const char *prog, const char *workdir);
+/* The same, writing where it was found (PATH's relative entries taken from workdir). */
+bool ddp__program_path(const char *prog, const char *workdir, char *out, size_t n);
 
 #endif

@@ -20,6 +20,9 @@
  * A Python job (the command's program is python...) also has each node's interpreter report
  * its version and torch's (or none), from workdir as the agent would run it; every node must
  * show the same two as the first one that reports them.
+ *
+ * The code column: the program (or a Python job's script) each node would run, hashed there;
+ * every node must have the same as the first (cli/doctor_code.c).
  */
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -57,11 +60,12 @@ enum {
     C_GPUS,
     C_PY,
     C_TORCH,
+    C_CODE,
     C_N
 };
 static const char *const col_name[C_N] = {"ssh",     "host key", "ddprun", "workdir",
                                           "command", "port",     "store",  "interface",
-                                          "gpus",    "python",   "torch"};
+                                          "gpus",    "python",   "torch",  "code"};
 
 /* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
  * import fails the program, with its traceback). */
@@ -75,12 +79,18 @@ struct node_check {
     size_t i;
     const char *self, *probe_host;
     int probe_port;
+    const char *env_sh;    /* "export 'K=V' ...; ": a remote node's ranks' (doctor_env.c) */
+    char *const *env_argv; /* {"env", "K=V", ...}: the job's env, here and through srun */
+    const char *code_file; /* what every node must have the same of (cli/doctor_code.c), or NULL */
+    bool code_script;
     const char *cell[C_N]; /* "ok", "FAIL", "-" or a short note */
     char why[1200];        /* the first failure */
     char iface[64];        /* the node's interface toward the store: its ranks' default */
     char py[32], torch[64]; /* a Python job's versions there */
     int gpus;               /* the GPUs its ranks would see (ddp__gpus_here there), or -1 */
     char gpus_s[16];
+    char code[17]; /* the start of the SHA-256 of the code it would run (doctor_code.c) */
+    char code_s[9];
 };
 
 static void failed(struct node_check *n, int col, const char *fmt, ...)
@@ -167,12 +177,40 @@ static int probe(const char *host, int port, char *out, size_t n)
     "cd \"$1\" || exit; o=$(\"$2\" -c \"$3\" 2>&1); r=$?; printf '%s\\n' \"$o\" | tail -n 4; "     \
     "exit $r"
 
-static int run_python_here(const char *workdir, const char *prog, char *out, size_t n)
+/* argv after the words of env (an "env K=V ..." list, or NULL), into a new NULL-terminated
+ * array (NULL when out of memory). */
+static char **with_env(char *const *env, char *const *argv)
+{
+    size_t ne = 0, na = 0;
+    while (env && env[ne])
+        ne++;
+    while (argv[na])
+        na++;
+    char **v = calloc(ne + na + 1, sizeof(char *));
+    if (v) {
+        memcpy(v, env, ne * sizeof(char *));
+        memcpy(v + ne, argv, na * sizeof(char *));
+    }
+    return v;
+}
+
+/* Runs argv (after env's words) here; its wait status into *st. */
+static int run_env(char *const *env, char *const *argv, char *out, size_t n, int timeout_ms,
+                   int *st)
+{
+    char **v = with_env(env, argv);
+    int r = v ? ddp__run_capture(v, out, n, timeout_ms, st) : -1;
+    free(v);
+    return r;
+}
+
+static int run_python_here(char *const *env, const char *workdir, const char *prog, char *out,
+                           size_t n)
 {
     char *argv[] = {"/bin/sh",        "-c", PY_SH, "sh", (char *)workdir, (char *)prog,
                     (char *)PY_CHECK, NULL};
     int st = -1;
-    if (ddp__run_capture(argv, out, n, 60000, &st) < 0)
+    if (run_env(env, argv, out, n, 60000, &st) < 0)
         snprintf(out, n, "cannot run /bin/sh");
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
@@ -227,6 +265,40 @@ static void compare_python(struct node_check *nc, size_t nn)
     }
 }
 
+/* The "code ..." line of ddp__code_line, run here or there. */
+static void apply_code(struct node_check *n, const char *file, const char *where, const char *out)
+{
+    const char *l = strncmp(out, "code ", 5) == 0 ? out : strstr(out, "\ncode ");
+    l = l && l != out ? l + 1 : l;
+    if (l && sscanf(l, "code %16[0-9a-f]", n->code) == 1 && strlen(n->code) == 16) {
+        snprintf(n->code_s, sizeof(n->code_s), "%.8s", n->code);
+        n->cell[C_CODE] = n->code_s;
+        return;
+    }
+    n->code[0] = '\0';
+    const char *why = l && strncmp(l, "code none ", 10) == 0 ? l + 10 : out;
+    failed(n, C_CODE, "'%s' cannot be read %s (from workdir %s): %.*s", file, where,
+           n->job->workdir, (int)strcspn(why, "\n"), why[0] ? why : "no answer");
+}
+
+/* After every node reported: the code each would run against the first node's. */
+static void compare_code(struct node_check *nc, size_t nn, const char *file)
+{
+    const struct node_check *ref = NULL;
+    for (size_t i = 0; i < nn && !ref; i++)
+        if (nc[i].code[0])
+            ref = &nc[i];
+    for (size_t i = 0; ref && i < nn; i++) {
+        struct node_check *n = &nc[i];
+        if (!n->code[0] || n->why[0] || strcmp(n->code, ref->code) == 0)
+            continue;
+        snprintf(n->why, sizeof(n->why),
+                 "'%s' on this node is not the one on %s (SHA-256 %s..., there %s...): every "
+                 "node must run the same code",
+                 file, n->job->nodes[ref->i].host, n->code, ref->code);
+    }
+}
+
 /* backend: nccl takes a GPU per rank: a node that shows fewer than its slots fails. Whether
  * the GPUs column is worth showing (that job, or a node with GPUs). */
 static bool check_gpus(struct node_check *nc, size_t nn)
@@ -249,27 +321,34 @@ static bool check_gpus(struct node_check *nc, size_t nn)
     return any;
 }
 
-/* `__probe HOST:PORT [WORKDIR PROGRAM]`: with a workdir and program (a node reached by srun,
- * where this ddprun is the one the agent would be), a line for each of them first. */
+/* `__probe HOST:PORT [WORKDIR PROGRAM [FILE program|script]]`: with a workdir and program (a
+ * node reached by srun, where this ddprun is the one the agent would be), a line for each of
+ * them first; with a file, its "code" line (cli/doctor_code.c) last. */
 int ddp__cmd_probe(int argc, char **argv)
 {
     char host[256], out[512];
     int port;
-    if ((argc != 3 && argc != 5) || ddp_parse_hostport(argv[2], host, sizeof(host), &port) < 0) {
+    if ((argc != 3 && argc != 5 && argc != 7) ||
+        ddp_parse_hostport(argv[2], host, sizeof(host), &port) < 0) {
         fprintf(stderr, "ddprun: __probe is internal to ddprun doctor\n");
         return DDP_EXIT_USAGE;
     }
-    if (argc == 5) {
+    if (argc >= 5) {
         bool wd = access(argv[3], X_OK) == 0;
         printf("version ddprun %s\nworkdir %s\ncommand %s\n", DDP_VERSION, wd ? "ok" : "FAIL",
                wd && ddp__program_here(argv[4], argv[3]) ? "ok" : "FAIL");
     }
     int r = probe(host, port, out, sizeof(out));
     puts(out);
-    if (argc == 5 && is_python(argv[4])) { /* a Python job's versions, for ddprun doctor */
+    if (argc >= 5 && is_python(argv[4])) { /* a Python job's versions, for ddprun doctor */
         char py[2048];
-        int st = run_python_here(argv[3], argv[4], py, sizeof(py));
+        int st = run_python_here(NULL, argv[3], argv[4], py, sizeof(py));
         printf("pyrc %d\n%s", st, py);
+    }
+    if (argc == 7) {
+        char code[256];
+        ddp__code_line(argv[3], argv[5], strcmp(argv[6], "script") == 0, code, sizeof(code));
+        printf("\n%s", code);
     }
     return r;
 }
@@ -305,22 +384,29 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
         snprintf(ip, sizeof(ip), "%s", n->probe_host);
     snprintf(nodelist, sizeof(nodelist), "--nodelist=%s", host);
     snprintf(target, sizeof(target), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, n->probe_port);
-    char *argv[] = {"srun",
+    char *opts[] = {"srun",
                     "--nodes=1",
                     "--ntasks=1",
                     nodelist,
                     "--overlap",
                     "--quiet",
                     "--job-name=ddprun-doctor",
-                    (char *)n->self,
-                    "__probe",
-                    target,
-                    j->workdir,
-                    (char *)prog,
                     NULL};
+    char *probe[] = {(char *)n->self,
+                     "__probe",
+                     target,
+                     j->workdir,
+                     (char *)prog,
+                     (char *)n->code_file,
+                     n->code_script ? "script" : "program",
+                     NULL};
+    char **tail = with_env(n->env_argv, probe), **argv = tail ? with_env(opts, tail) : NULL;
+    free(tail);
     int st = 0;
     n->cell[C_KEY] = "n/a";
-    if (ddp__run_capture(argv, out, sizeof(out), 30000, &st) < 0 || !strstr(out, "version ")) {
+    int rc = argv ? ddp__run_capture(argv, out, sizeof(out), 30000, &st) : -1;
+    free(argv);
+    if (rc < 0 || !strstr(out, "version ")) {
         failed(n, C_SSH, "srun could not run '%s' there (%s %d; see `srun -w %s %s --version`)",
                n->self, WIFSIGNALED(st) ? "signal" : "status",
                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), host, n->self);
@@ -343,7 +429,25 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
         const char *py = strstr(out, "\npyrc "), *nl = py ? strchr(py + 1, '\n') : NULL;
         if (!n->why[0] && is_python(prog) && py)
             apply_python(n, prog, "there", atoi(py + 6), nl ? nl + 1 : "");
+        if (!n->why[0] && n->code_file)
+            apply_code(n, n->code_file, "there", out);
     }
+}
+
+/* Runs cmd on a node reached by SSH under the environment its ranks get there. */
+static int run_there(struct node_check *n, struct ddp__ssh *s, const char *cmd, char *out,
+                     size_t len, int *st)
+{
+    size_t l = strlen(n->env_sh) + strlen(cmd) + 1;
+    char *full = malloc(l);
+    if (!full) {
+        snprintf(s->err, sizeof(s->err), "out of memory");
+        return -1;
+    }
+    snprintf(full, l, "%s%s", n->env_sh, cmd);
+    int r = ddp__ssh_run(s, full, out, len, st);
+    free(full);
+    return r;
 }
 
 static void *check_node(void *arg)
@@ -370,8 +474,20 @@ static void *check_node(void *arg)
         if (!n->why[0])
             apply_probe(n, probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
         if (!n->why[0] && is_python(prog)) {
-            int st = run_python_here(j->workdir, prog, out, sizeof(out));
+            int st = run_python_here(n->env_argv, j->workdir, prog, out, sizeof(out));
             apply_python(n, prog, "here", st, out);
+        }
+        if (!n->why[0] && n->code_file) { /* under the job's env, as the python check */
+            char *argv[] = {(char *)n->self,
+                            "__code",
+                            j->workdir,
+                            (char *)n->code_file,
+                            n->code_script ? "script" : "program",
+                            NULL};
+            int st;
+            if (run_env(n->env_argv, argv, out, sizeof(out), 30000, &st) < 0)
+                snprintf(out, sizeof(out), "code none '%s __code' failed", n->self);
+            apply_code(n, n->code_file, "here", out);
         }
         return NULL;
     }
@@ -419,7 +535,7 @@ static void *check_node(void *arg)
         /* As the agent runs it: from workdir, a name looked up in PATH. */
         snprintf(cmd, sizeof(cmd), "cd '%s' && { command -v '%s' >/dev/null || test -x '%s'; }",
                  j->workdir, prog, prog);
-        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0)
+        if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0 || st != 0)
             failed(n, C_CMD, "'%s' is not an executable program there (from workdir %s)", prog,
                    j->workdir);
         else
@@ -432,7 +548,7 @@ static void *check_node(void *arg)
         snprintf(cmd, sizeof(cmd),
                  strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'", s.remote, ip,
                  n->probe_port);
-        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0)
+        if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0)
             failed(n, C_PORT, "%s", s.err);
         else {
             out[strcspn(out, "\n")] = '\0';
@@ -445,10 +561,20 @@ static void *check_node(void *arg)
             "cd '%s' || exit; o=$('%s' -c '%s' 2>&1); r=$?; printf '%%s\\n' \"$o\" | tail -n 4; "
             "exit $r",
             j->workdir, prog, PY_CHECK);
-        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0)
+        if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0)
             failed(n, C_PY, "%s", s.err);
         else
             apply_python(n, prog, "there", st, out);
+    }
+    if (!n->why[0] && n->code_file) {
+        snprintf(cmd, sizeof(cmd), "'%s' __code '%s' '%s' %s", s.remote, j->workdir, n->code_file,
+                 n->code_script ? "script" : "program");
+        if (strchr(n->code_file, '\''))
+            failed(n, C_CODE, "'%s': a name with a quote cannot be checked there", n->code_file);
+        else if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0)
+            failed(n, C_CODE, "%s", s.err);
+        else
+            apply_code(n, n->code_file, "there", out);
     }
     ddp__ssh_close(&s);
     return NULL;
@@ -514,9 +640,12 @@ int ddp__doctor(const struct ddp_job *job)
     atomic_store(&stop_accepting, false);
     pthread_create(&acc, NULL, accept_loop, &lfd);
     bool wildcard = strcmp(laddr, "0.0.0.0") == 0 || strcmp(laddr, "::") == 0;
+    bool code_script;
+    const char *code_file = ddp__code_file(job, &code_script);
+    char *env_sh = ddp__doctor_env_sh(job), **env_argv = ddp__doctor_env_argv(job);
     struct node_check *nc = calloc(job->nnodes, sizeof(*nc));
     pthread_t *th = calloc(job->nnodes, sizeof(*th));
-    if (!nc || !th) {
+    if (!nc || !th || !env_sh || !env_argv) {
         ddp__cli_error("out of memory");
         return DDP_EXIT_LAUNCH;
     }
@@ -528,13 +657,25 @@ int ddp__doctor(const struct ddp_job *job)
                                                   : wildcard ? "127.0.0.1"
                                                              : laddr,
                                     .probe_port = ehost[0] ? eport : port,
+                                    .env_sh = env_sh,
+                                    .env_argv = env_argv,
+                                    .code_file = code_file,
+                                    .code_script = code_script,
                                     .gpus = -1};
         pthread_create(&th[i], NULL, check_node, &nc[i]);
     }
     for (size_t i = 0; i < job->nnodes; i++)
         pthread_join(th[i], NULL);
     compare_python(nc, job->nnodes);
+    if (code_file)
+        compare_code(nc, job->nnodes, code_file);
     bool py = is_python(job->shell ? "/bin/sh" : job->argv[0]), gpus = check_gpus(nc, job->nnodes);
+    bool shown[C_N];
+    for (int c = 0; c < C_N; c++)
+        shown[c] = c == C_GPUS                 ? gpus
+                   : c == C_PY || c == C_TORCH ? py
+                   : c == C_CODE               ? !!code_file
+                                               : true;
     atomic_store(&stop_accepting, true);
     pthread_join(acc, NULL);
     close(lfd);
@@ -544,15 +685,15 @@ int ddp__doctor(const struct ddp_job *job)
         hw = l > hw ? l : hw;
     }
     printf("%-*s", (int)hw + 2, "node");
-    for (int c = 0; c < (py ? C_N : C_PY); c++)
-        if (c != C_GPUS || gpus)
+    for (int c = 0; c < C_N; c++)
+        if (shown[c])
             printf("%-*s", width(c), c == C_STORE && ehost[0] ? "etcd" : col_name[c]);
     printf("result\n");
     int bad = 0;
     for (size_t i = 0; i < job->nnodes; i++) {
         printf("%-*s", (int)hw + 2, job->nodes[i].host);
-        for (int c = 0; c < (py ? C_N : C_PY); c++)
-            if (c != C_GPUS || gpus)
+        for (int c = 0; c < C_N; c++)
+            if (shown[c])
                 printf("%-*s", width(c), nc[i].cell[c] ? nc[i].cell[c] : "-");
         if (nc[i].why[0]) {
             bad++;
@@ -565,6 +706,10 @@ int ddp__doctor(const struct ddp_job *job)
            job->nnodes - (size_t)bad, bad);
     free(nc);
     free(th);
+    free(env_sh);
+    for (char **e = env_argv; *e; e++)
+        free(*e);
+    free(env_argv);
     if (ebad)
         printf("etcd: %d check%s failed (above)\n", ebad, ebad == 1 ? "" : "s");
     return bad || ebad ? DDP_EXIT_JOB_FAILED : DDP_EXIT_OK;

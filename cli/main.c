@@ -394,6 +394,8 @@ int main(int argc, char **argv)
     /* Hidden helpers that ddprun runs itself; their arguments are positional. */
     if (argc >= 2 && strcmp(argv[1], "__probe") == 0)
         return ddp__cmd_probe(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "__code") == 0)
+        return ddp__cmd_code(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__ssh-bridge") == 0)
         return ddp__cmd_ssh_bridge(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)

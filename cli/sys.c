@@ -209,26 +209,33 @@ int ddp__control_dir(char *out, size_t n, bool create, char *why, size_t whyn)
     return 0;
 }
 
-/* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
-bool ddp__program_here(const char *prog, const char *workdir)
+/* Where prog is found from workdir, as the agent would run it: a path (relative to workdir),
+ * or a name in PATH (an empty entry: workdir); false when it is no executable file there. */
+bool ddp__program_path(const char *prog, const char *workdir, char *out, size_t n)
 {
     if (strchr(prog, '/')) {
-        char p[PATH_MAX * 2];
-        snprintf(p, sizeof(p), "%s%s%s", prog[0] == '/' ? "" : workdir, prog[0] == '/' ? "" : "/",
-                 prog);
-        return access(p, X_OK) == 0;
+        snprintf(out, n, "%s%s%s", prog[0] == '/' ? "" : workdir, prog[0] == '/' ? "" : "/", prog);
+        return access(out, X_OK) == 0;
     }
     const char *path = getenv("PATH");
-    char buf[PATH_MAX];
     for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
         const char *c = strchr(p, ':');
         size_t l = c ? (size_t)(c - p) : strlen(p);
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)l, l ? p : ".", prog);
-        if (access(buf, X_OK) == 0)
+        if (l == 0 || p[0] != '/') /* relative entries are relative to workdir, the ranks' cwd */
+            snprintf(out, n, "%s/%.*s%s%s", workdir, (int)l, p, l ? "/" : "", prog);
+        else
+            snprintf(out, n, "%.*s/%s", (int)l, p, prog);
+        if (access(out, X_OK) == 0)
             return true;
         p += l + (c ? 1 : 0);
     }
     return false;
+}
+
+bool ddp__program_here(const char *prog, const char *workdir)
+{
+    char p[PATH_MAX * 2];
+    return ddp__program_path(prog, workdir, p, sizeof(p));
 }
 
 int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, int *status)

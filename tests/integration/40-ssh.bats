@@ -160,16 +160,18 @@ only_sshd_in() {
   run "$DDPRUN" doctor job.yaml
   assert_failure 1
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)") a3=$(rx "$(sshd_addr 3)") a8=$(rx "$(sshd_addr 8)")
-  # the interface: the node's own (a veth in its namespace), or lo on 127.0.0.x
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-2|lo) +pass$"
+  fm=$(sha256sum "$FMNIST" | cut -c1-8)
+  # the interface: the node's own (a veth in its namespace), or lo on 127.0.0.x; the code: the
+  # start of the SHA-256 of the program each node would run
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +$fm +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-2|lo) +$fm +pass$"
   assert_line --regexp "^$a3 +ok +FAIL .*FAIL: the host key of $a3 port $SSH_PORT is not in $SSH_KH"
   assert_line --regexp "^$a8 +FAIL .*FAIL: cannot connect to $a8 port $SSH_PORT"
   assert_output --partial "4 nodes checked: 2 passed, 2 failed"
   # accept-new: the unknown key is reported as new, and nothing is written
   run "$DDPRUN" doctor job.yaml --set ssh.strict_host_key_checking=accept-new --set "nodes=[$(sshd_addr 3)]"
   assert_success
-  assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +ok +[a-z0-9-]+ +pass$"
+  assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +ok +[a-z0-9-]+ +$fm +pass$"
   ! grep -qF "$(sshd_addr 3)" "$SSH_KH" || false
   # a command missing on the node, and a ddprun of another version
   run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
@@ -199,19 +201,21 @@ only_sshd_in() {
   mkdir -p other/torch && echo '__version__ = "2.1.0"' >other/torch/__init__.py
   SSHD_EXTRA_CONFIG="SetEnv PYTHONPATH=$PWD/other" sshd_start 2
   ssh_job job.yaml 1 1 2 -- /usr/bin/python3 train.py
+  printf 'print(1)\n' >train.py
+  ht=$(sha256sum train.py | cut -c1-8)
   want=$(/usr/bin/python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)')
   py=${want% *} torch=${want#* }
   run "$DDPRUN" doctor job.yaml
   assert_failure 1
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
-  assert_output --regexp " +interface +python +torch +result"$'\n'
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +$torch +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +2\.1\.0 +FAIL: python $py with torch 2\.1\.0 on this node, python $py with torch $torch on $a1: the ranks must run the same"
+  assert_output --regexp " +interface +python +torch +code +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +$torch +$ht +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +2\.1\.0 +$ht +FAIL: python $py with torch 2\.1\.0 on this node, python $py with torch $torch on $a1: the ranks must run the same"
   # a torch that is there but fails to import (as a missing CUDA library makes it): its error
   mkdir -p broken/torch && echo 'raise ImportError("libcudnn.so.8: cannot open shared object file")' >broken/torch/__init__.py
   run env PYTHONPATH="$PWD/broken" "$DDPRUN" doctor job.yaml --set "nodes=[localhost]"
   assert_failure 1
-  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +[a-z0-9]+ +FAIL +- +FAIL: '/usr/bin/python3' fails to start, or to import torch, here: ImportError: libcudnn.so.8: cannot open shared object file$"
+  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +[a-z0-9]+ +FAIL +- +- +FAIL: '/usr/bin/python3' fails to start, or to import torch, here: ImportError: libcudnn.so.8: cannot open shared object file$"
   # a job that is not Python has no such columns
   run "$DDPRUN" doctor job.yaml --set "command=[sleep, '1']" --set "nodes=[$(sshd_addr 1)]"
   assert_success
@@ -226,12 +230,62 @@ only_sshd_in() {
   printf 'command: [sleep, "1"]\n' >job.yaml
   run "$DDPRUN" doctor job.yaml
   assert_success
-  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +lo +pass$"
+  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +lo +$(sha256sum "$(command -v sleep)" | cut -c1-8) +pass$"
   # the program relative to the workdir, which is relative to the job file's folder
   mkdir -p sub/wd && printf '#!/bin/sh\n' >sub/wd/t.sh && chmod +x sub/wd/t.sh
   printf 'command: [./t.sh]\nworkdir: wd\n' >sub/job.yaml
   run "$DDPRUN" doctor sub/job.yaml
   assert_success
+  assert_line --regexp "^localhost .* +$(sha256sum sub/wd/t.sh | cut -c1-8) +pass$"
+  # a Python job's script after python's options (values attached or not); none for -c
+  printf 'print(1)\n' >sub/wd/s.py
+  printf 'command: [/usr/bin/python3, -X, dev, -Wignore, -uB, --check-hash-based-pycs, never, s.py, -c]\nworkdir: wd\n' >sub/job.yaml
+  run "$DDPRUN" doctor sub/job.yaml
+  assert_line --regexp "^localhost .* +$(sha256sum sub/wd/s.py | cut -c1-8) +pass$"
+  printf 'command: [/usr/bin/python3, -uc, "print(1)"]\n' >job.yaml
+  run "$DDPRUN" doctor job.yaml
+  assert_success
+  refute_output --partial "code"
+}
+
+@test "ddprun doctor: the code each node would run, hashed there under the ranks' environment; a node with another fails naming both" {
+  mkdir a b
+  printf '#!/bin/sh\necho a\n' >a/train.sh
+  printf '#!/bin/sh\necho b\n' >b/train.sh
+  chmod +x a/train.sh b/train.sh
+  # each node's sessions find train.sh in a folder of their own on PATH
+  SSHD_EXTRA_CONFIG="SetEnv PATH=$PWD/a:/usr/bin:/bin" sshd_start 1
+  SSHD_EXTRA_CONFIG="SetEnv PATH=$PWD/b:/usr/bin:/bin" sshd_start 2
+  ssh_job job.yaml 1 1 2 -- train.sh
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
+  ha=$(sha256sum a/train.sh | cut -c1-16) hb=$(sha256sum b/train.sh | cut -c1-16)
+  # PATH goes from here to remote ranks (the export rule): every node would run b's
+  run env PATH="$PWD/b:$PATH" "$DDPRUN" doctor job.yaml
+  assert_success
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${hb:0:8} +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${hb:0:8} +pass$"
+  # and the job's env over it
+  run env PATH="$PWD/b:$PATH" "$DDPRUN" doctor job.yaml --set "env.PATH=$PWD/a:/usr/bin:/bin"
+  assert_success
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${ha:0:8} +pass$"
+  # without PATH exported each node's own: node 2 would run another train.sh
+  run "$DDPRUN" doctor job.yaml --set 'export=["-PATH"]'
+  assert_failure 1
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${ha:0:8} +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${hb:0:8} +FAIL: 'train\.sh' on this node is not the one on $a1 \(SHA-256 $hb\.\.\., there $ha\.\.\.\): every node must run the same code$"
+  # a Python job: the script, from the workdir; one that is not there fails each node
+  printf 'print(1)\n' >t.py
+  run "$DDPRUN" doctor job.yaml --set "command=[/usr/bin/python3, -W, ignore, -u, t.py]"
+  assert_success
+  assert_line --regexp "^$a2 +ok .* +$(sha256sum t.py | cut -c1-8) +pass$"
+  run "$DDPRUN" doctor job.yaml --set "command=[/usr/bin/python3, missing.py]"
+  assert_failure 1
+  for a in "$a1" "$a2"; do
+    assert_line --regexp "^$a +ok .* +FAIL +FAIL: 'missing\.py' cannot be read there \(from workdir $(rx "$PWD")\): No such file or directory$"
+  done
+  # python -m: a module the interpreter finds, no code column
+  run "$DDPRUN" doctor job.yaml --set "command=[/usr/bin/python3, -m, json.tool]"
+  refute_output --partial "code"
 }
 
 # A ddprun for the nodes that hangs on node 2 (it never answers, never reads its stdin) and is
@@ -316,9 +370,9 @@ SH
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
   run "$DDPRUN" doctor job.yaml --set backend=nccl
   assert_failure 1
-  assert_output --regexp " +interface +gpus +result"$'\n'
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +FAIL +FAIL: 0 GPUs visible there for its 2 ranks \(backend: nccl takes a GPU per rank; "
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +2 +pass$"
+  assert_output --regexp " +interface +gpus +code +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +FAIL +[0-9a-f]{8} +FAIL: 0 GPUs visible there for its 2 ranks \(backend: nccl takes a GPU per rank; "
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +2 +[0-9a-f]{8} +pass$"
   # 3 slots on node 2: one GPU short
   run "$DDPRUN" doctor job.yaml --set backend=nccl --set "nodes=[{host: $(sshd_addr 2), slots: 3}]"
   assert_failure 1
@@ -326,7 +380,7 @@ SH
   # a CPU job: the count is shown (a node has GPUs), nothing fails on it
   run "$DDPRUN" doctor job.yaml
   assert_success
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +0 +pass$"
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +0 +[0-9a-f]{8} +pass$"
   # and not shown where no node has any
   run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1)]"
   assert_success

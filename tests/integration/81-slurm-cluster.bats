@@ -204,8 +204,9 @@ JOB
   printf 'command: [ddprun-fmnist]\n' >job.yaml
   run slurm_login salloc -N3 --quiet ddprun doctor job.yaml
   [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+  fm=$(sha256sum "$(command -v ddprun-fmnist)" | cut -c1-8)
   for k in 1 2 3; do
-    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +pass"
+    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +$fm +pass"
   done
   assert_output --partial "3 nodes checked: 3 passed, 0 failed"
   printf 'command: [no-such-program]\n' >bad.yaml
@@ -216,9 +217,11 @@ JOB
   # the same step
   want=$(/usr/bin/python3 -c 'import sys; print(sys.version.split()[0])')
   printf 'command: [/usr/bin/python3, train.py]\n' >py.yaml
+  printf 'print(1)\n' >train.py
+  ht=$(sha256sum train.py | cut -c1-8)
   run slurm_login salloc -N3 --quiet ddprun doctor py.yaml
   [ "$status" -eq 0 ] || { echo "$output"; return 1; }
   for k in 1 2 3; do
-    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +${want//./\\.} +[^ ]+ +pass"
+    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +${want//./\\.} +[^ ]+ +$ht +pass"
   done
 }

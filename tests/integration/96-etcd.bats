@@ -178,8 +178,8 @@ JOB
   assert_output --partial "http://127.0.0.1:1                       FAIL: etcd at http://127.0.0.1:1: "
   assert_output --partial "prefix /team/                            ok: written, read back and deleted"
   # the node's column: it reached etcd's port
-  assert_output --regexp $'\n''node +ssh +host key +ddprun +workdir +command +port +etcd +interface +result'
-  assert_output --regexp $'\n''localhost +local +local +ok +ok +ok +ok +ok +lo +pass'
+  assert_output --regexp $'\n''node +ssh +host key +ddprun +workdir +command +port +etcd +interface +code +result'
+  assert_output --regexp $'\n''localhost +local +local +ok +ok +ok +ok +ok +lo +[0-9a-f]{8} +pass'
   assert_output --partial "etcd: 1 check failed (above)"
   [ -z "$(etcd_keys | grep "^/team/")" ]
   printf 'command: [true]\nrendezvous: {backend: etcd, endpoints: ["%s"]}\n' "$ETCD_EPS" >ok.yaml
