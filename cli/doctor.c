@@ -187,10 +187,8 @@ static char **with_env(char *const *env, char *const *argv)
     while (argv[na])
         na++;
     char **v = calloc(ne + na + 1, sizeof(char *));
-    if (v) {
-        memcpy(v, env, ne * sizeof(char *));
-        memcpy(v + ne, argv, na * sizeof(char *));
-    }
+    for (size_t i = 0; v && i < ne + na; i++)
+        v[i] = i < ne ? env[i] : argv[i - ne];
     return v;
 }
 
