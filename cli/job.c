@@ -36,189 +36,8 @@ static const char *const ssh_keys[] = {
     "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
 static const char *const logs_keys[] = {"dir", "tag_output", "timestamps", "console_ranks", NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
-static const char *const node_keys[] = {"host", "slots", NULL};
 static const char *const network_keys[] = {"interface", "family", NULL};
 static const char *const diag_keys[] = {"hang_after", "on_hang", NULL};
-
-static int load_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
-{
-    if (n->type == DDP_Y_SCALAR)
-        return ddp__jv_str(c, n, "command", &j->shell);
-    if (n->type != DDP_Y_SEQ || n->n == 0) {
-        ddp__jv_err(c, n, "command must be a list of arguments or a shell command string%s",
-                    n->type == DDP_Y_SEQ ? ", not an empty list" : "");
-        return -1;
-    }
-    if (!(j->argv = calloc(n->n + 1, sizeof(char *))))
-        return -1;
-    for (size_t i = 0; i < n->n; i++) {
-        if (ddp__jv_scalar(c, n->kids[i], "each command argument") < 0)
-            return -1;
-        if (!(j->argv[i] = strdup(n->kids[i]->str)))
-            return -1;
-    }
-    if (!j->argv[0][0]) {
-        ddp__jv_err(c, n->kids[0], "command: the program (first element) must not be empty");
-        return -1;
-    }
-    return 0;
-}
-
-static int load_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
-{
-    if (n->type != DDP_Y_MAP) {
-        ddp__jv_err(c, n, "env must be a mapping of variable names to values");
-        return -1;
-    }
-    if (ddp__jv_check_dups(c, n, "env") < 0)
-        return -1;
-    if (!(j->env = calloc(n->n / 2 + 1, sizeof(*j->env))))
-        return -1;
-    for (size_t i = 0; i + 1 < n->n; i += 2) {
-        const struct ddp_ynode *k = n->kids[i], *v = n->kids[i + 1];
-        if (!ddp__jv_env_name_ok(k->str)) {
-            ddp__jv_err(c, k, "env: '%s' is not a valid variable name (letters, digits, _)",
-                        k->str);
-            return -1;
-        }
-        if (ddp__jv_scalar(c, v, "an env value") < 0)
-            return -1;
-        j->env[j->nenv].key = strdup(k->str);
-        j->env[j->nenv].value = strdup(v->str);
-        j->nenv++;
-    }
-    return 0;
-}
-
-/*
- * The command and env reach every rank through exec(2), whose kernel limits are 128 KiB per
- * string and about 2 MiB for all of them with the inherited environment, and reach remote
- * agents in one frame of at most 1 MiB: a job over these would fail at launch with "Argument
- * list too long", so it is refused here, where the file and line can be named.
- */
-#define DDP_JOB_MAX_STRING (128u << 10)
-#define DDP_JOB_MAX_EXEC (512u << 10)
-
-static int check_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
-                           const struct ddp_job *j)
-{
-    size_t total = 0;
-    const struct ddp_ynode *cmd = ddp__ytree_get(root, "command"),
-                           *env = ddp__ytree_get(root, "env");
-    for (size_t i = 0; j->argv && j->argv[i]; i++) {
-        size_t l = strlen(j->argv[i]) + 1;
-        if (l > DDP_JOB_MAX_STRING) {
-            ddp__jv_err(c, cmd->kids[i], "command argument %zu is %zu bytes; exec takes at most %u",
-                        i, l - 1, DDP_JOB_MAX_STRING - 1);
-            return -1;
-        }
-        total += l + sizeof(char *);
-    }
-    if (j->shell) {
-        total += strlen(j->shell) + 1;
-        if (strlen(j->shell) + 1 > DDP_JOB_MAX_STRING) {
-            ddp__jv_err(c, cmd, "command is %zu bytes; exec takes at most %u", strlen(j->shell),
-                        DDP_JOB_MAX_STRING - 1);
-            return -1;
-        }
-    }
-    for (size_t i = 0; i < j->nenv; i++) {
-        size_t l = strlen(j->env[i].key) + strlen(j->env[i].value) + 2;
-        if (l > DDP_JOB_MAX_STRING) {
-            ddp__jv_err(c, env->kids[2 * i],
-                        "env: %s=... is %zu bytes; a variable holds at most %u", j->env[i].key,
-                        l - 1, DDP_JOB_MAX_STRING - 1);
-            return -1;
-        }
-        total += l + sizeof(char *);
-    }
-    if (total > DDP_JOB_MAX_EXEC) {
-        ddp__jv_err(c, env ? env : cmd,
-                    "command and env take %zu KiB (%zu variables); a rank's command line and "
-                    "environment are limited to %u KiB",
-                    (total + 1023) / 1024, j->nenv, DDP_JOB_MAX_EXEC >> 10);
-        return -1;
-    }
-    return 0;
-}
-
-/*
- * Other tools' host syntax is an error naming the right form, never a host literally called
- * "gpu1:4" (Horovod's host:slots) or "gpu1 slots=4" (a DeepSpeed or Open MPI hostfile line).
- * An IPv6 address has more than one colon and is a host.
- */
-static int check_host_syntax(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *h)
-{
-    const char *colon = strchr(h, ':');
-    char *end;
-    if (colon && !strchr(colon + 1, ':') && colon[1] && (strtol(colon + 1, &end, 10), !*end)) {
-        ddp__jv_err(c, n,
-                    "node '%s' looks like Horovod's host:slots; in a job file write "
-                    "{host: %.*s, slots: %s}",
-                    h, (int)(colon - h), h, colon + 1);
-        return -1;
-    }
-    const char *sp = strpbrk(h, " \t");
-    if (sp) {
-        const char *slots = strstr(h, "slots=");
-        if (slots)
-            ddp__jv_err(c, n,
-                        "node '%s' is a hostfile line; in a job file write {host: %.*s, "
-                        "slots: %s}",
-                        h, (int)(sp - h), h, slots + 6);
-        else
-            ddp__jv_err(c, n, "node '%s' is not a host name (no spaces)", h);
-        return -1;
-    }
-    return 0;
-}
-
-static int load_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
-                      int **slots_given)
-{
-    if (n->type != DDP_Y_SEQ || n->n == 0) {
-        ddp__jv_err(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
-        return -1;
-    }
-    j->nodes = calloc(n->n, sizeof(*j->nodes));
-    *slots_given = calloc(n->n, sizeof(int));
-    if (!j->nodes || !*slots_given)
-        return -1;
-    for (size_t i = 0; i < n->n; i++) {
-        const struct ddp_ynode *e = n->kids[i], *host = e;
-        if (e->type == DDP_Y_MAP) {
-            if (ddp__jv_check_keys(c, e, "a node", node_keys) < 0)
-                return -1;
-            if (!(host = ddp__ytree_get(e, "host"))) {
-                ddp__jv_err(c, e, "a node needs 'host'");
-                return -1;
-            }
-            const struct ddp_ynode *s = ddp__ytree_get(e, "slots");
-            if (s && ddp__jv_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
-                return -1;
-        }
-        if (ddp__jv_str(c, host, "host", &j->nodes[i].host) < 0)
-            return -1;
-        j->nnodes = i + 1; /* counted now, so an error below still frees it */
-        if (check_host_syntax(c, host, j->nodes[i].host) < 0)
-            return -1;
-    }
-    const char **hosts = malloc(j->nnodes * sizeof(*hosts));
-    size_t dup, first;
-    if (!hosts)
-        return -1;
-    for (size_t i = 0; i < j->nnodes; i++)
-        hosts[i] = j->nodes[i].host;
-    bool found = ddp__ytree_find_dup(hosts, j->nnodes, &dup, &first);
-    free(hosts);
-    if (found) {
-        const struct ddp_ynode *e = n->kids[dup];
-        ddp__jv_err(c, e->type == DDP_Y_MAP ? ddp__ytree_get(e, "host") : e,
-                    "node '%s' is listed twice", j->nodes[dup].host);
-        return -1;
-    }
-    return 0;
-}
 
 static char *default_name(const char *file)
 {
@@ -264,7 +83,7 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
                     "missing 'command' (the program each rank runs, as a list or a string)");
         return -1;
     }
-    if (load_command(c, n, j) < 0)
+    if (ddp__job_command(c, n, j) < 0)
         return -1;
     if ((n = ddp__ytree_get(root, "workdir"))) {
         char *w = NULL;
@@ -275,9 +94,9 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     } else {
         j->workdir = strdup(basedir);
     }
-    if ((n = ddp__ytree_get(root, "env")) && load_env(c, n, j) < 0)
+    if ((n = ddp__ytree_get(root, "env")) && ddp__job_env(c, n, j) < 0)
         return -1;
-    if (check_exec_size(c, root, j) < 0)
+    if (ddp__job_exec_size(c, root, j) < 0)
         return -1;
     const struct ddp_ynode *per_node = ddp__ytree_get(root, "nproc_per_node");
     bool alloc = false; /* the nodes are the Slurm allocation's */
@@ -286,7 +105,7 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         if ((alloc = true), ddp__slurm_nodes(c, n, per_node, j, &slots_given) < 0)
             goto out;
     } else if (n) {
-        if (load_nodes(c, n, j, &slots_given) < 0)
+        if (ddp__job_nodes(c, n, j, &slots_given) < 0)
             goto out;
     } else if (ddp__slurm_allocated()) { /* inside an allocation: its nodes */
         if ((alloc = true), ddp__slurm_nodes(c, root, per_node, j, &slots_given) < 0)

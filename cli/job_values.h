@@ -48,6 +48,16 @@ bool ddp__jv_rank_list_ok(const char *s);
 
 struct ddp_job;
 
+/* The command and env keys (cli/job_command.c), and the exec limits they must fit. */
+int ddp__job_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
+int ddp__job_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
+int ddp__job_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
+                       const struct ddp_job *j);
+/* The nodes key (cli/job_nodes.c): hosts, and each one's slots where given (*slots_given, a
+ * malloc'd array of nnodes, 0 where not given). */
+int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
+                   int **slots_given);
+
 /* cli/job_rdzv.c: the rendezvous section sub (the store's or etcd's settings; NULL: none) into
  * j, whose nodes and launcher are read: a timeout it does not give grows with the nodes. */
 int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
