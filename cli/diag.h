@@ -24,6 +24,9 @@ struct ddp__rank_progress {
     bool rec;       /* a libddp group keeps its flight recorder in the page */
     uint64_t entered, started, completed;
     int64_t idle_ms; /* since one of the three last moved */
+    /* The startup timeline: since the rank's group was formed (its page attached) and since
+     * its first collective finished; -1 for not yet (or unknown). */
+    int64_t formed_ago_ms, first_ago_ms;
     /* The oldest collective not finished (completed + 1), when entered > completed. */
     bool in_coll;
     int op, dtype, bucket;

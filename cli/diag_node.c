@@ -26,6 +26,7 @@ int ddp__dn_page_new(struct ddp__dn_page *pg)
     pg->fd = memfd_create("ddprun-progress", MFD_CLOEXEC);
     pg->p = NULL;
     pg->seen_state = '\0';
+    pg->first_done_ns = 0;
     if (pg->fd < 0)
         return DDP_ESYS;
     if (ftruncate(pg->fd, sizeof(struct ddp_progress_page)) != 0) {
@@ -89,6 +90,15 @@ void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
         int64_t ch = atomic_load_explicit(&p->changed_ns, memory_order_relaxed);
         rp.idle_ms = ch && now > ch ? (now - ch) / 1000000 : 0;
         struct ddp_progress_ent e;
+        /* The startup timeline: when the group formed, when its first collective finished
+         * (entry 1's end; if the ring has already dropped it, no later than now). */
+        int64_t formed = atomic_load_explicit(&p->attached_ns, memory_order_relaxed);
+        rp.formed_ago_ms = formed ? (now > formed ? (now - formed) / 1000000 : 0) : -1;
+        if (!pg->first_done_ns && rp.completed >= 1) {
+            int64_t end = ddp_progress_read(p, 1, &e) ? atomic_load(&e.t_end) : 0;
+            pg->first_done_ns = end > 0 && end <= now ? end : now;
+        }
+        rp.first_ago_ms = pg->first_done_ns ? (now - pg->first_done_ns) / 1000000 : -1;
         if (rp.entered > rp.completed && ddp_progress_read(p, rp.completed + 1, &e)) {
             int64_t enq = atomic_load(&e.t_enq), st = atomic_load(&e.t_start);
             rp.in_coll = true;

@@ -23,6 +23,7 @@ struct ddp__dn_page {
     /* the rank's state and kernel wait last read while no stack tool of the agent stopped it */
     char seen_state;
     char seen_wchan[48];
+    int64_t first_done_ns; /* when its first collective finished, once seen (0: not yet) */
 };
 
 /* 0, or DDP_ESYS (then the rank simply runs without one). */

@@ -387,6 +387,20 @@ void ddp__diag_stragglers(const struct ddp__diag *d, struct ddp__straggle *out)
     free(lasts);
 }
 
+bool ddp__diag_startup(const struct ddp__diag *d, bool first, int64_t *at_ms)
+{
+    *at_ms = 0;
+    for (int i = 0; i < d->world; i++) {
+        const struct ddp__diag_rank *r = &d->r[i];
+        int64_t ago = first ? r->p.first_ago_ms : r->p.formed_ago_ms;
+        if (!r->have || !r->p.rec || ago < 0)
+            return false;
+        if (i == 0 || r->at_ms - ago > *at_ms)
+            *at_ms = r->at_ms - ago;
+    }
+    return d->world > 0;
+}
+
 void ddp__diag_status(const struct ddp__diag *d, int64_t now_ms, const char *const *node_names,
                       struct ddp_buf *out)
 {

@@ -71,6 +71,12 @@ struct ddp__straggle {
 };
 void ddp__diag_stragglers(const struct ddp__diag *d, struct ddp__straggle *out);
 
+/* The round's startup timeline from the ranks' reports: when every rank's process group had
+ * been formed (first: false) or its first collective had finished (first: true), in the clock of
+ * ddp__diag_take's now_ms (the latest over the ranks; both are collective, so the ranks differ
+ * by little). False until every rank has reported it. */
+bool ddp__diag_startup(const struct ddp__diag *d, bool first, int64_t *at_ms);
+
 /* The `ddprun status` table, a row per rank. */
 void ddp__diag_status(const struct ddp__diag *d, int64_t now_ms, const char *const *node_names,
                       struct ddp_buf *out);

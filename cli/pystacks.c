@@ -192,16 +192,17 @@ static void put_recorder(struct ddp_buf *b)
         l, sizeof(l),
         "_L = {'size': %u, 'magic': %u, 'version': %u, 'ring_n': %u, 'rank': %u, 'world': %u, "
         "'entered': %u, 'started': %u, 'completed': %u, 'changed': %u, 'attached': %u, "
+        "'attached_ns': %u, "
         "'ent': %u, 'esz': %u, 'ring': %u, 'MAGIC': %u, 'VERSION': %u, 'e_op': %u, "
         "'e_dtype': %u, 'e_bucket': %u, 'e_bytes': %u, 'e_enq': %u, 'e_start': %u, "
         "'e_end': %u, 'e_result': %u, 'dtypes': {'float32': %d, 'float64': %d, 'bfloat16': %d, "
         "'float16': %d, 'int32': %d, 'int64': %d}, 'ops': {",
         (unsigned)sizeof(struct ddp_progress_page), OFF(magic), OFF(version), OFF(ring), OFF(rank),
         OFF(world), OFF(entered), OFF(started), OFF(completed), OFF(changed_ns), OFF(attached),
-        OFF(ent), (unsigned)sizeof(struct ddp_progress_ent), DDP_PROGRESS_RING, DDP_PROGRESS_MAGIC,
-        DDP_PROGRESS_VERSION, EOFF(op), EOFF(dtype), EOFF(bucket), EOFF(bytes), EOFF(t_enq),
-        EOFF(t_start), EOFF(t_end), EOFF(result), DDP_F32, DDP_F64, DDP_BF16, DDP_F16, DDP_I32,
-        DDP_I64);
+        OFF(attached_ns), OFF(ent), (unsigned)sizeof(struct ddp_progress_ent), DDP_PROGRESS_RING,
+        DDP_PROGRESS_MAGIC, DDP_PROGRESS_VERSION, EOFF(op), EOFF(dtype), EOFF(bucket), EOFF(bytes),
+        EOFF(t_enq), EOFF(t_start), EOFF(t_end), EOFF(result), DDP_F32, DDP_F64, DDP_BF16, DDP_F16,
+        DDP_I32, DDP_I64);
     for (unsigned op = 0; op < DDP_PROG__COUNT && n > 0 && (size_t)n < sizeof(l); op++)
         n += snprintf(l + n, sizeof(l) - (size_t)n, "%s'%s': %u", op ? ", " : "",
                       ddp_progress_op_name(op), op);

@@ -200,6 +200,15 @@ void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
     fflush(f);
 }
 
+/* A number of seconds, or null when negative (not known). */
+static void num_or_null(FILE *f, double v)
+{
+    if (v < 0)
+        fputs("null", f);
+    else
+        fprintf(f, "%.3f", v);
+}
+
 static void rec_message(void *self, const char *msg, size_t n)
 {
     struct ddp__rec *r = self;
@@ -352,7 +361,17 @@ static void rec_summary(void *self, const struct ddp__summary *s)
         json_str(f, l->why);
         fputc('}', f);
     }
-    fprintf(f, "],\n \"ranks\": [");
+    fputs("],\n \"startup\": ", f);
+    if (s->startup_round < 0) {
+        fputs("null", f);
+    } else {
+        fprintf(f, "{\"round\": %d, \"group_formed_s\": ", s->startup_round);
+        num_or_null(f, s->formed_s);
+        fputs(", \"first_collective_s\": ", f);
+        num_or_null(f, s->first_s);
+        fputc('}', f);
+    }
+    fprintf(f, ",\n \"ranks\": [");
     for (int i = 0; i < s->world; i++) {
         const struct ddp__rank_rec *k = &s->ranks[i];
         fprintf(f, "%s\n  {\"rank\": %d, \"host\": ", i ? "," : "", k->rank);

@@ -244,6 +244,7 @@ static void summarize(int rc)
                               .nlosses = L.nlosses,
                               .tail = ff ? ff->tail : NULL,
                               .ntail = ff ? ff->ntail : 0};
+    ddp__wd_startup(&sm.startup_round, &sm.formed_s, &sm.first_s);
     for (int v = 0; v < L.nviews; v++)
         if (L.views[v].ops->summary)
             L.views[v].ops->summary(L.views[v].self, &sm);

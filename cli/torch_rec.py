@@ -87,7 +87,7 @@ class _Rec:
         i[_L['ring_n'] // 4] = _L['ring']
         i[_L['rank'] // 4] = c.get_rank() & 0xffffffff
         i[_L['world'] // 4] = c.get_world_size() & 0xffffffff
-        q[_L['changed'] // 8] = _mono()
+        q[_L['changed'] // 8] = q[_L['attached_ns'] // 8] = _mono()
         self.m, self.q, self.i, self.b = m, q, i, b
         torch = sys.modules.get('torch')
         self.dtypes = {getattr(torch, n): v for n, v in _L['dtypes'].items()

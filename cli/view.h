@@ -55,6 +55,9 @@ struct ddp__summary {
     int nlosses;
     char *const *tail; /* the first failed rank's last lines */
     int ntail;
+    /* the startup of the last round (cli/watchdog.h): round -1 when none ran */
+    int startup_round;
+    double formed_s, first_s;
 };
 
 /* What the status line shows. */

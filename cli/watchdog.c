@@ -58,7 +58,11 @@ static struct {
     char sock[PATH_MAX];
     struct sreq *reqs;
     uint32_t next_id;
-} W = {.lfd = -1};
+    /* The round's startup timeline: when its ranks were started, and how long after that the
+     * last rank's group was formed [0] and its first collective finished [1] (-1: not yet). */
+    int64_t round_start_ms, startup_ms[2];
+    int startup_round;
+} W = {.lfd = -1, .startup_ms = {-1, -1}, .startup_round = -1};
 
 static void say(const char *msg)
 {
@@ -264,6 +268,20 @@ void ddp__wd_stacks_reply(int node, const uint8_t *body, size_t len)
 /* The hang report                                                    */
 /* ------------------------------------------------------------------ */
 
+/* Records each step of the round's startup once every rank has reported it. */
+static void startup(void)
+{
+    static const char *const ev[2] = {"group_formed", "first_collective"};
+    for (int k = 0; k < 2; k++) {
+        int64_t at;
+        if (W.startup_ms[k] >= 0 || !ddp__diag_startup(&W.d, k == 1, &at))
+            continue;
+        W.startup_ms[k] = at > W.round_start_ms ? at - W.round_start_ms : 0;
+        ddp__rec_event(W.c.rec, *W.c.round, ev[k], "#after_start_ms", (long long)W.startup_ms[k],
+                       NULL);
+    }
+}
+
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
     struct ddp__hang h;
@@ -325,7 +343,17 @@ void ddp__wd_round(int world, const int *node_of_rank, const int *local_of_rank)
     memcpy(W.local_of, local_of_rank, (size_t)world * sizeof(int));
     W.world = world;
     W.running = true;
+    W.round_start_ms = ddp_now_ms();
+    W.startup_ms[0] = W.startup_ms[1] = -1;
+    W.startup_round = *W.c.round;
     ddp_timer_start(W.c.loop, &W.tick, 1000);
+}
+
+void ddp__wd_startup(int *round, double *formed_s, double *first_s)
+{
+    *round = W.startup_round;
+    *formed_s = W.startup_ms[0] >= 0 ? (double)W.startup_ms[0] / 1000 : -1;
+    *first_s = W.startup_ms[1] >= 0 ? (double)W.startup_ms[1] / 1000 : -1;
 }
 
 void ddp__wd_round_end(void)
@@ -336,8 +364,10 @@ void ddp__wd_round_end(void)
 
 void ddp__wd_progress(int node, char *report)
 {
-    if (W.running)
+    if (W.running) {
         ddp__diag_take(&W.d, node, report, ddp_now_ms());
+        startup();
+    }
     free(report);
 }
 
@@ -356,6 +386,17 @@ static void answer(int fd, const char *req)
         W.c.headline(head, sizeof(head));
         ddp_buf_put(&b, head, strlen(head));
         ddp_buf_put(&b, "\n", 1);
+        if (W.running && W.startup_ms[0] >= 0) {
+            int n = snprintf(head, sizeof(head),
+                             "startup: process groups formed %.2f s after "
+                             "the ranks were started",
+                             (double)W.startup_ms[0] / 1000);
+            if (W.startup_ms[1] >= 0)
+                n += snprintf(head + n, sizeof(head) - (size_t)n,
+                              ", first collective done at %.2f s", (double)W.startup_ms[1] / 1000);
+            ddp_buf_put(&b, head, (size_t)n);
+            ddp_buf_put(&b, "\n", 1);
+        }
         if (W.running)
             ddp__diag_status(&W.d, ddp_now_ms(), W.names, &b);
         reply_close(fd, (const char *)b.data, b.len);

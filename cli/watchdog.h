@@ -43,6 +43,10 @@ void ddp__wd_release(void);
 
 /* A round of world ranks starts: node and local index of each. */
 void ddp__wd_round(int world, const int *node_of_rank, const int *local_of_rank);
+/* The startup timeline of the last round that ran (its number, -1 for none): seconds after its
+ * ranks were started until every rank's process group was formed and its first collective
+ * finished, each -1 where not every rank reported it (events group_formed, first_collective). */
+void ddp__wd_startup(int *round, double *formed_s, double *first_s);
 /* The round's workers are stopping: no hang reports until the next round. */
 void ddp__wd_round_end(void);
 /* Node node's progress report (cli/diag.h lines); takes report (malloc'd). */

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #define DDP_PROGRESS_MAGIC 0x50504444u /* "DDPP" */
-#define DDP_PROGRESS_VERSION 1u
+#define DDP_PROGRESS_VERSION 2u
 #define DDP_PROGRESS_RING 1024u /* entries; a power of two */
 
 /* Operations, as recorded (the names are ddp_progress_op_name's). libddp records the first
@@ -66,6 +66,7 @@ struct ddp_progress_page {
     _Atomic int64_t changed_ns;
     _Atomic uint32_t attached; /* a group writes here (only the first of a process does) */
     uint32_t pad3;
+    _Atomic int64_t attached_ns; /* when it did: the group was formed (the startup timeline) */
     struct ddp_progress_ent ent[DDP_PROGRESS_RING];
 };
 

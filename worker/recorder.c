@@ -67,6 +67,7 @@ struct ddp__recorder *ddp__rec_new(int rank, int world)
         atomic_store(&p->completed, 0);
         for (unsigned i = 0; i < DDP_PROGRESS_RING; i++)
             atomic_store(&p->ent[i].seq, 0);
+        atomic_store(&p->attached_ns, ddp_now_ns());
     } else if (!(r->p = calloc(1, sizeof(*r->p)))) {
         free(r);
         return NULL;

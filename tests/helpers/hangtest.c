@@ -2,10 +2,11 @@
  * A rank for the diagnosis tests (tests/integration/90-diagnose.bats): steps of "compute" (a
  * sleep) and one all-reduce of a gradient bucket (bucket 3), under ddprun. One rank can be made
  * to misbehave before collective #S: stop itself (SIGSTOP), or spin forever outside any
- * collective; or to compute slower (a straggler).
+ * collective; or to compute slower (a straggler); or to start late (before its group forms).
  *
  * usage: hangtest [--steps N] [--compute-ms M] [--count K] [--stop-rank R --stop-at S]
- *                 [--spin-rank R --spin-at S] [--slow-rank R --slow-factor F] [--stamp FILE]
+ *                 [--spin-rank R --spin-at S] [--slow-rank R --slow-factor F]
+ *                 [--late-rank R --late-ms M] [--stamp FILE]
  * --stamp: the misbehaving rank writes the wall time (s) at which it misbehaves there.
  */
 #include "worker/pg.h"
@@ -56,9 +57,9 @@ static void sleep_ms(double ms)
 
 int main(int argc, char **argv)
 {
-    int steps = 20, count = 1024, stop_rank = -1, spin_rank = -1, slow_rank = -1;
+    int steps = 20, count = 1024, stop_rank = -1, spin_rank = -1, slow_rank = -1, late_rank = -1;
     long stop_at = -1, spin_at = -1;
-    double compute_ms = 20, slow = 1.0;
+    double compute_ms = 20, slow = 1.0, late_ms = 0;
     const char *stampfile = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -80,6 +81,10 @@ int main(int argc, char **argv)
             slow_rank = atoi(v);
         else if (!strcmp(k, "--slow-factor"))
             slow = atof(v);
+        else if (!strcmp(k, "--late-rank"))
+            late_rank = atoi(v);
+        else if (!strcmp(k, "--late-ms"))
+            late_ms = atof(v);
         else if (!strcmp(k, "--stamp"))
             stampfile = v;
         else {
@@ -87,6 +92,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    const char *r_env = getenv("RANK");
+    if (r_env && atoi(r_env) == late_rank)
+        sleep_ms(late_ms); /* a rank slow to start: the group forms when it arrives */
     struct ddp_pg *pg;
     if (ddp_pg_init_env(NULL, &pg) != 0) {
         fprintf(stderr, "hangtest: cannot form the group\n");

@@ -36,6 +36,7 @@ JOB
 }
 
 events() { cat logs/*/events.jsonl; }
+has_event() { events 2>/dev/null | grep -q "\"event\": \"$1\""; }
 field() { grep -o "\"$1\": \(\"[^\"]*\|[^,}]*\)" | head -n1 | sed 's/^[^:]*: "\{0,1\}//; s/"$//'; }
 
 wait_for() { # seconds, then a command that succeeds once it holds
@@ -102,6 +103,28 @@ wait_for() { # seconds, then a command that succeeds once it holds
   wait "$DDP_PID" || rc=$?
   DDP_PID=
   [ "$rc" -eq 130 ]
+}
+
+@test "the startup timeline: events, summary.json and ddprun status say when the groups were formed and the first collective finished" {
+  # rank 3 starts 1.5 s late: no rank's group is formed before it arrives
+  job "" --steps 40 --compute-ms 50 --late-rank 3 --late-ms 1500
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 30 has_event first_collective
+  run "$DDPRUN" status
+  assert_success
+  assert_output --regexp $'\n''startup: process groups formed [0-9]+\.[0-9]{2} s after the ranks were started, first collective done at [0-9]+\.[0-9]{2} s'$'\n'
+  wait "$DDP_PID"
+  DDP_PID=
+  formed=$(events | grep '"event": "group_formed"' | field after_start_ms)
+  first=$(events | grep '"event": "first_collective"' | field after_start_ms)
+  echo "formed after $formed ms, first collective after $first ms"
+  [ "$formed" -ge 1500 ] && [ "$formed" -le 30000 ]
+  # each rank computes 50 ms after its group is formed before the first all-reduce
+  [ "$first" -ge $((formed + 45)) ] && [ "$first" -le 30000 ]
+  # once each, and the summary says the same
+  [ "$(events | grep -c '"event": "group_formed"')" -eq 1 ]
+  grep -q "\"startup\": {\"round\": 0, \"group_formed_s\": $(awk -v m="$formed" 'BEGIN { printf "%.3f", m / 1000 }'), \"first_collective_s\": $(awk -v m="$first" 'BEGIN { printf "%.3f", m / 1000 }')}" logs/*/summary.json
 }
 
 @test "a rank 30% slower than the others is named as the straggler by ddprun status" {
@@ -372,6 +395,10 @@ JOB
   # rank 1's step #6 ended with its backward; rank 0 waits in #7's all-reduce, gradients ready
   assert_output --regexp $'\n''1 +localhost .* #6 done'
   [ "$(events | grep '"event": "hang"' | field collective)" = "ddp_step #7 (272 bytes)" ]
+  # the startup timeline from torch's ranks: init_process_group returned, then the barrier
+  formed=$(events | grep '"event": "group_formed"' | field after_start_ms)
+  first=$(events | grep '"event": "first_collective"' | field after_start_ms)
+  [ "$formed" -gt 0 ] && [ "$first" -ge "$formed" ]
   # reported once: the reports that keep arriving carry the same counters
   sleep 4
   [ "$(grep -c "no rank has made progress" out.txt)" -eq 1 ]

@@ -50,6 +50,8 @@ TEST(a_progress_line_reads_back_as_written)
 {
     struct ddp__rank_progress p = prog(5, 1234, 1233, 62000), q;
     p.cpu_s = 12.25;
+    p.formed_ago_ms = 4200;
+    p.first_ago_ms = -1;
     p.nwaits = 3;
     for (int i = 0; i < 3; i++) {
         p.wseq[i] = 1230 + (uint64_t)i;
@@ -74,6 +76,8 @@ TEST(a_progress_line_reads_back_as_written)
     ASSERT_EQ(q.wseq[2], 1232);
     ASSERT_EQ(q.wus[2], 300);
     ASSERT_TRUE(q.cpu_s == 12.25); /* two decimals print exactly */
+    ASSERT_EQ(q.formed_ago_ms, 4200);
+    ASSERT_EQ(q.first_ago_ms, -1);
     /* not a line: no rank, a negative one */
     ASSERT_EQ(ddp__diag_line_parse("pid=3 st=R", &q), -1);
     ASSERT_EQ(ddp__diag_line_parse("rank=-1 pid=3", &q), -1);
@@ -82,6 +86,43 @@ TEST(a_progress_line_reads_back_as_written)
     ASSERT_OK(ddp__diag_line_parse("rank=0 rec=1 w=7:10,8:x", &q));
     ASSERT_EQ(q.nwaits, 1);
     ASSERT_EQ(q.wseq[0], 7);
+    ASSERT_EQ(q.formed_ago_ms, -1); /* no up= (an older agent): not known */
+    ASSERT_EQ(q.first_ago_ms, -1);
+    ASSERT_OK(ddp__diag_line_parse("rank=0 rec=1 up=5:-7", &q)); /* out of range: not known */
+    ASSERT_EQ(q.formed_ago_ms, -1);
+}
+
+/* The startup timeline: the latest of the ranks' times, once every rank has reported it. */
+TEST(the_startup_timeline_waits_for_every_rank_and_takes_the_latest)
+{
+    struct ddp__diag d = {0};
+    int node_of[] = {0, 1};
+    ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
+    int64_t at;
+    ASSERT_TRUE(!ddp__diag_startup(&d, false, &at));
+    struct ddp__rank_progress p0 = prog(0, 0, 0, 0), p1 = prog(1, 0, 0, 0);
+    p0.formed_ago_ms = 3000;
+    p0.first_ago_ms = p1.formed_ago_ms = p1.first_ago_ms = -1;
+    take(&d, 0, &p0, 10000);                         /* formed at 7000 */
+    ASSERT_TRUE(!ddp__diag_startup(&d, false, &at)); /* rank 1 has not reported it */
+    take(&d, 1, &p1, 10000);
+    ASSERT_TRUE(!ddp__diag_startup(&d, false, &at));
+    p1.formed_ago_ms = 3400;
+    take(&d, 1, &p1, 10500); /* formed at 7100 */
+    ASSERT_TRUE(ddp__diag_startup(&d, false, &at));
+    ASSERT_EQ(at, 7100);
+    ASSERT_TRUE(!ddp__diag_startup(&d, true, &at));
+    p0.first_ago_ms = 500;
+    p1.first_ago_ms = 200;
+    take(&d, 0, &p0, 11000); /* 10500 */
+    take(&d, 1, &p1, 11000); /* 10800 */
+    ASSERT_TRUE(ddp__diag_startup(&d, true, &at));
+    ASSERT_EQ(at, 10800);
+    /* a rank without a recorder: no timeline */
+    p1.rec = false;
+    take(&d, 1, &p1, 11500);
+    ASSERT_TRUE(!ddp__diag_startup(&d, true, &at));
+    ddp__diag_release(&d);
 }
 
 TEST(names_of_collectives_and_process_states)

@@ -9,6 +9,7 @@
 #include "worker/pg.h"
 #include "worker/pg_nccl.h"
 #include "common/progress.h"
+#include "common/util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -596,6 +597,8 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
     ASSERT_EQ(atomic_load(&p->started), 6);
     ASSERT_EQ(atomic_load(&p->completed), 6);
     ASSERT_EQ(atomic_load(&p->attached), 0);
+    /* when the group that wrote it was formed (the startup timeline), on this clock */
+    ASSERT_TRUE(atomic_load(&p->attached_ns) > 0 && atomic_load(&p->attached_ns) <= ddp_now_ns());
     struct ddp_progress_ent e;
     ASSERT_TRUE(ddp_progress_read(p, 2, &e));
     ASSERT_EQ(e.op, DDP_PROG_ALLREDUCE);
