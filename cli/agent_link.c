@@ -69,7 +69,9 @@ void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const 
     K.in = 0;
     K.out = 1;
     ddp_buf_init(&K.hello);
-    if (ddp__agent_put_hello(&K.hello, DDP__AG_AGENT_HELLO, version) < 0 ||
+    struct ddp__node_counts counts; /* for nproc_per_node gpu|cpu|auto, counted here */
+    ddp__counts_here(&counts);
+    if (ddp__agent_put_hello(&K.hello, DDP__AG_AGENT_HELLO, version, &counts) < 0 ||
         ddp_write_all(K.out, K.hello.data, K.hello.len) < 0)
         K.out = -1; /* the first frame sent finds the link lost */
     ddp_buf_init(&K.held);

@@ -45,11 +45,18 @@ static int put_s(struct ddp_buf *b, const char *s)
     return ddp_buf_put_str(b, s ? s : "", s ? strlen(s) : 0);
 }
 
-int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version)
+int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version,
+                         const struct ddp__node_counts *counts)
 {
     size_t pos = ddp__agent_begin(b, type);
     int r = ddp_buf_put_u32(b, DDP__AGENT_PROTO);
     r |= put_s(b, version);
+    if (counts) {
+        r |= ddp_buf_put_u32(b, (uint32_t)counts->slurm_gpus);
+        r |= ddp_buf_put_u32(b, (uint32_t)counts->cvd_gpus);
+        r |= ddp_buf_put_u32(b, counts->driver_gpus);
+        r |= ddp_buf_put_u32(b, counts->cpus);
+    }
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
 }
@@ -68,6 +75,28 @@ int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char 
             return DDP_EPROTO;
     memcpy(version, p, vn);
     version[vn] = '\0';
+    return 0;
+}
+
+int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__node_counts *c)
+{
+    struct ddp_rd r;
+    const uint8_t *p;
+    uint32_t proto, vn, sg, cg;
+    ddp_rd_init(&r, body, len);
+    if (ddp_rd_u32(&r, &proto) < 0 || ddp_rd_str(&r, DDP__AGENT_VERSION_MAX, &p, &vn) < 0)
+        return DDP_EPROTO;
+    if (ddp_rd_left(&r) == 0)
+        return 1;
+    if (ddp_rd_u32(&r, &sg) < 0 || ddp_rd_u32(&r, &cg) < 0 || ddp_rd_u32(&r, &c->driver_gpus) < 0 ||
+        ddp_rd_u32(&r, &c->cpus) < 0)
+        return DDP_EPROTO;
+    c->slurm_gpus = (int32_t)sg;
+    c->cvd_gpus = (int32_t)cg;
+    /* as cli/devices.c counts: -1 (unset) or 0..4096 each */
+    if (c->slurm_gpus < -1 || c->slurm_gpus > 4096 || c->cvd_gpus < -1 || c->cvd_gpus > 4096 ||
+        c->driver_gpus > 4096 || c->cpus > (1u << 20))
+        return DDP_EPROTO;
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli/devices.h"
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
@@ -58,7 +59,12 @@ enum ddp__agent_msg {
                                     launcher went (struct ddp__agent_state); the frames it held
                                     since follow in order */
     DDP__AG_AGENT_HELLO = 0x88,  /* as HELLO: the first frame on every link, also before
-                                    what a rejoined agent held (STATE above) */
+                                    what a rejoined agent held (STATE above); after the
+                                    version, the counts of its node (cli/devices.h: i32
+                                    SLURM_GPUS_ON_NODE, i32 CUDA_VISIBLE_DEVICES's devices,
+                                    -1 unset; u32 driver GPUs, u32 CPUs), which count the
+                                    slots of nproc_per_node gpu|cpu|auto (absent from an
+                                    agent before them) */
     DDP__AG_ERROR = 0x89,        /* u32 local_rank, str message, str traceback (may be ""):
                                     what a failed rank wrote to its TORCHELASTIC_ERROR_FILE
                                     (cli/errfile.h), sent before its EXITED */
@@ -158,11 +164,18 @@ int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st);
 int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_start *st);
 void ddp__agent_start_release(struct ddp__agent_start *st);
 
-/* Appends a HELLO frame of type (HELLO or AGENT_HELLO) with DDP__AGENT_PROTO and version. */
-int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version);
+/* Appends a HELLO frame of type (HELLO or AGENT_HELLO) with DDP__AGENT_PROTO and version, and
+ * an agent's the counts of its node (NULL: none): i32 SLURM_GPUS_ON_NODE's count, i32
+ * CUDA_VISIBLE_DEVICES's, u32 the driver's GPUs, u32 CPUs (cli/devices.h). */
+int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version,
+                         const struct ddp__node_counts *counts);
 /* Parses a HELLO body: its protocol and version (NUL-terminated in version[n]; n is at least
  * DDP__AGENT_VERSION_MAX + 1). Fields after them are ignored. 0, or DDP_EPROTO. */
 int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char *version, size_t n);
+/* The node's counts after a valid HELLO's version: 0, 1 when it has none (an agent of ddprun
+ * 0.1.0 before them, or the launcher's HELLO), DDP_EPROTO when they are cut short or out of
+ * range. */
+int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__node_counts *c);
 
 /* Starts and ends a frame in b (as ddp__proto_begin/end for the store). */
 size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type);

@@ -297,16 +297,23 @@ static void compare_code(struct node_check *nc, size_t nn, const char *file)
     }
 }
 
-/* backend: nccl takes a GPU per rank: a node that shows fewer than its slots fails. Whether
- * the GPUs column is worth showing (that job, or a node with GPUs). */
+/* backend: nccl takes a GPU per rank: a node that shows fewer than its slots fails, and so does
+ * one that counts its slots as its GPUs (nproc_per_node: gpu) and shows none. Whether the GPUs
+ * column is worth showing (those jobs, or a node with GPUs). */
 static bool check_gpus(struct node_check *nc, size_t nn)
 {
-    bool nccl = strcmp(nc[0].job->backend, "nccl") == 0, any = nccl;
+    bool nccl = strcmp(nc[0].job->backend, "nccl") == 0,
+         per_gpu = nc[0].job->nproc_kind == DDP_NPROC_GPU, any = nccl || per_gpu;
     for (size_t i = 0; i < nn; i++) {
         struct node_check *n = &nc[i];
         int slots = n->job->nodes[n->i].slots;
         any = any || n->gpus > 0;
-        if (nccl && !n->why[0] && n->gpus >= 0 && n->gpus < slots) {
+        if (per_gpu && n->job->nodes[n->i].counted && !n->why[0] && n->gpus == 0) {
+            n->cell[C_GPUS] = "FAIL"; /* its agent would refuse it (cli/node_slots.c) */
+            snprintf(n->why, sizeof(n->why),
+                     "no GPU visible there for nproc_per_node: gpu (SLURM_GPUS_ON_NODE, "
+                     "CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus)");
+        } else if (nccl && !n->why[0] && n->gpus >= 0 && n->gpus < slots) {
             n->cell[C_GPUS] = "FAIL";
             snprintf(n->why, sizeof(n->why),
                      "%d GPU%s visible %s for its %d rank%s (backend: nccl takes a GPU per "

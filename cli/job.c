@@ -124,10 +124,17 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     if (n && !named && ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
         goto out;
     j->world_size = 0;
+    bool counted = false; /* some node's slots are counted there */
     for (size_t i = 0; i < j->nnodes; i++) {
         j->nodes[i].slots = slots_given[i] ? slots_given[i] : j->nproc_per_node;
         j->world_size += j->nodes[i].slots;
+        j->nodes[i].counted = j->nodes[i].slots == 0;
+        counted |= j->nodes[i].counted;
     }
+    if (counted)
+        j->world_size = 0;
+    else
+        j->nproc_kind = DDP_NPROC_NUMBER; /* every node has slots given */
     if ((n = ddp__ytree_get(root, "backend"))) {
         if (ddp__jv_str(c, n, "backend", &j->backend) < 0)
             goto out;
@@ -339,7 +346,15 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
          ((n = ddp__ytree_get(sub, "on_hang")) &&
           ddp__jv_enum(c, n, "diagnose.on_hang", "wait", "fail", &j->hang_fail) < 0)))
         goto out;
-    if ((sub = ddp__ytree_get(root, "pipeline")) && ddp__job_pipeline(c, sub, basedir, j) < 0)
+    if ((sub = ddp__ytree_get(root, "pipeline")) && j->world_size == 0) {
+        ddp__jv_err(c, per_node,
+                    "nproc_per_node: %s is counted on each node when its agent starts, and a "
+                    "pipeline's stages need the ranks of every node: give the number of ranks "
+                    "per node",
+                    per_node->str);
+        goto out;
+    }
+    if (sub && ddp__job_pipeline(c, sub, basedir, j) < 0)
         goto out;
     bool all_local = true;
     for (size_t i = 0; i < j->nnodes; i++)

@@ -3,6 +3,8 @@
 #ifndef DDP_CLI_JOB_H
 #define DDP_CLI_JOB_H
 
+#include "cli/devices.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,8 +12,9 @@
 
 struct ddp_job_node {
     char *host;
-    int slots; /* ranks on this node */
-    int cpus;  /* the CPUs a Slurm allocation gives the job there (its agent's step), or 0 */
+    int slots;    /* ranks on this node (0 until counted, for a counted one) */
+    bool counted; /* nproc_per_node gpu|cpu|auto: its agent counts its slots (cli/devices.h) */
+    int cpus;     /* the CPUs a Slurm allocation gives the job there (its agent's step), or 0 */
 };
 
 struct ddp_job_kv {
@@ -80,9 +83,12 @@ struct ddp_job {
     int64_t hang_after_ms; /* diagnose.hang_after: the hang report; 0 turns it off */
     bool hang_fail;        /* diagnose.on_hang: fail (the round fails) rather than wait */
     struct ddp_job_pipeline pipe;
-    int world_size;        /* derived: sum of slots */
+    int world_size;        /* derived: sum of slots (0 while some node's are counted there) */
     char **overrides;      /* the --set (and --nproc) given, as written: "--set a=b" */
     size_t noverrides;
+    /* nproc_per_node gpu, cpu or auto where some node is another machine: each node without
+     * slots of its own has slots 0 until its agent's HELLO counts them (cli/devices.h) */
+    enum ddp_nproc_kind nproc_kind;
 };
 
 /* The patterns of the launching shell's variables that remote ranks get by default. */
@@ -138,9 +144,6 @@ int64_t ddp__parse_duration_ms(const char *s);
 
 /* True for the hosts ddprun starts locally without SSH. */
 bool ddp__job_host_is_local(const char *host);
-/* The GPUs this machine gives its ranks: SLURM_GPUS_ON_NODE, else the devices
- * CUDA_VISIBLE_DEVICES lists, else the NVIDIA driver's; 0 for none (cli/job_slurm.c). */
-int ddp__gpus_here(void);
 /* The first node reached over SSH, or NULL for a local job. */
 const char *ddp__job_first_remote(const struct ddp_job *j);
 /* Where the store listens: rendezvous.listen, or for auto loopback on a local job and every

@@ -40,10 +40,19 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     for (size_t i = 0; i < j->nenv; i++)
         fprintf(f, "  %s: %s\n", j->env[i].key, j->env[i].value);
     fprintf(f, "nodes:\n");
+    const char *kind = ddp__nproc_kind_name(j->nproc_kind);
     for (size_t i = 0; i < j->nnodes; i++)
-        fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
-    fprintf(f, "nproc_per_node: %d\nbackend: %s\nbind_to: %s\n", j->nproc_per_node, j->backend,
-            ddp__cpubind_name(j->bind_to));
+        if (j->nodes[i].slots)
+            fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
+        else
+            fprintf(f, "  - {host: %s, slots: %s}   # counted there by its agent\n",
+                    j->nodes[i].host, kind);
+    if (j->nproc_kind)
+        fprintf(f, "nproc_per_node: %s   # counted on each node by its agent, as torchrun counts\n",
+                kind);
+    else
+        fprintf(f, "nproc_per_node: %d\n", j->nproc_per_node);
+    fprintf(f, "backend: %s\nbind_to: %s\n", j->backend, ddp__cpubind_name(j->bind_to));
     char d1[32], d2[32];
     if (j->rdzv_etcd) {
         fprintf(f, "rendezvous: {backend: etcd, endpoints: [");
@@ -94,12 +103,27 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     } else if (j->pipe.on) {
         fprintf(f, "pipeline: {}   # %s\n", err);
     }
-    fprintf(f, "world_size: %d\n\n# rank map\n%-5s %-20s %-10s %-11s%s\n", j->world_size, "node",
-            "host", "local_rank", "global_rank", pl.nstages ? " stage replica" : "");
+    char ws[96];
+    snprintf(ws, sizeof(ws), j->world_size ? "%d" : "<the nodes' counts added up>", j->world_size);
+    fprintf(f, "world_size: %s\n\n# rank map\n%-5s %-20s %-10s %-11s%s\n", ws, "node", "host",
+            "local_rank", "global_rank", pl.nstages ? " stage replica" : "");
     int rank = 0;
-    for (size_t i = 0; i < j->nnodes; i++)
+    bool after_counted = false;
+    for (size_t i = 0; i < j->nnodes; i++) {
+        after_counted |= !j->nodes[i].slots;
+        if (!j->nodes[i].slots)
+            fprintf(f,
+                    "%-5zu %-20s (a rank per %s it counts; ranks numbered over the nodes in "
+                    "order)\n",
+                    i, j->nodes[i].host,
+                    j->nproc_kind == DDP_NPROC_GPU   ? "GPU"
+                    : j->nproc_kind == DDP_NPROC_CPU ? "CPU"
+                                                     : "GPU, else per CPU,");
         for (int l = 0; l < j->nodes[i].slots; l++, rank++) {
-            fprintf(f, "%-5zu %-20s %-10d %-11d", i, j->nodes[i].host, l, rank);
+            char g[16] = "?"; /* after a counted node: known once it has counted */
+            if (!after_counted)
+                snprintf(g, sizeof(g), "%d", rank);
+            fprintf(f, "%-5zu %-20s %-10d %-11s", i, j->nodes[i].host, l, g);
             int st, rep;
             if (pl.nstages) {
                 ddp__pipe_layout_rank(&pl, rank, &st, &rep);
@@ -107,15 +131,16 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             }
             fprintf(f, "\n");
         }
+    }
     ddp__pipe_layout_release(&pl);
     fprintf(f, "\n# environment added to every rank (per-rank values: see the rank map)\n");
     fprintf(
         f,
         "RANK=<global_rank> LOCAL_RANK=<local_rank> GROUP_RANK=<node> ROLE_RANK=<global_rank>\n");
     fprintf(f,
-            "WORLD_SIZE=%d ROLE_WORLD_SIZE=%d LOCAL_WORLD_SIZE=<slots of the node> "
+            "WORLD_SIZE=%s ROLE_WORLD_SIZE=%s LOCAL_WORLD_SIZE=<slots of the node> "
             "GROUP_WORLD_SIZE=%zu ROLE_NAME=default\n",
-            j->world_size, j->world_size, j->nnodes);
+            ws, ws, j->nnodes);
     if (j->torch_store_rank0)
         fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
                    "TORCHELASTIC_USE_AGENT_STORE=False   # rank 0 hosts the TCPStore\n");
@@ -197,8 +222,10 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
 bool ddp__job_omp_default(const struct ddp_job *j)
 {
     int most = 0;
-    for (size_t i = 0; i < j->nnodes; i++)
-        most = j->nodes[i].slots > most ? j->nodes[i].slots : most;
+    for (size_t i = 0; i < j->nnodes; i++) {
+        int s = j->nodes[i].slots ? j->nodes[i].slots : 2; /* counted there: more than one */
+        most = s > most ? s : most;
+    }
     for (size_t i = 0; i < j->nenv; i++)
         if (strcmp(j->env[i].key, "OMP_NUM_THREADS") == 0)
             return false;

@@ -1,15 +1,15 @@
 /*
  * A job's nodes from the Slurm allocation it runs in (nodes: slurm, or no nodes: inside one) and
- * nproc_per_node's names (gpu, cpu, auto: torchrun's). Private to the job-spec files
+ * nproc_per_node's names (gpu, cpu, auto: torchrun's; counted here when every node is this
+ * machine, else by each node's agent). Private to the job-spec files
  * (cli/job_values.h).
  */
 #include "cli/cli.h"
+#include "cli/devices.h"
 #include "cli/hostlist.h"
 #include "cli/job.h"
 #include "cli/job_values.h"
 
-#include <dirent.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,33 +21,7 @@ bool ddp__slurm_allocated(void)
     return id && *id && list && *list;
 }
 
-int ddp__gpus_here(void)
-{
-    const char *g = getenv("SLURM_GPUS_ON_NODE");
-    char *end;
-    long n = g ? strtol(g, &end, 10) : 0;
-    if (g && *g && *end == '\0' && n > 0 && n <= 4096)
-        return (int)n;
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (cvd) { /* what CUDA will show the ranks, all of it ("" and -1: none) */
-        if (!*cvd || strcmp(cvd, "-1") == 0 || strcmp(cvd, "NoDevFiles") == 0)
-            return 0;
-        int k = 1;
-        for (const char *c = cvd; *c; c++)
-            k += *c == ',';
-        return k;
-    }
-    /* The NVIDIA driver's own list: a folder per GPU, named by its PCI address. */
-    DIR *d = opendir("/proc/driver/nvidia/gpus");
-    int k = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        k += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return k;
-}
-
-int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, const struct ddp_job *j,
+int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                      int *out)
 {
     if (n->type != DDP_Y_SCALAR || (strcmp(n->str, "gpu") && strcmp(n->str, "cpu") &&
@@ -57,26 +31,24 @@ int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, const
         ddp__jv_err(c, n, "nproc_per_node: xpu (Intel GPUs) is not supported: give a number");
         return -1;
     }
+    enum ddp_nproc_kind kind = !strcmp(n->str, "gpu")   ? DDP_NPROC_GPU
+                               : !strcmp(n->str, "cpu") ? DDP_NPROC_CPU
+                                                        : DDP_NPROC_AUTO;
     bool local = true; /* every node is this machine: counting here counts there */
     for (size_t i = 0; i < j->nnodes; i++)
         local = local && ddp__job_host_is_local(j->nodes[i].host);
-    cpu_set_t set;
-    int gpus = ddp__gpus_here(),
-        cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    if (!strcmp(n->str, "cpu") && local) {
-        *out = cpus;
-    } else if (gpus > 0 && strcmp(n->str, "cpu")) {
-        *out = gpus > 4096 ? 4096 : gpus;
-    } else if (!strcmp(n->str, "auto") && local) {
-        *out = cpus; /* torchrun's auto without a GPU */
-    } else {
+    if (!local) { /* as torchrun counts on each node: each agent counts its own (HELLO) */
+        j->nproc_kind = kind;
+        *out = 0;
+        return 1;
+    }
+    struct ddp__node_counts here;
+    ddp__counts_here(&here);
+    if ((*out = ddp__counts_slots(&here, kind)) < 1) {
         ddp__jv_err(c, n,
-                    "nproc_per_node: %s is counted on this machine, and %s: give the number of "
-                    "ranks per node",
-                    n->str,
-                    strcmp(n->str, "cpu") ? "no GPU is visible here (SLURM_GPUS_ON_NODE, "
-                                            "CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus)"
-                                          : "the nodes are other machines");
+                    "nproc_per_node: gpu is counted on this machine, and no GPU is visible here "
+                    "(SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus): give "
+                    "the number of ranks per node");
         return -1;
     }
     return 1;

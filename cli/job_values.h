@@ -76,7 +76,7 @@ void ddp__job_pipeline_free(struct ddp_job_pipeline *p);
  * allocation's nodes as j's (nodes: slurm), with their task counts as slots unless
  * per_node_given. */
 bool ddp__slurm_allocated(void);
-int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, const struct ddp_job *j,
+int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                      int *out);
 int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool per_node_given,
                      struct ddp_job *j, int **slots_given);

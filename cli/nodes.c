@@ -107,11 +107,30 @@ void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver)
     send_ack(n, i);
 }
 
+bool ddp__nodes_counts(const struct ddp__nodes *n, int i, struct ddp__node_counts *c)
+{
+    *c = n->p[i].counts;
+    return n->p[i].has_counts;
+}
+
+void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    snprintf(p->refused, sizeof(p->refused), "%s", why);
+    char msg[500];
+    int m = snprintf(msg, sizeof(msg), "ddprun: error: the agent on '%s' %s", n->job->nodes[i].host,
+                     why);
+    n->cb.message(n->cb.arg, i, msg, (size_t)m < sizeof(msg) ? (size_t)m : sizeof(msg) - 1);
+    p->hello = false; /* what else it sends is dropped */
+    ddp__nodes_end(n, i, 1);
+}
+
 /* Agent i's first frame: its HELLO, of our protocol. Else false, said why. */
 static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t *body, size_t len)
 {
     struct ddp__node_proc *p = &n->p[i];
     uint32_t proto;
+    int counts;
     char ver[DDP__AGENT_VERSION_MAX + 1];
     if (type != DDP__AG_AGENT_HELLO)
         snprintf(p->refused, sizeof(p->refused),
@@ -123,8 +142,12 @@ static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t
         snprintf(p->refused, sizeof(p->refused),
                  "is ddprun %s (agent protocol %u), this is ddprun %s (protocol %u)", ver, proto,
                  DDP_VERSION, DDP__AGENT_PROTO);
-    else
+    else if ((counts = ddp__agent_get_hello_counts(body, len, &p->counts)) < 0)
+        snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO (its node's counts)");
+    else {
+        p->has_counts = counts == 0; /* an agent of 0.1.0 before them sends none */
         return p->hello = true;
+    }
     char msg[400];
     int m = snprintf(msg, sizeof(msg), "ddprun: error: the agent on '%s' %s; " SAME_DDPRUN,
                      n->job->nodes[i].host, p->refused);
@@ -256,12 +279,12 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     p->outputs = p->acked = p->held_dropped = 0;
     ddp_buf_release(&p->held);
     p->holding = !join;
-    p->hello = false;
+    p->hello = p->has_counts = false;
     p->refused[0] = '\0';
     ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
     struct ddp_buf b;
     ddp_buf_init(&b);
-    if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION) == 0)
+    if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL) == 0)
         send_frame(n, i, &b); /* first, before JOIN or what a rejoined agent is told */
     ddp_buf_release(&b);
     if (join) {

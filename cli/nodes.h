@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cli/devices.h"
 #include "cli/provision.h"
 #include "common/buf.h"
 
@@ -39,8 +40,10 @@ struct ddp__node_proc {
     struct ddp_buf rx, erx;
     uint64_t outputs, acked; /* OUTPUT, ERROR frames handed over on this link, and acknowledged */
     bool hello;              /* its HELLO came, of our protocol (cli/agent_proto.h) */
-    char refused[160];       /* why its link was refused (another ddprun), for describe */
-    bool holding;            /* rejoined: its OUTPUT, ERROR frames are held until STATE */
+    bool has_counts;         /* and said what its node gives ranks (an older agent does not) */
+    struct ddp__node_counts counts;
+    char refused[320]; /* why its link was refused (another ddprun), for describe */
+    bool holding;      /* rejoined: its OUTPUT, ERROR frames are held until STATE */
     struct ddp_buf held;
     uint64_t held_dropped; /* and those beyond the bound, counted once the others are */
 };
@@ -80,6 +83,12 @@ void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *loc
 void ddp__nodes_close(struct ddp__nodes *n, int i);
 /* Ends node i's agent process at once (level 1, then 2: see ddp__prov_ops.end). */
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level);
+
+/* What node i's agent said its node gives ranks (its HELLO); false when it said nothing. */
+bool ddp__nodes_counts(const struct ddp__nodes *n, int i, struct ddp__node_counts *c);
+/* Refuses node i's agent for why (the message names the node; describe says it): it is
+ * ended. */
+void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why);
 
 /* The pid of node i's agent process, 0 when none runs. */
 pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i);

@@ -82,6 +82,21 @@ void ddp__sup_release_ranks(void)
     }
 }
 
+int ddp__sup_ranks_reserve(int n)
+{
+    if (n <= L.total_slots && L.rk)
+        return 0;
+    n = n < 1 ? 1 : n;
+    struct ddp__sup_rank *rk = realloc(L.rk, (size_t)n * sizeof(*rk));
+    if (!rk)
+        return -1;
+    int had = L.rk ? L.total_slots : 0;
+    memset(rk + had, 0, (size_t)(n - had) * sizeof(*rk));
+    L.rk = rk;
+    L.total_slots = n;
+    return 0;
+}
+
 void ddp__sup_describe_exit(int code, char *buf, size_t n)
 {
     if (code < 0)

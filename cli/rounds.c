@@ -233,7 +233,7 @@ static void agent_state(int i, const uint8_t *body, size_t len)
 {
     struct ddp__sup_node *a = &L.nd[i];
     struct ddp__agent_state s;
-    if (ddp__agent_get_state(body, len, &s) < 0) {
+    if (ddp__agent_get_state(body, len, &s) < 0 || !ddp__sup_count_slots(i)) {
         ddp__nodes_flush_held(&L.nodes, i, false);
         return;
     }
@@ -276,7 +276,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     uint8_t u8;
     ddp_rd_init(&rd, body, len);
     if (type == DDP__AG_JOINED) {
-        if (a->state != DDP__NS_JOINING)
+        if (a->state != DDP__NS_JOINING || !ddp__sup_count_slots(i))
             return;
         a->state = DDP__NS_READY;
         ddp__sup_event("node_joined", "node", host_of(i), "#incarnation", (long long)a->incarnation,
@@ -452,6 +452,14 @@ static void rdzv_close(void)
     ddp_timer_stop(L.loop, &L.rdzv_deadline);
     ddp_timer_stop(L.loop, &L.last_call);
     ddp__sup_release_ranks();
+    int room = 0; /* the round's ranks, as its nodes counted them */
+    for (size_t i = 0, nm = 0; i < j->nnodes && nm < (size_t)j->max_nodes; i++)
+        if (L.nd[i].state == DDP__NS_READY)
+            room += j->nodes[i].slots, nm++;
+    if (ddp__sup_ranks_reserve(room) < 0) {
+        rdzv_fail("out of memory for the round's ranks");
+        return;
+    }
     L.world = L.nmembers = 0;
     L.ranks_up = L.ranks_done = L.ranks_ok = 0;
     L.first_fail = -1;

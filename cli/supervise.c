@@ -477,11 +477,11 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     ddp__con_init(&L.con, L.tty, job->tag_output, job->console_ranks);
     L.views[L.nviews++] = ddp__con_view(&L.con);
     L.views[L.nviews++] = ddp__rec_view(&L.rec);
+    int slots = 0; /* nodes whose slots are counted there add theirs at their HELLO */
     for (size_t i = 0; i < job->nnodes; i++)
-        L.total_slots += job->nodes[i].slots;
-    L.rk = calloc((size_t)L.total_slots, sizeof(*L.rk));
+        slots += job->nodes[i].slots;
     L.nd = calloc(job->nnodes, sizeof(*L.nd));
-    if (!L.rk || !L.nd)
+    if (ddp__sup_ranks_reserve(slots) < 0 || !L.nd)
         goto out;
 
     /*
@@ -579,15 +579,22 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     wd_up = true;
     if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
         goto out;
+    char ranks[120]; /* "4 ranks on 2 nodes", or the ranks each node counts */
+    if (job->world_size)
+        snprintf(ranks, sizeof(ranks), "%d rank%s on %zu node%s", job->world_size,
+                 job->world_size == 1 ? "" : "s", job->nnodes, job->nnodes == 1 ? "" : "s");
+    else
+        snprintf(ranks, sizeof(ranks), "a rank per %s on each of %zu node%s",
+                 job->nproc_kind == DDP_NPROC_CPU   ? "CPU"
+                 : job->nproc_kind == DDP_NPROC_GPU ? "GPU"
+                                                    : "GPU (else per CPU)",
+                 job->nnodes, job->nnodes == 1 ? "" : "s");
     if (!L.tty && job->rdzv_etcd)
-        ddp__sup_say("ddprun: job %s: %d rank%s on %zu node%s, rendezvous in etcd (%s) under %s, "
-                     "logs in %s",
-                     L.job_id, job->world_size, job->world_size == 1 ? "" : "s", job->nnodes,
-                     job->nnodes == 1 ? "" : "s", L.etcd_eps, L.etcd_prefix, L.logdir);
+        ddp__sup_say("ddprun: job %s: %s, rendezvous in etcd (%s) under %s, logs in %s", L.job_id,
+                     ranks, L.etcd_eps, L.etcd_prefix, L.logdir);
     else if (!L.tty)
-        ddp__sup_say("ddprun: job %s: %d rank%s on %zu node%s, store on %s:%d, logs in %s",
-                     L.job_id, job->world_size, job->world_size == 1 ? "" : "s", job->nnodes,
-                     job->nnodes == 1 ? "" : "s", listen, L.store_port, L.logdir);
+        ddp__sup_say("ddprun: job %s: %s, store on %s:%d, logs in %s", L.job_id, ranks, listen,
+                     L.store_port, L.logdir);
     if (!L.resuming)
         ddp__sup_event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes,
                        "#min_nodes", (long long)job->min_nodes, "#max_nodes",

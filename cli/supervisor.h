@@ -90,7 +90,7 @@ struct ddp__sup {
     struct ddp__nodes nodes;
     struct ddp__sup_node *nd; /* per node */
     struct ddp__sup_rank *rk; /* [0, world) are the current round's ranks */
-    int total_slots;
+    int total_slots;          /* rk's length: the most ranks a round has had room for */
     enum ddp__sup_phase ph;
     int round, world, nmembers;
     int ranks_up, ranks_done, ranks_ok;
@@ -164,6 +164,14 @@ void ddp__sup_rank_error(int rank, const uint8_t *body, size_t len);
 void ddp__sup_announce_round(void);
 /* Forgets every rank's last lines and state. */
 void ddp__sup_release_ranks(void);
+/* Room for n ranks in L.rk (grown as nodes count their slots, cli/node_slots.c); -1 when out
+ * of memory. */
+int ddp__sup_ranks_reserve(int n);
+/* A node whose slots nproc_per_node gpu|cpu|auto counts there: its slots from the counts its
+ * agent's HELLO gave, the job's env and (another machine) the exported shell variables before
+ * the node's own. False when it has none to run (the node is refused, saying why); true for
+ * any other node. */
+bool ddp__sup_count_slots(int i);
 /* "exited with status 3", "was killed by signal 9 (Killed)". */
 void ddp__sup_describe_exit(int code, char *buf, size_t n);
 /* The callbacks of the nodes (cli/nodes.h) and of the membership watch. */

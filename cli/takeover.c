@@ -264,8 +264,8 @@ int ddp__to_restore(void)
     /* round: "round world members", then per node "state incarnation offset member lost" */
     int round = -1, world = 0, members = 0, off = 0;
     char *p = rnd;
-    if (sscanf(p, "%d %d %d\n%n", &round, &world, &members, &off) < 3 || world > L.total_slots ||
-        world < 0) {
+    if (sscanf(p, "%d %d %d\n%n", &round, &world, &members, &off) < 3 || world < 0 ||
+        world > (1 << 24) || ddp__sup_ranks_reserve(world) < 0) {
         ddp__cli_error("cannot take job %s over: its round record in etcd is malformed", L.job_id);
         free(rnd);
         return -1;
@@ -287,9 +287,18 @@ int ddp__to_restore(void)
         a->rank_offset = offset;
         a->member_index = member;
         a->was_lost = lost;
-        for (int k = 0; a->state == DDP__NS_RUNNING && k < L.job->nodes[i].slots; k++)
-            if (offset + k < world)
-                L.rk[offset + k] = (struct ddp__sup_rank){.node = (int)i, .local = k};
+    }
+    int next = world; /* members are numbered in node order: a member's ranks end at the next's */
+    for (size_t i = L.job->nnodes; i-- > 0;) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state != DDP__NS_RUNNING)
+            continue;
+        if (L.job->nodes[i].counted && next > a->rank_offset) /* counted there (HELLO) */
+            L.job->nodes[i].slots = next - a->rank_offset;
+        for (int k = 0; k < L.job->nodes[i].slots; k++)
+            if (a->rank_offset + k >= 0 && a->rank_offset + k < world)
+                L.rk[a->rank_offset + k] = (struct ddp__sup_rank){.node = (int)i, .local = k};
+        next = a->rank_offset;
     }
     free(rnd);
     return 0;

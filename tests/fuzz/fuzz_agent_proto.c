@@ -2,9 +2,9 @@
  * libFuzzer target for the frames between the launcher and a node agent (cli/agent_proto.c):
  * arbitrary bytes are cut into frames as both ends' read paths do (ddp__agent_next, the
  * input fed in pieces as a pipe or an SSH channel delivers it), and each JOIN, START and
- * STATE body is parsed, and each HELLO. A frame must lie inside the bytes given; a body that parses
- * must encode back to exactly its bytes (the encoding is canonical: nothing is lost or invented
- * between launcher and agent), and parse again.
+ * STATE body is parsed, and each HELLO (with an agent's counts of its node). A frame must lie
+ * inside the bytes given; a body that parses must encode back to exactly its bytes (the encoding is
+ * canonical: nothing is lost or invented between launcher and agent), and parse again.
  */
 #include "cli/agent_proto.h"
 #include "common/buf.h"
@@ -91,10 +91,15 @@ static void check_hello(uint8_t type, const uint8_t *body, size_t len)
     for (size_t i = 0; i < n; i++)
         if (ver[i] <= ' ' || ver[i] > '~')
             abort();
+    struct ddp__node_counts c;
+    int has = ddp__agent_get_hello_counts(body, len, &c);
+    if (has == 0 && (c.cpus > (1u << 20) || c.driver_gpus > 4096 || c.slurm_gpus < -1 ||
+                     c.slurm_gpus > 4096 || c.cvd_gpus < -1 || c.cvd_gpus > 4096))
+        abort(); /* what the launcher accepts is what a node can have (cli/devices.h) */
     if (proto == DDP__AGENT_PROTO) {
         struct ddp_buf b;
         ddp_buf_init(&b);
-        if (ddp__agent_put_hello(&b, type, ver) != 0 || b.len - 5 > len ||
+        if (ddp__agent_put_hello(&b, type, ver, has == 0 ? &c : NULL) != 0 || b.len - 5 > len ||
             memcmp(b.data + 5, body, b.len - 5) != 0)
             abort();
         ddp_buf_release(&b);

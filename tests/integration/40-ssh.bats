@@ -387,6 +387,60 @@ SH
   refute_output --partial "gpus"
 }
 
+@test "nproc_per_node gpu|auto counted on each node by its agent, as torchrun counts: 2 ranks on a node with 2 GPUs, 1 on a node with 1; the job's env before the node's; a node without a GPU refused naming it" {
+  SSHD_EXTRA_CONFIG="SetEnv CUDA_VISIBLE_DEVICES=0,1" sshd_start 1
+  SSHD_EXTRA_CONFIG="SetEnv CUDA_VISIBLE_DEVICES=3" sshd_start 2
+  ssh_job job.yaml 1 1 2 -- /bin/sh -c 'echo "rank=$RANK local=$LOCAL_RANK of $LOCAL_WORLD_SIZE world=$WORLD_SIZE node=$GROUP_RANK cvd=$CUDA_VISIBLE_DEVICES"'
+  sed -i 's/, slots: 1}/}/' job.yaml   # no slots of their own: nproc_per_node counts them
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" plan job.yaml --set nproc_per_node=gpu
+  assert_success
+  assert_line --regexp "^  - \{host: $a1, slots: gpu\}   # counted there by its agent$"
+  assert_line "world_size: <the nodes' counts added up>"
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" job.yaml --set nproc_per_node=gpu
+  echo "$output"
+  assert_success
+  assert_line --regexp "^ddprun: round 0: 2 nodes \($a1, $a2\), 3 ranks$"
+  assert_line --regexp "^\[$a1:0\] rank=0 local=0 of 2 world=3 node=0 cvd=0,1$"
+  assert_line --regexp "^\[$a1:1\] rank=1 local=1 of 2 world=3 node=0 cvd=0,1$"
+  assert_line --regexp "^\[$a2:2\] rank=2 local=0 of 1 world=3 node=1 cvd=3$"
+  grep -q '"event": "node_counted", "round": 0, "node": "'"$(sshd_addr 2)"'", "nproc_per_node": "gpu", "slots": 1}' logs/*/events.jsonl
+  assert_line --regexp "^ddprun: job [^ ]+: a rank per GPU on each of 2 nodes, store on "
+  # the job's env is what the ranks see, on every node: 3 devices each
+  rm -rf logs
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" job.yaml --set nproc_per_node=gpu --set 'env={CUDA_VISIBLE_DEVICES: "4,5,6"}'
+  assert_success
+  assert_output --partial "6 ranks"
+  assert_line --regexp "^\[$a2:5\] rank=5 local=2 of 3 world=6 node=1 cvd=4,5,6$"
+  # a node whose ranks see no GPU: auto gives it a rank per CPU there, gpu refuses it
+  rm -rf logs
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" job.yaml --set nproc_per_node=auto --set 'env={CUDA_VISIBLE_DEVICES: ""}'
+  assert_success
+  assert_output --partial "$((2 * $(nproc))) ranks"
+  rm -rf logs
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" job.yaml --set nproc_per_node=gpu --set 'env={CUDA_VISIBLE_DEVICES: "-1"}'
+  echo "$output"
+  assert_failure
+  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' sees no GPU there for nproc_per_node: gpu (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus, as its ranks would see them): give the number of ranks per node"
+  refute_output --partial "rank="
+  for k in 1 2; do only_sshd_in "$k"; done
+  # ddprun doctor says so before a launch: the GPUs each node's ranks would see
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" doctor job.yaml --set nproc_per_node=gpu
+  assert_success
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +1 +[0-9a-f]{8} +pass$"
+  run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" doctor job.yaml --set nproc_per_node=gpu --set 'env={CUDA_VISIBLE_DEVICES: "-1"}'
+  assert_failure 1
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +FAIL +[0-9a-f]{8} +FAIL: no GPU visible there for nproc_per_node: gpu "
+  # an agent that counts nothing (a ddprun before the counts): refused, naming why
+  fake_agent ranks
+  rm -rf logs
+  run timeout 60 env -u CUDA_VISIBLE_DEVICES "$DDPRUN" job.yaml --set nproc_per_node=gpu --set "nodes=[$(sshd_addr 1)]" --set ssh.remote_ddprun="$PWD/fake-ranks.sh"
+  echo "$output"
+  assert_failure
+  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' did not count its node's GPUs and CPUs for nproc_per_node: gpu (a ddprun older than this one"
+  refute_output --partial "hello from the fake agent"
+}
+
 # The agent's side of the launcher-agent protocol played by tests/integration/py/fake_agent.py.
 fake_agent() { # mode
   printf '#!/bin/sh\nFAKE_AGENT_MODE=%s exec /usr/bin/python3 %s\n' "$1" "$REPO/tests/integration/py/fake_agent.py" >fake-$1.sh
@@ -490,13 +544,17 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed ACK from the launcher"
   agent_fed "$H"'\x09\x00\x00\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00'  # ACK of a line never sent
   assert_output "ddprun agent: malformed ACK from the launcher"
-  # the agent's own first frame is its HELLO: protocol 2 and its version
+  # the agent's own first frame is its HELLO: protocol 2, its version, and what its node gives
+  # ranks: SLURM_GPUS_ON_NODE unset (-1), CUDA_VISIBLE_DEVICES's 2 devices, the driver's GPUs,
+  # 1 CPU in its affinity (little-endian i32, i32, u32, u32)
   v=$("$DDPRUN" --version | cut -d' ' -f2)
+  le32() { printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/'; }
+  drv=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
   # (stdin /dev/null, which epoll cannot watch: the agent says so and ends, status 3)
-  { st=0; timeout 10 "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
+  { st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 10 taskset -c 0 "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
   [ "$(cat rc)" = 3 ]
   grep -qx "ddprun agent: stdin is not a pipe or socket from a launcher" err.txt
-  exp=$(printf '%08x' $((1 + 4 + 4 + ${#v})) | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/')88020000000$(printf '%x' ${#v})000000$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')
+  exp=$(le32 $((1 + 4 + 4 + ${#v} + 16)))8802000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
   echo "agent's first bytes: $(cat hello.hex), expected $exp"
   [ "$(cat hello.hex)" = "$exp" ]
 }

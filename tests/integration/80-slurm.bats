@@ -51,7 +51,7 @@ nodes_of() { # plan output -> "host:slots host:slots ..."
   [ "$(nodes_of <<<"$output")" = "localhost:1" ]
 }
 
-@test "nproc_per_node gpu, cpu, auto (torchrun's): GPUs from Slurm, CUDA_VISIBLE_DEVICES or the driver, CPUs by affinity; where the count cannot stand for the nodes, an error asking for a number" {
+@test "nproc_per_node gpu, cpu, auto (torchrun's): GPUs from Slurm, CUDA_VISIBLE_DEVICES or the driver, CPUs by affinity; counted here for this machine, by each agent for other machines" {
   printf 'command: [true]\nnproc_per_node: auto\n' >auto.yaml
   [ "$(SLURM_GPUS_ON_NODE=4 CUDA_VISIBLE_DEVICES=0 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:4" ]
   [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1,3 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:3" ]
@@ -66,16 +66,23 @@ nodes_of() { # plan output -> "host:slots host:slots ..."
   run env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=-1 "$DDPRUN" plan --nproc-per-node gpu --no-python /bin/true
   assert_failure 2
   assert_output --partial "nproc_per_node: gpu is counted on this machine, and no GPU is visible here (SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus): give the number of ranks per node"
-  # nodes that are other machines: the GPUs counted here stand for theirs (a batch node's, as
-  # Slurm gives the same to each); the CPUs here, or auto without a GPU, do not
-  printf 'command: [true]\nnodes: [n1, n2]\nnproc_per_node: cpu\n' >remote.yaml
+  # nodes that are other machines count their own, each by its agent, as torchrun counts on
+  # its node (tests/integration/40-ssh.bats runs them): what this machine has does not matter
+  printf 'command: [true]\nnodes: [n1, {host: n2, slots: 2}]\nnproc_per_node: cpu\n' >remote.yaml
+  for k in cpu gpu auto; do
+    run env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= "$DDPRUN" plan remote.yaml --set nproc_per_node=$k
+    assert_success
+    assert_line "  - {host: n1, slots: $k}   # counted there by its agent"
+    assert_line "  - {host: n2, slots: 2}"
+    assert_line "nproc_per_node: $k   # counted on each node by its agent, as torchrun counts"
+    assert_line --regexp "^1     n2                   1          \? +$"
+  done
+  [ "$(SLURM_GPUS_ON_NODE=8 "$DDPRUN" plan remote.yaml --set nproc_per_node=gpu | nodes_of)" = "n2:2" ]
+  # a pipeline needs every node's ranks before they start
+  printf 'pipeline: {split: [1]}\n' >>remote.yaml
   run "$DDPRUN" plan remote.yaml
   assert_failure 2
-  assert_output "ddprun: error: remote.yaml:3:17: nproc_per_node: cpu is counted on this machine, and the nodes are other machines: give the number of ranks per node"
-  run env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= "$DDPRUN" plan remote.yaml --set nproc_per_node=auto
-  assert_failure 2
-  assert_output --partial "nproc_per_node: auto is counted on this machine, and no GPU is visible here"
-  [ "$(SLURM_GPUS_ON_NODE=8 "$DDPRUN" plan remote.yaml --set nproc_per_node=gpu | nodes_of)" = "n1:8 n2:8" ]
+  assert_output --partial "remote.yaml:3:17: nproc_per_node: cpu is counted on each node when its agent starts, and a pipeline's stages need the ranks of every node: give the number of ranks per node"
   run "$DDPRUN" plan auto.yaml --set nproc_per_node=xpu
   assert_failure 2
   assert_output --partial "nproc_per_node: xpu (Intel GPUs) is not supported: give a number"

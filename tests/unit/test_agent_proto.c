@@ -125,7 +125,7 @@ TEST(hello_says_protocol_and_version_and_refuses_what_cannot_be_shown)
 {
     struct ddp_buf b;
     ddp_buf_init(&b);
-    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0"));
+    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0", NULL));
     size_t len;
     const uint8_t *body = body_of(&b, DDP__AG_AGENT_HELLO, &len);
     ASSERT_TRUE(body != NULL);
@@ -150,12 +150,80 @@ TEST(hello_says_protocol_and_version_and_refuses_what_cannot_be_shown)
     const char *bad[] = {"", "0.1\n", "0 1", long_ver};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ddp_buf_init(&b);
-        ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_HELLO, bad[i]));
+        ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_HELLO, bad[i], NULL));
         body = body_of(&b, DDP__AG_HELLO, &len);
         ASSERT_TRUE(body != NULL);
         ASSERT_ERR(ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)), DDP_EPROTO);
         ddp_buf_release(&b);
     }
+}
+
+TEST(an_agents_hello_carries_its_nodes_counts)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    struct ddp__node_counts in = {.slurm_gpus = -1, .cvd_gpus = 3, .driver_gpus = 8, .cpus = 96},
+                            out;
+    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0", &in));
+    size_t len;
+    const uint8_t *body = body_of(&b, DDP__AG_AGENT_HELLO, &len);
+    ASSERT_TRUE(body != NULL);
+    uint32_t proto;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    ASSERT_OK(ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)));
+    ASSERT_STREQ(ver, "0.1.0");
+    memset(&out, 0x55, sizeof(out));
+    ASSERT_OK(ddp__agent_get_hello_counts(body, len, &out));
+    ASSERT_EQ(out.slurm_gpus, -1);
+    ASSERT_EQ(out.cvd_gpus, 3);
+    ASSERT_EQ(out.driver_gpus, 8u);
+    ASSERT_EQ(out.cpus, 96u);
+    /* CUDA_VISIBLE_DEVICES=1,2,3 wins over the driver's 8 (as CUDA shows them to the ranks),
+     * SLURM_GPUS_ON_NODE over both */
+    ASSERT_EQ(ddp__counts_gpus(&out), 3);
+    ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_AUTO), 3);
+    ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_CPU), 96);
+    out.slurm_gpus = 2;
+    ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_GPU), 2);
+    out.slurm_gpus = -1;
+    out.cvd_gpus = 0; /* CUDA_VISIBLE_DEVICES="" or -1: none, whatever the driver has */
+    ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_GPU), 0);
+    ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_AUTO), 96); /* torchrun's auto: the CPUs */
+    /* cut inside the counts: refused; the version alone: no counts (an older agent) */
+    size_t bare = len - 16;
+    ASSERT_EQ(ddp__agent_get_hello_counts(body, bare, &out), 1);
+    for (size_t k = bare + 1; k < len; k++)
+        ASSERT_ERR(ddp__agent_get_hello_counts(body, k, &out), DDP_EPROTO);
+    /* a later protocol's fields after the counts are skipped */
+    uint8_t later[128];
+    memcpy(later, body, len);
+    memcpy(later + len, "more", 4);
+    ASSERT_OK(ddp__agent_get_hello_counts(later, len + 4, &out));
+    ASSERT_EQ(out.cpus, 96u);
+    /* counts no node has: refused */
+    memcpy(later, body, len);
+    later[bare + 4] = 0x7f; /* CUDA_VISIBLE_DEVICES's count: above 4096 in either byte order */
+    later[bare + 5] = 0x7f;
+    ASSERT_ERR(ddp__agent_get_hello_counts(later, len, &out), DDP_EPROTO);
+    ddp_buf_release(&b);
+}
+
+TEST(counts_from_the_variables_as_cuda_and_slurm_give_them)
+{
+    ASSERT_EQ(ddp__cvd_gpus_of(NULL), -1);
+    ASSERT_EQ(ddp__cvd_gpus_of(""), 0);
+    ASSERT_EQ(ddp__cvd_gpus_of("-1"), 0);
+    ASSERT_EQ(ddp__cvd_gpus_of("0"), 1);
+    ASSERT_EQ(ddp__cvd_gpus_of("GPU-8e1f2a44-aaaa,GPU-77b0c1d2-bbbb"), 2);
+    ASSERT_EQ(ddp__slurm_gpus_of(NULL), -1);
+    ASSERT_EQ(ddp__slurm_gpus_of("4"), 4);
+    ASSERT_EQ(ddp__slurm_gpus_of("0"), -1);
+    ASSERT_EQ(ddp__slurm_gpus_of("4x"), -1);
+    ASSERT_EQ(ddp__slurm_gpus_of("99999"), -1);
+    struct ddp__node_counts c;
+    ddp__counts_here(&c);
+    ASSERT_TRUE(c.cpus >= 1);
+    ASSERT_STREQ(ddp__nproc_kind_name(DDP_NPROC_AUTO), "auto");
 }
 
 TEST(utf8_prefix_ends_between_characters)
