@@ -54,7 +54,7 @@ struct worker {
     bool progress[2]; /* the pending line of the stream began after a '\r' */
     bool exited, reported, exec_failed;
     bool sent_started, sent_exit; /* STARTED, EXITED reached the launcher (for STATE) */
-    int code; /* >= 0 exit status, < 0 minus the signal */
+    int code;                     /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
     struct ddp__dn_page page; /* its flight recorder, read for the progress report */
     int pydump;               /* its Python tracebacks (cli/pystacks.h), or -1 */
@@ -71,7 +71,7 @@ struct agent {
     bool have_join, have_start, stopping, exiting;
     bool hello;                      /* the launcher on the link said HELLO (agent_proto.h) */
     struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
-    char iface[64]; /* this node's interface toward the store: the ranks' network default */
+    char iface[64];     /* this node's interface toward the store: the ranks' network default */
     char node_addr[64]; /* and its address there */
     cpu_set_t allowed;  /* the agent's own CPUs, which bind_to divides among the ranks */
     struct worker *w;
@@ -83,9 +83,9 @@ struct agent {
     struct ddp_timer grace, term, reap, fin;
     int stop_sig; /* the signal a stop began with */
     int rc;
-    struct ddp_timer report;       /* the progress report, every heartbeat interval */
-    struct ddp__dn_asker asker;    /* STACKS (cli/diag_node.h) */
-    int pyshim;                    /* the ranks' sitecustomize (cli/pystacks.h), or -1 */
+    struct ddp_timer report;    /* the progress report, every heartbeat interval */
+    struct ddp__dn_asker asker; /* STACKS (cli/diag_node.h) */
+    int pyshim;                 /* the ranks' sitecustomize (cli/pystacks.h), or -1 */
 };
 
 static struct agent A;
@@ -388,48 +388,6 @@ static void snapshot(struct ddp_buf *out)
         state_of(out, false);
 }
 
-/* In the child: environment, descriptors, then exec. Reports a failure through xfd. */
-static void exec_worker(const struct worker *wk, int ofd, int efd, int tfd, int xfd, int pfd,
-                        pid_t agent)
-{
-    const struct ddp__agent_start *st = &A.st;
-    int err;
-    sigprocmask(SIG_SETMASK, &A.oldmask, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != agent)
-        _exit(127);
-    int devnull = open("/dev/null", O_RDONLY);
-    dup2(devnull, 0);
-    dup2(ofd, 1);
-    dup2(efd, 2);
-    int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
-    int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
-    char ef[64] = "";
-    if (wk->errfd >= 0)
-        ddp__ef_path(wk->errfd, agent, ef, sizeof(ef));
-    ddp__agent_rank_env(st, &A.join, wk->local_rank, A.iface, A.node_addr, tokfd, progfd, ef);
-    ddp__pys_rank_env(A.pyshim, wk->pydump);
-    ddp__cpubind_apply(wk->bound ? st->bind_to : DDP__BIND_NONE, &wk->cpus, wk->sharers,
-                       wk->local_rank);
-    if (chdir(st->workdir) != 0) {
-        err = errno;
-        int msg[2] = {1, err};
-        ssize_t w = write(xfd, msg, sizeof(msg));
-        (void)w;
-        _exit(127);
-    }
-    if (st->shell[0])
-        execl("/bin/sh", "sh", "-c", st->shell, (char *)NULL);
-    else
-        execvp(st->argv[0], st->argv);
-    err = errno;
-    int msg[2] = {2, err};
-    ssize_t w = write(xfd, msg, sizeof(msg));
-    (void)w;
-    _exit(127);
-}
-
 static int spawn(struct worker *w)
 {
     int op[2], ep[2], tp[2], xp[2];
@@ -449,8 +407,21 @@ static int spawn(struct worker *w)
     pid_t pid = fork();
     if (pid < 0)
         return DDP_ESYS;
-    if (pid == 0)
-        exec_worker(w, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
+    if (pid == 0) {
+        struct ddp__rank_exec x = {.st = &A.st,
+                                   .join = &A.join,
+                                   .iface = A.iface,
+                                   .node_addr = A.node_addr,
+                                   .mask = &A.oldmask,
+                                   .pyshim = A.pyshim,
+                                   .local_rank = w->local_rank,
+                                   .pydump = w->pydump,
+                                   .errfd = w->errfd,
+                                   .bound = w->bound,
+                                   .cpus = &w->cpus,
+                                   .sharers = w->sharers};
+        ddp__agent_exec_rank(&x, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
+    }
     close(op[1]);
     close(ep[1]);
     close(tp[0]);

@@ -1,11 +1,20 @@
-/* The environment a node agent gives each rank (cli/agent_env.h). */
+/* The environment a node agent gives each rank, and the rest of a rank's start in its process
+ * (cli/agent_env.h). */
 #include "cli/agent_env.h"
 #include "cli/cli.h"
+#include "cli/cpubind.h"
+#include "cli/errfile.h"
 #include "cli/pipe_layout.h"
+#include "cli/pystacks.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include "common/banned.h"
 
@@ -102,4 +111,44 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
     for (int k = 0; k < 3 && iface[0]; k++)
         if (!getenv(ifvars[k]))
             setenv(ifvars[k], iface, 1);
+}
+
+void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int tfd, int xfd,
+                          int pfd, pid_t agent)
+{
+    const struct ddp__agent_start *st = x->st;
+    int err;
+    sigprocmask(SIG_SETMASK, x->mask, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent)
+        _exit(127);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(ofd, 1);
+    dup2(efd, 2);
+    int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
+    int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
+    char ef[64] = "";
+    if (x->errfd >= 0)
+        ddp__ef_path(x->errfd, agent, ef, sizeof(ef));
+    ddp__agent_rank_env(st, x->join, x->local_rank, x->iface, x->node_addr, tokfd, progfd, ef);
+    ddp__pys_rank_env(x->pyshim, x->pydump);
+    ddp__cpubind_apply(x->bound ? st->bind_to : DDP__BIND_NONE, x->cpus, x->sharers, x->local_rank);
+    if (chdir(st->workdir) != 0) {
+        err = errno;
+        int msg[2] = {1, err};
+        ssize_t w = write(xfd, msg, sizeof(msg));
+        (void)w;
+        _exit(127);
+    }
+    if (st->shell[0])
+        execl("/bin/sh", "sh", "-c", st->shell, (char *)NULL);
+    else
+        execvp(st->argv[0], st->argv);
+    err = errno;
+    int msg[2] = {2, err};
+    ssize_t w = write(xfd, msg, sizeof(msg));
+    (void)w;
+    _exit(127);
 }

@@ -164,6 +164,11 @@ void ddp__sup_rank_error(int rank, const uint8_t *body, size_t len);
 void ddp__sup_announce_round(void);
 /* Forgets every rank's last lines and state. */
 void ddp__sup_release_ranks(void);
+/* The store's address as node i reaches it (cli/round_start.c). */
+void ddp__sup_node_store_addr(int i, char *out, size_t n);
+/* Numbers the ready members' ranks and sends each START (the round's phase begins); -1 with
+ * why (at least 16 bytes) when the round cannot start: then no member was started. */
+int ddp__sup_start_round(char *why, size_t whylen);
 /* Room for n ranks in L.rk (grown as nodes count their slots, cli/node_slots.c); -1 when out
  * of memory. */
 int ddp__sup_ranks_reserve(int n);

@@ -1,0 +1,162 @@
+/*
+ * A round's start (cli/supervisor.h): once the rendezvous closes, the members' ranks are
+ * numbered contiguously in node order, a pipeline's stages planned for them, MASTER_ADDR
+ * chosen, the views told, and each member sent START. Part of the supervisor; called by its
+ * policy (cli/rounds.c), it calls only downward (nodes, views, records, the pipeline layout).
+ */
+#include "cli/agent_proto.h"
+#include "cli/cli.h"
+#include "cli/pipe_layout.h"
+#include "cli/supervisor.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+#define L ddp__S
+
+static const char *host_of(int node)
+{
+    return L.job->nodes[node].host;
+}
+
+void ddp__sup_node_store_addr(int i, char *out, size_t n)
+{
+    snprintf(out, n, "%s", L.store_addr);
+    if (L.first_remote && L.wildcard) {
+        char ip[INET6_ADDRSTRLEN];
+        const char *toward = ddp__job_host_is_local(host_of(i)) ? L.first_remote : host_of(i);
+        if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
+            snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, L.store_port);
+    }
+}
+
+int ddp__sup_start_round(char *why, size_t whylen)
+{
+    const struct ddp_job *j = L.job;
+    ddp__sup_release_ranks();
+    int room = 0; /* the round's ranks, as its nodes counted them */
+    for (size_t i = 0, nm = 0; i < j->nnodes && nm < (size_t)j->max_nodes; i++)
+        if (L.nd[i].state == DDP__NS_READY)
+            room += j->nodes[i].slots, nm++;
+    if (ddp__sup_ranks_reserve(room) < 0) {
+        snprintf(why, whylen, "out of memory for the round's ranks");
+        return -1;
+    }
+    L.world = L.nmembers = 0;
+    L.ranks_up = L.ranks_done = L.ranks_ok = 0;
+    L.first_fail = -1;
+    char names[2048] = "";
+    size_t nl = 0;
+    int first = -1;
+    for (size_t i = 0; i < j->nnodes && L.nmembers < j->max_nodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state != DDP__NS_READY)
+            continue;
+        if (first < 0)
+            first = (int)i;
+        a->state = DDP__NS_RUNNING; /* a member: its START follows */
+        a->member_index = L.nmembers++;
+        a->rank_offset = L.world;
+        for (int l = 0; l < j->nodes[i].slots; l++) {
+            struct ddp__sup_rank *r = &L.rk[L.world];
+            r->node = (int)i;
+            r->local = l;
+            L.world++;
+        }
+        int w = snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", host_of((int)i));
+        if (w > 0 && nl + (size_t)w < sizeof(names))
+            nl += (size_t)w;
+    }
+    /* A pipeline's stages for this round's ranks (pipeline.auto plans them anew). */
+    char **env = L.env;
+    int nowned = 0, *ms = calloc(j->nnodes + 1, sizeof(int)), nm = 0;
+    for (size_t i = 0; ms && i < j->nnodes; i++)
+        if (L.nd[i].state == DDP__NS_RUNNING)
+            ms[nm++] = j->nodes[i].slots;
+    if (j->pipe.on &&
+        !(env = ddp__pipe_round_env(&j->pipe, L.env, ms, nm, &nowned, why + 10, whylen - 10))) {
+        free(ms);
+        memcpy(why, "pipeline: ", 10);
+        for (size_t i = 0; i < j->nnodes; i++) /* no member started: each agent just leaves */
+            if (L.nd[i].state == DDP__NS_RUNNING)
+                L.nd[i].state = DDP__NS_READY;
+        L.world = L.nmembers = 0;
+        return -1;
+    }
+    free(ms);
+    /* With remote nodes, every node (the local ones too) must use addresses the others can
+     * reach: MASTER_ADDR is the first member's, or this machine's routable address. */
+    char master[256] = "127.0.0.1";
+    if (L.first_remote) {
+        if (!ddp__job_host_is_local(host_of(first)))
+            snprintf(master, sizeof(master), "%s", host_of(first));
+        else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
+            snprintf(master, sizeof(master), "127.0.0.1");
+    }
+    int master_port = L.torch_port ? L.torch_port : ddp__free_port();
+    /* TCPStore connections from now on use this round's key space. */
+    if (L.torch_port)
+        ddp_store_server_torch_round(L.srv, L.round);
+    /* The views learn the round's ranks before any of their output (the records open the rank
+     * logs). */
+    ddp__sup_announce_round();
+    ddp__sup_say("ddprun: round %d: %d node%s (%s), %d rank%s%s", L.round, L.nmembers,
+                 L.nmembers == 1 ? "" : "s", names, L.world, L.world == 1 ? "" : "s",
+                 !L.round            ? ""
+                 : j->checkpoint_dir ? "; workers restart from the last checkpoint"
+                                     : "; workers restart");
+    ddp__sup_event("membership", "nodes", names, "#world_size", (long long)L.world,
+                   "#restart_count", (long long)L.round, NULL);
+    L.ph = DDP__PH_RUNNING;
+    ddp__sup_set_phase(L.round ? "restarting workers" : "starting workers");
+    for (size_t i = 0; i < j->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (a->state != DDP__NS_RUNNING)
+            continue;
+        char node_store[300], store_host[300], node_master[300];
+        int store_port;
+        ddp__sup_node_store_addr((int)i, node_store, sizeof(node_store));
+        /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it. */
+        snprintf(node_master, sizeof(node_master), "%s", master);
+        if (L.torch_port &&
+            ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
+            snprintf(node_master, sizeof(node_master), "%s", store_host);
+        struct ddp__agent_start st = {
+            .token = L.token,
+            .store_addr = node_store,
+            .job_id = L.job_id,
+            .host_label = j->nodes[i].host,
+            .master_addr = node_master,
+            .master_port = (uint32_t)master_port,
+            .node_rank = (uint32_t)a->member_index,
+            .nnodes = (uint32_t)L.nmembers,
+            .world_size = (uint32_t)L.world,
+            .rank_offset = (uint32_t)a->rank_offset,
+            .nlocal = (uint32_t)j->nodes[i].slots,
+            .restart_count = (uint32_t)L.round,
+            .max_restarts = (uint32_t)j->max_restarts,
+            .grace_ms = (uint64_t)j->stop_grace_ms,
+            .workdir = j->workdir,
+            .backend = j->backend,
+            .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+            .shell = j->shell ? j->shell : "",
+            .argv = j->argv,
+            .env = env,
+            /* local ranks inherit this shell's whole environment */
+            .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : L.shell_env,
+            .agent_store = L.torch_port != 0,
+            .bind_to = (uint8_t)j->bind_to};
+        ddp__nodes_start_round(&L.nodes, (int)i, &st);
+    }
+    for (int k = 0; k < nowned; k++)
+        free(env[k]);
+    if (env != L.env)
+        free(env);
+    return 0;
+}
