@@ -108,6 +108,16 @@ int ddp__cmd_code(int argc, char **argv);
  * (the job's env), each string and the array malloc'd. NULL when out of memory. */
 char *ddp__doctor_env_sh(const struct ddp_job *job);
 char **ddp__doctor_env_argv(const struct ddp_job *job);
+/* The doctor's mesh check (cli/doctor_mesh.c): the nodes with part[i] run `__mesh` at once
+ * (as a launch reaches them), each connecting back to the listener lfd (port), and report
+ * which others they cannot reach where those nodes' ranks would listen. why: nnodes strings of
+ * whyn bytes, "" for a node that reached every other, else "'host' (ADDR): WHY; ..." or "its
+ * mesh check ..." (it could not run). False when it did not run (fewer than two nodes, or all
+ * local). */
+bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int port,
+                      const bool *part, char *why, size_t whyn);
+/* The hidden `ddprun __mesh HOST:PORT INDEX [IFACE]` it runs on each node. */
+int ddp__cmd_mesh(int argc, char **argv);
 /* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor.c). */
 int ddp__cmd_probe(int argc, char **argv);
 /* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). With

@@ -15,7 +15,9 @@
  * With rendezvous: {backend: etcd}, etcd is checked from here first (cli/doctor_etcd.c) and
  * the nodes' reach check is toward its first TCP endpoint (the "etcd" column).
  *
- * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks.
+ * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks. The nodes
+ * that pass then check that they reach each other where their ranks would listen (the "mesh"
+ * column, cli/doctor_mesh.c).
  *
  * A Python job (the command's program is python...) also has each node's interpreter report
  * its version and torch's (or none), from workdir as the agent would run it; every node must
@@ -57,15 +59,16 @@ enum {
     C_PORT,
     C_STORE,
     C_IFACE,
+    C_MESH,
     C_GPUS,
     C_PY,
     C_TORCH,
     C_CODE,
     C_N
 };
-static const char *const col_name[C_N] = {"ssh",     "host key", "ddprun", "workdir",
-                                          "command", "port",     "store",  "interface",
-                                          "gpus",    "python",   "torch",  "code"};
+static const char *const col_name[C_N] = {"ssh",    "host key", "ddprun",    "workdir", "command",
+                                          "port",   "store",    "interface", "mesh",    "gpus",
+                                          "python", "torch",    "code"};
 
 /* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
  * import fails the program, with its traceback). */
@@ -83,9 +86,9 @@ struct node_check {
     char *const *env_argv; /* {"env", "K=V", ...}: the job's env, here and through srun */
     const char *code_file; /* what every node must have the same of (cli/doctor_code.c), or NULL */
     bool code_script;
-    const char *cell[C_N]; /* "ok", "FAIL", "-" or a short note */
-    char why[1200];        /* the first failure */
-    char iface[64];        /* the node's interface toward the store: its ranks' default */
+    const char *cell[C_N];  /* "ok", "FAIL", "-" or a short note */
+    char why[1200];         /* the first failure */
+    char iface[64];         /* the node's interface toward the store: its ranks' default */
     char py[32], torch[64]; /* a Python job's versions there */
     int gpus;               /* the GPUs its ranks would see (ddp__gpus_here there), or -1 */
     char gpus_s[16];
@@ -585,6 +588,36 @@ static void *check_node(void *arg)
     return NULL;
 }
 
+/* The nodes that passed so far check that they reach each other where their ranks would
+ * listen (cli/doctor_mesh.c), through the store's stand-in lfd; whether that ran. */
+static bool check_mesh(struct node_check *nc, const struct ddp_job *job, const char *self, int lfd,
+                       int port)
+{
+    enum { WHY = 600 };
+    bool *part = calloc(job->nnodes, sizeof(bool));
+    char *why = calloc(job->nnodes, WHY);
+    bool ran = false;
+    for (size_t i = 0; part && i < job->nnodes; i++)
+        part[i] = !nc[i].why[0] && nc[i].cell[C_STORE];
+    if (part && why && (ran = ddp__doctor_mesh(job, self, lfd, port, part, why, WHY)))
+        for (size_t i = 0; i < job->nnodes; i++) {
+            if (!part[i])
+                continue;
+            if (why[i * WHY] == '\0')
+                nc[i].cell[C_MESH] = "ok";
+            else if (strncmp(why + i * WHY, "its ", 4) == 0)
+                failed(&nc[i], C_MESH, "%s", why + i * WHY);
+            else
+                failed(&nc[i], C_MESH,
+                       "cannot reach %s, where its ranks would listen (a firewall between the "
+                       "nodes? ranks connect to each other on any port)",
+                       why + i * WHY);
+        }
+    free(part);
+    free(why);
+    return ran;
+}
+
 static int width(int col)
 {
     return col == C_IFACE || col == C_TORCH ? 16 : 10;
@@ -671,6 +704,9 @@ int ddp__doctor(const struct ddp_job *job)
     }
     for (size_t i = 0; i < job->nnodes; i++)
         pthread_join(th[i], NULL);
+    atomic_store(&stop_accepting, true);
+    pthread_join(acc, NULL);
+    bool mesh = check_mesh(nc, job, self, lfd, port);
     compare_python(nc, job->nnodes);
     if (code_file)
         compare_code(nc, job->nnodes, code_file);
@@ -680,9 +716,8 @@ int ddp__doctor(const struct ddp_job *job)
         shown[c] = c == C_GPUS                 ? gpus
                    : c == C_PY || c == C_TORCH ? py
                    : c == C_CODE               ? !!code_file
+                   : c == C_MESH               ? mesh
                                                : true;
-    atomic_store(&stop_accepting, true);
-    pthread_join(acc, NULL);
     close(lfd);
     size_t hw = 4;
     for (size_t i = 0; i < job->nnodes; i++) {

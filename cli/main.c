@@ -396,6 +396,8 @@ int main(int argc, char **argv)
         return ddp__cmd_probe(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__code") == 0)
         return ddp__cmd_code(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "__mesh") == 0)
+        return ddp__cmd_mesh(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__ssh-bridge") == 0)
         return ddp__cmd_ssh_bridge(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)

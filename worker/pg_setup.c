@@ -65,6 +65,35 @@ static void set_sock(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* One connect to ai, given up at deadline (a blocking connect to a host behind a firewall that
+ * drops it would wait out the kernel's SYN retries, minutes): the blocking socket, or -1 with
+ * *err set. */
+static int connect_until(const struct addrinfo *ai, int64_t deadline, int *err)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
+    socklen_t el = sizeof(e);
+    if (fd < 0) {
+        *err = errno;
+        return -1;
+    }
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && (e = errno) == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int64_t left = deadline - ddp_now_ms();
+        int r = left > 0 ? poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left) : 0;
+        if (r != 1)
+            e = r == 0 ? ETIMEDOUT : errno; /* EINTR: tried again while time is left */
+        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+            e = errno;
+    }
+    if (e) {
+        close(fd);
+        *err = e;
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
 /* Connects to rank j's listener and proves our rank; the connection goes to the group's
  * collectives (PEER_MAGIC) or to its point-to-point engine (P2P_MAGIC). */
 static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, const uint8_t *secret,
@@ -78,20 +107,16 @@ static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, cons
     snprintf(ps, sizeof(ps), "%d", port);
     if (getaddrinfo(ip, ps, &hints, &res) != 0)
         return DDP_EINVAL;
-    int fd = -1;
-    while (ddp_now_ms() < deadline) {
-        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0)
-            break;
-        if (fd >= 0)
-            close(fd);
-        fd = -1;
-        usleep(20000);
-    }
+    int fd = -1, err = ETIMEDOUT;
+    while (fd < 0 && ddp_now_ms() < deadline)
+        if ((fd = connect_until(res, deadline, &err)) < 0 && err != ETIMEDOUT && err != EINTR)
+            usleep(20000); /* refused: its listener may not be up yet */
     freeaddrinfo(res);
     if (fd < 0) {
-        snprintf(pg->err, sizeof(pg->err), "cannot connect to peer rank %d (%s at %s:%d)", j,
-                 pg->comm.peers[j].host, ip, port);
+        snprintf(pg->err, sizeof(pg->err),
+                 "cannot connect to peer rank %d (%s at %s:%d): %s (`ddprun doctor` checks that "
+                 "the nodes reach each other)",
+                 j, pg->comm.peers[j].host, ip, port, strerror(err));
         return DDP_ECONNECT;
     }
     set_sock(fd);

@@ -163,8 +163,8 @@ only_sshd_in() {
   fm=$(sha256sum "$FMNIST" | cut -c1-8)
   # the interface: the node's own (a veth in its namespace), or lo on 127.0.0.x; the code: the
   # start of the SHA-256 of the program each node would run
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +$fm +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-2|lo) +$fm +pass$"
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +ok +$fm +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-2|lo) +ok +$fm +pass$"
   assert_line --regexp "^$a3 +ok +FAIL .*FAIL: the host key of $a3 port $SSH_PORT is not in $SSH_KH"
   assert_line --regexp "^$a8 +FAIL .*FAIL: cannot connect to $a8 port $SSH_PORT"
   assert_output --partial "4 nodes checked: 2 passed, 2 failed"
@@ -194,6 +194,56 @@ only_sshd_in() {
   assert_output --partial "there is 'ddprun 0.0.1', this is ddprun"
 }
 
+@test "ddprun doctor: every node reaches the others where their ranks would listen; behind a firewall between two nodes, the one that cannot reach fails naming the other" {
+  [ -n "$SSHD_NETNS" ] || skip "needs network-namespace test hosts"
+  command -v nft >/dev/null || fail "nftables is not installed (./dev.sh deps installs it)"
+  for k in 1 2 3; do sshd_start "$k"; done
+  ssh_job job.yaml 1 1 2 3 -- /bin/true
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)") a3=$(rx "$(sshd_addr 3)")
+  run "$DDPRUN" doctor job.yaml
+  assert_success
+  assert_output --regexp " +interface +mesh +code +result"$'\n'
+  for a in "$a1" "$a2" "$a3"; do
+    assert_line --regexp "^$a +ok +ok +ok +ok +ok +ok +ok +vn[0-9]+-[0-9] +ok +[0-9a-f]{8} +pass$"
+  done
+  # node 2 drops what node 1 opens to it but SSH, as a firewall between compute nodes that
+  # lets the login node's SSH through: node 1 reaches the store's address, not node 2's ranks
+  ip netns exec "$(sshd_ns 2)" nft -f - <<NFT
+table inet ddptest {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    ct state established,related accept
+    ip saddr $(sshd_addr 1) tcp dport != $SSH_PORT drop
+  }
+}
+NFT
+  SECONDS=0
+  run "$DDPRUN" doctor job.yaml
+  echo "$output"
+  assert_failure 1
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +vn[0-9]+-1 +FAIL +[0-9a-f]{8} +FAIL: cannot reach '$a2' \($a2\): Connection timed out, where its ranks would listen \(a firewall between the nodes\? ranks connect to each other on any port\)$"
+  # node 2's own connections to node 1 are answered; node 3 reaches both
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +vn[0-9]+-2 +ok +[0-9a-f]{8} +pass$"
+  assert_line --regexp "^$a3 +ok +ok +ok +ok +ok +ok +ok +vn[0-9]+-3 +ok +[0-9a-f]{8} +pass$"
+  assert_output --partial "3 nodes checked: 2 passed, 1 failed"
+  [ "$SECONDS" -le 20 ]
+  # a job across them (rank 1 on node 1 connects to rank 0 on node 2) fails within its group's
+  # timeout, naming the peer and the cause; a blocking connect waited out the SYN retries (2 min)
+  ssh_job fw.yaml 1 2 1 -- "$FMNIST" --max-steps 2
+  echo 'env: {DDP_PG_TIMEOUT_MS: "4000"}' >>fw.yaml
+  SECONDS=0
+  run "$DDPRUN" fw.yaml
+  echo "$output"
+  assert_failure
+  assert_output --regexp "cannot connect to peer rank 0 \([^)]* at $a2:[0-9]+\): Connection timed out \(\`ddprun doctor\` checks that the nodes reach each other\)"
+  [ "$SECONDS" -le 30 ]
+  # a node that fails its own checks takes no part; one node left is no mesh
+  run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1), $(sshd_addr 8)]"
+  assert_failure 1
+  refute_output --partial "mesh"
+  for k in 1 2 3; do only_sshd_in "$k"; done
+}
+
 @test "ddprun doctor on a Python job: each node's python and torch versions; a node with another torch, or one that fails to import, fails naming both" {
   /usr/bin/python3 -c "import torch" 2>/dev/null || skip "needs Debian's python3-torch"
   sshd_start 1
@@ -208,9 +258,9 @@ only_sshd_in() {
   run "$DDPRUN" doctor job.yaml
   assert_failure 1
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
-  assert_output --regexp " +interface +python +torch +code +result"$'\n'
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +$torch +$ht +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +$py +2\.1\.0 +$ht +FAIL: python $py with torch 2\.1\.0 on this node, python $py with torch $torch on $a1: the ranks must run the same"
+  assert_output --regexp " +interface +mesh +python +torch +code +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +$py +$torch +$ht +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +$py +2\.1\.0 +$ht +FAIL: python $py with torch 2\.1\.0 on this node, python $py with torch $torch on $a1: the ranks must run the same"
   # a torch that is there but fails to import (as a missing CUDA library makes it): its error
   mkdir -p broken/torch && echo 'raise ImportError("libcudnn.so.8: cannot open shared object file")' >broken/torch/__init__.py
   run env PYTHONPATH="$PWD/broken" "$DDPRUN" doctor job.yaml --set "nodes=[localhost]"
@@ -262,17 +312,17 @@ only_sshd_in() {
   # PATH goes from here to remote ranks (the export rule): every node would run b's
   run env PATH="$PWD/b:$PATH" "$DDPRUN" doctor job.yaml
   assert_success
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${hb:0:8} +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${hb:0:8} +pass$"
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +${hb:0:8} +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +${hb:0:8} +pass$"
   # and the job's env over it
   run env PATH="$PWD/b:$PATH" "$DDPRUN" doctor job.yaml --set "env.PATH=$PWD/a:/usr/bin:/bin"
   assert_success
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${ha:0:8} +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +${ha:0:8} +pass$"
   # without PATH exported each node's own: node 2 would run another train.sh
   run "$DDPRUN" doctor job.yaml --set 'export=["-PATH"]'
   assert_failure 1
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${ha:0:8} +pass$"
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +${hb:0:8} +FAIL: 'train\.sh' on this node is not the one on $a1 \(SHA-256 $hb\.\.\., there $ha\.\.\.\): every node must run the same code$"
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +${ha:0:8} +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +${hb:0:8} +FAIL: 'train\.sh' on this node is not the one on $a1 \(SHA-256 $hb\.\.\., there $ha\.\.\.\): every node must run the same code$"
   # a Python job: the script, from the workdir; one that is not there fails each node
   printf 'print(1)\n' >t.py
   run "$DDPRUN" doctor job.yaml --set "command=[/usr/bin/python3, -W, ignore, -u, t.py]"
@@ -370,9 +420,9 @@ SH
   a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
   run "$DDPRUN" doctor job.yaml --set backend=nccl
   assert_failure 1
-  assert_output --regexp " +interface +gpus +code +result"$'\n'
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +FAIL +[0-9a-f]{8} +FAIL: 0 GPUs visible there for its 2 ranks \(backend: nccl takes a GPU per rank; "
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +2 +[0-9a-f]{8} +pass$"
+  assert_output --regexp " +interface +mesh +gpus +code +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +FAIL +[0-9a-f]{8} +FAIL: 0 GPUs visible there for its 2 ranks \(backend: nccl takes a GPU per rank; "
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +2 +[0-9a-f]{8} +pass$"
   # 3 slots on node 2: one GPU short
   run "$DDPRUN" doctor job.yaml --set backend=nccl --set "nodes=[{host: $(sshd_addr 2), slots: 3}]"
   assert_failure 1
@@ -380,7 +430,7 @@ SH
   # a CPU job: the count is shown (a node has GPUs), nothing fails on it
   run "$DDPRUN" doctor job.yaml
   assert_success
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +0 +[0-9a-f]{8} +pass$"
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +0 +[0-9a-f]{8} +pass$"
   # and not shown where no node has any
   run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1)]"
   assert_success
@@ -427,10 +477,10 @@ SH
   # ddprun doctor says so before a launch: the GPUs each node's ranks would see
   run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" doctor job.yaml --set nproc_per_node=gpu
   assert_success
-  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +1 +[0-9a-f]{8} +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +1 +[0-9a-f]{8} +pass$"
   run env -u CUDA_VISIBLE_DEVICES -u SLURM_GPUS_ON_NODE "$DDPRUN" doctor job.yaml --set nproc_per_node=gpu --set 'env={CUDA_VISIBLE_DEVICES: "-1"}'
   assert_failure 1
-  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +FAIL +[0-9a-f]{8} +FAIL: no GPU visible there for nproc_per_node: gpu "
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +[a-z0-9-]+ +ok +FAIL +[0-9a-f]{8} +FAIL: no GPU visible there for nproc_per_node: gpu "
   # an agent that counts nothing (a ddprun before the counts): refused, naming why
   fake_agent ranks
   rm -rf logs

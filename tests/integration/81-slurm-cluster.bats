@@ -206,7 +206,7 @@ JOB
   [ "$status" -eq 0 ] || { echo "$output"; return 1; }
   fm=$(sha256sum "$(command -v ddprun-fmnist)" | cut -c1-8)
   for k in 1 2 3; do
-    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +$fm +pass"
+    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +ok +$fm +pass"
   done
   assert_output --partial "3 nodes checked: 3 passed, 0 failed"
   printf 'command: [no-such-program]\n' >bad.yaml
@@ -222,6 +222,6 @@ JOB
   run slurm_login salloc -N3 --quiet ddprun doctor py.yaml
   [ "$status" -eq 0 ] || { echo "$output"; return 1; }
   for k in 1 2 3; do
-    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +${want//./\\.} +[^ ]+ +$ht +pass"
+    assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +ok +${want//./\\.} +[^ ]+ +$ht +pass"
   done
 }
