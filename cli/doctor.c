@@ -499,15 +499,8 @@ static void *check_node(void *arg)
         }
         return NULL;
     }
-    struct ddp__ssh s = {.host = host,
-                         .port = j->ssh_port,
-                         .user = j->ssh_user,
-                         .identity = j->ssh_identity,
-                         .known_hosts = j->ssh_known_hosts,
-                         .strict = j->ssh_strict,
-                         .remote = j->ssh_remote_ddprun ? j->ssh_remote_ddprun : n->self,
-                         .quiet = true,
-                         .dry_run = true};
+    struct ddp__ssh s;
+    ddp__ssh_for_node(&s, j, n->i, n->self);
     if (ddp__ssh_open(&s) != 0) {
         /* Authentication failing shows in the ssh column, after a good host key. */
         if (s.stage != DDP__SSH_CONNECT)

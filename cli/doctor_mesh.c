@@ -309,15 +309,8 @@ static void *runner(void *arg)
         char *argv[] = {(char *)r->self, "__mesh", r->target, idx, j->net_iface, NULL};
         ddp__run_capture(argv, r->out, sizeof(r->out), JOIN_MS + 2 * CONNECT_MS, &st);
     } else {
-        struct ddp__ssh s = {.host = host,
-                             .port = j->ssh_port,
-                             .user = j->ssh_user,
-                             .identity = j->ssh_identity,
-                             .known_hosts = j->ssh_known_hosts,
-                             .strict = j->ssh_strict,
-                             .remote = j->ssh_remote_ddprun ? j->ssh_remote_ddprun : r->self,
-                             .quiet = true,
-                             .dry_run = true};
+        struct ddp__ssh s;
+        ddp__ssh_for_node(&s, j, r->i, r->self);
         char cmd[PATH_MAX + 400];
         snprintf(cmd, sizeof(cmd), "'%s' __mesh '%s' %s%s%s%s", s.remote, r->target, idx,
                  j->net_iface ? " '" : "", j->net_iface ? j->net_iface : "",

@@ -21,6 +21,11 @@ struct ddp__ssh {
     ssh_channel ch;
 };
 
+struct ddp_job;
+/* The session to node i of job as `ddprun doctor` opens it: the job's ssh settings, its
+ * remote_ddprun or self, quiet, and accept-new without recording the key. */
+void ddp__ssh_for_node(struct ddp__ssh *b, const struct ddp_job *job, size_t i, const char *self);
+
 /* Connects, checks the host key, authenticates. 0, or DDP_EXIT_LAUNCH with err set. */
 int ddp__ssh_open(struct ddp__ssh *b);
 /* Runs cmd on the node; its stdout (truncated to outlen-1) in out, its exit status in *status.

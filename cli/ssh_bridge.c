@@ -25,6 +25,7 @@
  */
 #include "cli/ssh.h"
 #include "cli/cli.h"
+#include "cli/job.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -392,4 +393,17 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
 out:
     ddp__ssh_close(&b);
     return rc;
+}
+
+void ddp__ssh_for_node(struct ddp__ssh *b, const struct ddp_job *j, size_t i, const char *self)
+{
+    *b = (struct ddp__ssh){.host = j->nodes[i].host,
+                           .port = j->ssh_port,
+                           .user = j->ssh_user,
+                           .identity = j->ssh_identity,
+                           .known_hosts = j->ssh_known_hosts,
+                           .strict = j->ssh_strict,
+                           .remote = j->ssh_remote_ddprun ? j->ssh_remote_ddprun : self,
+                           .quiet = true,
+                           .dry_run = true};
 }
