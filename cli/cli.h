@@ -108,6 +108,9 @@ int ddp__cmd_code(int argc, char **argv);
  * (the job's env), each string and the array malloc'd. NULL when out of memory. */
 char *ddp__doctor_env_sh(const struct ddp_job *job);
 char **ddp__doctor_env_argv(const struct ddp_job *job);
+/* srun's words for one step of the doctor's on a node (its --nodelist and the command follow). */
+#define DDP__DOCTOR_SRUN                                                                           \
+    "srun", "--nodes=1", "--ntasks=1", "--overlap", "--quiet", "--job-name=ddprun-doctor"
 /* The doctor's mesh check (cli/doctor_mesh.c): the nodes with part[i] run `__mesh` at once
  * (as a launch reaches them), each connecting back to the listener lfd (port), and report
  * which others they cannot reach where those nodes' ranks would listen. why: nnodes strings of

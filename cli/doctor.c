@@ -392,14 +392,7 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
         snprintf(ip, sizeof(ip), "%s", n->probe_host);
     snprintf(nodelist, sizeof(nodelist), "--nodelist=%s", host);
     snprintf(target, sizeof(target), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, n->probe_port);
-    char *opts[] = {"srun",
-                    "--nodes=1",
-                    "--ntasks=1",
-                    nodelist,
-                    "--overlap",
-                    "--quiet",
-                    "--job-name=ddprun-doctor",
-                    NULL};
+    char *opts[] = {DDP__DOCTOR_SRUN, nodelist, NULL};
     char *probe[] = {(char *)n->self,
                      "__probe",
                      target,

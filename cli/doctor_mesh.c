@@ -291,19 +291,8 @@ static void *runner(void *arg)
     if (j->srun && !ddp__job_host_is_local(host)) {
         char nodelist[300];
         snprintf(nodelist, sizeof(nodelist), "--nodelist=%s", host);
-        char *argv[] = {"srun",
-                        "--nodes=1",
-                        "--ntasks=1",
-                        nodelist,
-                        "--overlap",
-                        "--quiet",
-                        "--job-name=ddprun-doctor",
-                        (char *)r->self,
-                        "__mesh",
-                        r->target,
-                        idx,
-                        j->net_iface,
-                        NULL};
+        char *argv[] = {DDP__DOCTOR_SRUN, nodelist, (char *)r->self, "__mesh",
+                        r->target,        idx,      j->net_iface,    NULL};
         ddp__run_capture(argv, r->out, sizeof(r->out), JOIN_MS + 2 * CONNECT_MS, &st);
     } else if (ddp__job_host_is_local(host)) {
         char *argv[] = {(char *)r->self, "__mesh", r->target, idx, j->net_iface, NULL};
