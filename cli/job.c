@@ -133,8 +133,6 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     }
     if (counted)
         j->world_size = 0;
-    else
-        j->nproc_kind = DDP_NPROC_NUMBER; /* every node has slots given */
     if ((n = ddp__ytree_get(root, "backend"))) {
         if (ddp__jv_str(c, n, "backend", &j->backend) < 0)
             goto out;

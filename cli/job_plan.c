@@ -48,8 +48,9 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             fprintf(f, "  - {host: %s, slots: %s}   # counted there by its agent\n",
                     j->nodes[i].host, kind);
     if (j->nproc_kind)
-        fprintf(f, "nproc_per_node: %s   # counted on each node by its agent, as torchrun counts\n",
-                kind);
+        fprintf(f, "nproc_per_node: %s   # %s\n", kind,
+                j->world_size ? "every node gives slots of its own"
+                              : "counted on each node by its agent, as torchrun counts");
     else
         fprintf(f, "nproc_per_node: %d\n", j->nproc_per_node);
     fprintf(f, "backend: %s\nbind_to: %s\n", j->backend, ddp__cpubind_name(j->bind_to));
