@@ -12,7 +12,11 @@
 # ones. It never changes what torch does, and a failure of its own leaves torch alone.
 #
 # ddprun prepends _L: the page's layout and the operations' codes, from common/progress.h.
-# A collective called with async_op=True is recorded as finished when the call returns.
+# On the host (Gloo) a collective is finished when its call returns, or one called with
+# async_op=True when that call returns. On a GPU (NCCL) a call returns once its work is
+# queued: a collective on CUDA tensors, and a DDP step of a module on a GPU, are finished when
+# the device gets past them (a CUDA event after them, or the async work, polled by a thread of
+# the recorder's own), so a rank whose NCCL collective never ends shows in it.
 
 import atexit
 import mmap
@@ -54,9 +58,13 @@ class _Rec:
         self.open = 0      # a ddp_step not finished yet
         self.c10d = None
         self.dtypes = None
-        self.bytes = weakref.WeakKeyDictionary()  # DDP module -> its gradients' bytes, dtype
+        self.bytes = weakref.WeakKeyDictionary()  # DDP module -> its gradients' bytes, dtype, GPU
         self.hooked = weakref.WeakKeyDictionary()  # DDP modules whose first parameter is hooked
         self.pending = 0   # a ddp_step whose gradients are not ready yet
+        self.pending_dev = None  # its module's device when a GPU
+        self.gpu = []      # (seq, event or work) still running on a device, oldest first
+        self.gpu_cv = threading.Condition()
+        self.poller = None
 
     # ---- the page ----
 
@@ -141,7 +149,8 @@ class _Rec:
             if not timed:
                 q[(e >> 3) + 4] = 0
             q[(e >> 3) + 5] = t
-        q[_Q_COMPLETED] = s
+        if s > q[_Q_COMPLETED]:   # an entry a device ran may end after a later one
+            q[_Q_COMPLETED] = s
         q[_Q_CHANGED] = t
 
     def end(self, s, failed):
@@ -169,34 +178,95 @@ class _Rec:
         return g is None or g is c.GroupMember.WORLD or c.get_world_size(g) == c.get_world_size()
 
     def size_of(self, x):
+        """(bytes, dtype code, a CUDA tensor of x or None)."""
         torch = sys.modules.get('torch')
         if isinstance(x, torch.Tensor):
-            return x.numel() * x.element_size(), self.dtypes.get(x.dtype, 255)
+            return (x.numel() * x.element_size(), self.dtypes.get(x.dtype, 255),
+                    x if x.is_cuda else None)
         if isinstance(x, (list, tuple)):
-            n, dt = 0, 255
+            n, dt, dev = 0, 255, None
             for t in x:
                 if isinstance(t, torch.Tensor):
                     n += t.numel() * t.element_size()
                     dt = self.dtypes.get(t.dtype, 255)
-            return n, dt
-        return 0, 255
+                    if dev is None and t.is_cuda:
+                        dev = t
+            return n, dt, dev
+        return 0, 255, None
 
     def coll(self, op, gi, pi, pname, a, k):
-        """Enters a collective called with (a, k); its seq, or 0 when not recorded."""
+        """Enters a collective called with (a, k): (its seq, a CUDA tensor of its payload or
+        None), seq 0 when not recorded."""
         try:
             if self.off or (self.q is None and not self.attach()):
-                return 0
+                return 0, None
             g = k.get('group') if 'group' in k else (a[gi] if gi is not None and gi < len(a)
                                                      else None)
             if not self.whole(g):
-                return 0
+                return 0, None
             x = k.get(pname) if pname in k else (a[pi] if pi is not None and pi < len(a)
                                                  else None)
-            nbytes, dt = self.size_of(x) if x is not None else (0, 255)
+            nbytes, dt, dev = self.size_of(x) if x is not None else (0, 255, None)
             with self.lock:
-                return self.enter(op, nbytes, dt)
+                return self.enter(op, nbytes, dt), dev
         except Exception:
-            return 0
+            return 0, None
+
+    # ---- work a device still runs ----
+
+    def finish(self, s, dev, r):
+        """Ends entry s, whose call returned r: now, or for a payload on a GPU (dev, one of
+        its tensors) once the device has run it."""
+        if dev is None or not self.on_device(s, dev.device, r):
+            self.end(s, 0)
+
+    def on_device(self, s, device, r):
+        """Tracks s until the device gets past it: the async work r, else an event queued
+        on the device's current stream (which a blocking call made wait for the collective).
+        False when it cannot be tracked."""
+        try:
+            if hasattr(r, 'is_completed'):
+                probe = r
+            else:
+                cuda = sys.modules['torch'].cuda
+                if cuda.is_current_stream_capturing():
+                    return False   # a CUDA graph's capture: nothing runs now
+                probe = cuda.Event()
+                probe.record(cuda.current_stream(device))
+            with self.gpu_cv:
+                self.gpu.append((s, probe))
+                if self.poller is None:
+                    self.poller = threading.Thread(target=self.poll, daemon=True,
+                                                   name='ddprun-flight-recorder')
+                    self.poller.start()
+                self.gpu_cv.notify()
+            return True
+        except Exception:
+            return False
+
+    def poll(self):
+        """The recorder's thread: ends each tracked entry once its device has run it."""
+        while True:
+            with self.gpu_cv:
+                while not self.gpu:
+                    self.gpu_cv.wait()
+                items = list(self.gpu)
+            done = []
+            for s, p in items:
+                try:
+                    ok = p.query() if hasattr(p, 'query') else p.is_completed()
+                    failed = 0
+                except Exception:
+                    ok, failed = True, 1   # a CUDA error, a failed work: it ended, failing
+                if ok:
+                    done.append((s, p, failed))
+            for s, p, failed in done:
+                self.end(s, failed)
+            if done:
+                ended = set(s for s, _, _ in done)
+                with self.gpu_cv:
+                    self.gpu = [x for x in self.gpu if x[0] not in ended]
+            time.sleep(0.01 if len(done) < len(items) else 0)
 
     # A DDP step's times: issued at its forward; begun when its first parameter's gradient is
     # computed (the backward's last: the rank's gradients are ready, it arrives at the
@@ -215,17 +285,22 @@ class _Rec:
                 eng = sys.modules['torch'].autograd.Variable._execution_engine
                 # queued from a final callback, the second runs after those queued meanwhile
                 # (DDP's, when its last bucket is ready)
-                eng.queue_callback(lambda: eng.queue_callback(lambda: self.step_done(s)))
+                dev = self.pending_dev
+                eng.queue_callback(lambda: eng.queue_callback(lambda: self.step_done(s, dev)))
         except Exception:
             pass
         return None
 
-    def step_done(self, s):
+    def step_done(self, s, dev):
+        """After DDP's wait for its all-reduces: a step on the host has ended; on a GPU (dev)
+        that wait only queued the device's, and the step ends once the device has run it."""
         try:
             with self.lock:
-                if self.q is not None and self.open == s:
+                if self.q is None or self.open != s:
+                    return
+                self.open = 0
+                if dev is None or not self.on_device(s, dev, None):
                     self.end_locked(s, 0, _mono())
-                    self.open = 0
         except Exception:
             pass
 
@@ -250,14 +325,15 @@ class _Rec:
             sync = torch.is_grad_enabled() and getattr(ddp, 'require_backward_grad_sync', True)
             nb = self.bytes.get(ddp)
             if nb is None:
-                nb = self.bytes[ddp] = self.size_of([p for p in ddp.module.parameters()
-                                                     if p.requires_grad])
+                n, dt, dev = self.size_of([p for p in ddp.module.parameters() if p.requires_grad])
+                nb = self.bytes[ddp] = (n, dt, dev.device if dev is not None else None)
             op = _L['ops']['ddp_step' if sync else 'ddp_forward']
             if sync:
                 self.hook(ddp)
             with self.lock:
                 self.open = self.enter(op, nb[0], nb[1], started=not sync)
             self.pending = self.open if sync else 0
+            self.pending_dev = nb[2]
         except Exception:
             pass
 
@@ -271,7 +347,7 @@ def _wrap(fn, op, gi, pi, pname):
         t = _R.tls
         if getattr(t, 'busy', False):
             return fn(*a, **k)   # inside a recorded call (all_gather_object's all_gathers)
-        s = _R.coll(op, gi, pi, pname, a, k)
+        s, dev = _R.coll(op, gi, pi, pname, a, k)
         if not s:
             return fn(*a, **k)
         t.busy = True
@@ -282,7 +358,7 @@ def _wrap(fn, op, gi, pi, pname):
             _R.end(s, 1)
             raise
         t.busy = False
-        _R.end(s, 0)
+        _R.finish(s, dev, r)
         return r
     for k in ('__module__', '__name__', '__qualname__', '__doc__'):
         try:

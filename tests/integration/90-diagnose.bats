@@ -2,9 +2,11 @@
 # Which rank, which collective: the hang report, `ddprun status` and `ddprun stacks`, on a
 # 4-rank job of 2 nodes x 2 ranks (two local node agents) running tests/helpers/hangtest.c
 # (steps of compute and one all-reduce of gradient bucket 3), with one rank made to misbehave.
+# The PyTorch cases run Debian's python3-torch, or DDP_TEST_PYTHON's PyTorch (on a GPU too).
 load '../lib/common'
 
 HANGTEST="$BUILD/tests/hangtest"
+PY=${DDP_TEST_PYTHON:-/usr/bin/python3} # the PyTorch of the PyTorch cases; another: DDP_TEST_PYTHON
 
 setup() {
   cd "$BATS_TEST_TMPDIR"
@@ -238,7 +240,7 @@ SH
 }
 
 @test "an unmodified PyTorch DDP script stuck in all_reduce: ddprun stacks shows the line each rank is at" {
-  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  "$PY" -c "import torch.distributed" 2>/dev/null || skip "needs PyTorch (Debian's python3-torch, or DDP_TEST_PYTHON's)"
   cat >stuck.py <<'PY'
 import os, time
 import torch
@@ -253,7 +255,7 @@ if dist.get_rank() == 1:
 t = torch.ones(4)
 dist.all_reduce(t)
 PY
-  printf 'command: [/usr/bin/python3, stuck.py]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
+  printf 'command: [%s, stuck.py]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' "$PY" >job.yaml
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
   # until rank 1 sleeps in late() and rank 0 waits in all_reduce
@@ -263,8 +265,9 @@ PY
     sleep 0.5
   done
   echo "$output"
-  # torch's all_reduce, called through ddprun's flight recorder (cli/torch_rec.py)
-  assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n  File "[^"]*/_ddprun_torch.py", line [0-9]+ in ddprun_flight_recorder\n  File "[^"]*/stuck.py", line 12 in <module>'
+  # torch's all_reduce (under torch 2's logging wrapper), called through ddprun's flight
+  # recorder (cli/torch_rec.py)
+  assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n(  File "[^"]*/c10d_logger.py", line [0-9]+ in wrapper\n)?  File "[^"]*/_ddprun_torch.py", line [0-9]+ in ddprun_flight_recorder\n  File "[^"]*/stuck.py", line 12 in <module>'
   assert_output --regexp $'== rank 1 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*/stuck.py", line 6 in late\n  File "[^"]*/stuck.py", line 10 in <module>'
   # the recorder: rank 0 in all_reduce #1 (4 floats), rank 1 counted from init_process_group
   wait_for 30 bash -c "'$DDPRUN' status | grep -q 'in allreduce #1'"
@@ -339,6 +342,18 @@ SH
   assert_output --partial "DDPRUN_PY vars: ['DDPRUN_PYTHON_STACKS']"
 }
 
+# diagnose.hang_after for a PyTorch job: no rank counts a collective before its
+# init_process_group returns, and importing torch can take longer than the 3 s the tests
+# wait (torch 2.11 from a cold page cache took 4-5 s on a 16-core VM): 3 s, or 2 x the
+# import's time, + 1 s, rounded up.
+torch_hang_after() {
+  local t0 t1
+  t0=$(date +%s%N)
+  "$PY" -c 'import torch.distributed, torch.nn.parallel' 2>/dev/null
+  t1=$(date +%s%N)
+  awk -v ns=$((t1 - t0)) 'BEGIN { h = int(2 * ns / 1e9 + 1.999); print (h > 3 ? h : 3) }'
+}
+
 # A DDP training loop (Gloo, 2 ranks): a barrier, then steps of Linear(16, 4) (272 bytes of
 # gradients); STALL_AT makes rank 1 sleep before that step, STEPS1 gives rank 1 fewer steps
 # (uneven inputs), END=barrier a barrier after the loop, SLOW1_MS slows rank 1's every step.
@@ -370,8 +385,8 @@ for step in range(steps):
 if os.environ.get("END") == "barrier":
     dist.barrier()
 PY
-  cat >job.yaml <<'JOB'
-command: [/usr/bin/python3, ddp.py]
+  cat >job.yaml <<JOB
+command: [$PY, ddp.py]
 nproc_per_node: 2
 logs: {dir: logs}
 stop_grace: 2s
@@ -380,9 +395,9 @@ JOB
 }
 
 @test "an unmodified PyTorch DDP script whose rank 1 stalls before a step: the hang report names rank 1, the DDP step rank 0 entered, and rank 1's Python line, once" {
-  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  "$PY" -c "import torch.distributed" 2>/dev/null || skip "needs PyTorch (Debian's python3-torch, or DDP_TEST_PYTHON's)"
   ddp_script
-  printf 'diagnose: {hang_after: 3s}\nenv: {STALL_AT: "5"}\n' >>job.yaml
+  printf 'diagnose: {hang_after: %ss}\nenv: {STALL_AT: "5"}\n' "$(torch_hang_after)" >>job.yaml
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
   wait_for 90 grep -q "waiting (diagnose.on_hang: wait)" out.txt
@@ -408,7 +423,7 @@ JOB
 }
 
 @test "PyTorch DDP: a rank 30 ms late to every step is named the straggler by ddprun status (it waits shortest in the gradient all-reduce)" {
-  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  "$PY" -c "import torch.distributed" 2>/dev/null || skip "needs PyTorch (Debian's python3-torch, or DDP_TEST_PYTHON's)"
   ddp_script
   printf 'env: {SLOW1_MS: "30"}\n' >>job.yaml
   sed -i 's/heartbeat_interval: 500ms/heartbeat_interval: 300ms/' job.yaml
@@ -425,9 +440,9 @@ JOB
 }
 
 @test "PyTorch DDP with uneven inputs (rank 1 runs out of data and waits in a barrier): the ranks named in different operations; on_hang: fail ends the job saying so" {
-  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  "$PY" -c "import torch.distributed" 2>/dev/null || skip "needs PyTorch (Debian's python3-torch, or DDP_TEST_PYTHON's)"
   ddp_script
-  printf 'diagnose: {hang_after: 3s, on_hang: fail}\nenv: {STEPS: "9", STEPS1: "8", END: barrier}\n' >>job.yaml
+  printf 'diagnose: {hang_after: %ss, on_hang: fail}\nenv: {STEPS: "9", STEPS1: "8", END: barrier}\n' "$(torch_hang_after)" >>job.yaml
   run timeout 120 "$DDPRUN" job.yaml
   [ "$status" -eq 1 ]
   # barrier #1, steps #2-#9 on both; then rank 0's ninth step, rank 1's barrier, both #10
@@ -440,7 +455,7 @@ JOB
 }
 
 @test "the PyTorch recorder changes nothing torch computes, leaves no finder behind, counts only whole-world groups; DDP_FLIGHT_RECORDER=0 leaves torch unwrapped" {
-  /usr/bin/python3 -c "import torch.distributed" 2>/dev/null || skip "needs Debian's python3-torch"
+  "$PY" -c "import torch.distributed" 2>/dev/null || skip "needs PyTorch (Debian's python3-torch, or DDP_TEST_PYTHON's)"
   cat >rec.py <<'PY'
 import mmap, os, struct, sys
 import torch
@@ -448,7 +463,7 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 r, w = dist.get_rank(), dist.get_world_size()
 print("finders left: %s" % [type(f).__name__ for f in sys.meta_path if "Ddprun" in type(f).__name__])
-print("wrapped: %s" % hasattr(dist.all_reduce, "__wrapped__"))
+print("wrapped: %s" % (dist.all_reduce.__code__.co_name == "ddprun_flight_recorder"))
 t = torch.arange(5, dtype=torch.float64) * (r + 1) / 3
 dist.all_reduce(t)
 ref = sum(torch.arange(5, dtype=torch.float64) * (k + 1) / 3 for k in range(w))
@@ -488,7 +503,7 @@ if L:
         struct.unpack_from("<i", m, L["rank"])[0], struct.unpack_from("<i", m, L["world"])[0],
         u64(L["entered"]), u64(L["completed"]), " ".join(ents)))
 PY
-  printf 'command: [/usr/bin/python3, rec.py]\nnproc_per_node: 2\nlogs: {dir: logs}\nelastic: {heartbeat_interval: 300ms}\n' >job.yaml
+  printf 'command: [%s, rec.py]\nnproc_per_node: 2\nlogs: {dir: logs}\nelastic: {heartbeat_interval: 300ms}\n' "$PY" >job.yaml
   run "$DDPRUN" job.yaml
   assert_success
   assert_output --partial "[localhost:0] finders left: []"
@@ -506,4 +521,75 @@ PY
   assert_success
   assert_output --partial "[localhost:0] wrapped: False"
   assert_output --partial "[localhost:0] all_reduce exact: True"
+}
+
+@test "GPU: an NCCL collective and a DDP step on a GPU count as finished when the device has run them, not when their call returns" {
+  ngpu=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null) || ngpu=0
+  [ "${ngpu:-0}" -ge 1 ] || skip "no CUDA device visible to this PyTorch"
+  cat >gpu.py <<'PY'
+import mmap, os, struct, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.cuda.set_device(0)
+dist.init_process_group("nccl")
+L = sys.modules["_ddprun_torch"]._L
+m = mmap.mmap(int(os.environ["DDPRUN_PROGRESS_FD"]), L["size"], prot=mmap.PROT_READ)
+u64 = lambda off: struct.unpack_from("<Q", m, off)[0]
+entered = lambda: u64(L["entered"])
+# entries entered and completed since n
+since = lambda n: "%d %d" % (u64(L["entered"]) - n, u64(L["completed"]) - n)
+def ran(n):   # the recorder's thread looks every 10 ms
+    for _ in range(500):
+        if u64(L["completed"]) >= n:
+            return True
+        time.sleep(0.01)
+    return False
+def gpu_busy():   # about a second of the GPU's clock before what is queued next
+    torch.cuda._sleep(1 << 31)
+t = torch.ones(1 << 20, device="cuda")
+dist.all_reduce(t)                      # NCCL's first
+torch.cuda.synchronize()
+print("warm: %s" % ran(entered()))
+n = entered()
+gpu_busy()
+dist.all_reduce(t)                      # queued behind the sleep
+print("queued: %s" % since(n))
+torch.cuda.synchronize()
+print("ran: %s %s" % (ran(n + 1), since(n)))
+model = DDP(torch.nn.Linear(256, 256).cuda(), device_ids=[0])
+x = torch.randn(8, 256, device="cuda")
+for _ in range(2):   # DDP's second forward rebuilds its buckets, waiting for the device
+    model(x).sum().backward()
+torch.cuda.synchronize()
+print("step warm: %s" % ran(entered()))
+n = entered()
+gpu_busy()
+model(x).sum().backward()               # its backward and all-reduce behind the sleep
+print("step queued: %s" % since(n))
+torch.cuda.synchronize()
+print("step ran: %s %s" % (ran(n + 1), since(n)))
+n = entered()
+gpu_busy()
+w = dist.all_reduce(t, async_op=True)
+print("async queued: %s" % since(n))
+w.wait()
+torch.cuda.synchronize()
+print("async ran: %s %s" % (ran(n + 1), since(n)))
+print("values: %s" % bool(torch.equal(t, torch.ones_like(t))))
+dist.destroy_process_group()
+PY
+  printf 'command: [%s, gpu.py]\nnproc_per_node: 1\nlogs: {dir: logs}\n' "$PY" >job.yaml
+  run timeout 120 "$DDPRUN" job.yaml
+  echo "$output"
+  assert_success
+  assert_output --partial "warm: True"
+  assert_output --partial "queued: 1 0"
+  assert_output --partial "ran: True 1 1"
+  assert_output --partial "step warm: True"
+  assert_output --partial "step queued: 1 0"
+  assert_output --partial "step ran: True 1 1"
+  assert_output --partial "async queued: 1 0"
+  assert_output --partial "async ran: True 1 1"
+  assert_output --partial "values: True"
 }
