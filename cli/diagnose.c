@@ -266,6 +266,9 @@ bool ddp__diag_hang(struct ddp__diag *d, int64_t now_ms, int64_t hang_after_ms,
             " every rank finished #%" PRIu64 " or is in its DDP step (forward, backward and "
             "gradient all-reduces), and none has entered anything since\n",
             seq - 1);
+    else if (entered == 0 && seq == 1) /* a PyTorch rank: init_process_group returned */
+        add(h->text, sizeof(h->text),
+            " every rank formed its process group and none has issued a collective since\n");
     else if (entered == 0)
         add(h->text, sizeof(h->text),
             " every rank finished #%" PRIu64 " and none has issued another collective since\n",

@@ -202,6 +202,30 @@ TEST(a_hang_inside_a_collective_every_rank_entered_names_those_still_in_it)
     ddp__diag_release(&d);
 }
 
+/* Every rank formed its group (its page is attached) and none has issued a collective: a
+ * program between init_process_group and its first collective (loading a model, importing). */
+TEST(no_collective_since_the_groups_formed_says_so)
+{
+    struct ddp__diag d = {0};
+    int node_of[] = {0, 1};
+    ASSERT_OK(ddp__diag_reset(&d, 2, node_of));
+    for (int r = 0; r < 2; r++) {
+        struct ddp__rank_progress p = prog(r, 0, 0, 6000);
+        p.state = 'R';
+        take(&d, node_of[r], &p, 0);
+    }
+    struct ddp__hang h;
+    ASSERT_TRUE(ddp__diag_hang(&d, 0, 5000, (const char *const *)NODES, &h));
+    ASSERT_EQ(h.seq, 1);
+    ASSERT_EQ(h.nbehind, 2);
+    if (!strstr(h.text, "no rank has made progress for 6 s: every rank formed its process group "
+                        "and none has issued a collective since\n") ||
+        !strstr(h.text, "rank 1 on n2 is running (on a CPU)"))
+        FAIL_AT("report:\n%s", h.text);
+    ddp__diag_hang_release(&h);
+    ddp__diag_release(&d);
+}
+
 TEST(ranks_without_a_recorder_are_never_a_hang)
 {
     struct ddp__diag d = {0};
