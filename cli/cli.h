@@ -114,8 +114,9 @@ char **ddp__doctor_env_argv(const struct ddp_job *job);
 /* The doctor's mesh check (cli/doctor_mesh.c): the nodes with part[i] run `__mesh` at once
  * (as a launch reaches them), each connecting back to the listener lfd (port), and report
  * which others they cannot reach where those nodes' ranks would listen. why: nnodes strings of
- * whyn bytes, "" for a node that reached every other, else "'host' (ADDR): WHY; ..." or "its
- * mesh check ..." (it could not run). False when it did not run (fewer than two nodes, or all
+ * whyn bytes, "" for a node that reached every other, else why it fails: "cannot reach 'host'
+ * (ADDR): WHY; ..., where its ranks would listen (...)" or "its mesh check ..." (it could not
+ * run). False when it did not run (fewer than two nodes, or all
  * local). */
 bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int port,
                       const bool *part, char *why, size_t whyn);

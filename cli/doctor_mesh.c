@@ -417,7 +417,7 @@ bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int 
         say(m[i].fd, "go\n");
     }
     for (size_t i = 0; i < nn; i++) {
-        char line[MAX_LINE], *w = why + i * whyn;
+        char line[MAX_LINE], *w = why + i * whyn, list[600] = "";
         if (!part[i])
             continue;
         if (m[i].fd < 0) {
@@ -433,10 +433,15 @@ bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int 
             if (sscanf(line, "reach %d fail %n", &k, &off) == 1 && off > 0 && k >= 0 &&
                 (size_t)k < nn && m[k].fd >= 0) {
                 unreached++;
-                add_unreached(w, whyn, job->nodes[k].host, &m[k], line + off);
+                add_unreached(list, sizeof(list), job->nodes[k].host, &m[k], line + off);
             }
         }
-        if (!m[i].done && !unreached)
+        if (unreached)
+            snprintf(w, whyn,
+                     "cannot reach %s, where its ranks would listen (a firewall between the "
+                     "nodes? ranks connect to each other on any port)",
+                     list);
+        else if (!m[i].done)
             snprintf(w, whyn, "%s", "its mesh check did not finish");
     }
     for (size_t i = 0; i < nn; i++)
