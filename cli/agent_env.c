@@ -25,6 +25,28 @@ static int set_env_int(const char *k, long v)
     return setenv(k, s, 1);
 }
 
+/* As torchrun's agent: PyTorch's NCCL watchdog tears a rank down on a collective's error or
+ * timeout rather than leave it hanging. torch up to 2.1 reads NCCL_ASYNC_ERROR_HANDLING; 2.2
+ * and later TORCH_NCCL_ASYNC_ERROR_HANDLING first, and warn on every rank when the old name is
+ * set at all. Both are set, to 1 or to the value of the one the node, the shell's exported
+ * variables or the job set; the old name ddprun set itself is marked for the Python ranks'
+ * sitecustomize, which drops it under torch 2.2 and later (cli/pystacks.c). */
+static void nccl_async_error_handling(void)
+{
+    const char *o = getenv("NCCL_ASYNC_ERROR_HANDLING"), *n = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+    char old[32], now[32];
+    snprintf(old, sizeof(old), "%s", o ? o : "1");
+    snprintf(now, sizeof(now), "%s", n ? n : old);
+    if (!n)
+        setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", now, 1);
+    if (o) {
+        unsetenv("DDPRUN_PY_NCCL_AEH");
+        return;
+    }
+    setenv("NCCL_ASYNC_ERROR_HANDLING", now, 1);
+    setenv("DDPRUN_PY_NCCL_AEH", "1", 1);
+}
+
 void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
                          int local_rank, const char *iface, const char *node_addr, int tokfd,
                          int progfd, const char *error_file)
@@ -35,11 +57,6 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
      * below win over them. */
     for (char **e = st->shell_env; e && *e; e++)
         putenv(*e);
-    /* As torchrun's agent, unless set here or by the job: PyTorch's NCCL watchdog tears a rank
-     * down on a collective's error or timeout rather than leave it hanging (torch 1.x reads the
-     * first name, 2.x the second, which it prefers: no deprecation warning). */
-    setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
-    setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", 0);
     int rank = (int)st->rank_offset + local_rank;
     set_env_int("RANK", rank);
     set_env_int("LOCAL_RANK", local_rank);
@@ -94,6 +111,7 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
         setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
     for (char **e = st->env; *e; e++)
         putenv(*e);
+    nccl_async_error_handling();
     /* A pipeline job's ranks: this rank's stage and its replica there (cli/pipe_layout.h). */
     int stage, replica;
     if (ddp__pipe_env_rank(getenv("DDPRUN_PIPELINE_REPLICAS"), rank, &stage, &replica)) {

@@ -25,14 +25,17 @@ static const char SHIM[] =
     "# writes every thread's traceback to a file the node agent reads when it sends a signal.\n"
     "# With a progress page (DDPRUN_PROGRESS_FD), a finder waits for torch.distributed to load\n"
     "# ddprun's flight recorder for it (_ddprun_torch in this archive; DDP_FLIGHT_RECORDER=0\n"
-    "# turns it off). Then this module leaves sys.path and PYTHONPATH, and the sitecustomize it\n"
-    "# hid, if any, runs as Python would have run it. DDPRUN_PYTHON_STACKS=0 in the job's env\n"
-    "# turns all of it off.\n"
+    "# turns it off); where ddprun set NCCL_ASYNC_ERROR_HANDLING itself (DDPRUN_PY_NCCL_AEH), it\n"
+    "# drops that under torch 2.2 and later, which read TORCH_NCCL_ASYNC_ERROR_HANDLING and warn\n"
+    "# on every rank that the old name is set. Then this module leaves sys.path and PYTHONPATH,\n"
+    "# and the sitecustomize it hid, if any, runs as Python would have run it.\n"
+    "# DDPRUN_PYTHON_STACKS=0 in the job's env turns all of it off.\n"
     "class _DdprunTorchFinder:\n"
     "    W = ('torch.distributed.distributed_c10d', 'torch.nn.parallel.distributed')\n"
     "\n"
-    "    def __init__(self, imp, path):\n"
+    "    def __init__(self, imp, path, rec, aeh):\n"
     "        self.imp, self.path, self.rec, self.done = imp, path, None, set()\n"
+    "        self.rec_on, self.aeh = rec, aeh\n"
     "\n"
     "    def find_spec(self, name, path=None, target=None):\n"
     "        if name not in self.W or name in self.done:\n"
@@ -63,6 +66,17 @@ static const char SHIM[] =
     "        self.done.add(name)\n"
     "        if len(self.done) == len(self.W) and self in sys.meta_path:\n"
     "            sys.meta_path.remove(self)\n"
+    "        if self.aeh and name == self.W[0]:\n"
+    "            self.aeh = False\n"
+    "            try:\n"
+    "                v = sys.modules['torch'].__version__.split('.')\n"
+    "                if (int(v[0]), int(v[1])) >= (2, 2):\n"
+    "                    import os\n"
+    "                    os.environ.pop('NCCL_ASYNC_ERROR_HANDLING', None)\n"
+    "            except Exception:\n"
+    "                pass\n"
+    "        if not self.rec_on:\n"
+    "            return\n"
     "        try:\n"
     "            if self.rec is None:\n"
     "                m = type(sys)('_ddprun_torch')\n"
@@ -95,9 +109,11 @@ static const char SHIM[] =
     "        faulthandler.register(int(sig), file=int(fd), all_threads=True)\n"
     "    except Exception:\n"
     "        pass\n"
-    "    if (imp is not None and hasattr(imp, 'get_code') and env.get('DDPRUN_PROGRESS_FD') and\n"
-    "            env.get('DDP_FLIGHT_RECORDER') != '0'):\n"
-    "        sys.meta_path.insert(0, _DdprunTorchFinder(imp, me))\n"
+    "    aeh = env.pop('DDPRUN_PY_NCCL_AEH', None) == '1'\n"
+    "    rec = (imp is not None and hasattr(imp, 'get_code') and env.get('DDPRUN_PROGRESS_FD') and\n"
+    "           env.get('DDP_FLIGHT_RECORDER') != '0')\n"
+    "    if rec or aeh:\n"
+    "        sys.meta_path.insert(0, _DdprunTorchFinder(imp, me, bool(rec), aeh))\n"
     "    shim = sys.modules.pop('sitecustomize')\n"
     "    try:\n"
     "        __import__('sitecustomize')\n"
@@ -243,19 +259,22 @@ int ddp__pys_dump_new(void)
 void ddp__pys_rank_env(int shim, int dump)
 {
     const char *off = getenv("DDPRUN_PYTHON_STACKS");
-    if (shim < 0 || dump < 0 || (off && strcmp(off, "0") == 0))
+    int s = -1, d = -1;
+    if (shim < 0 || dump < 0 || (off && strcmp(off, "0") == 0) || (s = dup(shim)) < 0 ||
+        (d = dup(dump)) < 0) { /* (both without CLOEXEC) */
+        unsetenv("DDPRUN_PY_NCCL_AEH"); /* no sitecustomize to take it (cli/agent_env.c) */
         return;
-    int s = dup(shim), d = dup(dump); /* without CLOEXEC */
-    if (s < 0 || d < 0)
-        return;
+    }
     char path[64], num[16];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", s);
     const char *old = getenv("PYTHONPATH");
     if (old) {
         size_t n = strlen(path) + strlen(old) + 2;
         char *pp = malloc(n);
-        if (!pp)
+        if (!pp) {
+            unsetenv("DDPRUN_PY_NCCL_AEH");
             return;
+        }
         snprintf(pp, n, "%s:%s", path, old);
         setenv("DDPRUN_PY_PYTHONPATH", old, 1);
         setenv("PYTHONPATH", pp, 1);

@@ -107,8 +107,49 @@ logdir() { # the one job folder under ddprun-logs
   assert_line "[localhost:0] async 1 1"
   run env NCCL_ASYNC_ERROR_HANDLING=0 "$DDPRUN" nccl.yaml --set env.TORCH_NCCL_ASYNC_ERROR_HANDLING=3
   assert_line "[localhost:0] async 0 3"
+  # one name set: the other takes its value (torch 2.2+ reads the new name first)
+  run env NCCL_ASYNC_ERROR_HANDLING=0 "$DDPRUN" nccl.yaml
+  assert_line "[localhost:0] async 0 0"
+  run env -u NCCL_ASYNC_ERROR_HANDLING "$DDPRUN" nccl.yaml --set env.TORCH_NCCL_ASYNC_ERROR_HANDLING=3
+  assert_line "[localhost:0] async 3 3"
   run "$DDPRUN" plan nccl.yaml
   assert_line "NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # as torchrun, unless set"
+}
+
+@test "NCCL_ASYNC_ERROR_HANDLING that ddprun set is dropped in Python ranks once torch >= 2.2 is imported (it warns on every rank); torch 2.1, the user's own, DDPRUN_PYTHON_STACKS=0 keep it" {
+  # a stand-in for torch: the version and the module whose import the sitecustomize waits for
+  mkdir -p fake/torch/distributed
+  : >fake/torch/distributed/__init__.py
+  : >fake/torch/distributed/distributed_c10d.py
+  cat >show.py <<'PY'
+import os
+print("before", os.environ.get("NCCL_ASYNC_ERROR_HANDLING"))
+import torch.distributed.distributed_c10d
+print("torch %s: %s %s %s" % (torch.__version__, os.environ.get("NCCL_ASYNC_ERROR_HANDLING"),
+      os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+      [k for k in os.environ if k.startswith("DDPRUN_PY_")]))
+PY
+  printf 'command: [/usr/bin/python3, show.py]\nenv: {PYTHONPATH: %s/fake}\n' "$PWD" >job.yaml
+  export -n NCCL_ASYNC_ERROR_HANDLING TORCH_NCCL_ASYNC_ERROR_HANDLING
+  unset NCCL_ASYNC_ERROR_HANDLING TORCH_NCCL_ASYNC_ERROR_HANDLING
+  echo '__version__ = "2.11.0+cu130"' >fake/torch/__init__.py
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_line "[localhost:0] before 1"
+  assert_line "[localhost:0] torch 2.11.0+cu130: None 1 []"
+  # the finder without the flight recorder
+  run "$DDPRUN" job.yaml --set env.DDP_FLIGHT_RECORDER=0
+  assert_line "[localhost:0] torch 2.11.0+cu130: None 1 []"
+  # set by the user: theirs, as torchrun leaves it
+  run env NCCL_ASYNC_ERROR_HANDLING=1 "$DDPRUN" job.yaml
+  assert_line "[localhost:0] torch 2.11.0+cu130: 1 1 []"
+  # no sitecustomize: nothing drops it, and no marker is left behind
+  run "$DDPRUN" job.yaml --set env.DDPRUN_PYTHON_STACKS=0
+  assert_line "[localhost:0] torch 2.11.0+cu130: 1 1 []"
+  # torch 2.1 reads the old name only
+  echo '__version__ = "2.1.2"' >fake/torch/__init__.py
+  run "$DDPRUN" job.yaml
+  assert_line "[localhost:0] torch 2.1.2: 1 1 []"
 }
 
 # The value of "key" in the JSON object on the line of $2 (a file) that has "$1" in it.
