@@ -122,6 +122,10 @@ bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int 
                       const bool *part, char *why, size_t whyn);
 /* The hidden `ddprun __mesh HOST:PORT INDEX [IFACE]` it runs on each node. */
 int ddp__cmd_mesh(int argc, char **argv);
+/* Binds a free port and connects to host:port within 3 s; writes what happened to out: "ok port
+ * P iface I gpus G nofile SOFT HARD" (0), or why not (2: no port to listen on; 1: the store
+ * not reached) (cli/doctor_probe.c). */
+int ddp__doctor_probe(const char *host, int port, char *out, size_t n);
 /* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor.c). */
 int ddp__cmd_probe(int argc, char **argv);
 /* Runs a job to the end; returns the exit status (enum ddp_exit) (cli/supervise.c). With

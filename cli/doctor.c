@@ -25,6 +25,9 @@
  *
  * The code column: the program (or a Python job's script) each node would run, hashed there;
  * every node must have the same as the first (cli/doctor_code.c).
+ *
+ * The nofile column, shown when some node fails it: the ranks' soft limit on open files there
+ * (the probe's), against what a job of this many ranks can take (check_nofile).
  */
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -44,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,14 +65,15 @@ enum {
     C_IFACE,
     C_MESH,
     C_GPUS,
+    C_NOFILE,
     C_PY,
     C_TORCH,
     C_CODE,
     C_N
 };
-static const char *const col_name[C_N] = {"ssh",    "host key", "ddprun",    "workdir", "command",
-                                          "port",   "store",    "interface", "mesh",    "gpus",
-                                          "python", "torch",    "code"};
+static const char *const col_name[C_N] = {
+    "ssh",  "host key", "ddprun", "workdir", "command", "port", "store",
+    "interface", "mesh", "gpus",   "nofile",  "python",  "torch", "code"};
 
 /* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
  * import fails the program, with its traceback). */
@@ -92,6 +97,8 @@ struct node_check {
     char py[32], torch[64]; /* a Python job's versions there */
     int gpus;               /* the GPUs its ranks would see (ddp__gpus_here there), or -1 */
     char gpus_s[16];
+    long long nofile, nofile_hard; /* its ranks' limit on open files (LLONG_MAX: none), or -1 */
+    char nofile_s[24];
     char code[17]; /* the start of the SHA-256 of the code it would run (doctor_code.c) */
     char code_s[9];
 };
@@ -110,68 +117,6 @@ static void failed(struct node_check *n, int col, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(n->why, sizeof(n->why), fmt, ap);
     va_end(ap);
-}
-
-/* Binds a free port and connects to host:port within 3 s; writes what happened to out. */
-static int probe(const char *host, int port, char *out, size_t n)
-{
-    int lfd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6};
-    struct sockaddr_in a4 = {.sin_family = AF_INET};
-    socklen_t sl;
-    int myport = -1;
-    if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a6, sizeof(a6)) == 0 && listen(lfd, 1) == 0) {
-        sl = sizeof(a6);
-        getsockname(lfd, (struct sockaddr *)&a6, &sl);
-        myport = ntohs(a6.sin6_port);
-    } else {
-        if (lfd >= 0)
-            close(lfd);
-        lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a4, sizeof(a4)) == 0 && listen(lfd, 1) == 0) {
-            sl = sizeof(a4);
-            getsockname(lfd, (struct sockaddr *)&a4, &sl);
-            myport = ntohs(a4.sin_port);
-        }
-    }
-    if (lfd >= 0)
-        close(lfd);
-    if (myport < 0) {
-        snprintf(out, n, "port: cannot listen on a free port: %s", strerror(errno));
-        return 2;
-    }
-    char ps[16];
-    snprintf(ps, sizeof(ps), "%d", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    int g = getaddrinfo(host, ps, &hints, &res);
-    if (g != 0) {
-        snprintf(out, n, "store: cannot resolve %s: %s", host, gai_strerror(g));
-        return 1;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int ok = fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) == 0 || errno == EINPROGRESS);
-    if (ok) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int err = 0;
-        socklen_t el = sizeof(err);
-        ok = poll(&p, 1, 3000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
-             err == 0;
-        if (!ok)
-            errno = err ? err : ETIMEDOUT;
-    }
-    int e = errno;
-    if (fd >= 0)
-        close(fd);
-    freeaddrinfo(res);
-    if (!ok) {
-        snprintf(out, n, "store: cannot connect to %s:%d from here: %s", host, port, strerror(e));
-        return 1;
-    }
-    char ifname[64];
-    if (ddp__route_iface(host, ifname, sizeof(ifname), NULL, 0) < 0)
-        snprintf(ifname, sizeof(ifname), "?");
-    snprintf(out, n, "ok port %d iface %s gpus %d", myport, ifname, ddp__gpus_here());
-    return 0;
 }
 
 /* From workdir ($1), program $2 runs PY_CHECK ($3): the last lines of what it printed, and its
@@ -329,6 +274,40 @@ static bool check_gpus(struct node_check *nc, size_t nn)
     return any;
 }
 
+/* A rank of a TCP group keeps a connection to every other rank (libddp's TCP transports and
+ * point-to-point, Gloo's full mesh), NCCL's bootstrap and proxies a few more, and the program
+ * its own files (a DataLoader's workers hand tensors over as descriptors): a node whose ranks'
+ * soft limit on open files is under 2 per rank of the job + 256 fails, before a large job's
+ * ranks fail with "Too many open files". Whether the column is worth showing (some node is
+ * under it). */
+static bool check_nofile(struct node_check *nc, size_t nn)
+{
+    long long world = 0;
+    for (size_t i = 0; i < nn; i++)
+        world += nc[i].job->nodes[i].slots;
+    long long need = 2 * world + 256;
+    bool any = false;
+    for (size_t i = 0; i < nn; i++) {
+        struct node_check *n = &nc[i];
+        if (!n->nofile_s[0] || n->nofile >= need)
+            continue;
+        any = true;
+        if (n->why[0])
+            continue;
+        n->cell[C_NOFILE] = "FAIL";
+        char hard[24] = "unlimited";
+        if (n->nofile_hard != LLONG_MAX)
+            snprintf(hard, sizeof(hard), "%lld", n->nofile_hard);
+        snprintf(n->why, sizeof(n->why),
+                 "its ranks may run out of open files: their soft limit is %lld (ulimit -n), "
+                 "under the %lld a job of %lld ranks can take (2 per rank, a connection to each "
+                 "other, + 256); raise it to at least that, up to the hard limit %s (ulimit -n "
+                 "%lld before ddprun, or limits.conf for SSH sessions)",
+                 n->nofile, need, world, hard, need);
+    }
+    return any;
+}
+
 /* `__probe HOST:PORT [WORKDIR PROGRAM [FILE program|script]]`: with a workdir and program (a
  * node reached by srun, where this ddprun is the one the agent would be), a line for each of
  * them first; with a file, its "code" line (cli/doctor_code.c) last. */
@@ -346,7 +325,7 @@ int ddp__cmd_probe(int argc, char **argv)
         printf("version ddprun %s\nworkdir %s\ncommand %s\n", DDP_VERSION, wd ? "ok" : "FAIL",
                wd && ddp__program_here(argv[4], argv[3]) ? "ok" : "FAIL");
     }
-    int r = probe(host, port, out, sizeof(out));
+    int r = ddp__doctor_probe(host, port, out, sizeof(out));
     puts(out);
     if (argc >= 5 && is_python(argv[4])) { /* a Python job's versions, for ddprun doctor */
         char py[2048];
@@ -375,6 +354,14 @@ static void apply_probe(struct node_check *n, int rc, const char *out)
         if (g && (n->gpus = atoi(g + 6)) >= 0)
             snprintf(n->gpus_s, sizeof(n->gpus_s), "%d", n->gpus);
         n->cell[C_GPUS] = n->gpus_s[0] ? n->gpus_s : NULL;
+        const char *f2 = strstr(out, " nofile ");
+        char soft[24], hard[24];
+        if (f2 && sscanf(f2, " nofile %23s %23s", soft, hard) == 2) {
+            n->nofile = strcmp(soft, "inf") == 0 ? LLONG_MAX : atoll(soft);
+            n->nofile_hard = strcmp(hard, "inf") == 0 ? LLONG_MAX : atoll(hard);
+            snprintf(n->nofile_s, sizeof(n->nofile_s), "%s", soft);
+            n->cell[C_NOFILE] = n->nofile_s;
+        }
     } else if (rc == 2) {
         failed(n, C_PORT, "%s", out);
     } else {
@@ -473,7 +460,7 @@ static void *check_node(void *arg)
             failed(n, C_CMD, "'%s' is not an executable program here (from workdir %s)", prog,
                    j->workdir);
         if (!n->why[0])
-            apply_probe(n, probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
+            apply_probe(n, ddp__doctor_probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
         if (!n->why[0] && is_python(prog)) {
             int st = run_python_here(n->env_argv, j->workdir, prog, out, sizeof(out));
             apply_python(n, prog, "here", st, out);
@@ -680,7 +667,8 @@ int ddp__doctor(const struct ddp_job *job)
                                     .env_argv = env_argv,
                                     .code_file = code_file,
                                     .code_script = code_script,
-                                    .gpus = -1};
+                                    .gpus = -1,
+                                    .nofile = -1};
         pthread_create(&th[i], NULL, check_node, &nc[i]);
     }
     for (size_t i = 0; i < job->nnodes; i++)
@@ -692,9 +680,11 @@ int ddp__doctor(const struct ddp_job *job)
     if (code_file)
         compare_code(nc, job->nnodes, code_file);
     bool py = is_python(job->shell ? "/bin/sh" : job->argv[0]), gpus = check_gpus(nc, job->nnodes);
+    bool nofile = check_nofile(nc, job->nnodes);
     bool shown[C_N];
     for (int c = 0; c < C_N; c++)
         shown[c] = c == C_GPUS                 ? gpus
+                   : c == C_NOFILE             ? nofile
                    : c == C_PY || c == C_TORCH ? py
                    : c == C_CODE               ? !!code_file
                    : c == C_MESH               ? mesh

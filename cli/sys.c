@@ -124,6 +124,7 @@ int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const 
         if (mask)
             sigprocmask(SIG_SETMASK, mask, NULL);
         prctl(PR_SET_PDEATHSIG, pdeathsig);
+        ddp_restore_nofile(); /* the store raised ddprun's own: agents and ranks get the user's */
         if (prog)
             execvp(prog, argv);
         else

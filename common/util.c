@@ -3,6 +3,7 @@
 #include "common/err.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -117,17 +118,35 @@ void ddp_freezero(void *p, size_t n)
     free(p);
 }
 
+/* The soft limit before ddp_raise_nofile first raised it (valid once raised). */
+static rlim_t nofile_was;
+static bool nofile_raised;
+
 long ddp_raise_nofile(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return -1;
     if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
         rl.rlim_cur = rl.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
             return -1;
+        if (!nofile_raised) {
+            nofile_was = was;
+            nofile_raised = true;
+        }
     }
     return (long)rl.rlim_cur;
+}
+
+void ddp_restore_nofile(void)
+{
+    struct rlimit rl;
+    if (nofile_raised && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = nofile_was;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 size_t ddp_utf8_prefix(const char *s, size_t max)

@@ -27,6 +27,9 @@ void ddp_freezero(void *p, size_t n);
 
 /* Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the new soft limit. */
 long ddp_raise_nofile(void);
+/* Puts back the soft limit ddp_raise_nofile raised (nothing if it did not): for a child that
+ * runs a user's program, which gets the limits its user gave ddprun (as under torchrun). */
+void ddp_restore_nofile(void);
 
 /* The length of s's longest prefix of at most max bytes that ends between UTF-8 characters. */
 size_t ddp_utf8_prefix(const char *s, size_t max);

@@ -136,17 +136,47 @@ static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, cons
     return 0;
 }
 
+/* The higher-ranked peers that have not connected, for the timeout's message: "rank 5 (host),
+ * ..." (the first four). */
+static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
+{
+    size_t l = 0;
+    int shown = 0, more = 0;
+    out[0] = '\0';
+    for (int j = pg->rank + 1; j < pg->world; j++) {
+        if (pg->comm.peers[j].fd >= 0 && (!pg->p2p_fd || pg->p2p_fd[j] >= 0))
+            continue;
+        if (shown == 4) {
+            more++;
+            continue;
+        }
+        int k = snprintf(out + l, n - l, "%srank %d (%s)", shown ? ", " : "", j,
+                         pg->comm.peers[j].host);
+        l = k > 0 && (size_t)k < n - l ? l + (size_t)k : n - 1;
+        shown++;
+    }
+    if (more)
+        snprintf(out + l, n - l, " and %d more", more);
+}
+
+/* The higher-ranked peers connect to this rank until deadline, and a second beyond it: a peer
+ * that cannot connect says why first (cli/doctor_mesh.c's check finds the same). */
 static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
 {
     int want = (pg->world - 1 - pg->rank) * (pg->p2p_fd ? 2 : 1);
+    deadline += 1000;
     while (want > 0) {
         int64_t rem = deadline - ddp_now_ms();
         struct pollfd p = {.fd = lfd, .events = POLLIN};
         if (rem <= 0 || poll(&p, 1, (int)(rem > 1000 ? 1000 : rem)) < 0) {
             if (rem > 0 && errno == EINTR)
                 continue;
+            char who[300];
+            missing_peers(pg, who, sizeof(who));
             snprintf(pg->err, sizeof(pg->err),
-                     "timed out waiting for %d higher-ranked peers to connect", want);
+                     "timed out waiting for %s to connect to this rank (`ddprun doctor` checks "
+                     "that the nodes reach each other)",
+                     who);
             return DDP_ETIMEDOUT;
         }
         if (!(p.revents & POLLIN))

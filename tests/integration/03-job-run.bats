@@ -94,7 +94,7 @@ logdir() { # the one job folder under ddprun-logs
   ! pgrep -f "^sleep 30$" || false
 }
 
-@test "env, workdir and checkpoint.dir reach the ranks; NCCL async error handling as torchrun sets it" {
+@test "env, workdir and checkpoint.dir reach the ranks; NCCL async error handling as torchrun sets it; the limit on open files the user gave" {
   mkdir -p work
   printf 'command: "echo $SEED $(pwd) $DDPRUN_CHECKPOINT_DIR $OMP_NUM_THREADS"\nworkdir: work\nenv: {SEED: "42"}\ncheckpoint: {dir: ckpt}\nnproc_per_node: 2\n' >job.yaml
   run "$DDPRUN" job.yaml
@@ -114,6 +114,11 @@ logdir() { # the one job folder under ddprun-logs
   assert_line "[localhost:0] async 3 3"
   run "$DDPRUN" plan nccl.yaml
   assert_line "NCCL_ASYNC_ERROR_HANDLING=1 TORCH_NCCL_ASYNC_ERROR_HANDLING=1   # as torchrun, unless set"
+  # the limit on open files the user gave ddprun, as under torchrun, though the launcher's
+  # store raises its own to the hard limit
+  printf 'command: "echo nofile $(ulimit -Sn)"\n' >nofile.yaml
+  run bash -c 'ulimit -Sn 300 && exec "$0" nofile.yaml' "$DDPRUN"
+  assert_line "[localhost:0] nofile 300"
 }
 
 @test "NCCL_ASYNC_ERROR_HANDLING that ddprun set is dropped in Python ranks once torch >= 2.2 is imported (it warns on every rank); torch 2.1, the user's own, DDPRUN_PYTHON_STACKS=0 keep it" {

@@ -173,6 +173,14 @@ only_sshd_in() {
   assert_success
   assert_line --regexp "^$a3 +ok +new +ok +ok +ok +ok +ok +[a-z0-9-]+ +$fm +pass$"
   ! grep -qF "$(sshd_addr 3)" "$SSH_KH" || false
+  # node 2's sessions (its sshd's, inherited) may open 300 files: under the 352 that 48 ranks
+  # can take (2 per rank + 256); node 1 passes with the suite's own limit
+  prlimit --pid "$(cat "$SSH_DIR/node2/sshd.pid")" --nofile=300:4096
+  run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1), $(sshd_addr 2)]" --set nproc_per_node=24
+  echo "$output"
+  assert_failure 1
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +ok +([0-9]+|inf) +$fm +pass$"
+  assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-2|lo) +ok +FAIL +$fm +FAIL: its ranks may run out of open files: their soft limit is 300 \\(ulimit -n\\), under the 352 a job of 48 ranks can take .* up to the hard limit 4096 "
   # a command missing on the node, and a ddprun of another version
   run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1
@@ -235,7 +243,9 @@ NFT
   run "$DDPRUN" fw.yaml
   echo "$output"
   assert_failure
-  assert_output --regexp "cannot connect to peer rank 0 \([^)]* at $a2:[0-9]+\): Connection timed out \(\`ddprun doctor\` checks that the nodes reach each other\)"
+  # rank 1 says why it cannot connect; rank 0, which waits a second longer, names rank 1 if
+  # rank 1 started its group more than that later
+  assert_output --regexp "cannot connect to peer rank 0 \([^)]* at $a2:[0-9]+\): Connection timed out \(\`ddprun doctor\` checks that the nodes reach each other\)|timed out waiting for rank 1 \([^)]*\) to connect to this rank \(\`ddprun doctor\` checks that the nodes reach each other\)"
   [ "$SECONDS" -le 30 ]
   # a node that fails its own checks takes no part; one node left is no mesh
   run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1), $(sshd_addr 8)]"
@@ -296,6 +306,17 @@ NFT
   run "$DDPRUN" doctor job.yaml
   assert_success
   refute_output --partial "code"
+  refute_output --partial "nofile"
+  # the ranks' limit on open files, against 2 per rank + 256: 16 ranks take 288
+  printf 'command: [sleep, "1"]\nnproc_per_node: 16\n' >job.yaml
+  run bash -c 'ulimit -Sn 287 && exec "$0" doctor job.yaml' "$DDPRUN"
+  echo "$output"
+  assert_failure 1
+  assert_output --regexp " +interface +nofile +code +result"$'\n'
+  assert_line --regexp "^localhost +local +local +ok +ok +ok +ok +ok +lo +FAIL +[0-9a-f]{8} +FAIL: its ranks may run out of open files: their soft limit is 287 \(ulimit -n\), under the 288 a job of 16 ranks can take \(2 per rank, a connection to each other, \+ 256\); raise it to at least that, up to the hard limit ([0-9]+|unlimited) \(ulimit -n 288 before ddprun, or limits.conf for SSH sessions\)$"
+  run bash -c 'ulimit -Sn 288 && exec "$0" doctor job.yaml' "$DDPRUN"
+  assert_success
+  refute_output --partial "nofile"
 }
 
 @test "ddprun doctor: the code each node would run, hashed there under the ranks' environment; a node with another fails naming both" {
