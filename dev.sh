@@ -10,7 +10,7 @@ BUILD_DEPS=(cmake make gcc g++ pkg-config libyaml-dev libssh-dev libcurl4-openss
             libopenblas-dev zlib1g-dev dataset-fashion-mnist elfutils)
 TEST_DEPS=(bats bats-assert bats-support inotify-tools clang libclang-rt-14-dev man-db groff-base bsdextrautils procps
            openssh-server openssh-client iproute2 util-linux python3 python3-torch slurm-client slurmctld
-           slurmd etcd-server openssl curl nftables)
+           slurmd etcd-server openssl curl nftables libfaketime)
 JOBS=${JOBS:-$(nproc)}
 
 need() { # prints the packages of "$@" that are not installed

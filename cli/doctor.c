@@ -27,7 +27,8 @@
  * every node must have the same as the first (cli/doctor_code.c).
  *
  * The nofile column, shown when some node fails it: the ranks' soft limit on open files there
- * (the probe's), against what a job of this many ranks can take (check_nofile).
+ * (the probe's), against what a job of this many ranks can take (check_nofile). The clock
+ * column, likewise: the node's clock against this machine's (check_clock).
  */
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -66,6 +67,7 @@ enum {
     C_MESH,
     C_GPUS,
     C_NOFILE,
+    C_CLOCK,
     C_PY,
     C_TORCH,
     C_CODE,
@@ -73,7 +75,7 @@ enum {
 };
 static const char *const col_name[C_N] = {
     "ssh",  "host key", "ddprun", "workdir", "command", "port", "store",
-    "interface", "mesh", "gpus",   "nofile",  "python",  "torch", "code"};
+    "interface", "mesh", "gpus",   "nofile",  "clock",   "python", "torch", "code"};
 
 /* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
  * import fails the program, with its traceback). */
@@ -99,6 +101,9 @@ struct node_check {
     char gpus_s[16];
     long long nofile, nofile_hard; /* its ranks' limit on open files (LLONG_MAX: none), or -1 */
     char nofile_s[24];
+    bool clocked;                  /* its clock was read against this machine's: */
+    long long clock_ns, clock_err; /* how far ahead, and how much that can be off */
+    char clock_s[16];
     char code[17]; /* the start of the SHA-256 of the code it would run (doctor_code.c) */
     char code_s[9];
 };
@@ -308,6 +313,31 @@ static bool check_nofile(struct node_check *nc, size_t nn)
     return any;
 }
 
+/* A node whose clock is more than a second off this machine's (beyond what the reading can
+ * be off) fails: the ranks' log timestamps disagree across nodes, and Slurm's munge and TLS
+ * fail once it grows. Whether the column is worth showing (some node fails it). */
+static bool check_clock(struct node_check *nc, size_t nn)
+{
+    bool any = false;
+    for (size_t i = 0; i < nn; i++) {
+        struct node_check *n = &nc[i];
+        long long off = n->clock_ns < 0 ? -n->clock_ns : n->clock_ns;
+        if (!n->clocked || off - n->clock_err <= 1000000000LL)
+            continue;
+        any = true;
+        if (n->why[0])
+            continue;
+        n->cell[C_CLOCK] = "FAIL";
+        snprintf(n->why, sizeof(n->why),
+                 "its clock is %.1f s %s this machine's (to within %.0f ms): the ranks' log "
+                 "timestamps disagree across nodes, and Slurm's munge and TLS fail as it grows; "
+                 "is NTP (chrony, systemd-timesyncd) running there?",
+                 (double)off / 1e9, n->clock_ns > 0 ? "ahead of" : "behind",
+                 (double)n->clock_err / 1e6 + 0.5);
+    }
+    return any;
+}
+
 /* `__probe HOST:PORT [WORKDIR PROGRAM [FILE program|script]]`: with a workdir and program (a
  * node reached by srun, where this ddprun is the one the agent would be), a line for each of
  * them first; with a file, its "code" line (cli/doctor_code.c) last. */
@@ -361,6 +391,12 @@ static void apply_probe(struct node_check *n, int rc, const char *out)
             n->nofile_hard = strcmp(hard, "inf") == 0 ? LLONG_MAX : atoll(hard);
             snprintf(n->nofile_s, sizeof(n->nofile_s), "%s", soft);
             n->cell[C_NOFILE] = n->nofile_s;
+        }
+        const char *f3 = strstr(out, " clock ");
+        if (f3 && sscanf(f3, " clock %lld %lld", &n->clock_ns, &n->clock_err) == 2) {
+            n->clocked = true;
+            snprintf(n->clock_s, sizeof(n->clock_s), "%+.3f", (double)n->clock_ns / 1e9);
+            n->cell[C_CLOCK] = n->clock_s;
         }
     } else if (rc == 2) {
         failed(n, C_PORT, "%s", out);
@@ -600,8 +636,10 @@ static void *accept_loop(void *arg)
         struct pollfd p = {.fd = lfd, .events = POLLIN};
         if (poll(&p, 1, 100) == 1) {
             int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd >= 0)
+            if (fd >= 0) {
+                ddp__doctor_stamp(fd); /* the probe reads the node's clock against it */
                 close(fd);
+            }
         }
     }
     return NULL;
@@ -680,11 +718,12 @@ int ddp__doctor(const struct ddp_job *job)
     if (code_file)
         compare_code(nc, job->nnodes, code_file);
     bool py = is_python(job->shell ? "/bin/sh" : job->argv[0]), gpus = check_gpus(nc, job->nnodes);
-    bool nofile = check_nofile(nc, job->nnodes);
+    bool nofile = check_nofile(nc, job->nnodes), clock = check_clock(nc, job->nnodes);
     bool shown[C_N];
     for (int c = 0; c < C_N; c++)
         shown[c] = c == C_GPUS                 ? gpus
                    : c == C_NOFILE             ? nofile
+                   : c == C_CLOCK              ? clock
                    : c == C_PY || c == C_TORCH ? py
                    : c == C_CODE               ? !!code_file
                    : c == C_MESH               ? mesh

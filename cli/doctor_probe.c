@@ -1,7 +1,7 @@
 /*
  * What `ddprun doctor` learns on a node from its `__probe` (cli/doctor.c): a port the node can
  * listen on, its reach to the store's address, the interface that routes there, the GPUs its
- * ranks would see and their limit on open files. A leaf.
+ * ranks would see, their limit on open files, and its clock against the doctor's. A leaf.
  */
 #include "cli/cli.h"
 #include "cli/devices.h"
@@ -16,9 +16,44 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/banned.h"
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void ddp__doctor_stamp(int fd)
+{
+    uint64_t now = (uint64_t)realtime_ns();
+    uint8_t b[8];
+    for (int k = 0; k < 8; k++)
+        b[k] = (uint8_t)(now >> (8 * k));
+    send(fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* The doctor's time as its listener answered connection fd, against this machine's before the
+ * connect (t1) and now: " clock OFFSET ERROR" (ns, this clock less the doctor's, and the most
+ * that can be off: half the round trip), or "" when nothing came (an etcd endpoint). */
+static void clock_reading(int fd, int64_t t1, char *out, size_t n)
+{
+    uint8_t b[8];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    out[0] = '\0';
+    if (poll(&p, 1, 500) != 1 || recv(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return;
+    int64_t t3 = realtime_ns();
+    uint64_t t2 = 0;
+    for (int k = 0; k < 8; k++)
+        t2 |= (uint64_t)b[k] << (8 * k);
+    snprintf(out, n, " clock %lld %lld", (long long)(t1 / 2 + t3 / 2 - (int64_t)t2),
+             (long long)((t3 - t1) / 2));
+}
 
 int ddp__doctor_probe(const char *host, int port, char *out, size_t n)
 {
@@ -56,6 +91,7 @@ int ddp__doctor_probe(const char *host, int port, char *out, size_t n)
         return 1;
     }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int64_t t1 = realtime_ns();
     int ok = fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) == 0 || errno == EINPROGRESS);
     if (ok) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -67,6 +103,9 @@ int ddp__doctor_probe(const char *host, int port, char *out, size_t n)
             errno = err ? err : ETIMEDOUT;
     }
     int e = errno;
+    char clock[64] = "";
+    if (ok)
+        clock_reading(fd, t1, clock, sizeof(clock));
     if (fd >= 0)
         close(fd);
     freeaddrinfo(res);
@@ -84,7 +123,7 @@ int ddp__doctor_probe(const char *host, int port, char *out, size_t n)
         snprintf(soft, sizeof(soft), "%llu", (unsigned long long)rl.rlim_cur);
     if (rl.rlim_max != RLIM_INFINITY)
         snprintf(hard, sizeof(hard), "%llu", (unsigned long long)rl.rlim_max);
-    snprintf(out, n, "ok port %d iface %s gpus %d nofile %s %s", myport, ifname, ddp__gpus_here(),
-             soft, hard);
+    snprintf(out, n, "ok port %d iface %s gpus %d nofile %s %s%s", myport, ifname, ddp__gpus_here(),
+             soft, hard, clock);
     return 0;
 }

@@ -181,6 +181,16 @@ only_sshd_in() {
   assert_failure 1
   assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +ok +([0-9]+|inf) +$fm +pass$"
   assert_line --regexp "^$a2 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-2|lo) +ok +FAIL +$fm +FAIL: its ranks may run out of open files: their soft limit is 300 \\(ulimit -n\\), under the 352 a job of 48 ranks can take .* up to the hard limit 4096 "
+  # a node whose clock is 30 s ahead (libfaketime in its ranks' environment, where the
+  # doctor's probe runs there) fails, naming how far; this machine's clock is the reference
+  ft=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+  [ -e "$ft" ] || fail "libfaketime is not installed (./dev.sh deps installs it)"
+  run "$DDPRUN" doctor job.yaml --set "nodes=[$(sshd_addr 1)]" \
+    --set "env={LD_PRELOAD: $ft, FAKETIME: '+30', FAKETIME_DONT_FAKE_MONOTONIC: '1', ASAN_OPTIONS: 'verify_asan_link_order=0'}"
+  echo "$output"
+  assert_failure 1
+  assert_output --regexp " +interface +clock +code +result"$'\n'
+  assert_line --regexp "^$a1 +ok +ok +ok +ok +ok +ok +ok +(vn[0-9]+-1|lo) +FAIL +$fm +FAIL: its clock is (29\\.[5-9]|30\\.[0-4]) s ahead of this machine's \\(to within [0-9]+ ms\\): .* is NTP \\(chrony, systemd-timesyncd\\) running there\\?$"
   # a command missing on the node, and a ddprun of another version
   run "$DDPRUN" doctor job.yaml --set "command=[/nonexistent/trainer]" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1
