@@ -33,7 +33,8 @@ static int set_env_int(const char *k, long v)
  * sitecustomize, which drops it under torch 2.2 and later (cli/pystacks.c). */
 static void nccl_async_error_handling(void)
 {
-    const char *o = getenv("NCCL_ASYNC_ERROR_HANDLING"), *n = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+    const char *o = getenv("NCCL_ASYNC_ERROR_HANDLING"),
+               *n = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
     char old[32], now[32];
     snprintf(old, sizeof(old), "%s", o ? o : "1");
     snprintf(now, sizeof(now), "%s", n ? n : old);

@@ -123,8 +123,8 @@ bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int 
 /* The hidden `ddprun __mesh HOST:PORT INDEX [IFACE]` it runs on each node. */
 int ddp__cmd_mesh(int argc, char **argv);
 /* Binds a free port and connects to host:port within 3 s; writes what happened to out: "ok port
- * P iface I gpus G nofile SOFT HARD[ clock OFFSET ERROR]" (0), or why not (2: no port to listen on; 1: the store
- * not reached) (cli/doctor_probe.c). */
+ * P iface I gpus G nofile SOFT HARD[ clock OFFSET ERROR]" (0), or why not (2: no port to listen
+ * on; 1: the store not reached) (cli/doctor_probe.c). */
 int ddp__doctor_probe(const char *host, int port, char *out, size_t n);
 /* The doctor's listener answers each probe with its clock (CLOCK_REALTIME, 8 bytes), which
  * the probe's line gives as " clock OFFSET_NS ERROR_NS" (cli/doctor_probe.c). */

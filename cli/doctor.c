@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,9 +72,9 @@ enum {
     C_CODE,
     C_N
 };
-static const char *const col_name[C_N] = {
-    "ssh",  "host key", "ddprun", "workdir", "command", "port", "store",
-    "interface", "mesh", "gpus",   "nofile",  "clock",   "python", "torch", "code"};
+static const char *const col_name[C_N] = {"ssh",    "host key", "ddprun",    "workdir", "command",
+                                          "port",   "store",    "interface", "mesh",    "gpus",
+                                          "nofile", "clock",    "python",    "torch",   "code"};
 
 /* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
  * import fails the program, with its traceback). */
@@ -329,11 +328,11 @@ static bool check_clock(struct node_check *nc, size_t nn)
             continue;
         n->cell[C_CLOCK] = "FAIL";
         snprintf(n->why, sizeof(n->why),
-                 "its clock is %.1f s %s this machine's (to within %.0f ms): the ranks' log "
+                 "its clock is %.1f s %s this machine's (to within %lld ms): the ranks' log "
                  "timestamps disagree across nodes, and Slurm's munge and TLS fail as it grows; "
                  "is NTP (chrony, systemd-timesyncd) running there?",
                  (double)off / 1e9, n->clock_ns > 0 ? "ahead of" : "behind",
-                 (double)n->clock_err / 1e6 + 0.5);
+                 (n->clock_err + 999999) / 1000000);
     }
     return any;
 }

@@ -110,8 +110,8 @@ static const char SHIM[] =
     "    except Exception:\n"
     "        pass\n"
     "    aeh = env.pop('DDPRUN_PY_NCCL_AEH', None) == '1'\n"
-    "    rec = (imp is not None and hasattr(imp, 'get_code') and env.get('DDPRUN_PROGRESS_FD') and\n"
-    "           env.get('DDP_FLIGHT_RECORDER') != '0')\n"
+    "    rec = (imp is not None and hasattr(imp, 'get_code') and\n"
+    "           env.get('DDPRUN_PROGRESS_FD') and env.get('DDP_FLIGHT_RECORDER') != '0')\n"
     "    if rec or aeh:\n"
     "        sys.meta_path.insert(0, _DdprunTorchFinder(imp, me, bool(rec), aeh))\n"
     "    shim = sys.modules.pop('sitecustomize')\n"
@@ -259,9 +259,11 @@ int ddp__pys_dump_new(void)
 void ddp__pys_rank_env(int shim, int dump)
 {
     const char *off = getenv("DDPRUN_PYTHON_STACKS");
-    int s = -1, d = -1;
+    int s = -1, d = -1; /* the dups: without CLOEXEC */
     if (shim < 0 || dump < 0 || (off && strcmp(off, "0") == 0) || (s = dup(shim)) < 0 ||
-        (d = dup(dump)) < 0) { /* (both without CLOEXEC) */
+        (d = dup(dump)) < 0) {
+        if (s >= 0)
+            close(s);
         unsetenv("DDPRUN_PY_NCCL_AEH"); /* no sitecustomize to take it (cli/agent_env.c) */
         return;
     }
@@ -272,6 +274,8 @@ void ddp__pys_rank_env(int shim, int dump)
         size_t n = strlen(path) + strlen(old) + 2;
         char *pp = malloc(n);
         if (!pp) {
+            close(s);
+            close(d);
             unsetenv("DDPRUN_PY_NCCL_AEH");
             return;
         }
