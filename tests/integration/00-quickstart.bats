@@ -3,6 +3,7 @@
 load '../lib/common'
 
 @test "README starts with exactly two commands, the first runs the default job" {
+  trains # the release build's job, the same under every preset
   cmds=$(awk '/^```sh$/{f=1;next} /^```$/{if(f){exit}} f' "$REPO/README.md")
   [ "$(printf '%s\n' "$cmds" | grep -c .)" -eq 2 ]
   first=$(printf '%s\n' "$cmds" | sed -n 1p)
