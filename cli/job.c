@@ -34,7 +34,8 @@ static const char *const elastic_keys[] = {
     "cooldown",  NULL};
 static const char *const ssh_keys[] = {
     "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
-static const char *const logs_keys[] = {"dir", "tag_output", "timestamps", "console_ranks", NULL};
+static const char *const logs_keys[] = {"dir",           "tag_output", "timestamps",
+                                        "console_ranks", "jsonl",      NULL};
 static const char *const ckpt_keys[] = {"dir", NULL};
 static const char *const network_keys[] = {"interface", "family", NULL};
 static const char *const diag_keys[] = {"hang_after", "on_hang", NULL};
@@ -239,7 +240,9 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             ((n = ddp__ytree_get(sub, "tag_output")) &&
              ddp__jv_bool(c, n, "logs.tag_output", &j->tag_output) < 0) ||
             ((n = ddp__ytree_get(sub, "timestamps")) &&
-             ddp__jv_bool(c, n, "logs.timestamps", &j->log_timestamps) < 0))
+             ddp__jv_bool(c, n, "logs.timestamps", &j->log_timestamps) < 0) ||
+            ((n = ddp__ytree_get(sub, "jsonl")) &&
+             ddp__jv_bool(c, n, "logs.jsonl", &j->log_jsonl) < 0))
             goto out;
         if ((n = ddp__ytree_get(sub, "console_ranks"))) {
             if (ddp__jv_str(c, n, "logs.console_ranks", &j->console_ranks) < 0)

@@ -73,6 +73,7 @@ struct ddp_job {
     char *logs_dir; /* absolute */
     bool tag_output;
     bool log_timestamps;  /* each line of a rank's log starts with its UTC time */
+    bool log_jsonl;       /* every rank's lines also in output.jsonl, one object each */
     char *console_ranks;  /* logs.console_ranks: ranks shown on the console, NULL for all */
     char *checkpoint_dir; /* absolute, or NULL */
     char **export_pats;   /* export: patterns added ("NAME", "PREFIX_*") or removed ("-...") */

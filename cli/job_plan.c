@@ -85,9 +85,9 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
             j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
             j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
     fprintf(f, "launcher: %s\n", j->srun ? "srun" : "ssh");
-    fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s}\n", j->logs_dir,
-            j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
-            j->console_ranks ? j->console_ranks : "all");
+    fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s, jsonl: %s}\n",
+            j->logs_dir, j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
+            j->console_ranks ? j->console_ranks : "all", j->log_jsonl ? "true" : "false");
     fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
     fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
     fprintf(f, "network: {interface: %s, family: %s}\n", j->net_iface ? j->net_iface : "auto",

@@ -160,6 +160,8 @@ int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job
     }
     r->events = open_in(r, "events.jsonl", resume ? "ae" : "we");
     r->log = open_in(r, "ddprun.log", resume ? "ae" : "we");
+    if (job->log_jsonl)
+        r->output = open_in(r, "output.jsonl", resume ? "ae" : "we");
     return 0;
 }
 
@@ -170,7 +172,9 @@ void ddp__rec_close(struct ddp__rec *r)
         fclose(r->events);
     if (r->log)
         fclose(r->log);
-    r->events = r->log = NULL;
+    if (r->output)
+        fclose(r->output);
+    r->events = r->log = r->output = NULL;
 }
 
 void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
@@ -220,14 +224,63 @@ static void rec_message(void *self, const char *msg, size_t n)
     fflush(r->log);
 }
 
+/* Bytes as a JSON string: valid UTF-8 as it is (controls, quote and backslash escaped), each
+ * byte of anything else as U+FFFD, so that every line parses. */
+static void json_bytes(FILE *f, const uint8_t *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = (s[i + k] & 0xc0) == 0x80;
+        if (ok && len > 1) { /* no overlong forms, surrogates or code points past U+10FFFF */
+            uint32_t cp = c & (0x7f >> len);
+            for (size_t k = 1; k < len; k++)
+                cp = cp << 6 | (s[i + k] & 0x3f);
+            uint32_t least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+            ok = cp >= least && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
+        }
+        if (!ok) {
+            fputs("\\ufffd", f);
+            i++;
+        } else if (len > 1) {
+            fwrite(s + i, 1, len, f);
+            i += len;
+        } else {
+            if (c == '"' || c == '\\')
+                fprintf(f, "\\%c", c);
+            else if (c < 0x20 || c == 0x7f)
+                fprintf(f, "\\u%04x", c);
+            else
+                fputc(c, f);
+            i++;
+        }
+    }
+    fputc('"', f);
+}
+
 static void rec_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
                           size_t n, bool progress)
 {
-    (void)host;
-    (void)stream;
     struct ddp__rec *r = self;
-    if (progress || rank < 0 || rank >= r->nlogs || r->logfd[rank] < 0)
+    if (progress)
         return; /* a progress bar is logged as the line it ends with */
+    if (r->output && rank >= 0) {
+        char when[40];
+        ddp__rec_wall_clock(when, sizeof(when));
+        fprintf(r->output,
+                "{\"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"rank\": %d, \"host\": ", when,
+                (double)(ddp_now_ms() - r->t0_ms) / 1000, r->round, rank);
+        json_str(r->output, host);
+        fprintf(r->output, ", \"stream\": \"%s\", \"line\": ", stream == 2 ? "stderr" : "stdout");
+        json_bytes(r->output, line, n);
+        fputs("}\n", r->output);
+        fflush(r->output);
+    }
+    if (rank < 0 || rank >= r->nlogs || r->logfd[rank] < 0)
+        return;
     int fd = r->logfd[rank];
     if (r->job->log_timestamps) {
         char when[40];
@@ -257,6 +310,7 @@ static void rec_round(void *self, int round, int world, const char *const *hosts
     (void)hosts;
     struct ddp__rec *r = self;
     close_logs(r);
+    r->round = round;
     r->logfd = malloc((size_t)(world ? world : 1) * sizeof(*r->logfd));
     r->logpath = malloc((size_t)(world ? world : 1) * sizeof(*r->logpath));
     if (!r->logfd || !r->logpath) {

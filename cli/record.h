@@ -4,6 +4,7 @@
  *   summary.json  the job at its end: status, times, command, overrides, every rank's outcome
  *   ddprun.log    every message ddprun printed about the job, each with its UTC time
  *   spec.yaml     the resolved job spec (what `ddprun plan` prints)
+ *   output.jsonl  with logs.jsonl: every rank's lines as they arrive, one JSON object each
  * and the lines of the ranks' own logs (rank-N.log), optionally time-stamped.
  */
 #ifndef DDP_CLI_RECORD_H
@@ -33,6 +34,8 @@ struct ddp__rec {
     const struct ddp_job *job;
     const char *job_id;
     FILE *events, *log;
+    FILE *output;     /* output.jsonl (logs.jsonl): every rank's lines, one object each */
+    int round;        /* the round the rank logs are of */
     int64_t t0_ms;    /* monotonic, for "t" */
     char started[40]; /* UTC */
     /* the current round's rank logs */

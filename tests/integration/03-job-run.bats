@@ -214,10 +214,41 @@ jfield() { grep -- "$1" "$3" | grep -o "\"$2\": \(\"[^\"]*\"\|[^,}]*\)" | head -
   d=$(ls -d logs/*/)
   grep -Eqx "20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]{3}Z hello from 1" "$d/rank-1.log"
   run "$DDPRUN" plan job.yaml --ranks 1-2
-  assert_output --partial "console_ranks: 1-2}"
+  assert_output --partial "console_ranks: 1-2, jsonl: false}"
   run "$DDPRUN" plan job.yaml --ranks 2-1
   assert_failure 2
   assert_output --partial "--ranks 2-1: logs.console_ranks must be 'all' or ranks and ranges such as 0 or 0,4-7, got '2-1'"
+}
+
+@test "logs.jsonl: every rank's lines in output.jsonl, one JSON object each, whatever bytes they hold" {
+  cat >job.yaml <<'JOB'
+command: ["/bin/sh", "-c", "echo out $RANK; printf 'err \\377 \\t \"q\" \\\\ \\342\\202\\254 \\001\\n' >&2; echo last $RANK"]
+nproc_per_node: 2
+logs: {dir: logs, jsonl: true}
+JOB
+  run "$DDPRUN" job.yaml
+  assert_success
+  d=$(ls -d logs/*/)
+  # every line parses; each stream of a rank in its order; invalid UTF-8 as U+FFFD, the rest as
+  # written (printed as Python's ascii() of each list)
+  run /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in (0, 1):
+    for s in ("stdout", "stderr"):
+        print(r, s, ascii([(x["round"], x["host"], x["line"]) for x in rows
+                           if x["rank"] == r and x["stream"] == s]))
+print(all(x["time"].endswith("Z") and x["t"] >= 0 for x in rows), len(rows))' "$d/output.jsonl"
+  assert_success
+  for r in 0 1; do
+    assert_line "$r stdout [(0, 'localhost', 'out $r'), (0, 'localhost', 'last $r')]"
+    assert_line "$r stderr [(0, 'localhost', 'err \\ufffd \\t \"q\" \\\\ \\u20ac \\x01')]"
+  done
+  assert_line "True 6"
+  # off by default
+  run "$DDPRUN" job.yaml --set logs.jsonl=false --set logs.dir=logs2
+  assert_success
+  [ ! -e "$(ls -d logs2/*/)output.jsonl" ]
 }
 
 @test "progress bars (lines rewritten after a carriage return) update in place on a terminal; logs keep the final line" {
