@@ -26,6 +26,7 @@ load '../lib/common'
   run "$DDPRUN" "$REPO/examples/jobs/logs-and-checkpoints.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
   assert_success
   assert_line "checkpoints go to $REPO/examples/jobs/checkpoints"
+  grep -q '"rank": 1, "host": "localhost", "stream": "stdout", "line": "checkpoints go to ' "$BATS_TEST_TMPDIR"/l/logs-*/output.jsonl
   PATH="$BUILD:$PATH" run "$DDPRUN" "$REPO/examples/jobs/pipeline.yaml" --set logs.dir="$BATS_TEST_TMPDIR/l"
   assert_success
   assert_output --partial "pipeline of 3 stages (1,1,1), 1F1B, minibatch 64, 936 minibatches per epoch"
