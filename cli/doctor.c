@@ -293,7 +293,7 @@ static bool check_nofile(struct node_check *nc, size_t nn)
     bool any = false;
     for (size_t i = 0; i < nn; i++) {
         struct node_check *n = &nc[i];
-        if (!n->nofile_s[0] || n->nofile >= need)
+        if (n->nofile < 0 || n->nofile >= need)
             continue;
         any = true;
         if (n->why[0])

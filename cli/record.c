@@ -95,23 +95,49 @@ static const char *state_name(enum ddp__rank_state s)
     return n[s];
 }
 
-static void json_str(FILE *f, const char *s)
+/* Bytes as a JSON string: valid UTF-8 as it is (controls, quote and backslash escaped), each
+ * byte of anything else as U+FFFD, so that every line parses. */
+static void json_bytes(FILE *f, const uint8_t *s, size_t n)
 {
-    if (!s) {
-        fputs("null", f);
-        return;
-    }
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = (s[i + k] & 0xc0) == 0x80;
+        if (ok && len > 1) { /* no overlong forms, surrogates or code points past U+10FFFF */
+            uint32_t cp = c & (0x7f >> len);
+            for (size_t k = 1; k < len; k++)
+                cp = cp << 6 | (s[i + k] & 0x3f);
+            uint32_t least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+            ok = cp >= least && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
+        }
+        if (!ok) {
+            fputs("\\ufffd", f);
+            i++;
+            continue;
+        }
+        if (len > 1)
+            fwrite(s + i, 1, len, f);
+        else if (c == '"' || c == '\\')
             fprintf(f, "\\%c", c);
-        else if (c < 0x20)
+        else if (c < 0x20 || c == 0x7f)
             fprintf(f, "\\u%04x", c);
         else
             fputc(c, f);
+        i += len;
     }
     fputc('"', f);
+}
+
+/* A C string as a JSON string (json_bytes), NULL as null. */
+static void json_str(FILE *f, const char *s)
+{
+    if (s)
+        json_bytes(f, (const uint8_t *)s, strlen(s));
+    else
+        fputs("null", f);
 }
 
 /* "state": ..., "exit_code": ..., "signal": ..., "signal_number": ... */
@@ -222,43 +248,6 @@ static void rec_message(void *self, const char *msg, size_t n)
     ddp__rec_wall_clock(when, sizeof(when));
     fprintf(r->log, "%s %.*s\n", when, (int)n, msg);
     fflush(r->log);
-}
-
-/* Bytes as a JSON string: valid UTF-8 as it is (controls, quote and backslash escaped), each
- * byte of anything else as U+FFFD, so that every line parses. */
-static void json_bytes(FILE *f, const uint8_t *s, size_t n)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        uint8_t c = s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++)
-            ok = (s[i + k] & 0xc0) == 0x80;
-        if (ok && len > 1) { /* no overlong forms, surrogates or code points past U+10FFFF */
-            uint32_t cp = c & (0x7f >> len);
-            for (size_t k = 1; k < len; k++)
-                cp = cp << 6 | (s[i + k] & 0x3f);
-            uint32_t least = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-            ok = cp >= least && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
-        }
-        if (!ok) {
-            fputs("\\ufffd", f);
-            i++;
-        } else if (len > 1) {
-            fwrite(s + i, 1, len, f);
-            i += len;
-        } else {
-            if (c == '"' || c == '\\')
-                fprintf(f, "\\%c", c);
-            else if (c < 0x20 || c == 0x7f)
-                fprintf(f, "\\u%04x", c);
-            else
-                fputc(c, f);
-            i++;
-        }
-    }
-    fputc('"', f);
 }
 
 static void rec_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,

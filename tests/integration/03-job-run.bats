@@ -135,7 +135,6 @@ print("torch %s: %s %s %s" % (torch.__version__, os.environ.get("NCCL_ASYNC_ERRO
       [k for k in os.environ if k.startswith("DDPRUN_PY_")]))
 PY
   printf 'command: [/usr/bin/python3, show.py]\nenv: {PYTHONPATH: %s/fake}\n' "$PWD" >job.yaml
-  export -n NCCL_ASYNC_ERROR_HANDLING TORCH_NCCL_ASYNC_ERROR_HANDLING
   unset NCCL_ASYNC_ERROR_HANDLING TORCH_NCCL_ASYNC_ERROR_HANDLING
   echo '__version__ = "2.11.0+cu130"' >fake/torch/__init__.py
   run "$DDPRUN" job.yaml
