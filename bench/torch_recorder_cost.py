@@ -1,5 +1,8 @@
 # One rank's side of bench/torch_recorder_cost.sh: the median time of a torch.distributed call
-# (a 4-float all_reduce, a barrier) and of a DDP training step of a small model, over Gloo.
+# (a 4-float all_reduce, a barrier) and of a DDP training step of a small model, over Gloo; with
+# DDP_BENCH_DEVICE=cuda, over NCCL on this rank's GPU, each call timed to the device's end of it
+# (torch.cuda.synchronize), as the recorder's own completion waits for it.
+import os
 import statistics
 import sys
 import time
@@ -9,8 +12,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 torch.set_num_threads(1)
-dist.init_process_group("gloo")
+cuda = os.environ.get("DDP_BENCH_DEVICE") == "cuda"
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(dev)
+dist.init_process_group("nccl" if cuda else "gloo")
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+sync = torch.cuda.synchronize if cuda else (lambda: None)
 
 
 def timed(fn, n):
@@ -18,19 +26,21 @@ def timed(fn, n):
     for _ in range(n):
         t = time.perf_counter()
         fn()
+        sync()
         ts.append(time.perf_counter() - t)
     return statistics.median(ts) * 1e6
 
 
-x = torch.ones(4)
+x = torch.ones(4, device=dev)
 for _ in range(200):
     dist.all_reduce(x)
 ar = timed(lambda: dist.all_reduce(x), reps)
 br = timed(dist.barrier, reps)
 torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)))
+net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(dev)
+model = DDP(net, device_ids=[dev] if cuda else None)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.randn(16, 64)
+data = torch.randn(16, 64, device=dev)
 
 
 def step():

@@ -4,7 +4,9 @@
 # all_reduce, of a barrier and of a DDP step of a 64-64-10 MLP (batch 16), with the recorder
 # (the default) and without it (DDP_FLIGHT_RECORDER=0), alternating, each first in turn; the
 # table gives the medians of the runs and the median of the per-pair ratios.
-# Usage: bench/torch_recorder_cost.sh [BUILD_DIR] [PAIRS]
+# DEVICE=cuda: the same over NCCL, one rank per GPU (NPROC of them, default 1), each call timed to
+# its end on the device.
+# Usage: [DEVICE=cuda [NPROC=N]] bench/torch_recorder_cost.sh [BUILD_DIR] [PAIRS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
@@ -12,9 +14,12 @@ PAIRS=${2:-7}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 export OMP_NUM_THREADS=1
+DEVICE=${DEVICE:-cpu}
+NPROC=${NPROC:-$([ "$DEVICE" = cuda ] && echo 1 || echo 2)}
 run() { # recorder 1|0: the rank 0 line's three numbers
-  printf 'command: [/usr/bin/python3, %s/bench/torch_recorder_cost.py]\nnproc_per_node: 2\nenv: {DDP_FLIGHT_RECORDER: "%s"}\nlogs: {dir: %s/logs}\n' \
-    "$PWD" "$1" "$T" >"$T/job.yaml"
+  printf 'command: [/usr/bin/python3, %s/bench/torch_recorder_cost.py]\nnproc_per_node: %s\nenv: {DDP_FLIGHT_RECORDER: "%s", DDP_BENCH_DEVICE: %s}\nlogs: {dir: %s/logs}\n' \
+    "$PWD" "$NPROC" "$1" "$DEVICE" "$T" >"$T/job.yaml"
+  [ "$DEVICE" = cuda ] && echo "backend: nccl" >>"$T/job.yaml"
   "$B/ddprun" "$T/job.yaml" 2>/dev/null >"$T/out"
   sed -n 's/.*bench: all_reduce \([0-9.]*\) us, barrier \([0-9.]*\) us, ddp step \([0-9.]*\) us.*/\1 \2 \3/p' "$T/out"
   sed -n 's/.*bench: recorder alone \([0-9.]*\) us.*/\1/p' "$T/out" >>"$T/alone"
@@ -29,7 +34,7 @@ for i in $(seq "$PAIRS"); do
   if [ $((i % 2)) -eq 1 ]; then on=$(run 1); off=$(run 0); else off=$(run 0); on=$(run 1); fi
   echo "$on $off" >>"$T/r"
 done
-echo "# $(date +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(getconf _NPROCESSORS_ONLN) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); PAIRS=$PAIRS"
+echo "# $(date +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(getconf _NPROCESSORS_ONLN) cores; torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'); PAIRS=$PAIRS DEVICE=$DEVICE NPROC=$NPROC"
 /usr/bin/python3 - "$T/r" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 6]

@@ -62,9 +62,11 @@ class _Rec:
         self.hooked = weakref.WeakKeyDictionary()  # DDP modules whose first parameter is hooked
         self.pending = 0   # a ddp_step whose gradients are not ready yet
         self.pending_dev = None  # its module's device when a GPU
-        self.gpu = []      # (seq, event or work) still running on a device, oldest first
+        self.gpu = []      # (seq, event or work, GPU of an event) still running on a device
         self.gpu_cv = threading.Condition()
         self.poller = None
+        self.free = {}     # GPU -> events of the recorder's own the device has passed
+        self.streams = {}  # a stream's identity -> torch's object for it
 
     # ---- the page ----
 
@@ -225,48 +227,76 @@ class _Rec:
         on the device's current stream (which a blocking call made wait for the collective).
         False when it cannot be tracked."""
         try:
-            if hasattr(r, 'is_completed'):
-                probe = r
-            else:
-                cuda = sys.modules['torch'].cuda
-                if cuda.is_current_stream_capturing():
-                    return False   # a CUDA graph's capture: nothing runs now
-                probe = cuda.Event()
-                probe.record(cuda.current_stream(device))
             with self.gpu_cv:
-                self.gpu.append((s, probe))
+                if hasattr(r, 'is_completed'):
+                    probe, idx = r, None
+                else:
+                    idx = device.index
+                    probe = self.event(idx)
+                    if probe is None:
+                        return False
+                self.gpu.append((s, probe, idx))
                 if self.poller is None:
                     self.poller = threading.Thread(target=self.poll, daemon=True,
                                                    name='ddprun-flight-recorder')
                     self.poller.start()
-                self.gpu_cv.notify()
+                if len(self.gpu) == 1:
+                    self.gpu_cv.notify()   # the poller waits only while nothing is tracked
             return True
         except Exception:
             return False
 
+    def event(self, idx):
+        """A CUDA event recorded on GPU idx's current stream, None during a CUDA graph's
+        capture (nothing runs now). Under self.gpu_cv. Per call, torch's public way costs tens
+        of us in Python (a new Event, a new Stream object), so the events are the recorder's
+        own, reused once the device has passed them, and each stream's object is kept."""
+        torch = sys.modules['torch']
+        C = torch._C
+        if C._cuda_isCurrentStreamCapturing():
+            return None
+        key = C._cuda_getCurrentStream(idx)   # the stream's identity (a tuple, an int in 1.x)
+        st = self.streams.get(key)
+        if st is None:
+            if len(self.streams) > 64:
+                self.streams.clear()
+            st = self.streams[key] = torch.cuda.current_stream(idx)
+        free = self.free.get(idx)
+        ev = free.pop() if free else torch.cuda.Event()
+        ev.record(st)
+        return ev
+
     def poll(self):
-        """The recorder's thread: ends each tracked entry once its device has run it."""
+        """The recorder's thread: ends each tracked entry once its device has run it. It looks
+        every 10 ms while anything is tracked, not at each call: a wake-up per call would take
+        the GIL from the rank's own thread for every small collective. So an entry's end is
+        known to within 10 ms."""
         while True:
             with self.gpu_cv:
                 while not self.gpu:
                     self.gpu_cv.wait()
+            time.sleep(0.01)
+            with self.gpu_cv:
                 items = list(self.gpu)
             done = []
-            for s, p in items:
+            for s, p, idx in items:
                 try:
-                    ok = p.query() if hasattr(p, 'query') else p.is_completed()
+                    ok = p.query() if idx is not None else p.is_completed()
                     failed = 0
                 except Exception:
                     ok, failed = True, 1   # a CUDA error, a failed work: it ended, failing
                 if ok:
-                    done.append((s, p, failed))
-            for s, p, failed in done:
+                    done.append((s, p, idx, failed))
+            for s, _, _, failed in done:
                 self.end(s, failed)
             if done:
-                ended = set(s for s, _, _ in done)
+                ended = set(s for s, _, _, _ in done)
                 with self.gpu_cv:
                     self.gpu = [x for x in self.gpu if x[0] not in ended]
-            time.sleep(0.01 if len(done) < len(items) else 0)
+                    for _, p, idx, failed in done:
+                        free = self.free.setdefault(idx, []) if idx is not None else None
+                        if free is not None and not failed and len(free) < 256:
+                            free.append(p)
 
     # A DDP step's times: issued at its forward; begun when its first parameter's gradient is
     # computed (the backward's last: the rank's gradients are ready, it arrives at the
