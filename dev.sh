@@ -42,8 +42,21 @@ build() { # preset
 suite() { # preset: unit tests through ctest, then the bats integration tests
   build "$1"
   ctest --test-dir "build/$1" --output-on-failure -j "$JOBS"
-  DDP_BUILD_DIR="$PWD/build/$1" bats --timing --print-output-on-failure tests/integration
+  integration "$1"
 }
+
+integration() { # preset: the bats integration tests of build/$1
+  DDP_BUILD_DIR="$PWD/build/$1" "${ISOLATE[@]}" bats --timing --print-output-on-failure tests/integration
+}
+
+# Two builds' integration tests can run at once when each runs in a PID namespace of its own: the
+# tests' checks that nothing is left (pgrep) then see only their own processes, and whatever one
+# leaves is killed with it. Their network test hosts and ports are already picked free. Needs
+# root and util-linux's unshare; without them the suites run one after the other.
+ISOLATE=()
+if [ "$(id -u)" -eq 0 ] && unshare --pid --fork --mount-proc --kill-child true 2>/dev/null; then
+  ISOLATE=(unshare --pid --fork --mount-proc --kill-child)
+fi
 
 case "${1:-}" in
 deps)
@@ -56,10 +69,35 @@ quickstart)
   ;;
 test)
   deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
-  echo "== [${SECONDS} s] CI build (-Werror): unit and integration tests"
-  suite ci
-  echo "== [${SECONDS} s] ASan + UBSan: unit and integration tests"
-  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" suite asan
+  export ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
+  if [ "${#ISOLATE[@]}" -eq 0 ]; then
+    echo "== [${SECONDS} s] CI build (-Werror): unit and integration tests"
+    suite ci
+    echo "== [${SECONDS} s] ASan + UBSan: unit and integration tests"
+    suite asan
+  else
+    echo "== [${SECONDS} s] CI build (-Werror) and ASan + UBSan: builds and unit tests"
+    build ci
+    build asan
+    ctest --test-dir build/ci --output-on-failure -j "$JOBS"
+    ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+    # The two suites at once, each in its own PID namespace: most of a suite's time is waiting
+    # (timeouts, leases, daemons starting), about half of two cores when run alone. The CI
+    # build's output streams; the ASan build's follows once both have ended.
+    echo "== [${SECONDS} s] integration tests of the CI build and, at the same time, of the ASan + UBSan build"
+    rm -f build/asan/integration.log
+    integration asan >build/asan/integration.log 2>&1 &
+    asan=$!
+    rc=0
+    integration ci || rc=$?
+    arc=0
+    wait "$asan" || arc=$?
+    echo "== [${SECONDS} s] ASan + UBSan: integration tests (run beside the CI build's, above)"
+    cat build/asan/integration.log
+    [ "$rc" -eq 0 ] || { echo "dev.sh: the CI build's integration tests failed (above)" >&2; exit 1; }
+    [ "$arc" -eq 0 ] || { echo "dev.sh: the ASan + UBSan build's integration tests failed (above)" >&2; exit 1; }
+  fi
+  unset ASAN_OPTIONS LSAN_OPTIONS
   echo "== [${SECONDS} s] TSan: unit tests (the threaded client and server)"
   build tsan
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \

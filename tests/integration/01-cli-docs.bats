@@ -167,6 +167,7 @@ examples_of() {
             for _ in $(seq 100); do "$DDPRUN" status >/dev/null 2>&1 && break; sleep 0.1; done
           fi
           if [[ "$cmd" == *" store "* ]]; then   # a store serves until stopped
+            rm -f store.out   # an earlier store command of this page left its address there
             bash -c "$cmd" >store.out 2>&1 &
             for _ in $(seq 50); do [ -s store.out ] && break; sleep 0.1; done
             kill %1; wait %1 || true

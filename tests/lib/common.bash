@@ -17,6 +17,9 @@ trains() {
 start_store() {
   TOKFILE="$BATS_TEST_TMPDIR/token"
   (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKFILE")
+  # a store started before in this test left its address there: the new one's shell truncates
+  # the file only once it runs, so it must not be there for the wait below to see
+  rm -f "$BATS_TEST_TMPDIR/store.out"
   "$DDPRUN" store --listen 127.0.0.1:0 --token-file "$TOKFILE" --log-level info "$@" \
     >"$BATS_TEST_TMPDIR/store.out" 2>"$BATS_TEST_TMPDIR/store.err" &
   STORE_PID=$!

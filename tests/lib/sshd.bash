@@ -104,7 +104,7 @@ CFG
   else
     /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
   fi
-  for _ in $(seq 100); do [ -s "$d/sshd.pid" ] && break; sleep 0.02; done
+  for _ in $(seq 500); do [ -s "$d/sshd.pid" ] && break; sleep 0.02; done
   if [ "${2:-}" != nokh ]; then
     echo "[$addr]:$SSH_PORT $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" >>"$SSH_KH"
   fi
