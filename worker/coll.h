@@ -153,7 +153,18 @@ struct ddp__shm {
     void **peer_arena;        /* each local rank's arena as mapped here ([me]: ours), or NULL */
     size_t arena_len;
     uint64_t direct_done, cma_reads; /* single-copy all-reduces done, process_vm_readv calls */
+    /* This rank's threads for the slots' one-node all-reduces of at least DDP__TEAM_MIN_BYTES
+     * (worker/team.h, worker/shm.c): in all, the collective's own thread included (1: it alone;
+     * DDP_PG_SHM_THREADS); the helpers start at the first all-reduce that uses them. */
+    int threads;
+    struct ddp__team *team;
 };
+#define DDP__TEAM_MAX 16                      /* threads of a rank's team at most */
+#define DDP__TEAM_MIN_BYTES ((size_t)1 << 20) /* all-reduces shared out from this size */
+/* DDP_PG_SHM_THREADS: a number (1: no helpers), or "auto" (unset): the CPUs this process may
+ * run on over the node's ranks, less one, at most DDP__TEAM_AUTO_MAX (worker/shm_sync.c). */
+#define DDP__TEAM_AUTO_MAX 4
+int ddp__shm_threads(int nlocal);
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
 /* Takes over a mapping of ddp__shm_segment_bytes() bytes (zero-filled when created) and the

@@ -18,7 +18,9 @@
  */
 #include "worker/coll.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
+#include "worker/team.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +121,101 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 }
 
 /*
+ * A one-node round's three steps, each in parts where the rank has helper threads (worker/
+ * team.h): every part moves or reduces its own range of elements, with its own cursor over
+ * the pieces, so each element goes through the same arithmetic in the same order whatever
+ * the number of parts: the bits do not depend on it.
+ */
+struct round {
+    struct ddp__shm *sh;
+    struct ddp__pieces *cur; /* a cursor per part */
+    size_t esz, done, m, s0, s1, from;
+    bool own;
+    enum ddp_dtype dt;
+    enum ddp_redop op;
+};
+
+/* Parts split at multiples of a cache line's elements: no two write the same line. */
+static void part_of(const struct round *r, size_t lo, size_t hi, int p, int n, size_t *a, size_t *b)
+{
+    ddp__team_split(lo, hi, p, n, r->esz < 64 ? 64 / r->esz : 1, a, b);
+}
+
+/* Step 1: copy in, all but our shard where it is read in place. */
+static void copy_in(void *arg, int p, int n)
+{
+    struct round *r = arg;
+    char *mine = slot(r->sh, r->sh->me);
+    size_t a, b;
+    part_of(r, 0, r->s0, p, n, &a, &b);
+    ddp__pieces_read(&r->cur[p], r->done + a, b - a, mine + a * r->esz);
+    part_of(r, r->from, r->m, p, n, &a, &b);
+    ddp__pieces_read(&r->cur[p], r->done + a, b - a, mine + a * r->esz);
+}
+
+/* Step 2: our shard reduced across all slots, in slot order, where it lies in the buffer (an
+ * average divides in the pass that adds the last slot), 16 KiB or up to a piece's end at a
+ * time, and published in our slot while that part is still in the L1 (the others read other
+ * shards of our slot meanwhile). */
+static void reduce_publish(void *arg, int p, int n)
+{
+    struct round *r = arg;
+    size_t esz = r->esz, a, b;
+    char *mine = slot(r->sh, r->sh->me);
+    part_of(r, r->s0, r->s1, p, n, &a, &b);
+    for (size_t k0 = a, k; k0 < b; k0 += k) {
+        k = b - k0 < PUBLISH_BYTES / esz ? b - k0 : PUBLISH_BYTES / esz;
+        char *o = ddp__pieces_run(&r->cur[p], r->done + k0, &k);
+        reduce_slots(r->sh, o, r->own ? o : NULL, k0, k, r->dt, r->op, r->op == DDP_AVG);
+        memcpy(mine + k0 * esz, o, k * esz);
+    }
+}
+
+/* Step 3: the other shards copied out of their owners' slots. */
+static void copy_out(void *arg, int p, int n)
+{
+    struct round *r = arg;
+    struct ddp__shm *sh = r->sh;
+    for (int j = 0; j < sh->n; j++) {
+        if (j == sh->me)
+            continue;
+        size_t j0 = r->m * (size_t)j / (size_t)sh->n, j1 = r->m * (size_t)(j + 1) / (size_t)sh->n;
+        size_t a, b;
+        part_of(r, j0, j1, p, n, &a, &b);
+        ddp__pieces_write(&r->cur[p], r->done + a, b - a, slot(sh, j) + a * r->esz);
+    }
+}
+
+static void in_parts(struct ddp__team *t, ddp__team_fn fn, struct round *r)
+{
+    if (t)
+        ddp__team_run(t, fn, r);
+    else
+        fn(r, 0, 1);
+}
+
+/* The rank's helper threads for an all-reduce of bytes on one node, started at the first
+ * that has a use for them; NULL: the thread that runs the collective works alone. */
+static struct ddp__team *team_for(struct ddp__shm *sh, size_t bytes)
+{
+    if (sh->threads < 2 || bytes < DDP__TEAM_MIN_BYTES)
+        return NULL;
+    if (!sh->team) {
+        if (!(sh->team = ddp__team_new(sh->threads))) {
+            DDP__LOG(DDP_LOG_WARN, PG,
+                     "cannot start %d helper threads for the shared-memory "
+                     "all-reduce; it runs on one thread",
+                     sh->threads - 1);
+            sh->threads = 1;
+        } else {
+            DDP__LOG(DDP_LOG_INFO, PG, "shared-memory all-reduces from %zu KiB on %d threads",
+                     (size_t)DDP__TEAM_MIN_BYTES >> 10, sh->threads);
+        }
+    }
+    return sh->team;
+}
+
+/*
  * The buffer may be in pieces (a reducer's gradients where they lie): copied into the slot
  * and out of the others' slots piece by piece, and a shard reduced in place where one piece
  * holds it, else in scratch memory and then written out, with the same arithmetic.
@@ -130,8 +227,11 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
     int n = sh->n, me = sh->me, e;
     size_t esz = ddp_dtype_size(dt);
     size_t per_round = round_elems(c, count, esz);
-    struct ddp__pieces v;
-    ddp__pieces_init(&v, pc, npc, esz);
+    struct ddp__team *team = c->cross ? NULL : team_for(sh, count * esz);
+    struct ddp__pieces cur[DDP__TEAM_MAX], *v = &cur[0];
+    for (int p = 0; p < ddp__team_size(team); p++)
+        ddp__pieces_init(&cur[p], pc, npc, esz);
+    struct round r = {.sh = sh, .cur = cur, .esz = esz, .dt = dt, .op = op};
     /* Across nodes a shard that straddles pieces is gathered in scratch memory for its ring
      * (one node reduces it piece by piece where it lies). Failing here fails the group
      * (aborted: the other ranks see it at their next step). */
@@ -148,37 +248,43 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
         /* This rank's shard of the round: elements [s0, s1). */
         size_t s0 = m * (size_t)me / (size_t)n, s1 = m * (size_t)(me + 1) / (size_t)n;
         char *mine = slot(sh, me);
-        /* Phase 1: copy in (only the other ranks' shards where ours is read in place), moving
-         * forward through the pieces. */
-        ddp__pieces_read(&v, done, s0, mine);
-        char *whole = c->cross && s1 > s0 ? ddp__pieces_span(&v, done + s0, s1 - s0) : NULL;
-        bool own = own_in_place(sh) && (!c->cross || whole);
+        if (!c->cross) {
+            r.done = done;
+            r.m = m;
+            r.s0 = s0;
+            r.s1 = s1;
+            r.own = own_in_place(sh);
+            r.from = r.own ? s1 : s0;
+            in_parts(team, copy_in, &r);
+            if ((e = ddp__shm_step(c, 1)) < 0)
+                return e;
+            in_parts(team, reduce_publish, &r);
+            if ((e = ddp__shm_step(c, 2)) < 0)
+                return e;
+            in_parts(team, copy_out, &r);
+            sh->seq += 2;
+            sh->round++;
+            continue;
+        }
+        /* Across nodes. Phase 1: copy in (only the other ranks' shards where ours is read in
+         * place, which needs it in one piece), moving forward through the pieces. */
+        ddp__pieces_read(v, done, s0, mine);
+        char *whole = s1 > s0 ? ddp__pieces_span(v, done + s0, s1 - s0) : NULL;
+        bool own = own_in_place(sh) && whole;
         size_t from = own ? s1 : s0;
-        ddp__pieces_read(&v, done + from, m - from, mine + from * esz);
+        ddp__pieces_read(v, done + from, m - from, mine + from * esz);
         if ((e = ddp__shm_step(c, 1)) < 0)
             return e;
-        /* Phase 2: reduce the shard across all slots, in slot order, into our buffer, and publish
-         * it in our slot (the others read other shards of our slot meanwhile). */
-        if (s1 > s0 && !c->cross) {
-            /* On one node the shard is final as reduced (an average divides in the pass that
-             * adds the last slot): reduced where it lies, 16 KiB or up to a piece's end at a
-             * time, and published while that part is still in the L1. */
-            for (size_t k0 = s0, k; k0 < s1; k0 += k) {
-                k = s1 - k0 < PUBLISH_BYTES / esz ? s1 - k0 : PUBLISH_BYTES / esz;
-                char *o = ddp__pieces_run(&v, done + k0, &k);
-                reduce_slots(sh, o, own ? o : NULL, k0, k, dt, op, op == DDP_AVG);
-                memcpy(mine + k0 * esz, o, k * esz);
-            }
-        } else if (s1 > s0) {
-            /* Across nodes: the node's sum all-reduced with the other nodes' on our ring, then
-             * published. */
+        /* Phase 2: the node's sum of our shard all-reduced with the other nodes' on our ring,
+         * then published in our slot. */
+        if (s1 > s0) {
             char *out = whole ? whole : c->scratch;
             reduce_slots(sh, out, own ? out : NULL, s0, s1 - s0, dt, op, false);
             if ((e = ddp__shm_shard_done(c, out, s1 - s0, dt, op)) < 0)
                 return e;
             memcpy(mine + s0 * esz, out, (s1 - s0) * esz);
             if (!whole)
-                ddp__pieces_write(&v, done + s0, s1 - s0, out);
+                ddp__pieces_write(v, done + s0, s1 - s0, out);
         }
         if ((e = ddp__shm_step(c, 2)) < 0)
             return e;
@@ -187,7 +293,7 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             if (j == me)
                 continue;
             size_t j0 = m * (size_t)j / (size_t)n, j1 = m * (size_t)(j + 1) / (size_t)n;
-            ddp__pieces_write(&v, done + j0, j1 - j0, slot(sh, j) + j0 * esz);
+            ddp__pieces_write(v, done + j0, j1 - j0, slot(sh, j) + j0 * esz);
         }
         sh->seq += 2;
         sh->round++;

@@ -7,7 +7,9 @@
  * rank and host instead of a timeout.
  */
 #include "worker/coll.h"
+#include "worker/team.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -47,6 +49,7 @@ int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *gr
     sh->me = me;
     sh->slot_bytes = slot_bytes;
     sh->seq = 0;
+    sh->threads = ddp__shm_threads(nlocal);
     return 0;
 }
 
@@ -62,6 +65,8 @@ void ddp__shm_detach(struct ddp__shm *sh)
     ddp__shm_unmap_arenas(sh);
     ddp__arena_destroy(sh->arena);
     sh->arena = NULL;
+    ddp__team_free(sh->team);
+    sh->team = NULL;
 }
 
 void ddp__shm_unmap_arenas(struct ddp__shm *sh)
@@ -214,4 +219,31 @@ int ddp__shm_barrier(struct ddp__comm *c)
     if (e == 0)
         c->shm.seq += 1;
     return e;
+}
+
+/*
+ * Threads in all for the one-node all-reduces of a rank of nlocal on this node: by default
+ * the CPUs this process may run on (its affinity: a rank bound to a core gets 1), shared among
+ * the node's ranks, less one for each rank's own computation (the reducer all-reduces while the
+ * backward runs), at most DDP__TEAM_AUTO_MAX. So 2 ranks get 4 threads each on 16 cores, 3 on
+ * 8, none but their own on 4 or 2.
+ */
+int ddp__shm_threads(int nlocal)
+{
+    const char *v = getenv("DDP_PG_SHM_THREADS");
+    if (v && *v && strcmp(v, "auto") != 0) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (!*end && x >= 1)
+            return x > DDP__TEAM_MAX ? DDP__TEAM_MAX : (int)x;
+        DDP_WARN(PG,
+                 "DDP_PG_SHM_THREADS='%s' is neither a number of threads (1-%d) nor auto; "
+                 "using auto",
+                 v, DDP__TEAM_MAX);
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    int t = cpus / (nlocal > 0 ? nlocal : 1) - 1;
+    return t < 1 ? 1 : t > DDP__TEAM_AUTO_MAX ? DDP__TEAM_AUTO_MAX : t;
 }

@@ -59,6 +59,39 @@ teardown() {
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]   # the segment's name never outlives setup
 }
 
+@test "the slots' all-reduce shared out over helper threads (DDP_PG_SHM_THREADS): the matrix and every dtype at 6 MiB, bit for bit; auto counts the CPUs a rank may run on" {
+  # 3 ranks: local ranks 0 and 1 read their own shard in place, rank 2 through its slot
+  printf 'command: [%s, matrix]\nnproc_per_node: 3\nenv: {DDP_PG_SHM_THREADS: "3", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+  [ "$(grep -c 'checks passed' <<<"$output")" -eq 3 ]
+  [ "$(grep -c 'shared-memory all-reduces from 1024 KiB on 3 threads' <<<"$output")" -eq 3 ]
+  # every dtype and op, in 64 KiB slots: many rounds, each step in 4 parts
+  printf 'command: [%s, wide]\nnproc_per_node: 3\nenv: {DDP_PG_SHM_THREADS: "4", DDP_PG_SHM_SLOT_BYTES: "65536"}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 0 ] || { echo "wide: $output"; return 1; }
+  [ "$(grep -c 'checks passed' <<<"$output")" -eq 3 ]
+  # auto: the CPUs a rank may run on over the node's 2 ranks, less one, at most 4
+  printf 'command: [%s, big, "2"]\nnproc_per_node: 2\nenv: {DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  want=$(($(nproc) / 2 - 1))
+  [ "$want" -le 4 ] || want=4
+  if [ "$want" -ge 2 ]; then
+    [ "$(grep -c "shared-memory all-reduces from 1024 KiB on $want threads" <<<"$output")" -eq 2 ]
+  else
+    ! grep -q 'shared-memory all-reduces from' <<<"$output" || false
+  fi
+  # a rank that may run on one CPU only has no helper
+  run taskset -c 0 "$DDPRUN" job.yaml
+  assert_success
+  ! grep -q 'shared-memory all-reduces from' <<<"$output" || false
+  # a value that is not a number of threads is named, and auto is used
+  run "$DDPRUN" job.yaml --set env.DDP_PG_SHM_THREADS=many
+  assert_success
+  assert_output --partial "DDP_PG_SHM_THREADS='many' is neither a number of threads (1-16) nor auto; using auto"
+}
+
 @test "64 MiB all-reduce across 2 and 3 ranks, through shared memory and over TCP" {
   for tr in auto tcp; do
     for n in 2 3; do

@@ -8,6 +8,8 @@
 #include "worker/coll.h"
 #include "worker/pg.h"
 #include "worker/pg_nccl.h"
+#include "worker/group.h"
+#include "worker/team.h"
 #include "common/progress.h"
 #include "common/util.h"
 
@@ -350,7 +352,9 @@ TEST(work_queued_during_an_inline_call_runs_after_it)
 
 /* ---- all-reduce of a buffer in pieces (the reducer's buckets without bucket view) ---- */
 
-enum { PW = 4, PN = 30011 };
+enum { PW = 4 };
+static size_t PN = 30011; /* elements of the buffer in pieces */
+static int piece_threads; /* with shared memory: threads each rank's all-reduces must use */
 
 struct piece_arg {
     int rank, local_world, rc;
@@ -405,11 +409,29 @@ static void *piece_rank(void *a)
         for (size_t k = 0, off = 0; k < np; off += pc[k].count, k++)
             memcpy(got + off, pc[k].data, pc[k].count * sizeof(float));
         bad |= memcmp(got, flat, PN * sizeof(float)) != 0;
+        /* and with one thread's bits: the ranks' values summed in rank order (the slots'),
+         * the average's division in the last addition's pass */
+        for (size_t i = 0; piece_threads && i < PN; i++) {
+            float acc = 0.0f;
+            for (int r = 0; r < PW; r++) {
+                float v =
+                    (float)((i * 7919 + (size_t)r * 104729 + (size_t)it) % 1000) / 997.0f - 0.3f;
+                acc = r == 0 ? v : acc + v;
+            }
+            if (op == DDP_AVG)
+                acc = acc * (1.0f / (float)PW);
+            if (memcmp(&acc, &got[i], sizeof(float)) != 0) {
+                bad = 1;
+                break;
+            }
+        }
     }
     struct ddp_piece hole = {.data = NULL, .count = 4};
     struct ddp_work *w = NULL;
     bad |= ddp_pg_allreduce_pieces_start(pg, &hole, 1, DDP_F32, DDP_SUM, -1, &w) != DDP_EINVAL;
     bad |= ddp_pg_allreduce_pieces(pg, &hole, 1, DDP_F32, DDP_SUM, -1) != DDP_EINVAL;
+    if (piece_threads) /* the helpers did share them out */
+        bad |= ddp__team_size(pg->comm.shm.team) != piece_threads;
     for (size_t k = 0; k < np; k++)
         free(mem[k]);
     free(flat);
@@ -441,6 +463,22 @@ TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_through_shared_memory)
 {
     setenv("DDP_PG_SHM_SLOT_BYTES", "4096", 1);
     run_pieces(PW);
+    unsetenv("DDP_PG_SHM_SLOT_BYTES");
+}
+
+/* Shared out over three threads per rank (worker/team.c): every part of each step moves its own
+ * range of the pieces with a cursor of its own; the bits are those of one thread, and of one
+ * buffer. 1.2 MB in 64 KiB slots: many rounds, parts that end inside pieces. */
+TEST(allreduce_in_pieces_over_helper_threads_equals_one_buffer_bit_for_bit)
+{
+    setenv("DDP_PG_SHM_SLOT_BYTES", "65536", 1);
+    setenv("DDP_PG_SHM_THREADS", "3", 1);
+    PN = 300007;
+    piece_threads = 3;
+    run_pieces(PW);
+    PN = 30011;
+    piece_threads = 0;
+    unsetenv("DDP_PG_SHM_THREADS");
     unsetenv("DDP_PG_SHM_SLOT_BYTES");
 }
 
