@@ -135,7 +135,8 @@ struct round {
     enum ddp_redop op;
 };
 
-/* Parts split at multiples of a cache line's elements: no two write the same line. */
+/* Parts split at multiples of 64 bytes from the range's start: where it starts on a cache line,
+ * no two parts write the same line. */
 static void part_of(const struct round *r, size_t lo, size_t hi, int p, int n, size_t *a, size_t *b)
 {
     ddp__team_split(lo, hi, p, n, r->esz < 64 ? 64 / r->esz : 1, a, b);
