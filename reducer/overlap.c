@@ -1,13 +1,12 @@
 /* The reducer's overlap policy (see overlap.h). */
 #include "reducer/overlap.h"
+#include "common/cpus.h"
 #include "common/log.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "common/banned.h"
 
@@ -16,15 +15,6 @@ bool ddp__overlap_pays(bool cuda, int world, int local_world, int sharers, int c
     if (cuda || local_world < world) /* a device, or a network between nodes */
         return true;
     return cores >= 2 * sharers;
-}
-
-static int usable_cores(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
 }
 
 bool ddp__reducer_overlap(const struct ddp_pg *pg, char *why, size_t len)
@@ -39,7 +29,7 @@ bool ddp__reducer_overlap(const struct ddp_pg *pg, char *why, size_t len)
     }
     if (v && *v && strcasecmp(v, "auto") != 0)
         DDP_WARN(REDUCER, "DDP_REDUCER_OVERLAP='%s' is not on, off or auto; using auto", v);
-    int cores = usable_cores(), lw = ddp_pg_local_world_size(pg);
+    int cores = ddp_usable_cpus(), lw = ddp_pg_local_world_size(pg);
     /* How many of the node's ranks run on this rank's CPUs: all of them, unless ddprun's
      * bind_to gave each its own (DDPRUN_CPU_SHARERS: the ranks bound to the same CPUs). */
     const char *sh = getenv("DDPRUN_CPU_SHARERS");

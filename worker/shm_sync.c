@@ -8,6 +8,7 @@
  */
 #include "worker/coll.h"
 #include "worker/team.h"
+#include "common/cpus.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -223,10 +224,12 @@ int ddp__shm_barrier(struct ddp__comm *c)
 
 /*
  * Threads in all for the one-node all-reduces of a rank of nlocal on this node: by default
- * the CPUs this process may run on (its affinity: a rank bound to a core gets 1), shared among
- * the node's ranks, less one for each rank's own computation (the reducer all-reduces while the
- * backward runs), at most DDP__TEAM_AUTO_MAX. So 2 ranks get 4 threads each on 16 cores, 3 on
- * 8, none but their own on 4 or 2.
+ * the CPUs this process can keep busy (its affinity, and its cgroup's CPU quota: a rank bound
+ * to a core, or in a container given 2 CPUs, gets 1 or 2), shared among the node's ranks that
+ * run on them (all of them, unless ddprun's bind_to gave each its own: DDPRUN_CPU_SHARERS),
+ * less one for each rank's own computation (the reducer all-reduces while the backward runs),
+ * at most DDP__TEAM_AUTO_MAX. So 2 ranks get 4 threads each on 16 cores, 3 on 8, none but
+ * their own on 4 or 2.
  */
 int ddp__shm_threads(int nlocal)
 {
@@ -241,9 +244,10 @@ int ddp__shm_threads(int nlocal)
                  "using auto",
                  v, DDP__TEAM_MAX);
     }
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    int t = cpus / (nlocal > 0 ? nlocal : 1) - 1;
+    const char *sh = getenv("DDPRUN_CPU_SHARERS");
+    int sharers = sh ? atoi(sh) : nlocal;
+    if (sharers < 1 || sharers > nlocal)
+        sharers = nlocal > 0 ? nlocal : 1;
+    int t = ddp_usable_cpus() / sharers - 1;
     return t < 1 ? 1 : t > DDP__TEAM_AUTO_MAX ? DDP__TEAM_AUTO_MAX : t;
 }

@@ -70,6 +70,34 @@ job() { # nproc args...
   assert_output --regexp "no overlap: (1 usable core for 1 rank|2 usable cores for 2 ranks) bound to them"
 }
 
+# Runs "$@" in a cgroup of its own given one CPU's time (cgroup v2's cpu.max, else v1's CFS
+# quota), as a container's CPU limit does; 77 where no such cgroup can be made here.
+in_one_cpu_cgroup() {
+  local cg="" name rc=0
+  name="ddptest-$(basename "$BATS_RUN_TMPDIR")-$BATS_TEST_NUMBER"
+  if [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "/sys/fs/cgroup/$name" 2>/dev/null; then
+    cg=/sys/fs/cgroup/$name
+    echo "100000 100000" >"$cg/cpu.max" 2>/dev/null || { rmdir "$cg"; cg=""; }
+  elif [ -d /sys/fs/cgroup/cpu ] && mkdir "/sys/fs/cgroup/cpu/$name" 2>/dev/null; then
+    cg=/sys/fs/cgroup/cpu/$name
+    { echo 100000 >"$cg/cpu.cfs_period_us" && echo 100000 >"$cg/cpu.cfs_quota_us"; } 2>/dev/null ||
+      { rmdir "$cg"; cg=""; }
+  fi
+  [ -n "$cg" ] || return 77
+  sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" "$@" || rc=$?
+  for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+  return "$rc"
+}
+
+@test "a cgroup's CPU quota counts as the affinity does: 2 ranks of a container given one CPU do not overlap, and say so" {
+  printf 'command: [%s, overlap]\nnproc_per_node: 2\nenv: {DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: reducer}\n' "$RT" >job.yaml
+  run in_one_cpu_cgroup "$DDPRUN" job.yaml
+  [ "$status" -ne 77 ] || skip "no cgroup with a CPU quota can be made here"
+  assert_success
+  assert_output --partial "no overlap: 1 usable core for 2 ranks on this node"
+  assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
+}
+
 @test "fp16 and bf16 compression hooks average within their precision" {
   for hook in fp16 bf16; do
     job 3 basic --hook "$hook"

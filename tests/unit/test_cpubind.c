@@ -5,6 +5,7 @@
  */
 #include "cli/cpubind.h"
 #include "test.h"
+#include "tree.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,26 +18,14 @@ static char root[64];
 
 static void put(const char *rel, const char *text)
 {
-    char path[256], dir[256];
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
-    for (char *p = strchr(path + strlen(root) + 1, '/'); p; p = strchr(p + 1, '/')) {
-        snprintf(dir, sizeof(dir), "%.*s", (int)(p - path), path);
-        mkdir(dir, 0755);
-    }
-    FILE *f = fopen(path, "w");
-    if (!f)
-        abort();
-    fprintf(f, "%s\n", text);
-    fclose(f);
+    ddp_tree_put(root, rel, text);
 }
 
 /* 8 CPUs numbered as on most x86 servers: CPU c and c+4 are one core's two threads; two NUMA
  * nodes of two cores each. */
 static void smt_box(void)
 {
-    snprintf(root, sizeof(root), "/tmp/ddp-cpubind-XXXXXX");
-    if (!mkdtemp(root))
-        abort();
+    ddp_tree_make(root, sizeof(root), "ddp-cpubind");
     for (int c = 0; c < 8; c++) {
         char rel[96], sib[16];
         snprintf(rel, sizeof(rel), "cpu/cpu%d/topology/thread_siblings_list", c);
@@ -49,10 +38,7 @@ static void smt_box(void)
 
 static void rm_box(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-    if (system(cmd) != 0)
-        abort();
+    ddp_tree_remove(root);
 }
 
 /* The CPU list of rank `local` of n, with its sharers. */

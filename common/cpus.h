@@ -1,0 +1,17 @@
+/* How many CPUs this process can keep busy (common/cpus.c). */
+#ifndef DDP_COMMON_CPUS_H
+#define DDP_COMMON_CPUS_H
+
+/* The CPUs of the process's affinity mask, fewer where its cgroup has a CPU bandwidth quota
+ * (a container given 2 CPUs of a 64-CPU host counts 2): for policies that must not start more
+ * busy threads than there are CPUs to run them (the reducer's overlap, the shared-memory
+ * all-reduce's helper threads). At least 1. */
+int ddp_usable_cpus(void);
+
+/* The quota part, from the cgroup files under root ("" for the real ones) and proc_cgroup
+ * (the text of /proc/self/cgroup): the tightest quota of the process's cgroup and its
+ * parents, in CPUs rounded up; 0 when there is none. cgroup v2's cpu.max, v1's
+ * cpu.cfs_quota_us over cpu.cfs_period_us. */
+int ddp__cgroup_cpu_quota(const char *root, const char *proc_cgroup);
+
+#endif
