@@ -1,10 +1,20 @@
-/* Small system helpers: monotonic time, EINTR-safe IO, host:port parsing, secrets. */
+/* Small system helpers: a spin-wait hint, monotonic time, EINTR-safe IO, host:port parsing, secrets. */
 #ifndef DDP_COMMON_UTIL_H
 #define DDP_COMMON_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* The CPU's spin-wait hint (pause, yield), for a loop polling memory another core writes. */
+static inline void ddp_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 /* Milliseconds / nanoseconds on CLOCK_MONOTONIC. */
 int64_t ddp_now_ms(void);

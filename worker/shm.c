@@ -203,13 +203,13 @@ static struct ddp__team *team_for(struct ddp__shm *sh, size_t bytes)
         return NULL;
     if (!sh->team) {
         if (!(sh->team = ddp__team_new(sh->threads))) {
-            DDP__LOG(DDP_LOG_WARN, PG,
+            DDP_WARN(PG,
                      "cannot start %d helper threads for the shared-memory "
                      "all-reduce; it runs on one thread",
                      sh->threads - 1);
             sh->threads = 1;
         } else {
-            DDP__LOG(DDP_LOG_INFO, PG, "shared-memory all-reduces from %zu KiB on %d threads",
+            DDP_INFO(PG, "shared-memory all-reduces from %zu KiB on %d threads",
                      (size_t)DDP__TEAM_MIN_BYTES >> 10, sh->threads);
         }
     }

@@ -86,15 +86,6 @@ struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j)
     return (struct ddp__shm_ctrl *)((char *)sh->base + (size_t)j * DDP__SHM_CTRL_LINE);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 static bool reached(struct ddp__shm_ctrl *l, uint64_t target)
 {
     uint32_t cur = atomic_load_explicit(&l->seq, memory_order_acquire);
@@ -134,7 +125,7 @@ static int wait_all(struct ddp__comm *c, uint64_t target)
             atomic_load_explicit(&l->cpu, memory_order_relaxed) == sh->cpu ? 0 : 256;
         for (unsigned spins = 0; !reached(l, target); spins++) {
             if (spins < spin_max) {
-                cpu_relax();
+                ddp_cpu_relax();
                 continue;
             }
             if (!t0)

@@ -48,15 +48,6 @@ struct ddp__team {
     _Atomic bool stop;
 };
 
-static inline void relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* Waits until gen is no longer seen: polls, then sleeps. Returns the new gen. */
 static uint32_t await_gen(struct ddp__team *t, uint32_t seen)
 {
@@ -66,14 +57,14 @@ static uint32_t await_gen(struct ddp__team *t, uint32_t seen)
         if ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) != seen)
             return g;
         if (i < 64 || (i & 63)) {
-            relax();
+            ddp_cpu_relax();
             continue;
         }
         int64_t now = ddp_now_ns();
         if (!t0)
             t0 = now;
         if (now - t0 < TEAM_SPIN_NS) {
-            relax();
+            ddp_cpu_relax();
             continue;
         }
         /* sleepers before the check of gen in the kernel: a caller that bumps gen after our
@@ -148,7 +139,7 @@ void ddp__team_run(struct ddp__team *t, ddp__team_fn fn, void *arg)
     fn(arg, 0, t->n);
     for (unsigned i = 0; atomic_load_explicit(&t->left, memory_order_acquire) > 0; i++) {
         if (i < 4096)
-            relax();
+            ddp_cpu_relax();
         else
             sched_yield(); /* a helper is not running: more threads than free cores */
     }
