@@ -1,4 +1,5 @@
-/* Small system helpers: a spin-wait hint, monotonic time, EINTR-safe IO, host:port parsing, secrets. */
+/* Small system helpers: a spin-wait hint, monotonic time, EINTR-safe IO, host:port parsing,
+ * secrets. */
 #ifndef DDP_COMMON_UTIL_H
 #define DDP_COMMON_UTIL_H
 
