@@ -9,7 +9,8 @@
  *                        also in place)
  *   pgtest wide          every dtype and op at about 6 MiB: all-reduce and reduce-scatter
  *                        (into recv, then in place)
- *   pgtest big MIB       one float32 sum all-reduce of MIB MiB, checked
+ *   pgtest big MIB       one float32 sum all-reduce of MIB MiB, checked; rank 0 prints its
+ *                        time and the CPUs it counts as usable (common/cpus.h)
  *   pgtest loop MIB      all-reduce MIB MiB until an error (failure tests)
  *   pgtest direct        all-reduces of ordinary (malloc), registered (ddp_pg_mem_alloc) and
  *                        mixed buffers, checked; prints how many went single-copy and how
@@ -26,6 +27,7 @@
  *                        the whole group, every rank in reverse order, lists that differ
  *                        between ranks or repeat a rank refused on every rank
  */
+#include "common/cpus.h"
 #include "common/err.h"
 #include "common/util.h"
 #include "worker/coll.h"
@@ -295,7 +297,8 @@ static int big(struct ddp_pg *pg, size_t mib)
         reference(want, i, i, DDP_F32, DDP_SUM, 77);
     int bad = compare(buf, want, n, DDP_F32, "big allreduce");
     if (rank == 0)
-        printf("pgtest: %zu MiB float32 all-reduce over %d ranks in %.1f ms\n", mib, world, ms);
+        printf("pgtest: %zu MiB float32 all-reduce over %d ranks in %.1f ms, %d usable CPUs\n",
+               mib, world, ms, ddp_usable_cpus());
     free(buf);
     free(want);
     return bad;
