@@ -44,72 +44,92 @@
 static int rank, world;
 static long checks;
 
+/* Rank r's element i for a seed: a small integer, -8 to 8, from a hash of the three (its top
+ * 32 bits scaled to 0-16 by a multiply, cheaper than a division by 17). */
 static int64_t gen(int r, size_t i, unsigned seed)
 {
     uint64_t x = ((uint64_t)r * 0x9E3779B97F4A7C15ull) ^ (i * 0xBF58476D1CE4E5B9ull) ^ seed;
     x ^= x >> 31;
     x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    return (int64_t)(x % 17) - 8;
+    return (int64_t)(((x >> 32) * 17) >> 32) - 8;
 }
 
-static void store_val(void *buf, size_t i, enum ddp_dtype dt, double v)
+/* Values into buf's dtype: n of them from v, with one switch per call, not one per element
+ * (the reference and the inputs of a 6 MiB check are millions of elements). */
+static void store_vals(void *buf, enum ddp_dtype dt, const double *v, size_t n)
 {
     switch (dt) {
     case DDP_F32:
-        ((float *)buf)[i] = (float)v;
+        for (size_t i = 0; i < n; i++)
+            ((float *)buf)[i] = (float)v[i];
         break;
     case DDP_F64:
-        ((double *)buf)[i] = v;
+        memcpy(buf, v, n * sizeof(double));
         break;
     case DDP_I32:
-        ((int32_t *)buf)[i] = (int32_t)v;
+        for (size_t i = 0; i < n; i++)
+            ((int32_t *)buf)[i] = (int32_t)v[i];
         break;
     case DDP_I64:
-        ((int64_t *)buf)[i] = (int64_t)v;
+        for (size_t i = 0; i < n; i++)
+            ((int64_t *)buf)[i] = (int64_t)v[i];
         break;
     case DDP_BF16:
-        ((uint16_t *)buf)[i] = ddp__f32_to_bf16((float)v);
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)buf)[i] = ddp__f32_to_bf16((float)v[i]);
         break;
     case DDP_F16:
-        ((uint16_t *)buf)[i] = ddp__f32_to_f16((float)v);
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)buf)[i] = ddp__f32_to_f16((float)v[i]);
         break;
     }
 }
+
+#define BLOCK 4096 /* elements the helpers below work on at a time */
 
 static void fill(void *buf, size_t n, enum ddp_dtype dt, int r, unsigned seed, size_t base)
 {
-    for (size_t i = 0; i < n; i++)
-        store_val(buf, i, dt, (double)gen(r, base + i, seed));
+    double v[BLOCK];
+    size_t esz = ddp_dtype_size(dt);
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t k = n - i < BLOCK ? n - i : BLOCK;
+        for (size_t j = 0; j < k; j++)
+            v[j] = (double)gen(r, base + i + j, seed);
+        store_vals((char *)buf + i * esz, dt, v, k);
+    }
 }
 
-/* Sequential reference for element i over ranks 0..world-1. */
-static void reference(void *out, size_t i, size_t gi, enum ddp_dtype dt, enum ddp_redop op,
+/* Sequential reference for elements [0, n) of out, element i being element gi0 + i of the
+ * ranks' inputs, over ranks 0..world-1: exact in int64 (the inputs are small integers), then
+ * an average divides as each dtype does. */
+static void reference(void *out, size_t n, size_t gi0, enum ddp_dtype dt, enum ddp_redop op,
                       unsigned seed)
 {
-    int64_t acc = gen(0, gi, seed);
-    for (int r = 1; r < world; r++) {
-        int64_t v = gen(r, gi, seed);
-        acc = op == DDP_MAX ? (v > acc ? v : acc) : op == DDP_MIN ? (v < acc ? v : acc) : acc + v;
-    }
-    if (op != DDP_AVG) {
-        store_val(out, i, dt, (double)acc);
-        return;
-    }
-    /* AVG = one exact sum, then the division each dtype does. */
-    switch (dt) {
-    case DDP_F32:
-    case DDP_BF16:
-    case DDP_F16:
-        store_val(out, i, dt, (double)((float)acc / (float)world));
-        break;
-    case DDP_F64:
-        store_val(out, i, dt, (double)acc / world);
-        break;
-    case DDP_I32:
-    case DDP_I64:
-        store_val(out, i, dt, (double)(acc / world));
-        break;
+    int64_t acc[BLOCK];
+    double v[BLOCK];
+    size_t esz = ddp_dtype_size(dt);
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t k = n - i < BLOCK ? n - i : BLOCK;
+        for (size_t j = 0; j < k; j++)
+            acc[j] = gen(0, gi0 + i + j, seed);
+        for (int r = 1; r < world; r++)
+            for (size_t j = 0; j < k; j++) {
+                int64_t x = gen(r, gi0 + i + j, seed);
+                acc[j] = op == DDP_MAX   ? (x > acc[j] ? x : acc[j])
+                         : op == DDP_MIN ? (x < acc[j] ? x : acc[j])
+                                         : acc[j] + x;
+            }
+        for (size_t j = 0; j < k; j++) {
+            if (op != DDP_AVG)
+                v[j] = (double)acc[j];
+            else if (dt == DDP_F32 || dt == DDP_BF16 || dt == DDP_F16)
+                v[j] = (double)((float)acc[j] / (float)world);
+            else if (dt == DDP_F64)
+                v[j] = (double)acc[j] / world;
+            else
+                v[j] = (double)(acc[j] / world);
+        }
+        store_vals((char *)out + i * esz, dt, v, k);
     }
 }
 
@@ -119,14 +139,16 @@ static const char *opn[] = {"sum", "avg", "max", "min"};
 static int compare(const void *got, const void *want, size_t n, enum ddp_dtype dt, const char *what)
 {
     size_t esz = ddp_dtype_size(dt);
-    for (size_t i = 0; i < n; i++)
-        if (memcmp((const char *)got + i * esz, (const char *)want + i * esz, esz) != 0) {
-            fprintf(stderr, "pgtest rank %d: %s: element %zu of %zu differs from the reference\n",
-                    rank, what, i, n);
-            return 1;
-        }
-    checks++;
-    return 0;
+    if (memcmp(got, want, n * esz) == 0) {
+        checks++;
+        return 0;
+    }
+    size_t i = 0;
+    while (i < n && memcmp((const char *)got + i * esz, (const char *)want + i * esz, esz) == 0)
+        i++;
+    fprintf(stderr, "pgtest rank %d: %s: element %zu of %zu differs from the reference\n", rank,
+            what, i, n);
+    return 1;
 }
 
 static int must(struct ddp_pg *pg, int r, const char *what)
@@ -149,8 +171,7 @@ static int allreduce_ops(struct ddp_pg *pg, void *buf, void *want, size_t n, enu
     for (int op = 0; op <= DDP_MIN; op++, (*seed)++) {
         fill(buf, n, dt, rank, *seed, 0);
         must(pg, ddp_pg_allreduce(pg, buf, n, dt, (enum ddp_redop)op), "allreduce");
-        for (size_t i = 0; i < n; i++)
-            reference(want, i, i, dt, (enum ddp_redop)op, *seed);
+        reference(want, n, 0, dt, (enum ddp_redop)op, *seed);
         snprintf(what, sizeof(what), "%sallreduce %s %s n=%zu", label, dtn[dt], opn[op], n);
         bad |= compare(buf, want, n, dt, what);
     }
@@ -171,8 +192,7 @@ static int reduce_scatter_ops(struct ddp_pg *pg, char *send, void *recv, void *r
             fill(send, n * (size_t)world, dt, rank, ++*seed, 0);
             must(pg, ddp_pg_reduce_scatter(pg, send, out, n, dt, (enum ddp_redop)op),
                  "reduce_scatter");
-            for (size_t i = 0; i < n; i++)
-                reference(ref, i, (size_t)rank * n + i, dt, (enum ddp_redop)op, *seed);
+            reference(ref, n, (size_t)rank * n, dt, (enum ddp_redop)op, *seed);
             snprintf(what, sizeof(what), "%s%sreduce_scatter %s %s n=%zu", label,
                      inplace ? "in place " : "", dtn[dt], opn[op], n);
             bad |= compare(out, ref, n, dt, what);
@@ -268,13 +288,11 @@ static int matrix(struct ddp_pg *pg)
     ddp_work_free(wa);
     ddp_work_free(wb);
     ddp_work_free(wc);
-    for (size_t i = 0; i < n; i++)
-        reference(w, i, i, DDP_F32, DDP_SUM, 901);
+    reference(w, n, 0, DDP_F32, DDP_SUM, 901);
     bad |= compare(a, w, n, DDP_F32, "async allreduce sum");
     fill(w, n, DDP_F32, world - 1, 902, 0);
     bad |= compare(b, w, n, DDP_F32, "async broadcast");
-    for (size_t i = 0; i < n; i++)
-        reference(w, i, i, DDP_F32, DDP_MAX, 903);
+    reference(w, n, 0, DDP_F32, DDP_MAX, 903);
     bad |= compare(c, w, n, DDP_F32, "async allreduce max");
     free(a);
     free(b);
@@ -293,12 +311,11 @@ static int big(struct ddp_pg *pg, size_t mib)
     int64_t t0 = ddp_now_ns();
     must(pg, ddp_pg_allreduce(pg, buf, n, DDP_F32, DDP_SUM), "allreduce");
     double ms = (double)(ddp_now_ns() - t0) / 1e6;
-    for (size_t i = 0; i < n; i++)
-        reference(want, i, i, DDP_F32, DDP_SUM, 77);
+    reference(want, n, 0, DDP_F32, DDP_SUM, 77);
     int bad = compare(buf, want, n, DDP_F32, "big allreduce");
     if (rank == 0)
-        printf("pgtest: %zu MiB float32 all-reduce over %d ranks in %.1f ms, %d usable CPUs\n",
-               mib, world, ms, ddp_usable_cpus());
+        printf("pgtest: %zu MiB float32 all-reduce over %d ranks in %.1f ms, %d usable CPUs\n", mib,
+               world, ms, ddp_usable_cpus());
     free(buf);
     free(want);
     return bad;
