@@ -32,10 +32,14 @@ struct cfg {
     int microbatches;
 };
 
+/* Images as the IDX file holds them, one byte a pixel (47 MB for the training set, where
+ * floats would be 188 MB in every rank), normalised a row at a time as batches are built. */
 struct dataset {
     int n;
-    float *x; /* n x 784, normalised */
+    const uint8_t *px; /* n x 784 pixels */
     uint8_t *y;
+    void *raw;       /* the file's bytes, px within them */
+    float norm[256]; /* each pixel value normalised */
 };
 
 /* The MLP: host or device pointers, as the trainer keeps them. */
@@ -58,6 +62,9 @@ uint64_t mix(uint64_t *s);
 void shuffle(int *perm, int n, uint64_t seed);
 /* The IDX files of Debian's dataset-fashion-mnist, normalised. */
 void load_set(const char *dir, const char *images, const char *labels, struct dataset *d);
+void free_set(struct dataset *d);
+/* Images first .. first + count - 1 of d, normalised, one after the other into out. */
+void set_rows(const struct dataset *d, int first, int count, float *out);
 void usage(FILE *f);
 void parse(int argc, char **argv, struct cfg *c);
 int cmp_double(const void *x, const void *y);

@@ -259,9 +259,16 @@ int main(int argc, char **argv)
     struct dataset train, test;
     load_set(c.data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &train);
     load_set(c.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &test);
-    float *dtrx = upload(train.x, (size_t)train.n * IMG * sizeof(float));
+    /* the whole sets normalised on the device, as the host trainer normalises its batches */
+    float *hx = malloc((size_t)train.n * IMG * sizeof(float));
+    if (!hx)
+        die("out of memory");
+    set_rows(&train, 0, train.n, hx);
+    float *dtrx = upload(hx, (size_t)train.n * IMG * sizeof(float));
     uint8_t *dtry = upload(train.y, (size_t)train.n);
-    float *dtex = upload(test.x, (size_t)test.n * IMG * sizeof(float));
+    set_rows(&test, 0, test.n, hx);
+    float *dtex = upload(hx, (size_t)test.n * IMG * sizeof(float));
+    free(hx);
     uint8_t *dtey = upload(test.y, (size_t)test.n);
     struct model m;
     model_init(&m, &c);
@@ -365,9 +372,7 @@ int main(int argc, char **argv)
     cudaStreamDestroy(g.s);
     free(perm);
     free(step_t);
-    free(train.x);
-    free(train.y);
-    free(test.x);
-    free(test.y);
+    free_set(&train);
+    free_set(&test);
     return rc;
 }

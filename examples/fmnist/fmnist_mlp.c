@@ -164,10 +164,12 @@ static void profile_graph(struct model *m, const struct dataset *train, const st
     struct acts a;
     acts_alloc(&a, m, b);
     double *t = malloc(sizeof(double) * 2 * MAX_LAYERS * REPS);
-    if (!t)
+    float *x = malloc((size_t)b * IMG * sizeof(float));
+    if (!t || !x)
         die("out of memory");
+    set_rows(train, 0, b, x);
     for (int r = 0; r < WARM + REPS; r++) {
-        a.A[0] = train->x;
+        a.A[0] = x;
         for (int l = 0; l < m->L; l++) {
             double t0 = now_s();
             forward_layer(m, &a, l, b);
@@ -212,6 +214,7 @@ static void profile_graph(struct model *m, const struct dataset *train, const st
         die("cannot write %s: %s", c->profile_graph, strerror(errno));
     printf("ddprun-fmnist: wrote %s: %d layers at a minibatch of %d\n", c->profile_graph, m->L, b);
     free(t);
+    free(x);
     for (int l = 0; l < m->L; l++) {
         free(a.Z[l]);
         free(a.A[l + 1]);
@@ -431,13 +434,18 @@ static void evaluate(const struct model *m, struct acts *a, const struct dataset
 {
     int lo = (int)((long)t->n * rank / world), hi = (int)((long)t->n * (rank + 1) / world);
     double sums[2] = {0, 0}; /* loss, correct */
+    float *x = malloc((size_t)a->cap * IMG * sizeof(float));
+    if (!x)
+        die("out of memory");
     for (int i = lo; i < hi; i += a->cap) {
         int b = hi - i < a->cap ? hi - i : a->cap;
         long correct = 0;
-        forward(m, a, t->x + (size_t)i * IMG, b);
+        set_rows(t, i, b, x);
+        forward(m, a, x, b);
         sums[0] += loss_grad(m, a, t->y + i, b, 0, NULL, &correct);
         sums[1] += (double)correct;
     }
+    free(x);
     if (pg && ddp_pg_allreduce(pg, sums, 2, DDP_F64, DDP_SUM) != 0)
         die("evaluation all-reduce failed: %s", ddp_pg_last_error(pg));
     *loss = sums[0] / t->n;
@@ -475,10 +483,8 @@ int main(int argc, char **argv)
     load_set(c.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &test);
     if (c.pipe_nstages) {
         int rc = train_pipeline(&c, &train, &test);
-        free(train.x);
-        free(train.y);
-        free(test.x);
-        free(test.y);
+        free_set(&train);
+        free_set(&test);
         return rc;
     }
     struct model m;
@@ -486,10 +492,8 @@ int main(int argc, char **argv)
     if (c.profile_graph) {
         profile_graph(&m, &train, &c);
         model_free(&m, free);
-        free(train.x);
-        free(train.y);
-        free(test.x);
-        free(test.y);
+        free_set(&train);
+        free_set(&test);
         return 0;
     }
     int steps_per_epoch = train.n / c.batch;
@@ -605,7 +609,7 @@ int main(int argc, char **argv)
             int lo = c.batch * r / nsh, hi = c.batch * (r + 1) / nsh, b = hi - lo;
             for (int i = 0; i < b; i++) {
                 int idx = perm[s * c.batch + lo + i];
-                memcpy(xb + (size_t)i * IMG, train.x + (size_t)idx * IMG, IMG * sizeof(float));
+                set_rows(&train, idx, 1, xb + (size_t)i * IMG);
                 yb[i] = train.y[idx];
             }
             if (r > r_first)
@@ -692,9 +696,7 @@ int main(int argc, char **argv)
     free(xb);
     free(yb);
     free(step_t);
-    free(train.x);
-    free(train.y);
-    free(test.x);
-    free(test.y);
+    free_set(&train);
+    free_set(&test);
     return rc;
 }

@@ -80,7 +80,7 @@ static int cb_forward(void *ctx, const struct ddp_pipe_step *st, const float *w,
     if (p->l0 == 0) {
         const int *idx = samples_of(p, st->mb);
         for (int i = 0; i < p->u; i++)
-            memcpy(A[0] + (size_t)i * IMG, p->train->x + (size_t)idx[i] * IMG, IMG * sizeof(float));
+            set_rows(p->train, idx[i], 1, A[0] + (size_t)i * IMG);
     } else {
         memcpy(A[p->l0], in, (size_t)p->u * (size_t)p->m.dim[p->l0] * sizeof(float));
     }
@@ -194,7 +194,7 @@ static int gather_eval(struct ddp_pg *pg, struct pstage *p, const int *first, fl
     long correct = 0;
     for (int i = 0; i < t->n; i += cap) {
         int b = t->n - i < cap ? t->n - i : cap;
-        memcpy(a, t->x + (size_t)i * IMG, (size_t)b * IMG * sizeof(float));
+        set_rows(t, i, b, a);
         for (int l = 0; l < m->L; l++) {
             layer_fwd(m, all + offs[l], l, a, z, z, b); /* in place: Z then A */
             float *tmp = a;
