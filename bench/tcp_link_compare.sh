@@ -4,11 +4,13 @@
 # optionally rate-limited with tc (RATE, e.g. 1Gbit; "none" = the veths' own speed, which on a VM
 # is CPU-bound). In one run: one iperf3 stream between the hosts (each direction alone, then
 # one each way at once, --bidir: the traffic of an all-reduce, which sends and receives), ddprun's TCP
-# all-reduce (bench/allreduce_bench under ddprun over SSH) and Gloo's (Debian's python3-torch,
+# all-reduce (bench/allreduce_bench, one rank started in each host's namespace with the
+# environment ddprun gives a rank, meeting at a `ddprun store` on the bridge: the launcher takes
+# no part in the timed collectives, and no sshd is needed) and Gloo's (Debian's python3-torch,
 # one process per host). float32 sum in place, 4 KiB to 64 MiB, the slowest rank's median.
 # busbw = algbw x 2(n-1)/n = algbw at 2 ranks: the bytes each host must send and receive per
 # second, so one stream's rate is its ceiling when the link is the bottleneck.
-# Needs root, iproute2, openssh-server, iperf3, python3-torch.
+# Needs root, iproute2, iperf3, python3-torch.
 # Usage: bench/tcp_link_compare.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +20,11 @@ REPO=$PWD
 BATS_TEST_TMPDIR=$(mktemp -d)
 # shellcheck source=../tests/lib/sshd.bash
 . tests/lib/sshd.bash
-trap 'sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
+trap '[ -n "${store:-}" ] && kill "$store" 2>/dev/null; sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
 cd "$BATS_TEST_TMPDIR"
-sshd_setup
+netns_setup
 [ -n "$SSHD_NETNS" ] || { echo "needs network namespaces (root, iproute2)" >&2; exit 1; }
-for k in 1 2; do sshd_start "$k"; done
+for k in 1 2; do sshd_make_ns "$k"; done
 ns1=$(sshd_ns 1) ns2=$(sshd_ns 2) a1=$(sshd_addr 1)
 for k in 1 2; do sshd_limit "$k" "$RATE"; done
 R=results
@@ -39,9 +41,23 @@ ip netns exec "$ns2" iperf3 -c "$a1" -p 5201 -t 5 -O 1 --bidir -J >iperf.json
 /usr/bin/python3 -c "import json; e = json.load(open('iperf.json'))['end']; print('BIDIR', e['sum_received']['bits_per_second'] / 8e9, e['sum_received_bidir_reverse']['bits_per_second'] / 8e9)" >>"$R"
 kill "$(cat iperf.pid)" 2>/dev/null || true
 
-# ddprun over TCP: 2 hosts x 1 rank (a group across nodes with one rank per node is TCP only)
-ssh_job job.yaml 1 1 2 -- "$B/bench/allreduce_bench" ddp-tcp
-"$B/ddprun" job.yaml 2>/dev/null | sed -n 's/^\[[^]]*\] //p' | grep '^RESULT' >>"$R"
+# ddprun over TCP: 2 hosts x 1 rank (a group across nodes with one rank per node is TCP only),
+# meeting at a store on the bridge's address (each rank listens on the interface that reaches it)
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >token)
+"$B/ddprun" store --listen "10.213.$SSHD_TAG.1:0" --token-file token >store.out 2>store.err &
+store=$!
+for _ in $(seq 100); do [ -s store.out ] && break; sleep 0.05; done
+[ -s store.out ] || { cat store.err >&2; exit 1; }
+for k in 2 1; do
+  ip netns exec "$(sshd_ns $k)" env RANK=$((k - 1)) WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    GROUP_RANK=$((k - 1)) DDPRUN_STORE_ADDR="$(head -n1 store.out)" DDPRUN_TOKEN_FILE="$PWD/token" \
+    OMP_NUM_THREADS=1 "$B/bench/allreduce_bench" ddp-tcp >"ddp$k.txt" 2>&1 &
+  ranks="${ranks:-} $!"
+done
+for p in $ranks; do wait "$p" || { cat ddp1.txt ddp2.txt >&2; exit 1; }; done
+kill "$store" && wait "$store" 2>/dev/null || true
+store=
+grep '^RESULT' ddp1.txt >>"$R"
 
 # Gloo, one process per host
 port=$((30000 + RANDOM % 20000))

@@ -8,6 +8,7 @@
 #
 #   sshd_setup            user key, known_hosts file, port, bridge; sets SSH_DIR SSH_PORT SSH_KEY
 #                         SSH_KH and SSHD_NETNS (1 when the nodes are namespaces)
+#   netns_setup           the bridge alone (no sshd: node K's namespace by sshd_make_ns K)
 #   sshd_start K          starts node K (K >= 1) at $(sshd_addr K), host key in known_hosts
 #   sshd_stop K           stops its sshd
 #   sshd_ns_pids K        the pids inside node K's namespace (empty without namespaces)
@@ -25,6 +26,12 @@ sshd_setup() {
   SSH_KH="$SSH_DIR/known_hosts"
   : >"$SSH_KH"
   SSH_PORT=$((20000 + RANDOM % 20000))
+  netns_setup
+}
+
+# The bridge alone, for hosts without sshd (bench/tcp_link_compare.sh starts its ranks in the
+# namespaces itself): sets SSHD_TAG, and SSHD_NETNS to 1 where namespaces can be made.
+netns_setup() {
   SSHD_NODES=
   SSHD_NETNS=
   local try
