@@ -83,11 +83,11 @@ static void reduce_slots(struct ddp__shm *sh, void *out, const void *own, size_t
 
 /*
  * Whether this rank's own elements of its all-reduce shard can stay in its buffer (where the
- * result goes) instead of going through its slot: the reduction's first pass reads them there,
- * as the left operand (local rank 0) or the right (local rank 1), before it writes the result
- * over them. A later rank's elements would be read after out holds partial results, so they
- * still go through the slot. It saves a shard of the copying in on those two ranks: half of it
- * at 2 ranks.
+ * result goes) and the result be written over them as it is reduced: the reduction's first
+ * pass reads them there, as the left operand (local rank 0) or the right (local rank 1),
+ * before it writes the result over them. A later rank's elements are read after partial
+ * results, so on one node such a rank reduces into an L1-sized accumulator and copies it out
+ * (reduce_publish); across nodes its elements still go through its slot.
  */
 static bool own_in_place(const struct ddp__shm *sh)
 {
@@ -129,8 +129,7 @@ int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 struct round {
     struct ddp__shm *sh;
     struct ddp__pieces *cur; /* a cursor per part */
-    size_t esz, done, m, s0, s1, from;
-    bool own;
+    size_t esz, done, m, s0, s1;
     enum ddp_dtype dt;
     enum ddp_redop op;
 };
@@ -142,7 +141,7 @@ static void part_of(const struct round *r, size_t lo, size_t hi, int p, int n, s
     ddp__team_split(lo, hi, p, n, r->esz < 64 ? 64 / r->esz : 1, a, b);
 }
 
-/* Step 1: copy in, all but our shard where it is read in place. */
+/* Step 1: copy in, all but our shard (read where it lies). */
 static void copy_in(void *arg, int p, int n)
 {
     struct round *r = arg;
@@ -150,25 +149,31 @@ static void copy_in(void *arg, int p, int n)
     size_t a, b;
     part_of(r, 0, r->s0, p, n, &a, &b);
     ddp__pieces_read(&r->cur[p], r->done + a, b - a, mine + a * r->esz);
-    part_of(r, r->from, r->m, p, n, &a, &b);
+    part_of(r, r->s1, r->m, p, n, &a, &b);
     ddp__pieces_read(&r->cur[p], r->done + a, b - a, mine + a * r->esz);
 }
 
-/* Step 2: our shard reduced across all slots, in slot order, where it lies in the buffer (an
- * average divides in the pass that adds the last slot), 16 KiB or up to a piece's end at a
- * time, and published in our slot while that part is still in the L1 (the others read other
- * shards of our slot meanwhile). */
+/* Step 2: our shard reduced across all slots, in slot order, our own elements read where they
+ * lie in the buffer (an average divides in the pass that adds the last slot), 16 KiB or up to a
+ * piece's end at a time, and published in our slot while that part is still in the L1 (the
+ * others read other shards of our slot meanwhile). Local ranks 0 and 1 reduce in place; a later
+ * rank into an accumulator (own_in_place), placed half a page from the buffer (4K aliasing). */
 static void reduce_publish(void *arg, int p, int n)
 {
     struct round *r = arg;
     size_t esz = r->esz, a, b;
     char *mine = slot(r->sh, r->sh->me);
+    bool in_place = own_in_place(r->sh);
+    _Alignas(64) char acc_mem[PUBLISH_BYTES + DDP__PAGE];
     part_of(r, r->s0, r->s1, p, n, &a, &b);
     for (size_t k0 = a, k; k0 < b; k0 += k) {
         k = b - k0 < PUBLISH_BYTES / esz ? b - k0 : PUBLISH_BYTES / esz;
         char *o = ddp__pieces_run(&r->cur[p], r->done + k0, &k);
-        reduce_slots(r->sh, o, r->own ? o : NULL, k0, k, r->dt, r->op, r->op == DDP_AVG);
-        memcpy(mine + k0 * esz, o, k * esz);
+        char *acc = in_place ? o : ddp__away_from(acc_mem, o);
+        reduce_slots(r->sh, acc, o, k0, k, r->dt, r->op, r->op == DDP_AVG);
+        if (!in_place)
+            memcpy(o, acc, k * esz);
+        memcpy(mine + k0 * esz, acc, k * esz);
     }
 }
 
@@ -254,8 +259,6 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             r.m = m;
             r.s0 = s0;
             r.s1 = s1;
-            r.own = own_in_place(sh);
-            r.from = r.own ? s1 : s0;
             in_parts(team, copy_in, &r);
             if ((e = ddp__shm_step(c, 1)) < 0)
                 return e;

@@ -355,6 +355,7 @@ TEST(work_queued_during_an_inline_call_runs_after_it)
 enum { PW = 4 };
 static size_t PN = 30011; /* elements of the buffer in pieces */
 static int piece_threads; /* with shared memory: threads each rank's all-reduces must use */
+static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
 
 struct piece_arg {
     int rank, local_world, rc;
@@ -411,7 +412,7 @@ static void *piece_rank(void *a)
         bad |= memcmp(got, flat, PN * sizeof(float)) != 0;
         /* and with one thread's bits: the ranks' values summed in rank order (the slots'),
          * the average's division in the last addition's pass */
-        for (size_t i = 0; piece_threads && i < PN; i++) {
+        for (size_t i = 0; piece_rank_order && i < PN; i++) {
             float acc = 0.0f;
             for (int r = 0; r < PW; r++) {
                 float v =
@@ -458,11 +459,14 @@ static void run_pieces(int local_world)
         ASSERT_EQ(pa[r].rc, 0);
 }
 
-/* Small slots: many rounds, and shards that straddle pieces (reduced in scratch memory). */
+/* Small slots: many rounds, and shards that straddle pieces; local ranks 2 and 3 reduce their
+ * shard in an accumulator, 0 and 1 in place: the bits of rank order either way. */
 TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_through_shared_memory)
 {
     setenv("DDP_PG_SHM_SLOT_BYTES", "4096", 1);
+    piece_rank_order = true;
     run_pieces(PW);
+    piece_rank_order = false;
     unsetenv("DDP_PG_SHM_SLOT_BYTES");
 }
 
@@ -475,9 +479,11 @@ TEST(allreduce_in_pieces_over_helper_threads_equals_one_buffer_bit_for_bit)
     setenv("DDP_PG_SHM_THREADS", "3", 1);
     PN = 300007;
     piece_threads = 3;
+    piece_rank_order = true;
     run_pieces(PW);
     PN = 30011;
     piece_threads = 0;
+    piece_rank_order = false;
     unsetenv("DDP_PG_SHM_THREADS");
     unsetenv("DDP_PG_SHM_SLOT_BYTES");
 }
