@@ -98,11 +98,16 @@ static void *read_gz(const char *dir, const char *name, size_t *len)
         die("cannot open %s: %s (install Debian's dataset-fashion-mnist, or pass --data DIR)", path,
             strerror(errno));
     gzbuffer(f, 1 << 17);
-    /* one byte beyond the trailer's size, so that a read to the end needs no second buffer */
+    /* one byte beyond the trailer's size, so that a read to the end needs no second buffer;
+     * a damaged file's trailer may say anything: then it grows from 1 MiB */
     size_t cap = gz_size_hint(path) + 1, n = 0;
-    if (cap < (1 << 20))
+    if (cap < (1 << 20) || cap > (1u << 30))
         cap = 1 << 20;
     char *buf = big_alloc(cap);
+    if (!buf && cap > (1 << 20))
+        buf = big_alloc(cap = 1 << 20);
+    if (!buf)
+        die("out of memory reading %s", path);
     for (;;) {
         if (n == cap) {
             char *more = big_alloc(cap * 2);
@@ -113,8 +118,6 @@ static void *read_gz(const char *dir, const char *name, size_t *len)
             buf = more;
             cap *= 2;
         }
-        if (!buf)
-            die("out of memory reading %s", path);
         size_t want = cap - n > (1u << 30) ? (1u << 30) : cap - n;
         int r = gzread(f, buf + n, (unsigned)want);
         if (r < 0)

@@ -134,3 +134,21 @@ fjob() { # nproc args... : a job running the trainer
   echo "accuracy: $acc"
   awk -v a="$acc" 'BEGIN { exit !(a >= 80) }'
 }
+
+@test "a dataset folder that is missing, truncated or not IDX: one clear error naming the file, status 1" {
+  local d=/usr/share/datasets/fashion-mnist
+  mkdir bad
+  cp "$d"/*labels* "$d"/t10k-images-idx3-ubyte.gz bad/
+  run "$FMNIST" --data "$PWD/none" --max-steps 1
+  assert_failure 1
+  assert_output --partial "cannot open $PWD/none/train-images-idx3-ubyte.gz: No such file or directory"
+  # the first MB of the gzip: its trailer (the size hint) is whatever bytes end there
+  head -c 1000000 "$d/train-images-idx3-ubyte.gz" >bad/train-images-idx3-ubyte.gz
+  run "$FMNIST" --data "$PWD/bad" --max-steps 1
+  assert_failure 1
+  assert_output --regexp "$PWD/bad(: train-images-idx3-ubyte.gz and train-labels-idx1-ubyte.gz disagree or are truncated|/train-images-idx3-ubyte.gz is not a readable gzip file)"
+  echo garbage >bad/train-images-idx3-ubyte.gz
+  run "$FMNIST" --data "$PWD/bad" --max-steps 1
+  assert_failure 1
+  assert_output --partial "$PWD/bad/train-images-idx3-ubyte.gz is not an IDX file of 28x28 images"
+}
