@@ -46,7 +46,7 @@ static long checks;
 
 /* Rank r's element i for a seed: a small integer, -8 to 8, from a hash of the three (its top
  * 32 bits scaled to 0-16 by a multiply, cheaper than a division by 17). */
-static int64_t gen(int r, size_t i, unsigned seed)
+static inline __attribute__((always_inline)) int64_t gen(int r, size_t i, unsigned seed)
 {
     uint64_t x = ((uint64_t)r * 0x9E3779B97F4A7C15ull) ^ (i * 0xBF58476D1CE4E5B9ull) ^ seed;
     x ^= x >> 31;
@@ -105,29 +105,35 @@ static void fill(void *buf, size_t n, enum ddp_dtype dt, int r, unsigned seed, s
 static void reference(void *out, size_t n, size_t gi0, enum ddp_dtype dt, enum ddp_redop op,
                       unsigned seed)
 {
-    int64_t acc[BLOCK];
     double v[BLOCK];
     size_t esz = ddp_dtype_size(dt);
     for (size_t i = 0; i < n; i += BLOCK) {
-        size_t k = n - i < BLOCK ? n - i : BLOCK;
-        for (size_t j = 0; j < k; j++)
-            acc[j] = gen(0, gi0 + i + j, seed);
-        for (int r = 1; r < world; r++)
-            for (size_t j = 0; j < k; j++) {
-                int64_t x = gen(r, gi0 + i + j, seed);
-                acc[j] = op == DDP_MAX   ? (x > acc[j] ? x : acc[j])
-                         : op == DDP_MIN ? (x < acc[j] ? x : acc[j])
-                                         : acc[j] + x;
-            }
+        size_t k = n - i < BLOCK ? n - i : BLOCK, g = gi0 + i;
+        /* in registers, a loop per op: the sanitizer builds check every array access and
+         * do not hoist the op's test out of the loop */
         for (size_t j = 0; j < k; j++) {
-            if (op != DDP_AVG)
-                v[j] = (double)acc[j];
-            else if (dt == DDP_F32 || dt == DDP_BF16 || dt == DDP_F16)
-                v[j] = (double)((float)acc[j] / (float)world);
-            else if (dt == DDP_F64)
-                v[j] = (double)acc[j] / world;
+            int64_t acc = gen(0, g + j, seed);
+            if (op == DDP_MAX)
+                for (int r = 1; r < world; r++) {
+                    int64_t x = gen(r, g + j, seed);
+                    acc = x > acc ? x : acc;
+                }
+            else if (op == DDP_MIN)
+                for (int r = 1; r < world; r++) {
+                    int64_t x = gen(r, g + j, seed);
+                    acc = x < acc ? x : acc;
+                }
             else
-                v[j] = (double)(acc[j] / world);
+                for (int r = 1; r < world; r++)
+                    acc += gen(r, g + j, seed);
+            if (op != DDP_AVG)
+                v[j] = (double)acc;
+            else if (dt == DDP_F32 || dt == DDP_BF16 || dt == DDP_F16)
+                v[j] = (double)((float)acc / (float)world);
+            else if (dt == DDP_F64)
+                v[j] = (double)acc / world;
+            else
+                v[j] = (double)(acc / world);
         }
         store_vals((char *)out + i * esz, dt, v, k);
     }
