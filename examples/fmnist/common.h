@@ -60,7 +60,7 @@ double now_s(void);
 /* splitmix64 and the per-epoch shuffle it drives (the same on every rank) */
 uint64_t mix(uint64_t *s);
 void shuffle(int *perm, int n, uint64_t seed);
-/* The IDX files of Debian's dataset-fashion-mnist, normalised. */
+/* The IDX files of Debian's dataset-fashion-mnist (their pixels normalised by set_rows). */
 void load_set(const char *dir, const char *images, const char *labels, struct dataset *d);
 void free_set(struct dataset *d);
 /* Images first .. first + count - 1 of d, normalised, one after the other into out. */
