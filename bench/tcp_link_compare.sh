@@ -55,7 +55,8 @@ for k in 2 1; do
   ranks="${ranks:-} $!"
 done
 for p in $ranks; do wait "$p" || { cat ddp1.txt ddp2.txt >&2; exit 1; }; done
-kill "$store" && wait "$store" 2>/dev/null || true
+kill "$store" 2>/dev/null || true
+wait "$store" 2>/dev/null || true
 store=
 grep '^RESULT' ddp1.txt >>"$R"
 

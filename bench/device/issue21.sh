@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 21's measurements on a lent GPU machine's CPUs, in one device call: after
+# bench/device/bundle.sh packed .dev/ here, run on the machine from the repository root as
+#   . .dev/setup.sh && bench/device/issue21.sh [PART...]
+# PART is any of tcp (bench/tcp_link_compare.sh: two namespace hosts, no sshd needed), reducer
+# (bench/reducer_bench.sh, 2 repetitions, no bucket sweep), shm (bench/allreduce_compare.sh,
+# REPS=3, Open MPI from the bundle) and threads (bench/shm_threads_compare.sh); default: tcp
+# reducer, the two not yet measured there. Each part runs under its own time limit (SECS, default
+# 240 s) so that one that overruns leaves the others their turn; its table goes to stdout and,
+# where the device tool gave one, to $OUT/PART.txt.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+if [ -z "${B:-}" ] || [ ! -x "$B/ddprun" ]; then
+  echo "issue21.sh: source .dev/setup.sh first (sets B)" >&2
+  exit 2
+fi
+SECS=${SECS:-240}
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(tcp reducer)
+rc=0
+for p in "${parts[@]}"; do
+  case $p in
+  tcp) cmd=(bench/tcp_link_compare.sh "$B") ;;
+  reducer) cmd=(env NO_SWEEP=1 PY=python3 bench/reducer_bench.sh "$B" 2) ;;
+  shm) cmd=(env REPS=3 bench/allreduce_compare.sh "$B") ;;
+  threads) cmd=(bench/shm_threads_compare.sh "$B") ;;
+  *) echo "issue21.sh: unknown part '$p' (tcp, reducer, shm, threads)" >&2; exit 2 ;;
+  esac
+  echo "== $p: ${cmd[*]} (at most $SECS s)"
+  out=/dev/null
+  [ -n "${OUT:-}" ] && out="$OUT/$p.txt"
+  SECONDS=0
+  timeout --kill-after=10 "$SECS" "${cmd[@]}" 2>&1 | tee "$out"
+  r=${PIPESTATUS[0]}
+  echo "== $p: exit $r after $SECONDS s"
+  [ "$r" -eq 0 ] || rc=1
+done
+exit $rc
