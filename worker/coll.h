@@ -205,7 +205,15 @@ struct ddp__comm {
     /* Hierarchical all-reduce across nodes: the ring of the ranks with our local rank, one per
      * node (peers point at the group's connections); NULL on a single node. */
     struct ddp__comm *cross;
+    /* DDP_PG_TCP_THREADS=2: a transfer of DDP__TCP_SPLIT_BYTES or more each way (a ring step)
+     * sends on a second thread while this one receives and reduces, so the kernel's send and
+     * receive copies run on two cores (worker/coll_tcp.c); the thread starts at the first. */
+    bool tcp_split;
+    struct ddp__team *tcp_team;
 };
+#define DDP__TCP_SPLIT_BYTES ((size_t)256 << 10)
+/* DDP_PG_TCP_THREADS: 1 (unset) or 2, for tcp_split; anything else is named and taken as 1. */
+bool ddp__tcp_split_env(void);
 
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
 int ddp__shm_step(struct ddp__comm *c, uint64_t k);

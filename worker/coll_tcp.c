@@ -9,11 +9,14 @@
  */
 #include "worker/coll.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
+#include "worker/team.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,20 +35,33 @@
  */
 #define RECV_WIN ((size_t)2 << 20)
 
-static int fail(struct ddp__comm *c, int code, const struct ddp__peer *p, const char *what)
+/* Where a transfer's first error goes: the group's message, or with a split transfer each
+ * thread's own (c->err is the group's, written by one thread at a time). */
+struct errto {
+    char *buf;
+    size_t len;
+};
+
+static int fail(const struct ddp__comm *c, struct errto e, int code, const struct ddp__peer *p,
+                const char *what)
 {
-    if (!c->err[0])
-        snprintf(c->err, sizeof(c->err), "%s peer rank %d (%s) during %s", what, p->rank, p->host,
-                 c->opname);
+    if (!e.buf[0])
+        snprintf(e.buf, e.len, "%s peer rank %d (%s) during %s", what, p->rank, p->host, c->opname);
     return code;
 }
 
-int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
+/* One transfer's loop: sends and receives whatever x asks of either; with stop, a split
+ * transfer's other half may end it early (a failure there: DDP_ECLOSED here, its own message
+ * kept), so it never sleeps in poll for long. */
+static int xfer_loop(struct ddp__comm *c, const struct ddp__xfer *x, struct errto et,
+                     _Atomic int *stop)
 {
     size_t sent = 0, got = 0, reduced = 0;
     size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
     int64_t spin_end = ddp_now_ns() + DDP__SPIN_NS; /* then sleep in poll */
     while (sent < x->slen || got < x->rlen) {
+        if (stop && atomic_load_explicit(stop, memory_order_relaxed))
+            return DDP_ECLOSED;
         struct pollfd p[2];
         int np = 0, is = -1, ir = -1;
         if (sent < x->slen) {
@@ -58,11 +74,12 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
         }
         int64_t rem = c->deadline_ms - ddp_now_ms();
         if (rem <= 0)
-            return fail(c, DDP_ETIMEDOUT, ir >= 0 ? x->from : x->to, "timed out waiting for");
+            return fail(c, et, DDP_ETIMEDOUT, ir >= 0 ? x->from : x->to, "timed out waiting for");
         bool spin = ddp_now_ns() < spin_end;
-        int pr = poll(p, (nfds_t)np, spin ? 0 : rem > 1000 ? 1000 : (int)rem);
+        int cap = stop ? 50 : 1000;
+        int pr = poll(p, (nfds_t)np, spin ? 0 : rem > cap ? cap : (int)rem);
         if (pr < 0 && errno != EINTR)
-            return fail(c, DDP_ESYS, x->to, "poll failed with");
+            return fail(c, et, DDP_ESYS, x->to, "poll failed with");
         if (pr == 0 && spin)
             sched_yield();
         if (pr <= 0)
@@ -75,9 +92,9 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
                 want = x->rwin - at;
             ssize_t n = recv(x->from->fd, (char *)x->rbuf + at, want, MSG_DONTWAIT);
             if (n == 0)
-                return fail(c, DDP_ECLOSED, x->from, "connection closed by");
+                return fail(c, et, DDP_ECLOSED, x->from, "connection closed by");
             if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return fail(c, DDP_ECLOSED, x->from, "connection lost to");
+                return fail(c, et, DDP_ECLOSED, x->from, "connection lost to");
             if (n > 0) {
                 got += (size_t)n;
                 if (x->reduce_dst) {
@@ -104,12 +121,94 @@ int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
             ssize_t n = send(x->to->fd, (const char *)x->sbuf + sent,
                              want > IO_SLICE ? IO_SLICE : want, MSG_DONTWAIT | MSG_NOSIGNAL);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return fail(c, DDP_ECLOSED, x->to, "connection lost to");
+                return fail(c, et, DDP_ECLOSED, x->to, "connection lost to");
             if (n > 0)
                 sent += (size_t)n;
         }
     }
     return 0;
+}
+
+bool ddp__tcp_split_env(void)
+{
+    const char *v = getenv("DDP_PG_TCP_THREADS");
+    if (!v || !*v || strcmp(v, "1") == 0)
+        return false;
+    if (strcmp(v, "2") == 0)
+        return true;
+    DDP_WARN(PG, "DDP_PG_TCP_THREADS='%s' is neither 1 nor 2; using 1", v);
+    return false;
+}
+
+/* A transfer split over two threads: part 0 (the collective's own thread) receives and
+ * reduces, part 1 sends. */
+struct split {
+    struct ddp__comm *c;
+    struct ddp__xfer half[2];
+    char err[2][512];
+    int rc[2];
+    _Atomic int stop;
+};
+
+static void split_part(void *arg, int part, int parts)
+{
+    struct split *sp = arg;
+    (void)parts;
+    struct errto et = {sp->err[part], sizeof(sp->err[part])};
+    sp->rc[part] = xfer_loop(sp->c, &sp->half[part], et, &sp->stop);
+    if (sp->rc[part] < 0)
+        atomic_store(&sp->stop, 1);
+}
+
+static bool apart(const void *a, size_t alen, const void *b, size_t blen)
+{
+    return (const char *)a + alen <= (const char *)b || (const char *)b + blen <= (const char *)a;
+}
+
+/* The comm's sending thread for a transfer of x, or NULL: the caller does both directions.
+ * Only where each way carries DDP__TCP_SPLIT_BYTES or more and the bytes sent are none that
+ * this transfer receives or reduces into (the ring's steps: other chunks), so the two halves
+ * need not wait for each other. */
+static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer *x)
+{
+    if (!c->tcp_split || x->slen < DDP__TCP_SPLIT_BYTES || x->rlen < DDP__TCP_SPLIT_BYTES ||
+        !apart(x->sbuf, x->slen, x->rbuf, x->rwin ? x->rwin : x->rlen) ||
+        (x->reduce_dst && !apart(x->sbuf, x->slen, x->reduce_dst, x->rlen)) ||
+        (x->reduce_own && !apart(x->sbuf, x->slen, x->reduce_own, x->rlen)))
+        return NULL;
+    if (!c->tcp_team) {
+        if (!(c->tcp_team = ddp__team_new(2))) {
+            DDP_WARN(PG, "cannot start a sending thread for TCP transfers; one thread does both");
+            c->tcp_split = false;
+        } else {
+            DDP_INFO(PG,
+                     "TCP transfers from %zu KiB each way: a thread sends while another receives",
+                     (size_t)DDP__TCP_SPLIT_BYTES >> 10);
+        }
+    }
+    return c->tcp_team;
+}
+
+int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
+{
+    struct errto own = {c->err, sizeof(c->err)};
+    struct ddp__team *t = split_team(c, x);
+    if (!t)
+        return xfer_loop(c, x, own, NULL);
+    struct split sp = {.c = c, .half = {*x, *x}, .stop = 0};
+    sp.half[0].slen = 0; /* receives (and reduces) */
+    sp.half[1].rlen = 0; /* sends */
+    sp.half[1].reduce_dst = NULL;
+    sp.half[1].reduce_own = NULL;
+    ddp__team_run(t, split_part, &sp);
+    /* the first failure's message: a half that stopped because the other failed says nothing */
+    for (int k = 0; k < 2; k++)
+        if (sp.rc[k] < 0 && sp.err[k][0]) {
+            if (!c->err[0])
+                snprintf(c->err, sizeof(c->err), "%s", sp.err[k]);
+            return sp.rc[k];
+        }
+    return sp.rc[0] < 0 ? sp.rc[0] : sp.rc[1];
 }
 
 static int scratch(struct ddp__comm *c, size_t bytes, void **out)

@@ -8,6 +8,7 @@
 #include "worker/group.h"
 #include "worker/fdshare.h"
 #include "worker/p2p_shm.h"
+#include "worker/team.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -360,6 +361,7 @@ static int setup_cross(struct ddp_pg *pg, const struct layout *lay)
     x->rank = lay->node_idx;
     x->world = lay->nodes;
     x->small_bytes = pg->comm.small_bytes;
+    x->tcp_split = pg->comm.tcp_split;
     for (int k = 0; k < lay->nodes; k++) {
         x->peers[k] = pg->comm.peers[lay->cross_of[k]];
         if (k == x->rank)
@@ -376,6 +378,7 @@ static void cross_free(struct ddp__comm *x)
 {
     if (!x)
         return;
+    ddp__team_free(x->tcp_team);
     free(x->scratch);
     free(x->peers);
     free(x);
@@ -399,6 +402,7 @@ static void destroy(struct ddp_pg *pg)
 #ifdef DDP_HAVE_NCCL
     ddp__nccl_free(pg->nccl);
 #endif
+    ddp__team_free(pg->comm.tcp_team);
     free(pg->comm.scratch);
     free(pg->comm.stage);
     free(pg->comm.peers);
@@ -441,6 +445,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                                : DEFAULT_SMALL_BYTES;
     pg->comm.rank = rank;
     pg->comm.world = world;
+    pg->comm.tcp_split = ddp__tcp_split_env();
     for (int i = 0; i < world; i++) {
         pg->comm.peers[i].fd = -1;
         pg->comm.peers[i].rank = i;

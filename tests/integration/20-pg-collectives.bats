@@ -48,6 +48,29 @@ teardown() {
   done
 }
 
+@test "over TCP with a sending thread (DDP_PG_TCP_THREADS=2): the matrix and every dtype and op at 6 MiB agree with the reference; a peer SIGKILLed or silent mid all-reduce is named" {
+  # ring steps of 256 KiB or more each way send on a second thread while the first receives
+  for t in "matrix 2" "wide 2"; do
+    set -- $t
+    printf 'command: [%s, %s]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_THREADS: "2", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' \
+      "$PGTEST" "$1" "$2" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "$1 n=$2: $output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$2" ]
+    [ "$(grep -c 'TCP transfers from 256 KiB each way: a thread sends while another receives' <<<"$output")" -eq "$2" ]
+  done
+  run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_THREADS=4
+  assert_success
+  assert_output --partial "DDP_PG_TCP_THREADS='4' is neither 1 nor 2; using 1"
+  refute_output --partial "a thread sends while another receives"
+  # a dead peer fails the others fast, a silent one at the timeout, each naming it
+  export DDP_PG_TCP_THREADS=2 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg
+  TRANSPORT=tcp sigkill_case
+  grep -q "a thread sends while another receives" rank0.out
+  stop_store
+  TRANSPORT=tcp sigstop_case
+}
+
 @test "shared memory with tiny slots (many rounds per all-reduce) agrees with the reference, also with every rank on one CPU" {
   printf 'command: [%s, matrix]\nnproc_per_node: 3\nenv: {DDP_PG_SHM_SLOT_BYTES: "4096"}\n' "$PGTEST" >job.yaml
   run "$DDPRUN" job.yaml

@@ -356,6 +356,7 @@ enum { PW = 4 };
 static size_t PN = 30011; /* elements of the buffer in pieces */
 static int piece_threads; /* with shared memory: threads each rank's all-reduces must use */
 static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
+static bool piece_tcp_split;  /* over TCP: the sending thread did start */
 
 struct piece_arg {
     int rank, local_world, rc;
@@ -433,6 +434,8 @@ static void *piece_rank(void *a)
     bad |= ddp_pg_allreduce_pieces(pg, &hole, 1, DDP_F32, DDP_SUM, -1) != DDP_EINVAL;
     if (piece_threads) /* the helpers did share them out */
         bad |= ddp__team_size(pg->comm.shm.team) != piece_threads;
+    if (piece_tcp_split)
+        bad |= ddp__team_size(pg->comm.tcp_team) != 2;
     for (size_t k = 0; k < np; k++)
         free(mem[k]);
     free(flat);
@@ -501,6 +504,21 @@ TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_over_tcp)
 {
     setenv("DDP_PG_TRANSPORT", "tcp", 1);
     run_pieces(PW);
+    unsetenv("DDP_PG_TRANSPORT");
+}
+
+/* Over TCP with a sending thread (DDP_PG_TCP_THREADS=2): 1.2 MB, so each ring step moves 300 KB
+ * each way, over the 256 KiB from which a step sends on the second thread. */
+TEST(allreduce_over_tcp_with_a_sending_thread_equals_one_buffer_bit_for_bit)
+{
+    setenv("DDP_PG_TRANSPORT", "tcp", 1);
+    setenv("DDP_PG_TCP_THREADS", "2", 1);
+    PN = 300007;
+    piece_tcp_split = true;
+    run_pieces(PW);
+    piece_tcp_split = false;
+    PN = 30011;
+    unsetenv("DDP_PG_TCP_THREADS");
     unsetenv("DDP_PG_TRANSPORT");
 }
 
