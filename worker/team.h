@@ -1,5 +1,6 @@
-/* Private to worker/: a rank's own helper threads, which share the memory work (copies and sums)
- * of one step of a collective with the thread that runs it (worker/team.c). */
+/* Private to worker/: a rank's own helper threads, which share the work of one step of a
+ * collective with the thread that runs it (worker/team.c): the copies and sums of the slots
+ * (worker/shm.c), or a TCP transfer's sends (worker/coll_tcp.c). */
 #ifndef DDP_WORKER_TEAM_H
 #define DDP_WORKER_TEAM_H
 
@@ -15,8 +16,8 @@ struct ddp__team;
 struct ddp__team *ddp__team_new(int threads);
 int ddp__team_size(const struct ddp__team *t);
 /* fn(arg, i, n) for every part i of the team's n, part 0 on the calling thread; returns once every
- * part has returned, with their writes visible. fn must not wait on anything. One caller at a
- * time. */
+ * part has returned, with their writes visible. A part must not wait for another part (one may
+ * wait on a socket, as a TCP transfer's halves do). One caller at a time. */
 void ddp__team_run(struct ddp__team *t, ddp__team_fn fn, void *arg);
 /* Stops and joins the helpers (NULL: nothing). */
 void ddp__team_free(struct ddp__team *t);
