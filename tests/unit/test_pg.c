@@ -353,8 +353,8 @@ TEST(work_queued_during_an_inline_call_runs_after_it)
 /* ---- all-reduce of a buffer in pieces (the reducer's buckets without bucket view) ---- */
 
 enum { PW = 4 };
-static size_t PN = 30011; /* elements of the buffer in pieces */
-static int piece_threads; /* with shared memory: threads each rank's all-reduces must use */
+static size_t PN = 30011;     /* elements of the buffer in pieces */
+static int piece_threads;     /* with shared memory: threads each rank's all-reduces must use */
 static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
 static bool piece_tcp_split;  /* over TCP: the sending thread did start */
 
