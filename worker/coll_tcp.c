@@ -173,8 +173,7 @@ static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer 
 {
     if (!c->tcp_split || x->slen < DDP__TCP_SPLIT_BYTES || x->rlen < DDP__TCP_SPLIT_BYTES ||
         !apart(x->sbuf, x->slen, x->rbuf, x->rwin ? x->rwin : x->rlen) ||
-        (x->reduce_dst && !apart(x->sbuf, x->slen, x->reduce_dst, x->rlen)) ||
-        (x->reduce_own && !apart(x->sbuf, x->slen, x->reduce_own, x->rlen)))
+        (x->reduce_dst && !apart(x->sbuf, x->slen, x->reduce_dst, x->rlen)))
         return NULL;
     if (!c->tcp_team) {
         if (!(c->tcp_team = ddp__team_new(2))) {
