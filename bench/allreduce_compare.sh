@@ -17,9 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh
-B=$(cd "${1:-build/release}" && pwd)
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+bench_dirs "$@"
 mpicc -O2 -o "$T/mpi_allreduce" bench/mpi_allreduce.c
 BIND=${BIND:-none}
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to "$([ "$BIND" = core ] && echo core:overload-allowed || echo none)")

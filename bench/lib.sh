@@ -6,3 +6,12 @@
 free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# What most bench scripts set first: B, the build folder (their first argument, default
+# build/release) as an absolute path, and T, a scratch folder removed when the script exits.
+bench_dirs() {
+  # shellcheck disable=SC2034 # B is the caller's
+  B=$(cd "${1:-build/release}" && pwd)
+  T=$(mktemp -d)
+  trap 'rm -rf "$T"' EXIT
+}

@@ -10,9 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh
-B=$(cd "${1:-build/release}" && pwd)
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+bench_dirs "$@"
 mpicc -O2 -o "$T/mpi_p2p" bench/mpi_p2p.c
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

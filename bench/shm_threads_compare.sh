@@ -12,9 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh
-B=$(cd "${1:-build/release}" && pwd)
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+bench_dirs "$@"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 REPS=${REPS:-3}
 NPROC=${NPROC:-2}
