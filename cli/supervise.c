@@ -189,6 +189,8 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             /* Orphans of the job reparented to us are reaped here too, and ignored. */
             while ((p = waitpid(-1, &st, WNOHANG)) > 0)
                 ddp__nodes_reaped(&L.nodes, p, st);
+        } else if (sig == SIGHUP && L.hup_ignored) {
+            ddp__sup_say("ddprun: SIGHUP: ignored, as it was when ddprun started (nohup)");
         } else if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP) {
             pass_signal(sig);
         } else {
@@ -488,9 +490,13 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
      * Signals are read from a signalfd, so they must be blocked in every thread, and that
      * before the store thread exists (it inherits the mask; otherwise the kernel may hand
      * SIGTERM to it, and the default action ends the process). A shell starts background
-     * jobs with SIGINT ignored, and an ignored signal never reaches a signalfd: take
-     * SIGINT and SIGTERM back. An ignored SIGHUP (nohup) is respected.
+     * jobs with SIGINT ignored: take SIGINT and SIGTERM back, so that the ranks get them as
+     * they are meant. A SIGHUP ignored here (nohup; a detached job) is respected: the ranks
+     * inherit it ignored, and since a blocked signal reaches the signalfd even when ignored,
+     * the loop drops it instead of passing it on.
      */
+    struct sigaction hup;
+    L.hup_ignored = sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler == SIG_IGN;
     sigset_t set;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);

@@ -98,6 +98,7 @@ struct ddp__sup {
     char *fatal;    /* why the job stops, when it stops early */
     int fatal_rc;
     bool interrupted, opened;
+    bool hup_ignored; /* SIGHUP was ignored when ddprun started (nohup): it is not passed on */
     int sigints;
     int stop_sig;   /* what a stop sends the ranks first: SIGINT after an interrupt */
     int escalation; /* 0; 1 once agents were told to end; 2 once SIGKILLed */

@@ -185,7 +185,8 @@ echo all three
 SH
   chmod +x usr.sh
   printf 'command: [./usr.sh]\nnproc_per_node: 3\nlogs: {dir: logs}\n' >job.yaml
-  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  # SIGHUP at its default whatever this shell inherited (run under nohup, it is ignored)
+  env --default-signal=HUP "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP=$!
   for _ in $(seq 100); do [ "$(grep -c '] up' out.txt)" -eq 3 ] && break; sleep 0.05; done
   JOB_ID=$(basename "$(ls -d logs/*/)")
@@ -195,6 +196,8 @@ SH
     # ddprun is still there (after HUP, the last, the ranks end and so does the job, at once)
     [ "$s" = HUP ] || kill -0 "$DDP"
   done
+  for _ in $(seq 100); do kill -0 "$DDP" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$DDP" 2>/dev/null && { cat out.txt; kill -INT "$DDP"; return 1; }
   rc=0; wait "$DDP" || rc=$?
   cat out.txt
   [ "$rc" -eq 0 ]
@@ -204,4 +207,36 @@ SH
   done
   grep -q "ddprun: SIGUSR1: passed to the 3 ranks running" out.txt
   [ "$(grep -c '"event": "signal"' logs/*/events.jsonl)" -eq 3 ]
+}
+
+@test "under nohup a SIGHUP to ddprun stays ignored: not passed to the ranks, which inherit it ignored" {
+  # A rank that would see SIGHUP (Python may handle a signal it inherited ignored) and ends on
+  # SIGUSR1.
+  cat >hup.py <<'PY'
+import os, signal, sys
+ign = open("/proc/self/status").read().split("SigIgn:")[1].split()[0]
+print("SIGHUP ignored" if int(ign, 16) & (1 << (signal.SIGHUP - 1)) else "SIGHUP default", flush=True)
+signal.signal(signal.SIGHUP, lambda *_: print("got HUP", flush=True))
+signal.signal(signal.SIGUSR1, lambda *_: sys.exit(0))
+print("up", flush=True)
+while True:
+    signal.pause()
+PY
+  printf 'command: [/usr/bin/python3, hup.py]\nnproc_per_node: 2\nlogs: {dir: logs}\n' >job.yaml
+  nohup "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP=$!
+  for _ in $(seq 200); do [ "$(grep -c '] up' out.txt)" -eq 2 ] && break; sleep 0.05; done
+  JOB_ID=$(basename "$(ls -d logs/*/)")
+  [ "$(grep -c '] SIGHUP ignored' out.txt)" -eq 2 ] || { cat out.txt; return 1; }
+  kill -HUP "$DDP"
+  for _ in $(seq 100); do grep -q 'ddprun: SIGHUP: ignored' out.txt && break; sleep 0.05; done
+  kill -USR1 "$DDP"
+  for _ in $(seq 200); do kill -0 "$DDP" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$DDP" 2>/dev/null && { cat out.txt; kill -INT "$DDP"; return 1; }
+  rc=0; wait "$DDP" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 0 ]
+  grep -qx "ddprun: SIGHUP: ignored, as it was when ddprun started (nohup)" out.txt
+  ! grep -q "got HUP" out.txt || false
+  [ "$(grep -c '"event": "signal"' logs/*/events.jsonl)" -eq 1 ] # SIGUSR1's
 }
