@@ -55,9 +55,9 @@ static void *run_part(void *arg)
     struct part *p = arg;
     size_t sent = p->dirs & 1 ? 0 : p->len, got = p->dirs & 2 ? 0 : p->len;
     while (sent < p->len || got < p->len) {
-        struct pollfd pf = {.fd = p->fd,
-                            .events = (short)((sent < p->len ? POLLOUT : 0) |
-                                              (got < p->len ? POLLIN : 0))};
+        struct pollfd pf = {
+            .fd = p->fd,
+            .events = (short)((sent < p->len ? POLLOUT : 0) | (got < p->len ? POLLIN : 0))};
         if (poll(&pf, 1, 10000) <= 0)
             die("poll");
         if (got < p->len && (pf.revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -161,8 +161,8 @@ int main(int argc, char **argv)
         size_t off = stripe * (size_t)i < bytes ? stripe * (size_t)i : bytes;
         size_t len = bytes - off < stripe ? bytes - off : stripe;
         for (int t = 0; t < threads; t++)
-            parts[np++] = (struct part){fds[i], sbuf + off, rbuf + off, len,
-                                        threads == 1 ? 3 : 1 << t};
+            parts[np++] =
+                (struct part){fds[i], sbuf + off, rbuf + off, len, threads == 1 ? 3 : 1 << t};
     }
     double *us = malloc((size_t)iters * sizeof(double));
     if (!us)
@@ -183,7 +183,8 @@ int main(int argc, char **argv)
     if (!is_listen) {
         qsort(us, (size_t)iters, sizeof(double), cmp_d);
         double med = us[iters / 2];
-        printf("STREAMS %d %d %zu %.0f %.3f\n", conns, threads, bytes, med, (double)bytes / med / 1e3);
+        printf("STREAMS %d %d %zu %.0f %.3f\n", conns, threads, bytes, med,
+               (double)bytes / med / 1e3);
     }
     for (int i = 0; i < conns; i++)
         close(fds[i]);
