@@ -61,8 +61,12 @@ float ddp__f16_to_f32(uint16_t h);
 uint16_t ddp__f32_to_f16(float f);
 
 /* A connection to one peer. */
+#define DDP__TCP_MAX_CONNS 8
 struct ddp__peer {
     int fd;
+    /* DDP_PG_TCP_CONNS=k: connections 1..k-1 to this peer (-1 when none), over which a large
+     * message is cut in stripes beside fd's (worker/coll_tcp.c) */
+    int sfd[DDP__TCP_MAX_CONNS - 1];
     int rank;
     char host[128];
 };
@@ -209,11 +213,19 @@ struct ddp__comm {
      * sends on a second thread while this one receives and reduces, so the kernel's send and
      * receive copies run on two cores (worker/coll_tcp.c); the thread starts at the first. */
     bool tcp_split;
-    struct ddp__team *tcp_team;
+    /* DDP_PG_TCP_CONNS=k (1: off): a message of DDP__TCP_STRIPE_BYTES or more is cut into k
+     * stripes, one per connection to the peer, each sent and received by a thread of its own;
+     * each direction decides on its own length alone, which both ends know alike. Takes the
+     * place of tcp_split. */
+    int tcp_conns;
+    struct ddp__team *tcp_team; /* tcp_split's 2 threads or tcp_conns's k, started at the first */
 };
 #define DDP__TCP_SPLIT_BYTES ((size_t)256 << 10)
+#define DDP__TCP_STRIPE_BYTES ((size_t)1 << 20)
 /* DDP_PG_TCP_THREADS: 1 (unset) or 2, for tcp_split; anything else is named and taken as 1. */
 bool ddp__tcp_split_env(void);
+/* DDP_PG_TCP_CONNS: 1 (unset) to DDP__TCP_MAX_CONNS; anything else is named and taken as 1. */
+int ddp__tcp_conns_env(void);
 
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
 int ddp__shm_step(struct ddp__comm *c, uint64_t k);

@@ -140,6 +140,21 @@ bool ddp__tcp_split_env(void)
     return false;
 }
 
+int ddp__tcp_conns_env(void)
+{
+    const char *v = getenv("DDP_PG_TCP_CONNS");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    long k = strtol(v, &end, 10);
+    if (*end || k < 1 || k > DDP__TCP_MAX_CONNS) {
+        DDP_WARN(PG, "DDP_PG_TCP_CONNS='%s' is not a number from 1 to %d; using 1", v,
+                 DDP__TCP_MAX_CONNS);
+        return 1;
+    }
+    return (int)k;
+}
+
 /* A transfer split over two threads: part 0 (the collective's own thread) receives and
  * reduces, part 1 sends. */
 struct split {
@@ -188,9 +203,123 @@ static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer 
     return c->tcp_team;
 }
 
+/*
+ * A transfer cut in stripes, one per connection to the peer, part k on its own thread (k = 0
+ * the collective's): each direction is striped when it carries DDP__TCP_STRIPE_BYTES or more,
+ * which the other end of the same bytes decides alike; a direction that is not goes whole over
+ * the first connection, in part 0. Stripes start at multiples of 64 bytes (whole elements of
+ * every dtype), so each part reduces whole elements; a reducing transfer's receive window is
+ * shared out among the parts.
+ */
+struct stripes {
+    struct ddp__comm *c;
+    const struct ddp__xfer *x;
+    bool sstripe, rstripe;
+    struct ddp__peer to[DDP__TCP_MAX_CONNS], from[DDP__TCP_MAX_CONNS];
+    char err[DDP__TCP_MAX_CONNS][512];
+    int rc[DDP__TCP_MAX_CONNS];
+    _Atomic int stop;
+};
+
+/* [*a, *b) of len for stripe k of n. */
+static void stripe_range(size_t len, int k, int n, size_t *a, size_t *b)
+{
+    *a = (size_t)((unsigned __int128)len * (unsigned)k / (unsigned)n) & ~(size_t)63;
+    *b = k + 1 == n
+             ? len
+             : (size_t)((unsigned __int128)len * (unsigned)(k + 1) / (unsigned)n) & ~(size_t)63;
+}
+
+static void stripe_part(void *arg, int k, int n)
+{
+    struct stripes *sp = arg;
+    const struct ddp__xfer *x = sp->x;
+    struct ddp__xfer p = *x;
+    size_t a, b;
+    if (sp->sstripe) {
+        stripe_range(x->slen, k, n, &a, &b);
+        p.sbuf = (const char *)x->sbuf + a;
+        p.slen = b - a;
+    } else if (k > 0) {
+        p.slen = 0;
+    }
+    if (sp->rstripe) {
+        stripe_range(x->rlen, k, n, &a, &b);
+        p.rlen = b - a;
+        if (x->reduce_dst) {
+            p.reduce_dst = (char *)x->reduce_dst + a;
+            if (x->reduce_own)
+                p.reduce_own = (const char *)x->reduce_own + a;
+        }
+        if (x->rwin) { /* a share of the window, in whole elements */
+            size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
+            p.rwin = x->rwin / (size_t)n / esz * esz;
+            p.rbuf = (char *)x->rbuf + (size_t)k * p.rwin;
+        } else {
+            p.rbuf = (char *)x->rbuf + a;
+        }
+    } else if (k > 0) {
+        p.rlen = 0;
+        p.reduce_dst = NULL;
+    }
+    p.to = x->to ? &sp->to[k] : NULL;
+    p.from = x->from ? &sp->from[k] : NULL;
+    struct errto et = {sp->err[k], sizeof(sp->err[k])};
+    sp->rc[k] = xfer_loop(sp->c, &p, et, &sp->stop);
+    if (sp->rc[k] < 0)
+        atomic_store(&sp->stop, 1);
+}
+
+static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
+{
+    bool ss = x->slen >= DDP__TCP_STRIPE_BYTES, rs = x->rlen >= DDP__TCP_STRIPE_BYTES;
+    if (!c->tcp_team) {
+        if (!(c->tcp_team = ddp__team_new(c->tcp_conns))) {
+            /* both ends must stripe alike: without threads the group cannot go on */
+            snprintf(c->err, sizeof(c->err), "cannot start %d threads for TCP stripes during %s",
+                     c->tcp_conns, c->opname);
+            return DDP_ESYS;
+        }
+        DDP_INFO(PG, "TCP messages from %zu KiB: %d connections per peer, a thread each",
+                 (size_t)DDP__TCP_STRIPE_BYTES >> 10, c->tcp_conns);
+    }
+    struct stripes *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return DDP_ENOMEM;
+    sp->c = c;
+    sp->x = x;
+    sp->sstripe = ss;
+    sp->rstripe = rs;
+    for (int k = 0; k < c->tcp_conns; k++) {
+        if (x->to) {
+            sp->to[k] = *x->to;
+            sp->to[k].fd = k ? x->to->sfd[k - 1] : x->to->fd;
+        }
+        if (x->from) {
+            sp->from[k] = *x->from;
+            sp->from[k].fd = k ? x->from->sfd[k - 1] : x->from->fd;
+        }
+    }
+    ddp__team_run(c->tcp_team, stripe_part, sp);
+    int rc = 0;
+    /* the first failure's message: a part that stopped because another failed says nothing */
+    for (int k = 0; k < c->tcp_conns && !rc; k++)
+        if (sp->rc[k] < 0 && sp->err[k][0]) {
+            if (!c->err[0])
+                snprintf(c->err, sizeof(c->err), "%s", sp->err[k]);
+            rc = sp->rc[k];
+        }
+    for (int k = 0; k < c->tcp_conns && !rc; k++)
+        rc = sp->rc[k];
+    free(sp);
+    return rc;
+}
+
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
 {
     struct errto own = {c->err, sizeof(c->err)};
+    if (c->tcp_conns > 1 && (x->slen >= DDP__TCP_STRIPE_BYTES || x->rlen >= DDP__TCP_STRIPE_BYTES))
+        return xfer_striped(c, x);
     struct ddp__team *t = split_team(c, x);
     if (!t)
         return xfer_loop(c, x, own, NULL);

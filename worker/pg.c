@@ -67,6 +67,9 @@ static void abort_group(struct ddp_pg *pg)
     for (int i = 0; i < pg->world; i++) {
         if (pg->comm.peers[i].fd >= 0)
             shutdown(pg->comm.peers[i].fd, SHUT_RDWR);
+        for (int s = 0; s < DDP__TCP_MAX_CONNS - 1; s++)
+            if (pg->comm.peers[i].sfd[s] >= 0)
+                shutdown(pg->comm.peers[i].sfd[s], SHUT_RDWR);
         /* point-to-point connections too (closed only when the group is freed), so peers
          * waiting for a message from this rank fail at once */
         if (pg->p2p_fd && pg->p2p_fd[i] >= 0)

@@ -36,6 +36,8 @@
 
 #define PEER_MAGIC 0x47504444u /* "DDPG" */
 #define P2P_MAGIC 0x50504444u  /* "DDPP": the point-to-point connection of a pair */
+/* "\s" "DPS": stripe connection s (1..DDP_PG_TCP_CONNS-1) of a pair */
+#define STRIPE_MAGIC(s) (0x53504400u | (uint32_t)(s))
 #define SECRET_LEN 16
 #define DEFAULT_SMALL_BYTES (64u << 10)
 
@@ -96,7 +98,8 @@ static int connect_until(const struct addrinfo *ai, int64_t deadline, int *err)
 }
 
 /* Connects to rank j's listener and proves our rank; the connection goes to the group's
- * collectives (PEER_MAGIC) or to its point-to-point engine (P2P_MAGIC). */
+ * collectives (PEER_MAGIC, or STRIPE_MAGIC(s) for their stripe s) or to its point-to-point
+ * engine (P2P_MAGIC). */
 static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, const uint8_t *secret,
                         uint32_t magic, int64_t deadline)
 {
@@ -132,8 +135,10 @@ static int connect_peer(struct ddp_pg *pg, int j, const char *ip, int port, cons
     }
     if (magic == P2P_MAGIC)
         pg->p2p_fd[j] = fd;
-    else
+    else if (magic == PEER_MAGIC)
         pg->comm.peers[j].fd = fd;
+    else
+        pg->comm.peers[j].sfd[(magic & 0xffu) - 1] = fd;
     return 0;
 }
 
@@ -145,7 +150,8 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
     int shown = 0, more = 0;
     out[0] = '\0';
     for (int j = pg->rank + 1; j < pg->world; j++) {
-        if (pg->comm.peers[j].fd >= 0 && (!pg->p2p_fd || pg->p2p_fd[j] >= 0))
+        if (pg->comm.peers[j].fd >= 0 && (!pg->p2p_fd || pg->p2p_fd[j] >= 0) &&
+            (pg->comm.tcp_conns < 2 || pg->comm.peers[j].sfd[pg->comm.tcp_conns - 2] >= 0))
             continue;
         if (shown == 4) {
             more++;
@@ -164,7 +170,7 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
  * that cannot connect says why first (cli/doctor_mesh.c's check finds the same). */
 static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
 {
-    int want = (pg->world - 1 - pg->rank) * (pg->p2p_fd ? 2 : 1);
+    int want = (pg->world - 1 - pg->rank) * (pg->comm.tcp_conns + (pg->p2p_fd ? 1 : 0));
     deadline += 1000;
     while (want > 0) {
         int64_t rem = deadline - ddp_now_ms();
@@ -193,10 +199,13 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
         memcpy(&magic, hello, 4);
         memcpy(&who, hello + 4, 4);
         int *slot = NULL;
+        uint32_t st = magic & 0xffu; /* a stripe's number */
         if (n == (ssize_t)sizeof(hello) && who > (uint32_t)pg->rank && who < (uint32_t)pg->world)
             slot = magic == PEER_MAGIC                ? &pg->comm.peers[who].fd
                    : magic == P2P_MAGIC && pg->p2p_fd ? &pg->p2p_fd[who]
-                                                      : NULL;
+                   : magic == STRIPE_MAGIC(st) && st >= 1 && st < (uint32_t)pg->comm.tcp_conns
+                       ? &pg->comm.peers[who].sfd[st - 1]
+                       : NULL;
         if (slot && *slot < 0) {
             peer_mac(my_secret, who, mac);
             if (CRYPTO_memcmp(mac, hello + 8, 32) == 0) {
@@ -362,6 +371,7 @@ static int setup_cross(struct ddp_pg *pg, const struct layout *lay)
     x->world = lay->nodes;
     x->small_bytes = pg->comm.small_bytes;
     x->tcp_split = pg->comm.tcp_split;
+    x->tcp_conns = pg->comm.tcp_conns;
     for (int k = 0; k < lay->nodes; k++) {
         x->peers[k] = pg->comm.peers[lay->cross_of[k]];
         if (k == x->rank)
@@ -393,6 +403,9 @@ static void destroy(struct ddp_pg *pg)
     for (int i = 0; i < pg->world; i++) {
         if (pg->comm.peers[i].fd >= 0)
             close(pg->comm.peers[i].fd);
+        for (int s = 0; s < DDP__TCP_MAX_CONNS - 1; s++)
+            if (pg->comm.peers[i].sfd[s] >= 0)
+                close(pg->comm.peers[i].sfd[s]);
         if (pg->p2p_fd && pg->p2p_fd[i] >= 0)
             close(pg->p2p_fd[i]);
     }
@@ -446,8 +459,13 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     pg->comm.rank = rank;
     pg->comm.world = world;
     pg->comm.tcp_split = ddp__tcp_split_env();
+    pg->comm.tcp_conns = ddp__tcp_conns_env();
+    if (pg->comm.tcp_conns > 1)
+        pg->comm.tcp_split = false; /* each stripe's thread sends and receives */
     for (int i = 0; i < world; i++) {
         pg->comm.peers[i].fd = -1;
+        for (int s = 0; s < DDP__TCP_MAX_CONNS - 1; s++)
+            pg->comm.peers[i].sfd[s] = -1;
         pg->comm.peers[i].rank = i;
     }
     /* point-to-point: a second connection per pair, for the engine of worker/p2p.c */
@@ -526,8 +544,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     host[sizeof(host) - 1] = '\0';
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
-    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d", ip, port, hex, host, node_rank,
-                      local_rank, local_world, pg->p2p_fd != NULL);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d", ip, port, hex, host,
+                      node_rank, local_rank, local_world, pg->p2p_fd != NULL, pg->comm.tcp_conns);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
@@ -544,9 +562,9 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int j = 0; j < world; j++) {
         char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
         int pport;
-        int p2p;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d", pip, &pport, psec, phost,
-                   &where[j], &where[world + j], &where[2 * world + j], &p2p) != 8) {
+        int p2p, conns;
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d", pip, &pport, psec, phost,
+                   &where[j], &where[world + j], &where[2 * world + j], &p2p, &conns) != 9) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
             goto fail;
@@ -559,6 +577,14 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                      j, p2p ? "asked for" : "did not ask for", p2p ? "did not" : "did");
             goto fail;
         }
+        if (conns != pg->comm.tcp_conns) {
+            r = DDP_EINVAL;
+            snprintf(pg->err, sizeof(pg->err),
+                     "rank %d has %d TCP connections per peer and this rank %d (DDP_PG_TCP_CONNS "
+                     "must be alike on every rank)",
+                     j, conns, pg->comm.tcp_conns);
+            goto fail;
+        }
         snprintf(pg->comm.peers[j].host, sizeof(pg->comm.peers[j].host), "%s", phost);
         if (j < rank) {
             uint8_t ps2[SECRET_LEN];
@@ -569,6 +595,9 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
             if ((r = connect_peer(pg, j, pip, pport, ps2, PEER_MAGIC, deadline)) < 0 ||
                 (pg->p2p_fd && (r = connect_peer(pg, j, pip, pport, ps2, P2P_MAGIC, deadline)) < 0))
                 goto fail;
+            for (int st = 1; st < pg->comm.tcp_conns; st++)
+                if ((r = connect_peer(pg, j, pip, pport, ps2, STRIPE_MAGIC(st), deadline)) < 0)
+                    goto fail;
         }
     }
     if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)

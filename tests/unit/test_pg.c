@@ -357,6 +357,7 @@ static size_t PN = 30011;     /* elements of the buffer in pieces */
 static int piece_threads;     /* with shared memory: threads each rank's all-reduces must use */
 static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
 static bool piece_tcp_split;  /* over TCP: the sending thread did start */
+static int piece_tcp_conns;   /* over TCP: the stripes' threads did start, and the ring's bits */
 
 struct piece_arg {
     int rank, local_world, rc;
@@ -427,6 +428,22 @@ static void *piece_rank(void *a)
                 break;
             }
         }
+        /* over TCP, the sums' bits of the ring: chunk k of PW is summed from rank k on, round
+         * the ring (checked for SUM; AVG's division is the ring's own) */
+        for (size_t i = 0, k = 0; piece_tcp_conns && (it & 1) && i < PN; i++) {
+            while ((unsigned __int128)PN * (k + 1) / PW <= i)
+                k++;
+            float acc = 0.0f;
+            for (int j = 0; j < PW; j++) {
+                size_t r = (k + (size_t)j) % PW;
+                float v = (float)((i * 7919 + r * 104729 + (size_t)it) % 1000) / 997.0f - 0.3f;
+                acc = j == 0 ? v : acc + v;
+            }
+            if (memcmp(&acc, &got[i], sizeof(float)) != 0) {
+                bad = 1;
+                break;
+            }
+        }
     }
     struct ddp_piece hole = {.data = NULL, .count = 4};
     struct ddp_work *w = NULL;
@@ -436,6 +453,8 @@ static void *piece_rank(void *a)
         bad |= ddp__team_size(pg->comm.shm.team) != piece_threads;
     if (piece_tcp_split)
         bad |= ddp__team_size(pg->comm.tcp_team) != 2;
+    if (piece_tcp_conns)
+        bad |= ddp__team_size(pg->comm.tcp_team) != piece_tcp_conns;
     for (size_t k = 0; k < np; k++)
         free(mem[k]);
     free(flat);
@@ -519,6 +538,23 @@ TEST(allreduce_over_tcp_with_a_sending_thread_equals_one_buffer_bit_for_bit)
     piece_tcp_split = false;
     PN = 30011;
     unsetenv("DDP_PG_TCP_THREADS");
+    unsetenv("DDP_PG_TRANSPORT");
+}
+
+/* Over 3 connections per peer (DDP_PG_TCP_CONNS=3): 5.2 MB, so each ring step moves 1.3 MB each
+ * way, over the 1 MiB from which a message is cut in stripes, a thread each; also in pieces,
+ * whose staging buffer goes the same way. The stripes start 108320 and 216656 elements into a
+ * chunk, not multiples of the inputs' period (1000): a stripe sent from the wrong place fails. */
+TEST(allreduce_over_tcp_in_stripes_has_the_rings_bits)
+{
+    setenv("DDP_PG_TRANSPORT", "tcp", 1);
+    setenv("DDP_PG_TCP_CONNS", "3", 1);
+    PN = 1300001;
+    piece_tcp_conns = 3;
+    run_pieces(PW);
+    piece_tcp_conns = 0;
+    PN = 30011;
+    unsetenv("DDP_PG_TCP_CONNS");
     unsetenv("DDP_PG_TRANSPORT");
 }
 
