@@ -150,8 +150,10 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
     int shown = 0, more = 0;
     out[0] = '\0';
     for (int j = pg->rank + 1; j < pg->world; j++) {
-        if (pg->comm.peers[j].fd >= 0 && (!pg->p2p_fd || pg->p2p_fd[j] >= 0) &&
-            (pg->comm.tcp_conns < 2 || pg->comm.peers[j].sfd[pg->comm.tcp_conns - 2] >= 0))
+        bool all = pg->comm.peers[j].fd >= 0 && (!pg->p2p_fd || pg->p2p_fd[j] >= 0);
+        for (int st = 0; st < pg->comm.tcp_conns - 1; st++)
+            all = all && pg->comm.peers[j].sfd[st] >= 0;
+        if (all)
             continue;
         if (shown == 4) {
             more++;
