@@ -164,7 +164,9 @@ JOB
   kill -9 $(node_pids 3)
   rc=0; wait "$ddp" || rc=$?
   [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
-  grep -q "node '$(sshd_addr 3)' lost: the SSH connection to it ended" out.txt
+  # (once in 23 CI runs, 2026-11-26, this line did not match: what the launcher said is shown
+  # when it happens again)
+  grep -q "node '$(sshd_addr 3)' lost: the SSH connection to it ended" out.txt || { cat out.txt; return 1; }
   t_lost=$(unix_of "$(events | grep '"event": "node_lost"' | head -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4)")
   awk -v a="$t_kill" -v b="$t_lost" 'BEGIN { d = b - a; print "detected after " d " s"; exit !(d >= 0 && d <= 2.5) }'
   # the next round went on with the other two at once, training again within
