@@ -36,7 +36,7 @@
 
 #define PEER_MAGIC 0x47504444u /* "DDPG" */
 #define P2P_MAGIC 0x50504444u  /* "DDPP": the point-to-point connection of a pair */
-/* "\s" "DPS": stripe connection s (1..DDP_PG_TCP_CONNS-1) of a pair */
+/* stripe connection s (1..DDP_PG_TCP_CONNS-1) of a pair: bytes s, "DPS" on the wire */
 #define STRIPE_MAGIC(s) (0x53504400u | (uint32_t)(s))
 #define SECRET_LEN 16
 #define DEFAULT_SMALL_BYTES (64u << 10)
