@@ -94,9 +94,9 @@ teardown() {
   assert_failure
   assert_output --regexp "rank 1 has 2 TCP connections per peer and this rank 3 \(DDP_PG_TCP_CONNS must be alike on every rank\)"
   export DDP_PG_TCP_CONNS=2 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg
-  # 2 nodes x 2 ranks: the rings across the nodes have their stripes too (6 MiB: each local
-  # rank's 3 MiB shard goes round in 1.5 MiB steps)
-  run_layout 2 2 wide
+  # 2 nodes x 2 ranks: the rings across the nodes have their stripes too, where a round's shard
+  # is large enough (8 MiB slots: each local rank's 4 MiB shard goes round in 2 MiB steps)
+  DDP_PG_SHM_SLOT_BYTES=8388608 run_layout 2 2 big 8
   for r in 0 1 2 3; do grep -q "checks passed" "rank$r.out"; done
   grep -q "2 connections per peer, a thread each" rank0.out
   stop_store
