@@ -190,7 +190,8 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             while ((p = waitpid(-1, &st, WNOHANG)) > 0)
                 ddp__nodes_reaped(&L.nodes, p, st);
         } else if (sig == SIGHUP && L.hup_ignored) {
-            ddp__sup_say("ddprun: SIGHUP: ignored, as it was when ddprun started (nohup)");
+            ddp__sup_say(
+                "ddprun: SIGHUP: ignored, as it was when ddprun started (nohup, --detach)");
         } else if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP) {
             pass_signal(sig);
         } else {

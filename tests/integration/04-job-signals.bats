@@ -236,7 +236,7 @@ PY
   rc=0; wait "$DDP" || rc=$?
   cat out.txt
   [ "$rc" -eq 0 ]
-  grep -qx "ddprun: SIGHUP: ignored, as it was when ddprun started (nohup)" out.txt
+  grep -qx "ddprun: SIGHUP: ignored, as it was when ddprun started (nohup, --detach)" out.txt
   ! grep -q "got HUP" out.txt || false
   [ "$(grep -c '"event": "signal"' logs/*/events.jsonl)" -eq 1 ] # SIGUSR1's
 }
