@@ -15,3 +15,21 @@ bench_dirs() {
   T=$(mktemp -d)
   trap 'rm -rf "$T"' EXIT
 }
+
+# Two test hosts for the TCP benchmarks, run from the repository root: network namespaces 1 and
+# 2 on veth through a bridge (tests/lib/sshd.bash), their links limited to RATE (default none:
+# the veths' own speed). Moves into a scratch folder; at exit the hosts and the folder go, and
+# so does the process in $store where the caller set one. Sets ns1, ns2 and a1 (host 1's address).
+two_netns_hosts() {
+  BATS_TEST_TMPDIR=$(mktemp -d)
+  # shellcheck source=../tests/lib/sshd.bash
+  . tests/lib/sshd.bash
+  trap '[ -n "${store:-}" ] && kill "$store" 2>/dev/null; sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
+  cd "$BATS_TEST_TMPDIR" || exit 1
+  netns_setup
+  [ -n "$SSHD_NETNS" ] || { echo "needs network namespaces (root, iproute2)" >&2; exit 1; }
+  for k in 1 2; do sshd_make_ns "$k"; done
+  # shellcheck disable=SC2034 # the caller's
+  ns1=$(sshd_ns 1) ns2=$(sshd_ns 2) a1=$(sshd_addr 1)
+  for k in 1 2; do sshd_limit "$k" "${RATE:-none}"; done
+}

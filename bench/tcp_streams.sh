@@ -12,17 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 RATE=${RATE:-none} REPS=${REPS:-3}
-REPO=$PWD
-BATS_TEST_TMPDIR=$(mktemp -d)
-# shellcheck source=../tests/lib/sshd.bash
-. tests/lib/sshd.bash
-trap 'sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
-cd "$BATS_TEST_TMPDIR"
-netns_setup
-[ -n "$SSHD_NETNS" ] || { echo "needs network namespaces (root, iproute2)" >&2; exit 1; }
-for k in 1 2; do sshd_make_ns "$k"; done
-ns1=$(sshd_ns 1) ns2=$(sshd_ns 2) a1=$(sshd_addr 1)
-for k in 1 2; do sshd_limit "$k" "$RATE"; done
+# shellcheck source=lib.sh
+. bench/lib.sh
+two_netns_hosts
 R=results
 echo "# $(date -u +%F) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; link: ${RATE}; $(iperf3 --version | head -n1 | cut -d' ' -f1-2)" >"$R"
 
