@@ -169,8 +169,9 @@ examples_of() {
           if [[ "$cmd" == *" store "* ]]; then   # a store serves until stopped
             rm -f store.out   # an earlier store command of this page left its address there
             bash -c "$cmd" >store.out 2>&1 &
+            store_pid=$!   # not %1: an earlier job of this shell may still hold that number
             for _ in $(seq 50); do [ -s store.out ] && break; sleep 0.1; done
-            kill %1; wait %1 || true
+            kill "$store_pid"; wait "$store_pid" || true
             grep -Eq '^0\.0\.0\.0:[0-9]+$' store.out || { echo "$page: $cmd"; cat store.out; return 1; }
           else
             run timeout 120 bash -c "$cmd"
