@@ -269,11 +269,16 @@ PY
   # recorder (cli/torch_rec.py)
   assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n(  File "[^"]*/c10d_logger.py", line [0-9]+ in wrapper\n)?  File "[^"]*/_ddprun_torch.py", line [0-9]+ in ddprun_flight_recorder\n  File "[^"]*/stuck.py", line 12 in <module>'
   assert_output --regexp $'== rank 1 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*/stuck.py", line 6 in late\n  File "[^"]*/stuck.py", line 10 in <module>'
-  # the recorder: rank 0 in all_reduce #1 (4 floats), rank 1 counted from init_process_group
-  wait_for 30 bash -c "'$DDPRUN' status | grep -q 'in allreduce #1'"
+  # the recorder: rank 0 in all_reduce #1 (4 floats), rank 1 counted from init_process_group.
+  # Status shows the agents' last report (one per heartbeat), which may predate rank 1's sleep
+  # or catch it waking to write its Python stack for the loop above: wait until a report has
+  # both. After a ptrace detach the kernel may restart the sleep as hrtimer_nanosleep_restart,
+  # cut to the column's 30 characters.
+  wait_for 30 bash -c "s=\$('$DDPRUN' status) && grep -q 'in allreduce #1' <<<\"\$s\" &&
+    grep -Eq '^1 +localhost +[0-9]+ +sleeping in hrtimer_nanosleep' <<<\"\$s\""
   run "$DDPRUN" status
   assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping.* in allreduce #1 \(16 bytes\)'
-  assert_output --regexp $'\n''1 +localhost +[0-9]+ +sleeping in hrtimer_nanosleep .* - +[0-9.]+ s ago'
+  assert_output --regexp $'\n''1 +localhost +[0-9]+ +sleeping in hrtimer_nanosleep[_ ].* - +[0-9.]+ s ago'
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
   DDP_PID=
