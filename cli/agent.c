@@ -508,7 +508,7 @@ static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
         for (int i = 0; i < A.nw; i++)
             if (A.w[i].pid > 0)
                 ddp__dn_report_rank(&b, (int)A.st.rank_offset + i, A.w[i].pid, A.w[i].exited,
-                                    &A.w[i].page);
+                                    ddp__dn_asker_touches(&A.asker, A.w[i].pid), &A.w[i].page);
         if (b.len)
             MEMBERSHIP->publish(A.lease, b.data, b.len);
         ddp_buf_release(&b);

@@ -55,15 +55,18 @@ void ddp__dn_page_release(struct ddp__dn_page *pg)
     pg->fd = -1;
 }
 
-/* State, CPU time and kernel wait of a rank, from /proc. While the agent's stack tool has it
- * stopped (`ddprun stacks`, the hang report), the state and wait are the last seen before: what
- * the rank was doing, not that ddprun was reading its stack. */
-static void proc_state(pid_t pid, struct ddp__dn_page *pg, struct ddp__rank_progress *rp)
+/* State, CPU time and kernel wait of a rank, from /proc. While the agent's stack collection has
+ * it (`ddprun stacks`, the hang report: its Python stacks' signal, its tool's ptrace stop), the
+ * state and wait are the last seen before: what the rank was doing, not that ddprun was reading
+ * its stack. */
+static void proc_state(pid_t pid, bool inspected, struct ddp__dn_page *pg,
+                       struct ddp__rank_progress *rp)
 {
     struct ddp__proc_stat ps;
     ddp__proc_stat_read(pid, &ps);
     rp->cpu_s = ps.cpu_s;
-    if ((ps.state == 't' || ps.state == 'T') && pg->seen_state && ddp__proc_traced_by_child(pid)) {
+    if (pg->seen_state &&
+        (inspected || ((ps.state == 't' || ps.state == 'T') && ddp__proc_traced_by_child(pid)))) {
         rp->state = pg->seen_state;
         snprintf(rp->wchan, sizeof(rp->wchan), "%s", pg->seen_wchan);
         return;
@@ -74,13 +77,13 @@ static void proc_state(pid_t pid, struct ddp__dn_page *pg, struct ddp__rank_prog
     snprintf(pg->seen_wchan, sizeof(pg->seen_wchan), "%s", ps.wchan);
 }
 
-void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
+void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited, bool inspected,
                          struct ddp__dn_page *pg)
 {
     struct ddp__rank_progress rp = {.rank = rank, .pid = (int)pid, .state = 'X'};
     const struct ddp_progress_page *p = pg->p;
     if (!exited)
-        proc_state(pid, pg, &rp);
+        proc_state(pid, inspected, pg, &rp);
     int64_t now = ddp_now_ns();
     if (p && p->magic == DDP_PROGRESS_MAGIC && p->version == DDP_PROGRESS_VERSION) {
         rp.rec = true;
@@ -424,6 +427,7 @@ static void on_stacks(void *arg, char *const *texts, int n)
 {
     struct ddp__dn_asker *a = arg;
     a->stacks = NULL;
+    a->touched_until_ms = ddp_now_ms() + 200;
     send_reply(a, a->req, a->local, a->procs, texts, n);
     free(a->local);
     free(a->procs);
@@ -467,12 +471,21 @@ void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t l
     a->req = req;
     a->local = local;
     a->procs = procs;
+    free(a->touched);
+    a->ntouched = 0;
+    if ((a->touched = calloc((size_t)k + 1, sizeof(pid_t)))) {
+        for (int i = 0; i < k; i++)
+            a->touched[i] = procs[i].pid;
+        a->ntouched = k;
+    }
+    a->touched_until_ms = INT64_MAX; /* until on_stacks */
     if (ddp__dn_stacks_start(a->loop, procs, k, 10000, a->mask, on_stacks, a, &a->stacks) < 0) {
         free(local);
         free(procs);
         a->local = NULL;
         a->procs = NULL;
         a->stacks = NULL;
+        a->ntouched = 0;
     }
 }
 
@@ -481,7 +494,20 @@ void ddp__dn_asker_release(struct ddp__dn_asker *a)
     ddp__dn_stacks_free(a->stacks);
     free(a->local);
     free(a->procs);
+    free(a->touched);
     a->stacks = NULL;
     a->local = NULL;
     a->procs = NULL;
+    a->touched = NULL;
+    a->ntouched = 0;
+}
+
+bool ddp__dn_asker_touches(const struct ddp__dn_asker *a, pid_t pid)
+{
+    if (ddp_now_ms() >= a->touched_until_ms)
+        return false;
+    for (int i = 0; i < a->ntouched; i++)
+        if (a->touched[i] == pid)
+            return true;
+    return false;
 }

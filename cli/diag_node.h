@@ -31,8 +31,10 @@ int ddp__dn_page_new(struct ddp__dn_page *pg);
 void ddp__dn_page_release(struct ddp__dn_page *pg);
 
 /* Appends the line of a rank (global rank, pid, its page: p NULL without one) to b: a running
- * one, or one that exited (state X: what its page held last). */
-void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited,
+ * one, or one that exited (state X: what its page held last). inspected: the agent's stack
+ * collection has the rank (ddp__dn_asker_touches), so its state and kernel wait are the last
+ * seen before: what the rank was doing, not its waking for ddprun's signal or ptrace. */
+void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited, bool inspected,
                          struct ddp__dn_page *pg);
 
 /* A rank's process: its pid, and its Python dump file (cli/pystacks.h) or -1. */
@@ -64,10 +66,18 @@ struct ddp__dn_asker {
     uint32_t req;
     int *local; /* the local ranks asked for, and their processes */
     struct ddp__dn_proc *procs;
+    /* the processes of the collection under way or of the last one, and until when (ddp_now_ms)
+     * they count as touched by it: while it runs, and 200 ms after */
+    pid_t *touched;
+    int ntouched;
+    int64_t touched_until_ms;
 };
 /* body: the frame's; running[lr]: local rank lr's process (pid 0 unless it runs), nw of them. */
 void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t len,
                           const struct ddp__dn_proc *running, int nw);
 void ddp__dn_asker_release(struct ddp__dn_asker *a);
+/* Whether pid is in the collection under way, or was in one that ended within 200 ms (a rank
+ * woken by the Python stacks' signal or a ptrace stop takes a moment to go back to its wait). */
+bool ddp__dn_asker_touches(const struct ddp__dn_asker *a, pid_t pid);
 
 #endif

@@ -1,12 +1,15 @@
 /*
  * What the node agent reads of its ranks in /proc (cli/proc_stat.c), and the report line it
- * sends (cli/diag_node.c): a rank its own stack tool has stopped is reported in the state it was
- * in before, not as stopped by a debugger. Real child processes, a real ptrace stop.
+ * sends (cli/diag_node.c): a rank its own stack tool has stopped, or its stack collection has
+ * woken, is reported in the state it was in before, not as stopped by a debugger. Real child
+ * processes, a real ptrace stop, a real collection (eu-stack or gdb).
  */
 #include "cli/diag.h"
 #include "cli/diag_node.h"
 #include "cli/proc_stat.h"
 #include "common/buf.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
 #include "test.h"
 
 #include <signal.h>
@@ -79,17 +82,23 @@ static void reap(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
-/* The state letter of a report line for pid, with its page. */
-static char reported_state(pid_t pid, struct ddp__dn_page *pg)
+/* The state letter of a report line for pid, with its page; inspected: the agent's stack
+ * collection has it. */
+static char reported_as(pid_t pid, bool inspected, struct ddp__dn_page *pg)
 {
     struct ddp_buf b = {0};
-    ddp__dn_report_rank(&b, 0, pid, false, pg);
+    ddp__dn_report_rank(&b, 0, pid, false, inspected, pg);
     ddp_buf_put(&b, "", 1);
     struct ddp__rank_progress rp;
     ASSERT_TRUE(ddp__diag_line_parse((const char *)b.data, &rp) == 0);
     ddp_buf_release(&b);
     ASSERT_EQ(rp.pid, pid);
     return rp.state;
+}
+
+static char reported_state(pid_t pid, struct ddp__dn_page *pg)
+{
+    return reported_as(pid, false, pg);
 }
 
 TEST(states_of_a_running_a_sleeping_and_a_gone_process)
@@ -164,4 +173,83 @@ TEST(a_rank_stopped_by_a_debugger_of_its_own_is_reported_so)
     ASSERT_TRUE(!ddp__proc_traced_by_child(spin));
     ASSERT_EQ(reported_state(spin, &pg), 't');
     reap(spin);
+}
+
+static pid_t pauser(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+        pause();
+        _exit(0);
+    }
+    ASSERT_TRUE(pid > 0);
+    return pid;
+}
+
+static void until_state(pid_t pid, char want)
+{
+    struct ddp__proc_stat ps = {0};
+    for (int i = 0; i < 1000; i++) {
+        ASSERT_TRUE(ddp__proc_stat_read(pid, &ps));
+        if (ps.state == want)
+            return;
+        sleep_ms(10);
+    }
+    ASSERT_EQ(ps.state, want);
+}
+
+static int64_t replied_ms;
+static void on_reply(struct ddp_buf *frame)
+{
+    (void)frame;
+    replied_ms = ddp_now_ms();
+}
+
+TEST(a_rank_under_the_agents_stack_collection_keeps_the_state_seen_before)
+{
+    /* the report's side: a rank that is not asleep while the collection has it (here stopped by
+     * SIGSTOP, in life woken by the Python stacks' signal) is reported as it was before */
+    pid_t idle = pauser();
+    until_state(idle, 'S');
+    struct ddp__dn_page pg = {.fd = -1};
+    ASSERT_EQ(reported_state(idle, &pg), 'S');
+    ASSERT_EQ(kill(idle, SIGSTOP), 0);
+    until_state(idle, 'T');
+    ASSERT_EQ(reported_as(idle, true, &pg), 'S');
+    ASSERT_EQ(reported_state(idle, &pg), 'T'); /* not inspected: what /proc says */
+    struct ddp__dn_page fresh = {.fd = -1};    /* never seen before: what /proc says */
+    ASSERT_EQ(reported_as(idle, true, &fresh), 'T');
+    ASSERT_EQ(kill(idle, SIGCONT), 0);
+    until_state(idle, 'S');
+
+    /* the asker's side: its processes count as touched while its collection runs and for 200 ms
+     * after; others never */
+    struct ddp_loop *loop;
+    ASSERT_EQ(ddp_loop_new(&loop), 0);
+    sigset_t mask;
+    sigemptyset(&mask);
+    struct ddp__dn_asker a = {.loop = loop, .mask = &mask, .send = on_reply};
+    ASSERT_TRUE(!ddp__dn_asker_touches(&a, idle));
+    uint8_t body[8] = {7, 0, 0, 0, 0, 0, 0, 0}; /* request 7, every running rank */
+    struct ddp__dn_proc running[2] = {{.pid = idle, .pydump = -1}, {.pid = 0, .pydump = -1}};
+    replied_ms = 0;
+    int64_t asked_ms = ddp_now_ms();
+    ddp__dn_stacks_frame(&a, body, sizeof(body), running, 2);
+    ASSERT_TRUE(a.stacks != NULL);
+    ASSERT_TRUE(ddp__dn_asker_touches(&a, idle));
+    ASSERT_TRUE(!ddp__dn_asker_touches(&a, getpid()));
+    for (int i = 0; i < 300 && !replied_ms; i++)
+        ddp_loop_run_once(loop, 100);
+    ASSERT_TRUE(replied_ms > 0);
+    ASSERT_TRUE(a.stacks == NULL);
+    ASSERT_GE(a.touched_until_ms, asked_ms + 200); /* 200 ms from when it ended */
+    ASSERT_LE(a.touched_until_ms, replied_ms + 200);
+    ASSERT_TRUE(!ddp__dn_asker_touches(&a, getpid()));
+    sleep_ms(250);
+    ASSERT_TRUE(!ddp__dn_asker_touches(&a, idle));
+    ddp__dn_asker_release(&a);
+    ddp_loop_free(loop);
+    reap(idle);
 }
