@@ -64,9 +64,12 @@ uint16_t ddp__f32_to_f16(float f);
 #define DDP__TCP_MAX_CONNS 8
 struct ddp__peer {
     int fd;
-    /* DDP_PG_TCP_CONNS=k: connections 1..k-1 to this peer (-1 when none), over which a large
-     * message is cut in stripes beside fd's (worker/coll_tcp.c) */
+    /* connections 1..nconns-1 to this peer (-1 when none), over which a large message is cut
+     * in stripes beside fd's (worker/coll_tcp.c); nconns is 1 or the comm's tcp_conns
+     * (DDP_PG_TCP_CONNS, or by default 2 between two ranks that are each alone on their node:
+     * worker/pg_setup.c) */
     int sfd[DDP__TCP_MAX_CONNS - 1];
+    int nconns;
     int rank;
     char host[128];
 };
@@ -213,10 +216,11 @@ struct ddp__comm {
      * sends on a second thread while this one receives and reduces, so the kernel's send and
      * receive copies run on two cores (worker/coll_tcp.c); the thread starts at the first. */
     bool tcp_split;
-    /* DDP_PG_TCP_CONNS=k (1: off): a message of DDP__TCP_STRIPE_BYTES or more is cut into k
-     * stripes, one per connection to the peer, each sent and received by a thread of its own;
-     * each direction decides on its own length alone, which both ends know alike. Takes the
-     * place of tcp_split. */
+    /* The most connections to any peer (struct ddp__peer's nconns; 1: no stripes): a message
+     * of DDP__TCP_STRIPE_BYTES or more to or from a peer with tcp_conns connections is cut into
+     * that many stripes, each sent and received by a thread of its own; each direction decides
+     * on its own length and peer alone, which both ends know alike. Takes the place of
+     * tcp_split. */
     int tcp_conns;
     struct ddp__team *tcp_team; /* tcp_split's 2 threads or tcp_conns's k, started at the first */
 };
@@ -224,7 +228,8 @@ struct ddp__comm {
 #define DDP__TCP_STRIPE_BYTES ((size_t)1 << 20)
 /* DDP_PG_TCP_THREADS: 1 (unset) or 2, for tcp_split; anything else is named and taken as 1. */
 bool ddp__tcp_split_env(void);
-/* DDP_PG_TCP_CONNS: 1 (unset) to DDP__TCP_MAX_CONNS; anything else is named and taken as 1. */
+/* DDP_PG_TCP_CONNS: 1 to DDP__TCP_MAX_CONNS connections to every peer, or 0 for "auto" (unset,
+ * or auto: the default rule of worker/pg_setup.c); anything else is named and taken as auto. */
 int ddp__tcp_conns_env(void);
 
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */

@@ -143,14 +143,14 @@ bool ddp__tcp_split_env(void)
 int ddp__tcp_conns_env(void)
 {
     const char *v = getenv("DDP_PG_TCP_CONNS");
-    if (!v || !*v)
-        return 1;
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        return 0;
     char *end;
     long k = strtol(v, &end, 10);
     if (*end || k < 1 || k > DDP__TCP_MAX_CONNS) {
-        DDP_WARN(PG, "DDP_PG_TCP_CONNS='%s' is not a number from 1 to %d; using 1", v,
-                 DDP__TCP_MAX_CONNS);
-        return 1;
+        DDP_WARN(PG, "DDP_PG_TCP_CONNS='%s' is neither auto nor a number from 1 to %d; using auto",
+                 v, DDP__TCP_MAX_CONNS);
+        return 0;
     }
     return (int)k;
 }
@@ -205,8 +205,9 @@ static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer 
 
 /*
  * A transfer cut in stripes, one per connection to the peer, part k on its own thread (k = 0
- * the collective's): each direction is striped when it carries DDP__TCP_STRIPE_BYTES or more,
- * which the other end of the same bytes decides alike; a direction that is not goes whole over
+ * the collective's): each direction is striped when it carries DDP__TCP_STRIPE_BYTES or more
+ * and its peer has tcp_conns connections, which the other end of the same bytes decides alike
+ * (both know the length, and that the pair has stripes); a direction that is not goes whole over
  * the first connection, in part 0. Stripes start at multiples of 64 bytes (whole elements of
  * every dtype), so each part reduces whole elements; a reducing transfer's receive window is
  * shared out among the parts.
@@ -270,9 +271,15 @@ static void stripe_part(void *arg, int k, int n)
         atomic_store(&sp->stop, 1);
 }
 
+/* Whether len bytes to or from peer p go in stripes. */
+static bool striped(const struct ddp__peer *p, size_t len)
+{
+    return p && p->nconns > 1 && len >= DDP__TCP_STRIPE_BYTES;
+}
+
 static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
 {
-    bool ss = x->slen >= DDP__TCP_STRIPE_BYTES, rs = x->rlen >= DDP__TCP_STRIPE_BYTES;
+    bool ss = striped(x->to, x->slen), rs = striped(x->from, x->rlen);
     if (!c->tcp_team) {
         if (!(c->tcp_team = ddp__team_new(c->tcp_conns))) {
             /* both ends must stripe alike: without threads the group cannot go on */
@@ -280,7 +287,7 @@ static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
                      c->tcp_conns, c->opname);
             return DDP_ESYS;
         }
-        DDP_INFO(PG, "TCP messages from %zu KiB: %d connections per peer, a thread each",
+        DDP_INFO(PG, "TCP messages from %zu KiB: %d connections to a peer, a thread each",
                  (size_t)DDP__TCP_STRIPE_BYTES >> 10, c->tcp_conns);
     }
     struct stripes *sp = calloc(1, sizeof(*sp));
@@ -290,14 +297,14 @@ static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
     sp->x = x;
     sp->sstripe = ss;
     sp->rstripe = rs;
-    for (int k = 0; k < c->tcp_conns; k++) {
+    for (int k = 0; k < c->tcp_conns; k++) { /* a part k > 0 of a direction not striped: -1 */
         if (x->to) {
             sp->to[k] = *x->to;
-            sp->to[k].fd = k ? x->to->sfd[k - 1] : x->to->fd;
+            sp->to[k].fd = !k ? x->to->fd : ss ? x->to->sfd[k - 1] : -1;
         }
         if (x->from) {
             sp->from[k] = *x->from;
-            sp->from[k].fd = k ? x->from->sfd[k - 1] : x->from->fd;
+            sp->from[k].fd = !k ? x->from->fd : rs ? x->from->sfd[k - 1] : -1;
         }
     }
     ddp__team_run(c->tcp_team, stripe_part, sp);
@@ -318,7 +325,7 @@ static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
 {
     struct errto own = {c->err, sizeof(c->err)};
-    if (c->tcp_conns > 1 && (x->slen >= DDP__TCP_STRIPE_BYTES || x->rlen >= DDP__TCP_STRIPE_BYTES))
+    if (c->tcp_conns > 1 && (striped(x->to, x->slen) || striped(x->from, x->rlen)))
         return xfer_striped(c, x);
     struct ddp__team *t = split_team(c, x);
     if (!t)

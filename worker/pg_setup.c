@@ -151,7 +151,7 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
     out[0] = '\0';
     for (int j = pg->rank + 1; j < pg->world; j++) {
         bool all = pg->comm.peers[j].fd >= 0 && (!pg->p2p_fd || pg->p2p_fd[j] >= 0);
-        for (int st = 0; st < pg->comm.tcp_conns - 1; st++)
+        for (int st = 0; st < pg->comm.peers[j].nconns - 1; st++)
             all = all && pg->comm.peers[j].sfd[st] >= 0;
         if (all)
             continue;
@@ -172,7 +172,9 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
  * that cannot connect says why first (cli/doctor_mesh.c's check finds the same). */
 static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
 {
-    int want = (pg->world - 1 - pg->rank) * (pg->comm.tcp_conns + (pg->p2p_fd ? 1 : 0));
+    int want = 0;
+    for (int j = pg->rank + 1; j < pg->world; j++)
+        want += pg->comm.peers[j].nconns + (pg->p2p_fd ? 1 : 0);
     deadline += 1000;
     while (want > 0) {
         int64_t rem = deadline - ddp_now_ms();
@@ -203,11 +205,12 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
         int *slot = NULL;
         uint32_t st = magic & 0xffu; /* a stripe's number */
         if (n == (ssize_t)sizeof(hello) && who > (uint32_t)pg->rank && who < (uint32_t)pg->world)
-            slot = magic == PEER_MAGIC                ? &pg->comm.peers[who].fd
-                   : magic == P2P_MAGIC && pg->p2p_fd ? &pg->p2p_fd[who]
-                   : magic == STRIPE_MAGIC(st) && st >= 1 && st < (uint32_t)pg->comm.tcp_conns
-                       ? &pg->comm.peers[who].sfd[st - 1]
-                       : NULL;
+            slot =
+                magic == PEER_MAGIC                ? &pg->comm.peers[who].fd
+                : magic == P2P_MAGIC && pg->p2p_fd ? &pg->p2p_fd[who]
+                : magic == STRIPE_MAGIC(st) && st >= 1 && st < (uint32_t)pg->comm.peers[who].nconns
+                    ? &pg->comm.peers[who].sfd[st - 1]
+                    : NULL;
         if (slot && *slot < 0) {
             peer_mac(my_secret, who, mac);
             if (CRYPTO_memcmp(mac, hello + 8, 32) == 0) {
@@ -427,6 +430,20 @@ static void destroy(struct ddp_pg *pg)
     free(pg);
 }
 
+/* Connections to a peer (node, local world) from a rank (my_node, my_local_world): asked, the
+ * DDP_PG_TCP_CONNS alike on every rank; by default (0, auto) 2 when the two are each the only
+ * rank of their node, else 1. A flat ring across nodes carries the whole message there, and
+ * stripes over a second connection sped its large messages up between two hosts (BENCHMARKS.md,
+ * "Several connections per peer"); with several ranks on a node, the collectives inside it go
+ * through shared memory and its ranks' rings across nodes carry shards of a slot, below the
+ * stripe size, so extra connections would only hold descriptors. Both ends compute the same. */
+static int peer_conns(int asked, int my_node, int my_local_world, int node, int local_world)
+{
+    if (asked > 0)
+        return asked;
+    return node != my_node && my_local_world == 1 && local_world == 1 ? 2 : 1;
+}
+
 int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
                 int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
 {
@@ -461,9 +478,8 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     pg->comm.rank = rank;
     pg->comm.world = world;
     pg->comm.tcp_split = ddp__tcp_split_env();
-    pg->comm.tcp_conns = ddp__tcp_conns_env();
-    if (pg->comm.tcp_conns > 1)
-        pg->comm.tcp_split = false; /* each stripe's thread sends and receives */
+    int conns_asked = ddp__tcp_conns_env(); /* 0: auto (peer_conns) */
+    pg->comm.tcp_conns = 1;
     for (int i = 0; i < world; i++) {
         pg->comm.peers[i].fd = -1;
         for (int s = 0; s < DDP__TCP_MAX_CONNS - 1; s++)
@@ -547,7 +563,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
     int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d", ip, port, hex, host,
-                      node_rank, local_rank, local_world, pg->p2p_fd != NULL, pg->comm.tcp_conns);
+                      node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
@@ -579,14 +595,21 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                      j, p2p ? "asked for" : "did not ask for", p2p ? "did not" : "did");
             goto fail;
         }
-        if (conns != pg->comm.tcp_conns) {
+        if (conns != conns_asked) {
+            char theirs[16], ours[16];
+            snprintf(theirs, sizeof(theirs), conns ? "%d" : "auto", conns);
+            snprintf(ours, sizeof(ours), conns_asked ? "%d" : "auto", conns_asked);
             r = DDP_EINVAL;
             snprintf(pg->err, sizeof(pg->err),
-                     "rank %d has %d TCP connections per peer and this rank %d (DDP_PG_TCP_CONNS "
-                     "must be alike on every rank)",
-                     j, conns, pg->comm.tcp_conns);
+                     "rank %d has DDP_PG_TCP_CONNS=%s and this rank %s (it must be alike on every "
+                     "rank)",
+                     j, theirs, ours);
             goto fail;
         }
+        int nc = peer_conns(conns_asked, node_rank, local_world, where[j], where[2 * world + j]);
+        pg->comm.peers[j].nconns = j == rank ? 1 : nc;
+        if (pg->comm.peers[j].nconns > pg->comm.tcp_conns)
+            pg->comm.tcp_conns = pg->comm.peers[j].nconns;
         snprintf(pg->comm.peers[j].host, sizeof(pg->comm.peers[j].host), "%s", phost);
         if (j < rank) {
             uint8_t ps2[SECRET_LEN];
@@ -597,11 +620,13 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
             if ((r = connect_peer(pg, j, pip, pport, ps2, PEER_MAGIC, deadline)) < 0 ||
                 (pg->p2p_fd && (r = connect_peer(pg, j, pip, pport, ps2, P2P_MAGIC, deadline)) < 0))
                 goto fail;
-            for (int st = 1; st < pg->comm.tcp_conns; st++)
+            for (int st = 1; st < pg->comm.peers[j].nconns; st++)
                 if ((r = connect_peer(pg, j, pip, pport, ps2, STRIPE_MAGIC(st), deadline)) < 0)
                     goto fail;
         }
     }
+    if (pg->comm.tcp_conns > 1)
+        pg->comm.tcp_split = false; /* each stripe's thread sends and receives */
     if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
         goto fail;
     if ((r = layout_compute(pg, where, where + world, where + 2 * world, &lay)) < 0)

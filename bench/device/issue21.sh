@@ -2,13 +2,14 @@
 # Issue 21's measurements on a lent GPU machine's CPUs, in one device call: after
 # bench/device/bundle.sh packed .dev/ here, run on the machine from the repository root as
 #   . .dev/setup.sh && bench/device/issue21.sh [PART...]
-# PART is any of tcp (bench/tcp_link_compare.sh: two namespace hosts, no sshd needed), tcp2 (the
-# same with DDP_PG_TCP_THREADS=2: a thread sends while another receives), tcpk (the same with
-# DDP_PG_TCP_CONNS=2: two connections per peer, a thread each), streams (bench/tcp_streams.sh:
+# PART is any of tcp (bench/tcp_link_compare.sh: two namespace hosts of one rank each, no sshd
+# needed; by default, DDP_PG_TCP_CONNS=auto, two connections between them, a thread each), tcp1
+# (the same with DDP_PG_TCP_CONNS=1), tcp2 (one connection with DDP_PG_TCP_THREADS=2: a thread
+# sends while another receives), streams (bench/tcp_streams.sh:
 # the transport alone over 1, 2 and 4 connections beside iperf3 -P n), reducer
 # (bench/reducer_bench.sh, 2 repetitions, no bucket sweep), shm (bench/allreduce_compare.sh,
 # REPS=3, Open MPI from the bundle) and threads (bench/shm_threads_compare.sh); default: tcp
-# tcpk streams, not yet measured there (SECS=180 keeps them within one 10-minute call; tcp2
+# tcp1 streams, not yet measured there (SECS=180 keeps them within one 10-minute call; tcp2
 # and reducer in a second). Each part runs under its own time limit
 # (SECS, default 240 s) so that one that overruns leaves the others their turn; its table goes
 # to stdout and, where the device tool gave one, to $OUT/PART.txt.
@@ -20,18 +21,18 @@ if [ -z "${B:-}" ] || [ ! -x "$B/ddprun" ]; then
 fi
 SECS=${SECS:-240}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(tcp tcpk streams)
+[ ${#parts[@]} -gt 0 ] || parts=(tcp tcp1 streams)
 rc=0
 for p in "${parts[@]}"; do
   case $p in
   tcp) cmd=(bench/tcp_link_compare.sh "$B") ;;
-  tcp2) cmd=(env DDP_PG_TCP_THREADS=2 bench/tcp_link_compare.sh "$B") ;;
-  tcpk) cmd=(env DDP_PG_TCP_CONNS=2 bench/tcp_link_compare.sh "$B") ;;
+  tcp1) cmd=(env DDP_PG_TCP_CONNS=1 bench/tcp_link_compare.sh "$B") ;;
+  tcp2) cmd=(env DDP_PG_TCP_CONNS=1 DDP_PG_TCP_THREADS=2 bench/tcp_link_compare.sh "$B") ;;
   streams) cmd=(env REPS=3 bench/tcp_streams.sh "$B") ;;
   reducer) cmd=(env NO_SWEEP=1 PY=python3 bench/reducer_bench.sh "$B" 2) ;;
   shm) cmd=(env REPS=3 bench/allreduce_compare.sh "$B") ;;
   threads) cmd=(bench/shm_threads_compare.sh "$B") ;;
-  *) echo "issue21.sh: unknown part '$p' (tcp, tcp2, tcpk, streams, reducer, shm, threads)" >&2; exit 2 ;;
+  *) echo "issue21.sh: unknown part '$p' (tcp, tcp1, tcp2, streams, reducer, shm, threads)" >&2; exit 2 ;;
   esac
   echo "== $p: ${cmd[*]} (at most $SECS s)"
   out=/dev/null

@@ -71,7 +71,7 @@ teardown() {
   TRANSPORT=tcp sigstop_case
 }
 
-@test "over TCP in stripes (DDP_PG_TCP_CONNS): the matrix and every dtype and op at 6 MiB agree with the reference, also hierarchically; ranks that disagree or a bad value are named; a peer SIGKILLed or silent mid all-reduce is named" {
+@test "over TCP in stripes (DDP_PG_TCP_CONNS): the matrix and every dtype and op at 6 MiB agree with the reference, also hierarchically; by default only between ranks alone on their nodes; ranks that disagree or a bad value are named; a peer SIGKILLed or silent mid all-reduce is named" {
   # messages of 1 MiB or more are cut over 3 connections per peer, a thread each
   for t in "wide 2" "matrix 3"; do
     set -- $t
@@ -80,29 +80,39 @@ teardown() {
     run "$DDPRUN" job.yaml
     [ "$status" -eq 0 ] || { echo "$1 n=$2: $output"; return 1; }
     [ "$(grep -c 'checks passed' <<<"$output")" -eq "$2" ]
-    [ "$(grep -c 'TCP messages from 1024 KiB: 3 connections per peer, a thread each' <<<"$output")" -eq "$2" ]
+    [ "$(grep -c 'TCP messages from 1024 KiB: 3 connections to a peer, a thread each' <<<"$output")" -eq "$2" ]
   done
+  # a bad value is the default, auto: on one node, one connection to each peer
   run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_CONNS=9
   assert_success
-  assert_output --partial "DDP_PG_TCP_CONNS='9' is not a number from 1 to 8; using 1"
-  refute_output --partial "connections per peer"
+  assert_output --partial "DDP_PG_TCP_CONNS='9' is neither auto nor a number from 1 to 8; using auto"
+  refute_output --partial "connections to a peer"
+  # by default: 3 nodes of 1 rank (a flat ring across nodes) stripe over 2 connections; 2 nodes
+  # of 2 ranks (shared memory inside, shards across) have 1 connection to every peer
+  DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 3 1 wide
+  for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
+  grep -q "TCP messages from 1024 KiB: 2 connections to a peer, a thread each" rank0.out
+  DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg DDP_PG_SHM_SLOT_BYTES=8388608 run_layout 2 2 big 8
+  for r in 0 1 2 3; do grep -q "checks passed" "rank$r.out"; done
+  [ "$(grep -c "connections to a peer" rank0.out || true)" -eq 0 ]
+  stop_store
   # every rank must have as many: rank 1 with 2, the others 3
   printf '#!/bin/sh\n[ "$RANK" = 1 ] && export DDP_PG_TCP_CONNS=2\nexec "%s" matrix\n' "$PGTEST" >conns.sh
   chmod +x conns.sh
   printf 'command: [./conns.sh]\nnproc_per_node: 3\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_CONNS: "3"}\n' >job.yaml
   run "$DDPRUN" job.yaml
   assert_failure
-  assert_output --regexp "rank 1 has 2 TCP connections per peer and this rank 3 \(DDP_PG_TCP_CONNS must be alike on every rank\)"
+  assert_output --regexp "rank 1 has DDP_PG_TCP_CONNS=2 and this rank 3 \(it must be alike on every rank\)"
   export DDP_PG_TCP_CONNS=2 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg
   # 2 nodes x 2 ranks: the rings across the nodes have their stripes too, where a round's shard
   # is large enough (8 MiB slots: each local rank's 4 MiB shard goes round in 2 MiB steps)
   DDP_PG_SHM_SLOT_BYTES=8388608 run_layout 2 2 big 8
   for r in 0 1 2 3; do grep -q "checks passed" "rank$r.out"; done
-  grep -q "2 connections per peer, a thread each" rank0.out
+  grep -q "2 connections to a peer, a thread each" rank0.out
   stop_store
   # a dead peer fails the others fast, a silent one at the timeout, each naming it
   TRANSPORT=tcp sigkill_case
-  grep -q "2 connections per peer, a thread each" rank0.out
+  grep -q "2 connections to a peer, a thread each" rank0.out
   stop_store
   TRANSPORT=tcp sigstop_case
 }

@@ -358,6 +358,7 @@ static int piece_threads;     /* with shared memory: threads each rank's all-red
 static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
 static bool piece_tcp_split;  /* over TCP: the sending thread did start */
 static int piece_tcp_conns;   /* over TCP: the stripes' threads did start, and the ring's bits */
+static bool piece_conns_auto; /* each peer's connections as the default rule has them */
 
 struct piece_arg {
     int rank, local_world, rc;
@@ -455,6 +456,14 @@ static void *piece_rank(void *a)
         bad |= ddp__team_size(pg->comm.tcp_team) != 2;
     if (piece_tcp_conns)
         bad |= ddp__team_size(pg->comm.tcp_team) != piece_tcp_conns;
+    for (int j = 0; piece_conns_auto && j < PW; j++) {
+        int want = j == pa->rank || pa->local_world > 1 ? 1 : 2, got_fds = 0;
+        for (int st = 0; st < DDP__TCP_MAX_CONNS - 1; st++)
+            got_fds += pg->comm.peers[j].sfd[st] >= 0;
+        bad |= pg->comm.peers[j].nconns != want || got_fds != want - 1;
+        bad |= pg->comm.tcp_conns != (pa->local_world > 1 ? 1 : 2);
+        bad |= pa->local_world > 1 && pg->comm.tcp_team != NULL;
+    }
     for (size_t k = 0; k < np; k++)
         free(mem[k]);
     free(flat);
@@ -539,6 +548,22 @@ TEST(allreduce_over_tcp_with_a_sending_thread_equals_one_buffer_bit_for_bit)
     PN = 30011;
     unsetenv("DDP_PG_TCP_THREADS");
     unsetenv("DDP_PG_TRANSPORT");
+}
+
+/* By default (DDP_PG_TCP_CONNS unset: auto), two connections between ranks that are each the
+ * only rank of their node, and stripes over them: 4 nodes of 1 rank, the ring's bits; 2 nodes of
+ * 2 ranks: one connection to every peer, no stripes. */
+TEST(by_default_two_connections_between_ranks_alone_on_their_nodes_one_otherwise)
+{
+    unsetenv("DDP_PG_TCP_CONNS");
+    PN = 1300001;
+    piece_tcp_conns = 2;
+    piece_conns_auto = true;
+    run_pieces(1);
+    piece_tcp_conns = 0;
+    run_pieces(2);
+    piece_conns_auto = false;
+    PN = 30011;
 }
 
 /* Over 3 connections per peer (DDP_PG_TCP_CONNS=3): 5.2 MB, so each ring step moves 1.3 MB each
