@@ -596,9 +596,11 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
             goto fail;
         }
         if (conns != conns_asked) {
-            char theirs[16], ours[16];
-            snprintf(theirs, sizeof(theirs), conns ? "%d" : "auto", conns);
-            snprintf(ours, sizeof(ours), conns_asked ? "%d" : "auto", conns_asked);
+            char theirs[16] = "auto", ours[16] = "auto";
+            if (conns)
+                snprintf(theirs, sizeof(theirs), "%d", conns);
+            if (conns_asked)
+                snprintf(ours, sizeof(ours), "%d", conns_asked);
             r = DDP_EINVAL;
             snprintf(pg->err, sizeof(pg->err),
                      "rank %d has DDP_PG_TCP_CONNS=%s and this rank %s (it must be alike on every "
