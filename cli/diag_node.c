@@ -430,9 +430,7 @@ static void on_stacks(void *arg, char *const *texts, int n)
     a->touched_until_ms = ddp_now_ms() + 200;
     send_reply(a, a->req, a->local, a->procs, texts, n);
     free(a->local);
-    free(a->procs);
     a->local = NULL;
-    a->procs = NULL;
 }
 
 void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t len,
@@ -468,24 +466,19 @@ void ddp__dn_stacks_frame(struct ddp__dn_asker *a, const uint8_t *body, size_t l
         free(procs);
         return;
     }
+    free(a->procs); /* the last collection's */
     a->req = req;
     a->local = local;
     a->procs = procs;
-    free(a->touched);
-    a->ntouched = 0;
-    if ((a->touched = calloc((size_t)k + 1, sizeof(pid_t)))) {
-        for (int i = 0; i < k; i++)
-            a->touched[i] = procs[i].pid;
-        a->ntouched = k;
-    }
+    a->nprocs = k;
     a->touched_until_ms = INT64_MAX; /* until on_stacks */
     if (ddp__dn_stacks_start(a->loop, procs, k, 10000, a->mask, on_stacks, a, &a->stacks) < 0) {
         free(local);
         free(procs);
         a->local = NULL;
         a->procs = NULL;
+        a->nprocs = 0;
         a->stacks = NULL;
-        a->ntouched = 0;
     }
 }
 
@@ -494,20 +487,18 @@ void ddp__dn_asker_release(struct ddp__dn_asker *a)
     ddp__dn_stacks_free(a->stacks);
     free(a->local);
     free(a->procs);
-    free(a->touched);
     a->stacks = NULL;
     a->local = NULL;
     a->procs = NULL;
-    a->touched = NULL;
-    a->ntouched = 0;
+    a->nprocs = 0;
 }
 
 bool ddp__dn_asker_touches(const struct ddp__dn_asker *a, pid_t pid)
 {
     if (ddp_now_ms() >= a->touched_until_ms)
         return false;
-    for (int i = 0; i < a->ntouched; i++)
-        if (a->touched[i] == pid)
+    for (int i = 0; i < a->nprocs; i++)
+        if (a->procs[i].pid == pid)
             return true;
     return false;
 }

@@ -64,12 +64,11 @@ struct ddp__dn_asker {
     void (*send)(struct ddp_buf *frame); /* the reply goes to the launcher */
     struct ddp__dn_stacks *stacks;       /* a collection under way */
     uint32_t req;
-    int *local; /* the local ranks asked for, and their processes */
+    int *local; /* the local ranks asked for (while the collection runs) */
+    /* their processes, kept after it until the next (ddp__dn_asker_touches), and until when
+     * (ddp_now_ms) they count as touched: while it runs, and 200 ms after */
     struct ddp__dn_proc *procs;
-    /* the processes of the collection under way or of the last one, and until when (ddp_now_ms)
-     * they count as touched by it: while it runs, and 200 ms after */
-    pid_t *touched;
-    int ntouched;
+    int nprocs;
     int64_t touched_until_ms;
 };
 /* body: the frame's; running[lr]: local rank lr's process (pid 0 unless it runs), nw of them. */
