@@ -48,17 +48,27 @@ teardown() {
   done
 }
 
-@test "over TCP with a sending thread (DDP_PG_TCP_THREADS=2): the matrix and every dtype and op at 6 MiB agree with the reference; a peer SIGKILLed or silent mid all-reduce is named" {
-  # ring steps of 256 KiB or more each way send on a second thread while the first receives
-  for t in "wide 2" "matrix 2"; do # the matrix last: the bad value below runs it again
+# pgtest modes over TCP with one variable set ("mode ranks" each): every rank passes and logs
+# line once. job.yaml is left with the last mode's job.
+tcp_variant() { # var value line "mode ranks"...
+  local var=$1 val=$2 line=$3 t
+  shift 3
+  for t in "$@"; do
     set -- $t
-    printf 'command: [%s, %s]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_THREADS: "2", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' \
-      "$PGTEST" "$1" "$2" >job.yaml
+    printf 'command: [%s, %s]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: tcp, %s: "%s", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' \
+      "$PGTEST" "$1" "$2" "$var" "$val" >job.yaml
     run "$DDPRUN" job.yaml
     [ "$status" -eq 0 ] || { echo "$1 n=$2: $output"; return 1; }
     [ "$(grep -c 'checks passed' <<<"$output")" -eq "$2" ]
-    [ "$(grep -c 'TCP transfers from 256 KiB each way: a thread sends while another receives' <<<"$output")" -eq "$2" ]
+    [ "$(grep -c "$line" <<<"$output")" -eq "$2" ]
   done
+}
+
+@test "over TCP with a sending thread (DDP_PG_TCP_THREADS=2): the matrix and every dtype and op at 6 MiB agree with the reference; a peer SIGKILLed or silent mid all-reduce is named" {
+  # ring steps of 256 KiB or more each way send on a second thread while the first receives
+  # (the matrix last: the bad value below runs it again)
+  tcp_variant DDP_PG_TCP_THREADS 2 'TCP transfers from 256 KiB each way: a thread sends while another receives' \
+    "wide 2" "matrix 2"
   run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_THREADS=4
   assert_success
   assert_output --partial "DDP_PG_TCP_THREADS='4' is neither 1 nor 2; using 1"
@@ -73,15 +83,8 @@ teardown() {
 
 @test "over TCP in stripes (DDP_PG_TCP_CONNS): the matrix and every dtype and op at 6 MiB agree with the reference, also hierarchically; by default only between ranks alone on their nodes; ranks that disagree or a bad value are named; a peer SIGKILLed or silent mid all-reduce is named" {
   # messages of 1 MiB or more are cut over 3 connections per peer, a thread each
-  for t in "wide 2" "matrix 3"; do
-    set -- $t
-    printf 'command: [%s, %s]\nnproc_per_node: %d\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_CONNS: "3", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' \
-      "$PGTEST" "$1" "$2" >job.yaml
-    run "$DDPRUN" job.yaml
-    [ "$status" -eq 0 ] || { echo "$1 n=$2: $output"; return 1; }
-    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$2" ]
-    [ "$(grep -c 'TCP messages from 1024 KiB: 3 connections to a peer, a thread each' <<<"$output")" -eq "$2" ]
-  done
+  tcp_variant DDP_PG_TCP_CONNS 3 'TCP messages from 1024 KiB: 3 connections to a peer, a thread each' \
+    "wide 2" "matrix 3"
   # a bad value is the default, auto: on one node, one connection to each peer
   run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_CONNS=9
   assert_success
