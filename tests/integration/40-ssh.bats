@@ -405,6 +405,17 @@ SH
   for k in 1 2; do only_sshd_in "$k"; done
 }
 
+# Processes whose command line has $1, less forks of them that have not exec'd yet (a shell
+# loop's child shows its parent's command line until it runs sleep).
+count_procs() {
+  local all p n=0
+  all=" $(pgrep -f "$1" | tr '\n' ' ') "
+  for p in $all; do
+    [[ "$all" == *" $(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ') "* ]] || n=$((n + 1))
+  done
+  echo "$n"
+}
+
 @test "a second signal while stopping ends at once, killing remote ranks that ignore the first; the rendezvous timeout names the nodes that never joined" {
   for k in 1 2; do sshd_start "$k"; done
   marker="ddprun-stubborn-$RANDOM$RANDOM"
@@ -413,12 +424,12 @@ SH
   ssh_job job.yaml 1 1 2 -- /bin/sh -c 'trap "" INT TERM; while :; do sleep 0.2; done' "$marker-rank"
   "$DDPRUN" job.yaml --set stop_grace=60s >out.txt 2>&1 &
   pid=$!
-  for _ in $(seq 100); do [ "$(pgrep -fc "$marker-rank")" -ge 2 ] && break; sleep 0.1; done
-  [ "$(pgrep -fc "$marker-rank")" -eq 2 ]
+  for _ in $(seq 100); do [ "$(count_procs "$marker-rank")" -ge 2 ] && break; sleep 0.1; done
+  [ "$(count_procs "$marker-rank")" -eq 2 ]
   kill -INT "$pid"
   sleep 1
   kill -0 "$pid"   # in its 60 s grace
-  [ "$(pgrep -fc "$marker-rank")" -eq 2 ]
+  [ "$(count_procs "$marker-rank")" -eq 2 ]
   SECONDS=0
   kill -TERM "$pid"
   rc=0; wait "$pid" || rc=$?
