@@ -69,37 +69,67 @@ static const char *peer_mem(struct ddp__shm *sh, int j, const struct ddp__shm_ct
     return (const char *)sh->peer_arena[j] + l->arena_off + off;
 }
 
+/* Local rank j's bytes [o, o + m) of the buffer: ours or a registered peer's where they lie,
+ * else copied into spare by cross-memory attach. */
+static int chunk_of(struct ddp__comm *c, int j, char *buf, size_t o, size_t m, char *spare,
+                    const char **src)
+{
+    struct ddp__shm *sh = &c->shm;
+    const struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
+    *src = j == sh->me ? buf + o : peer_mem(sh, j, l, o);
+    if (*src)
+        return 0;
+    *src = spare;
+    return cma_read(c, j, spare, l->addr + o, m);
+}
+
 /*
- * Our shard [b0, b0 + len) (bytes), reduced over every local rank's buffer in rank order, in an
- * accumulator in scratch (2 * CHUNK + 2 * DDP__PAGE bytes) half a page from the shard modulo
- * the page size (ddp__away_from): the peers' buffers are usually at our buffer's offset within
- * a page. The cross-memory attach copy goes half a page from the accumulator.
+ * Our shard [b0, b0 + len) (bytes), reduced over every local rank's buffer in rank order,
+ * CHUNK bytes at a time. The first pass combines local ranks 0 and 1 into the output; local
+ * ranks 0 and 1, whose own elements that pass reads before it writes them, reduce in place in
+ * their buffer (as the slots do: worker/shm.c's own_in_place); a later rank reduces into an
+ * accumulator in scratch (2 * CHUNK + 2 * DDP__PAGE bytes), half a page from the shard modulo
+ * the page size (ddp__away_from: the peers' buffers are usually at our buffer's offset within
+ * a page), and copies it out. A peer read with cross-memory attach is copied half a page from
+ * the accumulator first (local rank 0's, as the left operand, into the accumulator itself).
+ * With avg, the pass that adds the last rank's elements divides by the number of ranks: the
+ * same bits as the sum divided after it (worker/reduce.c), one pass over the shard fewer.
  */
 static int reduce_shard(struct ddp__comm *c, char *buf, size_t b0, size_t len, enum ddp_dtype dt,
-                        enum ddp_redop op, char *scratch)
+                        enum ddp_redop op, bool avg, char *scratch)
 {
     struct ddp__shm *sh = &c->shm;
     size_t esz = ddp_dtype_size(dt);
     char *acc = ddp__away_from(scratch, buf + b0), *tmp = acc + CHUNK + DDP__PAGE / 2;
+    bool in_place = sh->me < 2;
+    int e;
+    if (sh->n == 1) /* alone on the node: the shard is the node's sum already */
+        return 0;
     for (size_t o = b0; o < b0 + len; o += CHUNK) {
-        size_t m = b0 + len - o < CHUNK ? b0 + len - o : CHUNK;
-        for (int j = 0; j < sh->n; j++) {
-            const struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
-            const char *src = j == sh->me ? buf + o : peer_mem(sh, j, l, o);
-            if (!src) {
-                int e = cma_read(c, j, j == 0 ? acc : tmp, l->addr + o, m);
-                if (e < 0)
-                    return e;
-                src = j == 0 ? acc : tmp;
-            }
-            if (j == 0) {
-                if (src != acc)
-                    memcpy(acc, src, m);
-            } else {
-                ddp__reduce(acc, src, m / esz, dt, op);
-            }
+        size_t m = b0 + len - o < CHUNK ? b0 + len - o : CHUNK, k = m / esz;
+        char *out = in_place ? buf + o : acc;
+        const char *a, *b;
+        if ((e = chunk_of(c, 0, buf, o, m, acc, &a)) < 0 ||
+            (e = chunk_of(c, 1, buf, o, m, tmp, &b)) < 0)
+            return e;
+        bool last = avg && sh->n == 2;
+        if (a == out) /* rank 0's elements lie where the output goes */
+            last ? ddp__reduce_avg(out, b, k, dt, sh->n) : ddp__reduce(out, b, k, dt, op);
+        else if (b == out) /* rank 1's (ours) do: in place on the right */
+            last ? ddp__reduce_avg_rev(out, a, k, dt, sh->n) : ddp__reduce_rev(out, a, k, dt, op);
+        else
+            last ? ddp__reduce_avg_to(out, a, b, k, dt, sh->n)
+                 : ddp__reduce_to(out, a, b, k, dt, op);
+        for (int j = 2; j < sh->n; j++) {
+            if ((e = chunk_of(c, j, buf, o, m, tmp, &b)) < 0)
+                return e;
+            if (avg && j == sh->n - 1)
+                ddp__reduce_avg(out, b, k, dt, sh->n);
+            else
+                ddp__reduce(out, b, k, dt, op);
         }
-        memcpy(buf + o, acc, m);
+        if (out != buf + o)
+            memcpy(buf + o, out, m);
     }
     return 0;
 }
@@ -132,6 +162,9 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         c->scratch_len = 2 * CHUNK + 2 * DDP__PAGE;
     }
     char *b = buf;
+    /* One node: an average divides in the pass that adds the last rank's elements (the same
+     * bits as the sum divided after it); across nodes, once the rings have summed the shard. */
+    bool avg = op == DDP_AVG && !c->cross;
     /* Blocks of the buffer, one step each: a shard's peers copy it out while it is still in
      * the cache its owner wrote it to. Across nodes one block, so each ring moves one shard. */
     size_t per_block = c->cross ? count : (sh->direct_block / esz / (size_t)n) * (size_t)n;
@@ -142,9 +175,9 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         size_t m = count - done < per_block ? count - done : per_block;
         size_t s0 = done + m * (size_t)me / (size_t)n, s1 = done + m * (size_t)(me + 1) / (size_t)n;
         if (s1 > s0) {
-            if ((e = reduce_shard(c, b, s0 * esz, (s1 - s0) * esz, dt, op, c->scratch)) < 0)
+            if ((e = reduce_shard(c, b, s0 * esz, (s1 - s0) * esz, dt, op, avg, c->scratch)) < 0)
                 return e;
-            if ((e = ddp__shm_shard_done(c, b + s0 * esz, s1 - s0, dt, op)) < 0)
+            if ((e = ddp__shm_shard_done(c, b + s0 * esz, s1 - s0, dt, avg ? DDP_SUM : op)) < 0)
                 return e;
         }
         if ((e = ddp__shm_step(c, k + 1)) < 0)
