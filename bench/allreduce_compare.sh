@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# All-reduce busbw side by side on this machine: ddprun's process group (shared memory, and TCP
-# forced), Gloo (Debian's
-# python3-torch), Open MPI's MPI_Allreduce over shared memory (btl self,vader) and over TCP, and a
+# All-reduce busbw side by side on this machine: ddprun's process group (shared memory on an
+# ordinary buffer, shared memory on the group's registered memory from ddp_pg_mem_alloc, as the
+# reducer's buckets are, and TCP forced), Gloo (Debian's python3-torch), Open MPI's MPI_Allreduce over shared memory (btl self,vader) and over TCP, and a
 # single-thread memcpy as the ceiling. float32 sum in place, 4 KiB to 64 MiB; medians.
 # Also two memcpys at once, one per core: each rank of a 2-rank all-reduce must read its buffer
 # and write it once, as a memcpy does, at the same time as the other, so once the message
@@ -34,8 +34,8 @@ for rep in $(seq "$REPS"); do
     wait
     cat "$T/m2"
     for n in 2 4; do
-      for tr in shm tcp; do
-        t=$([ $tr = shm ] && echo auto || echo tcp)
+      for tr in shm shm-reg tcp; do
+        t=$([ $tr = tcp ] && echo tcp || echo auto)
         printf 'command: [%s, ddp-%s]\nnproc_per_node: %d\nlogs: {dir: %s/logs}\nenv: {DDP_PG_TRANSPORT: %s}\nbind_to: %s\n' \
           "$B/bench/allreduce_bench" "$tr" "$n" "$T" "$t" "$BIND" >"$T/job.yaml"
         "$B/ddprun" "$T/job.yaml" 2>/dev/null | sed -n 's/^\[localhost:0\] //p'
@@ -62,9 +62,9 @@ def fmt(b):
 for n in (2, 4):
     print(f"\n{n} ranks on one node. busbw in GB/s (time in us), medians over the rounds; ratios: median (min-max) of the rounds' ratios.\n")
     two = n == 2
-    print("| size | ddprun shm | ddprun TCP | Gloo | Open MPI shm | Open MPI TCP | shm/Gloo | shm/MPI-shm | TCP/Gloo | memcpy GB/s | wrong |"
-          + (" 2 memcpys at once, each GB/s | shm / memcpy | shm / 2 memcpys' each |" if two else ""))
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if two else ""))
+    print("| size | ddprun shm | ddprun shm, registered | ddprun TCP | Gloo | Open MPI shm | Open MPI TCP | shm/Gloo | registered/Gloo | shm/MPI-shm | registered/MPI-shm | TCP/Gloo | memcpy GB/s | wrong |"
+          + (" 2 memcpys at once, each GB/s | shm / memcpy | registered / memcpy | shm / 2 memcpys' each |" if two else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if two else ""))
     for (nn, b) in sorted(k for k in runs if k[0] == n):
         r = runs[(nn, b)]
         def g(k):
@@ -85,12 +85,15 @@ for n in (2, 4):
         if two:
             # per round: the two concurrent copies' mean, and the shares of that round
             a, c, sh = m1.get("memcpy2a", {}), m1.get("memcpy2b", {}), r.get("ddp-shm", {})
+            rg = r.get("ddp-shm-reg", {})
             each = {p: (a[p][1] + c[p][1]) / 2 for p in a if p in c}
             s1 = [sh[p][1] / mc[p][1] for p in sh if p in mc and mc[p][1]]
+            r1 = [rg[p][1] / mc[p][1] for p in rg if p in mc and mc[p][1]]
             s2 = [sh[p][1] / each[p] for p in sh if p in each and each[p]]
             f = lambda v: f"{median(v):.0%} ({min(v):.0%}-{max(v):.0%})" if v else "-"
-            extra = f" {median(each.values()):.1f} | {f(s1)} | {f(s2)} |" if each else " - | - | - |"
-        print(f"| {fmt(b)} | {g('ddp-shm')} | {g('ddp-tcp')} | {g('gloo')} | {g('mpi-shm')} | {g('mpi-tcp')} "
-              f"| {ratio('ddp-shm', 'gloo')} | {ratio('ddp-shm', 'mpi-shm')} | {ratio('ddp-tcp', 'gloo')} "
+            extra = f" {median(each.values()):.1f} | {f(s1)} | {f(r1)} | {f(s2)} |" if each else " - | - | - | - |"
+        print(f"| {fmt(b)} | {g('ddp-shm')} | {g('ddp-shm-reg')} | {g('ddp-tcp')} | {g('gloo')} | {g('mpi-shm')} | {g('mpi-tcp')} "
+              f"| {ratio('ddp-shm', 'gloo')} | {ratio('ddp-shm-reg', 'gloo')} | {ratio('ddp-shm', 'mpi-shm')} "
+              f"| {ratio('ddp-shm-reg', 'mpi-shm')} | {ratio('ddp-tcp', 'gloo')} "
               f"| {mcbw:.1f} | {wrong} |" + extra)
 PY

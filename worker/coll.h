@@ -160,6 +160,7 @@ struct ddp__shm {
     void **peer_arena;        /* each local rank's arena as mapped here ([me]: ours), or NULL */
     size_t arena_len;
     uint64_t direct_done, cma_reads; /* single-copy all-reduces done, process_vm_readv calls */
+    uint64_t direct_shared;          /* single-copy all-reduces shared with helper threads */
     /* This rank's threads for the slots' one-node all-reduces of at least DDP__TEAM_MIN_BYTES
      * (worker/team.h, worker/shm.c): in all, the collective's own thread included (1: it alone;
      * DDP_PG_SHM_THREADS); the helpers start at the first all-reduce that uses them. */
@@ -172,6 +173,10 @@ struct ddp__shm {
  * run on over the node's ranks, less one, at most DDP__TEAM_AUTO_MAX (worker/shm_sync.c). */
 #define DDP__TEAM_AUTO_MAX 4
 int ddp__shm_threads(int nlocal);
+/* The rank's helper threads for a one-node all-reduce of bytes (the slots', or single-copy's on
+ * registered memory), started at the first that has a use for them (worker/shm.c); NULL: the
+ * thread that runs the collective works alone. */
+struct ddp__team *ddp__shm_team(struct ddp__shm *sh, size_t bytes);
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
 /* Takes over a mapping of ddp__shm_segment_bytes() bytes (zero-filled when created) and the

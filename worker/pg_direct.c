@@ -39,7 +39,11 @@
 #define PROBE_MAGIC 0x64647021636d6121ull
 static volatile const uint64_t g_probe = PROBE_MAGIC;
 
-#define DIRECT_BLOCK_DEFAULT ((size_t)1 << 20)
+/* Bytes of the buffer per step of single-copy, by default per local rank: each rank reduces
+ * 2 MiB of its shard, then copies the others' out. On the 2-vCPU Intel Xeon VM (2026-11-27,
+ * BENCHMARKS.md) 4 MiB steps at 2 ranks ran 1.64x 1 MiB steps at 4 and 16 MiB and 1.23x at 64,
+ * 2 MiB steps between the two; 8 MiB like 4; at 4 ranks 8 MiB ahead of 4 and 1 (on 2 cores). */
+#define DIRECT_BLOCK_PER_RANK ((size_t)2 << 20)
 /* Auto (worker/shm_auto.c): all-reduces of registered memory from 1 MiB, single-copy taken
  * for a size class where its trials say it is DDP_PG_DIRECT_AUTO_MARGIN (default 1.05) times
  * faster than the slots (0 takes it whatever they say, a large margin never). */
@@ -92,7 +96,7 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     const char *dv = getenv("DDP_PG_DIRECT_BYTES");
     bool autom = !dv || !*dv || strcmp(dv, "auto") == 0; /* the default */
     size_t dmin = autom ? AUTO_BYTES : env_size("DDP_PG_DIRECT_BYTES", 0);
-    size_t dblock = env_size("DDP_PG_DIRECT_BLOCK", DIRECT_BLOCK_DEFAULT);
+    size_t dblock = env_size("DDP_PG_DIRECT_BLOCK", 0); /* 0: the default, by local ranks */
     /* auto chooses on groups of one node only (the layout is the same on every rank) */
     if (dmin == 0 || (autom && pg->local_world != pg->world))
         return 0;
@@ -192,7 +196,7 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     }
     sh->cma = all_cma;
     sh->direct_min = agreed;
-    sh->direct_block = dblock;
+    sh->direct_block = dblock ? dblock : DIRECT_BLOCK_PER_RANK * (size_t)sh->n;
     bool autod = autom && agreed;
     if (all_arena) {
         sh->arena = arena;

@@ -200,9 +200,7 @@ static void in_parts(struct ddp__team *t, ddp__team_fn fn, struct round *r)
         fn(r, 0, 1);
 }
 
-/* The rank's helper threads for an all-reduce of bytes on one node, started at the first
- * that has a use for them; NULL: the thread that runs the collective works alone. */
-static struct ddp__team *team_for(struct ddp__shm *sh, size_t bytes)
+struct ddp__team *ddp__shm_team(struct ddp__shm *sh, size_t bytes)
 {
     if (sh->threads < 2 || bytes < DDP__TEAM_MIN_BYTES)
         return NULL;
@@ -233,7 +231,7 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
     int n = sh->n, me = sh->me, e;
     size_t esz = ddp_dtype_size(dt);
     size_t per_round = round_elems(c, count, esz);
-    struct ddp__team *team = c->cross ? NULL : team_for(sh, count * esz);
+    struct ddp__team *team = c->cross ? NULL : ddp__shm_team(sh, count * esz);
     struct ddp__pieces cur[DDP__TEAM_MAX], *v = &cur[0];
     for (int p = 0; p < ddp__team_size(team); p++)
         ddp__pieces_init(&cur[p], pc, npc, esz);

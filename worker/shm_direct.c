@@ -20,6 +20,7 @@
  */
 #include "worker/coll.h"
 #include "common/err.h"
+#include "worker/team.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -134,6 +135,78 @@ static int reduce_shard(struct ddp__comm *c, char *buf, size_t b0, size_t len, e
     return 0;
 }
 
+/* Scratch memory of one part: reduce_shard's accumulator and its copy of a peer's chunk. */
+#define PART_SCRATCH (2 * CHUNK + 2 * DDP__PAGE)
+
+/*
+ * One block's two steps, each in parts where the rank has helper threads (worker/team.h):
+ * every part reduces, or copies out, its own range of elements with the same arithmetic in
+ * the same order, so the bits do not depend on the number of parts. Helpers only where every
+ * buffer is registered: cross-memory attach, whose failure names the peer in the group's one
+ * error message, runs on the collective's own thread alone.
+ */
+struct block {
+    struct ddp__comm *c;
+    char *buf;
+    size_t esz, done, m; /* the block: elements [done, done + m) */
+    enum ddp_dtype dt;
+    enum ddp_redop op;
+    bool avg;
+    int err[DDP__TEAM_MAX]; /* each part's result */
+};
+
+/* Part p of n of local rank j's shard of the block: elements [*a, *b), split at cache lines. */
+static void shard_part(const struct block *k, int j, int p, int n, size_t *a, size_t *b)
+{
+    size_t nl = (size_t)k->c->shm.n;
+    ddp__team_split(k->done + k->m * (size_t)j / nl, k->done + k->m * (size_t)(j + 1) / nl, p, n,
+                    k->esz < 64 ? 64 / k->esz : 1, a, b);
+}
+
+static void reduce_part(void *arg, int p, int n)
+{
+    struct block *k = arg;
+    size_t a, b;
+    shard_part(k, k->c->shm.me, p, n, &a, &b);
+    k->err[p] = b > a ? reduce_shard(k->c, k->buf, a * k->esz, (b - a) * k->esz, k->dt, k->op,
+                                     k->avg, (char *)k->c->scratch + (size_t)p * PART_SCRATCH)
+                      : 0;
+}
+
+/* The block's other shards, from their owners' buffers into ours. */
+static void copy_part(void *arg, int p, int n)
+{
+    struct block *k = arg;
+    struct ddp__shm *sh = &k->c->shm;
+    k->err[p] = 0;
+    for (int j = 0; j < sh->n && !k->err[p]; j++) {
+        size_t a, b;
+        shard_part(k, j, p, n, &a, &b);
+        if (j == sh->me || b == a)
+            continue;
+        const struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
+        const char *src = peer_mem(sh, j, l, a * k->esz);
+        char *dst = k->buf + a * k->esz;
+        if (src)
+            memcpy(dst, src, (b - a) * k->esz);
+        else
+            k->err[p] = cma_read(k->c, j, dst, l->addr + a * k->esz, (b - a) * k->esz);
+    }
+}
+
+/* fn over every part, on the team where there is one; the first part's error, else 0. */
+static int in_parts(struct ddp__team *t, ddp__team_fn fn, struct block *k)
+{
+    if (t)
+        ddp__team_run(t, fn, k);
+    else
+        fn(k, 0, 1);
+    for (int p = 0; p < ddp__team_size(t); p++)
+        if (k->err[p] < 0)
+            return k->err[p];
+    return 0;
+}
+
 int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                               enum ddp_redop op)
 {
@@ -147,57 +220,53 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         return e;
     /* Every rank decides the same from the same lines: in place only if every buffer can be
      * read (its arena is mapped here, or cross-memory attach works on this node). */
-    bool ok = true;
-    for (int j = 0; j < n && ok; j++) /* ours too: the others read it */
-        ok = sh->cma || peer_mem(sh, j, ddp__shm_ctrl(sh, j), 0);
+    bool ok = true, registered = true;
+    for (int j = 0; j < n; j++) { /* ours too: the others read it */
+        bool reg = peer_mem(sh, j, ddp__shm_ctrl(sh, j), 0) != NULL;
+        ok = ok && (sh->cma || reg);
+        registered = registered && reg;
+    }
     if (!ok) {
         sh->seq += 1;
         return 1;
     }
-    if (c->scratch_len < 2 * CHUNK + 2 * DDP__PAGE) {
-        void *s = realloc(c->scratch, 2 * CHUNK + 2 * DDP__PAGE);
+    struct ddp__team *team = registered && !c->cross ? ddp__shm_team(sh, count * esz) : NULL;
+    size_t scratch = (size_t)ddp__team_size(team) * PART_SCRATCH;
+    if (c->scratch_len < scratch) {
+        void *s = realloc(c->scratch, scratch);
         if (!s)
             return DDP_ENOMEM; /* a peer waits out its deadline; not expected */
         c->scratch = s;
-        c->scratch_len = 2 * CHUNK + 2 * DDP__PAGE;
+        c->scratch_len = scratch;
     }
-    char *b = buf;
     /* One node: an average divides in the pass that adds the last rank's elements (the same
      * bits as the sum divided after it); across nodes, once the rings have summed the shard. */
-    bool avg = op == DDP_AVG && !c->cross;
+    struct block k = {
+        .c = c, .buf = buf, .esz = esz, .dt = dt, .op = op, .avg = op == DDP_AVG && !c->cross};
     /* Blocks of the buffer, one step each: a shard's peers copy it out while it is still in
      * the cache its owner wrote it to. Across nodes one block, so each ring moves one shard. */
     size_t per_block = c->cross ? count : (sh->direct_block / esz / (size_t)n) * (size_t)n;
     if (per_block == 0)
         per_block = count;
-    uint64_t k = 1;
-    for (size_t done = 0; done < count; done += per_block, k++) {
-        size_t m = count - done < per_block ? count - done : per_block;
-        size_t s0 = done + m * (size_t)me / (size_t)n, s1 = done + m * (size_t)(me + 1) / (size_t)n;
-        if (s1 > s0) {
-            if ((e = reduce_shard(c, b, s0 * esz, (s1 - s0) * esz, dt, op, avg, c->scratch)) < 0)
-                return e;
-            if ((e = ddp__shm_shard_done(c, b + s0 * esz, s1 - s0, dt, avg ? DDP_SUM : op)) < 0)
-                return e;
-        }
-        if ((e = ddp__shm_step(c, k + 1)) < 0)
+    uint64_t step = 1;
+    for (k.done = 0; k.done < count; k.done += per_block, step++) {
+        k.m = count - k.done < per_block ? count - k.done : per_block;
+        if ((e = in_parts(team, reduce_part, &k)) < 0)
             return e;
-        for (int j = 0; j < n; j++) {
-            size_t j0 = done + m * (size_t)j / (size_t)n,
-                   j1 = done + m * (size_t)(j + 1) / (size_t)n;
-            if (j == me || j1 == j0)
-                continue;
-            const struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, j);
-            const char *src = peer_mem(sh, j, l, j0 * esz);
-            if (src)
-                memcpy(b + j0 * esz, src, (j1 - j0) * esz);
-            else if ((e = cma_read(c, j, b + j0 * esz, l->addr + j0 * esz, (j1 - j0) * esz)) < 0)
-                return e;
-        }
+        size_t s0 = k.done + k.m * (size_t)me / (size_t)n,
+               s1 = k.done + k.m * (size_t)(me + 1) / (size_t)n;
+        if (s1 > s0 && (e = ddp__shm_shard_done(c, k.buf + s0 * esz, s1 - s0, dt,
+                                                k.avg ? DDP_SUM : op)) < 0)
+            return e;
+        if ((e = ddp__shm_step(c, step + 1)) < 0)
+            return e;
+        if ((e = in_parts(team, copy_part, &k)) < 0)
+            return e;
     }
-    if ((e = ddp__shm_step(c, k + 1)) < 0)
+    if ((e = ddp__shm_step(c, step + 1)) < 0)
         return e;
-    sh->seq += k + 1;
+    sh->seq += step + 1;
     sh->direct_done++;
+    sh->direct_shared += team != NULL;
     return 0;
 }

@@ -335,7 +335,7 @@ static float ordered(int r, size_t i)
 }
 
 /* kind 0: every buffer malloc'd; 1: every one registered; 2: even ranks' registered. */
-static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
+static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads, long *shared)
 {
     static const size_t sizes[] = {1021, 4099, 65537, 262147, 1048579};
     bool reg = kind == 1 || (kind == 2 && rank % 2 == 0);
@@ -343,7 +343,8 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
     unsigned seed = 500;
     char what[160], label[32];
     snprintf(label, sizeof(label), "direct kind %d ", kind);
-    uint64_t d0 = pg->comm.shm.direct_done, r0 = pg->comm.shm.cma_reads;
+    uint64_t d0 = pg->comm.shm.direct_done, r0 = pg->comm.shm.cma_reads,
+             s0 = pg->comm.shm.direct_shared;
     for (int dt = 0; dt <= DDP_I64; dt++) {
         size_t esz = ddp_dtype_size((enum ddp_dtype)dt);
         for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
@@ -373,6 +374,7 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads)
     free(w);
     *done = (long)(pg->comm.shm.direct_done - d0);
     *reads = (long)(pg->comm.shm.cma_reads - r0);
+    *shared = (long)(pg->comm.shm.direct_shared - s0);
     return bad;
 }
 
@@ -382,10 +384,11 @@ static int direct(struct ddp_pg *pg)
     int bad = 0;
     printf("pgtest rank %d: arena %s\n", rank, pg->comm.shm.arena ? "kept" : "none");
     for (int k = 0; k < 3; k++) {
-        long done = 0, reads = 0;
-        bad |= direct_kind(pg, k, &done, &reads);
+        long done = 0, reads = 0, shared = 0;
+        bad |= direct_kind(pg, k, &done, &reads, &shared);
         printf("pgtest rank %d: %s: %ld single-copy, %ld cross-memory reads\n", rank, kinds[k],
                done, reads);
+        printf("pgtest rank %d: %s: %ld single-copy on helper threads\n", rank, kinds[k], shared);
     }
     return bad;
 }

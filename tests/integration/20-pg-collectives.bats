@@ -342,6 +342,35 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ] # no segment or arena name outlives setup
 }
 
+helper_counts() { # file kind count: single-copy all-reduces shared with helper threads
+  local h
+  h=$(sed -n "s/.*pgtest rank [0-9]*: $2: \([0-9]*\) single-copy on helper threads/\1/p" "$1")
+  count_is "$h" "$3" || { echo "$1 $2: $h on helper threads; expected $3"; return 1; }
+}
+
+@test "single-copy all-reduce shared out over helper threads (DDP_PG_SHM_THREADS): registered buffers of 1 MiB or more, every dtype and op, f32 bit for bit in rank order; cross-memory attach on one thread" {
+  # 3 threads per rank: each step's reduction and copies in 3 parts; 3 ranks in blocks of the
+  # default size, 2 in blocks of 64 KiB (parts of a few cache lines, a part left empty where a
+  # shard is short)
+  for nb in 3: 2:65536; do
+    IFS=: read -r n block <<<"$nb"
+    printf 'command: [%s, direct]\nnproc_per_node: %d\nenv: {DDP_PG_DIRECT_BYTES: "4096", DDP_PG_SHM_THREADS: "3", DDP_PG_DIRECT_BLOCK: "%s"}\nlogs: {dir: logs}\n' \
+      "$PGTEST" "$n" "$block" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "n=$n block=$block: $output"; return 1; }
+    [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
+    for f in logs/*/rank-*.log; do
+      direct_counts "$f" registered 105 0
+      # the all-reduces of 1 MiB or more, on every rank alike: 10 dtype x size pairs x 4 ops,
+      # and the ordered sum
+      helper_counts "$f" registered 41
+      helper_counts "$f" malloc 0 # cross-memory attach: the collective's thread alone
+      helper_counts "$f" mixed 0
+    done
+    rm -rf logs
+  done
+}
+
 # Rank 0's shared-memory files (descriptors and mappings) as /proc shows them.
 shm_files() { # pid
   { ls -l "/proc/$1/fd" 2>/dev/null; cat "/proc/$1/maps" 2>/dev/null; } | grep -oE '(/memfd:|/dev/shm/)ddp-[a-z0-9-]*' | sort -u || true

@@ -356,6 +356,7 @@ enum { PW = 4 };
 static size_t PN = 30011;     /* elements of the buffer in pieces */
 static int piece_threads;     /* with shared memory: threads each rank's all-reduces must use */
 static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
+static bool piece_flat_registered; /* the one buffer in registered memory, single-copy */
 static bool piece_tcp_split;  /* over TCP: the sending thread did start */
 static int piece_tcp_conns;   /* over TCP: the stripes' threads did start, and the ring's bits */
 static bool piece_conns_auto; /* each peer's connections as the default rule has them */
@@ -372,7 +373,9 @@ static void *piece_rank(void *a)
     pa->rc = -1;
     if (!(pg = join("pieces", pa->rank, PW, pa->local_world, &s)))
         return NULL;
-    float *flat = malloc(PN * sizeof(float)), *got = malloc(PN * sizeof(float));
+    float *flat = piece_flat_registered ? ddp_pg_mem_alloc(pg, PN * sizeof(float))
+                                        : malloc(PN * sizeof(float)),
+          *got = malloc(PN * sizeof(float));
     struct ddp_piece pc[64];
     float *mem[64];
     size_t np = 0, at = 0;
@@ -464,9 +467,11 @@ static void *piece_rank(void *a)
         bad |= pg->comm.tcp_conns != (pa->local_world > 1 ? 1 : 2);
         bad |= pa->local_world > 1 && pg->comm.tcp_team != NULL;
     }
+    if (piece_flat_registered) /* each iteration's one buffer single-copy, on the helpers */
+        bad |= pg->comm.shm.direct_done != 4 || pg->comm.shm.direct_shared != 4;
     for (size_t k = 0; k < np; k++)
         free(mem[k]);
-    free(flat);
+    ddp_pg_mem_free(pg, flat); /* either kind */
     free(got);
     ddp_pg_free(pg);
     ddp_store_close(s);
@@ -517,6 +522,29 @@ TEST(allreduce_in_pieces_over_helper_threads_equals_one_buffer_bit_for_bit)
     piece_rank_order = false;
     unsetenv("DDP_PG_SHM_THREADS");
     unsetenv("DDP_PG_SHM_SLOT_BYTES");
+}
+
+/* The one buffer in the ranks' registered memory, all-reduced single-copy (each rank's shard
+ * reduced reading the peers' arenas in place, then the others' shards copied out of them) and
+ * shared out over three threads per rank: the bits of the slots, and of rank order. 1.2 MB in
+ * 256 KiB blocks, so parts end inside blocks and shards. */
+TEST(single_copy_allreduce_over_helper_threads_equals_the_slots_bit_for_bit)
+{
+    setenv("DDP_PG_DIRECT_BYTES", "4096", 1);
+    setenv("DDP_PG_DIRECT_BLOCK", "262144", 1);
+    setenv("DDP_PG_SHM_THREADS", "3", 1);
+    PN = 300007;
+    piece_threads = 3;
+    piece_rank_order = true;
+    piece_flat_registered = true;
+    run_pieces(PW);
+    PN = 30011;
+    piece_threads = 0;
+    piece_rank_order = false;
+    piece_flat_registered = false;
+    unsetenv("DDP_PG_SHM_THREADS");
+    unsetenv("DDP_PG_DIRECT_BLOCK");
+    unsetenv("DDP_PG_DIRECT_BYTES");
 }
 
 /* Two nodes of two: the hierarchical all-reduce (a TCP ring per shard) on scattered shards. */
