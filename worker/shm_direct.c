@@ -10,13 +10,15 @@
  *
  *   step 1   every buffer published: all readable?  (else every rank returns 1 alike)
  *   then, block by block (direct_block bytes; across nodes the whole buffer is one block):
- *     reduce our shard of the block, chunk by chunk in a cache-sized accumulator; across
- *            nodes, the shard is then all-reduced on our own TCP ring (ddp__shm_shard_done)
+ *     reduce our shard of the block, chunk by chunk: in place in our buffer on local ranks 0
+ *            and 1, in a cache-sized accumulator on the others (reduce_shard); across nodes,
+ *            the shard is then all-reduced on our own TCP ring (ddp__shm_shard_done)
  *     step   every shard of the block final
- *     copy   the block's other shards, from their owners' buffers into ours, while they are
- *            still in the cache (the next block's reduce needs no step before it: it reads
- *            and writes other bytes)
+ *     copy   the block's other shards, from their owners' buffers into ours (the next block's
+ *            reduce needs no step before it: it reads and writes other bytes)
  *   last step: nobody reads our buffer any more, the caller may reuse it
+ * On one node with every buffer registered, the reduction and the copies of each block are
+ * shared out over the rank's helper threads (DDP_PG_SHM_THREADS).
  */
 #include "worker/coll.h"
 #include "common/err.h"
@@ -243,8 +245,8 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
      * bits as the sum divided after it); across nodes, once the rings have summed the shard. */
     struct block k = {
         .c = c, .buf = buf, .esz = esz, .dt = dt, .op = op, .avg = op == DDP_AVG && !c->cross};
-    /* Blocks of the buffer, one step each: a shard's peers copy it out while it is still in
-     * the cache its owner wrote it to. Across nodes one block, so each ring moves one shard. */
+    /* Blocks of the buffer, one step each (direct_block bytes: by default 2 MiB per local
+     * rank, worker/pg_direct.c). Across nodes one block, so each ring moves one shard. */
     size_t per_block = c->cross ? count : (sh->direct_block / esz / (size_t)n) * (size_t)n;
     if (per_block == 0)
         per_block = count;
