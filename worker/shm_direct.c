@@ -257,8 +257,8 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
             return e;
         size_t s0 = k.done + k.m * (size_t)me / (size_t)n,
                s1 = k.done + k.m * (size_t)(me + 1) / (size_t)n;
-        if (s1 > s0 && (e = ddp__shm_shard_done(c, k.buf + s0 * esz, s1 - s0, dt,
-                                                k.avg ? DDP_SUM : op)) < 0)
+        if (s1 > s0 &&
+            (e = ddp__shm_shard_done(c, k.buf + s0 * esz, s1 - s0, dt, k.avg ? DDP_SUM : op)) < 0)
             return e;
         if ((e = ddp__shm_step(c, step + 1)) < 0)
             return e;
