@@ -8,9 +8,10 @@
 # sends while another receives), streams (bench/tcp_streams.sh:
 # the transport alone over 1, 2 and 4 connections beside iperf3 -P n), reducer
 # (bench/reducer_bench.sh, 2 repetitions, no bucket sweep), shm (bench/allreduce_compare.sh,
-# REPS=3, Open MPI from the bundle) and threads (bench/shm_threads_compare.sh); default: tcp
-# tcp1 streams, not yet measured there (SECS=180 keeps them within one 10-minute call; tcp2
-# and reducer in a second). Each part runs under its own time limit
+# REPS=3, Open MPI from the bundle; its "registered" column is single-copy with helper threads
+# since 2026-11-27) and threads (bench/shm_threads_compare.sh); default: shm tcp tcp1, not yet
+# measured there since they changed (SECS=180 keeps them within one 10-minute call; streams,
+# tcp2 and reducer in a second). Each part runs under its own time limit
 # (SECS, default 240 s) so that one that overruns leaves the others their turn; its table goes
 # to stdout and, where the device tool gave one, to $OUT/PART.txt.
 set -uo pipefail
@@ -21,7 +22,7 @@ if [ -z "${B:-}" ] || [ ! -x "$B/ddprun" ]; then
 fi
 SECS=${SECS:-240}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(tcp tcp1 streams)
+[ ${#parts[@]} -gt 0 ] || parts=(shm tcp tcp1)
 rc=0
 for p in "${parts[@]}"; do
   case $p in
