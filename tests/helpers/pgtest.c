@@ -728,8 +728,11 @@ int main(int argc, char **argv)
         bad = big(pg, (size_t)atol(argv[2]));
     } else if (strcmp(argv[1], "loop") == 0 && argc == 3) {
         size_t n = (size_t)atol(argv[2]) * (1u << 20) / 4;
-        float *buf = calloc(n, 4);
-        printf("pgtest rank %d: looping\n", rank);
+        /* PGTEST_REGISTERED: the buffer in the group's registered memory (single-copy reads
+         * it in place, on the helper threads where the rank has them) */
+        bool reg = getenv("PGTEST_REGISTERED") != NULL;
+        float *buf = reg ? ddp_pg_mem_alloc(pg, n * 4) : calloc(n, 4);
+        printf("pgtest rank %d: looping%s\n", rank, reg ? " on registered memory" : "");
         fflush(stdout);
         for (long it = 0;; it++) {
             int64_t t0 = ddp_now_ms();
@@ -740,7 +743,7 @@ int main(int argc, char **argv)
                 r = ddp_pg_allreduce(pg, buf, 1, DDP_F32, DDP_SUM);
                 printf("pgtest rank %d: next call: %s\n", rank, ddp_err_name(r));
                 fflush(stdout);
-                free(buf);
+                ddp_pg_mem_free(pg, buf); /* either kind */
                 ddp_pg_free(pg);
                 return 3;
             }

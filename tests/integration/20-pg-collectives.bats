@@ -513,9 +513,16 @@ rep() { printf "%${2}s" "" | tr ' ' "$1"; }
   done
 }
 
-@test "single-copy all-reduce: a peer SIGKILLed mid all-reduce, every other rank fails fast naming it" {
+@test "single-copy all-reduce: a peer SIGKILLed mid all-reduce, every other rank fails fast naming it; also on registered memory over helper threads" {
   export DDP_PG_DIRECT_BYTES=4096
   sigkill_case || { cat rank*.out; return 1; }
+  stop_store
+  # the buffers in the ranks' arenas, each step in 3 parts: the survivors' helpers finish
+  # reading the dead rank's arena (still mapped), their step names it
+  PGTEST_REGISTERED=1 DDP_PG_SHM_THREADS=3 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg sigkill_case ||
+    { cat rank*.out; return 1; }
+  grep -q "looping on registered memory" rank0.out
+  grep -q "shared-memory all-reduces from 1024 KiB on 3 threads" rank0.out
 }
 
 @test "sub-groups (ddp_pg_new_group): even and odd ranks beside the whole group, all in reverse, differing lists refused on every rank; one node, TCP, 2x2 and 3x2 nodes" {
