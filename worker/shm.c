@@ -134,22 +134,15 @@ struct round {
     enum ddp_redop op;
 };
 
-/* Parts split at multiples of 64 bytes from the range's start: where it starts on a cache line,
- * no two parts write the same line. */
-static void part_of(const struct round *r, size_t lo, size_t hi, int p, int n, size_t *a, size_t *b)
-{
-    ddp__team_split(lo, hi, p, n, r->esz < 64 ? 64 / r->esz : 1, a, b);
-}
-
 /* Step 1: copy in, all but our shard (read where it lies). */
 static void copy_in(void *arg, int p, int n)
 {
     struct round *r = arg;
     char *mine = slot(r->sh, r->sh->me);
     size_t a, b;
-    part_of(r, 0, r->s0, p, n, &a, &b);
+    ddp__team_split(0, r->s0, p, n, r->esz, &a, &b);
     ddp__pieces_read(&r->cur[p], r->done + a, b - a, mine + a * r->esz);
-    part_of(r, r->s1, r->m, p, n, &a, &b);
+    ddp__team_split(r->s1, r->m, p, n, r->esz, &a, &b);
     ddp__pieces_read(&r->cur[p], r->done + a, b - a, mine + a * r->esz);
 }
 
@@ -165,7 +158,7 @@ static void reduce_publish(void *arg, int p, int n)
     char *mine = slot(r->sh, r->sh->me);
     bool in_place = own_in_place(r->sh);
     _Alignas(64) char acc_mem[PUBLISH_BYTES + DDP__PAGE];
-    part_of(r, r->s0, r->s1, p, n, &a, &b);
+    ddp__team_split(r->s0, r->s1, p, n, r->esz, &a, &b);
     for (size_t k0 = a, k; k0 < b; k0 += k) {
         k = b - k0 < PUBLISH_BYTES / esz ? b - k0 : PUBLISH_BYTES / esz;
         char *o = ddp__pieces_run(&r->cur[p], r->done + k0, &k);
@@ -187,7 +180,7 @@ static void copy_out(void *arg, int p, int n)
             continue;
         size_t j0 = r->m * (size_t)j / (size_t)sh->n, j1 = r->m * (size_t)(j + 1) / (size_t)sh->n;
         size_t a, b;
-        part_of(r, j0, j1, p, n, &a, &b);
+        ddp__team_split(j0, j1, p, n, r->esz, &a, &b);
         ddp__pieces_write(&r->cur[p], r->done + a, b - a, slot(sh, j) + a * r->esz);
     }
 }

@@ -162,7 +162,7 @@ static void shard_part(const struct block *k, int j, int p, int n, size_t *a, si
 {
     size_t nl = (size_t)k->c->shm.n;
     ddp__team_split(k->done + k->m * (size_t)j / nl, k->done + k->m * (size_t)(j + 1) / nl, p, n,
-                    k->esz < 64 ? 64 / k->esz : 1, a, b);
+                    k->esz, a, b);
 }
 
 static void reduce_part(void *arg, int p, int n)

@@ -158,8 +158,9 @@ void ddp__team_free(struct ddp__team *t)
     free(t);
 }
 
-void ddp__team_split(size_t lo, size_t hi, int p, int n, size_t align, size_t *a, size_t *b)
+void ddp__team_split(size_t lo, size_t hi, int p, int n, size_t esz, size_t *a, size_t *b)
 {
+    size_t align = esz < 64 ? 64 / esz : 1;
     size_t len = hi - lo, blocks = (len + align - 1) / align;
     size_t b0 = blocks * (size_t)p / (size_t)n, b1 = blocks * (size_t)(p + 1) / (size_t)n;
     *a = lo + b0 * align < hi ? lo + b0 * align : hi;

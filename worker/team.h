@@ -22,8 +22,8 @@ void ddp__team_run(struct ddp__team *t, ddp__team_fn fn, void *arg);
 /* Stops and joins the helpers (NULL: nothing). */
 void ddp__team_free(struct ddp__team *t);
 
-/* Part p of n of [lo, hi), split at multiples of align elements (cache lines: no two parts
- * write the same line): *a, *b. */
-void ddp__team_split(size_t lo, size_t hi, int p, int n, size_t align, size_t *a, size_t *b);
+/* Part p of n of the elements [lo, hi) of esz bytes each, split at multiples of a cache line's
+ * elements from lo (where lo starts a line, no two parts write the same line): *a, *b. */
+void ddp__team_split(size_t lo, size_t hi, int p, int n, size_t esz, size_t *a, size_t *b);
 
 #endif
