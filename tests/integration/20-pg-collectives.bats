@@ -105,7 +105,8 @@ tcp_variant() { # var value line "mode ranks"...
   printf 'command: [./conns.sh]\nnproc_per_node: 3\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_CONNS: "3"}\n' >job.yaml
   run "$DDPRUN" job.yaml
   assert_failure
-  assert_output --regexp "rank 1 has DDP_PG_TCP_CONNS=2 and this rank 3 \(it must be alike on every rank\)"
+  # whichever rank sees the difference first names it: a rank with 3, or rank 1 itself
+  assert_output --regexp "(rank [02]: cannot form the process group: rank 1 has DDP_PG_TCP_CONNS=2 and this rank 3|rank 1: cannot form the process group: rank [02] has DDP_PG_TCP_CONNS=3 and this rank 2) \(it must be alike on every rank\)"
   export DDP_PG_TCP_CONNS=2 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg
   # 2 nodes x 2 ranks: the rings across the nodes have their stripes too, where a round's shard
   # is large enough (8 MiB slots: each local rank's 4 MiB shard goes round in 2 MiB steps)

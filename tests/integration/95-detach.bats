@@ -91,7 +91,8 @@ wait_gone() { # job id: its supervisor ends (5 s after its ranks at most)
   id=$(detach job.yaml)
   "$DDPRUN" attach "$id" >att.txt 2>&1 &
   att=$!
-  for _ in $(seq 100); do grep -q "attached to job" att.txt && break; sleep 0.1; done
+  # the ranks started (not only the supervisor attached to): stop then has 2 to stop
+  for _ in $(seq 100); do grep -q "attached to job" att.txt && grep -q "rank 0 line 1" att.txt && grep -q "rank 1 line 1" att.txt && break; sleep 0.1; done
   kill -INT "$att"
   wait "$att"
   grep -q "ddprun: detached from job $id; it runs on (ddprun stop $id ends it)" att.txt
