@@ -7,6 +7,7 @@
 #include "common/cpus.h"
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,45 @@ int ddp__cgroup_cpu_quota(const char *root, const char *proc_cgroup)
         line = end ? end + 1 : NULL;
     }
     return best;
+}
+
+/* The first line of root/rel, false where it cannot be read. */
+static bool read_line(const char *root, const char *rel, char *buf, size_t len)
+{
+    char path[PATH_BYTES + 32];
+    int n = snprintf(path, sizeof(path), "%s%s", root, rel);
+    FILE *f = n > 0 && n < (int)sizeof(path) ? fopen(path, "r") : NULL;
+    if (!f)
+        return false;
+    bool ok = fgets(buf, (int)len, f) != NULL;
+    fclose(f);
+    return ok;
+}
+
+size_t ddp__l2_bytes(const char *root)
+{
+    static const char dir[] = "/sys/devices/system/cpu/cpu0/cache/index";
+    char rel[96], buf[64];
+    for (int i = 0; i < 16; i++) {
+        snprintf(rel, sizeof(rel), "%s%d/level", dir, i);
+        if (!read_line(root, rel, buf, sizeof(buf)))
+            break; /* index0, 1, ... without a gap */
+        if (atoi(buf) != 2)
+            continue;
+        snprintf(rel, sizeof(rel), "%s%d/type", dir, i);
+        if (read_line(root, rel, buf, sizeof(buf)) && strncmp(buf, "Instruction", 11) == 0)
+            continue;
+        snprintf(rel, sizeof(rel), "%s%d/size", dir, i);
+        if (!read_line(root, rel, buf, sizeof(buf)))
+            return 0;
+        char *end;
+        unsigned long long v = strtoull(buf, &end, 10); /* "2048K" */
+        int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
+        if (end == buf || shift < 0 || v > (1ull << 20))
+            return 0;
+        return (size_t)(v << shift);
+    }
+    return 0;
 }
 
 int ddp_usable_cpus(void)

@@ -1,6 +1,8 @@
-/* How many CPUs this process can keep busy (common/cpus.c). */
+/* How many CPUs this process can keep busy, and their L2 cache (common/cpus.c). */
 #ifndef DDP_COMMON_CPUS_H
 #define DDP_COMMON_CPUS_H
+
+#include <stddef.h>
 
 /* The CPUs of the process's affinity mask, fewer where its cgroup has a CPU bandwidth quota
  * (a container given 2 CPUs of a 64-CPU host counts 2): for policies that must not start more
@@ -13,5 +15,11 @@ int ddp_usable_cpus(void);
  * parents, in CPUs rounded up; 0 when there is none. cgroup v2's cpu.max, v1's
  * cpu.cfs_quota_us over cpu.cfs_period_us. */
 int ddp__cgroup_cpu_quota(const char *root, const char *proc_cgroup);
+
+/* Bytes of CPU 0's level-2 cache (its data or unified one), from sysfs under root ("" for the
+ * real one): for sizes that should fit it. CPU 0 on every caller, not the CPU it runs on, so that
+ * every process of a machine reads the same size (a hybrid CPU's cores have L2s of their own
+ * sizes). 0 where it cannot be read. */
+size_t ddp__l2_bytes(const char *root);
 
 #endif

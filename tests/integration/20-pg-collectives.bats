@@ -132,6 +132,33 @@ tcp_variant() { # var value line "mode ranks"...
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]   # the segment's name never outlives setup
 }
 
+@test "the slots' default size: 4 MiB on one node of up to 8 ranks where CPU 0's L2 holds 2 MiB or more, else 1 MiB; 1 MiB across nodes; DDP_PG_SHM_SLOT_BYTES sets it" {
+  # CPU 0's L2 in KiB, as sysfs gives it ("2048K"), read here on its own
+  local d l2=0 want slots
+  for d in /sys/devices/system/cpu/cpu0/cache/index*; do
+    if [ "$(cat "$d/level" 2>/dev/null)" = 2 ] && [ "$(cat "$d/type" 2>/dev/null)" != Instruction ]; then
+      l2=$(sed -n 's/^\([0-9]*\)K$/\1/p' "$d/size")
+    fi
+  done
+  want=1048576
+  [ "${l2:-0}" -ge 2048 ] && want=4194304
+  echo "L2 ${l2} KiB: $want-byte slots"
+  slots() { # nproc [env...]: every rank's slot size, from its info line
+    printf 'command: [%s, big, 1]\nnproc_per_node: %d\nenv: {DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg%s}\n' \
+      "$PGTEST" "$1" "${2:-}" >job.yaml
+    run "$DDPRUN" job.yaml
+    assert_success
+    sed -n 's/.*shared-memory all-reduce on (\([0-9]*\)-byte slots).*/\1/p' <<<"$output" | sort | uniq -c | awk '{print $1, $2}'
+  }
+  [ "$(slots 2)" = "2 $want" ]
+  [ "$(slots 8)" = "8 $want" ]
+  [ "$(slots 9)" = "9 1048576" ]
+  [ "$(slots 2 ', DDP_PG_SHM_SLOT_BYTES: "65536"')" = "2 65536" ]
+  # 2 nodes of 2 ranks: the rounds' shards go round the TCP rings, sized for 1 MiB slots
+  DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 2 2 big 1
+  [ "$(cat rank*.out | grep -c "shared-memory all-reduce on (1048576-byte slots)")" -eq 4 ]
+}
+
 @test "the slots' all-reduce shared out over helper threads (DDP_PG_SHM_THREADS): every dtype and op at 6 MiB, bit for bit; auto counts the CPUs a rank may run on" {
   # every dtype and op at about 6 MiB (the sizes that use the helpers; the matrix's smaller ones
   # do not), in 256 KiB slots: many rounds, each step in 3 parts; 3 ranks: local ranks 0 and 1

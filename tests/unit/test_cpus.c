@@ -3,7 +3,7 @@
  * written here (v2's cpu.max, v1's cfs quota and period under cpu,cpuacct or cpu), the
  * tightest of a cgroup and its parents, a container whose own cgroup path is not in its view,
  * no quota, malformed /proc/self/cgroup text; and the real machine's count against its
- * affinity mask.
+ * affinity mask. CPU 0's L2 size from a sysfs cache folder written here.
  */
 #include "common/cpus.h"
 #include "test.h"
@@ -107,4 +107,54 @@ TEST(this_machine_counts_at_least_one_cpu_and_no_more_than_its_affinity)
     int n = ddp_usable_cpus();
     ASSERT_TRUE(n >= 1);
     ASSERT_TRUE(n <= CPU_COUNT(&set));
+}
+
+/* A CPU 0 cache folder as sysfs has it: index0 L1 data, index1 L1 instruction, index2 L2,
+ * index3 L3. */
+static void caches(const char *l2_type, const char *l2_size)
+{
+    static const char d[] = "sys/devices/system/cpu/cpu0/cache/index";
+    char rel[96];
+    const char *level[] = {"1", "1", "2", "3"}, *type[] = {"Data", "Instruction", l2_type, "Unified"};
+    const char *size[] = {"48K", "32K", l2_size, "307200K"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(rel, sizeof(rel), "%s%d/level", d, i);
+        put(rel, level[i]);
+        snprintf(rel, sizeof(rel), "%s%d/type", d, i);
+        put(rel, type[i]);
+        snprintf(rel, sizeof(rel), "%s%d/size", d, i);
+        put(rel, size[i]);
+    }
+}
+
+TEST(l2_size_is_cpu0s_level_2_data_or_unified_cache_from_sysfs)
+{
+    box();
+    caches("Unified", "2048K\n");
+    ASSERT_EQ(ddp__l2_bytes(root), (size_t)2 << 20);
+    caches("Data", "512K");
+    ASSERT_EQ(ddp__l2_bytes(root), (size_t)512 << 10);
+    caches("Unified", "1M");
+    ASSERT_EQ(ddp__l2_bytes(root), (size_t)1 << 20);
+    /* unreadable sizes: none */
+    caches("Unified", "big");
+    ASSERT_EQ(ddp__l2_bytes(root), 0u);
+    caches("Unified", "2048Q");
+    ASSERT_EQ(ddp__l2_bytes(root), 0u);
+    caches("Unified", "99999999999999999999K");
+    ASSERT_EQ(ddp__l2_bytes(root), 0u);
+    rm_box();
+    /* an L2 that holds instructions only is not it; no L2 at all, no cache folder: none */
+    box();
+    caches("Instruction", "2048K");
+    ASSERT_EQ(ddp__l2_bytes(root), 0u);
+    rm_box();
+    box();
+    put("sys/devices/system/cpu/cpu0/cache/index0/level", "1");
+    put("sys/devices/system/cpu/cpu0/cache/index0/size", "32K");
+    ASSERT_EQ(ddp__l2_bytes(root), 0u);
+    rm_box();
+    box();
+    ASSERT_EQ(ddp__l2_bytes(root), 0u);
+    rm_box();
 }
