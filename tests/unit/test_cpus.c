@@ -115,7 +115,8 @@ static void caches(const char *l2_type, const char *l2_size)
 {
     static const char d[] = "sys/devices/system/cpu/cpu0/cache/index";
     char rel[96];
-    const char *level[] = {"1", "1", "2", "3"}, *type[] = {"Data", "Instruction", l2_type, "Unified"};
+    const char *level[] = {"1", "1", "2", "3"},
+               *type[] = {"Data", "Instruction", l2_type, "Unified"};
     const char *size[] = {"48K", "32K", l2_size, "307200K"};
     for (int i = 0; i < 4; i++) {
         snprintf(rel, sizeof(rel), "%s%d/level", d, i);
