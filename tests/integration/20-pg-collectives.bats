@@ -154,6 +154,11 @@ tcp_variant() { # var value line "mode ranks"...
   [ "$(slots 8)" = "8 $want" ]
   [ "$(slots 9)" = "9 1048576" ]
   [ "$(slots 2 ', DDP_PG_SHM_SLOT_BYTES: "65536"')" = "2 65536" ]
+  # 20 MiB: a rank without helper threads in 512 KiB rounds whatever the slots, checked
+  printf 'command: [%s, big, 20]\nnproc_per_node: 2\nenv: {DDP_PG_DIRECT_BYTES: "0", DDP_PG_SHM_THREADS: "1"}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  [ "$(grep -c 'checks passed' <<<"$output")" -eq 2 ]
   # 2 nodes of 2 ranks: the rounds' shards go round the TCP rings, sized for 1 MiB slots
   DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 2 2 big 1
   [ "$(cat rank*.out | grep -c "shared-memory all-reduce on (1048576-byte slots)")" -eq 4 ]
