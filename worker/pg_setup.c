@@ -309,11 +309,10 @@ static int layout_compute(const struct ddp_pg *pg, const int *node_of, const int
  * slots' size from the L2"): 4 MiB slots ran 1.07-1.11x 1 MiB slots at 4 MiB messages, 1.03x
  * at 1 and 16 MiB and 0.98-1.02x at 64 on a 2-vCPU Intel Xeon with 2 MiB of L2; 1.11-1.80x from
  * 1 MiB with 4 helper threads on a 16-core one (2 MiB of L2 too); 0.64x at 16 MiB on an AMD
- * EPYC with 1 MiB, where 1 MiB slots were the best. (From 16 MiB a rank without helper threads
- * keeps 512 KiB rounds whatever the slots: worker/shm.c, round_elems.) Every local rank reads CPU
- * 0's L2, so all make the same segment; across nodes the slots stay 1 MiB (a round's shard is what
- * each TCP ring carries, tuned with those), and so does a node of many ranks (the segment holds two
- * slots per rank).
+ * EPYC with 1 MiB, where 1 MiB slots were the best. (From 16 MiB the rounds stay 512 KiB whatever
+ * the slots: worker/shm.c, round_elems.) Every local rank reads CPU 0's L2, so all make the same
+ * segment; across nodes the slots stay 1 MiB (a round's shard is what each TCP ring carries, tuned
+ * with those), and so does a node of many ranks (the segment holds two slots per rank).
  */
 #define BIG_SLOT_RANKS 8
 static size_t default_slot(const struct ddp_pg *pg)

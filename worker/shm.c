@@ -101,22 +101,23 @@ static bool own_in_place(const struct ddp__shm *sh)
  * it streams from memory, half-slot rounds keep most of each round in the L2, so the output
  * is mostly written into lines just read instead of missing again. Measured on a 2-core EPYC VM
  * (BENCHMARKS.md, "Round size"): half rounds lose at 4 MiB (0.94x), break even at 8 (0.97-1.14x
- * in three runs) and win from 16 (1.24x at 16, 1.08-1.10x at 64); quarter rounds lose. A rank
- * without helper threads (alone) takes a message of 16 MiB or more in rounds of at most
- * STREAM_ROUND whatever its slots: on a 2-vCPU Intel Xeon 4 MiB slots' whole rounds ran 0.95x
- * 512 KiB ones at 38 MiB, where they won below 16 MiB (the fifteenth run); with helpers a round
- * is shared out, and 4 MiB slots ran 1.11-1.15x 1 MiB ones at 16 and 64 MiB on 16 cores. One
- * node only: across nodes the round's shard is what each TCP ring carries, tuned with the slots
- * as they are.
+ * in three runs) and win from 16 (1.24x at 16, 1.08-1.10x at 64); quarter rounds lose. A
+ * message of 16 MiB or more goes in rounds of at most STREAM_ROUND whatever the slots (as with
+ * 1 MiB slots): on a 2-vCPU Intel Xeon 4 MiB slots' whole rounds ran 0.95x 512 KiB ones at
+ * 38 MiB, where they won below 16 MiB (the fifteenth run). (With helper threads, 4 MiB slots'
+ * rounds ran 1.11-1.15x at 16 and 64 MiB on 16 cores; but every local rank must cut the same
+ * rounds, and whether a rank has helpers is its own: its CPUs, a thread that failed to start.)
+ * One node only: across nodes the round's shard is what each TCP ring carries, tuned with the
+ * slots as they are.
  */
 #define STREAM_BYTES ((size_t)16 << 20)
 #define STREAM_ROUND ((size_t)512 << 10)
-static size_t round_elems(const struct ddp__comm *c, size_t count, size_t esz, bool alone)
+static size_t round_elems(const struct ddp__comm *c, size_t count, size_t esz)
 {
     size_t bytes = c->shm.slot_bytes;
     if (!c->cross && count >= 16 * bytes / esz)
         bytes /= 2;
-    if (!c->cross && alone && count >= STREAM_BYTES / esz && bytes > STREAM_ROUND)
+    if (!c->cross && count >= STREAM_BYTES / esz && bytes > STREAM_ROUND)
         bytes = STREAM_ROUND;
     return bytes / esz;
 }
@@ -231,8 +232,8 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
     struct ddp__shm *sh = &c->shm;
     int n = sh->n, me = sh->me, e;
     size_t esz = ddp_dtype_size(dt);
+    size_t per_round = round_elems(c, count, esz);
     struct ddp__team *team = c->cross ? NULL : ddp__shm_team(sh, count * esz);
-    size_t per_round = round_elems(c, count, esz, team == NULL);
     struct ddp__pieces cur[DDP__TEAM_MAX], *v = &cur[0];
     for (int p = 0; p < ddp__team_size(team); p++)
         ddp__pieces_init(&cur[p], pc, npc, esz);
