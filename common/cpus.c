@@ -17,37 +17,36 @@
 
 #define PATH_BYTES 4096
 
-/* path = dir/name; false when it does not fit. */
-static int join(char *path, const char *dir, const char *name)
+/* The first line of root followed by rel, false where it cannot be read. */
+static bool read_line(const char *root, const char *rel, char *buf, size_t len)
 {
-    int n = snprintf(path, PATH_BYTES + 32, "%s/%s", dir, name);
-    return n > 0 && n < PATH_BYTES + 32;
+    char path[PATH_BYTES + 32];
+    int n = snprintf(path, sizeof(path), "%s%s", root, rel);
+    FILE *f = n > 0 && n < (int)sizeof(path) ? fopen(path, "r") : NULL;
+    if (!f)
+        return false;
+    bool ok = fgets(buf, (int)len, f) != NULL;
+    fclose(f);
+    return ok;
 }
 
 /* CPUs (rounded up) of the quota in the cgroup folder dir, 0 for none or unreadable. */
 static int quota_in(const char *dir, int v2)
 {
-    char path[PATH_BYTES + 32], buf[128] = "";
+    char buf[128];
     long long q = -1, p = 0;
-    FILE *f;
     if (v2) {
-        if (!join(path, dir, "cpu.max") || !(f = fopen(path, "r")))
-            return 0;
         char max[32] = "";
-        if (fscanf(f, "%31s %lld", max, &p) == 2 && strcmp(max, "max") != 0)
-            q = atoll(max);
-        fclose(f);
-    } else {
-        if (!join(path, dir, "cpu.cfs_quota_us") || !(f = fopen(path, "r")))
+        if (!read_line(dir, "/cpu.max", buf, sizeof(buf)))
             return 0;
-        if (fgets(buf, sizeof(buf), f))
-            q = atoll(buf);
-        fclose(f);
-        if (join(path, dir, "cpu.cfs_period_us") && (f = fopen(path, "r"))) {
-            if (fgets(buf, sizeof(buf), f))
-                p = atoll(buf);
-            fclose(f);
-        }
+        if (sscanf(buf, "%31s %lld", max, &p) == 2 && strcmp(max, "max") != 0)
+            q = atoll(max);
+    } else {
+        if (!read_line(dir, "/cpu.cfs_quota_us", buf, sizeof(buf)))
+            return 0;
+        q = atoll(buf);
+        if (read_line(dir, "/cpu.cfs_period_us", buf, sizeof(buf)))
+            p = atoll(buf);
     }
     if (q <= 0 || p <= 0)
         return 0;
@@ -120,19 +119,6 @@ int ddp__cgroup_cpu_quota(const char *root, const char *proc_cgroup)
         line = end ? end + 1 : NULL;
     }
     return best;
-}
-
-/* The first line of root/rel, false where it cannot be read. */
-static bool read_line(const char *root, const char *rel, char *buf, size_t len)
-{
-    char path[PATH_BYTES + 32];
-    int n = snprintf(path, sizeof(path), "%s%s", root, rel);
-    FILE *f = n > 0 && n < (int)sizeof(path) ? fopen(path, "r") : NULL;
-    if (!f)
-        return false;
-    bool ok = fgets(buf, (int)len, f) != NULL;
-    fclose(f);
-    return ok;
 }
 
 size_t ddp__l2_bytes(const char *root)
