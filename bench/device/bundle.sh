@@ -30,7 +30,7 @@ bats=$(dpkg -L bats bats-assert bats-support | while read -r f; do
   [ -f "$f" ] && case "$f" in /usr/bin/* | /usr/lib/* | /usr/libexec/*) echo "$f" ;; esac
 done)
 # shellcheck disable=SC2086
-tar czf "$D/root.tgz" -P "${libs[@]}" $bats /usr/bin/iperf3 /usr/sbin/ip /usr/sbin/tc
+tar czf "$D/root.tgz" -P "${libs[@]}" $bats /usr/bin/iperf3 "$(readlink -f /usr/sbin/ip)" "$(readlink -f /usr/sbin/tc)"
 if [ "${MPI:-1}" != 0 ]; then
   dpkg -L openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 \
     libevent-pthreads-2.1-7 libfabric1 libucx0 libpsm2-2 libpsm-infinipath1 libibverbs1 \
