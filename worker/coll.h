@@ -65,9 +65,9 @@ uint16_t ddp__f32_to_f16(float f);
 struct ddp__peer {
     int fd;
     /* connections 1..nconns-1 to this peer (-1 when none), over which a large message is cut
-     * in stripes beside fd's (worker/coll_tcp.c); nconns is 1 or the comm's tcp_conns
-     * (DDP_PG_TCP_CONNS, or by default 2 between two ranks that are each alone on their node:
-     * worker/pg_setup.c) */
+     * in stripes beside fd's (worker/coll_tcp.c); nconns is DDP_PG_TCP_CONNS, or by default
+     * ddp__tcp_pair_conns's (1, or 2 or 4 between two ranks that are each alone on their node),
+     * so peers of one comm may have different counts; tcp_conns is the largest */
     int sfd[DDP__TCP_MAX_CONNS - 1];
     int nconns;
     int rank;
@@ -221,11 +221,11 @@ struct ddp__comm {
      * sends on a second thread while this one receives and reduces, so the kernel's send and
      * receive copies run on two cores (worker/coll_tcp.c); the thread starts at the first. */
     bool tcp_split;
-    /* The most connections to any peer (struct ddp__peer's nconns; 1: no stripes): a message
-     * of DDP__TCP_STRIPE_BYTES or more to or from a peer with tcp_conns connections is cut into
-     * that many stripes, each sent and received by a thread of its own; each direction decides
-     * on its own length and peer alone, which both ends know alike. Takes the place of
-     * tcp_split. */
+    /* The most connections to any peer (struct ddp__peer's nconns; 1: no stripes), the
+     * stripes' team's size: a message of DDP__TCP_STRIPE_BYTES or more to or from a peer with
+     * more than one connection is cut into that peer's nconns stripes, each sent and received
+     * by a thread of its own; each direction decides on its own length and peer alone, which
+     * both ends know alike. Takes the place of tcp_split. */
     int tcp_conns;
     struct ddp__team *tcp_team; /* tcp_split's 2 threads or tcp_conns's k, started at the first */
 };
@@ -236,6 +236,16 @@ bool ddp__tcp_split_env(void);
 /* DDP_PG_TCP_CONNS: 1 to DDP__TCP_MAX_CONNS connections to every peer, or 0 for "auto" (unset,
  * or auto: the default rule of worker/pg_setup.c); anything else is named and taken as auto. */
 int ddp__tcp_conns_env(void);
+/* The connections a rank offers each peer by default (auto) when the two are each the only rank
+ * of their node: 4 with DDP__TCP_WIDE_CPUS usable CPUs or more, else 2 (BENCHMARKS.md, "Several
+ * connections per peer": 2 beat 1 and 4 on a 2-vCPU VM; 4 moved 1.7-2.4x what 2 did from 4 MiB
+ * between two hosts on 16 cores). */
+#define DDP__TCP_WIDE_CPUS 8
+int ddp__tcp_auto_conns(int usable_cpus);
+/* The connections of a pair: asked (DDP_PG_TCP_CONNS, alike on every rank) where > 0; else,
+ * when the two are each alone on nodes of their own (alone_apart), the smaller of the two offers
+ * (mine, theirs: ddp__tcp_auto_conns of each end), so both ends compute the same; else 1. */
+int ddp__tcp_pair_conns(int asked, bool alone_apart, int mine, int theirs);
 
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
 int ddp__shm_step(struct ddp__comm *c, uint64_t k);

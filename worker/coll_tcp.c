@@ -155,6 +155,20 @@ int ddp__tcp_conns_env(void)
     return (int)k;
 }
 
+int ddp__tcp_auto_conns(int usable_cpus)
+{
+    return usable_cpus >= DDP__TCP_WIDE_CPUS ? 4 : 2;
+}
+
+int ddp__tcp_pair_conns(int asked, bool alone_apart, int mine, int theirs)
+{
+    if (asked > 0)
+        return asked;
+    if (!alone_apart)
+        return 1;
+    return mine < theirs ? mine : theirs;
+}
+
 /* A transfer split over two threads: part 0 (the collective's own thread) receives and
  * reduces, part 1 sends. */
 struct split {
@@ -206,16 +220,18 @@ static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer 
 /*
  * A transfer cut in stripes, one per connection to the peer, part k on its own thread (k = 0
  * the collective's): each direction is striped when it carries DDP__TCP_STRIPE_BYTES or more
- * and its peer has tcp_conns connections, which the other end of the same bytes decides alike
- * (both know the length, and that the pair has stripes); a direction that is not goes whole over
- * the first connection, in part 0. Stripes start at multiples of 64 bytes (whole elements of
- * every dtype), so each part reduces whole elements; a reducing transfer's receive window is
- * shared out among the parts.
+ * and its peer has more than one connection, which the other end of the same bytes decides
+ * alike (both know the length, and the pair's count); a direction that is not goes whole over
+ * the first connection, in part 0. Each direction has its own peer's count of stripes (the
+ * default gives pairs different counts: ddp__tcp_pair_conns), parts beyond it idle there; the
+ * team has tcp_conns parts, the largest count. Stripes start at multiples of 64 bytes (whole
+ * elements of every dtype), so each part reduces whole elements; a reducing transfer's receive
+ * window is shared out among the parts.
  */
 struct stripes {
     struct ddp__comm *c;
     const struct ddp__xfer *x;
-    bool sstripe, rstripe;
+    int ns, nr; /* stripes sent and received: 1 where that direction is not striped */
     struct ddp__peer to[DDP__TCP_MAX_CONNS], from[DDP__TCP_MAX_CONNS];
     char err[DDP__TCP_MAX_CONNS][512];
     int rc[DDP__TCP_MAX_CONNS];
@@ -231,20 +247,22 @@ static void stripe_range(size_t len, int k, int n, size_t *a, size_t *b)
              : (size_t)((unsigned __int128)len * (unsigned)(k + 1) / (unsigned)n) & ~(size_t)63;
 }
 
-static void stripe_part(void *arg, int k, int n)
+static void stripe_part(void *arg, int k, int parts)
 {
     struct stripes *sp = arg;
     const struct ddp__xfer *x = sp->x;
     struct ddp__xfer p = *x;
     size_t a, b;
-    if (sp->sstripe) {
-        stripe_range(x->slen, k, n, &a, &b);
+    (void)parts;
+    if (k < sp->ns && sp->ns > 1) {
+        stripe_range(x->slen, k, sp->ns, &a, &b);
         p.sbuf = (const char *)x->sbuf + a;
         p.slen = b - a;
     } else if (k > 0) {
         p.slen = 0;
     }
-    if (sp->rstripe) {
+    if (k < sp->nr && sp->nr > 1) {
+        int n = sp->nr;
         stripe_range(x->rlen, k, n, &a, &b);
         p.rlen = b - a;
         if (x->reduce_dst) {
@@ -295,16 +313,16 @@ static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
         return DDP_ENOMEM;
     sp->c = c;
     sp->x = x;
-    sp->sstripe = ss;
-    sp->rstripe = rs;
-    for (int k = 0; k < c->tcp_conns; k++) { /* a part k > 0 of a direction not striped: -1 */
+    sp->ns = ss ? x->to->nconns : 1;
+    sp->nr = rs ? x->from->nconns : 1;
+    for (int k = 0; k < c->tcp_conns; k++) { /* a part beyond a direction's stripes: -1 */
         if (x->to) {
             sp->to[k] = *x->to;
-            sp->to[k].fd = !k ? x->to->fd : ss ? x->to->sfd[k - 1] : -1;
+            sp->to[k].fd = !k ? x->to->fd : k < sp->ns ? x->to->sfd[k - 1] : -1;
         }
         if (x->from) {
             sp->from[k] = *x->from;
-            sp->from[k].fd = !k ? x->from->fd : rs ? x->from->sfd[k - 1] : -1;
+            sp->from[k].fd = !k ? x->from->fd : k < sp->nr ? x->from->sfd[k - 1] : -1;
         }
     }
     ddp__team_run(c->tcp_team, stripe_part, sp);

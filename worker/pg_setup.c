@@ -451,20 +451,6 @@ static void destroy(struct ddp_pg *pg)
     free(pg);
 }
 
-/* Connections to a peer (node, local world) from a rank (my_node, my_local_world): asked, the
- * DDP_PG_TCP_CONNS alike on every rank; by default (0, auto) 2 when the two are each the only
- * rank of their node, else 1. A flat ring across nodes carries the whole message there, and
- * stripes over a second connection sped its large messages up between two hosts (BENCHMARKS.md,
- * "Several connections per peer"); with several ranks on a node, the collectives inside it go
- * through shared memory and its ranks' rings across nodes carry shards of a slot, below the
- * stripe size, so extra connections would only hold descriptors. Both ends compute the same. */
-static int peer_conns(int asked, int my_node, int my_local_world, int node, int local_world)
-{
-    if (asked > 0)
-        return asked;
-    return node != my_node && my_local_world == 1 && local_world == 1 ? 2 : 1;
-}
-
 int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, int local_world,
                 int node_rank, const struct ddp_pg_opts *opts, struct ddp_pg **out)
 {
@@ -499,7 +485,14 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     pg->comm.rank = rank;
     pg->comm.world = world;
     pg->comm.tcp_split = ddp__tcp_split_env();
-    int conns_asked = ddp__tcp_conns_env(); /* 0: auto (peer_conns) */
+    int conns_asked = ddp__tcp_conns_env(); /* 0: auto (ddp__tcp_pair_conns) */
+    /* auto's offer, published for the peers: one rank's CPUs need not be another's. A flat
+     * ring across nodes carries the whole message there, and stripes over more connections
+     * sped its large messages up between two hosts (BENCHMARKS.md, "Several connections per
+     * peer"); with several ranks on a node, the collectives inside it go through shared memory
+     * and its ranks' rings across nodes carry shards of a slot, below the stripe size, so extra
+     * connections would only hold descriptors: 1 there. */
+    int conns_offer = ddp__tcp_auto_conns(ddp_usable_cpus());
     pg->comm.tcp_conns = 1;
     for (int i = 0; i < world; i++) {
         pg->comm.peers[i].fd = -1;
@@ -583,8 +576,9 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     host[sizeof(host) - 1] = '\0';
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
-    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d", ip, port, hex, host,
-                      node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked);
+    int bl =
+        snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d %d", ip, port, hex, host,
+                 node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked, conns_offer);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
@@ -601,9 +595,11 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     for (int j = 0; j < world; j++) {
         char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
         int pport;
-        int p2p, conns;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d", pip, &pport, psec, phost,
-                   &where[j], &where[world + j], &where[2 * world + j], &p2p, &conns) != 9) {
+        int p2p, conns, offer;
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d %d", pip, &pport, psec, phost,
+                   &where[j], &where[world + j], &where[2 * world + j], &p2p, &conns,
+                   &offer) != 10 ||
+            offer < 1 || offer > DDP__TCP_MAX_CONNS) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
             goto fail;
@@ -629,7 +625,9 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                      j, theirs, ours);
             goto fail;
         }
-        int nc = peer_conns(conns_asked, node_rank, local_world, where[j], where[2 * world + j]);
+        int nc = ddp__tcp_pair_conns(
+            conns_asked, where[j] != node_rank && local_world == 1 && where[2 * world + j] == 1,
+            conns_offer, offer);
         pg->comm.peers[j].nconns = j == rank ? 1 : nc;
         if (pg->comm.peers[j].nconns > pg->comm.tcp_conns)
             pg->comm.tcp_conns = pg->comm.peers[j].nconns;

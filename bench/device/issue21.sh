@@ -3,9 +3,9 @@
 # bench/device/bundle.sh packed .dev/ here, run on the machine from the repository root as
 #   . .dev/setup.sh && bench/device/issue21.sh [PART...]
 # PART is any of tcp (bench/tcp_link_compare.sh: two namespace hosts of one rank each, no sshd
-# needed; by default, DDP_PG_TCP_CONNS=auto, two connections between them, a thread each), tcp1
-# (the same with DDP_PG_TCP_CONNS=1), tcp2 (one connection with DDP_PG_TCP_THREADS=2: a thread
-# sends while another receives), streams (bench/tcp_streams.sh:
+# needed; by default, DDP_PG_TCP_CONNS=auto: 2 connections between them, 4 from 8 usable
+# CPUs, a thread each), tcp1 (the same with DDP_PG_TCP_CONNS=1), tcp2 (one connection with
+# DDP_PG_TCP_THREADS=2: a thread sends while another receives), streams (bench/tcp_streams.sh:
 # the transport alone over 1, 2 and 4 connections beside iperf3 -P n), reducer
 # (bench/reducer_bench.sh, 2 repetitions, no bucket sweep), shm (bench/allreduce_compare.sh,
 # REPS=3, Open MPI from the bundle; its "registered" column is single-copy with helper threads

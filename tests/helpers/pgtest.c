@@ -751,8 +751,9 @@ int main(int argc, char **argv)
     } else {
         return 2;
     }
-    if (!bad)
-        printf("pgtest rank %d of %d: %ld checks passed\n", rank, world, checks);
+    if (!bad) /* with what the default rules read (DDP_PG_TCP_CONNS's offer, the helpers) */
+        printf("pgtest rank %d of %d: %ld checks passed, %d usable CPUs\n", rank, world, checks,
+               ddp_usable_cpus());
     ddp_pg_free(pg);
     return bad ? 1 : 0;
 }

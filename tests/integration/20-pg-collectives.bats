@@ -90,11 +90,23 @@ tcp_variant() { # var value line "mode ranks"...
   assert_success
   assert_output --partial "DDP_PG_TCP_CONNS='9' is neither auto nor a number from 1 to 8; using auto"
   refute_output --partial "connections to a peer"
-  # by default: 3 nodes of 1 rank (a flat ring across nodes) stripe over 2 connections; 2 nodes
-  # of 2 ranks (shared memory inside, shards across) have 1 connection to every peer
+  # by default: 3 nodes of 1 rank (a flat ring across nodes) stripe over 2 connections, 4 where
+  # every rank has 8 usable CPUs or more; 2 nodes of 2 ranks (shared memory inside, shards
+  # across) have 1 connection to every peer
   DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 3 1 wide
   for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
-  grep -q "TCP messages from 1024 KiB: 2 connections to a peer, a thread each" rank0.out
+  cpus=$(sed -n 's/.*checks passed, \([0-9]*\) usable CPUs$/\1/p' rank0.out)
+  want=2; [ "$cpus" -ge 8 ] && want=4
+  grep -q "TCP messages from 1024 KiB: $want connections to a peer, a thread each" rank0.out
+  # a pair takes the smaller offer: rank 1 on one CPU offers 2, so rank 0 has 2 to it (and, on
+  # a machine of 8 CPUs or more, 4 to rank 2: the team is as wide as its widest peer)
+  printf '#!/bin/sh\n[ "$RANK" = 1 ] && exec taskset -c 0 "%s" "$@"\nexec "%s" "$@"\n' "$PGTEST" "$PGTEST" >one_cpu.sh
+  chmod +x one_cpu.sh
+  PGTEST=./one_cpu.sh DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 3 1 wide
+  for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
+  grep -q "checks passed, 1 usable CPUs" rank1.out
+  grep -q "TCP messages from 1024 KiB: 2 connections to a peer, a thread each" rank1.out
+  grep -q "TCP messages from 1024 KiB: $want connections to a peer, a thread each" rank0.out
   DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg DDP_PG_SHM_SLOT_BYTES=8388608 run_layout 2 2 big 8
   for r in 0 1 2 3; do grep -q "checks passed" "rank$r.out"; done
   [ "$(grep -c "connections to a peer" rank0.out || true)" -eq 0 ]

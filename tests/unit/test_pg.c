@@ -10,6 +10,7 @@
 #include "worker/pg_nccl.h"
 #include "worker/group.h"
 #include "worker/team.h"
+#include "common/cpus.h"
 #include "common/progress.h"
 #include "common/util.h"
 
@@ -460,11 +461,12 @@ static void *piece_rank(void *a)
     if (piece_tcp_conns)
         bad |= ddp__team_size(pg->comm.tcp_team) != piece_tcp_conns;
     for (int j = 0; piece_conns_auto && j < PW; j++) {
-        int want = j == pa->rank || pa->local_world > 1 ? 1 : 2, got_fds = 0;
+        int offer = ddp__tcp_auto_conns(ddp_usable_cpus());
+        int want = j == pa->rank || pa->local_world > 1 ? 1 : offer, got_fds = 0;
         for (int st = 0; st < DDP__TCP_MAX_CONNS - 1; st++)
             got_fds += pg->comm.peers[j].sfd[st] >= 0;
         bad |= pg->comm.peers[j].nconns != want || got_fds != want - 1;
-        bad |= pg->comm.tcp_conns != (pa->local_world > 1 ? 1 : 2);
+        bad |= pg->comm.tcp_conns != (pa->local_world > 1 ? 1 : offer);
         bad |= pa->local_world > 1 && pg->comm.tcp_team != NULL;
     }
     if (piece_flat_registered) /* each iteration's one buffer single-copy, on the helpers */
@@ -578,14 +580,14 @@ TEST(allreduce_over_tcp_with_a_sending_thread_equals_one_buffer_bit_for_bit)
     unsetenv("DDP_PG_TRANSPORT");
 }
 
-/* By default (DDP_PG_TCP_CONNS unset: auto), two connections between ranks that are each the
- * only rank of their node, and stripes over them: 4 nodes of 1 rank, the ring's bits; 2 nodes of
- * 2 ranks: one connection to every peer, no stripes. */
+/* By default (DDP_PG_TCP_CONNS unset: auto), 2 connections between ranks that are each the only
+ * rank of their node (4 on a machine of 8 usable CPUs or more), and stripes over them: 4 nodes of
+ * 1 rank, the ring's bits; 2 nodes of 2 ranks: one connection to every peer, no stripes. */
 TEST(by_default_two_connections_between_ranks_alone_on_their_nodes_one_otherwise)
 {
     unsetenv("DDP_PG_TCP_CONNS");
     PN = 1300001;
-    piece_tcp_conns = 2;
+    piece_tcp_conns = ddp__tcp_auto_conns(ddp_usable_cpus());
     piece_conns_auto = true;
     run_pieces(1);
     piece_tcp_conns = 0;
