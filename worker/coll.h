@@ -234,7 +234,7 @@ struct ddp__comm {
 /* DDP_PG_TCP_THREADS: 1 (unset) or 2, for tcp_split; anything else is named and taken as 1. */
 bool ddp__tcp_split_env(void);
 /* DDP_PG_TCP_CONNS: 1 to DDP__TCP_MAX_CONNS connections to every peer, or 0 for "auto" (unset,
- * or auto: the default rule of worker/pg_setup.c); anything else is named and taken as auto. */
+ * or auto: ddp__tcp_pair_conns below); anything else is named and taken as auto. */
 int ddp__tcp_conns_env(void);
 /* The connections a rank offers each peer by default (auto) when the two are each the only rank
  * of their node: 4 with DDP__TCP_WIDE_CPUS usable CPUs or more, else 2 (BENCHMARKS.md, "Several
