@@ -9,9 +9,11 @@
 # the transport alone over 1, 2 and 4 connections beside iperf3 -P n), reducer
 # (bench/reducer_bench.sh, 2 repetitions, no bucket sweep), shm (bench/allreduce_compare.sh,
 # REPS=3, Open MPI from the bundle; its "registered" column is single-copy with helper threads
-# since 2026-11-27) and threads (bench/shm_threads_compare.sh); default: shm tcp tcp1, not yet
-# measured there since they changed (SECS=180 keeps them within one 10-minute call; streams,
-# tcp2 and reducer in a second). Each part runs under its own time limit
+# since 2026-11-27), threads (bench/shm_threads_compare.sh), slots4 (the same at 4 ranks, 5
+# rounds, 1 MiB slots against 4 MiB ones, helpers as by default) and stripes (not a benchmark:
+# the bats case "over TCP in stripes", whose ranks offer 4 connections on a machine of 8 CPUs
+# or more, one under taskset 2); default: stripes slots4 tcp, where 2026-11-27's device time
+# ended (SECS=180 keeps them within one 10-minute call). Each part runs under its own time limit
 # (SECS, default 240 s) so that one that overruns leaves the others their turn; its table goes
 # to stdout and, where the device tool gave one, to $OUT/PART.txt.
 set -uo pipefail
@@ -22,7 +24,7 @@ if [ -z "${B:-}" ] || [ ! -x "$B/ddprun" ]; then
 fi
 SECS=${SECS:-240}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(shm tcp tcp1)
+[ ${#parts[@]} -gt 0 ] || parts=(stripes slots4 tcp)
 rc=0
 for p in "${parts[@]}"; do
   case $p in
@@ -33,7 +35,12 @@ for p in "${parts[@]}"; do
   reducer) cmd=(env NO_SWEEP=1 PY=python3 bench/reducer_bench.sh "$B" 2) ;;
   shm) cmd=(env REPS=3 bench/allreduce_compare.sh "$B") ;;
   threads) cmd=(bench/shm_threads_compare.sh "$B") ;;
-  *) echo "issue21.sh: unknown part '$p' (tcp, tcp1, tcp2, streams, reducer, shm, threads)" >&2; exit 2 ;;
+  slots4) cmd=(env NPROC=4 REPS=5 CONFIGS="auto auto/4194304" bench/shm_threads_compare.sh "$B") ;;
+  stripes) cmd=(env DDP_BUILD_DIR="$B" bats -f "in stripes" tests/integration/20-pg-collectives.bats) ;;
+  *)
+    echo "issue21.sh: unknown part '$p' (tcp, tcp1, tcp2, streams, reducer, shm, threads, slots4, stripes)" >&2
+    exit 2
+    ;;
   esac
   echo "== $p: ${cmd[*]} (at most $SECS s)"
   out=/dev/null
