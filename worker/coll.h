@@ -222,20 +222,25 @@ struct ddp__comm {
      * receive copies run on two cores (worker/coll_tcp.c); the thread starts at the first. */
     bool tcp_split;
     /* The most connections to any peer (struct ddp__peer's nconns; 1: no stripes), the
-     * stripes' team's size: a message of DDP__TCP_STRIPE_BYTES or more to or from a peer with
+     * stripes' team's size: a message of tcp_stripe_bytes or more to or from a peer with
      * more than one connection is cut into that peer's nconns stripes, each sent and received
      * by a thread of its own; each direction decides on its own length and peer alone, which
      * both ends know alike. Takes the place of tcp_split. */
     int tcp_conns;
+    size_t tcp_stripe_bytes;    /* DDP_PG_TCP_STRIPE_BYTES, alike on every rank */
     struct ddp__team *tcp_team; /* tcp_split's 2 threads or tcp_conns's k, started at the first */
 };
 #define DDP__TCP_SPLIT_BYTES ((size_t)256 << 10)
-#define DDP__TCP_STRIPE_BYTES ((size_t)1 << 20)
+#define DDP__TCP_STRIPE_BYTES ((size_t)1 << 20) /* tcp_stripe_bytes's default */
+#define DDP__TCP_STRIPE_MIN ((size_t)64 << 10)
 /* DDP_PG_TCP_THREADS: 1 (unset) or 2, for tcp_split; anything else is named and taken as 1. */
 bool ddp__tcp_split_env(void);
 /* DDP_PG_TCP_CONNS: 1 to DDP__TCP_MAX_CONNS connections to every peer, or 0 for "auto" (unset,
  * or auto: ddp__tcp_pair_conns below); anything else is named and taken as auto. */
 int ddp__tcp_conns_env(void);
+/* DDP_PG_TCP_STRIPE_BYTES: the smallest message cut in stripes, DDP__TCP_STRIPE_MIN to 1 GiB;
+ * unset: DDP__TCP_STRIPE_BYTES; anything else is named and taken as that. */
+size_t ddp__tcp_stripe_env(void);
 /* The connections a rank offers each peer by default (auto) when the two are each the only rank
  * of their node: 4 with DDP__TCP_WIDE_CPUS usable CPUs or more, else 2 (BENCHMARKS.md, "Several
  * connections per peer": 2 beat 1 and 4 on a 2-vCPU VM; 4 moved 1.7-2.4x what 2 did from 4 MiB

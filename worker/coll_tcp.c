@@ -155,6 +155,24 @@ int ddp__tcp_conns_env(void)
     return (int)k;
 }
 
+size_t ddp__tcp_stripe_env(void)
+{
+    const char *v = getenv("DDP_PG_TCP_STRIPE_BYTES");
+    if (!v || !*v)
+        return DDP__TCP_STRIPE_BYTES;
+    char *end;
+    errno = 0;
+    unsigned long long k = strtoull(v, &end, 10);
+    if (errno || *end || v[0] == '-' || k < DDP__TCP_STRIPE_MIN || k > (1ull << 30)) {
+        DDP_WARN(PG,
+                 "DDP_PG_TCP_STRIPE_BYTES='%s' is not a number of bytes from %zu to %llu; "
+                 "using %zu",
+                 v, (size_t)DDP__TCP_STRIPE_MIN, 1ull << 30, (size_t)DDP__TCP_STRIPE_BYTES);
+        return DDP__TCP_STRIPE_BYTES;
+    }
+    return (size_t)k;
+}
+
 int ddp__tcp_auto_conns(int usable_cpus)
 {
     return usable_cpus >= DDP__TCP_WIDE_CPUS ? 4 : 2;
@@ -219,7 +237,7 @@ static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer 
 
 /*
  * A transfer cut in stripes, one per connection to the peer, part k on its own thread (k = 0
- * the collective's): each direction is striped when it carries DDP__TCP_STRIPE_BYTES or more
+ * the collective's): each direction is striped when it carries tcp_stripe_bytes or more
  * and its peer has more than one connection, which the other end of the same bytes decides
  * alike (both know the length, and the pair's count); a direction that is not goes whole over
  * the first connection, in part 0. Each direction has its own peer's count of stripes (the
@@ -290,14 +308,14 @@ static void stripe_part(void *arg, int k, int parts)
 }
 
 /* Whether len bytes to or from peer p go in stripes. */
-static bool striped(const struct ddp__peer *p, size_t len)
+static bool striped(const struct ddp__comm *c, const struct ddp__peer *p, size_t len)
 {
-    return p && p->nconns > 1 && len >= DDP__TCP_STRIPE_BYTES;
+    return p && p->nconns > 1 && len >= c->tcp_stripe_bytes;
 }
 
 static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
 {
-    bool ss = striped(x->to, x->slen), rs = striped(x->from, x->rlen);
+    bool ss = striped(c, x->to, x->slen), rs = striped(c, x->from, x->rlen);
     if (!c->tcp_team) {
         if (!(c->tcp_team = ddp__team_new(c->tcp_conns))) {
             /* both ends must stripe alike: without threads the group cannot go on */
@@ -306,7 +324,7 @@ static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
             return DDP_ESYS;
         }
         DDP_INFO(PG, "TCP messages from %zu KiB: %d connections to a peer, a thread each",
-                 (size_t)DDP__TCP_STRIPE_BYTES >> 10, c->tcp_conns);
+                 c->tcp_stripe_bytes >> 10, c->tcp_conns);
     }
     struct stripes *sp = calloc(1, sizeof(*sp));
     if (!sp)
@@ -343,7 +361,7 @@ static int xfer_striped(struct ddp__comm *c, const struct ddp__xfer *x)
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x)
 {
     struct errto own = {c->err, sizeof(c->err)};
-    if (c->tcp_conns > 1 && (striped(x->to, x->slen) || striped(x->from, x->rlen)))
+    if (c->tcp_conns > 1 && (striped(c, x->to, x->slen) || striped(c, x->from, x->rlen)))
         return xfer_striped(c, x);
     struct ddp__team *t = split_team(c, x);
     if (!t)

@@ -398,6 +398,7 @@ static int setup_cross(struct ddp_pg *pg, const struct layout *lay)
     x->small_bytes = pg->comm.small_bytes;
     x->tcp_split = pg->comm.tcp_split;
     x->tcp_conns = pg->comm.tcp_conns;
+    x->tcp_stripe_bytes = pg->comm.tcp_stripe_bytes;
     for (int k = 0; k < lay->nodes; k++) {
         x->peers[k] = pg->comm.peers[lay->cross_of[k]];
         if (k == x->rank)
@@ -494,6 +495,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
      * connections would only hold descriptors: 1 there. */
     int conns_offer = ddp__tcp_auto_conns(ddp_usable_cpus());
     pg->comm.tcp_conns = 1;
+    pg->comm.tcp_stripe_bytes = ddp__tcp_stripe_env();
     for (int i = 0; i < world; i++) {
         pg->comm.peers[i].fd = -1;
         for (int s = 0; s < DDP__TCP_MAX_CONNS - 1; s++)
@@ -576,9 +578,9 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     host[sizeof(host) - 1] = '\0';
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
-    int bl =
-        snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d %d", ip, port, hex, host,
-                 node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked, conns_offer);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d %d %zu", ip, port, hex, host,
+                      node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked,
+                      conns_offer, pg->comm.tcp_stripe_bytes);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
@@ -596,9 +598,10 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
         char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
         int pport;
         int p2p, conns, offer;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d %d", pip, &pport, psec, phost,
-                   &where[j], &where[world + j], &where[2 * world + j], &p2p, &conns,
-                   &offer) != 10 ||
+        size_t stripe;
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d %d %zu", pip, &pport, psec,
+                   phost, &where[j], &where[world + j], &where[2 * world + j], &p2p, &conns, &offer,
+                   &stripe) != 11 ||
             offer < 1 || offer > DDP__TCP_MAX_CONNS) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
@@ -623,6 +626,14 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                      "rank %d has DDP_PG_TCP_CONNS=%s and this rank %s (it must be alike on every "
                      "rank)",
                      j, theirs, ours);
+            goto fail;
+        }
+        if (stripe != pg->comm.tcp_stripe_bytes) {
+            r = DDP_EINVAL;
+            snprintf(pg->err, sizeof(pg->err),
+                     "rank %d has DDP_PG_TCP_STRIPE_BYTES=%zu and this rank %zu (it must be alike "
+                     "on every rank)",
+                     j, stripe, pg->comm.tcp_stripe_bytes);
             goto fail;
         }
         int nc = ddp__tcp_pair_conns(

@@ -5,15 +5,17 @@
 # PART is any of tcp (bench/tcp_link_compare.sh: two namespace hosts of one rank each, no sshd
 # needed; by default, DDP_PG_TCP_CONNS=auto: 2 connections between them, 4 from 8 usable
 # CPUs, a thread each), tcp1 (the same with DDP_PG_TCP_CONNS=1), tcp2 (one connection with
-# DDP_PG_TCP_THREADS=2: a thread sends while another receives), streams (bench/tcp_streams.sh:
+# DDP_PG_TCP_THREADS=2: a thread sends while another receives), tcp512 (stripes from 512 KiB,
+# DDP_PG_TCP_STRIPE_BYTES: a 1 MiB all-reduce's steps striped), streams (bench/tcp_streams.sh:
 # the transport alone over 1, 2 and 4 connections beside iperf3 -P n), reducer
 # (bench/reducer_bench.sh, 2 repetitions, no bucket sweep), shm (bench/allreduce_compare.sh,
 # REPS=3, Open MPI from the bundle; its "registered" column is single-copy with helper threads
 # since 2026-11-27), threads (bench/shm_threads_compare.sh), slots4 (the same at 4 ranks, 5
 # rounds, 1 MiB slots against 4 MiB ones, helpers as by default) and stripes (not a benchmark:
 # the bats case "over TCP in stripes", whose ranks offer 4 connections on a machine of 8 CPUs
-# or more, one under taskset 2); default: stripes slots4 tcp, where 2026-11-27's device time
-# ended (SECS=180 keeps them within one 10-minute call). Each part runs under its own time limit
+# or more, one under taskset 2); default: stripes slots4 tcp tcp512, where 2026-11-27's device
+# time ended (on 16 cores tcp took 30 s, stripes 20 s; SECS=150 keeps the four within one
+# 10-minute call). Each part runs under its own time limit
 # (SECS, default 240 s) so that one that overruns leaves the others their turn; its table goes
 # to stdout and, where the device tool gave one, to $OUT/PART.txt.
 set -uo pipefail
@@ -24,21 +26,25 @@ if [ -z "${B:-}" ] || [ ! -x "$B/ddprun" ]; then
 fi
 SECS=${SECS:-240}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(stripes slots4 tcp)
+[ ${#parts[@]} -gt 0 ] || parts=(stripes slots4 tcp tcp512)
 rc=0
 for p in "${parts[@]}"; do
   case $p in
   tcp) cmd=(bench/tcp_link_compare.sh "$B") ;;
   tcp1) cmd=(env DDP_PG_TCP_CONNS=1 bench/tcp_link_compare.sh "$B") ;;
   tcp2) cmd=(env DDP_PG_TCP_CONNS=1 DDP_PG_TCP_THREADS=2 bench/tcp_link_compare.sh "$B") ;;
+  tcp512) cmd=(env DDP_PG_TCP_STRIPE_BYTES=524288 bench/tcp_link_compare.sh "$B") ;;
   streams) cmd=(env REPS=3 bench/tcp_streams.sh "$B") ;;
   reducer) cmd=(env NO_SWEEP=1 PY=python3 bench/reducer_bench.sh "$B" 2) ;;
   shm) cmd=(env REPS=3 bench/allreduce_compare.sh "$B") ;;
   threads) cmd=(bench/shm_threads_compare.sh "$B") ;;
   slots4) cmd=(env NPROC=4 REPS=5 CONFIGS="auto auto/4194304" bench/shm_threads_compare.sh "$B") ;;
-  stripes) cmd=(env DDP_BUILD_DIR="$B" bats -f "in stripes" tests/integration/20-pg-collectives.bats) ;;
+  stripes)
+    cmd=(env DDP_BUILD_DIR="$B" bats -f "in stripes" tests/integration/20-pg-collectives.bats)
+    ;;
   *)
-    echo "issue21.sh: unknown part '$p' (tcp, tcp1, tcp2, streams, reducer, shm, threads, slots4, stripes)" >&2
+    echo "issue21.sh: unknown part '$p' (tcp, tcp1, tcp2, tcp512, streams, reducer, shm," \
+      "threads, slots4, stripes)" >&2
     exit 2
     ;;
   esac

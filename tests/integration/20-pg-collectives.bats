@@ -81,7 +81,7 @@ tcp_variant() { # var value line "mode ranks"...
   TRANSPORT=tcp sigstop_case
 }
 
-@test "over TCP in stripes (DDP_PG_TCP_CONNS): the matrix and every dtype and op at 6 MiB agree with the reference, also hierarchically; by default only between ranks alone on their nodes; ranks that disagree or a bad value are named; a peer SIGKILLed or silent mid all-reduce is named" {
+@test "over TCP in stripes (DDP_PG_TCP_CONNS, DDP_PG_TCP_STRIPE_BYTES): the matrix and every dtype and op at 6 MiB agree with the reference, also hierarchically; by default only between ranks alone on their nodes; ranks that disagree or a bad value are named; a peer SIGKILLed or silent mid all-reduce is named" {
   # messages of 1 MiB or more are cut over 3 connections per peer, a thread each
   tcp_variant DDP_PG_TCP_CONNS 3 'TCP messages from 1024 KiB: 3 connections to a peer, a thread each' \
     "wide 2" "matrix 3"
@@ -119,6 +119,22 @@ tcp_variant() { # var value line "mode ranks"...
   assert_failure
   # whichever rank sees the difference first names it: a rank with 3, or rank 1 itself
   assert_output --regexp "(rank [02]: cannot form the process group: rank 1 has DDP_PG_TCP_CONNS=2 and this rank 3|rank 1: cannot form the process group: rank [02] has DDP_PG_TCP_CONNS=3 and this rank 2) \(it must be alike on every rank\)"
+  # stripes from 64 KiB (DDP_PG_TCP_STRIPE_BYTES): the matrix's ring steps of 64 KiB or more
+  # go over 3 connections; a bad value is named and taken as 1 MiB; every rank must have one
+  DDP_PG_TCP_CONNS=3 DDP_PG_TCP_STRIPE_BYTES=65536 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 3 1 matrix
+  for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
+  grep -q "TCP messages from 64 KiB: 3 connections to a peer, a thread each" rank0.out
+  stop_store
+  printf 'command: [%s, matrix]\nnproc_per_node: 2\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_CONNS: "2", DDP_PG_TCP_STRIPE_BYTES: "1000"}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "DDP_PG_TCP_STRIPE_BYTES='1000' is not a number of bytes from 65536 to 1073741824; using 1048576"
+  printf '#!/bin/sh\n[ "$RANK" = 1 ] && export DDP_PG_TCP_STRIPE_BYTES=131072\nexec "%s" matrix\n' "$PGTEST" >stripe.sh
+  chmod +x stripe.sh
+  printf 'command: [./stripe.sh]\nnproc_per_node: 2\nenv: {DDP_PG_TRANSPORT: tcp}\n' >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure
+  assert_output --regexp "(rank 0: cannot form the process group: rank 1 has DDP_PG_TCP_STRIPE_BYTES=131072 and this rank 1048576|rank 1: cannot form the process group: rank 0 has DDP_PG_TCP_STRIPE_BYTES=1048576 and this rank 131072) \(it must be alike on every rank\)"
   export DDP_PG_TCP_CONNS=2 DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg
   # 2 nodes x 2 ranks: the rings across the nodes have their stripes too, where a round's shard
   # is large enough (8 MiB slots: each local rank's 4 MiB shard goes round in 2 MiB steps)

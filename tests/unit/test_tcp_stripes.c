@@ -33,15 +33,34 @@ TEST(auto_connections_are_4_from_8_usable_cpus_and_a_pair_takes_the_smaller_offe
     ASSERT_EQ(ddp__tcp_pair_conns(3, false, 4, 4), 3);
 }
 
+/* DDP_PG_TCP_STRIPE_BYTES: unset is the default; a number of bytes in range is taken; below
+ * 64 KiB, above 1 GiB, negative or not a number is the default. */
+TEST(stripe_size_from_the_environment)
+{
+    unsetenv("DDP_PG_TCP_STRIPE_BYTES");
+    ASSERT_EQ(ddp__tcp_stripe_env(), DDP__TCP_STRIPE_BYTES);
+    setenv("DDP_PG_TCP_STRIPE_BYTES", "262144", 1);
+    ASSERT_EQ(ddp__tcp_stripe_env(), (size_t)262144);
+    setenv("DDP_PG_TCP_STRIPE_BYTES", "65536", 1);
+    ASSERT_EQ(ddp__tcp_stripe_env(), (size_t)65536);
+    const char *bad[] = {"65535", "1073741825", "-1", "1M", "", "18446744073709551617"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("DDP_PG_TCP_STRIPE_BYTES", bad[i], 1);
+        ASSERT_EQ(ddp__tcp_stripe_env(), DDP__TCP_STRIPE_BYTES);
+    }
+    unsetenv("DDP_PG_TCP_STRIPE_BYTES");
+}
+
 /* A ring whose pairs have different counts of connections, as the default gives ranks of
  * different CPU counts: 0-1 and 1-2 have 2, 2-0 has 4, so rank 0 sends in 2 stripes and
  * receives in 4, rank 2 the other way round. Three hand-built comms on socket pairs, a thread
- * each, an int32 all-reduce of 5.2 MB (ring steps of 1.7 MB, striped): the exact sums. */
-#define MIXED_N 1300001
+ * each, an int32 all-reduce of n elements (ring steps of n/3), stripes from stripe bytes: the
+ * exact sums, and the stripes' threads started. */
 struct mixed_rank {
     struct ddp__comm c;
     struct ddp__peer peers[3];
     int32_t *buf;
+    size_t n;
     int rc;
 };
 
@@ -49,11 +68,16 @@ static void *mixed_thread(void *a)
 {
     struct mixed_rank *m = a;
     m->c.deadline_ms = ddp_now_ms() + 60000;
-    m->rc = ddp__tcp_allreduce(&m->c, m->buf, MIXED_N, DDP_I32, DDP_SUM);
+    m->rc = ddp__tcp_allreduce(&m->c, m->buf, m->n, DDP_I32, DDP_SUM);
     return NULL;
 }
 
-TEST(allreduce_over_tcp_with_pairs_of_different_stripe_counts_is_exact)
+static int32_t mixed_input(int r, size_t i)
+{
+    return (int32_t)((i % 1000) * 3 + (size_t)r * 1000003 + i / 7);
+}
+
+static void run_mixed(size_t n, size_t stripe)
 {
     static struct mixed_rank m[3];
     int conns[3][3] = {{1, 2, 4}, {2, 1, 2}, {4, 2, 1}};
@@ -65,6 +89,8 @@ TEST(allreduce_over_tcp_with_pairs_of_different_stripe_counts_is_exact)
         m[r].c.small_bytes = 64 << 10;
         m[r].c.opname = "allreduce";
         m[r].c.tcp_conns = 1;
+        m[r].c.tcp_stripe_bytes = stripe;
+        m[r].n = n;
         for (int j = 0; j < 3; j++) {
             m[r].peers[j].rank = j;
             m[r].peers[j].fd = -1;
@@ -74,9 +100,9 @@ TEST(allreduce_over_tcp_with_pairs_of_different_stripe_counts_is_exact)
             if (conns[r][j] > m[r].c.tcp_conns)
                 m[r].c.tcp_conns = conns[r][j];
         }
-        ASSERT_TRUE((m[r].buf = malloc(MIXED_N * sizeof(int32_t))) != NULL);
-        for (size_t i = 0; i < MIXED_N; i++)
-            m[r].buf[i] = (int32_t)((i % 1000) * 3 + (size_t)r * 1000003 + i / 7);
+        ASSERT_TRUE((m[r].buf = malloc(n * sizeof(int32_t))) != NULL);
+        for (size_t i = 0; i < n; i++)
+            m[r].buf[i] = mixed_input(r, i);
     }
     for (int a = 0; a < 3; a++)
         for (int b = a + 1; b < 3; b++)
@@ -96,12 +122,8 @@ TEST(allreduce_over_tcp_with_pairs_of_different_stripe_counts_is_exact)
         ASSERT_EQ(m[r].rc, 0);
         /* the stripes' threads did start: as many as the widest pair */
         ASSERT_EQ(ddp__team_size(m[r].c.tcp_team), r == 1 ? 2 : 4);
-        for (size_t i = 0; i < MIXED_N && !bad; i++) {
-            int32_t want = 0;
-            for (int q = 0; q < 3; q++)
-                want += (int32_t)((i % 1000) * 3 + (size_t)q * 1000003 + i / 7);
-            bad = m[r].buf[i] != want;
-        }
+        for (size_t i = 0; i < n && !bad; i++)
+            bad = m[r].buf[i] != mixed_input(0, i) + mixed_input(1, i) + mixed_input(2, i);
         ddp__team_free(m[r].c.tcp_team);
         free(m[r].c.scratch);
         free(m[r].buf);
@@ -114,4 +136,17 @@ TEST(allreduce_over_tcp_with_pairs_of_different_stripe_counts_is_exact)
         }
     }
     ASSERT_EQ(bad, 0);
+}
+
+/* 5.2 MB: ring steps of 1.7 MB, over the default 1 MiB from which messages are striped. */
+TEST(allreduce_over_tcp_with_pairs_of_different_stripe_counts_is_exact)
+{
+    run_mixed(1300001, DDP__TCP_STRIPE_BYTES);
+}
+
+/* DDP_PG_TCP_STRIPE_BYTES's smallest, 64 KiB: 1.2 MB in steps of 400 KB, each striped (below
+ * the default, whole); the stripes of a 4-connection pair are then 100 KB. */
+TEST(stripes_from_a_smaller_size_are_exact_too)
+{
+    run_mixed(300007, DDP__TCP_STRIPE_MIN);
 }
