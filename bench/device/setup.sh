@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced on a lent GPU machine from the repository root (`. .dev/setup.sh`), after
 # bench/device/bundle.sh packed .dev/ here: installs what the bundle holds where Debian's
 # paths are expected, adds the build, NCCL's and the CUDA runtime's folders to the loader's
@@ -9,6 +10,7 @@
 if ! command -v nvidia-smi >/dev/null || [ ! -d .dev/b ]; then
   # it rewrites /usr/bin/python3: never on a development machine
   echo "setup.sh: for a lent GPU machine, from the repository root with .dev/ carried" >&2
+  # shellcheck disable=SC2317 # exit: when run instead of sourced
   return 1 2>/dev/null || exit 1
 fi
 R=$PWD
@@ -16,6 +18,7 @@ B=$R/.dev/b
 tar xzf .dev/root.tgz -P --skip-old-files
 [ -f .dev/mpi.tgz ] && tar xzf .dev/mpi.tgz -P --skip-old-files
 if [ -f .dev/mpi_allreduce ]; then # allreduce_compare.sh's mpicc: the binary built at home
+  # shellcheck disable=SC2016 # the $ are the wrapper's own
   printf '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && { cp %s/.dev/mpi_allreduce "$2"; exit; }; shift; done\n' \
     "$R" >/usr/local/bin/mpicc
   chmod +x /usr/local/bin/mpicc
