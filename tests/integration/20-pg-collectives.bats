@@ -100,7 +100,7 @@ tcp_variant() { # var value line "mode ranks"...
   grep -q "TCP messages from 1024 KiB: $want connections to a peer, a thread each" rank0.out
   # a pair takes the smaller offer: rank 1 on one CPU offers 2, so rank 0 has 2 to it (and, on
   # a machine of 8 CPUs or more, 4 to rank 2: the team is as wide as its widest peer)
-  printf '#!/bin/sh\n[ "$RANK" = 1 ] && exec taskset -c 0 "%s" "$@"\nexec "%s" "$@"\n' "$PGTEST" "$PGTEST" >one_cpu.sh
+  printf '#!/bin/sh\n[ "$RANK" = 1 ] && exec taskset -c %s "%s" "$@"\nexec "%s" "$@"\n' "$(first_cpu)" "$PGTEST" "$PGTEST" >one_cpu.sh
   chmod +x one_cpu.sh
   PGTEST=./one_cpu.sh DDP_LOG_LEVEL=info DDP_LOG_SUBSYS=pg run_layout 3 1 wide
   for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
@@ -154,7 +154,7 @@ tcp_variant() { # var value line "mode ranks"...
   run "$DDPRUN" job.yaml
   assert_success
   # ranks that share a CPU yield to each other at once instead of spinning (worker/shm_sync.c)
-  run taskset -c 0 "$DDPRUN" job.yaml
+  run taskset -c "$(first_cpu)" "$DDPRUN" job.yaml
   assert_success
   [ "$(grep -c 'checks passed' <<<"$output")" -eq 3 ]
   [ -z "$(ls /dev/shm | grep '^ddp-' || true)" ]   # the segment's name never outlives setup
@@ -216,7 +216,7 @@ tcp_variant() { # var value line "mode ranks"...
     ! grep -q 'shared-memory all-reduces from' <<<"$output" || false
   fi
   # a rank that may run on one CPU only has no helper
-  run taskset -c 0 "$DDPRUN" job.yaml
+  run taskset -c "$(first_cpu)" "$DDPRUN" job.yaml
   assert_success
   ! grep -q 'shared-memory all-reduces from' <<<"$output" || false
   # a value that is not a number of threads is named, and auto is used

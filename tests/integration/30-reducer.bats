@@ -53,12 +53,12 @@ job() { # nproc args...
   # The rule itself on other machines' shapes is in test_reducer_policy (unit).
   command -v taskset >/dev/null || skip "taskset (util-linux) is not installed"
   printf 'command: [%s, overlap]\nnproc_per_node: 2\nlogs: {dir: logs}\nenv: {DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: reducer}\n' "$RT" >job.yaml
-  run taskset -c 0 "$DDPRUN" job.yaml
+  run taskset -c "$(first_cpu)" "$DDPRUN" job.yaml
   assert_success
   assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
   assert_output --partial "reducertest: overlap off"
   assert_output --partial "no overlap: 1 usable core for 2 ranks on this node"
-  DDP_REDUCER_OVERLAP=on run taskset -c 0 "$DDPRUN" job.yaml
+  DDP_REDUCER_OVERLAP=on run taskset -c "$(first_cpu)" "$DDPRUN" job.yaml
   assert_success
   assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
   # bound (--bind-to core) to two CPUs: the rule counts the ranks bound to a rank's CPUs

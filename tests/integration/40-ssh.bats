@@ -643,7 +643,7 @@ fake_agent() { # mode
   le32() { printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/'; }
   drv=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
   # (stdin /dev/null, which epoll cannot watch: the agent says so and ends, status 3)
-  { st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 10 taskset -c 0 "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
+  { st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 10 taskset -c "$(first_cpu)" "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
   [ "$(cat rc)" = 3 ]
   grep -qx "ddprun agent: stdin is not a pipe or socket from a launcher" err.txt
   exp=$(le32 $((1 + 4 + 4 + ${#v} + 16)))8802000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)

@@ -58,10 +58,10 @@ nodes_of() { # plan output -> "host:slots host:slots ..."
   # no GPU (CUDA_VISIBLE_DEVICES empty: none, whatever the driver has): auto is the CPUs ddprun
   # may run on, as torchrun's auto is os.cpu_count() then
   [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:$(nproc)" ]
-  [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= taskset -c 0 "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:1" ]
+  [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES= taskset -c "$(first_cpu)" "$DDPRUN" plan auto.yaml | nodes_of)" = "localhost:1" ]
   # torchrun's command line: --nproc-per-node gpu / cpu
   [ "$(env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 "$DDPRUN" plan --nproc-per-node gpu --no-python /bin/true | nodes_of)" = "localhost:2" ]
-  [ "$(env CUDA_VISIBLE_DEVICES=0,1 taskset -c 0 "$DDPRUN" plan --nproc-per-node cpu --no-python /bin/true | nodes_of)" = "localhost:1" ]
+  [ "$(env CUDA_VISIBLE_DEVICES=0,1 taskset -c "$(first_cpu)" "$DDPRUN" plan --nproc-per-node cpu --no-python /bin/true | nodes_of)" = "localhost:1" ]
   # gpu where none is visible
   run env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=-1 "$DDPRUN" plan --nproc-per-node gpu --no-python /bin/true
   assert_failure 2

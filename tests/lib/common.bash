@@ -13,6 +13,11 @@ trains() {
   case "$BUILD" in */asan | */tsan) skip "trains a model: run by the CI build only" ;; esac
 }
 
+# The first CPU this test may run on (`taskset -c "$(first_cpu)"`: a container's cpuset need
+# not hold CPU 0).
+first_cpu() {
+  sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | sed 's/[-,].*//'
+}
 # Starts `ddprun store` on 127.0.0.1 with a fresh token; sets STORE_PID, STORE_ADDR, TOKFILE.
 start_store() {
   TOKFILE="$BATS_TEST_TMPDIR/token"
