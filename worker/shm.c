@@ -96,11 +96,11 @@ static bool own_in_place(const struct ddp__shm *sh)
 
 /*
  * Elements per all-reduce round. A round's working set is the user's chunk, this rank's slot
- * and the peers' shards of theirs: with 1 MiB slots, over a 1 MiB L2 per core. While the
- * message still sits in the caches that costs nothing and fewer rounds (barriers) win; once
- * it streams from memory, half-slot rounds keep most of each round in the L2, so the output
- * is mostly written into lines just read instead of missing again. Measured on a 2-core EPYC VM
- * (BENCHMARKS.md, "Round size"): half rounds lose at 4 MiB (0.94x), break even at 8 (0.97-1.14x
+ * and the peers' shards of theirs: with 1 MiB slots, over the EPYC's 512 KiB L2 per core.
+ * While the message still sits in the caches that costs nothing and fewer rounds (barriers) win;
+ * once it streams from memory, half-slot rounds keep most of each round in the L2, so the
+ * output is mostly written into lines just read instead of missing again. Measured on a 2-core EPYC
+ * VM (BENCHMARKS.md, "Round size"): half rounds lose at 4 MiB (0.94x), break even at 8 (0.97-1.14x
  * in three runs) and win from 16 (1.24x at 16, 1.08-1.10x at 64); quarter rounds lose. A
  * message of 16 MiB or more goes in rounds of at most STREAM_ROUND whatever the slots (as with
  * 1 MiB slots): on a 2-vCPU Intel Xeon 4 MiB slots' whole rounds ran 0.95x 512 KiB ones at
