@@ -12,7 +12,8 @@
 # the reducer (after it on even steps, before it on odd ones, so neither of the pair always
 # follows the cache-flushing all-reduce) and a bare all-reduce of all the gradients' bytes, so
 # what the reducer adds is measured against the all-reduce it must do, in the same seconds of
-# this drifting VM.
+# this drifting VM; and where it goes: the step's forward+backward and optimizer beside the
+# compute-only step's, its finalize beside the bare all-reduce.
 # Usage: bench/reducer_bench.sh [BUILD_DIR] [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,11 @@ ours() { # label extra-args... : prints "label ms"
     done
   sed -n 's/.*gradients were ready \([0-9.]*\) ms after.*beyond that wait \([0-9.-]*\) ms = \([0-9.-]*\) x bare.*/\1 \3/p' \
     "$T/out" | while read -r w r; do echo "$label:lastwait $w"; echo "$label:ratio-beyond $r"; done
+  # where the step's time goes, beside the compute-only step's (medians over the steps)
+  sed -n "s/.*paired phases.*step forward+backward \([0-9.]*\) ms, finalize \([0-9.]*\) ms, optimizer \([0-9.]*\) ms; the compute-only step forward+backward \([0-9.]*\) ms, optimizer \([0-9.]*\) ms.*/\1 \2 \3 \4 \5/p" \
+    "$T/out" | while read -r f w o cf co; do
+      echo "$label:fb $f"; echo "$label:fin $w"; echo "$label:opt $o"; echo "$label:cofb $cf"; echo "$label:coopt $co"
+    done
   # --bench-view-copy: both modes in one process, alternate steps
   sed -n 's/.*bench: view-copy over.*: step view \([0-9.]*\) copy \([0-9.]*\),.*/\1 \2/p' "$T/out" |
     while read -r v k; do echo "$label:view $v"; echo "$label:copy $k"; done
@@ -114,6 +120,18 @@ if paired:
                   if bs else "- | - | -")
         print(f"| {names[k]} | {m[k]:.1f} | {m[k + ':compute']:.1f} | {a:.1f} | {b:.1f} "
               f"| {m[k + ':ratio']:.2f} | {min(rs):.2f}-{max(rs):.2f} | {beyond} |")
+    ph = [k for k in paired if k + ":fb" in m]
+    if ph:
+        print()
+        print("Where the added time goes (the step's phases beside the compute-only step's, medians over")
+        print("the steps, then over the runs): forward+backward and the optimizer, the reducer's step less")
+        print("the compute-only step's; finalize (the all-reduces left for it) less the bare all-reduce.")
+        print("| configuration | forward+backward ms | + | finalize ms | bare ms | finalize - bare | optimizer ms | + |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for k in ph:
+            g = lambda x: m[k + ":" + x]
+            print(f"| {names[k]} | {g('fb'):.1f} | {g('fb') - g('cofb'):+.2f} | {g('fin'):.1f} | {g('bare'):.1f} "
+                  f"| {g('fin') - g('bare'):+.2f} | {g('opt'):.1f} | {g('opt') - g('coopt'):+.2f} |")
 if "view-copy:ratio" in m:
     rs = d["view-copy:ratio"]
     print()

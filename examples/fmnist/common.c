@@ -211,7 +211,7 @@ void usage(FILE *f)
         "  --bench-paired      --bench, and beside each step the same step without the\n"
         "                      reducer (compute only: after it, or before it on odd steps)\n"
         "                      and a bare all-reduce of all the gradients, timed pair by\n"
-        "                      pair (a benchmark, not training)\n"
+        "                      pair, and both steps' phases (a benchmark, not training)\n"
         "  --bench-view-copy   --bench with two reducers on the same parameters, one with\n"
         "                      --bucket-view and one without, used on alternate steps:\n"
         "                      each mode's medians and copy / view, pair by pair\n"

@@ -310,16 +310,38 @@ static void sgd(struct model *m, float lr, float mu)
     }
 }
 
-/* --bench-paired: one step of this rank's shard without the reducer; its seconds. */
+/* --bench-paired: one step of this rank's shard without the reducer; its seconds, and in
+ * fb and opt those of its forward+backward and of its optimizer step. */
 static double compute_only(struct model *m, struct acts *a, const float *xb, const uint8_t *yb,
-                           int b, float scale, const struct cfg *c)
+                           int b, float scale, const struct cfg *c, double *fb, double *opt)
 {
     double p0 = now_s();
     forward(m, a, xb, b);
     loss_grad(m, a, yb, b, scale, a->dZ, NULL);
     backward(m, a, b, NULL);
+    double p1 = now_s();
     sgd(m, c->lr, c->momentum);
-    return now_s() - p0;
+    double p2 = now_s();
+    *fb = p1 - p0;
+    *opt = p2 - p1;
+    return p2 - p0;
+}
+
+/* --bench-paired: where the reducer's step spends its time beside the compute-only step's
+ * (medians over the same steps): forward+backward, finalize (the all-reduce, beside the bare
+ * one) and the optimizer. */
+static void print_paired_phases(double *const phase_t[3], double *const co_t[2], long n)
+{
+    if (rank != 0 || n <= 0)
+        return;
+    long used;
+    double f = median_ms(phase_t[0], n, &used), w = median_ms(phase_t[1], n, &used),
+           o = median_ms(phase_t[2], n, &used), cf = median_ms(co_t[0], n, &used),
+           co = median_ms(co_t[1], n, &used);
+    printf("bench: paired phases (medians): the reducer's step forward+backward %.3f ms, finalize "
+           "%.3f ms, optimizer %.3f ms; the compute-only step forward+backward %.3f ms, optimizer "
+           "%.3f ms\n",
+           f, w, o, cf, co);
 }
 
 /* ---- checkpoints: written atomically by rank 0, read by rank 0 and broadcast ---- */
@@ -569,8 +591,9 @@ int main(int argc, char **argv)
         phase_t[k] = malloc((size_t)(total_steps + 1) * sizeof(double));
     /* --bench-paired: compute-only steps and bare all-reduces beside the steps */
     /* compute-only, bare all-reduce, skew, how long after this rank's the last rank's
-     * gradients were ready (one node only: the ranks share CLOCK_MONOTONIC) */
-    double *paired_t[4] = {NULL, NULL, NULL, NULL};
+     * gradients were ready (one node only: the ranks share CLOCK_MONOTONIC); and the
+     * compute-only step's forward+backward and optimizer, to set beside phase_t's */
+    double *paired_t[4] = {NULL, NULL, NULL, NULL}, *co_t[2] = {NULL, NULL};
     float *flat = NULL;
     if (c.paired) {
         if (!red || c.sim_ranks)
@@ -578,7 +601,12 @@ int main(int argc, char **argv)
                 "no --simulate-ranks)");
         for (int k = 0; k < 4; k++)
             paired_t[k] = calloc((size_t)(total_steps + 1), sizeof(double));
+        for (int k = 0; k < 2; k++)
+            co_t[k] = calloc((size_t)(total_steps + 1), sizeof(double));
         flat = calloc(nparams(&m), sizeof(float));
+        if (!paired_t[0] || !paired_t[1] || !paired_t[2] || !paired_t[3] || !co_t[0] || !co_t[1] ||
+            !flat)
+            die("out of memory");
     }
     long nstep_t = 0;
     double ep_loss = 0, ep_n = 0, t_ep = now_s();
@@ -597,7 +625,8 @@ int main(int argc, char **argv)
         int pb = c.batch * (rank + 1) / nsh - c.batch * rank / nsh;
         bool pair_first = c.paired && (nstep_t & 1);
         if (pair_first) {
-            paired_t[0][nstep_t] = compute_only(&m, &a, xb, yb, pb, scale, &c);
+            paired_t[0][nstep_t] =
+                compute_only(&m, &a, xb, yb, pb, scale, &c, &co_t[0][nstep_t], &co_t[1][nstep_t]);
             if (ddp_pg_barrier(pg) != 0)
                 die("barrier failed: %s", ddp_pg_last_error(pg));
         }
@@ -637,7 +666,8 @@ int main(int argc, char **argv)
             /* the same shard again without the reducer (even steps); then the bare
              * all-reduce */
             if (!pair_first)
-                paired_t[0][nstep_t] = compute_only(&m, &a, xb, yb, pb, scale, &c);
+                paired_t[0][nstep_t] = compute_only(&m, &a, xb, yb, pb, scale, &c,
+                                                    &co_t[0][nstep_t], &co_t[1][nstep_t]);
             paired_t[1][nstep_t] =
                 bench_bare_allreduce(pg, flat, nparams(&m), &paired_t[2][nstep_t]);
             /* no all-reduce of this step could end before the last rank's gradients existed */
@@ -666,9 +696,11 @@ int main(int argc, char **argv)
             t_ep = now_s();
         }
     }
-    if (paired_t[0]) /* first: the medians below sort step_t in place */
+    if (paired_t[0]) { /* first: the medians below sort step_t in place */
         print_paired(step_t, paired_t, nstep_t, nparams(&m) * sizeof(float),
                      ddp_pg_local_world_size(pg) == world);
+        print_paired_phases(phase_t, co_t, nstep_t);
+    }
     if (red_copy)
         print_view_copy(step_t, phase_t, nstep_t);
     if (c.bench) {
@@ -679,6 +711,8 @@ int main(int argc, char **argv)
         free(phase_t[k]);
     for (int k = 0; k < 4; k++)
         free(paired_t[k]);
+    for (int k = 0; k < 2; k++)
+        free(co_t[k]);
     free(flat);
     int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
