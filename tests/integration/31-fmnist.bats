@@ -68,8 +68,8 @@ fjob() { # nproc args... : a job running the trainer
   assert_output --regexp "bench: paired over 15 steps: step [0-9.]+ ms, compute-only [0-9.]+ ms, bare all-reduce of 940584 bytes [0-9.]+ ms; added by the reducer -?[0-9.]+ ms"
   # one node: the ranks share a clock, and the wait is never negative
   assert_output --regexp "the last rank's gradients were ready [0-9]+\.[0-9]{3} ms after rank 0's; added beyond that wait -?[0-9.]+ ms = -?[0-9.]+ x bare"
-  # where the step's time goes, beside the compute-only step's: the reducer's step has a
-  # finalize (its all-reduces), and its three phases are the step (medians of the same steps)
+  # where the step's time goes, beside the compute-only step's (medians of the same steps):
+  # the reducer's step has a finalize, its all-reduces, which take time
   assert_output --regexp "bench: paired phases \(medians\): the reducer's step forward\+backward [0-9]+\.[0-9]{3} ms, finalize [0-9]+\.[0-9]{3} ms, optimizer [0-9]+\.[0-9]{3} ms; the compute-only step forward\+backward [0-9]+\.[0-9]{3} ms, optimizer [0-9]+\.[0-9]{3} ms"
   fin=$(sed -n 's/.*paired phases.*, finalize \([0-9.]*\) ms,.*/\1/p' <<<"$output")
   awk -v f="$fin" 'BEGIN { exit !(f > 0) }'
