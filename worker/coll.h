@@ -96,7 +96,7 @@ struct ddp__xfer {
 };
 
 /* Each local rank's control line at the head of the node's segment (worker/shm_sync.c). */
-#define DDP__SHM_CTRL_LINE 64
+#define DDP__SHM_CTRL_LINE 128
 #define DDP__NOT_IN_ARENA UINT64_MAX
 #define DDP__AUTO_PAIRS 5   /* worker/shm_auto.c: timed pairs in a trial */
 #define DDP__AUTO_CLASSES 4 /* and its size classes */
@@ -114,6 +114,9 @@ struct ddp__shm_ctrl {
     /* The CPU this rank published its last step from: a peer waiting on the same CPU yields at
      * once instead of spinning (we cannot arrive while it spins). */
     _Atomic int32_t cpu;
+    /* Local rank 0's only: the chunks of the one-node single-copy all-reduces of registered
+     * memory claimed so far (worker/shm_claim.c), on a cache line of its own. */
+    _Alignas(64) _Atomic uint64_t claim;
 };
 
 struct ddp__arena;
@@ -161,6 +164,10 @@ struct ddp__shm {
     size_t arena_len;
     uint64_t direct_done, cma_reads; /* single-copy all-reduces done, process_vm_readv calls */
     uint64_t direct_shared;          /* single-copy all-reduces shared with helper threads */
+    /* Registered memory on one node: chunks claimed (worker/shm_claim.c) before this rank's
+     * next all-reduce of them, the same on every local rank; and those this rank summed. */
+    uint64_t claim_base, claimed;
+    bool claim_off; /* DDP_PG_DIRECT_CLAIM=0: fixed shards and blocks (worker/shm_direct.c) */
     /* This rank's threads for the slots' one-node all-reduces of at least DDP__TEAM_MIN_BYTES
      * (worker/team.h, worker/shm.c): in all, the collective's own thread included (1: it alone;
      * DDP_PG_SHM_THREADS); the helpers start at the first all-reduce that uses them. */
@@ -285,6 +292,11 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
  * returns 1 alike and ddp__shm_allreduce does the work. */
 int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                               enum ddp_redop op);
+#define DDP__CLAIM_CHUNK ((size_t)64 << 10) /* bytes of a claimed chunk: n of them fit the L2 */
+/* Its one-node form where every local buffer is registered, after step 1 has published them:
+ * chunks claimed by whichever rank or helper thread is free (worker/shm_claim.c). */
+int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                             enum ddp_redop op, struct ddp__team *team);
 /* An all-reduce of direct_min bytes or more on a one-node group with auto on: single-copy or
  * the slots as chosen now, or as its trial of the two asks (worker/shm_auto.c). */
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,

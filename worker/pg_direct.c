@@ -174,8 +174,11 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     size_t every = autom ? env_size("DDP_PG_DIRECT_AUTO_EVERY", AUTO_EVERY) : 0;
     if (every > ((size_t)1 << 40))
         every = (size_t)1 << 40; /* times the trials' back-off (64) stays far from overflow */
-    snprintf(blob, sizeof(blob), "%d %d %d %zu %zu %a %zu", cma_ok, arena_ok, autom, dmin, dblock,
-             margin, every);
+    /* DDP_PG_DIRECT_CLAIM=0: registered memory in fixed shards and blocks, as the other kinds */
+    const char *cv = getenv("DDP_PG_DIRECT_CLAIM");
+    int claim = !(cv && strcmp(cv, "0") == 0);
+    snprintf(blob, sizeof(blob), "%d %d %d %zu %zu %a %zu %d", cma_ok, arena_ok, autom, dmin,
+             dblock, margin, every, claim);
     snprintf(prefix, sizeof(prefix), "pg/%s/direct-ok", name);
     if ((r = ddp_store_all_gather(store, prefix, pg->rank, world, blob, strlen(blob) + 1,
                                   pg->timeout_ms, vals)) < 0)
@@ -183,20 +186,21 @@ int ddp__pg_setup_direct(struct ddp_pg *pg, struct ddp_store *store, const char 
     bool all_cma = true, all_arena = true;
     size_t agreed = dmin;
     for (int i = 0; i < world; i++) {
-        int c = 0, a = 0, au = 0;
+        int c = 0, a = 0, au = 0, cl = -1;
         size_t d = 0, bl = 0, ev = 0;
         double m = -1;
-        if (!vals[i].data ||
-            sscanf(vals[i].data, "%d %d %d %zu %zu %la %zu", &c, &a, &au, &d, &bl, &m, &ev) != 7)
+        if (!vals[i].data || sscanf(vals[i].data, "%d %d %d %zu %zu %la %zu %d", &c, &a, &au, &d,
+                                    &bl, &m, &ev, &cl) != 8)
             c = a = 0, d = 0;
         all_cma &= c == 1;
         all_arena &= a == 1;
-        if (d != agreed || bl != dblock || au != autom || m != margin || ev != every)
+        if (d != agreed || bl != dblock || au != autom || m != margin || ev != every || cl != claim)
             agreed = 0; /* ranks disagree on DDP_PG_DIRECT_*: none of it */
     }
     sh->cma = all_cma;
     sh->direct_min = agreed;
     sh->direct_block = dblock ? dblock : DIRECT_BLOCK_PER_RANK * (size_t)sh->n;
+    sh->claim_off = !claim;
     bool autod = autom && agreed;
     if (all_arena) {
         sh->arena = arena;

@@ -233,6 +233,8 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         return 1;
     }
     struct ddp__team *team = registered && !c->cross ? ddp__shm_team(sh, count * esz) : NULL;
+    if (registered && !c->cross && !sh->claim_off)
+        return ddp__shm_claim_allreduce(c, buf, count, dt, op, team);
     size_t scratch = (size_t)ddp__team_size(team) * PART_SCRATCH;
     if (c->scratch_len < scratch) {
         void *s = realloc(c->scratch, scratch);

@@ -349,12 +349,15 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads, lon
     unsigned seed = 500;
     char what[160], label[32];
     snprintf(label, sizeof(label), "direct kind %d ", kind);
-    uint64_t d0 = pg->comm.shm.direct_done, r0 = pg->comm.shm.cma_reads,
-             s0 = pg->comm.shm.direct_shared;
+    const struct ddp__shm *sh = &pg->comm.shm;
+    uint64_t d0 = sh->direct_done, r0 = sh->cma_reads, s0 = sh->direct_shared, c0 = sh->claimed;
+    int64_t chunks = 0; /* what the node's ranks claim among them where all is registered */
     for (int dt = 0; dt <= DDP_I64; dt++) {
         size_t esz = ddp_dtype_size((enum ddp_dtype)dt);
         for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
             size_t n = sizes[si];
+            if (sh->direct_min && n * esz >= sh->direct_min) /* each of the 4 ops */
+                chunks += 4 * (int64_t)((n * esz + DDP__CLAIM_CHUNK - 1) / DDP__CLAIM_CHUNK);
             char *buf = reg ? ddp_pg_mem_alloc(pg, n * esz) : malloc(n * esz);
             char *want = malloc(n * esz);
             bad |= allreduce_ops(pg, buf, want, n, (enum ddp_dtype)dt, &seed, label);
@@ -378,6 +381,15 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads, lon
     bad |= compare(f, w, n, DDP_F32, what);
     ddp_pg_mem_free(pg, f);
     free(w);
+    chunks += (int64_t)((n * 4 + DDP__CLAIM_CHUNK - 1) / DDP__CLAIM_CHUNK);
+    if (kind == 1 && !pg->comm.cross && !sh->claim_off && sh->direct_min) {
+        /* every chunk claimed once, by one rank or another: the node's claims add up */
+        int64_t mine = (int64_t)(sh->claimed - c0), all = mine;
+        must(pg, ddp_pg_allreduce(pg, &all, 1, DDP_I64, DDP_SUM), "allreduce");
+        printf("pgtest rank %d: registered: %lld chunks claimed here, %lld by all (%lld chunks)\n",
+               rank, (long long)mine, (long long)all, (long long)chunks);
+        bad |= all != chunks;
+    }
     *done = (long)(pg->comm.shm.direct_done - d0);
     *reads = (long)(pg->comm.shm.cma_reads - r0);
     *shared = (long)(pg->comm.shm.direct_shared - s0);

@@ -397,6 +397,9 @@ count_is() { [ "$2" = "*" ] || { [ "$2" = + ] && [ "$1" -gt 0 ]; } || [ "$1" = "
       direct_counts "$f" malloc 105 +
       direct_counts "$f" registered 105 0
       direct_counts "$f" mixed 105 "*"
+      # registered everywhere: chunks claimed by whichever rank was free, each once (pgtest
+      # checks the node's sum against the chunks of the 105 all-reduces)
+      grep -q "registered: [0-9]* chunks claimed here, 2475 by all (2475 chunks)" "$f"
     done
     rm -rf logs
   done
@@ -422,6 +425,7 @@ helper_counts() { # file kind count: single-copy all-reduces shared with helper 
     [ "$(grep -c 'checks passed' <<<"$output")" -eq "$n" ]
     for f in logs/*/rank-*.log; do
       direct_counts "$f" registered 105 0
+      grep -q "registered: [0-9]* chunks claimed here, 2475 by all (2475 chunks)" "$f"
       # the all-reduces of 1 MiB or more, on every rank alike: 10 dtype x size pairs x 4 ops,
       # and the ordered sum
       helper_counts "$f" registered 41
@@ -509,9 +513,10 @@ rep() { printf "%${2}s" "" | tr ' ' "$1"; }
   auto_seq ', DDP_PG_DIRECT_BYTES: auto, DDP_PG_DIRECT_AUTO_MARGIN: "1e9"'
   [ "$AUTO" = "$off" ]
   assert_output --regexp "$(printf "$chose" off '[0-9.]+,')"
-  # by measurement: single-copy in 256-byte blocks (two steps of the ranks each) is several
-  # times slower than the slots; the slots in 4 KiB rounds several times slower than it
-  auto_seq ', DDP_PG_DIRECT_BLOCK: "256"'
+  # by measurement: single-copy in fixed shards of 256-byte blocks (two steps of the ranks
+  # each; DDP_PG_DIRECT_CLAIM 0) is several times slower than the slots; the slots in 4 KiB
+  # rounds several times slower than it
+  auto_seq ', DDP_PG_DIRECT_CLAIM: "0", DDP_PG_DIRECT_BLOCK: "256"'
   [ "$AUTO" = "$off" ]
   auto_seq ', DDP_PG_SHM_SLOT_BYTES: "4096"'
   [ "$AUTO" = "$on" ]
