@@ -7,6 +7,7 @@
  */
 #include "reducer/reducer.h"
 #include "reducer/overlap.h"
+#include "reducer/staged.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -57,6 +58,7 @@ struct ddp_reducer {
     size_t norder;
     int32_t *used;
     bool sync, rebuilt, in_finalize;
+    bool posted;  /* this iteration's first bucket posted (post_ready) */
     bool overlap; /* buckets start during backward (reducer/overlap.c) */
     bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
     void *stream; /* the group's compute stream */
@@ -165,46 +167,6 @@ static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t 
         free(bk[i].pcs);
     }
     free(bk);
-}
-
-enum staged_kind { STAGED_ALLGATHER, STAGED_BROADCAST, STAGED_ALLREDUCE };
-
-/*
- * The reducer's own small collectives on host arrays (parameter descriptions, the bucket
- * order, the used map): on an NCCL group they go through device memory and the host waits.
- * recv is also send for the in-place broadcast and all-reduce.
- */
-static int staged(struct ddp_pg *pg, enum staged_kind kind, const void *send, void *recv,
-                  size_t count, enum ddp_dtype dt, enum ddp_redop op)
-{
-    size_t esz = ddp_dtype_size(dt), in = count * esz,
-           out = kind == STAGED_ALLGATHER ? in * (size_t)ddp_pg_world_size(pg) : in;
-    if (!ddp_pg_is_cuda(pg)) {
-        if (kind == STAGED_ALLGATHER)
-            return ddp_pg_allgather(pg, send, recv, count, dt);
-        if (kind == STAGED_BROADCAST)
-            return ddp_pg_broadcast(pg, recv, count, dt, 0);
-        return ddp_pg_allreduce(pg, recv, count, dt, op);
-    }
-    void *stream = ddp_pg_compute_stream(pg), *dsend = NULL, *drecv = NULL;
-    int rc;
-    if ((rc = ddp__dev_alloc(&drecv, out)) < 0 ||
-        (kind == STAGED_ALLGATHER && (rc = ddp__dev_alloc(&dsend, in)) < 0) ||
-        (rc = ddp__dev_from_host(kind == STAGED_ALLGATHER ? dsend : drecv,
-                                 kind == STAGED_ALLGATHER ? send : recv, in, stream)) < 0)
-        goto out;
-    if (kind == STAGED_ALLGATHER)
-        rc = ddp_pg_allgather(pg, dsend, drecv, count, dt);
-    else if (kind == STAGED_BROADCAST)
-        rc = ddp_pg_broadcast(pg, drecv, count, dt, 0);
-    else
-        rc = ddp_pg_allreduce(pg, drecv, count, dt, op);
-    if (rc == 0)
-        rc = ddp__dev_to_host(recv, drecv, out, stream);
-out:
-    ddp__dev_free(dsend);
-    ddp__dev_free(drecv);
-    return rc;
 }
 
 /*
@@ -367,6 +329,25 @@ static int launch(struct ddp_reducer *r, size_t bi)
     return 0;
 }
 
+/*
+ * Without overlap on a CPU group, the first bucket to all-reduce is posted once backward has
+ * filled it (ddp_pg_allreduce_post): where it goes single-copy, a rank whose backward ended
+ * first sums its chunks, and the late rank's, while the late rank still computes, instead of
+ * waiting for it in finalize. Only the first: a posted all-reduce is the group's next one.
+ */
+static int post_ready(struct ddp_reducer *r)
+{
+    struct bucket *b = r->nb ? &r->bk[0] : NULL;
+    if (r->posted || !b || b->pending || r->cuda || hooked(r, b) || in_pieces(r, b))
+        return 0;
+    r->posted = true;
+    int rc = ddp_pg_allreduce_post(r->pg, b->buf, b->count, b->dt, DDP_AVG);
+    if (rc < 0)
+        return fail(r, rc, "cannot post the all-reduce of bucket 0: %s", ddp_strerror(rc));
+    r->st.buckets_posted += rc == 0;
+    return 0;
+}
+
 /* Starts every bucket that is full, in bucket order: bucket k never before bucket k-1. */
 static int launch_ready(struct ddp_reducer *r)
 {
@@ -409,7 +390,7 @@ static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, siz
     int64_t *all = NULL, *my = NULL;
     if (!counts)
         return DDP_ENOMEM;
-    if ((rc = staged(pg, STAGED_ALLGATHER, &mine, counts, 1, DDP_I64, DDP_SUM)) < 0) {
+    if ((rc = ddp__reducer_staged(pg, STAGED_ALLGATHER, &mine, counts, 1, DDP_I64, DDP_SUM)) < 0) {
         snprintf(new_err, sizeof(new_err), "exchanging parameter counts failed: %s",
                  ddp_pg_last_error(pg));
         goto out;
@@ -429,7 +410,7 @@ static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, siz
         goto out;
     for (size_t i = 0; i < n; i++)
         desc_words(&ps[i], my + i * DESC_WORDS);
-    if ((rc = staged(pg, STAGED_ALLGATHER, my, all, words, DDP_I64, DDP_SUM)) < 0) {
+    if ((rc = ddp__reducer_staged(pg, STAGED_ALLGATHER, my, all, words, DDP_I64, DDP_SUM)) < 0) {
         snprintf(new_err, sizeof(new_err), "exchanging parameter shapes failed: %s",
                  ddp_pg_last_error(pg));
         goto out;
@@ -615,7 +596,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
                         ddp__dev_error());
     }
     r->bk[p->bucket].pending--;
-    return r->overlap ? launch_ready(r) : 0;
+    return r->overlap ? launch_ready(r) : post_ready(r);
 }
 
 static void reset_iteration(struct ddp_reducer *r)
@@ -625,6 +606,7 @@ static void reset_iteration(struct ddp_reducer *r)
         r->used[i] = 0;
     }
     r->norder = 0;
+    r->posted = false;
     for (size_t b = 0; b < r->nb; b++) {
         ddp_work_free(r->bk[b].work);
         r->bk[b].work = NULL;
@@ -649,7 +631,7 @@ static int rebuild(struct ddp_reducer *r)
     for (size_t j = n; j-- > 0;)
         if (!r->ps[j].ready)
             ord[k++] = (int64_t)j;
-    if ((rc = staged(r->pg, STAGED_BROADCAST, ord, ord, n, DDP_I64, DDP_SUM)) < 0) {
+    if ((rc = ddp__reducer_staged(r->pg, STAGED_BROADCAST, ord, ord, n, DDP_I64, DDP_SUM)) < 0) {
         fail(r, rc, "broadcasting the bucket order failed: %s", ddp_pg_last_error(r->pg));
         goto out;
     }
@@ -719,7 +701,8 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
     if ((rc = launch_ready(r)) < 0)
         goto done;
     if (r->o.find_unused_parameters &&
-        (rc = staged(r->pg, STAGED_ALLREDUCE, r->used, r->used, r->np, DDP_I32, DDP_MAX)) < 0) {
+        (rc = ddp__reducer_staged(r->pg, STAGED_ALLREDUCE, r->used, r->used, r->np, DDP_I32,
+                                  DDP_MAX)) < 0) {
         fail(r, rc, "agreeing on unused parameters failed: %s", ddp_pg_last_error(r->pg));
         goto done;
     }

@@ -168,6 +168,17 @@ struct ddp__shm {
      * next all-reduce of them, the same on every local rank; and those this rank summed. */
     uint64_t claim_base, claimed;
     bool claim_off; /* DDP_PG_DIRECT_CLAIM=0: fixed shards and blocks (worker/shm_direct.c) */
+    /* An all-reduce posted (ddp_pg_allreduce_post): its buffer and first step published before
+     * the call, so that peers may start on it; the group's next collective (worker/coll_cpu.c). */
+    struct {
+        bool on;   /* its first step published, the all-reduce not run yet */
+        bool done; /* run before another collective: the program's call returns at once */
+        void *buf;
+        size_t count;
+        enum ddp_dtype dt;
+        enum ddp_redop op;
+    } post;
+    uint64_t posted; /* all-reduces posted */
     /* This rank's threads for the slots' one-node all-reduces of at least DDP__TEAM_MIN_BYTES
      * (worker/team.h, worker/shm.c): in all, the collective's own thread included (1: it alone;
      * DDP_PG_SHM_THREADS); the helpers start at the first all-reduce that uses them. */
@@ -261,6 +272,9 @@ int ddp__tcp_pair_conns(int asked, bool alone_apart, int mine, int theirs);
 
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
 int ddp__shm_step(struct ddp__comm *c, uint64_t k);
+/* Its two halves apart: a posted all-reduce publishes its first step before it is called. */
+void ddp__shm_step_publish(struct ddp__comm *c, uint64_t k);
+int ddp__shm_step_wait(struct ddp__comm *c, uint64_t k);
 /* A shard this rank reduced over the node: across nodes, all-reduced on our own ring (the
  * hierarchical all-reduce of PowerAI DDL); then divided for DDP_AVG. */
 int ddp__shm_shard_done(struct ddp__comm *c, void *shard, size_t count, enum ddp_dtype dt,
@@ -297,6 +311,13 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
  * chunks claimed by whichever rank or helper thread is free (worker/shm_claim.c). */
 int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                              enum ddp_redop op, struct ddp__team *team);
+/* Publishes buf as the next single-copy all-reduce's (its first step) and returns: peers that
+ * reach it may read and write buf from now on (worker/shm_direct.c). */
+void ddp__shm_direct_post(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                          enum ddp_redop op);
+/* Whether auto's next all-reduce of bytes goes single-copy as the first thing it does (not a
+ * timed half of a trial, which steps first). */
+bool ddp__shm_auto_would_direct(const struct ddp__shm *sh, uint64_t bytes);
 /* An all-reduce of direct_min bytes or more on a one-node group with auto on: single-copy or
  * the slots as chosen now, or as its trial of the two asks (worker/shm_auto.c). */
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
@@ -323,6 +344,9 @@ int ddp__tcp_barrier(struct ddp__comm *c);
 /* The collectives of a CPU group, each on its transport (worker/coll_cpu.c). */
 int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
+/* ddp_pg_allreduce_post on a CPU group: 0 posted, 1 not (it could not go single-copy). */
+int ddp__cpu_allreduce_post(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                            enum ddp_redop op);
 int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
                               size_t count, enum ddp_dtype dt, enum ddp_redop op);
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);

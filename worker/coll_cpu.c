@@ -17,11 +17,57 @@ static bool shm_only(const struct ddp__comm *c)
     return c->shm.base && !c->cross;
 }
 
+static bool is_posted(const struct ddp__shm *sh, const void *buf, size_t count, enum ddp_dtype dt,
+                      enum ddp_redop op)
+{
+    return sh->post.buf == buf && sh->post.count == count && sh->post.dt == dt && sh->post.op == op;
+}
+
+/*
+ * A posted all-reduce is the group's next collective: one called before it (not the program's
+ * way: the reducer calls what it posted next) runs after it, so that every rank meets the same
+ * sequence of steps (a posted all-reduce is one every rank posts), and the program's call of
+ * the posted one then returns at once. 0, or the posted all-reduce's error.
+ */
+static int posted_first(struct ddp__comm *c, const void *buf, size_t count, enum ddp_dtype dt,
+                        enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    if (!sh->post.on || is_posted(sh, buf, count, dt, op))
+        return 0;
+    int e = ddp__cpu_allreduce(c, sh->post.buf, sh->post.count, sh->post.dt, sh->post.op);
+    sh->post.done = e == 0;
+    return e;
+}
+
+int ddp__cpu_allreduce_post(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                            enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    uint64_t bytes = (uint64_t)count * ddp_dtype_size(dt);
+    if (c->world == 1 || count == 0 || !shm_only(c) || sh->post.on || !sh->direct_min ||
+        bytes < sh->direct_min)
+        return 1;
+    sh->post.done = false;
+    bool direct = sh->autod.on ? ddp__shm_auto_would_direct(sh, bytes) : sh->cma || sh->arena;
+    if (!direct)
+        return 1;
+    ddp__shm_direct_post(c, buf, count, dt, op);
+    return 0;
+}
+
 int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op)
 {
+    int e;
     if (c->world == 1 || count == 0)
         return 0; /* AVG over one rank is the value itself */
+    if (c->shm.post.done && is_posted(&c->shm, buf, count, dt, op)) {
+        c->shm.post.done = false; /* run already, before another collective */
+        return 0;
+    }
+    if ((e = posted_first(c, buf, count, dt, op)) < 0)
+        return e;
     if (c->shm.base) {
         /* Large buffers single-copy where every local buffer can be read in place; across
          * nodes only with cross-memory attach (on every node alike, so every node cuts the
@@ -48,10 +94,13 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
                               size_t count, enum ddp_dtype dt, enum ddp_redop op)
 {
+    int e;
     if (c->world == 1 || count == 0)
         return 0;
     if (npc == 1)
         return ddp__cpu_allreduce(c, pc[0].data, count, dt, op);
+    if ((e = posted_first(c, NULL, 0, dt, op)) < 0)
+        return e;
     if (c->shm.base)
         return ddp__shm_allreduce_pieces(c, pc, npc, count, dt, op);
     size_t esz = ddp_dtype_size(dt);
@@ -73,14 +122,20 @@ int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
 
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)
 {
+    int e;
     if (c->world == 1 || bytes == 0)
         return 0;
+    if ((e = posted_first(c, NULL, 0, DDP_F32, DDP_SUM)) < 0)
+        return e;
     return shm_only(c) ? ddp__shm_broadcast(c, buf, bytes, root)
                        : ddp__tcp_broadcast(c, buf, bytes, root);
 }
 
 int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes)
 {
+    int e = posted_first(c, NULL, 0, DDP_F32, DDP_SUM);
+    if (e < 0)
+        return e;
     if (shm_only(c) && bytes)
         return ddp__shm_allgather(c, send, recv, bytes);
     return ddp__tcp_allgather(c, send, recv, bytes);
@@ -89,13 +144,19 @@ int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t
 int ddp__cpu_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,
                             enum ddp_dtype dt, enum ddp_redop op)
 {
+    int e;
     if (count == 0)
         return 0;
+    if ((e = posted_first(c, NULL, 0, dt, op)) < 0)
+        return e;
     return shm_only(c) ? ddp__shm_reduce_scatter(c, send, recv, count, dt, op)
                        : ddp__tcp_reduce_scatter(c, send, recv, count, dt, op);
 }
 
 int ddp__cpu_barrier(struct ddp__comm *c)
 {
+    int e = posted_first(c, NULL, 0, DDP_F32, DDP_SUM);
+    if (e < 0)
+        return e;
     return shm_only(c) ? ddp__shm_barrier(c) : ddp__tcp_barrier(c);
 }

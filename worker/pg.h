@@ -188,6 +188,19 @@ int ddp_pg_recv(struct ddp_pg *pg, void *buf, size_t bytes, int peer, uint32_t t
 bool ddp_pg_has_p2p(const struct ddp_pg *pg);
 
 /*
+ * Posts the all-reduce that the program will call next on this group (the same buffer, count,
+ * dtype and op), now that buf holds this rank's final input: where it will go single-copy
+ * (registered memory on one node), buf is published to the node's ranks at once, so that a
+ * rank that called it already sums its chunks while this one is still computing (the reducer
+ * posts its first bucket when backward fills it, without overlap). buf belongs to the
+ * all-reduce from here on. Returns 0 posted, 1 not posted (nothing happened; call it as
+ * usual), or a DDP_E* code. If another collective is called first, the posted all-reduce runs
+ * before it.
+ */
+int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                          enum ddp_redop op);
+
+/*
  * Registered memory: bytes of zero-filled memory that the other ranks of this node read in
  * place, so an all-reduce of a buffer in it (from DDP_PG_DIRECT_BYTES up; by default from
  * 1 MiB on one node where trials say it pays) costs one copy between processes, none through

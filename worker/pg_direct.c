@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,35 @@ out:
         ddp_store_values_free(vals, (size_t)world);
     free(vals);
     ddp__arena_destroy(arena);
+    return r;
+}
+
+int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                          enum ddp_redop op)
+{
+    if (!pg || !buf || ddp_dtype_size(dt) == 0 || (unsigned)op > DDP_MIN)
+        return DDP_EINVAL;
+    if (pg->nccl)
+        return 1;
+    /* the group to ourselves: nothing queued or running (the program's own earlier work
+     * finishes first; the reducer has none) */
+    pthread_mutex_lock(&pg->mu);
+    while ((pg->head || pg->busy) && !pg->stop && pg->alive) {
+        pthread_mutex_unlock(&pg->mu);
+        sched_yield();
+        pthread_mutex_lock(&pg->mu);
+    }
+    bool ok = !pg->stop && pg->alive;
+    pg->busy = ok;
+    pthread_mutex_unlock(&pg->mu);
+    if (!ok)
+        return DDP_EABORTED;
+    int r = ddp__cpu_allreduce_post(&pg->comm, buf, count, dt, op);
+    pthread_mutex_lock(&pg->mu);
+    pg->busy = false;
+    if (pg->head || pg->stop)
+        pthread_cond_broadcast(&pg->cv);
+    pthread_mutex_unlock(&pg->mu);
     return r;
 }
 

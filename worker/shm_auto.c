@@ -125,6 +125,15 @@ static bool decide(struct ddp__comm *c, int k)
     return all;
 }
 
+bool ddp__shm_auto_would_direct(const struct ddp__shm *sh, uint64_t bytes)
+{
+    const struct ddp__auto_class *a = &sh->autod.cls[size_class(bytes)];
+    bool starts = a->calls == a->trial; /* as ddp__shm_auto_allreduce decides, below */
+    if (starts || a->in_trial)
+        return (starts ? 0 : a->warm) < WARM; /* a warm-up: single-copy, untimed */
+    return a->direct;
+}
+
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                             enum ddp_redop op)
 {

@@ -209,16 +209,39 @@ static int in_parts(struct ddp__team *t, ddp__team_fn fn, struct block *k)
     return 0;
 }
 
+void ddp__shm_direct_post(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                          enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, sh->me);
+    mine->addr = (uint64_t)(uintptr_t)buf;
+    mine->arena_off = ddp__arena_offset(sh->arena, buf, count * ddp_dtype_size(dt));
+    ddp__shm_step_publish(c, 1);
+    sh->post.on = true;
+    sh->post.buf = buf;
+    sh->post.count = count;
+    sh->post.dt = dt;
+    sh->post.op = op;
+    sh->posted++;
+}
+
 int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                               enum ddp_redop op)
 {
     struct ddp__shm *sh = &c->shm;
     int n = sh->n, me = sh->me, e;
     size_t esz = ddp_dtype_size(dt);
-    struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, me);
-    mine->addr = (uint64_t)(uintptr_t)buf;
-    mine->arena_off = ddp__arena_offset(sh->arena, buf, count * esz);
-    if ((e = ddp__shm_step(c, 1)) < 0)
+    if (sh->post.on && sh->post.buf == buf && sh->post.count == count && sh->post.dt == dt &&
+        sh->post.op == op) {
+        sh->post.on = false; /* the first step is out already */
+        e = ddp__shm_step_wait(c, 1);
+    } else {
+        struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, me);
+        mine->addr = (uint64_t)(uintptr_t)buf;
+        mine->arena_off = ddp__arena_offset(sh->arena, buf, count * esz);
+        e = ddp__shm_step(c, 1);
+    }
+    if (e < 0)
         return e;
     /* Every rank decides the same from the same lines: in place only if every buffer can be
      * read (its arena is mapped here, or cross-memory attach works on this node). */

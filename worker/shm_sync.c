@@ -182,6 +182,16 @@ int ddp__shm_step(struct ddp__comm *c, uint64_t k)
     return wait_all(c, c->shm.seq + k);
 }
 
+void ddp__shm_step_publish(struct ddp__comm *c, uint64_t k)
+{
+    publish(&c->shm, c->shm.seq + k);
+}
+
+int ddp__shm_step_wait(struct ddp__comm *c, uint64_t k)
+{
+    return wait_all(c, c->shm.seq + k);
+}
+
 int ddp__shm_shard_done(struct ddp__comm *c, void *shard, size_t count, enum ddp_dtype dt,
                         enum ddp_redop op)
 {

@@ -23,6 +23,8 @@
  *                        64 MiB both ways at once beside an all-reduce, a size mismatch, and a
  *                        peer's message received after it exited
  *   pgtest p2p-wait      rank 0 waits for 64 MiB from rank 1, which never sends (kill tests)
+ *   pgtest post          an all-reduce posted (ddp_pg_allreduce_post) by ranks that then sleep,
+ *                        summed by rank 0 alone meanwhile; then one posted before a barrier
  *   pgtest groups        sub-groups (ddp_pg_new_group): even and odd ranks all-reducing beside
  *                        the whole group, every rank in reverse order, lists that differ
  *                        between ranks or repeat a rank refused on every rank
@@ -33,6 +35,7 @@
 #include "worker/coll.h"
 #include "worker/group.h"
 #include "worker/pg.h"
+#include "tests/helpers/pgtest.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,23 +44,13 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-static int rank, world;
-static long checks;
+int rank, world;
+long checks;
 
 /* The checks' own arithmetic (inputs and references of millions of elements per check) runs
  * uninstrumented in the ASan/UBSan build, where it took about half of a rank's CPU: what the
  * sanitizers are there for is the library, whose accesses to these buffers stay checked. */
 #define UNCHECKED __attribute__((no_sanitize("address", "undefined")))
-
-/* Rank r's element i for a seed: a small integer, -8 to 8, from a hash of the three (its top
- * 32 bits scaled to 0-16 by a multiply, cheaper than a division by 17). */
-static inline __attribute__((always_inline)) int64_t gen(int r, size_t i, unsigned seed)
-{
-    uint64_t x = ((uint64_t)r * 0x9E3779B97F4A7C15ull) ^ (i * 0xBF58476D1CE4E5B9ull) ^ seed;
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    return (int64_t)(((x >> 32) * 17) >> 32) - 8;
-}
 
 /* Values into buf's dtype: n of them from v, with one switch per call, not one per element
  * (the reference and the inputs of a 6 MiB check are millions of elements). */
@@ -148,7 +141,7 @@ UNCHECKED static void reference(void *out, size_t n, size_t gi0, enum ddp_dtype 
 static const char *dtn[] = {"f32", "f64", "bf16", "f16", "i32", "i64"};
 static const char *opn[] = {"sum", "avg", "max", "min"};
 
-static int compare(const void *got, const void *want, size_t n, enum ddp_dtype dt, const char *what)
+int compare(const void *got, const void *want, size_t n, enum ddp_dtype dt, const char *what)
 {
     size_t esz = ddp_dtype_size(dt);
     if (memcmp(got, want, n * esz) == 0) {
@@ -163,7 +156,7 @@ static int compare(const void *got, const void *want, size_t n, enum ddp_dtype d
     return 1;
 }
 
-static int must(struct ddp_pg *pg, int r, const char *what)
+int must(struct ddp_pg *pg, int r, const char *what)
 {
     if (r != 0) {
         fprintf(stderr, "pgtest rank %d: %s failed: %s (%s)\n", rank, what, ddp_pg_last_error(pg),
@@ -331,13 +324,6 @@ static int big(struct ddp_pg *pg, size_t mib)
     free(buf);
     free(want);
     return bad;
-}
-
-/* f32 sums whose rounding depends on the order: the reference adds rank 0's, 1's, ... value
- * in float, as the slots and the single-copy path both do on one node. */
-static float ordered(int r, size_t i)
-{
-    return (float)gen(r, i, 4242) * 0.1f + (r % 2 ? 3.0e4f : 0.0f);
 }
 
 /* kind 0: every buffer malloc'd; 1: every one registered; 2: even ranks' registered. */
@@ -740,6 +726,8 @@ int main(int argc, char **argv)
         free(m);
         ddp_pg_free(pg);
         return 3;
+    } else if (strcmp(argv[1], "post") == 0) {
+        bad = pgtest_post(pg);
     } else if (strcmp(argv[1], "groups") == 0 && world >= 2 && world <= 64) {
         bad = groups(pg);
     } else if (strcmp(argv[1], "big") == 0 && argc == 3) {

@@ -266,7 +266,8 @@ int main(int argc, char **argv)
         /* Every bucket fills during backward, so with overlap every one starts there (whether
          * the reducer overlaps depends on DDP_REDUCER_OVERLAP and the cores: 30-reducer). */
         if (rank == 0)
-            printf("reducertest: overlap %s\n", st.overlap ? "on" : "off");
+            printf("reducertest: overlap %s, %llu first buckets posted\n",
+                   st.overlap ? "on" : "off", (unsigned long long)st.buckets_posted);
         if ((o.no_overlap && st.overlap) ||
             st.launched_in_backward != (st.overlap ? st.buckets_launched : 0)) {
             fprintf(stderr, "reducertest: %llu buckets started during backward\n",

@@ -436,6 +436,27 @@ helper_counts() { # file kind count: single-copy all-reduces shared with helper 
   done
 }
 
+@test "posted all-reduce (ddp_pg_allreduce_post): a rank that called it sums every chunk alone while the posting ranks sleep; posted before a barrier, it runs first and its call returns at once; not posted where it would not go single-copy" {
+  # 4 MiB: 64 chunks of 64 KiB; ranks 1.. post, then sleep 300 ms before their call
+  for case in '2 DDP_PG_DIRECT_BYTES: "4096"' '3 DDP_PG_DIRECT_BYTES: "4096"' '2 DDP_LOG_LEVEL: info' '2 DDP_PG_DIRECT_BYTES: "0"'; do
+    read -r n env <<<"$case"
+    printf 'command: [%s, post]\nnproc_per_node: %d\nenv: {%s}\n' "$PGTEST" "$n" "$env" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "$case: $output"; return 1; }
+    if [ "$env" = 'DDP_PG_DIRECT_BYTES: "0"' ]; then # the slots: nothing to post
+      [ "$(grep -c 'pgtest rank [1-9]: post: not posted, 0 of 64 chunks claimed here' <<<"$output")" -eq $((n - 1)) ]
+      [ "$(grep -c 'post before a barrier: not posted, 0 single-copy in the call' <<<"$output")" -eq "$n" ]
+      [ "$(grep -c ' 2 checks passed' <<<"$output")" -eq "$n" ]
+      continue
+    fi
+    # explicit, and auto's warm-up all-reduces of a new size class (single-copy): posted
+    assert_output --partial "pgtest rank 0: post: called at once, 64 of 64 chunks claimed here"
+    [ "$(grep -c 'pgtest rank [1-9]: post: posted, 0 of 64 chunks claimed here' <<<"$output")" -eq $((n - 1)) ]
+    [ "$(grep -c 'post before a barrier: posted, 0 single-copy in the call' <<<"$output")" -eq "$n" ]
+    [ "$(grep -c ' 3 checks passed' <<<"$output")" -eq "$n" ]
+  done
+}
+
 # Rank 0's shared-memory files (descriptors and mappings) as /proc shows them.
 shm_files() { # pid
   { ls -l "/proc/$1/fd" 2>/dev/null; cat "/proc/$1/maps" 2>/dev/null; } | grep -oE '(/memfd:|/dev/shm/)ddp-[a-z0-9-]*' | sort -u || true

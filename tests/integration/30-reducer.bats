@@ -40,13 +40,21 @@ job() { # nproc args...
   assert_success
   # 3 iterations: 5 buckets in the first, and as many after the rebuild
   assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
-  assert_output --partial "reducertest: overlap on"
+  assert_output --partial "reducertest: overlap on, 0 first buckets posted"
   job 2 overlap --no-overlap
   assert_success
   assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
   DDP_REDUCER_OVERLAP=off job 2 overlap
   assert_success
   assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
+  # without overlap, the first bucket is posted when backward fills it, where it goes
+  # single-copy (registered buckets: bucket view): every iteration's, values checked all the same
+  DDP_PG_DIRECT_BYTES=4096 job 2 overlap --no-overlap --view
+  assert_success
+  assert_output --partial "reducertest: overlap off, 3 first buckets posted"
+  DDP_PG_DIRECT_BYTES=4096 job 3 overlap --no-overlap
+  assert_success
+  assert_output --partial "reducertest: overlap off, 0 first buckets posted" # in pieces, not registered
 }
 
 @test "overlap by default only with a core per rank to spare: 2 ranks pinned to one core wait for finalize, and say why" {
