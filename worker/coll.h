@@ -167,6 +167,8 @@ struct ddp__shm {
     /* Registered memory on one node: chunks claimed (worker/shm_claim.c) before this rank's
      * next all-reduce of them, the same on every local rank; and those this rank summed. */
     uint64_t claim_base, claimed;
+    uint64_t *ptab; /* our pieces' offsets in our arena, a table in the arena (claimed pieces) */
+    size_t ptab_cap;
     bool claim_off; /* DDP_PG_DIRECT_CLAIM=0: fixed shards and blocks (worker/shm_direct.c) */
     /* An all-reduce posted (ddp_pg_allreduce_post): its buffer and first step published before
      * the call, so that peers may start on it; the group's next collective (worker/coll_cpu.c). */
@@ -318,6 +320,10 @@ void ddp__shm_direct_post(struct ddp__comm *c, void *buf, size_t count, enum ddp
 /* Whether auto's next all-reduce of bytes goes single-copy as the first thing it does (not a
  * timed half of a trial, which steps first). */
 bool ddp__shm_auto_would_direct(const struct ddp__shm *sh, uint64_t bytes);
+/* The same over a buffer in pieces, where every piece of every local rank is registered (else
+ * 1 on every local rank alike, after one step: the slots do the work). */
+int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
+                          enum ddp_dtype dt, enum ddp_redop op);
 /* An all-reduce of direct_min bytes or more on a one-node group with auto on: single-copy or
  * the slots as chosen now, or as its trial of the two asks (worker/shm_auto.c). */
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,

@@ -101,8 +101,16 @@ int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
         return ddp__cpu_allreduce(c, pc[0].data, count, dt, op);
     if ((e = posted_first(c, NULL, 0, dt, op)) < 0)
         return e;
-    if (c->shm.base)
+    if (c->shm.base) {
+        /* one node, pieces in registered memory (a program's gradients from ddp_pg_mem_alloc):
+         * claimed chunks, single-copy; the same decision on every rank (agreed at setup) */
+        const struct ddp__shm *sh = &c->shm;
+        if (shm_only(c) && sh->arena && sh->direct_min && !sh->claim_off &&
+            count * ddp_dtype_size(dt) >= sh->direct_min &&
+            (e = ddp__shm_claim_pieces(c, pc, npc, count, dt, op)) <= 0)
+            return e;
         return ddp__shm_allreduce_pieces(c, pc, npc, count, dt, op);
+    }
     size_t esz = ddp_dtype_size(dt);
     if (c->stage_len < count * esz) {
         void *p = realloc(c->stage, count * esz);

@@ -16,18 +16,27 @@
  * and the others more, where fixed shards make everyone wait for the slowest. The sum of a
  * chunk does not depend on who claims it: the same arithmetic in the same order, so every
  * element has the bits of the slots' and of fixed shards'.
+ *
+ * A buffer in pieces (a program's gradients where they lie, from ddp_pg_mem_alloc) goes the
+ * same way when every piece of every local rank is registered: each rank publishes a table of
+ * its pieces (where each starts in the whole, and its offset in the rank's arena), in its arena,
+ * and a chunk is summed in ranges that lie within one piece of every rank (each rank may cut
+ * its buffer its own way).
  */
 #include "worker/coll.h"
 #include "worker/team.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/banned.h"
 
+#define PIECES_MAX_LOCAL 64 /* local ranks at most for a buffer in pieces (else the slots) */
+
 struct claim {
     struct ddp__shm *sh;
-    char *buf;                          /* ours */
+    char *buf; /* ours, one buffer; NULL: in pieces, every rank's through its table */
     size_t count, esz, per, first, end; /* elements; per chunk; the chunks' numbers [first, end) */
     enum ddp_dtype dt;
     enum ddp_redop op;
@@ -44,31 +53,100 @@ static uint64_t claim_next(_Atomic uint64_t *ctr, uint64_t end)
     return x < end ? x : end;
 }
 
-/* Local rank j's buffer as mapped here. */
-static char *mem(const struct claim *k, int j)
-{
-    struct ddp__shm *sh = k->sh;
-    return j == sh->me ? k->buf : (char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off;
-}
-
-/* Chunk x: its elements summed over the ranks in rank order into rank 0's buffer (an average
- * divides in the pass that adds the last rank's, as worker/shm_direct.c does), then copied
- * into every other rank's. */
-static void sum_chunk(const struct claim *k, uint64_t x)
+/* m elements at p[0..n): summed in rank order into p[0] (an average divides in the pass that
+ * adds the last rank's, as worker/shm_direct.c does), then copied into every other. */
+static void sum_at(const struct claim *k, char *const *p, size_t m)
 {
     int n = k->sh->n;
-    size_t e0 = (size_t)(x - k->first) * k->per,
-           m = k->count - e0 < k->per ? k->count - e0 : k->per;
-    size_t o = e0 * k->esz, bytes = m * k->esz;
-    char *out = mem(k, 0) + o;
     for (int j = 1; j < n; j++) {
         if (k->op == DDP_AVG && j == n - 1)
-            ddp__reduce_avg(out, mem(k, j) + o, m, k->dt, n);
+            ddp__reduce_avg(p[0], p[j], m, k->dt, n);
         else
-            ddp__reduce(out, mem(k, j) + o, m, k->dt, k->op);
+            ddp__reduce(p[0], p[j], m, k->dt, k->op);
     }
     for (int j = 1; j < n; j++)
-        memcpy(mem(k, j) + o, out, bytes);
+        memcpy(p[j], p[0], m * k->esz);
+}
+
+/* Local rank j's table of pieces: [2q] where piece q starts in the whole, [2q + 1] its offset
+ * in j's arena; [2 * npc] the element count. */
+static const uint64_t *table(struct ddp__shm *sh, int j)
+{
+    return (const uint64_t *)((const char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off);
+}
+
+/* The piece of a table of npc holding element e (< the count): the last that starts at or
+ * before it. */
+static size_t piece_at(const uint64_t *t, size_t npc, size_t e)
+{
+    size_t lo = 0, hi = npc;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (t[2 * mid] <= e)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Elements [e, end) of a buffer in pieces, in ranges within one piece of every rank. */
+static void sum_pieces(const struct claim *k, size_t e, size_t end)
+{
+    struct ddp__shm *sh = k->sh;
+    int n = sh->n;
+    const uint64_t *t[PIECES_MAX_LOCAL];
+    size_t q[PIECES_MAX_LOCAL], npc[PIECES_MAX_LOCAL];
+    char *p[PIECES_MAX_LOCAL];
+    for (int j = 0; j < n; j++) {
+        t[j] = table(sh, j);
+        npc[j] = ddp__shm_ctrl(sh, j)->addr;
+        q[j] = piece_at(t[j], npc[j], e);
+    }
+    while (e < end) {
+        size_t stop = end;
+        for (int j = 0; j < n; j++)
+            if (t[j][2 * (q[j] + 1)] < stop)
+                stop = t[j][2 * (q[j] + 1)];
+        for (int j = 0; j < n; j++)
+            p[j] = (char *)sh->peer_arena[j] + t[j][2 * q[j] + 1] + (e - t[j][2 * q[j]]) * k->esz;
+        sum_at(k, p, stop - e);
+        e = stop;
+        for (int j = 0; j < n; j++) /* past the pieces that end here (empty ones too) */
+            while (q[j] + 1 < npc[j] && t[j][2 * (q[j] + 1)] <= e)
+                q[j]++;
+    }
+}
+
+/* Local rank j's one buffer as mapped here. */
+static char *buf_of(const struct claim *k, int j)
+{
+    struct ddp__shm *sh = k->sh;
+    if (j == sh->me)
+        return k->buf;
+    return (char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off;
+}
+
+/* Chunk x. */
+static void sum_chunk(const struct claim *k, uint64_t x)
+{
+    size_t e = (size_t)(x - k->first) * k->per, end = k->count - e < k->per ? k->count : e + k->per;
+    if (!k->buf) {
+        sum_pieces(k, e, end);
+        return;
+    }
+    /* as sum_at, with the ranks' buffers looked up as it goes (any number of local ranks) */
+    int n = k->sh->n;
+    size_t o = e * k->esz, m = end - e;
+    char *out = buf_of(k, 0) + o;
+    for (int j = 1; j < n; j++) {
+        if (k->op == DDP_AVG && j == n - 1)
+            ddp__reduce_avg(out, buf_of(k, j) + o, m, k->dt, n);
+        else
+            ddp__reduce(out, buf_of(k, j) + o, m, k->dt, k->op);
+    }
+    for (int j = 1; j < n; j++)
+        memcpy(buf_of(k, j) + o, out, m * k->esz);
 }
 
 static void claim_part(void *arg, int p, int parts)
@@ -81,26 +159,25 @@ static void claim_part(void *arg, int p, int parts)
         sum_chunk(k, x);
 }
 
-int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
-                             enum ddp_redop op, struct ddp__team *team)
+/* The chunks claimed and summed, then the last step. */
+static int run_claims(struct ddp__comm *c, struct claim *k, struct ddp__team *team)
 {
     struct ddp__shm *sh = &c->shm;
-    struct claim k = {
-        .sh = sh, .buf = buf, .count = count, .esz = ddp_dtype_size(dt), .dt = dt, .op = op};
-    k.per = DDP__CLAIM_CHUNK / k.esz;
-    uint64_t chunks = (count + k.per - 1) / k.per;
+    k->esz = ddp_dtype_size(k->dt);
+    k->per = DDP__CLAIM_CHUNK / k->esz;
+    uint64_t chunks = (k->count + k->per - 1) / k->per;
     /* The counter never goes back: every local rank counts the same chunks per all-reduce, so
      * each knows where this one's numbers start. */
-    k.first = sh->claim_base;
-    k.end = k.first + chunks;
+    k->first = sh->claim_base;
+    k->end = k->first + chunks;
     if (sh->n > 1) { /* alone on the node, the buffer is the sum already */
         if (team)
-            ddp__team_run(team, claim_part, &k);
+            ddp__team_run(team, claim_part, k);
         else
-            claim_part(&k, 0, 1);
-        sh->claim_base = k.end;
+            claim_part(k, 0, 1);
+        sh->claim_base = k->end;
         for (int p = 0; p < ddp__team_size(team); p++)
-            sh->claimed += k.done[p];
+            sh->claimed += k->done[p];
     }
     int e = ddp__shm_step(c, 2);
     if (e < 0)
@@ -109,4 +186,61 @@ int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum 
     sh->direct_done++;
     sh->direct_shared += team != NULL;
     return 0;
+}
+
+int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
+                             enum ddp_redop op, struct ddp__team *team)
+{
+    struct claim k = {.sh = &c->shm, .buf = buf, .count = count, .dt = dt, .op = op};
+    return run_claims(c, &k, team);
+}
+
+/* Our table (see table()), in our arena so that peers read it in place; false where a piece
+ * lies elsewhere or there is no room for the table. */
+static bool fill_table(struct ddp__shm *sh, const struct ddp_piece *pc, size_t npc, size_t esz)
+{
+    size_t words = 2 * npc + 1;
+    if (sh->ptab_cap < words) {
+        if (sh->ptab)
+            ddp__arena_free(sh->arena, sh->ptab);
+        size_t cap = words < 512 ? 512 : words;
+        sh->ptab = ddp__arena_alloc(sh->arena, cap * sizeof(uint64_t));
+        sh->ptab_cap = sh->ptab ? cap : 0;
+        if (!sh->ptab)
+            return false;
+    }
+    uint64_t at = 0;
+    for (size_t q = 0; q < npc; q++) {
+        sh->ptab[2 * q] = at;
+        sh->ptab[2 * q + 1] = ddp__arena_offset(sh->arena, pc[q].data, pc[q].count * esz);
+        if (sh->ptab[2 * q + 1] == DDP__NOT_IN_ARENA)
+            return false;
+        at += pc[q].count;
+    }
+    sh->ptab[2 * npc] = at;
+    return true;
+}
+
+int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
+                          enum ddp_dtype dt, enum ddp_redop op)
+{
+    struct ddp__shm *sh = &c->shm;
+    if (sh->n > PIECES_MAX_LOCAL)
+        return 1; /* alike on every local rank, before any step */
+    bool reg = npc > 0 && fill_table(sh, pc, npc, ddp_dtype_size(dt));
+    struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, sh->me);
+    mine->addr = npc;
+    mine->arena_off = reg ? ddp__arena_offset(sh->arena, sh->ptab, sh->ptab_cap * sizeof(uint64_t))
+                          : DDP__NOT_IN_ARENA;
+    int e = ddp__shm_step(c, 1);
+    /* every rank decides the same from the same lines: every piece of every rank registered */
+    for (int j = 0; e == 0 && j < sh->n; j++)
+        if (ddp__shm_ctrl(sh, j)->arena_off == DDP__NOT_IN_ARENA || !sh->peer_arena[j])
+            e = 1;
+    if (e != 0) {
+        sh->seq += e == 1;
+        return e;
+    }
+    struct claim k = {.sh = sh, .count = count, .dt = dt, .op = op};
+    return run_claims(c, &k, ddp__shm_team(sh, count * ddp_dtype_size(dt)));
 }

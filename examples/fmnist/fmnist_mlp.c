@@ -32,7 +32,9 @@
 
 /* ---- model ---- */
 
-static void model_init(struct model *m, const struct cfg *c)
+/* The gradients in the group's registered memory (zeroed; calloc'd without a group or arena):
+ * the reducer without bucket view all-reduces them where they lie, single-copy on one node. */
+static void model_init(struct model *m, const struct cfg *c, struct ddp_pg *pg)
 {
     model_shape(m, c);
     uint64_t s = (uint64_t)c->seed * 7919u + 1;
@@ -40,11 +42,20 @@ static void model_init(struct model *m, const struct cfg *c)
         size_t in = (size_t)m->dim[l], out = (size_t)m->dim[l + 1];
         m->W[l] = malloc(in * out * sizeof(float));
         m->b[l] = calloc(out, sizeof(float));
-        m->gW[l] = m->own_g[2 * l] = calloc(in * out, sizeof(float));
-        m->gb[l] = m->own_g[2 * l + 1] = calloc(out, sizeof(float));
+        m->gW[l] = m->own_g[2 * l] = ddp_pg_mem_alloc(pg, in * out * sizeof(float));
+        m->gb[l] = m->own_g[2 * l + 1] = ddp_pg_mem_alloc(pg, out * sizeof(float));
         m->vW[l] = calloc(in * out, sizeof(float));
         m->vb[l] = calloc(out, sizeof(float));
         init_weights(&s, m->W[l], in, out);
+    }
+}
+
+/* The gradients model_init allocated, before the group that may hold them goes. */
+static void grads_free(struct model *m, struct ddp_pg *pg)
+{
+    for (int k = 0; k < 2 * m->L; k++) {
+        ddp_pg_mem_free(pg, m->own_g[k]);
+        m->own_g[k] = NULL;
     }
 }
 
@@ -510,9 +521,10 @@ int main(int argc, char **argv)
         return rc;
     }
     struct model m;
-    model_init(&m, &c);
+    model_init(&m, &c, pg);
     if (c.profile_graph) {
         profile_graph(&m, &train, &c);
+        grads_free(&m, pg);
         model_free(&m, free);
         free_set(&train);
         free_set(&test);
@@ -717,6 +729,7 @@ int main(int argc, char **argv)
     int rc = dump_model(&m, &c, host_copy);
     ddp_reducer_free(red);
     ddp_reducer_free(red_copy);
+    grads_free(&m, pg);
     ddp_pg_free(pg);
     sim_free(&sm, &m);
     model_free(&m, free);

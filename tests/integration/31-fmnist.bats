@@ -19,7 +19,7 @@ fjob() { # nproc args... : a job running the trainer
   printf 'command: [%s]\nnproc_per_node: %d\nlogs: {dir: logs}\n' "$a" "$n" >job.yaml
 }
 
-@test "N ranks with batch B/N each end with the parameters of the N-rank simulation, bit for bit (N = 1..4, with and without bucket view, and with buckets in registered memory all-reduced single-copy)" {
+@test "N ranks with batch B/N each end with the parameters of the N-rank simulation, bit for bit (N = 1..4, with and without bucket view, and with buckets or gradients in registered memory all-reduced single-copy)" {
   # --simulate-ranks N does in one process the arithmetic of N ranks, in the same order
   # (each shard's gradients, summed in rank order by the shared-memory all-reduce, divided
   # by N): any difference at all is a bug, on any CPU. (Against one process with the whole
@@ -27,16 +27,18 @@ fjob() { # nproc args... : a job running the trainer
   # somewhere and the runs part visibly, by 0.05 on some CPUs.)
   for n in 1 2 3 4; do   # 64 is not divisible by 3: uneven shards must match too
     OMP_NUM_THREADS=1 "$FMNIST" --simulate-ranks "$n" --max-steps 30 --eval-every 0 --batch 64 --dump "sim$n.bin" >/dev/null
-    for view in "" --bucket-view direct; do
-      # direct: buckets in the group's registered memory, all-reduced single-copy
+    for view in "" --bucket-view direct copy-direct; do
+      # direct: buckets in the group's registered memory, all-reduced single-copy; copy-direct:
+      # without bucket view, the gradients (registered too) all-reduced where they lie in
+      # claimed chunks (worker/shm_claim.c)
       local va=()
-      [ -z "$view" ] || va=(--bucket-view)
+      [ -z "$view" ] || [ "$view" = copy-direct ] || va=(--bucket-view)
       fjob "$n" --max-steps 30 --eval-every 0 --batch 64 --compare "sim$n.bin" --tol 0 "${va[@]}"
-      [ "$view" != direct ] || echo 'env: {DDP_PG_DIRECT_BYTES: "4096", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}' >>job.yaml
+      [ "$view" = "" ] || [ "$view" = --bucket-view ] || echo 'env: {DDP_PG_DIRECT_BYTES: "4096", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}' >>job.yaml
       run "$DDPRUN" job.yaml
       [ "$status" -eq 0 ] || { echo "n=$n $view"; echo "$output"; return 1; }
       assert_output --partial "compare: max |difference| from sim$n.bin = 0 (tolerance 0)"
-      if [ "$view" = direct ] && [ "$n" -gt 1 ]; then
+      if [ "$view" != "" ] && [ "$view" != --bucket-view ] && [ "$n" -gt 1 ]; then
         assert_output --partial "single-copy all-reduce from 4096 bytes: registered memory on"
       fi
     done

@@ -358,13 +358,24 @@ static size_t PN = 30011;     /* elements of the buffer in pieces */
 static int piece_threads;     /* with shared memory: threads each rank's all-reduces must use */
 static bool piece_rank_order; /* one node's slots: the bits of summing in rank order */
 static bool piece_flat_registered; /* the one buffer in registered memory, single-copy */
+/* the pieces in registered memory, single-copy in claimed chunks: 1 every rank's, 2 all but
+ * rank 1's (whose malloc'd pieces send every rank to the slots) */
+static int piece_registered;
 static bool piece_tcp_split;  /* over TCP: the sending thread did start */
 static int piece_tcp_conns;   /* over TCP: the stripes' threads did start, and the ring's bits */
 static bool piece_conns_auto; /* each peer's connections as the default rule has them */
 
 struct piece_arg {
     int rank, local_world, rc;
+    uint64_t claimed; /* chunks this rank summed (claimed pieces) */
 };
+static uint64_t piece_claimed; /* by all the ranks of the last run_pieces */
+
+static float *piece_alloc(struct ddp_pg *pg, int rank, size_t bytes)
+{
+    bool reg = piece_registered == 1 || (piece_registered == 2 && rank != 1);
+    return reg ? ddp_pg_mem_alloc(pg, bytes) : malloc(bytes);
+}
 
 static void *piece_rank(void *a)
 {
@@ -388,13 +399,13 @@ static void *piece_rank(void *a)
         if (k > PN - at)
             k = PN - at;
         pc[np].count = k;
-        mem[np] = malloc((k ? k : 1) * sizeof(float));
+        mem[np] = piece_alloc(pg, pa->rank, (k ? k : 1) * sizeof(float));
         pc[np].data = mem[np];
         at += k;
         np++;
     }
     pc[np].count = PN - at;
-    mem[np] = malloc((PN - at + 1) * sizeof(float));
+    mem[np] = piece_alloc(pg, pa->rank, (PN - at + 1) * sizeof(float));
     pc[np].data = mem[np];
     np++;
     int bad = 0;
@@ -471,8 +482,11 @@ static void *piece_rank(void *a)
     }
     if (piece_flat_registered) /* each iteration's one buffer single-copy, on the helpers */
         bad |= pg->comm.shm.direct_done != 4 || pg->comm.shm.direct_shared != 4;
+    if (piece_registered) /* and the pieces' too where every rank's are registered */
+        bad |= pg->comm.shm.direct_done != (piece_registered == 1 ? 4u : 0u);
+    pa->claimed = pg->comm.shm.claimed;
     for (size_t k = 0; k < np; k++)
-        free(mem[k]);
+        ddp_pg_mem_free(pg, mem[k]); /* either kind */
     ddp_pg_mem_free(pg, flat); /* either kind */
     free(got);
     ddp_pg_free(pg);
@@ -493,8 +507,11 @@ static void run_pieces(int local_world)
     for (int r = 0; r < PW; r++)
         pthread_join(th[r], NULL);
     store_down();
-    for (int r = 0; r < PW; r++)
+    piece_claimed = 0;
+    for (int r = 0; r < PW; r++) {
         ASSERT_EQ(pa[r].rc, 0);
+        piece_claimed += pa[r].claimed;
+    }
 }
 
 /* Small slots: many rounds, and shards that straddle pieces; local ranks 2 and 3 reduce their
@@ -546,6 +563,32 @@ TEST(single_copy_allreduce_over_helper_threads_equals_the_slots_bit_for_bit)
     piece_flat_registered = false;
     unsetenv("DDP_PG_SHM_THREADS");
     unsetenv("DDP_PG_DIRECT_BLOCK");
+    unsetenv("DDP_PG_DIRECT_BYTES");
+}
+
+/* The pieces in registered memory (worker/shm_claim.c): chunks claimed by whichever rank's
+ * thread is free, summed in ranges within one piece of every rank (each rank cuts its buffer
+ * its own way), over three threads per rank: the bits of rank order. Then with rank 1's
+ * pieces malloc'd: every rank agrees on the slots. 1.2 MB. */
+TEST(allreduce_in_registered_pieces_claimed_equals_one_buffer_bit_for_bit)
+{
+    setenv("DDP_PG_DIRECT_BYTES", "4096", 1);
+    setenv("DDP_PG_CMA", "0", 1); /* the one buffer (malloc'd) through the slots */
+    setenv("DDP_PG_SHM_THREADS", "3", 1);
+    PN = 300007;
+    piece_rank_order = true;
+    for (int kind = 1; kind <= 2; kind++) {
+        piece_registered = kind;
+        run_pieces(PW);
+        /* each chunk claimed once, by one rank or another: 4 all-reduces of 19 chunks */
+        ASSERT_EQ(piece_claimed,
+                  kind == 1 ? 4 * ((PN * 4 + DDP__CLAIM_CHUNK - 1) / DDP__CLAIM_CHUNK) : 0);
+    }
+    PN = 30011;
+    piece_rank_order = false;
+    piece_registered = 0;
+    unsetenv("DDP_PG_SHM_THREADS");
+    unsetenv("DDP_PG_CMA");
     unsetenv("DDP_PG_DIRECT_BYTES");
 }
 
