@@ -96,7 +96,7 @@ struct ddp__xfer {
 };
 
 /* Each local rank's control line at the head of the node's segment (worker/shm_sync.c). */
-#define DDP__SHM_CTRL_LINE 128
+#define DDP__SHM_CTRL_LINE 64
 #define DDP__NOT_IN_ARENA UINT64_MAX
 #define DDP__AUTO_PAIRS 5   /* worker/shm_auto.c: timed pairs in a trial */
 #define DDP__AUTO_CLASSES 4 /* and its size classes */
@@ -114,9 +114,6 @@ struct ddp__shm_ctrl {
     /* The CPU this rank published its last step from: a peer waiting on the same CPU yields at
      * once instead of spinning (we cannot arrive while it spins). */
     _Atomic int32_t cpu;
-    /* Local rank 0's only: the chunks of the one-node single-copy all-reduces of registered
-     * memory claimed so far (worker/shm_claim.c), on a cache line of its own. */
-    _Alignas(64) _Atomic uint64_t claim;
 };
 
 struct ddp__arena;
@@ -206,6 +203,9 @@ int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *gr
 /* Unmaps the segment and the arenas, and frees what the group attached. */
 void ddp__shm_detach(struct ddp__shm *sh);
 struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j);
+/* The chunks of the one-node single-copy all-reduces of registered memory claimed so far
+ * (worker/shm_claim.c): a line of its own after the slots, which keep their places. */
+_Atomic uint64_t *ddp__shm_claim_counter(struct ddp__shm *sh);
 /* Unmaps the local peers' arenas (not ours) and forgets them. */
 void ddp__shm_unmap_arenas(struct ddp__shm *sh);
 

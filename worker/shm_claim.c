@@ -153,7 +153,7 @@ static void claim_part(void *arg, int p, int parts)
 {
     (void)parts;
     struct claim *k = arg;
-    _Atomic uint64_t *ctr = &ddp__shm_ctrl(k->sh, 0)->claim;
+    _Atomic uint64_t *ctr = ddp__shm_claim_counter(k->sh);
     k->done[p] = 0;
     for (uint64_t x; (x = claim_next(ctr, k->end)) < k->end; k->done[p]++)
         sum_chunk(k, x);

@@ -36,7 +36,8 @@ _Static_assert(sizeof(struct ddp__shm_ctrl) <= DDP__SHM_CTRL_LINE, "a control li
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
 {
-    return (size_t)nlocal * DDP__SHM_CTRL_LINE + 2 * (size_t)nlocal * slot_bytes;
+    return (size_t)nlocal * DDP__SHM_CTRL_LINE + 2 * (size_t)nlocal * slot_bytes +
+           DDP__SHM_CTRL_LINE;
 }
 
 int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
@@ -84,6 +85,11 @@ void ddp__shm_unmap_arenas(struct ddp__shm *sh)
 struct ddp__shm_ctrl *ddp__shm_ctrl(struct ddp__shm *sh, int j)
 {
     return (struct ddp__shm_ctrl *)((char *)sh->base + (size_t)j * DDP__SHM_CTRL_LINE);
+}
+
+_Atomic uint64_t *ddp__shm_claim_counter(struct ddp__shm *sh)
+{
+    return (_Atomic uint64_t *)((char *)sh->base + sh->len - DDP__SHM_CTRL_LINE);
 }
 
 static bool reached(struct ddp__shm_ctrl *l, uint64_t target)
