@@ -10,10 +10,11 @@
 # Configurations alternate within each repetition; medians over the repetitions. The reducer's
 # runs are paired (ddprun-fmnist --bench-paired): each step has beside it the same step without
 # the reducer (after it on even steps, before it on odd ones, so neither of the pair always
-# follows the cache-flushing all-reduce) and a bare all-reduce of all the gradients' bytes, so
-# what the reducer adds is measured against the all-reduce it must do, in the same seconds of
-# this drifting VM; and where it goes: the step's forward+backward and optimizer beside the
-# compute-only step's, its finalize beside the bare all-reduce.
+# follows the cache-flushing all-reduce) and a bare all-reduce of all the gradients' bytes (one
+# buffer in registered memory, as the buckets), so what the reducer adds is measured against
+# the all-reduce it must do, in the same seconds of this drifting VM; and where it goes: the
+# step's forward+backward and optimizer beside the compute-only step's, its finalize beside the
+# bare all-reduce.
 # Usage: bench/reducer_bench.sh [BUILD_DIR] [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -103,7 +104,7 @@ paired = [k for k in ("overlap", "no-overlap", "auto", "auto-copy", "auto-bound"
 if paired:
     print()
     print("Paired (--bench-paired): beside each step, the same step without the reducer (after it, or")
-    print("before it on odd steps) and a bare all-reduce of all the gradients (one buffer, alone);")
+    print("before it on odd steps) and a bare all-reduce of all the gradients (one registered buffer, alone);")
     print("medians over the steps, then over the runs")
     print("(added / bare: each run's ratio, then their median and range). Target: added <= 1.1 x bare.")
     print("Last rank: how long after rank 0's the last rank's gradients were ready (median over the steps;")
