@@ -10,6 +10,8 @@
  * With "xcore", the rate of a memcpy out of a buffer another process (on another core) has just
  * written, as impl "xcore": what each rank of a shared-memory all-reduce does to its peers' data,
  * so the cache-to-cache transfer's own bound, apart from any algorithm.
+ * With "alias", memcpy into and out of memory at the page offsets a slot of the node's segment
+ * had (128) and has (2064), from and to a malloc'd buffer, as impl "alias-in-128" etc.
  * With AR_TRACE set, every rank prints each timed call to stderr: "TRACE rank i us cpu A->B vcs
  * V ivcs I" (the CPU it ran on before and after, its voluntary and involuntary context switches
  * during the call), to tell a slow run's cause (a rank sleeping, two ranks on one CPU, or
@@ -103,6 +105,37 @@ static int xcore(size_t maxb, double *t)
     return 0;
 }
 
+/* memcpy between a large malloc'd buffer (glibc mmaps it: 16 bytes into a page) and memory at
+ * page offset off, into it ("in") and out of it ("out"): the copies into and out of a slot of
+ * the node's segment, whose page offset decides how far the loads run behind stores to the
+ * same page offsets (4K aliasing). Best of the timed copies, each size. */
+static int alias(size_t maxb, double *t)
+{
+    static const size_t offs[] = {128, 2064};
+    char *user = malloc(maxb),
+         *seg = mmap(NULL, maxb + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!user || seg == MAP_FAILED)
+        return 1;
+    memset(user, 1, maxb);
+    memset(seg, 2, maxb + 8192);
+    for (size_t bytes = 4096; bytes <= maxb; bytes *= 4)
+        for (int dir = 0; dir < 2; dir++)
+            for (size_t k = 0; k < sizeof(offs) / sizeof(offs[0]); k++) {
+                char *slot = seg + offs[k];
+                int it = iters_for(bytes);
+                for (int i = 0; i < it; i++) {
+                    int64_t t0 = ddp_now_ns();
+                    memcpy(dir ? user : slot, dir ? slot : user, bytes);
+                    t[i] = (double)(ddp_now_ns() - t0) / 1e3;
+                }
+                qsort(t, (size_t)it, sizeof(double), cmp_d);
+                double bw = (double)bytes / t[0] / 1e3;
+                printf("RESULT alias-%s-%zu 1 %zu %.1f %.2f %.2f 0\n", dir ? "out" : "in", offs[k],
+                       bytes, t[0], bw, bw);
+            }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *impl = argc > 1 ? argv[1] : "ddp-tcp";
@@ -128,6 +161,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(impl, "xcore") == 0)
         return xcore(maxb, t);
+    if (strcmp(impl, "alias") == 0)
+        return alias(maxb, t);
     struct ddp_pg *pg;
     if (ddp_pg_init_env(NULL, &pg) != 0)
         return 1;

@@ -144,8 +144,8 @@ struct ddp__shm {
     size_t len;
     int n, me;  /* local ranks, and ours */
     int *grank; /* the group rank of each local rank */
-    size_t slot_bytes;
-    uint64_t seq;   /* barriers passed, the same on every rank of the node */
+    size_t slot_bytes, slots_off; /* each slot's bytes; where the slots start */
+    uint64_t seq;                 /* barriers passed, the same on every rank of the node */
     uint64_t round; /* rounds done (their parity picks the set of slots) */
     int cpu;        /* where we published our last step from (sched_getcpu) */
     /* Single-copy all-reduce (worker/shm_direct.c) from direct_min bytes (0: never): peers'
@@ -196,6 +196,8 @@ int ddp__shm_threads(int nlocal);
 struct ddp__team *ddp__shm_team(struct ddp__shm *sh, size_t bytes);
 
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes);
+/* Where the slots start in it (worker/shm_sync.c). */
+size_t ddp__shm_slots_offset(int nlocal);
 /* Takes over a mapping of ddp__shm_segment_bytes() bytes (zero-filled when created) and the
  * malloc'd grank array. */
 int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,

@@ -39,8 +39,7 @@
 static char *slot(struct ddp__shm *sh, int j)
 {
     size_t set = (size_t)(sh->round & 1);
-    return (char *)sh->base + (size_t)sh->n * DDP__SHM_CTRL_LINE +
-           (set * (size_t)sh->n + (size_t)j) * sh->slot_bytes;
+    return (char *)sh->base + sh->slots_off + (set * (size_t)sh->n + (size_t)j) * sh->slot_bytes;
 }
 
 /*

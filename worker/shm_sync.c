@@ -34,10 +34,26 @@
 
 _Static_assert(sizeof(struct ddp__shm_ctrl) <= DDP__SHM_CTRL_LINE, "a control line holds it");
 
+/*
+ * The slots start SLOTS_PAGE_OFFSET bytes into a page, after the control lines: half a page
+ * from where a large malloc'd buffer starts (glibc mmaps it, 16 bytes into a page), so that a
+ * copy into or out of a slot does not load from page offsets it has just stored to (4K aliasing:
+ * the CPU takes the load for a store's and waits). `allreduce_bench alias` on the 2-vCPU EPYC:
+ * copies into memory at this offset ran 1.07-1.49x those at 128 (the offset before) from 64 KiB
+ * to 4 MiB in three runs, out of it 0.96-1.37x; even from 16 MiB (BENCHMARKS.md).
+ */
+#define SLOTS_PAGE_OFFSET ((size_t)2048 + 16)
+size_t ddp__shm_slots_offset(int nlocal)
+{
+    size_t lines = (size_t)nlocal * DDP__SHM_CTRL_LINE;
+    if (lines <= SLOTS_PAGE_OFFSET)
+        return SLOTS_PAGE_OFFSET;
+    return (lines - SLOTS_PAGE_OFFSET + DDP__PAGE - 1) / DDP__PAGE * DDP__PAGE + SLOTS_PAGE_OFFSET;
+}
+
 size_t ddp__shm_segment_bytes(int nlocal, size_t slot_bytes)
 {
-    return (size_t)nlocal * DDP__SHM_CTRL_LINE + 2 * (size_t)nlocal * slot_bytes +
-           DDP__SHM_CTRL_LINE;
+    return ddp__shm_slots_offset(nlocal) + 2 * (size_t)nlocal * slot_bytes + DDP__SHM_CTRL_LINE;
 }
 
 int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *grank,
@@ -50,6 +66,7 @@ int ddp__shm_attach(struct ddp__shm *sh, void *base, int nlocal, int me, int *gr
     sh->n = nlocal;
     sh->me = me;
     sh->slot_bytes = slot_bytes;
+    sh->slots_off = ddp__shm_slots_offset(nlocal);
     sh->seq = 0;
     sh->threads = ddp__shm_threads(nlocal);
     return 0;
