@@ -75,6 +75,18 @@ struct ddp_pg {
     struct ddp__p2p_shm *p2p_shm; /* rings to and from the node's ranks (worker/p2p_shm.c) */
 };
 
+/* The end of an operation a caller ran itself (pg->busy held, pg->mu taken): busy cleared,
+ * the communication thread woken only with work queued behind it or while stopping (waking it
+ * for nothing took a core from the next collective, the peer's or ours: one wake-up and a
+ * contended mutex per call). Releases pg->mu. */
+static inline void ddp__pg_unbusy(struct ddp_pg *pg)
+{
+    pg->busy = false;
+    if (pg->head || pg->stop)
+        pthread_cond_broadcast(&pg->cv);
+    pthread_mutex_unlock(&pg->mu);
+}
+
 /* Stops the point-to-point engine (what is pending fails with DDP_EABORTED) and frees it;
  * leaves the connections to the group. Called when the group is freed. */
 void ddp__p2p_free(struct ddp_pg *pg);

@@ -369,13 +369,7 @@ static int run_inline(struct ddp_pg *pg, struct ddp_work *w)
     pthread_mutex_unlock(&pg->mu);
     int r = execute(pg, w, false);
     pthread_mutex_lock(&pg->mu);
-    pg->busy = false;
-    /* Only the communication thread waits for busy to clear, and only with work queued
-     * behind this operation or while stopping: waking it for nothing took a core from the
-     * next collective, the peer's or ours (one wake-up and a contended mutex per call). */
-    if (pg->head || pg->stop)
-        pthread_cond_broadcast(&pg->cv);
-    pthread_mutex_unlock(&pg->mu);
+    ddp__pg_unbusy(pg);
     return r;
 }
 

@@ -257,10 +257,7 @@ int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_d
         return DDP_EABORTED;
     int r = ddp__cpu_allreduce_post(&pg->comm, buf, count, dt, op);
     pthread_mutex_lock(&pg->mu);
-    pg->busy = false;
-    if (pg->head || pg->stop)
-        pthread_cond_broadcast(&pg->cv);
-    pthread_mutex_unlock(&pg->mu);
+    ddp__pg_unbusy(pg);
     return r;
 }
 

@@ -1,44 +1,11 @@
-/* The process-group tests' fixture (test_pg.c, test_pg_pieces.c): a store served by a thread of
- * the test, and groups formed by threads of it, one per rank. */
+/* The process-group tests' fixture (test_pg.c, test_pg_pieces.c): the store of
+ * tests/unit/store_fixture.h (start_server, stop_server), and groups formed by threads of the
+ * test, one per rank. */
 #ifndef DDP_TESTS_UNIT_PG_FIXTURE_H
 #define DDP_TESTS_UNIT_PG_FIXTURE_H
 
-#include "rendezvous/store.h"
-#include "tests/unit/test.h"
+#include "tests/unit/store_fixture.h"
 #include "worker/pg.h"
-
-#include <pthread.h>
-#include <string.h>
-
-#define TOKEN "pg-unit-token"
-
-__attribute__((unused)) static struct ddp_store_server *srv;
-__attribute__((unused)) static pthread_t srv_th;
-__attribute__((unused)) static int port;
-
-__attribute__((unused)) static void *serve(void *a)
-{
-    (void)a;
-    ddp_store_server_run(srv);
-    return NULL;
-}
-
-/* The groups' store, served by a thread of this process. */
-__attribute__((unused)) static void store_up(void)
-{
-    struct ddp_store_server_opts so = {
-        .host = "127.0.0.1", .token = TOKEN, .token_len = strlen(TOKEN)};
-    ASSERT_OK(ddp_store_server_new(&so, &srv));
-    port = ddp_store_server_port(srv);
-    pthread_create(&srv_th, NULL, serve, NULL);
-}
-
-__attribute__((unused)) static void store_down(void)
-{
-    ddp_store_server_stop(srv);
-    pthread_join(srv_th, NULL);
-    ddp_store_server_free(srv);
-}
 
 /* A thread rank's group (ranks numbered node by node, local_world per node), over its own
  * store connection; NULL, with nothing left open, on failure. */

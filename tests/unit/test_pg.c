@@ -238,9 +238,9 @@ static int failed_ranks(void *(*fn)(void *))
 
 TEST(groups_formed_by_threads_reduce_correctly)
 {
-    store_up();
+    start_server();
     ASSERT_EQ(failed_ranks(rank_main), 0);
-    store_down();
+    stop_server();
 }
 
 /* ---- work queued by a second thread while a blocking call runs inline ---- */
@@ -301,9 +301,9 @@ static void *inline_rank(void *a)
 
 TEST(work_queued_during_an_inline_call_runs_after_it)
 {
-    store_up();
+    start_server();
     ASSERT_EQ(failed_ranks(inline_rank), 0);
-    store_down();
+    stop_server();
 }
 
 struct nccl_arg {
@@ -325,7 +325,7 @@ static void *nccl_thread(void *a)
 
 TEST(nccl_unique_id_broadcast)
 {
-    store_up();
+    start_server();
     struct nccl_arg a[3];
     pthread_t th[3];
     /* start the receivers first: they must wait for rank 0 */
@@ -353,7 +353,7 @@ TEST(nccl_unique_id_broadcast)
     for (int i = 0; i < 3; i++)
         ASSERT_ERR(a[i].rc, DDP_ENOTSUP);
 #endif
-    store_down();
+    stop_server();
 }
 
 TEST(bad_arguments_are_refused)
@@ -412,7 +412,7 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
     char fds[16];
     snprintf(fds, sizeof(fds), "%d", dup(fd));
     setenv("DDPRUN_PROGRESS_FD", fds, 1);
-    store_up();
+    start_server();
     pthread_t th[2];
     struct rec_arg ra[2] = {{.rank = 0}, {.rank = 1}};
     for (int r = 0; r < 2; r++)
@@ -455,5 +455,5 @@ TEST(flight_recorder_keeps_each_collective_and_fills_the_agents_page)
     ASSERT_TRUE(ddp_progress_read(p, 6, &e));
     ASSERT_EQ(e.bucket, 2);
     ASSERT_TRUE(!ddp_progress_read(p, 7, &e)); /* never issued */
-    store_down();
+    stop_server();
 }

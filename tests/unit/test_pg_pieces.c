@@ -159,7 +159,7 @@ static void *piece_rank(void *a)
 
 static void run_pieces(int local_world)
 {
-    store_up();
+    start_server();
     pthread_t th[PW];
     struct piece_arg pa[PW];
     for (int r = 0; r < PW; r++) {
@@ -168,7 +168,7 @@ static void run_pieces(int local_world)
     }
     for (int r = 0; r < PW; r++)
         pthread_join(th[r], NULL);
-    store_down();
+    stop_server();
     piece_claimed = 0;
     for (int r = 0; r < PW; r++) {
         ASSERT_EQ(pa[r].rc, 0);
