@@ -177,7 +177,6 @@ struct ddp__shm {
         enum ddp_dtype dt;
         enum ddp_redop op;
     } post;
-    uint64_t posted; /* all-reduces posted */
     /* This rank's threads for the slots' one-node all-reduces of at least DDP__TEAM_MIN_BYTES
      * (worker/team.h, worker/shm.c): in all, the collective's own thread included (1: it alone;
      * DDP_PG_SHM_THREADS); the helpers start at the first all-reduce that uses them. */
@@ -311,6 +310,7 @@ int ddp__shm_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
 int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                               enum ddp_redop op);
 #define DDP__CLAIM_CHUNK ((size_t)64 << 10) /* bytes of a claimed chunk: n of them fit the L2 */
+#define DDP__CLAIM_MAX_LOCAL 64 /* local ranks at most for claimed chunks (else fixed shards) */
 /* Its one-node form where every local buffer is registered, after step 1 has published them:
  * chunks claimed by whichever rank or helper thread is free (worker/shm_claim.c). */
 int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,

@@ -22,6 +22,9 @@
  * its pieces (where each starts in the whole, and its offset in the rank's arena), in its arena,
  * and a chunk is summed in ranges that lie within one piece of every rank (each rank may cut
  * its buffer its own way).
+ *
+ * Up to DDP__CLAIM_MAX_LOCAL local ranks (64): more go in fixed shards (one buffer) or through
+ * the slots (pieces), alike on every rank.
  */
 #include "worker/coll.h"
 #include "worker/team.h"
@@ -31,8 +34,6 @@
 #include <string.h>
 
 #include "common/banned.h"
-
-#define PIECES_MAX_LOCAL 64 /* local ranks at most for a buffer in pieces (else the slots) */
 
 struct claim {
     struct ddp__shm *sh;
@@ -95,9 +96,9 @@ static void sum_pieces(const struct claim *k, size_t e, size_t end)
 {
     struct ddp__shm *sh = k->sh;
     int n = sh->n;
-    const uint64_t *t[PIECES_MAX_LOCAL];
-    size_t q[PIECES_MAX_LOCAL], npc[PIECES_MAX_LOCAL];
-    char *p[PIECES_MAX_LOCAL];
+    const uint64_t *t[DDP__CLAIM_MAX_LOCAL];
+    size_t q[DDP__CLAIM_MAX_LOCAL], npc[DDP__CLAIM_MAX_LOCAL];
+    char *p[DDP__CLAIM_MAX_LOCAL] = {NULL};
     for (int j = 0; j < n; j++) {
         t[j] = table(sh, j);
         npc[j] = ddp__shm_ctrl(sh, j)->addr;
@@ -118,15 +119,6 @@ static void sum_pieces(const struct claim *k, size_t e, size_t end)
     }
 }
 
-/* Local rank j's one buffer as mapped here. */
-static char *buf_of(const struct claim *k, int j)
-{
-    struct ddp__shm *sh = k->sh;
-    if (j == sh->me)
-        return k->buf;
-    return (char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off;
-}
-
 /* Chunk x. */
 static void sum_chunk(const struct claim *k, uint64_t x)
 {
@@ -135,18 +127,13 @@ static void sum_chunk(const struct claim *k, uint64_t x)
         sum_pieces(k, e, end);
         return;
     }
-    /* as sum_at, with the ranks' buffers looked up as it goes (any number of local ranks) */
-    int n = k->sh->n;
-    size_t o = e * k->esz, m = end - e;
-    char *out = buf_of(k, 0) + o;
-    for (int j = 1; j < n; j++) {
-        if (k->op == DDP_AVG && j == n - 1)
-            ddp__reduce_avg(out, buf_of(k, j) + o, m, k->dt, n);
-        else
-            ddp__reduce(out, buf_of(k, j) + o, m, k->dt, k->op);
-    }
-    for (int j = 1; j < n; j++)
-        memcpy(buf_of(k, j) + o, out, m * k->esz);
+    struct ddp__shm *sh = k->sh;
+    char *p[DDP__CLAIM_MAX_LOCAL] = {NULL};
+    for (int j = 0; j < sh->n; j++)
+        p[j] =
+            (j == sh->me ? k->buf : (char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off) +
+            e * k->esz;
+    sum_at(k, p, end - e);
 }
 
 static void claim_part(void *arg, int p, int parts)
@@ -225,7 +212,7 @@ int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_
                           enum ddp_dtype dt, enum ddp_redop op)
 {
     struct ddp__shm *sh = &c->shm;
-    if (sh->n > PIECES_MAX_LOCAL)
+    if (sh->n > DDP__CLAIM_MAX_LOCAL)
         return 1; /* alike on every local rank, before any step */
     bool reg = npc > 0 && fill_table(sh, pc, npc, ddp_dtype_size(dt));
     struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, sh->me);

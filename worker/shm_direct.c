@@ -222,7 +222,6 @@ void ddp__shm_direct_post(struct ddp__comm *c, void *buf, size_t count, enum ddp
     sh->post.count = count;
     sh->post.dt = dt;
     sh->post.op = op;
-    sh->posted++;
 }
 
 int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
@@ -256,7 +255,7 @@ int ddp__shm_direct_allreduce(struct ddp__comm *c, void *buf, size_t count, enum
         return 1;
     }
     struct ddp__team *team = registered && !c->cross ? ddp__shm_team(sh, count * esz) : NULL;
-    if (registered && !c->cross && !sh->claim_off)
+    if (registered && !c->cross && !sh->claim_off && n <= DDP__CLAIM_MAX_LOCAL)
         return ddp__shm_claim_allreduce(c, buf, count, dt, op, team);
     size_t scratch = (size_t)ddp__team_size(team) * PART_SCRATCH;
     if (c->scratch_len < scratch) {
