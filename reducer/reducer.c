@@ -6,6 +6,7 @@
  * check and parameter broadcast, and the fp16/bf16 compression hooks.
  */
 #include "reducer/reducer.h"
+#include "reducer/check.h"
 #include "reducer/overlap.h"
 #include "reducer/staged.h"
 #include "common/err.h"
@@ -23,7 +24,6 @@
 
 #define DEFAULT_CAP (25u << 20)
 #define DEFAULT_FIRST_CAP (1u << 20)
-#define DESC_WORDS (3 + DDP_PARAM_MAX_DIMS) /* count, dtype, ndim, shape */
 
 struct rparam {
     struct ddp_param p;
@@ -58,7 +58,13 @@ struct ddp_reducer {
     size_t norder;
     int32_t *used;
     bool sync, rebuilt, in_finalize;
-    bool posted;  /* this iteration's first bucket posted (post_ready) */
+    bool posted; /* this iteration's first bucket posted, or tried to be (post_ready) */
+    /* Without overlap on a CPU group with bucket view, buckets [0, nstream) (bucket 0's dtype,
+     * not hooked; 0: fewer than 2) go as one all-reduce of pieces (spcs), posted when backward
+     * fills bucket 0 and told as each next one fills (stream_ready): sready buckets so far. */
+    struct ddp_piece *spcs;
+    size_t nstream, sready;
+    bool streamed; /* posted this iteration */
     bool overlap; /* buckets start during backward (reducer/overlap.c) */
     bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
     void *stream; /* the group's compute stream */
@@ -169,6 +175,25 @@ static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t 
     free(bk);
 }
 
+/* The buckets that stream (see struct ddp_reducer), as pieces; none where memory is short. */
+static void plan_stream(struct ddp_reducer *r)
+{
+    size_t n = 0;
+    struct ddp_piece *p = r->cuda || !r->o.gradient_as_bucket_view || r->nb < 2
+                              ? NULL
+                              : realloc(r->spcs, r->nb * sizeof(*p));
+    size_t count = 0;
+    if (p) {
+        r->spcs = p;
+        for (; n < r->nb && r->bk[n].dt == r->bk[0].dt && !hooked(r, &r->bk[n]); n++) {
+            p[n] = (struct ddp_piece){.data = r->bk[n].buf, .count = r->bk[n].count};
+            count += r->bk[n].count;
+        }
+    }
+    /* the same on every rank: the buckets are, and the group's answer is */
+    r->nstream = n >= 2 && ddp_pg_can_post_pieces(r->pg, count, r->bk[0].dt) ? n : 0;
+}
+
 /*
  * (Re)builds the buckets for parameters taken in `order` (the order their gradients are
  * expected): each dtype fills its own open bucket until it reaches the cap (the very first
@@ -251,6 +276,7 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
     bk = NULL;
     bp = NULL;
     rc = 0;
+    plan_stream(r);
 out:
     if (bk)
         free_buckets(r, bk, nb);
@@ -330,6 +356,49 @@ static int launch(struct ddp_reducer *r, size_t bi)
 }
 
 /*
+ * The stream's buckets filled so far, from bucket 0 on (ddp_pg_allreduce_pieces_post, then
+ * ddp_pg_post_ready): a rank that reached finalize sums each as soon as every rank has filled
+ * it, while the others still compute the rest. Finalize calls the stream's all-reduce on every
+ * rank, posted or not (a rank whose bucket 0 never filled in backward has not posted).
+ */
+static int stream_ready(struct ddp_reducer *r)
+{
+    size_t k = r->sready, el = 0;
+    while (k < r->nstream && r->bk[k].pending == 0)
+        k++;
+    if (k == r->sready)
+        return 0;
+    for (size_t b = 0; b < k; b++)
+        el += r->bk[b].count;
+    r->sready = k;
+    if (r->streamed) {
+        (void)ddp_pg_post_ready(r->pg, el); /* fails only without a group */
+        return 0;
+    }
+    int rc = ddp_pg_allreduce_pieces_post(r->pg, r->spcs, r->nstream, r->bk[0].dt, DDP_AVG, el);
+    if (rc < 0)
+        return fail(r, rc, "cannot post the all-reduce of buckets 0-%zu: %s", r->nstream - 1,
+                    ddp_strerror(rc));
+    r->streamed = rc == 0;
+    return 0;
+}
+
+/* In finalize: the stream's all-reduce, called (it returns once every chunk is summed). */
+static int run_stream(struct ddp_reducer *r)
+{
+    int64_t t0 = ddp_now_ns();
+    int rc = ddp_pg_allreduce_pieces(r->pg, r->spcs, r->nstream, r->bk[0].dt, DDP_AVG, 0);
+    r->st.finalize_wait_ns += (uint64_t)(ddp_now_ns() - t0);
+    r->st.buckets_launched += r->nstream;
+    r->st.buckets_posted += r->streamed ? r->nstream : 0;
+    r->next_launch = r->nstream;
+    if (rc < 0)
+        return fail(r, rc, "all-reduce of buckets 0-%zu failed: %s", r->nstream - 1,
+                    ddp_pg_last_error(r->pg));
+    return 0;
+}
+
+/*
  * Without overlap on a CPU group, the first bucket to all-reduce is posted once backward has
  * filled it (ddp_pg_allreduce_post): where it goes single-copy, a rank whose backward ended
  * first sums its chunks, and the late rank's, while the late rank still computes, instead of
@@ -337,6 +406,8 @@ static int launch(struct ddp_reducer *r, size_t bi)
  */
 static int post_ready(struct ddp_reducer *r)
 {
+    if (r->nstream)
+        return stream_ready(r);
     struct bucket *b = r->nb ? &r->bk[0] : NULL;
     if (r->posted || !b || b->pending || r->cuda || hooked(r, b) || in_pieces(r, b))
         return 0;
@@ -360,93 +431,6 @@ static int launch_ready(struct ddp_reducer *r)
     return 0;
 }
 
-static void describe(const struct ddp_param *p, char *out, size_t len)
-{
-    static const char *const dn[] = {"float32", "float64", "bfloat16", "float16", "int32", "int64"};
-    int n = snprintf(out, len, "%s [", (unsigned)p->dtype <= DDP_I64 ? dn[p->dtype] : "?");
-    if (p->ndim == 0)
-        n += snprintf(out + n, len - (size_t)n, "%zu", p->count);
-    for (int d = 0; d < p->ndim && (size_t)n < len; d++)
-        n += snprintf(out + n, len - (size_t)n, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
-    if ((size_t)n < len)
-        snprintf(out + n, len - (size_t)n, "]");
-}
-
-static void desc_words(const struct ddp_param *p, int64_t *w)
-{
-    w[0] = (int64_t)p->count;
-    w[1] = p->dtype;
-    w[2] = p->ndim;
-    for (int d = 0; d < DDP_PARAM_MAX_DIMS; d++)
-        w[3 + d] = d < p->ndim ? p->shape[d] : 0;
-}
-
-/* Every rank must register the same parameters; on a mismatch every rank reports the same
- * first offender, by rank and parameter. */
-static int check_across_ranks(struct ddp_pg *pg, const struct ddp_param *ps, size_t n)
-{
-    int world = ddp_pg_world_size(pg), rc;
-    int64_t mine = (int64_t)n, *counts = malloc((size_t)world * sizeof(int64_t));
-    int64_t *all = NULL, *my = NULL;
-    if (!counts)
-        return DDP_ENOMEM;
-    if ((rc = ddp__reducer_staged(pg, STAGED_ALLGATHER, &mine, counts, 1, DDP_I64, DDP_SUM)) < 0) {
-        snprintf(new_err, sizeof(new_err), "exchanging parameter counts failed: %s",
-                 ddp_pg_last_error(pg));
-        goto out;
-    }
-    for (int k = 1; k < world; k++)
-        if (counts[k] != counts[0]) {
-            snprintf(new_err, sizeof(new_err),
-                     "rank %d registers %lld parameters but rank 0 registers %lld", k,
-                     (long long)counts[k], (long long)counts[0]);
-            rc = DDP_EINVAL;
-            goto out;
-        }
-    size_t words = n * DESC_WORDS;
-    rc = DDP_ENOMEM;
-    if (!(my = malloc((words ? words : 1) * sizeof(int64_t))) ||
-        !(all = malloc((words ? words : 1) * (size_t)world * sizeof(int64_t))))
-        goto out;
-    for (size_t i = 0; i < n; i++)
-        desc_words(&ps[i], my + i * DESC_WORDS);
-    if ((rc = ddp__reducer_staged(pg, STAGED_ALLGATHER, my, all, words, DDP_I64, DDP_SUM)) < 0) {
-        snprintf(new_err, sizeof(new_err), "exchanging parameter shapes failed: %s",
-                 ddp_pg_last_error(pg));
-        goto out;
-    }
-    for (int k = 1; k < world; k++)
-        for (size_t i = 0; i < n; i++) {
-            const int64_t *a = all + i * DESC_WORDS, *b = all + ((size_t)k * n + i) * DESC_WORDS;
-            if (memcmp(a, b, DESC_WORDS * sizeof(int64_t)) == 0)
-                continue;
-            struct ddp_param pa = {.count = (size_t)a[0],
-                                   .dtype = (enum ddp_dtype)a[1],
-                                   .ndim = (int)a[2]},
-                             pk = {.count = (size_t)b[0],
-                                   .dtype = (enum ddp_dtype)b[1],
-                                   .ndim = (int)b[2]};
-            for (int d = 0; d < DDP_PARAM_MAX_DIMS; d++) {
-                pa.shape[d] = a[3 + d];
-                pk.shape[d] = b[3 + d];
-            }
-            char sa[200], sk[200];
-            describe(&pa, sa, sizeof(sa));
-            describe(&pk, sk, sizeof(sk));
-            snprintf(new_err, sizeof(new_err),
-                     "rank %d's parameter %zu ('%s') is %s but rank 0's is %s", k, i,
-                     ps[i].name ? ps[i].name : "?", sk, sa);
-            rc = DDP_EINVAL;
-            goto out;
-        }
-    rc = 0;
-out:
-    free(counts);
-    free(my);
-    free(all);
-    return rc;
-}
-
 int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
                     const struct ddp_reducer_opts *opts, struct ddp_reducer **out)
 {
@@ -465,7 +449,7 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
                      params[i].name ? params[i].name : "?", DDP_PARAM_MAX_DIMS);
             return DDP_EINVAL;
         }
-    if ((rc = check_across_ranks(pg, params, n)) < 0)
+    if ((rc = ddp__reducer_check_params(pg, params, n, new_err, sizeof(new_err))) < 0)
         goto fail;
     for (size_t i = 0; i < n; i++)
         if (!is_float(params[i].dtype)) {
@@ -560,6 +544,7 @@ void ddp_reducer_free(struct ddp_reducer *r)
         free(r->ps[i].name);
     free(r->ps);
     free(r->bparams);
+    free(r->spcs);
     free(r->order);
     free(r->used);
     free(r);
@@ -606,7 +591,8 @@ static void reset_iteration(struct ddp_reducer *r)
         r->used[i] = 0;
     }
     r->norder = 0;
-    r->posted = false;
+    r->posted = r->streamed = false;
+    r->sready = 0;
     for (size_t b = 0; b < r->nb; b++) {
         ddp_work_free(r->bk[b].work);
         r->bk[b].work = NULL;
@@ -698,6 +684,8 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
         p->piece = slot_of(r, p);
         r->bk[p->bucket].pending--;
     }
+    if (!r->overlap && r->nstream && (rc = run_stream(r)) < 0)
+        goto done;
     if ((rc = launch_ready(r)) < 0)
         goto done;
     if (r->o.find_unused_parameters &&

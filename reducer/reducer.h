@@ -127,7 +127,8 @@ struct ddp_reducer_stats {
     uint64_t launch_host_ns;       /* host time spent starting them (those queued) */
     uint64_t finalize_wait_ns;     /* time finalize waited for (or ran) the all-reduces */
     uint64_t rebuilds;
-    uint64_t buckets_posted; /* first buckets posted in backward (ddp_pg_allreduce_post) */
+    uint64_t buckets_posted; /* buckets posted in backward: a streamed all-reduce's (every one
+                              * of it: ddp_pg_allreduce_pieces_post), or the first bucket */
     bool overlap; /* buckets start during backward (no_overlap and DDP_REDUCER_OVERLAP) */
 };
 void ddp_reducer_get_stats(const struct ddp_reducer *r, struct ddp_reducer_stats *st);

@@ -172,10 +172,17 @@ struct ddp__shm {
     struct {
         bool on;   /* its first step published, the all-reduce not run yet */
         bool done; /* run before another collective: the program's call returns at once */
-        void *buf;
+        void *buf; /* one buffer's (ddp_pg_allreduce_post), or NULL */
         size_t count;
         enum ddp_dtype dt;
         enum ddp_redop op;
+        /* pieces' (ddp_pg_allreduce_pieces_post): a copy of them, and the word of our table
+         * that says how many elements are final (ddp_pg_post_ready) */
+        bool pieces;
+        struct ddp_piece *pcs;
+        size_t npc, pcs_cap;
+        uint64_t *ready;
+        uint64_t unread; /* where ready points when our table could not be published */
     } post;
     /* This rank's threads for the slots' one-node all-reduces of at least DDP__TEAM_MIN_BYTES
      * (worker/team.h, worker/shm.c): in all, the collective's own thread included (1: it alone;
@@ -278,6 +285,11 @@ int ddp__shm_step(struct ddp__comm *c, uint64_t k);
 /* Its two halves apart: a posted all-reduce publishes its first step before it is called. */
 void ddp__shm_step_publish(struct ddp__comm *c, uint64_t k);
 int ddp__shm_step_wait(struct ddp__comm *c, uint64_t k);
+/* Waits until local rank j's word reaches target (acquire): 0, DDP_ECLOSED (j died) or
+ * DDP_ETIMEDOUT (the collective's deadline); writes no message, so helper threads may wait. */
+int ddp__shm_wait_word(struct ddp__comm *c, int j, const uint64_t *word, uint64_t target);
+/* The group's message for such a failure of a wait for local rank j. */
+void ddp__shm_wait_error(struct ddp__comm *c, int j, int e);
 /* A shard this rank reduced over the node: across nodes, all-reduced on our own ring (the
  * hierarchical all-reduce of PowerAI DDL); then divided for DDP_AVG. */
 int ddp__shm_shard_done(struct ddp__comm *c, void *shard, size_t count, enum ddp_dtype dt,
@@ -326,6 +338,12 @@ bool ddp__shm_auto_would_direct(const struct ddp__shm *sh, uint64_t bytes);
  * 1 on every local rank alike, after one step: the slots do the work). */
 int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
                           enum ddp_dtype dt, enum ddp_redop op);
+/* Publishes the pieces as the next claimed all-reduce's (its first step), the first ready
+ * elements final: peers claim chunks up to where every rank's data is final (*post.ready,
+ * which the caller moves on), and wait there. Where a piece is not registered, the step says
+ * so, and every rank then goes to the slots. 0 or DDP_ENOMEM (nothing published). */
+int ddp__shm_claim_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
+                        enum ddp_dtype dt, enum ddp_redop op, size_t ready);
 /* An all-reduce of direct_min bytes or more on a one-node group with auto on: single-copy or
  * the slots as chosen now, or as its trial of the two asks (worker/shm_auto.c). */
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
@@ -357,6 +375,13 @@ int ddp__cpu_allreduce_post(struct ddp__comm *c, void *buf, size_t count, enum d
                             enum ddp_redop op);
 int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
                               size_t count, enum ddp_dtype dt, enum ddp_redop op);
+/* ddp_pg_allreduce_pieces_post and ddp_pg_post_ready on a CPU group: 0 done, 1 not (nothing
+ * posted: the group cannot claim these pieces' chunks, ddp__cpu_can_post_pieces), or an error. */
+bool ddp__cpu_can_post_pieces(const struct ddp__comm *c, size_t count, enum ddp_dtype dt);
+int ddp__cpu_allreduce_pieces_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                                   size_t count, enum ddp_dtype dt, enum ddp_redop op,
+                                   size_t ready);
+int ddp__cpu_post_ready(struct ddp__comm *c, size_t ready);
 int ddp__cpu_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);
 int ddp__cpu_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes);
 int ddp__cpu_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,

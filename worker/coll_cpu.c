@@ -20,7 +20,29 @@ static bool shm_only(const struct ddp__comm *c)
 static bool is_posted(const struct ddp__shm *sh, const void *buf, size_t count, enum ddp_dtype dt,
                       enum ddp_redop op)
 {
-    return sh->post.buf == buf && sh->post.count == count && sh->post.dt == dt && sh->post.op == op;
+    return !sh->post.pieces && sh->post.buf == buf && sh->post.count == count &&
+           sh->post.dt == dt && sh->post.op == op;
+}
+
+/* The same pieces as posted (the program's array may be a copy: pieces_start copies it). */
+static bool is_posted_pieces(const struct ddp__shm *sh, const struct ddp_piece *pc, size_t npc,
+                             size_t count, enum ddp_dtype dt, enum ddp_redop op)
+{
+    if (!sh->post.pieces || sh->post.npc != npc || sh->post.count != count || sh->post.dt != dt ||
+        sh->post.op != op)
+        return false;
+    for (size_t q = 0; q < npc; q++)
+        if (sh->post.pcs[q].data != pc[q].data || sh->post.pcs[q].count != pc[q].count)
+            return false;
+    return true;
+}
+
+/* Pieces of bytes on this group go in claimed chunks (worker/shm_claim.c) if every local rank's
+ * are registered: the same on every rank (agreed at setup). */
+static bool claims_pieces(const struct ddp__comm *c, uint64_t bytes)
+{
+    const struct ddp__shm *sh = &c->shm;
+    return shm_only(c) && sh->arena && sh->direct_min && !sh->claim_off && bytes >= sh->direct_min;
 }
 
 /*
@@ -35,7 +57,10 @@ static int posted_first(struct ddp__comm *c, const void *buf, size_t count, enum
     struct ddp__shm *sh = &c->shm;
     if (!sh->post.on || is_posted(sh, buf, count, dt, op))
         return 0;
-    int e = ddp__cpu_allreduce(c, sh->post.buf, sh->post.count, sh->post.dt, sh->post.op);
+    int e = sh->post.pieces
+                ? ddp__cpu_allreduce_pieces(c, sh->post.pcs, sh->post.npc, sh->post.count,
+                                            sh->post.dt, sh->post.op)
+                : ddp__cpu_allreduce(c, sh->post.buf, sh->post.count, sh->post.dt, sh->post.op);
     sh->post.done = e == 0;
     return e;
 }
@@ -53,6 +78,32 @@ int ddp__cpu_allreduce_post(struct ddp__comm *c, void *buf, size_t count, enum d
     if (!direct)
         return 1;
     ddp__shm_direct_post(c, buf, count, dt, op);
+    return 0;
+}
+
+int ddp__cpu_allreduce_pieces_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                                   size_t count, enum ddp_dtype dt, enum ddp_redop op, size_t ready)
+{
+    struct ddp__shm *sh = &c->shm;
+    if (npc < 2 || sh->post.on || !ddp__cpu_can_post_pieces(c, count, dt))
+        return 1; /* one piece: ddp_pg_allreduce_post */
+    sh->post.done = false;
+    return ddp__shm_claim_post(c, pc, npc, count, dt, op, ready);
+}
+
+bool ddp__cpu_can_post_pieces(const struct ddp__comm *c, size_t count, enum ddp_dtype dt)
+{
+    return c->world > 1 && count > 0 && c->shm.n <= DDP__CLAIM_MAX_LOCAL &&
+           claims_pieces(c, (uint64_t)count * ddp_dtype_size(dt));
+}
+
+int ddp__cpu_post_ready(struct ddp__comm *c, size_t ready)
+{
+    struct ddp__shm *sh = &c->shm;
+    if (!sh->post.on || !sh->post.pieces)
+        return 1;
+    __atomic_store_n(sh->post.ready, (uint64_t)(ready < sh->post.count ? ready : sh->post.count),
+                     __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -97,16 +148,20 @@ int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
     int e;
     if (c->world == 1 || count == 0)
         return 0;
-    if (npc == 1)
+    struct ddp__shm *sh = &c->shm;
+    bool mine = is_posted_pieces(sh, pc, npc, count, dt, op);
+    if (mine && sh->post.done) {
+        sh->post.done = false; /* run already, before another collective */
+        return 0;
+    }
+    if (!mine && npc == 1)
         return ddp__cpu_allreduce(c, pc[0].data, count, dt, op);
-    if ((e = posted_first(c, NULL, 0, dt, op)) < 0)
+    if (!mine && (e = posted_first(c, NULL, 0, dt, op)) < 0)
         return e;
     if (c->shm.base) {
         /* one node, pieces in registered memory (a program's gradients from ddp_pg_mem_alloc):
          * claimed chunks, single-copy; the same decision on every rank (agreed at setup) */
-        const struct ddp__shm *sh = &c->shm;
-        if (shm_only(c) && sh->arena && sh->direct_min && !sh->claim_off &&
-            count * ddp_dtype_size(dt) >= sh->direct_min &&
+        if (claims_pieces(c, (uint64_t)count * ddp_dtype_size(dt)) &&
             (e = ddp__shm_claim_pieces(c, pc, npc, count, dt, op)) <= 0)
             return e;
         return ddp__shm_allreduce_pieces(c, pc, npc, count, dt, op);

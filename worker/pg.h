@@ -199,6 +199,27 @@ bool ddp_pg_has_p2p(const struct ddp_pg *pg);
  */
 int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
                           enum ddp_redop op);
+/*
+ * The same for the all-reduce of n pieces that the program will call next (with
+ * ddp_pg_allreduce_pieces or its _start form: the same pieces, dtype and op), posted before
+ * its data is complete: the first ready elements of the pieces' concatenation are final. Where
+ * the pieces go in claimed chunks (every local rank's in registered memory, on one node), the
+ * ranks that called the all-reduce sum the chunks up to where every rank's data is final, and
+ * wait there for more. ddp_pg_post_ready(pg, ready) says that more of it is final (from the
+ * thread that posted; ready never goes back). Calling the all-reduce says that all of it is.
+ * At least two pieces: 1 for one (post it with ddp_pg_allreduce_post). Returns as
+ * ddp_pg_allreduce_post; if another collective is called first, all the data must be final by
+ * then. The reducer streams its buckets so, without overlap: an early rank sums each bucket
+ * as soon as every rank's backward has filled it.
+ */
+int ddp_pg_allreduce_pieces_post(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                                 enum ddp_dtype dt, enum ddp_redop op, size_t ready);
+/* 0, or 1 where no all-reduce of pieces is posted (nothing to do). */
+int ddp_pg_post_ready(struct ddp_pg *pg, size_t ready);
+/* Whether an all-reduce of pieces of count elements of dt would be posted (in at least two
+ * pieces): the same answer on every rank of the group (its setup decides it), so that every
+ * rank may shape its collectives by it. */
+bool ddp_pg_can_post_pieces(struct ddp_pg *pg, size_t count, enum ddp_dtype dt);
 
 /*
  * Registered memory: bytes of zero-filled memory that the other ranks of this node read in

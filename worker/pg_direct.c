@@ -235,15 +235,10 @@ out:
     return r;
 }
 
-int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
-                          enum ddp_redop op)
+/* The group to ourselves for a post: nothing queued or running (the program's own earlier work
+ * finishes first; the reducer has none). false: the group is stopping or failed. */
+static bool post_begin(struct ddp_pg *pg)
 {
-    if (!pg || !buf || ddp_dtype_size(dt) == 0 || (unsigned)op > DDP_MIN)
-        return DDP_EINVAL;
-    if (pg->nccl)
-        return 1;
-    /* the group to ourselves: nothing queued or running (the program's own earlier work
-     * finishes first; the reducer has none) */
     pthread_mutex_lock(&pg->mu);
     while ((pg->head || pg->busy) && !pg->stop && pg->alive) {
         pthread_mutex_unlock(&pg->mu);
@@ -253,12 +248,56 @@ int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_d
     bool ok = !pg->stop && pg->alive;
     pg->busy = ok;
     pthread_mutex_unlock(&pg->mu);
-    if (!ok)
-        return DDP_EABORTED;
-    int r = ddp__cpu_allreduce_post(&pg->comm, buf, count, dt, op);
+    return ok;
+}
+
+static int post_end(struct ddp_pg *pg, int r)
+{
     pthread_mutex_lock(&pg->mu);
     ddp__pg_unbusy(pg);
     return r;
+}
+
+int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_dtype dt,
+                          enum ddp_redop op)
+{
+    if (!pg || !buf || ddp_dtype_size(dt) == 0 || (unsigned)op > DDP_MIN)
+        return DDP_EINVAL;
+    if (pg->nccl)
+        return 1;
+    if (!post_begin(pg))
+        return DDP_EABORTED;
+    return post_end(pg, ddp__cpu_allreduce_post(&pg->comm, buf, count, dt, op));
+}
+
+int ddp_pg_allreduce_pieces_post(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
+                                 enum ddp_dtype dt, enum ddp_redop op, size_t ready)
+{
+    if (!pg || (!pieces && n) || ddp_dtype_size(dt) == 0 || (unsigned)op > DDP_MIN)
+        return DDP_EINVAL;
+    size_t count = 0;
+    for (size_t q = 0; q < n; q++) {
+        if (!pieces[q].data && pieces[q].count)
+            return DDP_EINVAL;
+        count += pieces[q].count;
+    }
+    if (pg->nccl)
+        return 1;
+    if (!post_begin(pg))
+        return DDP_EABORTED;
+    return post_end(pg, ddp__cpu_allreduce_pieces_post(&pg->comm, pieces, n, count, dt, op, ready));
+}
+
+bool ddp_pg_can_post_pieces(struct ddp_pg *pg, size_t count, enum ddp_dtype dt)
+{
+    return pg && !pg->nccl && ddp_dtype_size(dt) && ddp__cpu_can_post_pieces(&pg->comm, count, dt);
+}
+
+int ddp_pg_post_ready(struct ddp_pg *pg, size_t ready)
+{
+    if (!pg)
+        return DDP_EINVAL;
+    return pg->nccl ? 1 : ddp__cpu_post_ready(&pg->comm, ready);
 }
 
 void *ddp_pg_mem_alloc(struct ddp_pg *pg, size_t bytes)

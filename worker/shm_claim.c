@@ -27,6 +27,7 @@
  * the slots (pieces), alike on every rank.
  */
 #include "worker/coll.h"
+#include "common/err.h"
 #include "worker/team.h"
 
 #include <stdatomic.h>
@@ -36,12 +37,14 @@
 #include "common/banned.h"
 
 struct claim {
+    struct ddp__comm *c;
     struct ddp__shm *sh;
     char *buf; /* ours, one buffer; NULL: in pieces, every rank's through its table */
     size_t count, esz, per, first, end; /* elements; per chunk; the chunks' numbers [first, end) */
     enum ddp_dtype dt;
     enum ddp_redop op;
     uint64_t done[DDP__TEAM_MAX]; /* chunks each part summed */
+    int err[DDP__TEAM_MAX], errj[DDP__TEAM_MAX]; /* each part's failure, and the peer waited for */
 };
 
 /* The next chunk's number, or end when none is left. */
@@ -70,7 +73,9 @@ static void sum_at(const struct claim *k, char *const *p, size_t m)
 }
 
 /* Local rank j's table of pieces: [2q] where piece q starts in the whole, [2q + 1] its offset
- * in j's arena; [2 * npc] the element count. */
+ * in j's arena; [2 * npc] the element count; [2 * npc + 1] how many of them, from the start,
+ * are final (the count, but while a posted all-reduce's data is still being computed:
+ * ddp__shm_claim_post). */
 static const uint64_t *table(struct ddp__shm *sh, int j)
 {
     return (const uint64_t *)((const char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off);
@@ -91,13 +96,16 @@ static size_t piece_at(const uint64_t *t, size_t npc, size_t e)
     return lo;
 }
 
-/* Elements [e, end) of a buffer in pieces, in ranges within one piece of every rank. */
-static void sum_pieces(const struct claim *k, size_t e, size_t end)
+/* Elements [e, end) of a buffer in pieces, in ranges within one piece of every rank, each as
+ * soon as every rank's data there is final (a posted all-reduce's may not be yet: a chunk
+ * across the edge of what is ready is summed up to it, then waits). 0, or the error of the
+ * wait for local rank *who. */
+static int sum_pieces(const struct claim *k, size_t e, size_t end, int *who)
 {
     struct ddp__shm *sh = k->sh;
     int n = sh->n;
     const uint64_t *t[DDP__CLAIM_MAX_LOCAL];
-    size_t q[DDP__CLAIM_MAX_LOCAL], npc[DDP__CLAIM_MAX_LOCAL];
+    size_t q[DDP__CLAIM_MAX_LOCAL], npc[DDP__CLAIM_MAX_LOCAL], ready = e;
     char *p[DDP__CLAIM_MAX_LOCAL] = {NULL};
     for (int j = 0; j < n; j++) {
         t[j] = table(sh, j);
@@ -105,7 +113,22 @@ static void sum_pieces(const struct claim *k, size_t e, size_t end)
         q[j] = piece_at(t[j], npc[j], e);
     }
     while (e < end) {
-        size_t stop = end;
+        for (int j = 0; ready <= e && j < n; j++) { /* every rank's final past e: up to where? */
+            const uint64_t *w = &t[j][2 * npc[j] + 1];
+            int err = ddp__shm_wait_word(k->c, j, w, e + 1);
+            if (err < 0) {
+                *who = j;
+                return err;
+            }
+        }
+        if (ready <= e) {
+            ready = end;
+            for (int j = 0; j < n; j++) {
+                size_t r = (size_t)__atomic_load_n(&t[j][2 * npc[j] + 1], __ATOMIC_ACQUIRE);
+                ready = r < ready ? r : ready;
+            }
+        }
+        size_t stop = ready;
         for (int j = 0; j < n; j++)
             if (t[j][2 * (q[j] + 1)] < stop)
                 stop = t[j][2 * (q[j] + 1)];
@@ -117,16 +140,15 @@ static void sum_pieces(const struct claim *k, size_t e, size_t end)
             while (q[j] + 1 < npc[j] && t[j][2 * (q[j] + 1)] <= e)
                 q[j]++;
     }
+    return 0;
 }
 
-/* Chunk x. */
-static void sum_chunk(const struct claim *k, uint64_t x)
+/* Chunk x: 0, or the error of a wait for local rank *who. */
+static int sum_chunk(const struct claim *k, uint64_t x, int *who)
 {
     size_t e = (size_t)(x - k->first) * k->per, end = k->count - e < k->per ? k->count : e + k->per;
-    if (!k->buf) {
-        sum_pieces(k, e, end);
-        return;
-    }
+    if (!k->buf)
+        return sum_pieces(k, e, end, who);
     struct ddp__shm *sh = k->sh;
     char *p[DDP__CLAIM_MAX_LOCAL] = {NULL};
     for (int j = 0; j < sh->n; j++)
@@ -134,16 +156,21 @@ static void sum_chunk(const struct claim *k, uint64_t x)
             (j == sh->me ? k->buf : (char *)sh->peer_arena[j] + ddp__shm_ctrl(sh, j)->arena_off) +
             e * k->esz;
     sum_at(k, p, end - e);
+    return 0;
 }
 
+/* Chunks until none is left; on a failed wait (a peer gone, the deadline past) it stops: the
+ * chunk it claimed stays unsummed, and the all-reduce fails on every rank. */
 static void claim_part(void *arg, int p, int parts)
 {
     (void)parts;
     struct claim *k = arg;
     _Atomic uint64_t *ctr = ddp__shm_claim_counter(k->sh);
     k->done[p] = 0;
+    k->err[p] = 0;
     for (uint64_t x; (x = claim_next(ctr, k->end)) < k->end; k->done[p]++)
-        sum_chunk(k, x);
+        if ((k->err[p] = sum_chunk(k, x, &k->errj[p])) < 0)
+            return;
 }
 
 /* The chunks claimed and summed, then the last step. */
@@ -163,8 +190,13 @@ static int run_claims(struct ddp__comm *c, struct claim *k, struct ddp__team *te
         else
             claim_part(k, 0, 1);
         sh->claim_base = k->end;
-        for (int p = 0; p < ddp__team_size(team); p++)
+        for (int p = 0; p < ddp__team_size(team); p++) {
             sh->claimed += k->done[p];
+            if (k->err[p] < 0) {
+                ddp__shm_wait_error(c, k->errj[p], k->err[p]);
+                return k->err[p];
+            }
+        }
     }
     int e = ddp__shm_step(c, 2);
     if (e < 0)
@@ -178,15 +210,16 @@ static int run_claims(struct ddp__comm *c, struct claim *k, struct ddp__team *te
 int ddp__shm_claim_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                              enum ddp_redop op, struct ddp__team *team)
 {
-    struct claim k = {.sh = &c->shm, .buf = buf, .count = count, .dt = dt, .op = op};
+    struct claim k = {.c = c, .sh = &c->shm, .buf = buf, .count = count, .dt = dt, .op = op};
     return run_claims(c, &k, team);
 }
 
-/* Our table (see table()), in our arena so that peers read it in place; false where a piece
- * lies elsewhere or there is no room for the table. */
-static bool fill_table(struct ddp__shm *sh, const struct ddp_piece *pc, size_t npc, size_t esz)
+/* Our table (see table()), in our arena so that peers read it in place, with ready of its
+ * elements final; false where a piece lies elsewhere or there is no room for the table. */
+static bool fill_table(struct ddp__shm *sh, const struct ddp_piece *pc, size_t npc, size_t esz,
+                       size_t ready)
 {
-    size_t words = 2 * npc + 1;
+    size_t words = 2 * npc + 2;
     if (sh->ptab_cap < words) {
         if (sh->ptab)
             ddp__arena_free(sh->arena, sh->ptab);
@@ -205,21 +238,36 @@ static bool fill_table(struct ddp__shm *sh, const struct ddp_piece *pc, size_t n
         at += pc[q].count;
     }
     sh->ptab[2 * npc] = at;
+    sh->ptab[2 * npc + 1] = ready; /* published by the step that follows */
     return true;
+}
+
+/* Our table in our control line: where peers find it (or that they cannot). */
+static void show_table(struct ddp__shm *sh, size_t npc, bool reg)
+{
+    struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, sh->me);
+    mine->addr = npc;
+    mine->arena_off = reg ? ddp__arena_offset(sh->arena, sh->ptab, sh->ptab_cap * sizeof(uint64_t))
+                          : DDP__NOT_IN_ARENA;
 }
 
 int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
                           enum ddp_dtype dt, enum ddp_redop op)
 {
     struct ddp__shm *sh = &c->shm;
+    int e;
     if (sh->n > DDP__CLAIM_MAX_LOCAL)
         return 1; /* alike on every local rank, before any step */
-    bool reg = npc > 0 && fill_table(sh, pc, npc, ddp_dtype_size(dt));
-    struct ddp__shm_ctrl *mine = ddp__shm_ctrl(sh, sh->me);
-    mine->addr = npc;
-    mine->arena_off = reg ? ddp__arena_offset(sh->arena, sh->ptab, sh->ptab_cap * sizeof(uint64_t))
-                          : DDP__NOT_IN_ARENA;
-    int e = ddp__shm_step(c, 1);
+    if (sh->post.on && sh->post.pieces) {
+        /* posted (these pieces: worker/coll_cpu.c): the table and first step are out; the
+         * caller's data is all final now */
+        sh->post.on = false;
+        __atomic_store_n(sh->post.ready, (uint64_t)count, __ATOMIC_RELEASE);
+        e = ddp__shm_step_wait(c, 1);
+    } else {
+        show_table(sh, npc, npc > 0 && fill_table(sh, pc, npc, ddp_dtype_size(dt), count));
+        e = ddp__shm_step(c, 1);
+    }
     /* every rank decides the same from the same lines: every piece of every rank registered */
     for (int j = 0; e == 0 && j < sh->n; j++)
         if (ddp__shm_ctrl(sh, j)->arena_off == DDP__NOT_IN_ARENA || !sh->peer_arena[j])
@@ -228,6 +276,34 @@ int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_
         sh->seq += e == 1;
         return e;
     }
-    struct claim k = {.sh = sh, .count = count, .dt = dt, .op = op};
+    struct claim k = {.c = c, .sh = sh, .count = count, .dt = dt, .op = op};
     return run_claims(c, &k, ddp__shm_team(sh, count * ddp_dtype_size(dt)));
+}
+
+int ddp__shm_claim_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
+                        enum ddp_dtype dt, enum ddp_redop op, size_t ready)
+{
+    struct ddp__shm *sh = &c->shm;
+    if (sh->post.pcs_cap < npc) {
+        struct ddp_piece *p = realloc(sh->post.pcs, npc * sizeof(*p));
+        if (!p)
+            return DDP_ENOMEM;
+        sh->post.pcs = p;
+        sh->post.pcs_cap = npc;
+    }
+    /* A piece not registered: posted all the same (the post is the same on every rank), and
+     * after the first step every rank goes to the slots. */
+    bool reg = fill_table(sh, pc, npc, ddp_dtype_size(dt), ready < count ? ready : count);
+    show_table(sh, npc, reg);
+    ddp__shm_step_publish(c, 1);
+    memcpy(sh->post.pcs, pc, npc * sizeof(*pc));
+    sh->post.npc = npc;
+    sh->post.pieces = true;
+    sh->post.ready = reg ? &sh->ptab[2 * npc + 1] : &sh->post.unread;
+    sh->post.on = true;
+    sh->post.buf = NULL;
+    sh->post.count = count;
+    sh->post.dt = dt;
+    sh->post.op = op;
+    return 0;
 }

@@ -218,6 +218,7 @@ void ddp__shm_direct_post(struct ddp__comm *c, void *buf, size_t count, enum ddp
     mine->arena_off = ddp__arena_offset(sh->arena, buf, count * ddp_dtype_size(dt));
     ddp__shm_step_publish(c, 1);
     sh->post.on = true;
+    sh->post.pieces = false;
     sh->post.buf = buf;
     sh->post.count = count;
     sh->post.dt = dt;

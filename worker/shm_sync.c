@@ -86,6 +86,9 @@ void ddp__shm_detach(struct ddp__shm *sh)
     sh->arena = NULL;
     ddp__team_free(sh->team);
     sh->team = NULL;
+    free(sh->post.pcs);
+    sh->post.pcs = NULL;
+    sh->post.pcs_cap = 0;
 }
 
 void ddp__shm_unmap_arenas(struct ddp__shm *sh)
@@ -124,6 +127,23 @@ static bool peer_dead(const struct ddp__peer *p)
         return false;
     ssize_t n = recv(p->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+/* Local rank j dead (DDP_ECLOSED), or the collective's deadline past (DDP_ETIMEDOUT); else 0. */
+static int peer_gone(struct ddp__comm *c, int j)
+{
+    if (peer_dead(&c->peers[c->shm.grank[j]]))
+        return DDP_ECLOSED;
+    return ddp_now_ms() > c->deadline_ms ? DDP_ETIMEDOUT : 0;
+}
+
+void ddp__shm_wait_error(struct ddp__comm *c, int j, int e)
+{
+    const struct ddp__peer *p = &c->peers[c->shm.grank[j]];
+    if (!c->err[0])
+        snprintf(c->err, sizeof(c->err), "%s peer rank %d (%s) during %s",
+                 e == DDP_ECLOSED ? "connection closed by" : "timed out waiting for", p->rank,
+                 p->host, c->opname);
 }
 
 /*
@@ -167,21 +187,44 @@ static int wait_all(struct ddp__comm *c, uint64_t target)
             atomic_fetch_sub_explicit(&l->sleepers, 1, memory_order_seq_cst);
             if (reached(l, target))
                 break;
-            struct ddp__peer *p = &c->peers[sh->grank[j]];
-            if (peer_dead(p)) {
-                if (!c->err[0])
-                    snprintf(c->err, sizeof(c->err),
-                             "connection closed by peer rank %d (%s) during %s", p->rank, p->host,
-                             c->opname);
-                return DDP_ECLOSED;
+            int e = peer_gone(c, j);
+            if (e < 0) {
+                ddp__shm_wait_error(c, j, e);
+                return e;
             }
-            if (ddp_now_ms() > c->deadline_ms) {
-                if (!c->err[0])
-                    snprintf(c->err, sizeof(c->err),
-                             "timed out waiting for peer rank %d (%s) during %s", p->rank, p->host,
-                             c->opname);
-                return DDP_ETIMEDOUT;
-            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Waits until local rank j's word (in memory every local rank maps) reaches target, the peer
+ * still computing what the word counts: a spin, then yielding for a millisecond, then naps of
+ * 50 us (the word is not a futex's: a peer advances it from its backward, where a wake-up call
+ * per bucket would cost it). Safe on helper threads: it writes no error message.
+ */
+int ddp__shm_wait_word(struct ddp__comm *c, int j, const uint64_t *word, uint64_t target)
+{
+    int64_t t0 = 0, checked = 0;
+    for (unsigned spins = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) < target; spins++) {
+        if (spins < 256) {
+            ddp_cpu_relax();
+            continue;
+        }
+        int64_t now = ddp_now_ns();
+        if (!t0)
+            t0 = checked = now;
+        if (now - t0 < SPIN_YIELD_NS) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
+        if (now - checked > 20 * 1000 * 1000) {
+            checked = now;
+            int e = peer_gone(c, j);
+            if (e < 0)
+                return e;
         }
     }
     return 0;

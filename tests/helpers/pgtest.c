@@ -25,6 +25,8 @@
  *   pgtest p2p-wait      rank 0 waits for 64 MiB from rank 1, which never sends (kill tests)
  *   pgtest post          an all-reduce posted (ddp_pg_allreduce_post) by ranks that then sleep,
  *                        summed by rank 0 alone meanwhile; then one posted before a barrier
+ *   pgtest stream [--die] an all-reduce of pieces posted before its data is complete
+ *                        (ddp_pg_allreduce_pieces_post): rank 0 sums what is ready, no more
  *   pgtest groups        sub-groups (ddp_pg_new_group): even and odd ranks all-reducing beside
  *                        the whole group, every rank in reverse order, lists that differ
  *                        between ranks or repeat a rank refused on every rank
@@ -728,6 +730,8 @@ int main(int argc, char **argv)
         return 3;
     } else if (strcmp(argv[1], "post") == 0) {
         bad = pgtest_post(pg);
+    } else if (strcmp(argv[1], "stream") == 0) {
+        bad = pgtest_stream(pg, argc > 2 && strcmp(argv[2], "--die") == 0);
     } else if (strcmp(argv[1], "groups") == 0 && world >= 2 && world <= 64) {
         bad = groups(pg);
     } else if (strcmp(argv[1], "big") == 0 && argc == 3) {

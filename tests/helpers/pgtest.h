@@ -4,6 +4,7 @@
 
 #include "worker/pg.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +33,8 @@ int compare(const void *got, const void *want, size_t n, enum ddp_dtype dt, cons
 /* Exits the rank (1) where r is not 0, with the group's last error. */
 int must(struct ddp_pg *pg, int r, const char *what);
 
-/* pgtest post (tests/helpers/pgtest_post.c). */
+/* pgtest post and pgtest stream [--die] (tests/helpers/pgtest_post.c). */
 int pgtest_post(struct ddp_pg *pg);
+int pgtest_stream(struct ddp_pg *pg, bool die);
 
 #endif

@@ -9,6 +9,10 @@
  *   reducertest rebuild [--view]      ready order differs from registration; rank 0's wins
  *   reducertest mismatch              rank 1 registers a different shape
  *   reducertest overlap               buckets start during backward, not at finalize
+ *   reducertest stream                float32 only, bucket view, no overlap: ranks other than 0
+ *                                     wait, before they fill the last bucket, until rank 0 (in
+ *                                     finalize) has averaged every other bucket into their
+ *                                     memory (the buckets streamed: ddp_pg_allreduce_pieces_post)
  *
  * Exits 0 when every check passed, 1 on a wrong value, 3 when an operation failed.
  */
@@ -24,8 +28,8 @@
 
 #define NP 9
 static const size_t counts[NP] = {1000, 7, 300000, 13, 65536, 1, 250001, 3, 4099};
-static const enum ddp_dtype dts[NP] = {DDP_F32, DDP_F32, DDP_F32,  DDP_F64, DDP_F32,
-                                       DDP_F32, DDP_F32, DDP_BF16, DDP_F32};
+static enum ddp_dtype dts[NP] = {DDP_F32, DDP_F32, DDP_F32,  DDP_F64, DDP_F32,
+                                 DDP_F32, DDP_F32, DDP_BF16, DDP_F32};
 static int rank, world;
 static void *data[NP], *grads[NP], *orig[NP]; /* orig: the buffers grads started as */
 static struct ddp_param params[NP];
@@ -116,6 +120,41 @@ static void expect(size_t i, size_t j, double got, double want, double tol, cons
     if (bad++ < 5)
         fprintf(stderr, "reducertest rank %d: %s: param %zu [%zu] = %.9g, want %.9g\n", rank, what,
                 i, j, got, want);
+}
+
+/* Whether parameter i holds the mean over ranks of gval for iteration it. */
+static bool averaged(size_t i, int it)
+{
+    for (size_t j = 0; j < counts[i]; j++) {
+        double want = 0;
+        for (int r = 0; r < world; r++)
+            want += gval(r, i, j, it);
+        want /= world;
+        if (fabs(get(grads[i], dts[i], j) - want) > 1e-6 * (1 + fabs(want)))
+            return false;
+    }
+    return true;
+}
+
+/* Waits (20 s at most) until every parameter outside the last bucket holds iteration it's
+ * average; false if one never does. */
+static bool others_averaged(struct ddp_reducer *red, int it)
+{
+    size_t nb = ddp_reducer_num_buckets(red), idx[NP];
+    size_t n = ddp_reducer_bucket_params(red, nb - 1, idx, NP);
+    for (int t = 0; t < 2000; t++) {
+        bool all = true;
+        for (size_t i = 0; i < NP && all; i++) {
+            bool in_last = false;
+            for (size_t k = 0; k < n; k++)
+                in_last |= idx[k] == i;
+            all = in_last || averaged(i, it);
+        }
+        if (all)
+            return true;
+        usleep(10000);
+    }
+    return false;
 }
 
 /* Checks every gradient against the mean over ranks of sum_{it in its} gval. */
@@ -224,6 +263,12 @@ int main(int argc, char **argv)
     }
     rank = ddp_pg_rank(pg);
     world = ddp_pg_world_size(pg);
+    bool stream = strcmp(mode, "stream") == 0;
+    if (stream) {
+        for (size_t i = 0; i < NP; i++)
+            dts[i] = DDP_F32;
+        o.gradient_as_bucket_view = o.no_overlap = true;
+    }
     setup_params(strcmp(mode, "mismatch") == 0);
     if (strcmp(mode, "rebuild") != 0 && !o.bucket_cap_bytes) {
         o.bucket_cap_bytes = 512 << 10; /* several buckets from these sizes */
@@ -244,11 +289,16 @@ int main(int argc, char **argv)
                    "initial broadcast");
     double tol = o.hook == DDP_HOOK_FP16 ? 2e-3 : o.hook == DDP_HOOK_BF16 ? 2e-2 : 1e-6;
 
-    if (strcmp(mode, "basic") == 0 || strcmp(mode, "overlap") == 0) {
+    if (strcmp(mode, "basic") == 0 || strcmp(mode, "overlap") == 0 || stream) {
         check_buckets(red, o.bucket_cap_bytes, o.first_bucket_bytes);
+        int early = 0;
         for (int it = 0; it < iters; it++) {
             zero_grads();
+            size_t lb[NP], nb = ddp_reducer_num_buckets(red);
+            ddp_reducer_bucket_params(red, nb - 1, lb, NP);
             for (size_t i = NP; i-- > 0;) {
+                if (stream && rank > 0 && i == lb[0]) /* the last bucket's first parameter */
+                    early += others_averaged(red, it);
                 produce(i, it, true);
                 must(red, ddp_reducer_mark_ready(red, i), "mark_ready");
                 if (strcmp(mode, "overlap") == 0)
@@ -266,8 +316,13 @@ int main(int argc, char **argv)
         /* Every bucket fills during backward, so with overlap every one starts there (whether
          * the reducer overlaps depends on DDP_REDUCER_OVERLAP and the cores: 30-reducer). */
         if (rank == 0)
-            printf("reducertest: overlap %s, %llu first buckets posted\n",
-                   st.overlap ? "on" : "off", (unsigned long long)st.buckets_posted);
+            printf("reducertest: overlap %s, %llu buckets posted\n", st.overlap ? "on" : "off",
+                   (unsigned long long)st.buckets_posted);
+        if (stream && rank > 0)
+            printf("reducertest rank %d: %d of %d iterations: the other buckets averaged before "
+                   "the last one filled\n",
+                   rank, early, iters);
+        bad += stream && rank > 0 && early != iters;
         if ((o.no_overlap && st.overlap) ||
             st.launched_in_backward != (st.overlap ? st.buckets_launched : 0)) {
             fprintf(stderr, "reducertest: %llu buckets started during backward\n",

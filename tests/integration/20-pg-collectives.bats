@@ -457,6 +457,36 @@ helper_counts() { # file kind count: single-copy all-reduces shared with helper 
   done
 }
 
+@test "an all-reduce of pieces posted before its data is complete (ddp_pg_allreduce_pieces_post): a rank that called it sums what every rank has made ready and nothing past it; a poster SIGKILLed meanwhile is named" {
+  # 4 MiB in 4 registered pieces (64 chunks); ranks 1.. post with pieces 0-1 ready and a
+  # sentinel in 2-3, and call only once rank 0 has summed 0-1 into their memory
+  for case in '2 DDP_LOG_LEVEL: warn' '3 DDP_PG_SHM_THREADS: "3"' '4 DDP_PG_DIRECT_BYTES: "4096"' '2 DDP_PG_DIRECT_BYTES: "0"'; do
+    read -r n env <<<"$case"
+    printf 'command: [%s, stream]\nnproc_per_node: %d\nenv: {%s}\n' "$PGTEST" "$n" "$env" >job.yaml
+    run "$DDPRUN" job.yaml
+    [ "$status" -eq 0 ] || { echo "$case: $output"; return 1; }
+    [ "$(grep -c ' 4 checks passed' <<<"$output")" -eq "$n" ]
+    if [ "$env" = 'DDP_PG_DIRECT_BYTES: "0"' ]; then # the slots: nothing to post
+      [ "$(grep -c 'stream: not posted, 0 of 64 chunks claimed here' <<<"$output")" -eq $((n - 1)) ]
+      continue
+    fi
+    [ "$(grep -c 'stream: pieces 0-1 summed while posted, pieces 2-3 untouched' <<<"$output")" -eq $((n - 1)) ]
+    c=$(sed -n 's/.*pgtest rank 0: stream: called at once, \([0-9]*\) of 64 chunks claimed here.*/\1/p' <<<"$output")
+    [ "$c" -ge 32 ] || { echo "$case: rank 0 claimed $c chunks: $output"; return 1; }
+  done
+  # rank 1 posts nothing ready and dies: rank 0, waiting for its data, fails naming it
+  start_store
+  spawn_ranks 2 stream --die
+  SECONDS=0
+  p0=$(echo $PIDS | cut -d' ' -f1)
+  rc=0; wait "$p0" || rc=$?
+  [ "$rc" -eq 1 ] || { cat rank0.out rank1.out; return 1; }
+  [ "$SECONDS" -lt 10 ]   # far below the 20 s operation timeout
+  grep -q "pgtest rank 1: posted, now dying" rank1.out
+  grep -q "pgtest rank 0: allreduce of posted pieces failed: .*peer rank 1 (" rank0.out || { cat rank0.out; return 1; }
+  PIDS=
+}
+
 # Rank 0's shared-memory files (descriptors and mappings) as /proc shows them.
 shm_files() { # pid
   { ls -l "/proc/$1/fd" 2>/dev/null; cat "/proc/$1/maps" 2>/dev/null; } | grep -oE '(/memfd:|/dev/shm/)ddp-[a-z0-9-]*' | sort -u || true

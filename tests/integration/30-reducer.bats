@@ -40,7 +40,7 @@ job() { # nproc args...
   assert_success
   # 3 iterations: 5 buckets in the first, and as many after the rebuild
   assert_output --regexp "reducertest: ([0-9]+) of \1 bucket all-reduces started during backward"
-  assert_output --partial "reducertest: overlap on, 0 first buckets posted"
+  assert_output --partial "reducertest: overlap on, 0 buckets posted"
   job 2 overlap --no-overlap
   assert_success
   assert_output --regexp "reducertest: 0 of [1-9][0-9]* bucket all-reduces started during backward"
@@ -51,10 +51,20 @@ job() { # nproc args...
   # single-copy (registered buckets: bucket view): every iteration's, values checked all the same
   DDP_PG_DIRECT_BYTES=4096 job 2 overlap --no-overlap --view
   assert_success
-  assert_output --partial "reducertest: overlap off, 3 first buckets posted"
+  assert_output --partial "reducertest: overlap off, 3 buckets posted"
   DDP_PG_DIRECT_BYTES=4096 job 3 overlap --no-overlap
   assert_success
-  assert_output --partial "reducertest: overlap off, 0 first buckets posted" # in pieces, not registered
+  assert_output --partial "reducertest: overlap off, 0 buckets posted" # in pieces, not registered
+  # float32 only: every bucket goes in one all-reduce posted when bucket 0 fills, each next
+  # bucket made ready as it fills; rank 0, in finalize, averages each one into the others'
+  # memory while they still compute (they wait for it before filling the last bucket)
+  for n in 2 3; do
+    job "$n" stream
+    assert_success
+    assert_output --partial "reducertest: overlap off, 9 buckets posted" # 3 iterations x 3
+    [ "$(grep -c 'iterations: the other buckets averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+    [ "$(grep -c '3 of 3 iterations: the other buckets averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+  done
 }
 
 @test "overlap by default only with a core per rank to spare: 2 ranks pinned to one core wait for finalize, and say why" {
