@@ -61,9 +61,10 @@ struct ddp_reducer {
     bool posted; /* this iteration's first bucket posted, or tried to be (post_ready) */
     /* Without overlap on a CPU group with bucket view, buckets [0, nstream) (bucket 0's dtype,
      * not hooked; 0: fewer than 2) go as one all-reduce of pieces (spcs), posted when backward
-     * fills bucket 0 and told as each next one fills (stream_ready): sready buckets so far. */
+     * fills its first gradient and told as each next one fills, in bucket order (stream_ready):
+     * the first sdone of its sparams parameters (bparams' first), selems elements. */
     struct ddp_piece *spcs;
-    size_t nstream, sready;
+    size_t nstream, sparams, sdone, selems;
     bool streamed; /* posted this iteration */
     bool overlap; /* buckets start during backward (reducer/overlap.c) */
     bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
@@ -183,11 +184,13 @@ static void plan_stream(struct ddp_reducer *r)
                               ? NULL
                               : realloc(r->spcs, r->nb * sizeof(*p));
     size_t count = 0;
+    r->sparams = 0;
     if (p) {
         r->spcs = p;
         for (; n < r->nb && r->bk[n].dt == r->bk[0].dt && !hooked(r, &r->bk[n]); n++) {
             p[n] = (struct ddp_piece){.data = r->bk[n].buf, .count = r->bk[n].count};
             count += r->bk[n].count;
+            r->sparams += r->bk[n].nparams;
         }
     }
     /* the same on every rank: the buckets are, and the group's answer is */
@@ -356,21 +359,23 @@ static int launch(struct ddp_reducer *r, size_t bi)
 }
 
 /*
- * The stream's buckets filled so far, from bucket 0 on (ddp_pg_allreduce_pieces_post, then
- * ddp_pg_post_ready): a rank that reached finalize sums each as soon as every rank has filled
- * it, while the others still compute the rest. Finalize calls the stream's all-reduce on every
- * rank, posted or not (a rank whose bucket 0 never filled in backward has not posted).
+ * The stream's gradients filled so far, from bucket 0's first on, in bucket order: a bucket's
+ * gradients lie in it in the order they are expected, one after the other
+ * (ddp_pg_allreduce_pieces_post, then ddp_pg_post_ready). A rank that reached finalize sums
+ * each as soon as every rank has filled it, while the others still compute the rest: per
+ * gradient, not per bucket, since a bucket of 25 MiB may hold most of a model. Finalize calls
+ * the stream's all-reduce on every rank, posted or not (a rank whose backward filled none of it
+ * has not posted).
  */
 static int stream_ready(struct ddp_reducer *r)
 {
-    size_t k = r->sready, el = 0;
-    while (k < r->nstream && r->bk[k].pending == 0)
-        k++;
-    if (k == r->sready)
+    size_t k = r->sdone, el = r->selems;
+    while (k < r->sparams && r->ps[r->bparams[k]].ready)
+        el += r->ps[r->bparams[k++]].p.count;
+    if (k == r->sdone)
         return 0;
-    for (size_t b = 0; b < k; b++)
-        el += r->bk[b].count;
-    r->sready = k;
+    r->sdone = k;
+    r->selems = el;
     if (r->streamed) {
         (void)ddp_pg_post_ready(r->pg, el); /* fails only without a group */
         return 0;
@@ -592,7 +597,7 @@ static void reset_iteration(struct ddp_reducer *r)
     }
     r->norder = 0;
     r->posted = r->streamed = false;
-    r->sready = 0;
+    r->sdone = r->selems = 0;
     for (size_t b = 0; b < r->nb; b++) {
         ddp_work_free(r->bk[b].work);
         r->bk[b].work = NULL;

@@ -209,7 +209,7 @@ int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_d
  * thread that posted; ready never goes back). Calling the all-reduce says that all of it is.
  * At least two pieces: 1 for one (post it with ddp_pg_allreduce_post). Returns as
  * ddp_pg_allreduce_post; if another collective is called first, all the data must be final by
- * then. The reducer streams its buckets so, without overlap: an early rank sums each bucket
+ * then. The reducer streams its buckets so, without overlap: an early rank sums each gradient
  * as soon as every rank's backward has filled it.
  */
 int ddp_pg_allreduce_pieces_post(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,

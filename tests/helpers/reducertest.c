@@ -10,9 +10,10 @@
  *   reducertest mismatch              rank 1 registers a different shape
  *   reducertest overlap               buckets start during backward, not at finalize
  *   reducertest stream                float32 only, bucket view, no overlap: ranks other than 0
- *                                     wait, before they fill the last bucket, until rank 0 (in
- *                                     finalize) has averaged every other bucket into their
- *                                     memory (the buckets streamed: ddp_pg_allreduce_pieces_post)
+ *                                     wait, before they fill the last gradient, until rank 0 (in
+ *                                     finalize) has averaged every other one into their memory
+ *                                     (the buckets streamed: ddp_pg_allreduce_pieces_post), the
+ *                                     last bucket's other gradient too
  *
  * Exits 0 when every check passed, 1 on a wrong value, 3 when an operation failed.
  */
@@ -136,20 +137,14 @@ static bool averaged(size_t i, int it)
     return true;
 }
 
-/* Waits (20 s at most) until every parameter outside the last bucket holds iteration it's
- * average; false if one never does. */
-static bool others_averaged(struct ddp_reducer *red, int it)
+/* Waits (20 s at most) until every parameter but `last` holds iteration it's average; false if
+ * one never does. */
+static bool others_averaged(size_t last, int it)
 {
-    size_t nb = ddp_reducer_num_buckets(red), idx[NP];
-    size_t n = ddp_reducer_bucket_params(red, nb - 1, idx, NP);
     for (int t = 0; t < 2000; t++) {
         bool all = true;
-        for (size_t i = 0; i < NP && all; i++) {
-            bool in_last = false;
-            for (size_t k = 0; k < n; k++)
-                in_last |= idx[k] == i;
-            all = in_last || averaged(i, it);
-        }
+        for (size_t i = 0; i < NP && all; i++)
+            all = i == last || averaged(i, it);
         if (all)
             return true;
         usleep(10000);
@@ -294,11 +289,9 @@ int main(int argc, char **argv)
         int early = 0;
         for (int it = 0; it < iters; it++) {
             zero_grads();
-            size_t lb[NP], nb = ddp_reducer_num_buckets(red);
-            ddp_reducer_bucket_params(red, nb - 1, lb, NP);
             for (size_t i = NP; i-- > 0;) {
-                if (stream && rank > 0 && i == lb[0]) /* the last bucket's first parameter */
-                    early += others_averaged(red, it);
+                if (stream && rank > 0 && i == 0) /* the last gradient to fill */
+                    early += others_averaged(0, it);
                 produce(i, it, true);
                 must(red, ddp_reducer_mark_ready(red, i), "mark_ready");
                 if (strcmp(mode, "overlap") == 0)
@@ -319,8 +312,8 @@ int main(int argc, char **argv)
             printf("reducertest: overlap %s, %llu buckets posted\n", st.overlap ? "on" : "off",
                    (unsigned long long)st.buckets_posted);
         if (stream && rank > 0)
-            printf("reducertest rank %d: %d of %d iterations: the other buckets averaged before "
-                   "the last one filled\n",
+            printf("reducertest rank %d: %d of %d iterations: the other gradients averaged "
+                   "before the last one filled\n",
                    rank, early, iters);
         bad += stream && rank > 0 && early != iters;
         if ((o.no_overlap && st.overlap) ||

@@ -55,15 +55,16 @@ job() { # nproc args...
   DDP_PG_DIRECT_BYTES=4096 job 3 overlap --no-overlap
   assert_success
   assert_output --partial "reducertest: overlap off, 0 buckets posted" # in pieces, not registered
-  # float32 only: every bucket goes in one all-reduce posted when bucket 0 fills, each next
-  # bucket made ready as it fills; rank 0, in finalize, averages each one into the others'
-  # memory while they still compute (they wait for it before filling the last bucket)
+  # float32 only: every bucket goes in one all-reduce posted when the first gradient fills,
+  # each next gradient made ready as it fills; rank 0, in finalize, averages each one into the
+  # others' memory while they still compute (they wait for it before filling the last gradient,
+  # whose bucket holds another)
   for n in 2 3; do
     job "$n" stream
     assert_success
     assert_output --partial "reducertest: overlap off, 9 buckets posted" # 3 iterations x 3
-    [ "$(grep -c 'iterations: the other buckets averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
-    [ "$(grep -c '3 of 3 iterations: the other buckets averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+    [ "$(grep -c 'iterations: the other gradients averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+    [ "$(grep -c '3 of 3 iterations: the other gradients averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
   done
 }
 
