@@ -59,12 +59,13 @@ struct ddp_reducer {
     int32_t *used;
     bool sync, rebuilt, in_finalize;
     bool posted; /* this iteration's first bucket posted, or tried to be (post_ready) */
-    /* Without overlap on a CPU group with bucket view, buckets [0, nstream) (bucket 0's dtype,
-     * not hooked; 0: fewer than 2) go as one all-reduce of pieces (spcs), posted when backward
-     * fills its first gradient and told as each next one fills, in bucket order (stream_ready):
-     * the first sdone of its sparams parameters (bparams' first), selems elements. */
+    /* Without overlap on a CPU group, buckets [0, nstream) (bucket 0's dtype, not hooked; 0:
+     * fewer than 2) go as one all-reduce of spn pieces (spcs: the buckets with bucket view,
+     * else the gradients), posted when backward fills its first gradient and told as each
+     * next one fills, in bucket order (stream_ready): the first sdone of its sparams
+     * parameters (bparams' first), selems elements. */
     struct ddp_piece *spcs;
-    size_t nstream, sparams, sdone, selems;
+    size_t nstream, spn, sparams, sdone, selems;
     bool streamed; /* posted this iteration */
     bool overlap; /* buckets start during backward (reducer/overlap.c) */
     bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
@@ -176,25 +177,44 @@ static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t 
     free(bk);
 }
 
-/* The buckets that stream (see struct ddp_reducer), as pieces; none where memory is short. */
-static void plan_stream(struct ddp_reducer *r)
+/* The stream's pieces before backward: with bucket view the buckets; else the gradients'
+ * slots in their buckets, registered, until backward fills them (stream_ready). */
+static void stream_reset(struct ddp_reducer *r)
 {
-    size_t n = 0;
-    struct ddp_piece *p = r->cuda || !r->o.gradient_as_bucket_view || r->nb < 2
-                              ? NULL
-                              : realloc(r->spcs, r->nb * sizeof(*p));
-    size_t count = 0;
-    r->sparams = 0;
-    if (p) {
-        r->spcs = p;
-        for (; n < r->nb && r->bk[n].dt == r->bk[0].dt && !hooked(r, &r->bk[n]); n++) {
-            p[n] = (struct ddp_piece){.data = r->bk[n].buf, .count = r->bk[n].count};
-            count += r->bk[n].count;
-            r->sparams += r->bk[n].nparams;
+    for (size_t k = 0; k < r->spn; k++) {
+        if (r->o.gradient_as_bucket_view) {
+            r->spcs[k] = (struct ddp_piece){.data = r->bk[k].buf, .count = r->bk[k].count};
+        } else {
+            const struct rparam *p = &r->ps[r->bparams[k]];
+            r->spcs[k] = (struct ddp_piece){.data = slot_of(r, p), .count = p->p.count};
         }
     }
-    /* the same on every rank: the buckets are, and the group's answer is */
-    r->nstream = n >= 2 && ddp_pg_can_post_pieces(r->pg, count, r->bk[0].dt) ? n : 0;
+}
+
+/* The buckets that stream (see struct ddp_reducer), if any: the same on every rank (the buckets
+ * are, and the group's answer is). */
+static int plan_stream(struct ddp_reducer *r)
+{
+    size_t n = 0, count = 0, np = 0;
+    r->nstream = r->spn = r->sparams = 0;
+    if (r->cuda || r->nb < 2)
+        return 0;
+    for (; n < r->nb && r->bk[n].dt == r->bk[0].dt && !hooked(r, &r->bk[n]); n++) {
+        count += r->bk[n].count;
+        np += r->bk[n].nparams;
+    }
+    if (n < 2 || !ddp_pg_can_post_pieces(r->pg, count, r->bk[0].dt))
+        return 0;
+    size_t spn = r->o.gradient_as_bucket_view ? n : np;
+    struct ddp_piece *p = realloc(r->spcs, (spn ? spn : 1) * sizeof(*p));
+    if (!p)
+        return DDP_ENOMEM; /* not streaming here alone would not match the others' finalize */
+    r->spcs = p;
+    r->nstream = n;
+    r->spn = spn;
+    r->sparams = np;
+    stream_reset(r);
+    return 0;
 }
 
 /*
@@ -278,8 +298,7 @@ static int build_buckets(struct ddp_reducer *r, const size_t *order)
     r->next_launch = 0;
     bk = NULL;
     bp = NULL;
-    rc = 0;
-    plan_stream(r);
+    rc = plan_stream(r);
 out:
     if (bk)
         free_buckets(r, bk, nb);
@@ -358,33 +377,37 @@ static int launch(struct ddp_reducer *r, size_t bi)
     return 0;
 }
 
-/*
- * The stream's gradients filled so far, from bucket 0's first on, in bucket order: a bucket's
- * gradients lie in it in the order they are expected, one after the other
- * (ddp_pg_allreduce_pieces_post, then ddp_pg_post_ready). A rank that reached finalize sums
- * each as soon as every rank has filled it, while the others still compute the rest: per
- * gradient, not per bucket, since a bucket of 25 MiB may hold most of a model. Finalize calls
- * the stream's all-reduce on every rank, posted or not (a rank whose backward filled none of it
- * has not posted).
- */
+/* The stream's gradients filled so far, in bucket order (ddp_pg_allreduce_pieces_post, then
+ * ddp_pg_post_ready): a rank in finalize sums each as soon as every rank has filled it, while
+ * the others still compute (per gradient: one bucket may hold most of a model). Finalize calls
+ * the stream's all-reduce on every rank, posted or not (a rank may have filled none of it). */
 static int stream_ready(struct ddp_reducer *r)
 {
     size_t k = r->sdone, el = r->selems;
-    while (k < r->sparams && r->ps[r->bparams[k]].ready)
-        el += r->ps[r->bparams[k++]].p.count;
+    for (; k < r->sparams && r->ps[r->bparams[k]].ready; k++) {
+        struct rparam *p = &r->ps[r->bparams[k]];
+        el += p->p.count;
+        if (r->o.gradient_as_bucket_view)
+            continue;
+        /* in pieces: where it lies if peers read it there, else copied into its slot (and
+         * the average back out in finalize, as for a missing gradient) */
+        if (p->piece != slot_of(r, p) && !ddp_pg_mem_registered(r->pg, p->piece, pbytes(p))) {
+            memcpy(slot_of(r, p), p->piece, pbytes(p));
+            p->piece = slot_of(r, p);
+        }
+        r->spcs[k] = (struct ddp_piece){.data = p->piece, .count = p->p.count};
+    }
     if (k == r->sdone)
         return 0;
     r->sdone = k;
     r->selems = el;
-    if (r->streamed) {
-        (void)ddp_pg_post_ready(r->pg, el); /* fails only without a group */
-        return 0;
-    }
-    int rc = ddp_pg_allreduce_pieces_post(r->pg, r->spcs, r->nstream, r->bk[0].dt, DDP_AVG, el);
+    int rc = r->streamed
+                 ? ddp_pg_post_ready(r->pg, el)
+                 : ddp_pg_allreduce_pieces_post(r->pg, r->spcs, r->spn, r->bk[0].dt, DDP_AVG, el);
     if (rc < 0)
         return fail(r, rc, "cannot post the all-reduce of buckets 0-%zu: %s", r->nstream - 1,
                     ddp_strerror(rc));
-    r->streamed = rc == 0;
+    r->streamed = r->streamed || rc == 0;
     return 0;
 }
 
@@ -392,7 +415,7 @@ static int stream_ready(struct ddp_reducer *r)
 static int run_stream(struct ddp_reducer *r)
 {
     int64_t t0 = ddp_now_ns();
-    int rc = ddp_pg_allreduce_pieces(r->pg, r->spcs, r->nstream, r->bk[0].dt, DDP_AVG, 0);
+    int rc = ddp_pg_allreduce_pieces(r->pg, r->spcs, r->spn, r->bk[0].dt, DDP_AVG, 0);
     r->st.finalize_wait_ns += (uint64_t)(ddp_now_ns() - t0);
     r->st.buckets_launched += r->nstream;
     r->st.buckets_posted += r->streamed ? r->nstream : 0;
@@ -403,12 +426,10 @@ static int run_stream(struct ddp_reducer *r)
     return 0;
 }
 
-/*
- * Without overlap on a CPU group, the first bucket to all-reduce is posted once backward has
- * filled it (ddp_pg_allreduce_post): where it goes single-copy, a rank whose backward ended
- * first sums its chunks, and the late rank's, while the late rank still computes, instead of
- * waiting for it in finalize. Only the first: a posted all-reduce is the group's next one.
- */
+/* Without overlap and no stream, the first bucket is posted once backward has filled it
+ * (ddp_pg_allreduce_post): where it goes single-copy, a rank whose backward ended first sums
+ * it for all while the late rank still computes. Only the first: a posted all-reduce is the
+ * group's next one. */
 static int post_ready(struct ddp_reducer *r)
 {
     if (r->nstream)
@@ -598,6 +619,7 @@ static void reset_iteration(struct ddp_reducer *r)
     r->norder = 0;
     r->posted = r->streamed = false;
     r->sdone = r->selems = 0;
+    stream_reset(r);
     for (size_t b = 0; b < r->nb; b++) {
         ddp_work_free(r->bk[b].work);
         r->bk[b].work = NULL;

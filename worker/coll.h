@@ -176,11 +176,14 @@ struct ddp__shm {
         size_t count;
         enum ddp_dtype dt;
         enum ddp_redop op;
-        /* pieces' (ddp_pg_allreduce_pieces_post): a copy of them, and the word of our table
-         * that says how many elements are final (ddp_pg_post_ready) */
+        /* pieces' (ddp_pg_allreduce_pieces_post): the caller's array (its pieces not final
+         * yet may still move: read again as they are made final), a copy of it as published,
+         * the word of our table that says how many elements are final (ddp_pg_post_ready),
+         * and the pieces [0, qfinal) that lie where published for good */
         bool pieces;
+        const struct ddp_piece *user;
         struct ddp_piece *pcs;
-        size_t npc, pcs_cap;
+        size_t npc, pcs_cap, qfinal, qat; /* qat: where piece qfinal starts */
         uint64_t *ready;
         uint64_t unread; /* where ready points when our table could not be published */
     } post;
@@ -339,11 +342,14 @@ bool ddp__shm_auto_would_direct(const struct ddp__shm *sh, uint64_t bytes);
 int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
                           enum ddp_dtype dt, enum ddp_redop op);
 /* Publishes the pieces as the next claimed all-reduce's (its first step), the first ready
- * elements final: peers claim chunks up to where every rank's data is final (*post.ready,
- * which the caller moves on), and wait there. Where a piece is not registered, the step says
- * so, and every rank then goes to the slots. 0 or DDP_ENOMEM (nothing published). */
+ * elements final: peers claim chunks up to where every rank's data is final, and wait there.
+ * Where a piece is not registered, the step says so, and every rank then goes to the slots.
+ * 0 or DDP_ENOMEM (nothing published). */
 int ddp__shm_claim_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc, size_t count,
                         enum ddp_dtype dt, enum ddp_redop op, size_t ready);
+/* The posted pieces' first ready elements final, the pieces they lie in read again from pc
+ * (where they now are: registered, else DDP_EINVAL and nothing changes). */
+int ddp__shm_claim_ready(struct ddp__comm *c, const struct ddp_piece *pc, size_t ready);
 /* An all-reduce of direct_min bytes or more on a one-node group with auto on: single-copy or
  * the slots as chosen now, or as its trial of the two asks (worker/shm_auto.c). */
 int ddp__shm_auto_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,

@@ -24,7 +24,8 @@ static bool is_posted(const struct ddp__shm *sh, const void *buf, size_t count, 
            sh->post.dt == dt && sh->post.op == op;
 }
 
-/* The same pieces as posted (the program's array may be a copy: pieces_start copies it). */
+/* The same pieces as posted: the same counts, and where those made final lie (the program's
+ * array may be a copy: pieces_start copies it; the others may still move). */
 static bool is_posted_pieces(const struct ddp__shm *sh, const struct ddp_piece *pc, size_t npc,
                              size_t count, enum ddp_dtype dt, enum ddp_redop op)
 {
@@ -32,7 +33,8 @@ static bool is_posted_pieces(const struct ddp__shm *sh, const struct ddp_piece *
         sh->post.op != op)
         return false;
     for (size_t q = 0; q < npc; q++)
-        if (sh->post.pcs[q].data != pc[q].data || sh->post.pcs[q].count != pc[q].count)
+        if ((q < sh->post.qfinal && sh->post.pcs[q].data != pc[q].data) ||
+            sh->post.pcs[q].count != pc[q].count)
             return false;
     return true;
 }
@@ -58,7 +60,7 @@ static int posted_first(struct ddp__comm *c, const void *buf, size_t count, enum
     if (!sh->post.on || is_posted(sh, buf, count, dt, op))
         return 0;
     int e = sh->post.pieces
-                ? ddp__cpu_allreduce_pieces(c, sh->post.pcs, sh->post.npc, sh->post.count,
+                ? ddp__cpu_allreduce_pieces(c, sh->post.user, sh->post.npc, sh->post.count,
                                             sh->post.dt, sh->post.op)
                 : ddp__cpu_allreduce(c, sh->post.buf, sh->post.count, sh->post.dt, sh->post.op);
     sh->post.done = e == 0;
@@ -102,9 +104,7 @@ int ddp__cpu_post_ready(struct ddp__comm *c, size_t ready)
     struct ddp__shm *sh = &c->shm;
     if (!sh->post.on || !sh->post.pieces)
         return 1;
-    __atomic_store_n(sh->post.ready, (uint64_t)(ready < sh->post.count ? ready : sh->post.count),
-                     __ATOMIC_RELEASE);
-    return 0;
+    return ddp__shm_claim_ready(c, sh->post.user, ready);
 }
 
 int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,

@@ -207,15 +207,22 @@ int ddp_pg_allreduce_post(struct ddp_pg *pg, void *buf, size_t count, enum ddp_d
  * ranks that called the all-reduce sum the chunks up to where every rank's data is final, and
  * wait there for more. ddp_pg_post_ready(pg, ready) says that more of it is final (from the
  * thread that posted; ready never goes back). Calling the all-reduce says that all of it is.
- * At least two pieces: 1 for one (post it with ddp_pg_allreduce_post). Returns as
- * ddp_pg_allreduce_post; if another collective is called first, all the data must be final by
- * then. The reducer streams its buckets so, without overlap: an early rank sums each gradient
- * as soon as every rank's backward has filled it.
+ * The array must stay valid until the all-reduce is called: a piece that starts at or past
+ * ready may still move in it (the same count, elsewhere in registered memory) until
+ * ddp_pg_post_ready or the call makes it final, which read it again. At least two pieces: 1
+ * for one (post it with ddp_pg_allreduce_post). Returns as ddp_pg_allreduce_post; if another
+ * collective is called first, all the data must be final by then. The reducer streams its
+ * buckets so, without overlap: an early rank sums each gradient as soon as every rank's
+ * backward has filled it.
  */
 int ddp_pg_allreduce_pieces_post(struct ddp_pg *pg, const struct ddp_piece *pieces, size_t n,
                                  enum ddp_dtype dt, enum ddp_redop op, size_t ready);
-/* 0, or 1 where no all-reduce of pieces is posted (nothing to do). */
+/* 0; 1 where no all-reduce of pieces is posted (nothing to do); DDP_EINVAL where a piece made
+ * final now lies outside registered memory (nothing changes). */
 int ddp_pg_post_ready(struct ddp_pg *pg, size_t ready);
+/* Whether bytes at p lie in this group's registered memory (ddp_pg_mem_alloc's arena): where
+ * the node's other ranks can read them in place. */
+bool ddp_pg_mem_registered(struct ddp_pg *pg, const void *p, size_t bytes);
 /* Whether an all-reduce of pieces of count elements of dt would be posted (in at least two
  * pieces): the same answer on every rank of the group (its setup decides it), so that every
  * rank may shape its collectives by it. */

@@ -308,6 +308,11 @@ void *ddp_pg_mem_alloc(struct ddp_pg *pg, size_t bytes)
     return p;
 }
 
+bool ddp_pg_mem_registered(struct ddp_pg *pg, const void *p, size_t bytes)
+{
+    return pg && p && ddp__arena_offset(pg->comm.shm.arena, p, bytes) != DDP__NOT_IN_ARENA;
+}
+
 void ddp_pg_mem_free(struct ddp_pg *pg, void *p)
 {
     if (!p)

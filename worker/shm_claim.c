@@ -260,9 +260,14 @@ int ddp__shm_claim_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_
         return 1; /* alike on every local rank, before any step */
     if (sh->post.on && sh->post.pieces) {
         /* posted (these pieces: worker/coll_cpu.c): the table and first step are out; the
-         * caller's data is all final now */
+         * caller's data is all final now, where pc says */
+        if ((e = ddp__shm_claim_ready(c, pc, count)) < 0) {
+            snprintf(c->err, sizeof(c->err),
+                     "a piece of the posted all-reduce was made final outside registered memory "
+                     "(ddp_pg_mem_alloc)");
+            return e; /* peers may have summed what was ready in place: no way back */
+        }
         sh->post.on = false;
-        __atomic_store_n(sh->post.ready, (uint64_t)count, __ATOMIC_RELEASE);
         e = ddp__shm_step_wait(c, 1);
     } else {
         show_table(sh, npc, npc > 0 && fill_table(sh, pc, npc, ddp_dtype_size(dt), count));
@@ -297,7 +302,13 @@ int ddp__shm_claim_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t 
     show_table(sh, npc, reg);
     ddp__shm_step_publish(c, 1);
     memcpy(sh->post.pcs, pc, npc * sizeof(*pc));
+    sh->post.user = pc;
     sh->post.npc = npc;
+    size_t q = 0, at = 0; /* the pieces final already: those that start below ready */
+    for (; q < npc && (at < ready || ready >= count); q++)
+        at += pc[q].count;
+    sh->post.qfinal = q;
+    sh->post.qat = at;
     sh->post.pieces = true;
     sh->post.ready = reg ? &sh->ptab[2 * npc + 1] : &sh->post.unread;
     sh->post.on = true;
@@ -305,5 +316,29 @@ int ddp__shm_claim_post(struct ddp__comm *c, const struct ddp_piece *pc, size_t 
     sh->post.count = count;
     sh->post.dt = dt;
     sh->post.op = op;
+    return 0;
+}
+
+int ddp__shm_claim_ready(struct ddp__comm *c, const struct ddp_piece *pc, size_t ready)
+{
+    struct ddp__shm *sh = &c->shm;
+    size_t q = sh->post.qfinal, at = sh->post.qat, esz = ddp_dtype_size(sh->post.dt);
+    bool reg = sh->post.ready != &sh->post.unread, all = ready >= sh->post.count;
+    /* the pieces that start below ready (all of them once all is final): where they are now,
+     * in our table before peers may read them */
+    for (; q < sh->post.npc && (at < ready || all); at += pc[q].count, q++) {
+        if (pc[q].count != sh->post.pcs[q].count)
+            return DDP_EINVAL;
+        if (reg) { /* else every rank goes to the slots: nothing is read before all call */
+            uint64_t off = ddp__arena_offset(sh->arena, pc[q].data, pc[q].count * esz);
+            if (off == DDP__NOT_IN_ARENA)
+                return DDP_EINVAL;
+            sh->ptab[2 * q + 1] = off;
+        }
+        sh->post.pcs[q] = pc[q];
+    }
+    sh->post.qfinal = q;
+    sh->post.qat = at;
+    __atomic_store_n(sh->post.ready, (uint64_t)(all ? sh->post.count : ready), __ATOMIC_RELEASE);
     return 0;
 }

@@ -13,7 +13,9 @@
  *                                     wait, before they fill the last gradient, until rank 0 (in
  *                                     finalize) has averaged every other one into their memory
  *                                     (the buckets streamed: ddp_pg_allreduce_pieces_post), the
- *                                     last bucket's other gradient too
+ *                                     last bucket's other gradient too; --copy without bucket
+ *                                     view (the gradients streamed where they lie, or through
+ *                                     their slots), --registered gradients (watched then too)
  *
  * Exits 0 when every check passed, 1 on a wrong value, 3 when an operation failed.
  */
@@ -33,6 +35,7 @@ static enum ddp_dtype dts[NP] = {DDP_F32, DDP_F32, DDP_F32,  DDP_F64, DDP_F32,
                                  DDP_F32, DDP_F32, DDP_BF16, DDP_F32};
 static int rank, world;
 static void *data[NP], *grads[NP], *orig[NP]; /* orig: the buffers grads started as */
+static struct ddp_pg *reg_pg; /* stream --registered: gradients from ddp_pg_mem_alloc */
 static struct ddp_param params[NP];
 static char names[NP][32];
 
@@ -78,7 +81,8 @@ static void setup_params(bool mismatch)
     for (size_t i = 0; i < NP; i++) {
         size_t esz = ddp_dtype_size(dts[i]);
         data[i] = malloc(counts[i] * esz);
-        grads[i] = orig[i] = calloc(counts[i], esz);
+        grads[i] = orig[i] =
+            reg_pg ? ddp_pg_mem_alloc(reg_pg, counts[i] * esz) : calloc(counts[i], esz);
         for (size_t j = 0; j < counts[i]; j++)
             put(data[i], dts[i], j, rank * 1000.0 + (double)i + (double)(j % 13), false);
         snprintf(names[i], sizeof(names[i]), "layer%zu.%s", i / 2, i % 2 ? "bias" : "weight");
@@ -230,6 +234,7 @@ int main(int argc, char **argv)
     const char *mode = argv[1];
     struct ddp_reducer_opts o = {0};
     int iters = 3, k = 0;
+    bool copy = false, registered = false; /* stream: without bucket view; gradients registered */
     bool only_rank0 = false;
     for (int a = 2; a < argc; a++) {
         if (strcmp(argv[a], "--view") == 0)
@@ -238,6 +243,10 @@ int main(int argc, char **argv)
             only_rank0 = true; /* unused: only rank 0 skips a parameter */
         else if (strcmp(argv[a], "--no-overlap") == 0)
             o.no_overlap = true;
+        else if (strcmp(argv[a], "--copy") == 0)
+            copy = true;
+        else if (strcmp(argv[a], "--registered") == 0)
+            registered = true;
         else if (strcmp(argv[a], "--find") == 0)
             o.find_unused_parameters = true;
         else if (strcmp(argv[a], "--hook") == 0 && a + 1 < argc)
@@ -262,8 +271,12 @@ int main(int argc, char **argv)
     if (stream) {
         for (size_t i = 0; i < NP; i++)
             dts[i] = DDP_F32;
-        o.gradient_as_bucket_view = o.no_overlap = true;
+        o.gradient_as_bucket_view = !copy;
+        o.no_overlap = true;
+        reg_pg = registered ? pg : NULL;
     }
+    /* where peers average the gradients in place, a rank can watch them arrive */
+    bool watch = stream && rank > 0 && (!copy || registered);
     setup_params(strcmp(mode, "mismatch") == 0);
     if (strcmp(mode, "rebuild") != 0 && !o.bucket_cap_bytes) {
         o.bucket_cap_bytes = 512 << 10; /* several buckets from these sizes */
@@ -290,7 +303,7 @@ int main(int argc, char **argv)
         for (int it = 0; it < iters; it++) {
             zero_grads();
             for (size_t i = NP; i-- > 0;) {
-                if (stream && rank > 0 && i == 0) /* the last gradient to fill */
+                if (watch && i == 0) /* the last gradient to fill */
                     early += others_averaged(0, it);
                 produce(i, it, true);
                 must(red, ddp_reducer_mark_ready(red, i), "mark_ready");
@@ -311,11 +324,11 @@ int main(int argc, char **argv)
         if (rank == 0)
             printf("reducertest: overlap %s, %llu buckets posted\n", st.overlap ? "on" : "off",
                    (unsigned long long)st.buckets_posted);
-        if (stream && rank > 0)
+        if (watch)
             printf("reducertest rank %d: %d of %d iterations: the other gradients averaged "
                    "before the last one filled\n",
                    rank, early, iters);
-        bad += stream && rank > 0 && early != iters;
+        bad += watch && early != iters;
         if ((o.no_overlap && st.overlap) ||
             st.launched_in_backward != (st.overlap ? st.buckets_launched : 0)) {
             fprintf(stderr, "reducertest: %llu buckets started during backward\n",
@@ -454,11 +467,11 @@ int main(int argc, char **argv)
         return 2;
     }
     ddp_reducer_free(red);
-    ddp_pg_free(pg);
     for (size_t i = 0; i < NP; i++) {
         free(data[i]);
-        free(orig[i]);
+        ddp_pg_mem_free(reg_pg, orig[i]); /* free() where reg_pg is NULL */
     }
+    ddp_pg_free(pg);
     if (bad) {
         fprintf(stderr, "reducertest rank %d: %d checks failed\n", rank, bad);
         return 1;

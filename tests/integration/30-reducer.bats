@@ -59,13 +59,22 @@ job() { # nproc args...
   # each next gradient made ready as it fills; rank 0, in finalize, averages each one into the
   # others' memory while they still compute (they wait for it before filling the last gradient,
   # whose bucket holds another)
+  # Without bucket view the stream is the gradients where they lie (--registered: from
+  # ddp_pg_mem_alloc, averaged in place and watched the same way), or copied into their slots
+  # as they fill where peers cannot read them (values checked, the average copied back out).
   for n in 2 3; do
-    job "$n" stream
-    assert_success
-    assert_output --partial "reducertest: overlap off, 9 buckets posted" # 3 iterations x 3
-    [ "$(grep -c 'iterations: the other gradients averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
-    [ "$(grep -c '3 of 3 iterations: the other gradients averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+    for opts in "" "--copy --registered"; do
+      job "$n" stream $opts
+      assert_success
+      assert_output --partial "reducertest: overlap off, 9 buckets posted" # 3 iterations x 3
+      [ "$(grep -c 'iterations: the other gradients averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+      [ "$(grep -c '3 of 3 iterations: the other gradients averaged before the last one filled' <<<"$output")" -eq $((n - 1)) ]
+    done
   done
+  job 2 stream --copy
+  assert_success
+  assert_output --partial "reducertest: overlap off, 9 buckets posted"
+  [ "$(grep -c 'stream passed' <<<"$output")" -eq 2 ]
 }
 
 @test "overlap by default only with a core per rank to spare: 2 ranks pinned to one core wait for finalize, and say why" {
