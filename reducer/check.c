@@ -1,11 +1,12 @@
 /*
- * The reducer's creation-time check (reducer/reducer.c calls it): every rank registers the same
- * parameters, by count and by dtype and shape; on a mismatch every rank reports the same first
- * offender, by rank and parameter.
+ * The reducer's inputs checked at creation (reducer/reducer.c calls these): its sizes from the
+ * environment, and that every rank registers the same parameters, by count and by dtype and
+ * shape (on a mismatch every rank reports the same first offender, by rank and parameter).
  */
 #include "reducer/check.h"
 #include "reducer/staged.h"
 #include "common/err.h"
+#include "common/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,21 @@
 #include "common/banned.h"
 
 #define DESC_WORDS (3 + DDP_PARAM_MAX_DIMS) /* count, dtype, ndim, shape */
+
+size_t ddp__reducer_env_mib(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v)
+        return dflt;
+    double mb = strtod(v, &end);
+    if (*end || mb < 0) {
+        DDP_WARN(REDUCER, "%s='%s' is not a size in MiB; using %zu bytes", name, v, dflt);
+        return dflt;
+    }
+    size_t b = (size_t)(mb * (1u << 20));
+    return b ? b : 1;
+}
 
 static void describe(const struct ddp_param *p, char *out, size_t len)
 {

@@ -86,21 +86,6 @@ const char *ddp_reducer_last_error(const struct ddp_reducer *r)
     return r->err;
 }
 
-static size_t env_bytes(const char *name, size_t dflt)
-{
-    const char *v = getenv(name);
-    char *end;
-    if (!v || !*v)
-        return dflt;
-    double mb = strtod(v, &end);
-    if (*end || mb < 0) {
-        DDP_WARN(REDUCER, "%s='%s' is not a size in MiB; using %zu bytes", name, v, dflt);
-        return dflt;
-    }
-    size_t b = (size_t)(mb * (1u << 20));
-    return b ? b : 1;
-}
-
 static bool is_float(enum ddp_dtype dt)
 {
     return dt == DDP_F32 || dt == DDP_F64 || dt == DDP_BF16 || dt == DDP_F16;
@@ -381,21 +366,26 @@ static int launch(struct ddp_reducer *r, size_t bi)
  * ddp_pg_post_ready): a rank in finalize sums each as soon as every rank has filled it, while
  * the others still compute (per gradient: one bucket may hold most of a model). Finalize calls
  * the stream's all-reduce on every rank, posted or not (a rank may have filled none of it). */
+/* Without bucket view, the stream's piece k once its gradient is final: where it lies if peers
+ * read it there, else copied into its slot (the average copied back out in finalize, as for a
+ * missing gradient). */
+static void stream_piece(struct ddp_reducer *r, size_t k)
+{
+    struct rparam *p = &r->ps[r->bparams[k]];
+    if (p->piece != slot_of(r, p) && !ddp_pg_mem_registered(r->pg, p->piece, pbytes(p))) {
+        memcpy(slot_of(r, p), p->piece, pbytes(p));
+        p->piece = slot_of(r, p);
+    }
+    r->spcs[k] = (struct ddp_piece){.data = p->piece, .count = p->p.count};
+}
+
 static int stream_ready(struct ddp_reducer *r)
 {
     size_t k = r->sdone, el = r->selems;
     for (; k < r->sparams && r->ps[r->bparams[k]].ready; k++) {
-        struct rparam *p = &r->ps[r->bparams[k]];
-        el += p->p.count;
-        if (r->o.gradient_as_bucket_view)
-            continue;
-        /* in pieces: where it lies if peers read it there, else copied into its slot (and
-         * the average back out in finalize, as for a missing gradient) */
-        if (p->piece != slot_of(r, p) && !ddp_pg_mem_registered(r->pg, p->piece, pbytes(p))) {
-            memcpy(slot_of(r, p), p->piece, pbytes(p));
-            p->piece = slot_of(r, p);
-        }
-        r->spcs[k] = (struct ddp_piece){.data = p->piece, .count = p->p.count};
+        el += r->ps[r->bparams[k]].p.count;
+        if (!r->o.gradient_as_bucket_view)
+            stream_piece(r, k);
     }
     if (k == r->sdone)
         return 0;
@@ -414,6 +404,9 @@ static int stream_ready(struct ddp_reducer *r)
 /* In finalize: the stream's all-reduce, called (it returns once every chunk is summed). */
 static int run_stream(struct ddp_reducer *r)
 {
+    /* past a gradient backward did not fill (unused: in its slot, zeros), the rest */
+    for (size_t k = r->sdone; k < r->sparams && !r->o.gradient_as_bucket_view; k++)
+        stream_piece(r, k);
     int64_t t0 = ddp_now_ns();
     int rc = ddp_pg_allreduce_pieces(r->pg, r->spcs, r->spn, r->bk[0].dt, DDP_AVG, 0);
     r->st.finalize_wait_ns += (uint64_t)(ddp_now_ns() - t0);
@@ -504,9 +497,10 @@ int ddp_reducer_new(struct ddp_pg *pg, const struct ddp_param *params, size_t n,
     if (opts)
         r->o = *opts;
     if (!r->o.bucket_cap_bytes)
-        r->o.bucket_cap_bytes = env_bytes("DDP_BUCKET_CAP_MB", DEFAULT_CAP);
+        r->o.bucket_cap_bytes = ddp__reducer_env_mib("DDP_BUCKET_CAP_MB", DEFAULT_CAP);
     if (!r->o.first_bucket_bytes)
-        r->o.first_bucket_bytes = env_bytes("DDP_FIRST_BUCKET_CAP_MB", DEFAULT_FIRST_CAP);
+        r->o.first_bucket_bytes =
+            ddp__reducer_env_mib("DDP_FIRST_BUCKET_CAP_MB", DEFAULT_FIRST_CAP);
     char why[300] = "no_overlap";
     r->overlap = !r->o.no_overlap && ddp__reducer_overlap(pg, why, sizeof(why));
     r->st.overlap = r->overlap;

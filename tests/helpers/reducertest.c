@@ -16,6 +16,8 @@
  *                                     last bucket's other gradient too; --copy without bucket
  *                                     view (the gradients streamed where they lie, or through
  *                                     their slots), --registered gradients (watched then too)
+ *   --f32 (any mode)                  every parameter float32: without overlap, the buckets
+ *                                     stream
  *
  * Exits 0 when every check passed, 1 on a wrong value, 3 when an operation failed.
  */
@@ -235,6 +237,7 @@ int main(int argc, char **argv)
     struct ddp_reducer_opts o = {0};
     int iters = 3, k = 0;
     bool copy = false, registered = false; /* stream: without bucket view; gradients registered */
+    bool f32 = false; /* every parameter float32 (stream mode's), so the buckets stream */
     bool only_rank0 = false;
     for (int a = 2; a < argc; a++) {
         if (strcmp(argv[a], "--view") == 0)
@@ -247,6 +250,8 @@ int main(int argc, char **argv)
             copy = true;
         else if (strcmp(argv[a], "--registered") == 0)
             registered = true;
+        else if (strcmp(argv[a], "--f32") == 0)
+            f32 = true;
         else if (strcmp(argv[a], "--find") == 0)
             o.find_unused_parameters = true;
         else if (strcmp(argv[a], "--hook") == 0 && a + 1 < argc)
@@ -268,9 +273,9 @@ int main(int argc, char **argv)
     rank = ddp_pg_rank(pg);
     world = ddp_pg_world_size(pg);
     bool stream = strcmp(mode, "stream") == 0;
+    for (size_t i = 0; i < NP && (stream || f32); i++)
+        dts[i] = DDP_F32;
     if (stream) {
-        for (size_t i = 0; i < NP; i++)
-            dts[i] = DDP_F32;
         o.gradient_as_bucket_view = !copy;
         o.no_overlap = true;
         reg_pg = registered ? pg : NULL;

@@ -148,12 +148,27 @@ in_one_cpu_cgroup() {
   assert_success
   assert_output --partial "parameter 2 unused everywhere, 5 used by some ranks"
   [ "$(grep -c 'unused passed' <<<"$output")" -eq 3 ]
+  # float32 only, no overlap: the buckets stream, stalled at the first gradient not filled
+  for view in "" --view; do
+    job 3 unused --find --f32 --no-overlap $view
+    [ "$status" -eq 0 ] || { echo "$view: $output"; return 1; }
+    [ "$(grep -c 'unused passed' <<<"$output")" -eq 3 ]
+  done
 }
 
 @test "without find_unused_parameters, a gradient never marked ready is one error naming it, on every rank, fast" {
   SECONDS=0
   job 3 unused --only-rank0
   assert_success   # reducertest exits 0 once it saw the error
+  [ "$SECONDS" -lt 10 ]
+  for r in 0 1 2; do
+    grep "reducertest rank $r: finalize:" <<<"$output" | grep -q "never had their gradient marked ready in this iteration: 'layer2.bias'"
+  done
+  # streamed (float32 only, no overlap): ranks 1 and 2 posted and wait in finalize for rank
+  # 0's data; its abort reaches them fast
+  SECONDS=0
+  job 3 unused --only-rank0 --f32 --no-overlap --view
+  assert_success
   [ "$SECONDS" -lt 10 ]
   for r in 0 1 2; do
     grep "reducertest rank $r: finalize:" <<<"$output" | grep -q "never had their gradient marked ready in this iteration: 'layer2.bias'"
