@@ -136,7 +136,7 @@ in_one_cpu_cgroup() {
 }
 
 @test "no_sync: k local steps then one synchronised step reduce the sum of all k+1 gradients" {
-  for view in "" --view; do
+  for view in "" --view "--f32 --no-overlap" "--f32 --no-overlap --view"; do # streamed: --f32
     job 3 nosync 3 $view
     [ "$status" -eq 0 ] || { echo "$view: $output"; return 1; }
     [ "$(grep -c 'nosync passed' <<<"$output")" -eq 3 ]
@@ -176,7 +176,7 @@ in_one_cpu_cgroup() {
 }
 
 @test "buckets are rebuilt in rank 0's gradient order after the first iteration, and results stay right" {
-  for view in "" --view; do
+  for view in "" --view "--f32 --no-overlap" "--f32 --no-overlap --view"; do # streamed: --f32
     job 3 rebuild $view
     [ "$status" -eq 0 ] || { echo "$view: $output"; return 1; }
     assert_output --partial "buckets rebuilt"
