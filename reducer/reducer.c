@@ -58,7 +58,7 @@ struct ddp_reducer {
     size_t norder;
     int32_t *used;
     bool sync, rebuilt, in_finalize;
-    bool posted; /* this iteration's first bucket posted, or tried to be (post_ready) */
+    bool posted; /* this iteration's first bucket posted (post_ready) */
     /* Without overlap on a CPU group, buckets [0, nstream) (bucket 0's dtype, not hooked; 0:
      * fewer than 2) go as one all-reduce of spn pieces (spcs: the buckets with bucket view,
      * else the gradients), posted when backward fills its first gradient and told as each
@@ -362,10 +362,6 @@ static int launch(struct ddp_reducer *r, size_t bi)
     return 0;
 }
 
-/* The stream's gradients filled so far, in bucket order (ddp_pg_allreduce_pieces_post, then
- * ddp_pg_post_ready): a rank in finalize sums each as soon as every rank has filled it, while
- * the others still compute (per gradient: one bucket may hold most of a model). Finalize calls
- * the stream's all-reduce on every rank, posted or not (a rank may have filled none of it). */
 /* Without bucket view, the stream's piece k once its gradient is final: where it lies if peers
  * read it there, else copied into its slot (the average copied back out in finalize, as for a
  * missing gradient). */
@@ -379,6 +375,10 @@ static void stream_piece(struct ddp_reducer *r, size_t k)
     r->spcs[k] = (struct ddp_piece){.data = p->piece, .count = p->p.count};
 }
 
+/* The stream's gradients filled so far, in bucket order (ddp_pg_allreduce_pieces_post, then
+ * ddp_pg_post_ready): a rank in finalize sums each as soon as every rank has filled it, while
+ * the others still compute (per gradient: one bucket may hold most of a model). Finalize calls
+ * the stream's all-reduce on every rank, posted or not (a rank may have filled none of it). */
 static int stream_ready(struct ddp_reducer *r)
 {
     size_t k = r->sdone, el = r->selems;
