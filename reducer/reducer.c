@@ -60,12 +60,12 @@ struct ddp_reducer {
     bool sync, rebuilt, in_finalize;
     bool posted; /* this iteration's first bucket posted (post_ready) */
     /* Without overlap on a CPU group, buckets [0, nstream) (bucket 0's dtype, not hooked; 0:
-     * fewer than 2) go as one all-reduce of spn pieces (spcs: the buckets with bucket view,
-     * else the gradients), posted when backward fills its first gradient and told as each
-     * next one fills, in bucket order (stream_ready): the first sdone of its sparams
+     * fewer than 2) go as one all-reduce of pieces (spcs: the buckets with bucket view, else
+     * the sparams gradients: stream_len), posted when backward fills its first gradient and told as
+     * each next one fills, in bucket order (stream_ready): the first sdone of its sparams
      * parameters (bparams' first), selems elements. */
     struct ddp_piece *spcs;
-    size_t nstream, spn, sparams, sdone, selems;
+    size_t nstream, sparams, sdone, selems;
     bool streamed; /* posted this iteration */
     bool overlap; /* buckets start during backward (reducer/overlap.c) */
     bool cuda;    /* an NCCL group: buckets in device memory, copies on the compute stream */
@@ -162,11 +162,17 @@ static void free_buckets(const struct ddp_reducer *r, struct bucket *bk, size_t 
     free(bk);
 }
 
+/* The stream's pieces: its buckets with bucket view, else their gradients. */
+static size_t stream_len(const struct ddp_reducer *r)
+{
+    return r->o.gradient_as_bucket_view ? r->nstream : r->sparams;
+}
+
 /* The stream's pieces before backward: with bucket view the buckets; else the gradients'
  * slots in their buckets, registered, until backward fills them (stream_ready). */
 static void stream_reset(struct ddp_reducer *r)
 {
-    for (size_t k = 0; k < r->spn; k++) {
+    for (size_t k = 0; k < stream_len(r); k++) {
         if (r->o.gradient_as_bucket_view) {
             r->spcs[k] = (struct ddp_piece){.data = r->bk[k].buf, .count = r->bk[k].count};
         } else {
@@ -181,7 +187,7 @@ static void stream_reset(struct ddp_reducer *r)
 static int plan_stream(struct ddp_reducer *r)
 {
     size_t n = 0, count = 0, np = 0;
-    r->nstream = r->spn = r->sparams = 0;
+    r->nstream = r->sparams = 0;
     if (r->cuda || r->nb < 2)
         return 0;
     for (; n < r->nb && r->bk[n].dt == r->bk[0].dt && !hooked(r, &r->bk[n]); n++) {
@@ -190,13 +196,12 @@ static int plan_stream(struct ddp_reducer *r)
     }
     if (n < 2 || !ddp_pg_can_post_pieces(r->pg, count, r->bk[0].dt))
         return 0;
-    size_t spn = r->o.gradient_as_bucket_view ? n : np;
-    struct ddp_piece *p = realloc(r->spcs, (spn ? spn : 1) * sizeof(*p));
+    size_t len = r->o.gradient_as_bucket_view ? n : np;
+    struct ddp_piece *p = realloc(r->spcs, (len ? len : 1) * sizeof(*p));
     if (!p)
         return DDP_ENOMEM; /* not streaming here alone would not match the others' finalize */
     r->spcs = p;
     r->nstream = n;
-    r->spn = spn;
     r->sparams = np;
     stream_reset(r);
     return 0;
@@ -391,9 +396,9 @@ static int stream_ready(struct ddp_reducer *r)
         return 0;
     r->sdone = k;
     r->selems = el;
-    int rc = r->streamed
-                 ? ddp_pg_post_ready(r->pg, el)
-                 : ddp_pg_allreduce_pieces_post(r->pg, r->spcs, r->spn, r->bk[0].dt, DDP_AVG, el);
+    int rc = r->streamed ? ddp_pg_post_ready(r->pg, el)
+                         : ddp_pg_allreduce_pieces_post(r->pg, r->spcs, stream_len(r), r->bk[0].dt,
+                                                        DDP_AVG, el);
     if (rc < 0)
         return fail(r, rc, "cannot post the all-reduce of buckets 0-%zu: %s", r->nstream - 1,
                     ddp_strerror(rc));
@@ -408,7 +413,7 @@ static int run_stream(struct ddp_reducer *r)
     for (size_t k = r->sdone; k < r->sparams && !r->o.gradient_as_bucket_view; k++)
         stream_piece(r, k);
     int64_t t0 = ddp_now_ns();
-    int rc = ddp_pg_allreduce_pieces(r->pg, r->spcs, r->spn, r->bk[0].dt, DDP_AVG, 0);
+    int rc = ddp_pg_allreduce_pieces(r->pg, r->spcs, stream_len(r), r->bk[0].dt, DDP_AVG, 0);
     r->st.finalize_wait_ns += (uint64_t)(ddp_now_ns() - t0);
     r->st.buckets_launched += r->nstream;
     r->st.buckets_posted += r->streamed ? r->nstream : 0;

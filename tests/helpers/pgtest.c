@@ -359,10 +359,7 @@ static int direct_kind(struct ddp_pg *pg, int kind, long *done, long *reads, lon
     float *f = reg ? ddp_pg_mem_alloc(pg, n * 4 + 4) : malloc(n * 4 + 4), *w = malloc(n * 4 + 4);
     for (size_t i = 0; i < n; i++) {
         f[i] = ordered(rank, i);
-        float acc = ordered(0, i);
-        for (int r = 1; r < world; r++)
-            acc += ordered(r, i);
-        w[i] = acc;
+        w[i] = ordered_sum(i);
     }
     must(pg, ddp_pg_allreduce(pg, f, n, DDP_F32, DDP_SUM), "allreduce");
     snprintf(what, sizeof(what), "direct kind %d f32 sum in rank order", kind);
@@ -420,10 +417,7 @@ static int auto_run(struct ddp_pg *pg, long calls, const char *arg)
     char *way = calloc((size_t)calls + 1, 1);
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
-        float acc = ordered(0, i);
-        for (int r = 1; r < world; r++)
-            acc += ordered(r, i);
-        w[i] = acc;
+        w[i] = ordered_sum(i);
     }
     for (long c = 0; c < calls && !bad; c++) {
         size_t m = (mib[(size_t)c % nsz] << 20) / 4;

@@ -28,6 +28,15 @@ static inline float ordered(int r, size_t i)
     return (float)gen(r, i, 4242) * 0.1f + (r % 2 ? 3.0e4f : 0.0f);
 }
 
+/* The reference: element i of ordered() summed over the world's ranks, in rank order. */
+static inline float ordered_sum(size_t i)
+{
+    float acc = ordered(0, i);
+    for (int r = 1; r < world; r++)
+        acc += ordered(r, i);
+    return acc;
+}
+
 /* 0 and a check passed where got is want bit for bit; else 1, the first difference told. */
 int compare(const void *got, const void *want, size_t n, enum ddp_dtype dt, const char *what);
 /* Exits the rank (1) where r is not 0, with the group's last error. */

@@ -44,10 +44,7 @@ int pgtest_post(struct ddp_pg *pg)
     const struct ddp__shm *sh = &pg->comm.shm;
     int bad = 0, r = 1;
     for (size_t i = 0; i < n; i++) {
-        float acc = ordered(0, i);
-        for (int k = 1; k < world; k++)
-            acc += ordered(k, i);
-        w[i] = acc;
+        w[i] = ordered_sum(i);
     }
     fill(f, n);
     uint64_t c0 = sh->claimed;
@@ -100,10 +97,7 @@ int pgtest_stream(struct ddp_pg *pg, bool die)
     n = at[STREAM_PIECES];
     float *w = malloc(n * 4);
     for (size_t i = 0; i < n; i++) {
-        float acc = ordered(0, i);
-        for (int k = 1; k < world; k++)
-            acc += ordered(k, i);
-        w[i] = acc;
+        w[i] = ordered_sum(i);
     }
     for (int k = 0; k < STREAM_PIECES; k++) {
         pc[k] = (struct ddp_piece){.data = ddp_pg_mem_alloc(pg, cnt[k] * 4), .count = cnt[k]};

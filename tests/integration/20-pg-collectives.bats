@@ -436,13 +436,19 @@ helper_counts() { # file kind count: single-copy all-reduces shared with helper 
   done
 }
 
+# pgtest MODE on N ranks of one node under ddprun, with ENV (the inside of a YAML mapping);
+# fails naming the case unless the job succeeded.
+pgtest_job() { # mode n env
+  printf 'command: [%s, %s]\nnproc_per_node: %d\nenv: {%s}\n' "$PGTEST" "$1" "$2" "$3" >job.yaml
+  run "$DDPRUN" job.yaml
+  [ "$status" -eq 0 ] || { echo "$1 on $2 ranks, $3: $output"; return 1; }
+}
+
 @test "posted all-reduce (ddp_pg_allreduce_post): a rank that called it sums every chunk alone while the posting ranks sleep; posted before a barrier, it runs first and its call returns at once; not posted where it would not go single-copy" {
   # 4 MiB: 64 chunks of 64 KiB; ranks 1.. post, then sleep 300 ms before their call
   for case in '2 DDP_PG_DIRECT_BYTES: "4096"' '3 DDP_PG_DIRECT_BYTES: "4096"' '2 DDP_LOG_LEVEL: info' '2 DDP_PG_DIRECT_BYTES: "0"'; do
     read -r n env <<<"$case"
-    printf 'command: [%s, post]\nnproc_per_node: %d\nenv: {%s}\n' "$PGTEST" "$n" "$env" >job.yaml
-    run "$DDPRUN" job.yaml
-    [ "$status" -eq 0 ] || { echo "$case: $output"; return 1; }
+    pgtest_job post "$n" "$env"
     if [ "$env" = 'DDP_PG_DIRECT_BYTES: "0"' ]; then # the slots: nothing to post
       [ "$(grep -c 'pgtest rank [1-9]: post: not posted, 0 of 64 chunks claimed here' <<<"$output")" -eq $((n - 1)) ]
       [ "$(grep -c 'post before a barrier: not posted, 0 single-copy in the call' <<<"$output")" -eq "$n" ]
@@ -462,9 +468,7 @@ helper_counts() { # file kind count: single-copy all-reduces shared with helper 
   # sentinel in 2-3, and call only once rank 0 has summed 0-1 into their memory
   for case in '2 DDP_LOG_LEVEL: warn' '3 DDP_PG_SHM_THREADS: "3"' '4 DDP_PG_DIRECT_BYTES: "4096"' '2 DDP_PG_DIRECT_BYTES: "0"'; do
     read -r n env <<<"$case"
-    printf 'command: [%s, stream]\nnproc_per_node: %d\nenv: {%s}\n' "$PGTEST" "$n" "$env" >job.yaml
-    run "$DDPRUN" job.yaml
-    [ "$status" -eq 0 ] || { echo "$case: $output"; return 1; }
+    pgtest_job stream "$n" "$env"
     [ "$(grep -c ' 4 checks passed' <<<"$output")" -eq "$n" ]
     if [ "$env" = 'DDP_PG_DIRECT_BYTES: "0"' ]; then # the slots: nothing to post
       [ "$(grep -c 'stream: not posted, 0 of 64 chunks claimed here' <<<"$output")" -eq $((n - 1)) ]
