@@ -10,6 +10,8 @@
 # one process per host). float32 sum in place, 4 KiB to 64 MiB, the slowest rank's median.
 # busbw = algbw x 2(n-1)/n = algbw at 2 ranks: the bytes each host must send and receive per
 # second, so one stream's rate is its ceiling when the link is the bottleneck.
+# The ranks inherit the environment: DDP_PG_TCP_SNDBUF=0 measures the kernel's autotuned send
+# buffers, as between two machines (the test hosts share this machine's kernel).
 # Needs root, iproute2, iperf3, python3-torch.
 # Usage: bench/tcp_link_compare.sh [BUILD_DIR]
 set -euo pipefail

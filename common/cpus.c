@@ -6,6 +6,7 @@
  */
 #include "common/cpus.h"
 
+#include <ctype.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -168,4 +169,17 @@ int ddp_usable_cpus(void)
             n = q;
     }
     return n < 1 ? 1 : n;
+}
+
+void ddp__boot_id(const char *root, char *out, size_t n)
+{
+    char buf[64];
+    size_t len = 0;
+    if (read_line(root, "/proc/sys/kernel/random/boot_id", buf, sizeof(buf)))
+        while (len < 36 && (isxdigit((unsigned char)buf[len]) || buf[len] == '-'))
+            len++;
+    if (len != 36 || (buf[36] != '\n' && buf[36] != '\0') || n <= 36)
+        snprintf(out, n, "-");
+    else
+        snprintf(out, n, "%.36s", buf);
 }

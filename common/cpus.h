@@ -1,4 +1,5 @@
-/* How many CPUs this process can keep busy, and their L2 cache (common/cpus.c). */
+/* How many CPUs this process can keep busy, their L2 cache, and the kernel they run on
+ * (common/cpus.c). */
 #ifndef DDP_COMMON_CPUS_H
 #define DDP_COMMON_CPUS_H
 
@@ -21,5 +22,10 @@ int ddp__cgroup_cpu_quota(const char *root, const char *proc_cgroup);
  * every process of a machine reads the same size (a hybrid CPU's cores have L2s of their own
  * sizes). 0 where it cannot be read. */
 size_t ddp__l2_bytes(const char *root);
+
+/* The running kernel's boot id (/proc/sys/kernel/random/boot_id under root, "" for the real one:
+ * 36 characters, the same in every container and network namespace of one machine's kernel, and
+ * new at each boot) into out (at least 37 bytes), or "-" where it cannot be read. */
+void ddp__boot_id(const char *root, char *out, size_t n);
 
 #endif

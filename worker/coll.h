@@ -71,6 +71,8 @@ struct ddp__peer {
     int sfd[DDP__TCP_MAX_CONNS - 1];
     int nconns;
     int rank;
+    /* SO_SNDBUF asked for its connections, 0 for the kernel's autotuning: ddp__tcp_peer_sndbuf */
+    int sndbuf;
     char host[128];
 };
 
@@ -272,6 +274,21 @@ int ddp__tcp_conns_env(void);
 /* DDP_PG_TCP_STRIPE_BYTES: the smallest message cut in stripes, DDP__TCP_STRIPE_MIN to 1 GiB;
  * unset: DDP__TCP_STRIPE_BYTES; anything else is named and taken as that. */
 size_t ddp__tcp_stripe_env(void);
+/* DDP_PG_TCP_SNDBUF: -1 for auto (unset, or auto), 0 (the kernel's autotuning for every peer), or
+ * DDP__TCP_SNDBUF_MIN to DDP__TCP_SNDBUF_MAX bytes for every peer; anything else is named and
+ * taken as auto (worker/tcp_bufs.c). */
+#define DDP__TCP_SNDBUF_MIN 4096
+#define DDP__TCP_SNDBUF_MAX (1 << 30)
+long ddp__tcp_sndbuf_env(void);
+/* What auto asks for the connections to a peer on this rank's kernel: the kernel doubles it. */
+#define DDP__TCP_NEAR_SNDBUF (128 << 10)
+/* The send buffer for the connections to a peer: setting where >= 0; with auto (-1),
+ * DDP__TCP_NEAR_SNDBUF where both ends run on one kernel (mine and theirs, the ranks' boot ids,
+ * known and alike: ddp__boot_id), else 0 (the kernel's autotuning). */
+int ddp__tcp_peer_sndbuf(long setting, const char *mine, const char *theirs);
+/* Sets each peer's sndbuf on all its connections (after they are made); returns how many
+ * peers have one. */
+int ddp__tcp_apply_sndbufs(struct ddp__comm *c);
 /* The connections a rank offers each peer by default (auto) when the two are each the only rank
  * of their node: 4 with DDP__TCP_WIDE_CPUS usable CPUs or more, else 2 (BENCHMARKS.md, "Several
  * connections per peer": 2 beat 1 and 4 on a 2-vCPU VM; 4 moved 1.7-2.4x what 2 did from 4 MiB

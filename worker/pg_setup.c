@@ -572,15 +572,17 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     if ((r = ddp_random_bytes(secret, sizeof(secret))) < 0)
         goto fail;
-    char host[128], blob[512], hex[2 * SECRET_LEN + 1];
+    char host[128], blob[512], hex[2 * SECRET_LEN + 1], boot[40];
+    ddp__boot_id("", boot, sizeof(boot)); /* peers on this kernel get DDP__TCP_NEAR_SNDBUF */
+    long sndbuf_set = ddp__tcp_sndbuf_env();
     if (gethostname(host, sizeof(host)) != 0)
         snprintf(host, sizeof(host), "?");
     host[sizeof(host) - 1] = '\0';
     for (int i = 0; i < SECRET_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", secret[i]);
-    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d %d %zu", ip, port, hex, host,
-                      node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked,
-                      conns_offer, pg->comm.tcp_stripe_bytes);
+    int bl = snprintf(blob, sizeof(blob), "%s %d %s %s %d %d %d %d %d %d %zu %s", ip, port, hex,
+                      host, node_rank, local_rank, local_world, pg->p2p_fd != NULL, conns_asked,
+                      conns_offer, pg->comm.tcp_stripe_bytes, boot);
     char prefix[256];
     snprintf(prefix, sizeof(prefix), "pg/%s/addr", name);
     r = DDP_ENOMEM;
@@ -595,13 +597,13 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
     /* Lower ranks are connected to (their backlog accepts even before they call accept);
      * higher ranks connect to us. */
     for (int j = 0; j < world; j++) {
-        char pip[64], psec[2 * SECRET_LEN + 1], phost[128];
+        char pip[64], psec[2 * SECRET_LEN + 1], phost[128], pboot[40];
         int pport;
         int p2p, conns, offer;
         size_t stripe;
-        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d %d %zu", pip, &pport, psec,
+        if (sscanf(vals[j].data, "%63s %d %32s %127s %d %d %d %d %d %d %zu %39s", pip, &pport, psec,
                    phost, &where[j], &where[world + j], &where[2 * world + j], &p2p, &conns, &offer,
-                   &stripe) != 11 ||
+                   &stripe, pboot) != 12 ||
             offer < 1 || offer > DDP__TCP_MAX_CONNS) {
             r = DDP_EPROTO;
             snprintf(pg->err, sizeof(pg->err), "rank %d published a malformed address", j);
@@ -640,6 +642,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
             conns_asked, where[j] != node_rank && local_world == 1 && where[2 * world + j] == 1,
             conns_offer, offer);
         pg->comm.peers[j].nconns = j == rank ? 1 : nc;
+        pg->comm.peers[j].sndbuf = j == rank ? 0 : ddp__tcp_peer_sndbuf(sndbuf_set, boot, pboot);
         if (pg->comm.peers[j].nconns > pg->comm.tcp_conns)
             pg->comm.tcp_conns = pg->comm.peers[j].nconns;
         snprintf(pg->comm.peers[j].host, sizeof(pg->comm.peers[j].host), "%s", phost);
@@ -661,6 +664,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
         pg->comm.tcp_split = false; /* each stripe's thread sends and receives */
     if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
         goto fail;
+    ddp__tcp_apply_sndbufs(&pg->comm);
     if ((r = layout_compute(pg, where, where + world, where + 2 * world, &lay)) < 0)
         goto fail;
     have_lay = true;

@@ -27,6 +27,7 @@
  *                        summed by rank 0 alone meanwhile; then one posted before a barrier
  *   pgtest stream [--die] an all-reduce of pieces posted before its data is complete
  *                        (ddp_pg_allreduce_pieces_post): rank 0 sums what is ready, no more
+ *   pgtest sndbuf        prints each collective connection's SO_SNDBUF (DDP_PG_TCP_SNDBUF)
  *   pgtest groups        sub-groups (ddp_pg_new_group): even and odd ranks all-reducing beside
  *                        the whole group, every rank in reverse order, lists that differ
  *                        between ranks or repeat a rank refused on every rank
@@ -44,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 int rank, world;
@@ -680,6 +682,21 @@ static int groups(struct ddp_pg *pg)
     return bad;
 }
 
+/* Each connection's SO_SNDBUF as the kernel reports it (twice what was asked), one line each. */
+static int sndbufs(struct ddp_pg *pg)
+{
+    for (int j = 0; j < world; j++)
+        for (int k = 0; j != rank && k < pg->comm.peers[j].nconns; k++) {
+            int fd = k ? pg->comm.peers[j].sfd[k - 1] : pg->comm.peers[j].fd, b = 0;
+            socklen_t bl = sizeof(b);
+            if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, &bl) != 0)
+                return 1;
+            printf("pgtest rank %d: peer %d connection %d sndbuf %d\n", rank, j, k, b);
+            checks++;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct ddp_pg *pg;
@@ -722,6 +739,8 @@ int main(int argc, char **argv)
         free(m);
         ddp_pg_free(pg);
         return 3;
+    } else if (strcmp(argv[1], "sndbuf") == 0) {
+        bad = sndbufs(pg);
     } else if (strcmp(argv[1], "post") == 0) {
         bad = pgtest_post(pg);
     } else if (strcmp(argv[1], "stream") == 0) {

@@ -149,6 +149,39 @@ tcp_variant() { # var value line "mode ranks"...
   TRANSPORT=tcp sigstop_case
 }
 
+@test "TCP send buffers (DDP_PG_TCP_SNDBUF): by default 128 KiB on every connection to a peer on this machine's kernel, stripes included; 0 leaves the kernel's; a byte count goes to every peer; a bad value is named" {
+  # 3 ranks over TCP with 2 connections per pair: 3 x 2 peers x 2 connections, each reporting
+  # twice what was asked (the kernel's doubling)
+  printf 'command: [%s, sndbuf]\nnproc_per_node: 3\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_CONNS: "2", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' "$PGTEST" >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  [ "$(grep -c 'connection [01] sndbuf 262144$' <<<"$output")" -eq 12 ]
+  [ "$(grep -c 'TCP send buffers of 131072 bytes to 2 peer(s)' <<<"$output")" -eq 3 ]
+  run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_SNDBUF=0
+  assert_success
+  [ "$(grep -c 'connection [01] sndbuf [0-9]*$' <<<"$output")" -eq 12 ]
+  refute_output --partial 'sndbuf 262144'
+  refute_output --partial 'TCP send buffers'
+  run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_SNDBUF=50000
+  assert_success
+  [ "$(grep -c 'connection [01] sndbuf 100000$' <<<"$output")" -eq 12 ]
+  run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_SNDBUF=128K
+  assert_success
+  assert_output --partial "DDP_PG_TCP_SNDBUF='128K' is neither auto, 0 nor a number of bytes from 4096 to 1073741824; using auto"
+  [ "$(grep -c 'connection [01] sndbuf 262144$' <<<"$output")" -eq 12 ]
+  # 3 test nodes of 1 rank each on this machine (stripes by default, the pair's offer): every
+  # connection of every pair; the matrix over them agrees with the reference
+  run_layout 3 1 sndbuf
+  for r in 0 1 2; do
+    grep -q "checks passed" "rank$r.out"
+    n=$(grep -c 'connection [0-9] sndbuf' "rank$r.out")
+    [ "$n" -ge 4 ] && [ "$(grep -c 'sndbuf 262144$' "rank$r.out")" -eq "$n" ]
+  done
+  run_layout 3 1 wide
+  for r in 0 1 2; do grep -q "checks passed" "rank$r.out"; done
+  stop_store
+}
+
 @test "shared memory with tiny slots (many rounds per all-reduce) agrees with the reference, also with every rank on one CPU" {
   printf 'command: [%s, matrix]\nnproc_per_node: 3\nenv: {DDP_PG_SHM_SLOT_BYTES: "4096"}\n' "$PGTEST" >job.yaml
   run "$DDPRUN" job.yaml

@@ -159,3 +159,35 @@ TEST(l2_size_is_cpu0s_level_2_data_or_unified_cache_from_sysfs)
     ASSERT_EQ(ddp__l2_bytes(root), 0u);
     rm_box();
 }
+
+/* The kernel's boot id: 36 characters of hex digits and dashes, with or without the newline;
+ * anything else, or no file, is "-" (never taken as alike); the real one is 36 characters. */
+TEST(boot_id_is_the_kernels_36_characters_or_a_dash)
+{
+    char id[40];
+    box();
+    put("proc/sys/kernel/random/boot_id", "0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6c\n");
+    ddp__boot_id(root, id, sizeof(id));
+    ASSERT_STREQ(id, "0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6c");
+    put("proc/sys/kernel/random/boot_id", "0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6c");
+    ddp__boot_id(root, id, sizeof(id));
+    ASSERT_STREQ(id, "0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6c");
+    const char *bad[] = {"0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6\n",
+                         "0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6c7\n",
+                         "0f3c5a2e 9b1d-4c8e-a7f6-1d2e3f4a5b6c\n", "\n", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        put("proc/sys/kernel/random/boot_id", bad[i]);
+        ddp__boot_id(root, id, sizeof(id));
+        ASSERT_STREQ(id, "-");
+    }
+    put("proc/sys/kernel/random/boot_id", "0f3c5a2e-9b1d-4c8e-a7f6-1d2e3f4a5b6c\n");
+    ddp__boot_id(root, id, 36); /* no room for it */
+    ASSERT_STREQ(id, "-");
+    rm_box();
+    box();
+    ddp__boot_id(root, id, sizeof(id));
+    ASSERT_STREQ(id, "-");
+    rm_box();
+    ddp__boot_id("", id, sizeof(id));
+    ASSERT_EQ(strlen(id), 36u);
+}
