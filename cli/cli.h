@@ -152,8 +152,19 @@ int ddp__kill_children(int sig);
 void ddp__sweep_children(void);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
-/* A TCP port free on the loopback now (for MASTER_PORT), or -1. */
+/* A TCP port free now on every address of this machine, for rank 0's own TCPStore
+ * (rendezvous.torch_store: rank0's MASTER_PORT), or -1. A second or more passes before rank 0
+ * binds it (Python imports torch), and a port of the kernel's range for outgoing connections
+ * (ip_local_port_range) may be taken meanwhile by any process's connect ("Address already in
+ * use" in rank 0, seen in CI): it is drawn at random from ddp__port_pool's ports outside that
+ * range, checked as TCPStore binds (SO_REUSEADDR); where there are none, the kernel's choice. */
 int ddp__free_port(void);
+/* The ports outside the kernel's ephemeral range (range: ip_local_port_range's text, "32768
+ * 60999"): PORT_POOL_FLOOR up to below it where at least PORT_POOL_MIN fit, else above it up to
+ * 65535 where they fit there; false where neither (or the text is malformed). */
+#define PORT_POOL_FLOOR 10000
+#define PORT_POOL_MIN 1000
+bool ddp__port_pool(const char *range, int *lo, int *hi);
 /* HOST and PORT of an http:// or https:// URL (up to a ',' or '/'; 80 or 443 unless given);
  * -1 for another scheme (unix://) or a malformed one. */
 int ddp__url_hostport(const char *url, char *host, size_t n, int *port);

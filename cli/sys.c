@@ -324,17 +324,60 @@ int ddp__store_host(const char *store_addr, const char *etcd_endpoints, const ch
     return 0;
 }
 
-int ddp__free_port(void)
+bool ddp__port_pool(const char *range, int *lo, int *hi)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int a, b;
+    if (!range || sscanf(range, "%d %d", &a, &b) != 2 || a < 1 || b < a || b > 65535)
+        return false;
+    if (a - PORT_POOL_FLOOR >= PORT_POOL_MIN) { /* below the range: the usual case */
+        *lo = PORT_POOL_FLOOR;
+        *hi = a - 1;
+        return true;
+    }
+    if (65535 - b >= PORT_POOL_MIN) {
+        *lo = b + 1;
+        *hi = 65535;
+        return true;
+    }
+    return false;
+}
+
+/* Whether port is free for a listener on every address, bound as TCPStore binds (with
+ * SO_REUSEADDR: a connection of an earlier round's store in TIME_WAIT does not count). port 0:
+ * the kernel's choice, returned. */
+static int try_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, got = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
     socklen_t sl = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+    if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
-        port = ntohs(a.sin_port);
+        got = ntohs(a.sin_port);
     if (fd >= 0)
         close(fd);
-    return port;
+    return got;
+}
+
+int ddp__free_port(void)
+{
+    char range[64] = "";
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (!fgets(range, sizeof(range), f))
+            range[0] = '\0';
+        fclose(f);
+    }
+    int lo, hi;
+    if (ddp__port_pool(range, &lo, &hi))
+        for (int i = 0; i < 64; i++) {
+            uint32_t r = 0;
+            if (ddp_random_bytes(&r, sizeof(r)) < 0)
+                break;
+            int p = lo + (int)(r % (uint32_t)(hi - lo + 1));
+            if (try_port(p) == p)
+                return p;
+        }
+    return try_port(0);
 }

@@ -62,6 +62,16 @@ checks() { # mode [extra yaml]
   assert_output --partial "rank 1 of 2: params sum"
   run "$DDPRUN" plan job.yaml
   assert_output --partial "TORCHELASTIC_USE_AGENT_STORE=False"
+  # MASTER_PORT lies outside the kernel's range for outgoing connections, which any process's
+  # connect could take before rank 0 binds it
+  printf 'command: [sh, -c, "echo port=$MASTER_PORT"]\nnproc_per_node: 1\nrendezvous: {torch_store: rank0}\nlogs: {dir: logs}\n' >job.yaml
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+  for _ in 1 2 3; do
+    run "$DDPRUN" job.yaml
+    assert_success
+    port=$(sed -n 's/.*port=\([0-9]*\)$/\1/p' <<<"$output")
+    [ -n "$port" ] && { [ "$port" -lt "$lo" ] || [ "$port" -gt "$hi" ]; }
+  done
 }
 
 @test "torch 2.0 and 2.1's numbering: 1.13's with APPEND, MULTI_GET, MULTI_SET and CANCEL_WAIT after it" {
