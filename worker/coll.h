@@ -286,9 +286,9 @@ long ddp__tcp_sndbuf_env(void);
  * DDP__TCP_NEAR_SNDBUF where both ends run on one kernel (mine and theirs, the ranks' boot ids,
  * known and alike: ddp__boot_id), else 0 (the kernel's autotuning). */
 int ddp__tcp_peer_sndbuf(long setting, const char *mine, const char *theirs);
-/* Sets each peer's sndbuf on all its connections (after they are made); returns how many
- * peers have one. */
-int ddp__tcp_apply_sndbufs(struct ddp__comm *c);
+/* Sets each peer's sndbuf on all its connections (after they are made), its point-to-point one
+ * too where p2p_fd (per peer, -1 for none) is given; returns how many peers have one. */
+int ddp__tcp_apply_sndbufs(struct ddp__comm *c, const int *p2p_fd);
 /* The connections a rank offers each peer by default (auto) when the two are each the only rank
  * of their node: 4 with DDP__TCP_WIDE_CPUS usable CPUs or more, else 2 (BENCHMARKS.md, "Several
  * connections per peer": 2 beat 1 and 4 on a 2-vCPU VM; 4 moved 1.7-2.4x what 2 did from 4 MiB

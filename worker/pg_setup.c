@@ -664,7 +664,7 @@ int ddp_pg_init(struct ddp_store *store, int rank, int world, int local_rank, in
         pg->comm.tcp_split = false; /* each stripe's thread sends and receives */
     if ((r = accept_peers(pg, lfd, secret, deadline)) < 0)
         goto fail;
-    ddp__tcp_apply_sndbufs(&pg->comm);
+    ddp__tcp_apply_sndbufs(&pg->comm, pg->p2p_fd);
     if ((r = layout_compute(pg, where, where + world, where + 2 * world, &lay)) < 0)
         goto fail;
     have_lay = true;

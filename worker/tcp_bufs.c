@@ -48,15 +48,15 @@ int ddp__tcp_peer_sndbuf(long setting, const char *mine, const char *theirs)
     return strcmp(mine, "-") != 0 && strcmp(mine, theirs) == 0 ? DDP__TCP_NEAR_SNDBUF : 0;
 }
 
-int ddp__tcp_apply_sndbufs(struct ddp__comm *c)
+int ddp__tcp_apply_sndbufs(struct ddp__comm *c, const int *p2p_fd)
 {
     int set = 0, bytes = 0;
     for (int j = 0; j < c->world; j++) {
         struct ddp__peer *p = &c->peers[j];
         if (j == c->rank || p->sndbuf <= 0 || p->fd < 0)
             continue;
-        for (int k = 0; k < p->nconns; k++) {
-            int fd = k == 0 ? p->fd : p->sfd[k - 1];
+        for (int k = 0; k <= p->nconns; k++) {
+            int fd = k == p->nconns ? (p2p_fd ? p2p_fd[j] : -1) : k == 0 ? p->fd : p->sfd[k - 1];
             if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &p->sndbuf, sizeof(p->sndbuf)))
                 DDP_WARN(PG, "rank %d: cannot set the send buffer to peer rank %d: %s", c->rank, j,
                          strerror(errno));

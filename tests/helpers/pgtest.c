@@ -682,16 +682,26 @@ static int groups(struct ddp_pg *pg)
     return bad;
 }
 
-/* Each connection's SO_SNDBUF as the kernel reports it (twice what was asked), one line each. */
+/* Each connection's SO_SNDBUF as the kernel reports it (twice what was asked), one line each;
+ * the point-to-point one (DDP_PG_P2P=1) as connection "p2p". */
 static int sndbufs(struct ddp_pg *pg)
 {
     for (int j = 0; j < world; j++)
-        for (int k = 0; j != rank && k < pg->comm.peers[j].nconns; k++) {
-            int fd = k ? pg->comm.peers[j].sfd[k - 1] : pg->comm.peers[j].fd, b = 0;
+        for (int k = 0; j != rank && k <= pg->comm.peers[j].nconns; k++) {
+            bool p2p = k == pg->comm.peers[j].nconns;
+            int fd = p2p ? (pg->p2p_fd ? pg->p2p_fd[j] : -1)
+                     : k ? pg->comm.peers[j].sfd[k - 1]
+                         : pg->comm.peers[j].fd,
+                b = 0;
             socklen_t bl = sizeof(b);
+            if (p2p && fd < 0)
+                continue;
             if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, &bl) != 0)
                 return 1;
-            printf("pgtest rank %d: peer %d connection %d sndbuf %d\n", rank, j, k, b);
+            if (p2p)
+                printf("pgtest rank %d: peer %d connection p2p sndbuf %d\n", rank, j, b);
+            else
+                printf("pgtest rank %d: peer %d connection %d sndbuf %d\n", rank, j, k, b);
             checks++;
         }
     return 0;

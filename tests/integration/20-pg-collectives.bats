@@ -149,7 +149,7 @@ tcp_variant() { # var value line "mode ranks"...
   TRANSPORT=tcp sigstop_case
 }
 
-@test "TCP send buffers (DDP_PG_TCP_SNDBUF): by default 128 KiB on every connection to a peer on this machine's kernel, stripes included; 0 leaves the kernel's; a byte count goes to every peer; a bad value is named" {
+@test "TCP send buffers (DDP_PG_TCP_SNDBUF): by default 128 KiB on every connection to a peer on this machine's kernel, stripes and point-to-point included; 0 leaves the kernel's; a byte count goes to every peer; a bad value is named" {
   # 3 ranks over TCP with 2 connections per pair: 3 x 2 peers x 2 connections, each reporting
   # twice what was asked (the kernel's doubling)
   printf 'command: [%s, sndbuf]\nnproc_per_node: 3\nenv: {DDP_PG_TRANSPORT: tcp, DDP_PG_TCP_CONNS: "2", DDP_LOG_LEVEL: info, DDP_LOG_SUBSYS: pg}\n' "$PGTEST" >job.yaml
@@ -165,6 +165,15 @@ tcp_variant() { # var value line "mode ranks"...
   run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_SNDBUF=50000
   assert_success
   [ "$(grep -c 'connection [01] sndbuf 100000$' <<<"$output")" -eq 12 ]
+  # the point-to-point connections (DDP_PG_P2P=1) too: 3 x 2 peers
+  run "$DDPRUN" job.yaml --set env.DDP_PG_P2P=1
+  assert_success
+  [ "$(grep -c 'connection [01] sndbuf 262144$' <<<"$output")" -eq 12 ]
+  [ "$(grep -c 'connection p2p sndbuf 262144$' <<<"$output")" -eq 6 ]
+  run "$DDPRUN" job.yaml --set env.DDP_PG_P2P=1 --set env.DDP_PG_TCP_SNDBUF=0
+  assert_success
+  [ "$(grep -c 'connection p2p sndbuf [0-9]*$' <<<"$output")" -eq 6 ]
+  refute_output --partial 'sndbuf 262144'
   run "$DDPRUN" job.yaml --set env.DDP_PG_TCP_SNDBUF=128K
   assert_success
   assert_output --partial "DDP_PG_TCP_SNDBUF='128K' is neither auto, 0 nor a number of bytes from 4096 to 1073741824; using auto"

@@ -55,13 +55,13 @@ static int sndbuf_of(int fd)
     return getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &l) == 0 ? v : -1;
 }
 
-/* Rank 1 of 3: peer 0 with 3 connections and a buffer asked, peer 2 with 1 and none. Every
- * connection of peer 0 reports twice what was asked (the kernel's doubling); peer 2's and our own
- * slot are untouched. */
+/* Rank 1 of 3: peer 0 with 3 connections, a point-to-point one and a buffer asked, peer 2 with
+ * 1 and a point-to-point one and none. Every connection of peer 0 reports twice what was asked
+ * (the kernel's doubling); peer 2's and our own slot are untouched. */
 TEST(buffers_are_set_on_every_connection_of_a_peer_that_has_one)
 {
-    int sp[4][2];
-    for (int i = 0; i < 4; i++)
+    int sp[6][2];
+    for (int i = 0; i < 6; i++)
         ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i]), 0);
     struct ddp__peer peers[3];
     memset(peers, 0, sizeof(peers));
@@ -85,12 +85,20 @@ TEST(buffers_are_set_on_every_connection_of_a_peer_that_has_one)
     c.rank = 1;
     c.world = 3;
     c.peers = peers;
-    ASSERT_EQ(ddp__tcp_apply_sndbufs(&c), 1);
+    int p2p[3] = {sp[4][0], -1, sp[5][0]};
+    ASSERT_EQ(ddp__tcp_apply_sndbufs(&c, p2p), 1);
     for (int i = 0; i < 3; i++)
         ASSERT_EQ(sndbuf_of(sp[i][0]), 100000);
+    ASSERT_EQ(sndbuf_of(sp[4][0]), 100000);
     ASSERT_EQ(sndbuf_of(sp[3][0]), before);
+    ASSERT_EQ(sndbuf_of(sp[5][0]), before);
     ASSERT_TRUE(before != 100000);
-    for (int i = 0; i < 4; i++) {
+    /* without point-to-point connections */
+    peers[0].sndbuf = 60000;
+    ASSERT_EQ(ddp__tcp_apply_sndbufs(&c, NULL), 1);
+    ASSERT_EQ(sndbuf_of(sp[0][0]), 120000);
+    ASSERT_EQ(sndbuf_of(sp[4][0]), 100000);
+    for (int i = 0; i < 6; i++) {
         close(sp[i][0]);
         close(sp[i][1]);
     }
