@@ -4,7 +4,9 @@
 #   . .dev/setup.sh && bench/device/issue21.sh [PART...]
 # PART is any of tcp (bench/tcp_link_compare.sh: two namespace hosts of one rank each, no sshd
 # needed; by default, DDP_PG_TCP_CONNS=auto: 2 connections between them, 4 from 8 usable
-# CPUs, a thread each), tcp1 (the same with DDP_PG_TCP_CONNS=1), tcp2 (one connection with
+# CPUs, a thread each; 128 KiB send buffers, the hosts sharing a kernel), tcp0 (the same with
+# DDP_PG_TCP_SNDBUF=0: the kernel's autotuned buffers, as between two machines), tcp1 (the same
+# with DDP_PG_TCP_CONNS=1), tcp2 (one connection with
 # DDP_PG_TCP_THREADS=2: a thread sends while another receives), tcp512 (stripes from 512 KiB,
 # DDP_PG_TCP_STRIPE_BYTES: a 1 MiB all-reduce's steps striped), streams (bench/tcp_streams.sh:
 # the transport alone over 1, 2 and 4 connections beside iperf3 -P n), reducer
@@ -13,9 +15,9 @@
 # since 2026-11-27), threads (bench/shm_threads_compare.sh), slots4 (the same at 4 ranks, 5
 # rounds, 1 MiB slots against 4 MiB ones, helpers as by default) and stripes (not a benchmark:
 # the bats case "over TCP in stripes", whose ranks offer 4 connections on a machine of 8 CPUs
-# or more, one under taskset 2); default: stripes slots4 tcp tcp512, where 2026-11-27's device
-# time ended (on 16 cores tcp took 30 s, stripes 20 s; SECS=150 keeps the four within one
-# 10-minute call). Each part runs under its own time limit
+# or more, one under taskset 2); default: tcp tcp0 stripes slots4 tcp512 (the send buffers of
+# the eighth session first; on 16 cores tcp took 30 s, stripes 20 s; SECS=110 keeps the five
+# within one 10-minute call). Each part runs under its own time limit
 # (SECS, default 240 s) so that one that overruns leaves the others their turn; its table goes
 # to stdout and, where the device tool gave one, to $OUT/PART.txt.
 set -uo pipefail
@@ -26,11 +28,12 @@ if [ -z "${B:-}" ] || [ ! -x "$B/ddprun" ]; then
 fi
 SECS=${SECS:-240}
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(stripes slots4 tcp tcp512)
+[ ${#parts[@]} -gt 0 ] || parts=(tcp tcp0 stripes slots4 tcp512)
 rc=0
 for p in "${parts[@]}"; do
   case $p in
   tcp) cmd=(bench/tcp_link_compare.sh "$B") ;;
+  tcp0) cmd=(env DDP_PG_TCP_SNDBUF=0 bench/tcp_link_compare.sh "$B") ;;
   tcp1) cmd=(env DDP_PG_TCP_CONNS=1 bench/tcp_link_compare.sh "$B") ;;
   tcp2) cmd=(env DDP_PG_TCP_CONNS=1 DDP_PG_TCP_THREADS=2 bench/tcp_link_compare.sh "$B") ;;
   tcp512) cmd=(env DDP_PG_TCP_STRIPE_BYTES=524288 bench/tcp_link_compare.sh "$B") ;;
@@ -43,7 +46,7 @@ for p in "${parts[@]}"; do
     cmd=(env DDP_BUILD_DIR="$B" bats -f "in stripes" tests/integration/20-pg-collectives.bats)
     ;;
   *)
-    echo "issue21.sh: unknown part '$p' (tcp, tcp1, tcp2, tcp512, streams, reducer, shm," \
+    echo "issue21.sh: unknown part '$p' (tcp, tcp0, tcp1, tcp2, tcp512, streams, reducer, shm," \
       "threads, slots4, stripes)" >&2
     exit 2
     ;;
