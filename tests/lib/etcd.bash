@@ -20,7 +20,7 @@ need_etcd() {
 etcd_free_port() {
   local p
   for _ in $(seq 50); do
-    p=$((30000 + RANDOM % 20000))
+    p=$((10000 + RANDOM % 20000)) # below the kernel's range for outgoing connections
     [ -n "$(ss -Htan "sport = :$p")" ] || { echo "$p"; return 0; } # no socket of any state
   done
   return 1

@@ -24,10 +24,12 @@ slurm_setup() {
   [ -n "$SSHD_NETNS" ] || skip "the Slurm test cluster needs network namespaces"
   SLURM_DIR="$BATS_TEST_TMPDIR/slurm"
   mkdir -p "$SLURM_DIR/state" "$SLURM_DIR/spool"
-  # slurmctld's and slurmd's ports free now (a taken one leaves slurmctld unreachable)
+  # slurmctld's and slurmd's ports free now (a taken one leaves slurmctld unreachable), below
+  # the kernel's range for outgoing connections (32768 up by default), which any connect made
+  # meanwhile could take
   local ctl
   for _ in $(seq 50); do
-    ctl=$((30000 + RANDOM % 20000))
+    ctl=$((10000 + RANDOM % 20000))
     [ -z "$(ss -Htan "( sport = :$ctl or sport = :$((ctl + 1)) )")" ] && break # no socket on either
   done
   SLURM_NODES=$n
