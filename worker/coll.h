@@ -93,6 +93,12 @@ struct ddp__xfer {
      * reduce_dst, which is only written (ddp__reduce_to: one pass over memory, no copy of it
      * into reduce_dst first); NULL: reduce_dst holds it. */
     const void *reduce_own;
+    /* A buffer in pieces (an all-reduce of pieces over TCP, in place): where set, the bytes
+     * sent are those at soff of spcs's concatenation instead of sbuf's, those received land at
+     * roff of rpcs's instead of rbuf's (not when reducing: rbuf stays the window), and those
+     * reduced go to doff of dpcs's instead of reduce_dst's (reduce_own unused). */
+    const struct ddp__pieces *spcs, *rpcs, *dpcs;
+    size_t soff, roff, doff;
     enum ddp_dtype dt;
     enum ddp_redop op;
 };
@@ -330,6 +336,9 @@ void *ddp__pieces_span(struct ddp__pieces *v, size_t off, size_t count);
 /* Element off in place, and *count cut to what its piece holds from there (off inside the
  * total). */
 void *ddp__pieces_run(struct ddp__pieces *v, size_t off, size_t *count);
+/* The same by bytes: byte off of the concatenation in place (it may lie inside an element), and
+ * *len cut to what its piece holds from there; NULL past the end. */
+void *ddp__pieces_bytes(struct ddp__pieces *v, size_t off, size_t *len);
 
 int ddp__shm_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
@@ -384,6 +393,10 @@ int ddp__shm_barrier(struct ddp__comm *c);
 int ddp__xfer(struct ddp__comm *c, const struct ddp__xfer *x);
 int ddp__tcp_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op);
+/* The ring all-reduce of a buffer in pieces, sent from and reduced into them in place; 1 where
+ * it is small enough for recursive doubling (the caller stages it then). */
+int ddp__tcp_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                              size_t count, enum ddp_dtype dt, enum ddp_redop op);
 int ddp__tcp_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root);
 int ddp__tcp_allgather(struct ddp__comm *c, const void *send, void *recv, size_t bytes);
 int ddp__tcp_reduce_scatter(struct ddp__comm *c, const void *send, void *recv, size_t count,

@@ -139,8 +139,9 @@ int ddp__cpu_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 
 /*
  * A buffer in pieces: in place through the node's shared memory (one node, or the hierarchical
- * all-reduce across nodes); over TCP alone, gathered into one staging buffer and scattered
- * back (on the communication thread, not in the program's).
+ * all-reduce across nodes); over TCP alone, in place by the ring (sent from the pieces, reduced
+ * and received into them), or for recursive doubling's small sizes gathered into one staging
+ * buffer and scattered back (on the communication thread, not in the program's).
  */
 int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
                               size_t count, enum ddp_dtype dt, enum ddp_redop op)
@@ -166,6 +167,10 @@ int ddp__cpu_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, s
             return e;
         return ddp__shm_allreduce_pieces(c, pc, npc, count, dt, op);
     }
+    /* over TCP: the ring sends from the pieces and reduces into them; recursive doubling's
+     * small messages are gathered into one staging buffer and scattered back */
+    if ((e = ddp__tcp_allreduce_pieces(c, pc, npc, count, dt, op)) <= 0)
+        return e;
     size_t esz = ddp_dtype_size(dt);
     if (c->stage_len < count * esz) {
         void *p = realloc(c->stage, count * esz);

@@ -57,7 +57,14 @@ static int xfer_loop(struct ddp__comm *c, const struct ddp__xfer *x, struct errt
                      _Atomic int *stop)
 {
     size_t sent = 0, got = 0, reduced = 0;
-    size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
+    size_t esz = x->reduce_dst || x->dpcs ? ddp_dtype_size(x->dt) : 1;
+    struct ddp__pieces sv, rv, dv; /* cursors of our own over pieces */
+    if (x->spcs)
+        sv = *x->spcs;
+    if (x->rpcs)
+        rv = *x->rpcs;
+    if (x->dpcs)
+        dv = *x->dpcs;
     int64_t spin_end = ddp_now_ns() + DDP__SPIN_NS; /* then sleep in poll */
     while (sent < x->slen || got < x->rlen) {
         if (stop && atomic_load_explicit(stop, memory_order_relaxed))
@@ -90,14 +97,27 @@ static int xfer_loop(struct ddp__comm *c, const struct ddp__xfer *x, struct errt
                 want = IO_SLICE;
             if (x->rwin && want > x->rwin - at) /* up to the window's end: elements never wrap */
                 want = x->rwin - at;
-            ssize_t n = recv(x->from->fd, (char *)x->rbuf + at, want, MSG_DONTWAIT);
+            char *into =
+                x->rpcs ? ddp__pieces_bytes(&rv, x->roff + got, &want) : (char *)x->rbuf + at;
+            ssize_t n = recv(x->from->fd, into, want, MSG_DONTWAIT);
             if (n == 0)
                 return fail(c, et, DDP_ECLOSED, x->from, "connection closed by");
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 return fail(c, et, DDP_ECLOSED, x->from, "connection lost to");
             if (n > 0) {
                 got += (size_t)n;
-                if (x->reduce_dst) {
+                if (x->dpcs) {
+                    size_t whole = got / esz * esz;
+                    /* as below, into the pieces: a run of whole elements per piece */
+                    const char *from = (char *)x->rbuf + (x->rwin ? reduced % x->rwin : reduced);
+                    while (whole > reduced) {
+                        size_t len = whole - reduced;
+                        char *dst = ddp__pieces_bytes(&dv, x->doff + reduced, &len);
+                        ddp__reduce(dst, from, len / esz, x->dt, x->op);
+                        from += len;
+                        reduced += len;
+                    }
+                } else if (x->reduce_dst) {
                     size_t whole = got / esz * esz;
                     if (whole > reduced) {
                         /* [reduced, whole) lies in one pass over the window: the unreduced
@@ -117,9 +137,10 @@ static int xfer_loop(struct ddp__comm *c, const struct ddp__xfer *x, struct errt
             }
         }
         if (is >= 0 && (p[is].revents & (POLLOUT | POLLERR | POLLHUP))) {
-            size_t want = x->slen - sent;
-            ssize_t n = send(x->to->fd, (const char *)x->sbuf + sent,
-                             want > IO_SLICE ? IO_SLICE : want, MSG_DONTWAIT | MSG_NOSIGNAL);
+            size_t want = x->slen - sent > IO_SLICE ? IO_SLICE : x->slen - sent;
+            const char *out = x->spcs ? ddp__pieces_bytes(&sv, x->soff + sent, &want)
+                                      : (const char *)x->sbuf + sent;
+            ssize_t n = send(x->to->fd, out, want, MSG_DONTWAIT | MSG_NOSIGNAL);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 return fail(c, et, DDP_ECLOSED, x->to, "connection lost to");
             if (n > 0)
@@ -218,7 +239,8 @@ static bool apart(const void *a, size_t alen, const void *b, size_t blen)
  * need not wait for each other. */
 static struct ddp__team *split_team(struct ddp__comm *c, const struct ddp__xfer *x)
 {
-    if (!c->tcp_split || x->slen < DDP__TCP_SPLIT_BYTES || x->rlen < DDP__TCP_SPLIT_BYTES ||
+    if (!c->tcp_split || x->spcs || x->rpcs || x->dpcs || x->slen < DDP__TCP_SPLIT_BYTES ||
+        x->rlen < DDP__TCP_SPLIT_BYTES ||
         !apart(x->sbuf, x->slen, x->rbuf, x->rwin ? x->rwin : x->rlen) ||
         (x->reduce_dst && !apart(x->sbuf, x->slen, x->reduce_dst, x->rlen)))
         return NULL;
@@ -274,7 +296,10 @@ static void stripe_part(void *arg, int k, int parts)
     (void)parts;
     if (k < sp->ns && sp->ns > 1) {
         stripe_range(x->slen, k, sp->ns, &a, &b);
-        p.sbuf = (const char *)x->sbuf + a;
+        if (x->spcs)
+            p.soff = x->soff + a;
+        else
+            p.sbuf = (const char *)x->sbuf + a;
         p.slen = b - a;
     } else if (k > 0) {
         p.slen = 0;
@@ -283,21 +308,26 @@ static void stripe_part(void *arg, int k, int parts)
         int n = sp->nr;
         stripe_range(x->rlen, k, n, &a, &b);
         p.rlen = b - a;
-        if (x->reduce_dst) {
+        if (x->dpcs) {
+            p.doff = x->doff + a;
+        } else if (x->reduce_dst) {
             p.reduce_dst = (char *)x->reduce_dst + a;
             if (x->reduce_own)
                 p.reduce_own = (const char *)x->reduce_own + a;
         }
         if (x->rwin) { /* a share of the window, in whole elements */
-            size_t esz = x->reduce_dst ? ddp_dtype_size(x->dt) : 1;
+            size_t esz = x->reduce_dst || x->dpcs ? ddp_dtype_size(x->dt) : 1;
             p.rwin = x->rwin / (size_t)n / esz * esz;
             p.rbuf = (char *)x->rbuf + (size_t)k * p.rwin;
+        } else if (x->rpcs) {
+            p.roff = x->roff + a;
         } else {
             p.rbuf = (char *)x->rbuf + a;
         }
     } else if (k > 0) {
         p.rlen = 0;
         p.reduce_dst = NULL;
+        p.dpcs = NULL;
     }
     p.to = x->to ? &sp->to[k] : NULL;
     p.from = x->from ? &sp->from[k] : NULL;
@@ -406,8 +436,19 @@ static size_t chunk_off(size_t count, int n, int i)
     return (size_t)((unsigned __int128)count * (unsigned)i / (unsigned)n);
 }
 
-static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp_dtype dt,
-                          enum ddp_redop op)
+/* Byte off of buf, or of the pieces' concatenation where pv is set (a cursor of our own). */
+static char *byte_at(char *buf, const struct ddp__pieces *pv, size_t off)
+{
+    if (!pv)
+        return buf + off;
+    struct ddp__pieces v = *pv;
+    size_t len = 1;
+    return ddp__pieces_bytes(&v, off, &len);
+}
+
+/* The ring over buf, or over the pieces of pv in place (buf NULL). */
+static int ring_allreduce(struct ddp__comm *c, char *buf, const struct ddp__pieces *pv,
+                          size_t count, enum ddp_dtype dt, enum ddp_redop op)
 {
     int n = c->world, r = c->rank, e;
     size_t esz = ddp_dtype_size(dt), maxchunk = (count + (size_t)n - 1) / (size_t)n;
@@ -421,13 +462,17 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
         int si = ((r - s) % n + n) % n, ri = ((r - s - 1) % n + n) % n;
         size_t so = chunk_off(count, n, si), ro = chunk_off(count, n, ri);
         struct ddp__xfer x = {.to = next,
-                              .sbuf = buf + so * esz,
+                              .sbuf = pv ? NULL : buf + so * esz,
                               .slen = (chunk_off(count, n, si + 1) - so) * esz,
                               .from = prev,
-                              .rbuf = ddp__away_from(tmp, buf + ro * esz),
+                              .rbuf = ddp__away_from(tmp, byte_at(buf, pv, ro * esz)),
                               .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
-                              .reduce_dst = buf + ro * esz,
+                              .reduce_dst = pv ? NULL : buf + ro * esz,
                               .rwin = win,
+                              .spcs = pv,
+                              .dpcs = pv,
+                              .soff = so * esz,
+                              .doff = ro * esz,
                               .dt = dt,
                               .op = op};
         if ((e = ddp__xfer(c, &x)) < 0)
@@ -435,19 +480,32 @@ static int ring_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp
     }
     if (op == DDP_AVG) {
         int own = (r + 1) % n;
-        size_t o = chunk_off(count, n, own);
-        ddp__scale_avg(buf + o * esz, chunk_off(count, n, own + 1) - o, dt, n);
+        size_t o = chunk_off(count, n, own), left = chunk_off(count, n, own + 1) - o;
+        struct ddp__pieces v;
+        if (pv)
+            v = *pv;
+        while (left) { /* one run per piece */
+            size_t k = left;
+            char *at = pv ? ddp__pieces_run(&v, o, &k) : buf + o * esz;
+            ddp__scale_avg(at, k, dt, n);
+            o += k;
+            left -= k;
+        }
     }
     /* All-gather: pass the finished chunks around the ring, straight into place. */
     for (int s = 0; s < n - 1; s++) {
         int si = ((r - s + 1) % n + n) % n, ri = ((r - s) % n + n) % n;
         size_t so = chunk_off(count, n, si), ro = chunk_off(count, n, ri);
         struct ddp__xfer x = {.to = next,
-                              .sbuf = buf + so * esz,
+                              .sbuf = pv ? NULL : buf + so * esz,
                               .slen = (chunk_off(count, n, si + 1) - so) * esz,
                               .from = prev,
-                              .rbuf = buf + ro * esz,
-                              .rlen = (chunk_off(count, n, ri + 1) - ro) * esz};
+                              .rbuf = pv ? NULL : buf + ro * esz,
+                              .rlen = (chunk_off(count, n, ri + 1) - ro) * esz,
+                              .spcs = pv,
+                              .rpcs = pv,
+                              .soff = so * esz,
+                              .roff = ro * esz};
         if ((e = ddp__xfer(c, &x)) < 0)
             return e;
     }
@@ -509,7 +567,17 @@ int ddp__tcp_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
     /* The ring needs at least one element per rank to be worth its 2(n-1) steps. */
     if (bytes <= c->small_bytes || count < (size_t)c->world)
         return rd_allreduce(c, buf, count, dt, op);
-    return ring_allreduce(c, buf, count, dt, op);
+    return ring_allreduce(c, buf, NULL, count, dt, op);
+}
+
+int ddp__tcp_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
+                              size_t count, enum ddp_dtype dt, enum ddp_redop op)
+{
+    if (count * ddp_dtype_size(dt) <= c->small_bytes || count < (size_t)c->world)
+        return 1;
+    struct ddp__pieces v;
+    ddp__pieces_init(&v, pc, npc, ddp_dtype_size(dt));
+    return ring_allreduce(c, NULL, &v, count, dt, op);
 }
 
 int ddp__tcp_broadcast(struct ddp__comm *c, void *buf, size_t bytes, int root)

@@ -75,3 +75,14 @@ void *ddp__pieces_run(struct ddp__pieces *v, size_t off, size_t *count)
         *count = left;
     return (char *)v->p[v->at].data + (off - v->at_off) * v->esz;
 }
+
+void *ddp__pieces_bytes(struct ddp__pieces *v, size_t off, size_t *len)
+{
+    seek(v, off / v->esz);
+    if (v->at >= v->n)
+        return NULL;
+    size_t end = (v->at_off + v->p[v->at].count) * v->esz;
+    if (*len > end - off)
+        *len = end - off;
+    return (char *)v->p[v->at].data + (off - v->at_off * v->esz);
+}

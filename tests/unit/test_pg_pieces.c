@@ -26,6 +26,7 @@ static int piece_registered;
 static bool piece_tcp_split;  /* over TCP: the sending thread did start */
 static int piece_tcp_conns;   /* over TCP: the stripes' threads did start, and the ring's bits */
 static bool piece_conns_auto; /* each peer's connections as the default rule has them */
+static bool piece_tcp_inplace; /* over TCP: the ring ran on the pieces, never staged */
 
 struct piece_arg {
     int rank, local_world, rc;
@@ -133,6 +134,8 @@ static void *piece_rank(void *a)
         bad |= ddp__team_size(pg->comm.tcp_team) != 2;
     if (piece_tcp_conns)
         bad |= ddp__team_size(pg->comm.tcp_team) != piece_tcp_conns;
+    if (piece_tcp_inplace)
+        bad |= pg->comm.stage_len != 0 || pg->comm.stage != NULL;
     for (int j = 0; piece_conns_auto && j < PW; j++) {
         int offer = ddp__tcp_auto_conns(ddp_usable_cpus());
         int want = j == pa->rank || pa->local_world > 1 ? 1 : offer, got_fds = 0;
@@ -262,11 +265,18 @@ TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_across_nodes)
     unsetenv("DDP_PG_SHM_SLOT_BYTES");
 }
 
-/* TCP alone: gathered into a staging buffer and scattered back. */
+/* TCP alone: the ring sends from the pieces and reduces and receives into them (120 KB, above
+ * recursive doubling's 64 KiB: nothing staged), each rank's pieces cut its own way; below
+ * 64 KiB, gathered into a staging buffer and scattered back. */
 TEST(allreduce_in_pieces_equals_one_buffer_bit_for_bit_over_tcp)
 {
     setenv("DDP_PG_TRANSPORT", "tcp", 1);
+    piece_tcp_inplace = true;
     run_pieces(PW);
+    piece_tcp_inplace = false;
+    PN = 3001;
+    run_pieces(PW);
+    PN = 30011;
     unsetenv("DDP_PG_TRANSPORT");
 }
 
@@ -278,7 +288,9 @@ TEST(allreduce_over_tcp_with_a_sending_thread_equals_one_buffer_bit_for_bit)
     setenv("DDP_PG_TCP_THREADS", "2", 1);
     PN = 300007;
     piece_tcp_split = true;
+    piece_tcp_inplace = true; /* the pieces' ring on the group's own thread */
     run_pieces(PW);
+    piece_tcp_inplace = false;
     piece_tcp_split = false;
     PN = 30011;
     unsetenv("DDP_PG_TCP_THREADS");
@@ -303,15 +315,18 @@ TEST(by_default_two_connections_between_ranks_alone_on_their_nodes_one_otherwise
 
 /* Over 3 connections per peer (DDP_PG_TCP_CONNS=3): 5.2 MB, so each ring step moves 1.3 MB each
  * way, over the 1 MiB from which a message is cut in stripes, a thread each; also in pieces,
- * whose staging buffer goes the same way. The stripes start 108320 and 216656 elements into a
- * chunk, not multiples of the inputs' period (1000): a stripe sent from the wrong place fails. */
+ * each stripe sent from and reduced into them in place. The stripes start 108320 and 216656
+ * elements into a chunk, not multiples of the inputs' period (1000): a stripe sent from the wrong
+ * place fails. */
 TEST(allreduce_over_tcp_in_stripes_has_the_rings_bits)
 {
     setenv("DDP_PG_TRANSPORT", "tcp", 1);
     setenv("DDP_PG_TCP_CONNS", "3", 1);
     PN = 1300001;
     piece_tcp_conns = 3;
+    piece_tcp_inplace = true;
     run_pieces(PW);
+    piece_tcp_inplace = false;
     piece_tcp_conns = 0;
     PN = 30011;
     unsetenv("DDP_PG_TCP_CONNS");
