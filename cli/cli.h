@@ -160,10 +160,10 @@ int ddp__route_source(const char *host, char *out, size_t n);
  * range, checked as TCPStore binds (SO_REUSEADDR); where there are none, the kernel's choice. */
 int ddp__free_port(void);
 /* The ports outside the kernel's ephemeral range (range: ip_local_port_range's text, "32768
- * 60999"): PORT_POOL_FLOOR up to below it where at least PORT_POOL_MIN fit, else above it up to
- * 65535 where they fit there; false where neither (or the text is malformed). */
-#define PORT_POOL_FLOOR 10000
-#define PORT_POOL_MIN 1000
+ * 60999"): DDP__PORT_POOL_FLOOR up to below it where at least DDP__PORT_POOL_MIN fit, else above it
+ * up to 65535 where they fit there; false where neither (or the text is malformed). */
+#define DDP__PORT_POOL_FLOOR 10000
+#define DDP__PORT_POOL_MIN 1000
 bool ddp__port_pool(const char *range, int *lo, int *hi);
 /* HOST and PORT of an http:// or https:// URL (up to a ',' or '/'; 80 or 443 unless given);
  * -1 for another scheme (unix://) or a malformed one. */

@@ -329,12 +329,12 @@ bool ddp__port_pool(const char *range, int *lo, int *hi)
     int a, b;
     if (!range || sscanf(range, "%d %d", &a, &b) != 2 || a < 1 || b < a || b > 65535)
         return false;
-    if (a - PORT_POOL_FLOOR >= PORT_POOL_MIN) { /* below the range: the usual case */
-        *lo = PORT_POOL_FLOOR;
+    if (a - DDP__PORT_POOL_FLOOR >= DDP__PORT_POOL_MIN) { /* below the range: the usual case */
+        *lo = DDP__PORT_POOL_FLOOR;
         *hi = a - 1;
         return true;
     }
-    if (65535 - b >= PORT_POOL_MIN) {
+    if (65535 - b >= DDP__PORT_POOL_MIN) {
         *lo = b + 1;
         *hi = 65535;
         return true;

@@ -558,14 +558,19 @@ static int rd_allreduce(struct ddp__comm *c, char *buf, size_t count, enum ddp_d
     return 0;
 }
 
+/* The ring, or recursive doubling for small messages: the ring needs more than small_bytes and
+ * at least one element per rank to be worth its 2(n-1) steps. */
+static bool ring_pays(const struct ddp__comm *c, size_t count, enum ddp_dtype dt)
+{
+    return count * ddp_dtype_size(dt) > c->small_bytes && count >= (size_t)c->world;
+}
+
 int ddp__tcp_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dtype dt,
                        enum ddp_redop op)
 {
     if (c->world == 1 || count == 0)
         return 0; /* AVG over one rank is the value itself */
-    size_t bytes = count * ddp_dtype_size(dt);
-    /* The ring needs at least one element per rank to be worth its 2(n-1) steps. */
-    if (bytes <= c->small_bytes || count < (size_t)c->world)
+    if (!ring_pays(c, count, dt))
         return rd_allreduce(c, buf, count, dt, op);
     return ring_allreduce(c, buf, NULL, count, dt, op);
 }
@@ -573,7 +578,7 @@ int ddp__tcp_allreduce(struct ddp__comm *c, void *buf, size_t count, enum ddp_dt
 int ddp__tcp_allreduce_pieces(struct ddp__comm *c, const struct ddp_piece *pc, size_t npc,
                               size_t count, enum ddp_dtype dt, enum ddp_redop op)
 {
-    if (count * ddp_dtype_size(dt) <= c->small_bytes || count < (size_t)c->world)
+    if (!ring_pays(c, count, dt))
         return 1;
     struct ddp__pieces v;
     ddp__pieces_init(&v, pc, npc, ddp_dtype_size(dt));

@@ -16,9 +16,9 @@ TEST(the_pool_lies_below_the_ephemeral_range_else_above_it)
 {
     int lo = 0, hi = 0;
     ASSERT_TRUE(ddp__port_pool("32768\t60999\n", &lo, &hi));
-    ASSERT_EQ(lo, PORT_POOL_FLOOR);
+    ASSERT_EQ(lo, DDP__PORT_POOL_FLOOR);
     ASSERT_EQ(hi, 32767);
-    ASSERT_TRUE(ddp__port_pool("11000 60999", &lo, &hi)); /* exactly PORT_POOL_MIN below */
+    ASSERT_TRUE(ddp__port_pool("11000 60999", &lo, &hi)); /* exactly DDP__PORT_POOL_MIN below */
     ASSERT_EQ(lo, 10000);
     ASSERT_EQ(hi, 10999);
     ASSERT_TRUE(ddp__port_pool("10500 60999", &lo, &hi)); /* too few below: above */
