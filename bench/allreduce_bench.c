@@ -12,10 +12,13 @@
  * so the cache-to-cache transfer's own bound, apart from any algorithm.
  * With "alias", memcpy into and out of memory at the page offsets a slot of the node's segment
  * had (128) and has (2064), from and to a malloc'd buffer, as impl "alias-in-128" etc.
- * With AR_TRACE set, every rank prints each timed call to stderr: "TRACE rank i us cpu A->B vcs
- * V ivcs I" (the CPU it ran on before and after, its voluntary and involuntary context switches
- * during the call), to tell a slow run's cause (a rank sleeping, two ranks on one CPU, or
- * neither).
+ * With AR_TRACE set, every rank prints each timed call to stderr after the size's calls: "TRACE
+ * rank i us cpu A->B vcs V ivcs I" (the CPU it ran on before and after, its voluntary and
+ * involuntary context switches during the call), to tell a slow run's cause (a rank sleeping,
+ * two ranks on one CPU, or neither).
+ * With AR_COLOCATE set, every rank starts its calls on the first CPU of its affinity mask, the
+ * mask then restored: two ranks together on one CPU, as the scheduler sometimes leaves them
+ * after a program's start, to time what that costs and how soon they part.
  * An impl ending in "-rs" (ddp-tcp-rs) times reduce-scatter instead: each rank's input is the
  * size, its output a world-th of it; busbw = algbw * (n-1)/n (nccl-tests' reduce_scatter).
  * An impl ending in "-pc" all-reduces the buffer as pieces (ddp_pg_allreduce_pieces, the
@@ -141,6 +144,10 @@ int main(int argc, char **argv)
     const char *impl = argc > 1 ? argv[1] : "ddp-tcp";
     size_t maxb = (size_t)64 << 20;
     static double t[4096];
+    static struct trace {
+        int cpu0, cpu1;
+        long vcs, ivcs;
+    } tr[4096];
     if (strcmp(impl, "memcpy") == 0) {
         char *a = malloc(maxb), *b = malloc(maxb);
         memset(a, 1, maxb);
@@ -168,6 +175,17 @@ int main(int argc, char **argv)
         return 1;
     int rank = ddp_pg_rank(pg), n = ddp_pg_world_size(pg);
     bool trace = getenv("AR_TRACE") != NULL;
+    cpu_set_t whole, first;
+    if (getenv("AR_COLOCATE") && sched_getaffinity(0, sizeof(whole), &whole) == 0) {
+        CPU_ZERO(&first);
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &whole)) {
+                CPU_SET(cpu, &first);
+                break;
+            }
+        sched_setaffinity(0, sizeof(first), &first);
+        sched_setaffinity(0, sizeof(whole), &whole);
+    }
     /* ddp-*-reg: the buffer in the group's registered memory (ddp_pg_mem_alloc) */
     bool reg = strstr(impl, "-reg") != NULL;
     float *buf = reg ? ddp_pg_mem_alloc(pg, maxb) : malloc(maxb);
@@ -213,10 +231,14 @@ int main(int argc, char **argv)
             if (i >= 0)
                 t[i] = (double)(ddp_now_ns() - t0) / 1e3;
             if (trace && i >= 0 && getrusage(RUSAGE_THREAD, &ru1) == 0)
-                fprintf(stderr, "TRACE %d %d %.0f cpu %d->%d vcs %ld ivcs %ld\n", rank, i, t[i],
-                        cpu0, sched_getcpu(), ru1.ru_nvcsw - ru0.ru_nvcsw,
-                        ru1.ru_nivcsw - ru0.ru_nivcsw);
+                tr[i] = (struct trace){cpu0, sched_getcpu(), ru1.ru_nvcsw - ru0.ru_nvcsw,
+                                       ru1.ru_nivcsw - ru0.ru_nivcsw};
         }
+        /* printed after the timed calls: a line written to the agent's pipe during them wakes
+         * the agent, which then runs on this rank's CPU */
+        for (int i = 0; trace && i < it; i++)
+            fprintf(stderr, "TRACE %d %d %.1f cpu %d->%d vcs %ld ivcs %ld\n", rank, i, t[i],
+                    tr[i].cpu0, tr[i].cpu1, tr[i].vcs, tr[i].ivcs);
         /* Check a fresh reduction: every element must be n. */
         for (size_t i = 0; i < count; i++)
             buf[i] = 1.0f;

@@ -119,8 +119,9 @@ struct ddp__shm_ctrl {
      * per byte over the slots' in parts per million (0: not measured), written before the
      * step that follows. */
     uint64_t auto_ratio[DDP__AUTO_CLASSES];
-    /* The CPU this rank published its last step from: a peer waiting on the same CPU yields at
-     * once instead of spinning (we cannot arrive while it spins). */
+    /* The CPU this rank published its last step from (-1 while it moves: ddp__shm_part): a peer
+     * waiting on the same CPU yields at once instead of spinning (we cannot arrive while it
+     * spins), or moves. */
     _Atomic int32_t cpu;
 };
 
@@ -156,6 +157,8 @@ struct ddp__shm {
     uint64_t seq;                 /* barriers passed, the same on every rank of the node */
     uint64_t round; /* rounds done (their parity picks the set of slots) */
     int cpu;        /* where we published our last step from (sched_getcpu) */
+    int64_t parted_ns; /* when we last moved off a CPU shared with a local peer (shm_sync.c) */
+    uint64_t parts;    /* times we moved */
     /* Single-copy all-reduce (worker/shm_direct.c) from direct_min bytes (0: never): peers'
      * buffers read where they are, through the arenas every local rank maps (ddp_pg_mem_alloc)
      * or cross-memory attach (cma: every rank of the group may read its local peers' memory
@@ -306,6 +309,12 @@ int ddp__tcp_auto_conns(int usable_cpus);
  * (mine, theirs: ddp__tcp_auto_conns of each end), so both ends compute the same; else 1. */
 int ddp__tcp_pair_conns(int asked, bool alone_apart, int mine, int theirs);
 
+/* A local peer last published from this thread's CPU: move to a CPU of this thread's mask that
+ * no local rank published from, then restore the mask (worker/shm_sync.c). True if it moved;
+ * false when the thread is no longer on the peer's CPU, the mask has one CPU or none free, or
+ * it moved less than DDP__SHM_PART_EVERY_NS ago. */
+#define DDP__SHM_PART_EVERY_NS ((int64_t)50 * 1000 * 1000)
+bool ddp__shm_part(struct ddp__shm *sh, const struct ddp__shm_ctrl *peer);
 /* One step of the node's ranks: publish seq + k, wait until every local rank reached it. */
 int ddp__shm_step(struct ddp__comm *c, uint64_t k);
 /* Its two halves apart: a posted all-reduce publishes its first step before it is called. */

@@ -147,6 +147,55 @@ void ddp__shm_wait_error(struct ddp__comm *c, int j, int e)
 }
 
 /*
+ * A local peer published its step from our CPU: the two take turns on it (each step a context
+ * switch, 3-9 us for a 4 KiB all-reduce against 1 us apart) while another CPU may idle. The
+ * kernel parts two such ranks only after a hundred milliseconds or more (both are always
+ * runnable and cache-hot, so its idle balancing leaves them be); a program's first
+ * collectives, and a benchmark's small sizes, run in that time. So the rank moves itself: to
+ * the CPUs of its affinity mask on which no local rank published its last step, if any, and
+ * back to its whole mask at once (the kernel moves a thread off a CPU its new mask lacks
+ * before the call returns; restoring the mask leaves it where it is). A mask of one CPU, or
+ * every CPU of it used by a local rank (more ranks than CPUs), is left alone; at most once
+ * every DDP__SHM_PART_EVERY_NS, so a rank never fights the scheduler over a busy machine.
+ */
+bool ddp__shm_part(struct ddp__shm *sh, const struct ddp__shm_ctrl *peer)
+{
+    int64_t now = ddp_now_ns();
+    if (sh->parted_ns && now - sh->parted_ns < DDP__SHM_PART_EVERY_NS)
+        return false;
+    /* still there, both of us (we may have been moved since our last step) */
+    int here = sched_getcpu();
+    if (here != atomic_load_explicit(&peer->cpu, memory_order_relaxed))
+        return false;
+    sh->parted_ns = now;
+    cpu_set_t mask, to;
+    if (sched_getaffinity(0, sizeof(mask), &mask) != 0 || CPU_COUNT(&mask) < 2)
+        return false;
+    to = mask;
+    for (int j = 0; j < sh->n; j++) {
+        int32_t cpu = atomic_load_explicit(&ddp__shm_ctrl(sh, j)->cpu, memory_order_relaxed);
+        if (cpu >= 0 && cpu < CPU_SETSIZE)
+            CPU_CLR(cpu, &to);
+    }
+    if (CPU_COUNT(&to) == 0)
+        return false;
+    /* Ours unknown before we move: the peer left behind, running the moment we go, must not
+     * take us for still there and move too. */
+    struct ddp__shm_ctrl *l = ddp__shm_ctrl(sh, sh->me);
+    atomic_store_explicit(&l->cpu, -1, memory_order_seq_cst);
+    if (sched_setaffinity(0, sizeof(to), &to) != 0) {
+        atomic_store_explicit(&l->cpu, sh->cpu, memory_order_relaxed);
+        return false;
+    }
+    sched_setaffinity(0, sizeof(mask), &mask);
+    sh->parts++;
+    /* where we are now, for the peers' same test */
+    sh->cpu = sched_getcpu();
+    atomic_store_explicit(&l->cpu, sh->cpu, memory_order_relaxed);
+    return true;
+}
+
+/*
  * Waits for every local rank to reach target: a short spin (the peer is usually a few
  * microseconds away), then sleeping on the peer's word with a futex, so that a waiting
  * communication thread gives its core to the computation running beside it (the reducer
@@ -164,8 +213,10 @@ static int wait_all(struct ddp__comm *c, uint64_t target)
         /* A peer on our CPU cannot arrive while we spin: yield to it at once. Two ranks of a
          * 2-core machine sharing one CPU (the scheduler puts them together after wake-ups,
          * for milliseconds) spent 256 pauses per step, 16 us per small all-reduce. */
-        unsigned spin_max =
-            atomic_load_explicit(&l->cpu, memory_order_relaxed) == sh->cpu ? 0 : 256;
+        bool shared = j != sh->me && atomic_load_explicit(&l->cpu, memory_order_relaxed) == sh->cpu;
+        if (shared && !reached(l, target) && ddp__shm_part(sh, l))
+            shared = false;
+        unsigned spin_max = shared ? 0 : 256;
         for (unsigned spins = 0; !reached(l, target); spins++) {
             if (spins < spin_max) {
                 ddp_cpu_relax();
