@@ -71,7 +71,10 @@ void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const 
     ddp_buf_init(&K.hello);
     struct ddp__node_counts counts; /* for nproc_per_node gpu|cpu|auto, counted here */
     ddp__counts_here(&counts);
-    if (ddp__agent_put_hello(&K.hello, DDP__AG_AGENT_HELLO, version, &counts) < 0 ||
+    /* MASTER_PORT, should this node be node 0 with rank 0's own TCPStore: free here, where
+     * rank 0 binds it (the launcher's machine may be another, with other ports in use) */
+    if (ddp__agent_put_hello(&K.hello, DDP__AG_AGENT_HELLO, version, &counts,
+                             (uint32_t)ddp__free_port()) < 0 ||
         ddp_write_all(K.out, K.hello.data, K.hello.len) < 0)
         K.out = -1; /* the first frame sent finds the link lost */
     ddp_buf_init(&K.held);

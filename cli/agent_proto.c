@@ -46,7 +46,7 @@ static int put_s(struct ddp_buf *b, const char *s)
 }
 
 int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version,
-                         const struct ddp__node_counts *counts)
+                         const struct ddp__node_counts *counts, uint32_t port)
 {
     size_t pos = ddp__agent_begin(b, type);
     int r = ddp_buf_put_u32(b, DDP__AGENT_PROTO);
@@ -56,6 +56,7 @@ int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version,
         r |= ddp_buf_put_u32(b, (uint32_t)counts->cvd_gpus);
         r |= ddp_buf_put_u32(b, counts->driver_gpus);
         r |= ddp_buf_put_u32(b, counts->cpus);
+        r |= ddp_buf_put_u32(b, port);
     }
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
@@ -96,6 +97,27 @@ int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__nod
     /* as cli/devices.c counts: -1 (unset) or 0..4096 each */
     if (c->slurm_gpus < -1 || c->slurm_gpus > 4096 || c->cvd_gpus < -1 || c->cvd_gpus > 4096 ||
         c->driver_gpus > 4096 || c->cpus > (1u << 20))
+        return DDP_EPROTO;
+    return 0;
+}
+
+int ddp__agent_get_hello_port(const uint8_t *body, size_t len, uint32_t *port)
+{
+    struct ddp__node_counts c;
+    int r = ddp__agent_get_hello_counts(body, len, &c);
+    if (r != 0)
+        return r;
+    struct ddp_rd rd;
+    const uint8_t *p;
+    uint32_t x, vn;
+    ddp_rd_init(&rd, body, len);
+    ddp_rd_u32(&rd, &x);
+    ddp_rd_str(&rd, DDP__AGENT_VERSION_MAX, &p, &vn);
+    for (int k = 0; k < 4; k++)
+        ddp_rd_u32(&rd, &x);
+    if (ddp_rd_left(&rd) == 0)
+        return 1;
+    if (ddp_rd_u32(&rd, port) < 0 || *port == 0 || *port > 65535)
         return DDP_EPROTO;
     return 0;
 }

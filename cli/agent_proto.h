@@ -64,7 +64,9 @@ enum ddp__agent_msg {
                                     SLURM_GPUS_ON_NODE, i32 CUDA_VISIBLE_DEVICES's devices,
                                     -1 unset; u32 driver GPUs, u32 CPUs), which count the
                                     slots of nproc_per_node gpu|cpu|auto (absent from an
-                                    agent before them) */
+                                    agent before them); then u32 a port free on its node,
+                                    MASTER_PORT where it is node 0 with rendezvous.torch_store
+                                    rank0 (absent from an agent before it) */
     DDP__AG_ERROR = 0x89,        /* u32 local_rank, str message, str traceback (may be ""):
                                     what a failed rank wrote to its TORCHELASTIC_ERROR_FILE
                                     (cli/errfile.h), sent before its EXITED */
@@ -166,9 +168,10 @@ void ddp__agent_start_release(struct ddp__agent_start *st);
 
 /* Appends a HELLO frame of type (HELLO or AGENT_HELLO) with DDP__AGENT_PROTO and version, and
  * an agent's the counts of its node (NULL: none): i32 SLURM_GPUS_ON_NODE's count, i32
- * CUDA_VISIBLE_DEVICES's, u32 the driver's GPUs, u32 CPUs (cli/devices.h). */
+ * CUDA_VISIBLE_DEVICES's, u32 the driver's GPUs, u32 CPUs (cli/devices.h); then, with the
+ * counts, u32 port: a port free on its node for rank 0's TCPStore (ddp__free_port there). */
 int ddp__agent_put_hello(struct ddp_buf *b, uint8_t type, const char *version,
-                         const struct ddp__node_counts *counts);
+                         const struct ddp__node_counts *counts, uint32_t port);
 /* Parses a HELLO body: its protocol and version (NUL-terminated in version[n]; n is at least
  * DDP__AGENT_VERSION_MAX + 1). Fields after them are ignored. 0, or DDP_EPROTO. */
 int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char *version, size_t n);
@@ -176,6 +179,9 @@ int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char 
  * 0.1.0 before them, or the launcher's HELLO), DDP_EPROTO when they are cut short or out of
  * range. */
 int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__node_counts *c);
+/* The free port after the counts: 0, 1 when it has none (an agent before it, or no counts),
+ * DDP_EPROTO when it is cut short, 0, or above 65535. */
+int ddp__agent_get_hello_port(const uint8_t *body, size_t len, uint32_t *port);
 
 /* Starts and ends a frame in b (as ddp__proto_begin/end for the store). */
 size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type);

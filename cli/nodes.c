@@ -113,6 +113,11 @@ bool ddp__nodes_counts(const struct ddp__nodes *n, int i, struct ddp__node_count
     return n->p[i].has_counts;
 }
 
+uint32_t ddp__nodes_free_port(const struct ddp__nodes *n, int i)
+{
+    return n->p[i].hello ? n->p[i].port : 0;
+}
+
 void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why)
 {
     struct ddp__node_proc *p = &n->p[i];
@@ -130,7 +135,7 @@ static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t
 {
     struct ddp__node_proc *p = &n->p[i];
     uint32_t proto;
-    int counts;
+    int counts, port;
     char ver[DDP__AGENT_VERSION_MAX + 1];
     if (type != DDP__AG_AGENT_HELLO)
         snprintf(p->refused, sizeof(p->refused),
@@ -144,8 +149,12 @@ static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t
                  DDP_VERSION, DDP__AGENT_PROTO);
     else if ((counts = ddp__agent_get_hello_counts(body, len, &p->counts)) < 0)
         snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO (its node's counts)");
+    else if ((port = ddp__agent_get_hello_port(body, len, &p->port)) < 0)
+        snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO (its free port)");
     else {
         p->has_counts = counts == 0; /* an agent of 0.1.0 before them sends none */
+        if (port != 0)
+            p->port = 0; /* nor one before it a port */
         return p->hello = true;
     }
     char msg[400];
@@ -284,7 +293,7 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
     struct ddp_buf b;
     ddp_buf_init(&b);
-    if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL) == 0)
+    if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL, 0) == 0)
         send_frame(n, i, &b); /* first, before JOIN or what a rejoined agent is told */
     ddp_buf_release(&b);
     if (join) {

@@ -42,6 +42,7 @@ struct ddp__node_proc {
     bool hello;              /* its HELLO came, of our protocol (cli/agent_proto.h) */
     bool has_counts;         /* and said what its node gives ranks (an older agent does not) */
     struct ddp__node_counts counts;
+    uint32_t port;     /* a port it found free on its node (its HELLO), 0: none said */
     char refused[320]; /* why its link was refused (another ddprun), for describe */
     bool holding;      /* rejoined: its OUTPUT, ERROR frames are held until STATE */
     struct ddp_buf held;
@@ -86,6 +87,9 @@ void ddp__nodes_end(struct ddp__nodes *n, int i, int level);
 
 /* What node i's agent said its node gives ranks (its HELLO); false when it said nothing. */
 bool ddp__nodes_counts(const struct ddp__nodes *n, int i, struct ddp__node_counts *c);
+/* A port node i's agent found free on its node when it started (its HELLO), 0 when it said
+ * none: MASTER_PORT where it is node 0 and rank 0 hosts the TCPStore. */
+uint32_t ddp__nodes_free_port(const struct ddp__nodes *n, int i);
 /* Refuses node i's agent for why (the message names the node; describe says it): it is
  * ended. */
 void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why);

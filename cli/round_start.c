@@ -99,7 +99,14 @@ int ddp__sup_start_round(char *why, size_t whylen)
         else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
             snprintf(master, sizeof(master), "127.0.0.1");
     }
-    int master_port = L.torch_port ? L.torch_port : ddp__free_port();
+    /* Rank 0's own TCPStore (rendezvous.torch_store: rank0) binds MASTER_PORT on node 0: a port
+     * its agent found free there when it started, where node 0 is another machine (the same
+     * in every round while it is node 0); else one free here now. */
+    int master_port = L.torch_port;
+    if (!master_port && L.first_remote && !ddp__job_host_is_local(host_of(first)))
+        master_port = (int)ddp__nodes_free_port(&L.nodes, first);
+    if (!master_port)
+        master_port = ddp__free_port();
     /* TCPStore connections from now on use this round's key space. */
     if (L.torch_port)
         ddp_store_server_torch_round(L.srv, L.round);

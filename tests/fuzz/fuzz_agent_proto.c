@@ -77,8 +77,9 @@ static void check_state(const uint8_t *body, size_t len)
     free(s.ranks);
 }
 
-/* A HELLO that parses has a printable version of 1-64 bytes; put writes its first fields back
- * (a later protocol's fields after them are skipped). */
+/* A HELLO that parses has a printable version of 1-64 bytes, counts a node can have and a port
+ * of 1-65535; put writes its first fields back (a later protocol's fields after them are
+ * skipped). */
 static void check_hello(uint8_t type, const uint8_t *body, size_t len)
 {
     uint32_t proto;
@@ -96,11 +97,18 @@ static void check_hello(uint8_t type, const uint8_t *body, size_t len)
     if (has == 0 && (c.cpus > (1u << 20) || c.driver_gpus > 4096 || c.slurm_gpus < -1 ||
                      c.slurm_gpus > 4096 || c.cvd_gpus < -1 || c.cvd_gpus > 4096))
         abort(); /* what the launcher accepts is what a node can have (cli/devices.h) */
+    uint32_t port = 0;
+    int hp = ddp__agent_get_hello_port(body, len, &port);
+    if (hp == 0 && (port == 0 || port > 65535))
+        abort(); /* MASTER_PORT is a port */
     if (proto == DDP__AGENT_PROTO) {
+        /* the counts without a port: put writes a port after them, not compared */
         struct ddp_buf b;
         ddp_buf_init(&b);
-        if (ddp__agent_put_hello(&b, type, ver, has == 0 ? &c : NULL) != 0 || b.len - 5 > len ||
-            memcmp(b.data + 5, body, b.len - 5) != 0)
+        if (ddp__agent_put_hello(&b, type, ver, has == 0 ? &c : NULL, port) != 0)
+            abort();
+        size_t m = b.len - 5 - (has == 0 && hp != 0 ? 4 : 0);
+        if (m > len || memcmp(b.data + 5, body, m) != 0)
             abort();
         ddp_buf_release(&b);
     }

@@ -638,7 +638,7 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed ACK from the launcher"
   # the agent's own first frame is its HELLO: protocol 2, its version, and what its node gives
   # ranks: SLURM_GPUS_ON_NODE unset (-1), CUDA_VISIBLE_DEVICES's 2 devices, the driver's GPUs,
-  # 1 CPU in its affinity (little-endian i32, i32, u32, u32)
+  # 1 CPU in its affinity (little-endian i32, i32, u32, u32); then a port free here (u32)
   v=$("$DDPRUN" --version | cut -d' ' -f2)
   le32() { printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/'; }
   drv=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
@@ -646,9 +646,19 @@ fake_agent() { # mode
   { st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 10 taskset -c "$(first_cpu)" "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
   [ "$(cat rc)" = 3 ]
   grep -qx "ddprun agent: stdin is not a pipe or socket from a launcher" err.txt
-  exp=$(le32 $((1 + 4 + 4 + ${#v} + 16)))8802000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
-  echo "agent's first bytes: $(cat hello.hex), expected $exp"
-  [ "$(cat hello.hex)" = "$exp" ]
+  exp=$(le32 $((1 + 4 + 4 + ${#v} + 20)))8802000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
+  got=$(cat hello.hex)
+  echo "agent's first bytes: $got, expected $exp and a port"
+  [ "${got:0:${#exp}}" = "$exp" ] && [ "${#got}" -eq $((${#exp} + 8)) ]
+  # the port, for rank 0's TCPStore should this node be node 0: outside the kernel's range for
+  # outgoing connections where ports lie outside it (as MASTER_PORT is drawn: cli/sys.c)
+  p=${got:${#exp}:8}
+  port=$((16#${p:6:2}${p:4:2}${p:2:2}${p:0:2}))
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+  [ "$port" -ge 1 ] && [ "$port" -le 65535 ]
+  if [ $((lo - 10000)) -ge 1000 ] || [ $((65535 - hi)) -ge 1000 ]; then
+    [ "$port" -lt "$lo" ] || [ "$port" -gt "$hi" ]
+  fi
 }
 
 @test "signals across SSH: SIGUSR1 reaches remote ranks, the first SIGINT reaches them as SIGINT" {
@@ -698,4 +708,42 @@ SH
   PATH="$PWD/venv-bin:$PATH" NCCL_DEBUG=INFO run "$DDPRUN" plan job.yaml
   assert_line "NCCL_DEBUG=INFO"
   assert_line "PATH=$PWD/venv-bin:$PATH"
+}
+
+@test "rendezvous.torch_store: rank0 with node 0 over SSH: MASTER_PORT is free on node 0 (its agent drew it there), and rank 0's TCPStore serves on it" {
+  [ -n "$SSHD_NETNS" ] || skip "needs the test hosts' network namespaces (ports of their own)"
+  /usr/bin/python3 -c "import torch" 2>/dev/null || skip "needs Debian's python3-torch"
+  for k in 1 2; do sshd_start "$k"; done
+  # This machine draws below its range for outgoing connections (10000 up to lo-1, or above hi
+  # where that is too small); node 1's range is set so that its draws lie above every one of
+  # ours: a port drawn here instead fails the test.
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+  top=$((lo - 10000 >= 1000 ? lo - 1 : 65535))
+  [ "$top" -le 63000 ] || skip "this machine's ports reach 63000 ($lo-$hi in use)"
+  [ "$top" -ge 40001 ] || top=40001
+  ip netns exec "$(sshd_ns 1)" sysctl -qw net.ipv4.ip_local_port_range="1024 $top"
+  ssh_job job.yaml 1 1 2 -- sh -c 'echo "port=$MASTER_PORT addr=$MASTER_ADDR"'
+  printf 'rendezvous: {torch_store: rank0}\n' >>job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  ports=$(sed -n 's/.*port=\([0-9]*\) addr=.*/\1/p' <<<"$output" | sort -u)
+  [ "$(wc -w <<<"$ports")" -eq 1 ] && [ "$ports" -gt "$top" ] || { echo "MASTER_PORT $ports, node 1 draws above $top"; return 1; }
+  assert_output --partial "addr=$(sshd_addr 1)"
+  # a real TCPStore on it: rank 0 hosts it on node 1, rank 1 on node 2 sets a key rank 0 reads
+  cat >store.py <<'PY'
+import os, torch.distributed as d
+r = int(os.environ["RANK"])
+s = d.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 2, r == 0)
+if r == 1:
+    s.set("k", "from node 2")
+print("rank", r, "port", os.environ["MASTER_PORT"], "read", s.get("k").decode())
+s.set("done%d" % r, "1"); s.wait(["done0", "done1"])
+PY
+  ssh_job job.yaml 1 1 2 -- /usr/bin/python3 "$PWD/store.py"
+  printf 'rendezvous: {torch_store: rank0}\n' >>job.yaml
+  run "$DDPRUN" job.yaml
+  assert_success
+  assert_output --regexp "rank 0 port [0-9]+ read from node 2"
+  port=$(sed -n 's/.*rank 0 port \([0-9]*\) read.*/\1/p' <<<"$output")
+  [ "$port" -gt "$top" ]
 }

@@ -125,7 +125,7 @@ TEST(hello_says_protocol_and_version_and_refuses_what_cannot_be_shown)
 {
     struct ddp_buf b;
     ddp_buf_init(&b);
-    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0", NULL));
+    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0", NULL, 0));
     size_t len;
     const uint8_t *body = body_of(&b, DDP__AG_AGENT_HELLO, &len);
     ASSERT_TRUE(body != NULL);
@@ -150,7 +150,7 @@ TEST(hello_says_protocol_and_version_and_refuses_what_cannot_be_shown)
     const char *bad[] = {"", "0.1\n", "0 1", long_ver};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ddp_buf_init(&b);
-        ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_HELLO, bad[i], NULL));
+        ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_HELLO, bad[i], NULL, 0));
         body = body_of(&b, DDP__AG_HELLO, &len);
         ASSERT_TRUE(body != NULL);
         ASSERT_ERR(ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)), DDP_EPROTO);
@@ -164,7 +164,7 @@ TEST(an_agents_hello_carries_its_nodes_counts)
     ddp_buf_init(&b);
     struct ddp__node_counts in = {.slurm_gpus = -1, .cvd_gpus = 3, .driver_gpus = 8, .cpus = 96},
                             out;
-    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0", &in));
+    ASSERT_OK(ddp__agent_put_hello(&b, DDP__AG_AGENT_HELLO, "0.1.0", &in, 23456));
     size_t len;
     const uint8_t *body = body_of(&b, DDP__AG_AGENT_HELLO, &len);
     ASSERT_TRUE(body != NULL);
@@ -189,17 +189,37 @@ TEST(an_agents_hello_carries_its_nodes_counts)
     out.cvd_gpus = 0; /* CUDA_VISIBLE_DEVICES="" or -1: none, whatever the driver has */
     ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_GPU), 0);
     ASSERT_EQ(ddp__counts_slots(&out, DDP_NPROC_AUTO), 96); /* torchrun's auto: the CPUs */
+    /* the port free on its node, after the counts */
+    uint32_t port = 0;
+    ASSERT_OK(ddp__agent_get_hello_port(body, len, &port));
+    ASSERT_EQ(port, 23456u);
     /* cut inside the counts: refused; the version alone: no counts (an older agent) */
-    size_t bare = len - 16;
+    size_t bare = len - 20;
     ASSERT_EQ(ddp__agent_get_hello_counts(body, bare, &out), 1);
-    for (size_t k = bare + 1; k < len; k++)
+    ASSERT_EQ(ddp__agent_get_hello_port(body, bare, &port), 1);
+    for (size_t k = bare + 1; k < bare + 16; k++) {
         ASSERT_ERR(ddp__agent_get_hello_counts(body, k, &out), DDP_EPROTO);
-    /* a later protocol's fields after the counts are skipped */
+        ASSERT_ERR(ddp__agent_get_hello_port(body, k, &port), DDP_EPROTO);
+    }
+    /* the counts without the port (an agent before it): counts, and no port */
+    ASSERT_OK(ddp__agent_get_hello_counts(body, bare + 16, &out));
+    ASSERT_EQ(ddp__agent_get_hello_port(body, bare + 16, &port), 1);
+    for (size_t k = bare + 17; k < len; k++)
+        ASSERT_ERR(ddp__agent_get_hello_port(body, k, &port), DDP_EPROTO);
+    /* a later protocol's fields after the port are skipped */
     uint8_t later[128];
     memcpy(later, body, len);
     memcpy(later + len, "more", 4);
     ASSERT_OK(ddp__agent_get_hello_counts(later, len + 4, &out));
     ASSERT_EQ(out.cpus, 96u);
+    ASSERT_OK(ddp__agent_get_hello_port(later, len + 4, &port));
+    ASSERT_EQ(port, 23456u);
+    /* no port at all, or past 65535: refused */
+    memcpy(later, body, len);
+    memset(later + len - 4, 0, 4);
+    ASSERT_ERR(ddp__agent_get_hello_port(later, len, &port), DDP_EPROTO);
+    later[len - 2] = 1; /* 65536 in little-endian, 256 Ki in the other order */
+    ASSERT_ERR(ddp__agent_get_hello_port(later, len, &port), DDP_EPROTO);
     /* counts no node has: refused */
     memcpy(later, body, len);
     later[bare + 4] = 0x7f; /* CUDA_VISIBLE_DEVICES's count: above 4096 in either byte order */
