@@ -165,7 +165,7 @@ bool ddp__shm_part(struct ddp__shm *sh, const struct ddp__shm_ctrl *peer)
         return false;
     /* still there, both of us (we may have been moved since our last step) */
     int here = sched_getcpu();
-    if (here != atomic_load_explicit(&peer->cpu, memory_order_relaxed))
+    if (here < 0 || here != atomic_load_explicit(&peer->cpu, memory_order_relaxed))
         return false;
     sh->parted_ns = now;
     cpu_set_t mask, to;
