@@ -31,6 +31,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <termios.h>
@@ -441,9 +442,18 @@ static int spawn(struct worker *w)
         if (msg[0] == 1)
             send_note(w, "ddprun agent: cannot enter workdir '%s': %s", A.st.workdir,
                       strerror(msg[1]));
-        else
-            send_note(w, "ddprun agent: cannot run '%s': %s",
-                      A.st.shell[0] ? "/bin/sh" : A.st.argv[0], strerror(msg[1]));
+        else {
+            /* where a program not found was looked for: the workdir for a relative path, the
+             * ranks' PATH for a bare name */
+            const char *cmd = A.st.shell[0] ? "/bin/sh" : A.st.argv[0];
+            char where[PATH_MAX + 64] = "";
+            if (msg[1] == ENOENT && !A.st.shell[0] && strchr(cmd, '/') && cmd[0] != '/')
+                snprintf(where, sizeof(where), " (a path relative to the workdir, %s)",
+                         A.st.workdir);
+            else if (msg[1] == ENOENT && !A.st.shell[0] && !strchr(cmd, '/'))
+                snprintf(where, sizeof(where), " (no such program on the ranks' PATH)");
+            send_note(w, "ddprun agent: cannot run '%s': %s%s", cmd, strerror(msg[1]), where);
+        }
     } else {
         struct ddp_buf b;
         ddp_buf_init(&b);

@@ -83,6 +83,17 @@ logdir() { # the one job folder under ddprun-logs
   assert_failure 3
   assert_output --partial "ddprun agent: cannot run '/nonexistent/trainer': No such file or directory"
   assert_output --partial "launch failed"
+  # where a program not found was looked for: a relative path in the workdir, a bare name on
+  # the ranks' PATH
+  mkdir -p wd
+  printf 'command: [bin/trainer]\nworkdir: wd\n' >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure 3
+  assert_output --partial "ddprun agent: cannot run 'bin/trainer': No such file or directory (a path relative to the workdir, $PWD/wd)"
+  printf 'command: [no-such-trainer]\n' >job.yaml
+  run "$DDPRUN" job.yaml
+  assert_failure 3
+  assert_output --partial "ddprun agent: cannot run 'no-such-trainer': No such file or directory (no such program on the ranks' PATH)"
 }
 
 @test "a remote node nobody answers for is a launch error (status 3) naming it; the local node is stopped" {
