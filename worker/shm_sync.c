@@ -188,8 +188,9 @@ bool ddp__shm_part(struct ddp__shm *sh, const struct ddp__shm_ctrl *peer)
         return false;
     }
     if (sched_setaffinity(0, sizeof(mask), &mask) != 0) /* its cpuset changed meanwhile */
-        DDP_WARN(PG, "could not restore this thread's CPU affinity after moving it off a CPU "
-                     "shared with a local peer: %s; it stays on %d of its %d CPUs",
+        DDP_WARN(PG,
+                 "could not restore this thread's CPU affinity after moving it off a CPU "
+                 "shared with a local peer: %s; it stays on %d of its %d CPUs",
                  strerror(errno), CPU_COUNT(&to), CPU_COUNT(&mask));
     sh->parts++;
     /* where we are now, for the peers' same test */
