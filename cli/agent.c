@@ -447,11 +447,11 @@ static int spawn(struct worker *w)
              * ranks' PATH for a bare name */
             const char *cmd = A.st.shell[0] ? "/bin/sh" : A.st.argv[0];
             char where[PATH_MAX + 64] = "";
-            if (msg[1] == ENOENT && !A.st.shell[0] && strchr(cmd, '/') && cmd[0] != '/')
+            if (msg[1] == ENOENT && !A.st.shell[0] && !strchr(cmd, '/'))
+                snprintf(where, sizeof(where), " (no such program on the ranks' PATH)");
+            else if (msg[1] == ENOENT && !A.st.shell[0] && cmd[0] != '/')
                 snprintf(where, sizeof(where), " (a path relative to the workdir, %s)",
                          A.st.workdir);
-            else if (msg[1] == ENOENT && !A.st.shell[0] && !strchr(cmd, '/'))
-                snprintf(where, sizeof(where), " (no such program on the ranks' PATH)");
             send_note(w, "ddprun agent: cannot run '%s': %s%s", cmd, strerror(msg[1]), where);
         }
     } else {

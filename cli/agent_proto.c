@@ -79,18 +79,20 @@ int ddp__agent_get_hello(const uint8_t *body, size_t len, uint32_t *proto, char 
     return 0;
 }
 
-int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__node_counts *c)
+/* A HELLO's reader moved past its node's counts (into c): 0, 1 when it has none, DDP_EPROTO
+ * when they are cut short or out of range. */
+static int read_counts(struct ddp_rd *r, const uint8_t *body, size_t len,
+                       struct ddp__node_counts *c)
 {
-    struct ddp_rd r;
     const uint8_t *p;
     uint32_t proto, vn, sg, cg;
-    ddp_rd_init(&r, body, len);
-    if (ddp_rd_u32(&r, &proto) < 0 || ddp_rd_str(&r, DDP__AGENT_VERSION_MAX, &p, &vn) < 0)
+    ddp_rd_init(r, body, len);
+    if (ddp_rd_u32(r, &proto) < 0 || ddp_rd_str(r, DDP__AGENT_VERSION_MAX, &p, &vn) < 0)
         return DDP_EPROTO;
-    if (ddp_rd_left(&r) == 0)
+    if (ddp_rd_left(r) == 0)
         return 1;
-    if (ddp_rd_u32(&r, &sg) < 0 || ddp_rd_u32(&r, &cg) < 0 || ddp_rd_u32(&r, &c->driver_gpus) < 0 ||
-        ddp_rd_u32(&r, &c->cpus) < 0)
+    if (ddp_rd_u32(r, &sg) < 0 || ddp_rd_u32(r, &cg) < 0 || ddp_rd_u32(r, &c->driver_gpus) < 0 ||
+        ddp_rd_u32(r, &c->cpus) < 0)
         return DDP_EPROTO;
     c->slurm_gpus = (int32_t)sg;
     c->cvd_gpus = (int32_t)cg;
@@ -101,23 +103,22 @@ int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__nod
     return 0;
 }
 
+int ddp__agent_get_hello_counts(const uint8_t *body, size_t len, struct ddp__node_counts *c)
+{
+    struct ddp_rd r;
+    return read_counts(&r, body, len, c);
+}
+
 int ddp__agent_get_hello_port(const uint8_t *body, size_t len, uint32_t *port)
 {
+    struct ddp_rd r;
     struct ddp__node_counts c;
-    int r = ddp__agent_get_hello_counts(body, len, &c);
-    if (r != 0)
-        return r;
-    struct ddp_rd rd;
-    const uint8_t *p;
-    uint32_t x, vn;
-    ddp_rd_init(&rd, body, len);
-    ddp_rd_u32(&rd, &x);
-    ddp_rd_str(&rd, DDP__AGENT_VERSION_MAX, &p, &vn);
-    for (int k = 0; k < 4; k++)
-        ddp_rd_u32(&rd, &x);
-    if (ddp_rd_left(&rd) == 0)
+    int e = read_counts(&r, body, len, &c);
+    if (e != 0)
+        return e;
+    if (ddp_rd_left(&r) == 0)
         return 1;
-    if (ddp_rd_u32(&rd, port) < 0 || *port == 0 || *port > 65535)
+    if (ddp_rd_u32(&r, port) < 0 || *port == 0 || *port > 65535)
         return DDP_EPROTO;
     return 0;
 }

@@ -43,6 +43,22 @@ static void published(int j, int cpu)
         sh.cpu = cpu;
 }
 
+/* This thread's mask is want. */
+static bool mask_is(const cpu_set_t *want)
+{
+    cpu_set_t now;
+    return sched_getaffinity(0, sizeof(now), &now) == 0 && CPU_EQUAL(&now, want);
+}
+
+/* This thread bound to the CPU it runs on (one), which it returns. */
+static int bind_here(cpu_set_t *one)
+{
+    CPU_ZERO(one);
+    CPU_SET(sched_getcpu(), one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(*one), one), 0);
+    return sched_getcpu(); /* now it cannot change */
+}
+
 /* The peer (local rank 1) and we published from the CPU we run on; the call made there (a
  * thread may be moved between its sched_getcpu and the call: tried again then). */
 static bool part_here(int *here)
@@ -71,9 +87,7 @@ TEST(a_rank_on_its_peers_cpu_moves_off_it_and_keeps_its_mask)
     ASSERT_EQ(atomic_load(&ddp__shm_ctrl(&sh, 0)->cpu), sh.cpu);
     ASSERT_TRUE(sh.cpu != here && sh.cpu >= 0);
     ASSERT_TRUE(CPU_ISSET(sh.cpu, &whole));
-    cpu_set_t now;
-    ASSERT_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
-    ASSERT_TRUE(CPU_EQUAL(&now, &whole));
+    ASSERT_TRUE(mask_is(&whole));
 }
 
 TEST(a_rank_moves_at_most_once_in_a_while)
@@ -106,20 +120,14 @@ TEST(a_rank_bound_to_one_cpu_stays)
 {
     if (!setup(2))
         return;
-    int here = sched_getcpu();
     cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(here, &one);
-    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-    here = sched_getcpu(); /* now it cannot change */
+    int here = bind_here(&one);
     published(0, here);
     published(1, here);
     ASSERT_TRUE(!ddp__shm_part(&sh, ddp__shm_ctrl(&sh, 1)));
     ASSERT_EQ(sh.parts, 0);
     ASSERT_EQ(atomic_load(&ddp__shm_ctrl(&sh, 0)->cpu), here);
-    cpu_set_t now;
-    ASSERT_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
-    ASSERT_TRUE(CPU_EQUAL(&now, &one));
+    ASSERT_TRUE(mask_is(&one));
     ASSERT_EQ(sched_setaffinity(0, sizeof(whole), &whole), 0);
 }
 
@@ -148,9 +156,7 @@ TEST(a_rank_stays_where_every_cpu_has_a_local_rank)
     }
     ASSERT_TRUE(sh.parted_ns != 0);
     ASSERT_EQ(sh.parts, 0);
-    cpu_set_t now;
-    ASSERT_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
-    ASSERT_TRUE(CPU_EQUAL(&now, &whole));
+    ASSERT_TRUE(mask_is(&whole));
 }
 
 /* The peer last published from another CPU than ours: nothing to do, and no move spent (the
@@ -159,15 +165,11 @@ TEST(a_rank_whose_peer_is_elsewhere_stays)
 {
     if (!setup(2))
         return;
-    int here = sched_getcpu(), other = -1;
+    cpu_set_t one;
+    int here = bind_here(&one), other = -1;
     for (int cpu = 0; cpu < CPU_SETSIZE && other < 0; cpu++)
         if (CPU_ISSET(cpu, &whole) && cpu != here)
             other = cpu;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(here, &one);
-    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-    here = sched_getcpu();
     published(0, here);
     published(1, other);
     ASSERT_TRUE(!ddp__shm_part(&sh, ddp__shm_ctrl(&sh, 1)));
