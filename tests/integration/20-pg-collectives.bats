@@ -610,10 +610,11 @@ rep() { printf "%${2}s" "" | tr ' ' "$1"; }
   auto_seq ', DDP_PG_DIRECT_BYTES: auto, DDP_PG_DIRECT_AUTO_MARGIN: "1e9"'
   [ "$AUTO" = "$off" ]
   assert_output --regexp "$(printf "$chose" off '[0-9.]+,')"
-  # by measurement: single-copy in fixed shards of 256-byte blocks (two steps of the ranks
-  # each; DDP_PG_DIRECT_CLAIM 0) is several times slower than the slots; the slots in 4 KiB
-  # rounds several times slower than it
-  auto_seq ', DDP_PG_DIRECT_CLAIM: "0", DDP_PG_DIRECT_BLOCK: "256"'
+  # by measurement: single-copy in fixed shards of 64-byte blocks (two steps of the ranks
+  # each; DDP_PG_DIRECT_CLAIM 0) is several times slower than the slots (with both cores busy
+  # besides, its time over the slots' 6.0-38.7 in 12 runs; 256-byte blocks 0.88-26, and once
+  # below 1 in CI beside the ASan suite); the slots in 4 KiB rounds several times slower than it
+  auto_seq ', DDP_PG_DIRECT_CLAIM: "0", DDP_PG_DIRECT_BLOCK: "64"'
   [ "$AUTO" = "$off" ]
   auto_seq ', DDP_PG_SHM_SLOT_BYTES: "4096"'
   [ "$AUTO" = "$on" ]
