@@ -142,6 +142,8 @@ struct stack_job {
     bool py;
     int pydump;
     size_t pyoff, pylast;
+    pid_t pytarget; /* the process signalled, and how many of its threads blocked the signal */
+    int pyblocked;  /* before (cli/pystacks.h: ddp__pys_blocked) */
     struct ddp_buf pytext;
 };
 
@@ -301,9 +303,10 @@ static void start_tools(struct ddp__dn_stacks *s)
         finish(s);
 }
 
-/* Every 20 ms while Python ranks write their tracebacks: once each has something and no dump
- * file grew for two looks in a row, or after 1 s, the tools start (a tool attached meanwhile
- * would catch faulthandler in the middle of its work). */
+/* Every 20 ms while Python ranks write their tracebacks: once each has something, no dump file
+ * grew for two looks in a row and no rank's handler still runs, or after 1 s, the tools start (a
+ * tool attached meanwhile would catch faulthandler in the middle of its work: a rank
+ * descheduled after its last write, on a loaded machine, looked done by its dump alone). */
 static void on_py_poll(struct ddp_loop *loop, struct ddp_timer *t)
 {
     struct ddp__dn_stacks *s = DDP_CONTAINER_OF(t, struct ddp__dn_stacks, pytimer);
@@ -313,8 +316,12 @@ static void on_py_poll(struct ddp_loop *loop, struct ddp_timer *t)
         if (!j->py)
             continue;
         size_t now = ddp__pys_size(j->pydump);
-        if (now == j->pyoff || now != j->pylast)
+        if (now == j->pyoff || now != j->pylast) {
             settled = false;
+        } else if (settled) {
+            int b = ddp__pys_blocked(j->pytarget);
+            settled = b >= 0 && b <= j->pyblocked;
+        }
         j->pylast = now;
     }
     s->py_still = settled ? s->py_still + 1 : 0;
@@ -359,6 +366,8 @@ int ddp__dn_stacks_start(struct ddp_loop *loop, const struct ddp__dn_proc *procs
         pid_t target = j->pydump >= 0 ? ddp__pys_find(j->pid, j->pydump) : 0;
         if (target > 0) {
             j->pyoff = j->pylast = ddp__pys_size(j->pydump);
+            j->pytarget = target;
+            j->pyblocked = ddp__pys_blocked(target);
             j->py = kill(target, DDP__PYS_SIGNAL) == 0;
             py += j->py;
         }

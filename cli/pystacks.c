@@ -294,22 +294,60 @@ void ddp__pys_rank_env(int shim, int dump)
     setenv("DDPRUN_PY_STACKS_SIG", num, 1);
 }
 
-bool ddp__pys_armed(pid_t pid)
+/* The signal masks named in a /proc status file (SigCgt, SigBlk...): whether each of n names
+ * has DDP__PYS_SIGNAL set, in has[i]; false where the file cannot be read. */
+static bool status_bits(const char *path, const char *const *names, bool *has, int n)
 {
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "re");
     if (!f)
         return false;
-    unsigned long long mask = 0;
-    bool found = false;
+    char line[256];
+    for (int i = 0; i < n; i++)
+        has[i] = false;
     while (fgets(line, sizeof(line), f))
-        if (strncmp(line, "SigCgt:", 7) == 0) {
-            found = sscanf(line + 7, "%llx", &mask) == 1;
-            break;
+        for (int i = 0; i < n; i++) {
+            size_t l = strlen(names[i]);
+            unsigned long long mask;
+            if (strncmp(line, names[i], l) == 0 && sscanf(line + l, "%llx", &mask) == 1)
+                has[i] = mask >> (DDP__PYS_SIGNAL - 1) & 1;
         }
     fclose(f);
-    return found && (mask >> (DDP__PYS_SIGNAL - 1) & 1);
+    return true;
+}
+
+bool ddp__pys_armed(pid_t pid)
+{
+    char path[64];
+    static const char *const cgt[] = {"SigCgt:"};
+    bool has = false;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    return status_bits(path, cgt, &has, 1) && has;
+}
+
+int ddp__pys_blocked(pid_t pid)
+{
+    char path[80];
+    static const char *const proc[] = {"ShdPnd:"}, *const thread[] = {"SigPnd:", "SigBlk:"};
+    bool has[2];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!status_bits(path, proc, has, 1))
+        return 0; /* gone */
+    if (has[0])
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    while (d && n >= 0 && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/status", (int)pid, e->d_name);
+        if (status_bits(path, thread, has, 2))
+            n = has[0] ? -1 : n + has[1];
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 /* Whether process p holds the file of fd (the same inode among its descriptors). */

@@ -45,6 +45,12 @@ void ddp__pys_rank_env(int shim, int dump);
 
 /* Whether pid has the dump's handler installed. */
 bool ddp__pys_armed(pid_t pid);
+/* Where pid stands with DDP__PYS_SIGNAL: -1 while the signal is pending (for the process or
+ * one of its threads), else how many of its threads block it. faulthandler's handler runs with
+ * its signal blocked (no SA_NODEFER), so a count above the one before the signal was sent
+ * means a thread is still in the handler: a stack tool attached now would show the handler's
+ * frames, not where the rank was. 0 for a process gone. */
+int ddp__pys_blocked(pid_t pid);
 /* The process of a rank to signal for its tracebacks: the rank itself or, breadth first among
  * its first 64 descendants, the first (a wrapper script's Python) that has the handler and
  * holds the rank's dump file; 0 when none does. */

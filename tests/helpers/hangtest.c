@@ -6,8 +6,11 @@
  *
  * usage: hangtest [--steps N] [--compute-ms M] [--count K] [--stop-rank R --stop-at S]
  *                 [--spin-rank R --spin-at S] [--slow-rank R --slow-factor F]
- *                 [--late-rank R --late-ms M] [--stamp FILE]
+ *                 [--late-rank R --late-ms M] [--stamp FILE] [--stacks-handler-ms M]
  * --stamp: the misbehaving rank writes the wall time (s) at which it misbehaves there.
+ * --stacks-handler-ms: every rank handles the Python stacks' signal as faulthandler does
+ * (DDPRUN_PY_STACKS_SIG, no SA_NODEFER), writing a traceback to DDPRUN_PY_STACKS_FD, then takes
+ * M ms more before it returns: a stack taken before then shows hangtest_in_stacks_handler.
  */
 #include "worker/pg.h"
 
@@ -32,6 +35,35 @@ __attribute__((noinline)) void hangtest_stop_self(void)
 {
     raise(SIGSTOP);
     spins++; /* not a tail call: this frame stays on the stack */
+}
+
+static int stacks_fd = -1;
+static long stacks_handler_ms;
+
+/* As faulthandler's handler: the traceback at once, then (here) a slow return. */
+__attribute__((noinline)) void hangtest_in_stacks_handler(int sig)
+{
+    (void)sig;
+    static const char tb[] = "Current thread 0x0000000000000001 (most recent call first):\n"
+                             "  File \"hangtest.py\", line 1 in step\n";
+    if (write(stacks_fd, tb, sizeof(tb) - 1) < 0)
+        return;
+    struct timespec ts = {.tv_sec = stacks_handler_ms / 1000,
+                          .tv_nsec = stacks_handler_ms % 1000 * 1000000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static void stacks_handler(long ms)
+{
+    const char *fd = getenv("DDPRUN_PY_STACKS_FD"), *sig = getenv("DDPRUN_PY_STACKS_SIG");
+    if (!fd || !sig)
+        return;
+    stacks_fd = atoi(fd);
+    stacks_handler_ms = ms;
+    struct sigaction sa = {.sa_handler = hangtest_in_stacks_handler, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(atoi(sig), &sa, NULL);
 }
 
 static void stamp(const char *file)
@@ -87,6 +119,8 @@ int main(int argc, char **argv)
             late_ms = atof(v);
         else if (!strcmp(k, "--stamp"))
             stampfile = v;
+        else if (!strcmp(k, "--stacks-handler-ms"))
+            stacks_handler(atol(v));
         else {
             fprintf(stderr, "hangtest: unknown option %s\n", k);
             return 2;
