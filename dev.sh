@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ddprun's developer entry point.
-#   ./dev.sh quickstart   install missing Debian packages, build (release), run the default job
+#   ./dev.sh quickstart   install missing Debian packages, build ddprun and the example (release), run the default job
 #   ./dev.sh test         build and run the whole suite: unit + bats (CI build), ASan/UBSan, TSan, fuzz
 #   ./dev.sh deps         only install missing Debian packages
 set -euo pipefail
@@ -64,7 +64,10 @@ deps)
   ;;
 quickstart)
   deps "${BUILD_DEPS[@]}"
-  build release >/dev/null
+  # what the default job runs: ddprun and the example (the tests, benchmarks and the CUDA
+  # trainer are the whole build's: cmake --build --preset release)
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j "$JOBS" --target ddprun ddprun-fmnist >/dev/null
   exec ./build/release/ddprun
   ;;
 test)
