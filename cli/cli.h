@@ -112,14 +112,16 @@ char **ddp__doctor_env_argv(const struct ddp_job *job);
 #define DDP__DOCTOR_SRUN                                                                           \
     "srun", "--nodes=1", "--ntasks=1", "--overlap", "--quiet", "--job-name=ddprun-doctor"
 /* The doctor's mesh check (cli/doctor_mesh.c): the nodes with part[i] run `__mesh` at once
- * (as a launch reaches them), each connecting back to the listener lfd (port), and report
+ * (as a launch reaches them; over ssh[i], a node's open session, where not NULL), each
+ * connecting back to the listener lfd (port), and report
  * which others they cannot reach where those nodes' ranks would listen. why: nnodes strings of
  * whyn bytes, "" for a node that reached every other, else why it fails: "cannot reach 'host'
  * (ADDR): WHY; ..., where its ranks would listen (...)" or "its mesh check ..." (it could not
  * run). False when it did not run (fewer than two nodes, or all
  * local). */
+struct ddp__ssh;
 bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int port,
-                      const bool *part, char *why, size_t whyn);
+                      const bool *part, struct ddp__ssh *const *ssh, char *why, size_t whyn);
 /* The hidden `ddprun __mesh HOST:PORT INDEX [IFACE]` it runs on each node. */
 int ddp__cmd_mesh(int argc, char **argv);
 /* Binds a free port and connects to host:port within 3 s; writes what happened to out: "ok port

@@ -32,6 +32,7 @@
  */
 #include "cli/cli.h"
 #include "cli/job.h"
+#include "cli/shell_steps.h"
 #include "cli/ssh.h"
 #include "common/util.h"
 
@@ -105,6 +106,7 @@ struct node_check {
     char clock_s[16];
     char code[17]; /* the start of the SHA-256 of the code it would run (doctor_code.c) */
     char code_s[9];
+    struct ddp__ssh *ssh; /* its session, kept for the mesh check once its checks passed */
 };
 
 static void failed(struct node_check *n, int col, const char *fmt, ...)
@@ -458,19 +460,84 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
 }
 
 /* Runs cmd on a node reached by SSH under the environment its ranks get there. */
-static int run_there(struct node_check *n, struct ddp__ssh *s, const char *cmd, char *out,
-                     size_t len, int *st)
+/* A node's checks over SSH, in one session (cli/shell_steps.h), each after the last passed: the
+ * ddprun there in this version, the workdir, then under the ranks' environment the program (as
+ * the agent runs it: from workdir, a name looked up in PATH), the probe, a Python job's
+ * interpreter and torch, and the code's hash. */
+static void remote_checks(struct node_check *n, struct ddp__ssh *s, const char *prog)
 {
-    size_t l = strlen(n->env_sh) + strlen(cmd) + 1;
-    char *full = malloc(l);
-    if (!full) {
-        snprintf(s->err, sizeof(s->err), "out of memory");
-        return -1;
+    const struct ddp_job *j = n->job;
+    if (strchr(s->remote, '\'') || strchr(prog, '\'') || strchr(j->workdir, '\'')) {
+        failed(n, C_DDPRUN, "'%s' is missing or broken there (exit -1)", s->remote);
+        return;
     }
-    snprintf(full, l, "%s%s", n->env_sh, cmd);
-    int r = ddp__ssh_run(s, full, out, len, st);
-    free(full);
-    return r;
+    char ip[INET6_ADDRSTRLEN];
+    if (ddp__route_source(j->nodes[n->i].host, ip, sizeof(ip)) < 0)
+        snprintf(ip, sizeof(ip), "%s", n->probe_host);
+    bool code = n->code_file && !strchr(n->code_file, '\'');
+    struct ddp__steps st;
+    ddp__steps_init(&st);
+    ddp__steps_raw(&st, "ddp_v=$('%s' --version); ddp_vs=$?", s->remote);
+    ddp__steps_add(&st, "printf '%%s\\n' \"$ddp_v\"; exit $ddp_vs");
+    ddp__steps_gate(&st);
+    ddp__steps_raw(&st, "case \"$ddp_v\" in 'ddprun " DDP_VERSION "'|'ddprun " DDP_VERSION
+                        "\n'*) ;; *) exit 0 ;; esac");
+    ddp__steps_add(&st, "test -d '%s' && cd '%s'", j->workdir, j->workdir);
+    ddp__steps_gate(&st);
+    ddp__steps_raw(&st, "%s", n->env_sh);
+    ddp__steps_add(&st, "cd '%s' && { command -v '%s' >/dev/null || test -x '%s'; }", j->workdir,
+                   prog, prog);
+    ddp__steps_gate(&st);
+    ddp__steps_add(&st, strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'",
+                   s->remote, ip, n->probe_port);
+    if (is_python(prog))
+        ddp__steps_add(&st,
+                       "cd '%s' || exit; o=$('%s' -c '%s' 2>&1); r=$?; printf '%%s\\n' \"$o\" | "
+                       "tail -n 4; exit $r",
+                       j->workdir, prog, PY_CHECK);
+    if (code)
+        ddp__steps_add(&st, "'%s' __code '%s' '%s' %s", s->remote, j->workdir, n->code_file,
+                       n->code_script ? "script" : "program");
+    const char *script = ddp__steps_script(&st);
+    char out[8192] = "", *text[6];
+    int status[6], rc = 0;
+    if (!script)
+        snprintf(s->err, sizeof(s->err), "out of memory");
+    else
+        ddp__ssh_run(s, script, out, sizeof(out), &rc);
+    int got = script ? ddp__steps_split(&st, out, text, status, 6) : 0;
+    const char *lost = s->err[0] ? s->err : "the node's shell ended before this check";
+    /* the step k, when it ran: its status, else -1 */
+#define RAN(k) ((k) < got ? status[k] : -1)
+    for (int i = 0; i < got && i < 4; i += 3) /* the version, the probe: a line each */
+        text[i][strcspn(text[i], "\n")] = '\0';
+    if (RAN(0) != 0)
+        failed(n, C_DDPRUN, "'%s' is missing or broken there (exit %d)", s->remote, RAN(0));
+    else if (strcmp(text[0], "ddprun " DDP_VERSION) != 0)
+        failed(n, C_DDPRUN, "'%s' there is '%s', this is ddprun %s", s->remote, text[0],
+               DDP_VERSION);
+    else if ((n->cell[C_DDPRUN] = "ok"), RAN(1) != 0)
+        failed(n, C_WORKDIR, "workdir '%s' is not a folder there", j->workdir);
+    else if ((n->cell[C_WORKDIR] = "ok"), RAN(2) != 0)
+        failed(n, C_CMD, "'%s' is not an executable program there (from workdir %s)", prog,
+               j->workdir);
+    else if ((n->cell[C_CMD] = "ok"), got <= 3)
+        failed(n, C_PORT, "%s", lost);
+    else
+        apply_probe(n, status[3], text[3]);
+    int k = is_python(prog) ? 5 : 4; /* the code's step */
+    if (k == 5 && !n->why[0] && got <= 4)
+        failed(n, C_PY, "%s", lost);
+    else if (k == 5 && !n->why[0])
+        apply_python(n, prog, "there", status[4], text[4]);
+    if (n->code_file && !code && !n->why[0])
+        failed(n, C_CODE, "'%s': a name with a quote cannot be checked there", n->code_file);
+    else if (code && !n->why[0] && got <= k)
+        failed(n, C_CODE, "%s", lost);
+    else if (code && !n->why[0])
+        apply_code(n, n->code_file, "there", text[k]);
+#undef RAN
+    ddp__steps_release(&st);
 }
 
 static void *check_node(void *arg)
@@ -514,85 +581,28 @@ static void *check_node(void *arg)
         }
         return NULL;
     }
-    struct ddp__ssh s;
-    ddp__ssh_for_node(&s, j, n->i, n->self);
-    if (ddp__ssh_open(&s) != 0) {
-        /* Authentication failing shows in the ssh column, after a good host key. */
-        if (s.stage != DDP__SSH_CONNECT)
-            n->cell[s.stage == DDP__SSH_HOSTKEY ? C_SSH : C_KEY] = "ok";
-        failed(n, s.stage == DDP__SSH_HOSTKEY ? C_KEY : C_SSH, "%s", s.err);
-        ddp__ssh_close(&s);
+    struct ddp__ssh *s = calloc(1, sizeof(*s));
+    if (!s) {
+        failed(n, C_SSH, "out of memory");
         return NULL;
     }
-    n->cell[C_SSH] = "ok";
-    n->cell[C_KEY] = s.key_note[0] ? "new" : "ok";
-    char cmd[PATH_MAX * 2 + 64];
-    int st = -1;
-    bool quotable = !strchr(s.remote, '\'') && !strchr(prog, '\'') && !strchr(j->workdir, '\'');
-    snprintf(cmd, sizeof(cmd), "'%s' --version", s.remote);
-    if (!quotable || ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0) {
-        failed(n, C_DDPRUN, "'%s' is missing or broken there (exit %d)", s.remote, st);
+    ddp__ssh_for_node(s, j, n->i, n->self);
+    if (ddp__ssh_open(s) != 0) {
+        /* Authentication failing shows in the ssh column, after a good host key. */
+        if (s->stage != DDP__SSH_CONNECT)
+            n->cell[s->stage == DDP__SSH_HOSTKEY ? C_SSH : C_KEY] = "ok";
+        failed(n, s->stage == DDP__SSH_HOSTKEY ? C_KEY : C_SSH, "%s", s->err);
     } else {
-        out[strcspn(out, "\n")] = '\0';
-        if (strcmp(out, "ddprun " DDP_VERSION) != 0)
-            failed(n, C_DDPRUN, "'%s' there is '%s', this is ddprun %s", s.remote, out,
-                   DDP_VERSION);
-        else
-            n->cell[C_DDPRUN] = "ok";
-    }
-    if (!n->why[0]) {
-        snprintf(cmd, sizeof(cmd), "test -d '%s' && cd '%s'", j->workdir, j->workdir);
-        if (ddp__ssh_run(&s, cmd, out, sizeof(out), &st) < 0 || st != 0)
-            failed(n, C_WORKDIR, "workdir '%s' is not a folder there", j->workdir);
-        else
-            n->cell[C_WORKDIR] = "ok";
-    }
-    if (!n->why[0]) {
-        /* As the agent runs it: from workdir, a name looked up in PATH. */
-        snprintf(cmd, sizeof(cmd), "cd '%s' && { command -v '%s' >/dev/null || test -x '%s'; }",
-                 j->workdir, prog, prog);
-        if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0 || st != 0)
-            failed(n, C_CMD, "'%s' is not an executable program there (from workdir %s)", prog,
-                   j->workdir);
-        else
-            n->cell[C_CMD] = "ok";
-    }
-    if (!n->why[0]) {
-        char ip[INET6_ADDRSTRLEN];
-        if (ddp__route_source(host, ip, sizeof(ip)) < 0)
-            snprintf(ip, sizeof(ip), "%s", n->probe_host);
-        snprintf(cmd, sizeof(cmd),
-                 strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'", s.remote, ip,
-                 n->probe_port);
-        if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0)
-            failed(n, C_PORT, "%s", s.err);
-        else {
-            out[strcspn(out, "\n")] = '\0';
-            apply_probe(n, st, out);
+        n->cell[C_SSH] = "ok";
+        n->cell[C_KEY] = s->key_note[0] ? "new" : "ok";
+        remote_checks(n, s, prog);
+        if (!n->why[0]) {
+            n->ssh = s;
+            return NULL;
         }
     }
-    if (!n->why[0] && is_python(prog)) {
-        snprintf(
-            cmd, sizeof(cmd),
-            "cd '%s' || exit; o=$('%s' -c '%s' 2>&1); r=$?; printf '%%s\\n' \"$o\" | tail -n 4; "
-            "exit $r",
-            j->workdir, prog, PY_CHECK);
-        if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0)
-            failed(n, C_PY, "%s", s.err);
-        else
-            apply_python(n, prog, "there", st, out);
-    }
-    if (!n->why[0] && n->code_file) {
-        snprintf(cmd, sizeof(cmd), "'%s' __code '%s' '%s' %s", s.remote, j->workdir, n->code_file,
-                 n->code_script ? "script" : "program");
-        if (strchr(n->code_file, '\''))
-            failed(n, C_CODE, "'%s': a name with a quote cannot be checked there", n->code_file);
-        else if (run_there(n, &s, cmd, out, sizeof(out), &st) < 0)
-            failed(n, C_CODE, "%s", s.err);
-        else
-            apply_code(n, n->code_file, "there", out);
-    }
-    ddp__ssh_close(&s);
+    ddp__ssh_close(s);
+    free(s);
     return NULL;
 }
 
@@ -604,10 +614,13 @@ static bool check_mesh(struct node_check *nc, const struct ddp_job *job, const c
     enum { WHY = 800 };
     bool *part = calloc(job->nnodes, sizeof(bool));
     char *why = calloc(job->nnodes, WHY);
+    struct ddp__ssh **ssh = calloc(job->nnodes, sizeof(*ssh));
     bool ran = false;
-    for (size_t i = 0; part && i < job->nnodes; i++)
+    for (size_t i = 0; part && ssh && i < job->nnodes; i++) {
         part[i] = !nc[i].why[0] && nc[i].cell[C_STORE];
-    if (part && why && (ran = ddp__doctor_mesh(job, self, lfd, port, part, why, WHY)))
+        ssh[i] = nc[i].ssh;
+    }
+    if (part && why && ssh && (ran = ddp__doctor_mesh(job, self, lfd, port, part, ssh, why, WHY)))
         for (size_t i = 0; i < job->nnodes; i++) {
             if (!part[i])
                 continue;
@@ -618,6 +631,7 @@ static bool check_mesh(struct node_check *nc, const struct ddp_job *job, const c
         }
     free(part);
     free(why);
+    free(ssh);
     return ran;
 }
 
@@ -713,6 +727,11 @@ int ddp__doctor(const struct ddp_job *job)
     atomic_store(&stop_accepting, true);
     pthread_join(acc, NULL);
     bool mesh = check_mesh(nc, job, self, lfd, port);
+    for (size_t i = 0; i < job->nnodes; i++)
+        if (nc[i].ssh) {
+            ddp__ssh_close(nc[i].ssh);
+            free(nc[i].ssh);
+        }
     compare_python(nc, job->nnodes);
     if (code_file)
         compare_code(nc, job->nnodes, code_file);

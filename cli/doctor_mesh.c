@@ -276,6 +276,7 @@ struct run {
     size_t i;
     char target[300];
     int done_w; /* the runner's end: its index is written there when its command ended */
+    struct ddp__ssh *ssh; /* the node's session from its checks, or NULL */
     char out[1024];
 };
 
@@ -298,15 +299,18 @@ static void *runner(void *arg)
         char *argv[] = {(char *)r->self, "__mesh", r->target, idx, j->net_iface, NULL};
         ddp__run_capture(argv, r->out, sizeof(r->out), JOIN_MS + 2 * CONNECT_MS, &st);
     } else {
-        struct ddp__ssh s;
-        ddp__ssh_for_node(&s, j, r->i, r->self);
+        struct ddp__ssh own, *s = r->ssh; /* the checks' session: no second login */
+        if (!s)
+            ddp__ssh_for_node(s = &own, j, r->i, r->self);
         char cmd[PATH_MAX + 400];
-        snprintf(cmd, sizeof(cmd), "'%s' __mesh '%s' %s%s%s%s", s.remote, r->target, idx,
+        snprintf(cmd, sizeof(cmd), "'%s' __mesh '%s' %s%s%s%s", s->remote, r->target, idx,
                  j->net_iface ? " '" : "", j->net_iface ? j->net_iface : "",
                  j->net_iface ? "'" : "");
-        if (ddp__ssh_open(&s) != 0 || ddp__ssh_run(&s, cmd, r->out, sizeof(r->out), &st) < 0)
-            snprintf(r->out, sizeof(r->out), "mesh: %.900s", s.err);
-        ddp__ssh_close(&s);
+        if ((s == &own && ddp__ssh_open(s) != 0) ||
+            ddp__ssh_run(s, cmd, r->out, sizeof(r->out), &st) < 0)
+            snprintf(r->out, sizeof(r->out), "mesh: %.900s", s->err);
+        if (s == &own)
+            ddp__ssh_close(s);
     }
     uint32_t k = (uint32_t)r->i;
     ssize_t w = write(r->done_w, &k, sizeof(k));
@@ -353,7 +357,7 @@ static void add_unreached(char *why, size_t n, const char *host, const struct me
 }
 
 bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int port,
-                      const bool *part, char *why, size_t whyn)
+                      const bool *part, struct ddp__ssh *const *ssh, char *why, size_t whyn)
 {
     size_t nn = job->nnodes, np = 0;
     const char *first_remote = NULL;
@@ -383,7 +387,7 @@ bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int 
         if (ddp__route_source(ddp__job_host_is_local(host) ? first_remote : host, ip, sizeof(ip)) <
             0)
             snprintf(ip, sizeof(ip), "127.0.0.1");
-        r[i] = (struct run){.job = job, .self = self, .i = i, .done_w = pp[1]};
+        r[i] = (struct run){.job = job, .self = self, .i = i, .done_w = pp[1], .ssh = ssh[i]};
         snprintf(r[i].target, sizeof(r[i].target), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
         pthread_create(&th[i], NULL, runner, &r[i]);
     }

@@ -205,11 +205,16 @@ only_sshd_in() {
   run "$DDPRUN" doctor job.yaml --set "command=[./train.sh]" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1
   assert_output --partial "FAIL: './train.sh' is not an executable program there (from workdir $PWD)"
-  printf '#!/bin/sh\necho "ddprun 0.0.1"\n' >old-ddprun
+  # (the checks run in one session there: after a failed one, nothing else is run)
+  printf '#!/bin/sh\necho "$*" >>%s/old-calls\necho "ddprun 0.0.1"\n' "$PWD" >old-ddprun
   chmod +x old-ddprun
   run "$DDPRUN" doctor job.yaml --set ssh.remote_ddprun="$PWD/old-ddprun" --set "nodes=[$(sshd_addr 1)]"
   assert_failure 1
   assert_output --partial "there is 'ddprun 0.0.1', this is ddprun"
+  [ "$(cat old-calls)" = "--version" ]
+  run "$DDPRUN" doctor job.yaml --set ssh.remote_ddprun=/nonexistent/ddprun --set "nodes=[$(sshd_addr 1)]"
+  assert_failure 1
+  assert_line --regexp "^$a1 +ok +ok +FAIL +- .*FAIL: '/nonexistent/ddprun' is missing or broken there \(exit 127\)$"
 }
 
 @test "ddprun doctor: every node reaches the others where their ranks would listen; behind a firewall between two nodes, the one that cannot reach fails naming the other" {
