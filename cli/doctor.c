@@ -477,7 +477,7 @@ static void remote_checks(struct node_check *n, struct ddp__ssh *s, const char *
     bool code = n->code_file && !strchr(n->code_file, '\'');
     struct ddp__steps st;
     ddp__steps_init(&st);
-    ddp__steps_raw(&st, "ddp_v=$('%s' --version); ddp_vs=$?", s->remote);
+    ddp__steps_raw(&st, "ddp_v=$('%s' --version </dev/null); ddp_vs=$?", s->remote);
     ddp__steps_add(&st, "printf '%%s\\n' \"$ddp_v\"; exit $ddp_vs");
     ddp__steps_gate(&st);
     ddp__steps_raw(&st, "case \"$ddp_v\" in 'ddprun " DDP_VERSION "'|'ddprun " DDP_VERSION
@@ -504,7 +504,7 @@ static void remote_checks(struct node_check *n, struct ddp__ssh *s, const char *
     if (!script)
         snprintf(s->err, sizeof(s->err), "out of memory");
     else
-        ddp__ssh_run(s, script, out, sizeof(out), &rc);
+        ddp__ssh_run_input(s, "/bin/sh -s", script, out, sizeof(out), &rc);
     int got = script ? ddp__steps_split(&st, out, text, status, 6) : 0;
     const char *lost = s->err[0] ? s->err : "the node's shell ended before this check";
     /* the step k, when it ran: its status, else -1 */

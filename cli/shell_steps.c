@@ -68,8 +68,9 @@ void ddp__steps_add(struct ddp__steps *s, const char *fmt, ...)
     va_start(ap, fmt);
     vput(s, fmt, ap);
     va_end(ap);
-    /* The newline before the mark: a step's output need not end with one. */
-    put(s, "\n); ddp_st=$?; printf '\\n%s %%s\\n' \"$ddp_st\"\n", s->mark);
+    /* Nothing of the script for the step's input (sh -s reads it from there); the newline
+     * before the mark: a step's output need not end with one. */
+    put(s, "\n) </dev/null; ddp_st=$?; printf '\\n%s %%s\\n' \"$ddp_st\"\n", s->mark);
 }
 
 void ddp__steps_gate(struct ddp__steps *s)

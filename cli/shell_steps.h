@@ -3,8 +3,8 @@
  * exec is a channel, a session process and a shell there, about 0.1 s apiece on a LAN). The
  * script runs each step in a subshell, then prints a line of its own, a mark no step prints,
  * with the step's exit status; ddp__steps_split finds the steps' outputs and statuses again in
- * what the session printed. The session's shell is a POSIX sh, as for every command ddprun
- * runs over SSH. A leaf.
+ * what the session printed. The script is for /bin/sh: the doctor gives it to `/bin/sh -s` on
+ * the session's standard input, so a csh or fish login shell never reads it. A leaf.
  */
 #ifndef DDP_CLI_SHELL_STEPS_H
 #define DDP_CLI_SHELL_STEPS_H
@@ -24,8 +24,8 @@ void ddp__steps_release(struct ddp__steps *s);
 /* Shell text, as is, at the script's top level (a variable, an export). */
 void ddp__steps_raw(struct ddp__steps *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* A step: the command runs in a subshell (a cd or an exit there ends with it); its standard
- * output, then the mark and its status. */
+/* A step: the command runs in a subshell (a cd or an exit there ends with it), its standard
+ * input /dev/null; its standard output, then the mark and its status. */
 void ddp__steps_add(struct ddp__steps *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* After a step: the script ends there unless that step's status was 0. */

@@ -31,6 +31,10 @@ int ddp__ssh_open(struct ddp__ssh *b);
 /* Runs cmd on the node; its stdout (truncated to outlen-1) in out, its exit status in *status.
  * 0, or -1 with err set. */
 int ddp__ssh_run(struct ddp__ssh *b, const char *cmd, char *out, size_t outlen, int *status);
+/* The same, with in (NUL-terminated, a few KiB at most: it is written whole before the output
+ * is read) on cmd's standard input, then its end. */
+int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char *out,
+                       size_t outlen, int *status);
 void ddp__ssh_close(struct ddp__ssh *b);
 
 #endif

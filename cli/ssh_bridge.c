@@ -325,10 +325,18 @@ void ddp__ssh_close(struct ddp__ssh *b)
 
 int ddp__ssh_run(struct ddp__ssh *b, const char *cmd, char *out, size_t outlen, int *status)
 {
+    return ddp__ssh_run_input(b, cmd, NULL, out, outlen, status);
+}
+
+int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char *out,
+                       size_t outlen, int *status)
+{
     ssh_channel ch = ssh_channel_new(b->s);
     size_t got = 0;
     if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
-        ssh_channel_request_exec(ch, cmd) != SSH_OK) {
+        ssh_channel_request_exec(ch, cmd) != SSH_OK ||
+        (in && (ssh_channel_write(ch, in, (uint32_t)strlen(in)) != (int)strlen(in) ||
+                ssh_channel_send_eof(ch) != SSH_OK))) {
         if (ch)
             ssh_channel_free(ch);
         fail(b, "cannot run a command over SSH: %s", ssh_get_error(b->s));
