@@ -459,7 +459,6 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
     }
 }
 
-/* Runs cmd on a node reached by SSH under the environment its ranks get there. */
 /* A node's checks over SSH, in one session (cli/shell_steps.h), each after the last passed: the
  * ddprun there in this version, the workdir, then under the ranks' environment the program (as
  * the agent runs it: from workdir, a name looked up in PATH), the probe, a Python job's
