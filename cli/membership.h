@@ -26,7 +26,8 @@ struct ddp__member_lease;
 struct ddp__member_watch;
 
 enum ddp__member_ev_kind {
-    DDP__MEV_LEASE_ENDED, /* node, incarnation */
+    DDP__MEV_LEASE_ENDED, /* node, incarnation: its lease expired (through etcd: or was revoked) */
+    DDP__MEV_LEASE_LEFT,  /* node, incarnation: its agent revoked its lease, leaving cleanly */
     DDP__MEV_RESUMED,     /* round, step */
     DDP__MEV_PROGRESS,    /* node, incarnation, report (cli/diag.h lines) */
 };

@@ -318,10 +318,12 @@ static bool parse_event(const struct ddp_store_event *e, struct ddp__member_ev *
 {
     char tail;
     memset(ev, 0, sizeof(*ev));
-    /* (on etcd a lease's end is a delete; nobody else deletes these keys) */
-    if ((e->kind == DDP_STORE_EV_EXPIRE || e->kind == DDP_STORE_EV_DELETE) &&
+    /* (on etcd a lease's end, expired or revoked, is a delete; nobody else deletes these
+     * keys) */
+    if ((e->kind == DDP_STORE_EV_EXPIRE || e->kind == DDP_STORE_EV_DELETE ||
+         e->kind == DDP_STORE_EV_REVOKE) &&
         sscanf(e->key, "ddprun/nodes/%u.%u%c", &ev->node, &ev->incarnation, &tail) == 2) {
-        ev->kind = DDP__MEV_LEASE_ENDED;
+        ev->kind = e->kind == DDP_STORE_EV_REVOKE ? DDP__MEV_LEASE_LEFT : DDP__MEV_LEASE_ENDED;
         return true;
     }
     if (e->kind == DDP_STORE_EV_SET && e->value &&

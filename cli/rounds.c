@@ -340,6 +340,7 @@ static void agent_ended(void *arg, int i, int st)
     struct ddp__sup_node *a = &L.nd[i];
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_NONE;
+    a->left_ms = 0;
     if (prev == DDP__NS_GONE && L.ph == DDP__PH_RESTARTING)
         maybe_restart();
     if (prev == DDP__NS_GONE || L.ph == DDP__PH_FINISHING)
@@ -360,8 +361,8 @@ static void agent_message(void *arg, int i, const char *line, size_t n)
 const struct ddp__nodes_cb ddp__sup_nodes_cb = {
     .frame = agent_frame, .message = agent_message, .ended = agent_ended};
 
-/* The lease of agent incarnation inc of node i expired: the node missed its heartbeats. */
-static void lease_expired(int i, unsigned inc)
+/* The lease of agent incarnation inc of node i ended (why): the node is lost. */
+static void lease_lost(int i, unsigned inc, const char *why)
 {
     struct ddp__sup_node *a = &L.nd[i];
     if (a->incarnation != inc || !ddp__nodes_pid(&L.nodes, i) || a->state == DDP__NS_GONE ||
@@ -369,13 +370,60 @@ static void lease_expired(int i, unsigned inc)
         return;
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_GONE;
+    a->left_ms = 0;
     /* Whatever is left of it here goes: the bridge (its SSH connection), or a local agent
      * and its workers (one process group). */
     ddp__nodes_end(&L.nodes, i, 2);
+    node_out(i, prev, why);
+}
+
+static void lease_expired(int i, unsigned inc)
+{
     char why[200];
     snprintf(why, sizeof(why), "no heartbeat for %.1f s (elastic.heartbeat_timeout)",
              (double)L.job->heartbeat_timeout_ms / 1000);
-    node_out(i, prev, why);
+    lease_lost(i, inc, why);
+}
+
+/* Nodes whose agent revoked its lease heartbeat_timeout ago and whose process still runs. */
+static void on_left_check(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    int64_t now = ddp_now_ms(), next = 0, limit = (int64_t)L.job->heartbeat_timeout_ms;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (!a->left_ms)
+            continue;
+        if (now - a->left_ms < limit) {
+            int64_t due = a->left_ms + limit - now;
+            next = next && next < due ? next : due;
+            continue;
+        }
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "its agent left the job (it revoked its lease) but its process did not end "
+                 "within %.1f s (elastic.heartbeat_timeout)",
+                 (double)L.job->heartbeat_timeout_ms / 1000);
+        lease_lost((int)i, a->incarnation, why);
+    }
+    if (next)
+        ddp_timer_start(loop, t, (uint64_t)next);
+}
+
+/*
+ * Agent incarnation inc of node i revoked its lease: it leaves cleanly (its stdin ended, as
+ * when its SSH connection did, or it was told to), and its process ends next: that end, not
+ * the lease, says why the node is out (agent_ended). Only a process that outlives the lease's
+ * timeout is lost by it. (Through etcd a revoke reads as an expiry: lease_expired.)
+ */
+static void lease_left(int i, unsigned inc)
+{
+    struct ddp__sup_node *a = &L.nd[i];
+    if (a->incarnation != inc || !ddp__nodes_pid(&L.nodes, i) || a->state == DDP__NS_GONE ||
+        a->state == DDP__NS_NONE || L.ph == DDP__PH_FINISHING || a->left_ms)
+        return;
+    a->left_ms = ddp_now_ms();
+    if (!ddp_timer_armed(&L.left_check))
+        ddp_timer_start(L.loop, &L.left_check, L.job->heartbeat_timeout_ms);
 }
 
 void ddp__sup_join_where(struct ddp__agent_join *jf)
@@ -625,6 +673,8 @@ void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev)
             free(ev->report);
     } else if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < L.job->nnodes) {
         lease_expired((int)ev->node, ev->incarnation);
+    } else if (ev->kind == DDP__MEV_LEASE_LEFT && ev->node < L.job->nnodes) {
+        lease_left((int)ev->node, ev->incarnation);
     } else if (ev->kind == DDP__MEV_RESUMED && ev->round == L.round) {
         char extra[96] = "";
         if (L.t_lost && ev->round > 0)
@@ -649,6 +699,7 @@ void ddp__sup_timers_init(void)
     ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
     ddp_timer_init(&L.last_call, on_last_call);
     ddp_timer_init(&L.retry, on_retry);
+    ddp_timer_init(&L.left_check, on_left_check);
     if (L.tty)
         ddp_timer_start(L.loop, &L.tick, 250);
     if (L.job->max_restarts > 0)

@@ -56,6 +56,7 @@ struct ddp__sup_node {
     int rank_offset, member_index;
     int64_t last_fail, cool_until;
     bool was_lost; /* lost before: it rejoins when it can, rounds do not wait for it */
+    int64_t left_ms; /* when its agent revoked its lease while its process ran on, else 0 */
     char why[160]; /* why it was last out, for the rendezvous timeout's message */
 };
 
@@ -116,7 +117,7 @@ struct ddp__sup {
     bool detached;      /* ddprun --detach: no terminal; the console is console.log */
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
-    struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry;
+    struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry, left_check;
     /* cli/takeover.c: how long agents wait for a new launcher (0: no takeover), this
      * launcher's lease in etcd, and whether it took the job over from another */
     uint64_t takeover_ms;

@@ -211,12 +211,13 @@ static struct lease *lease_find(struct server *s, uint64_t id)
     return n ? DDP_CONTAINER_OF(n, struct lease, h) : NULL;
 }
 
-static void lease_end(struct server *s, struct lease *l)
+/* kind: what its keys' watchers see (expired, or revoked by its holder). */
+static void lease_end(struct server *s, struct lease *l, enum ddp_store_event_kind kind)
 {
     struct ddp_list *p, *t;
     ddp_timer_stop(s->loop, &l->timer);
     DDP_LIST_FOREACH_SAFE (p, t, &l->keys) {
-        entry_delete(s, DDP_CONTAINER_OF(p, struct entry, lease_link), DDP_STORE_EV_EXPIRE);
+        entry_delete(s, DDP_CONTAINER_OF(p, struct entry, lease_link), kind);
     }
     ddp_htab_remove(&s->leases, &l->h);
     STAT_ADD(s, leases, (uint64_t)-1);
@@ -231,7 +232,7 @@ static void lease_expired(struct ddp_loop *loop, struct ddp_timer *t)
     STAT_ADD(s, leases_expired, 1);
     DDP_INFO(STORE, "lease %016" PRIx64 " expired after %u ms without a keepalive", l->id,
              l->ttl_ms);
-    lease_end(s, l);
+    lease_end(s, l, DDP_STORE_EV_EXPIRE);
 }
 
 /* ------------------------------------------------------------------ */
@@ -568,7 +569,7 @@ void ddp__srv_op_lease_revoke(struct conn *c, const struct ddp__req *q)
         ddp__srv_reply(c, q->op, q->id, DDP_ENOLEASE);
         return;
     }
-    lease_end(c->srv, l);
+    lease_end(c->srv, l, DDP_STORE_EV_REVOKE);
     ddp__srv_reply(c, q->op, q->id, 0);
 }
 

@@ -207,7 +207,8 @@ void ddp_store_values_free(struct ddp_store_value *vals, size_t n);
 enum ddp_store_event_kind {
     DDP_STORE_EV_SET = 1,    /* key set (value attached) */
     DDP_STORE_EV_DELETE = 2, /* key deleted by a client */
-    DDP_STORE_EV_EXPIRE = 3, /* key deleted because its lease expired or was revoked */
+    DDP_STORE_EV_EXPIRE = 3, /* key deleted because its lease expired */
+    DDP_STORE_EV_REVOKE = 4, /* key deleted because its holder revoked its lease */
 };
 
 struct ddp_store_event {
@@ -247,7 +248,8 @@ int ddp_store_lease_grant(struct ddp_store *s, int ttl_ms, uint64_t *lease);
 /* Renews a lease for another full TTL; *ttl_ms (optional) receives it. DDP_ENOLEASE if it expired.
  */
 int ddp_store_lease_keepalive(struct ddp_store *s, uint64_t lease, int *ttl_ms);
-/* Ends a lease now, deleting its keys (watchers see DDP_STORE_EV_EXPIRE). */
+/* Ends a lease now, deleting its keys (watchers see DDP_STORE_EV_REVOKE; through etcd, whose
+ * watches tell neither end from a delete, DDP_STORE_EV_DELETE). */
 int ddp_store_lease_revoke(struct ddp_store *s, uint64_t lease);
 
 /* ------------------------------------------------------------------ */

@@ -164,7 +164,7 @@ static int queue_event(struct ddp_store *s, uint32_t wid, struct ddp_rd *r)
     const uint8_t *k, *v;
     uint32_t kl, vl;
     if (ddp_rd_u8(r, &kind) < 0 || ddp_rd_str(r, DDP__MAX_KEY, &k, &kl) < 0 ||
-        ddp_rd_str(r, DDP__MAX_VALUE, &v, &vl) < 0 || kind < 1 || kind > 3)
+        ddp_rd_str(r, DDP__MAX_VALUE, &v, &vl) < 0 || kind < 1 || kind > 4)
         return DDP_EPROTO;
     struct ddp_store_event *ev = calloc(1, sizeof(*ev));
     struct evnode *n = malloc(sizeof(*n));

@@ -338,6 +338,15 @@ TEST(lease_keepalive_expiry_and_revoke)
     ASSERT_ERR(ddp_store_get(s, "nodes/n1", &v, &n), DDP_ENOKEY);
     ASSERT_OK(ddp_store_get(s, "nodes/n2", &v, &n));
     free(v);
+    /* the watch saw n1 and n2 set, n2 set again (unbound), then n1 deleted as revoked (not
+     * expired: the launcher tells an agent that left from one that went silent) */
+    const char *seen[] = {"nodes/n1", "nodes/n2", "nodes/n2", "nodes/n1"};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(ddp_store_next_event(w, 3000, &ev));
+        ASSERT_STREQ(ev->key, seen[i]);
+        ASSERT_EQ(ev->kind, i < 3 ? DDP_STORE_EV_SET : DDP_STORE_EV_REVOKE);
+        ddp_store_event_free(ev);
+    }
     ddp_store_close(w);
     ddp_store_close(s);
     stop_server();
