@@ -297,16 +297,16 @@ JOB
   [ -n "$others" ] || { ps -ef; return 1; }
   kill -9 $sessions
   for _ in $(seq 100); do kill -0 $others 2>/dev/null || break; sleep 0.1; done
-  ! kill -0 $others 2>/dev/null || { ps -o pid,args -p "$(echo $others | tr ' ' ',')"; return 1; }
+  if kill -0 $others 2>/dev/null; then ps -o pid,args -p "$(echo $others | tr ' ' ',')"; return 1; fi
   # gone, leases revoked: nothing says either node is lost while their bridges cannot speak
   sleep 0.5
-  ! grep -q "lost" out.txt || { cat out.txt; return 1; }
+  if grep -q "lost" out.txt; then cat out.txt; return 1; fi
   # node 2's bridge resumes: it finds its connection ended, and that is the reason
   kill -CONT "$bridge2"
   wait_for_line out.txt 10 "node '$(sshd_addr 2)' lost: the SSH connection to it ended"
   # node 3's stays stopped: its process outlived the revoked lease's timeout
   wait_for_line out.txt 10 "node '$(sshd_addr 3)' lost: its agent left the job (it revoked its lease) but its process did not end within 4.0 s (elastic.heartbeat_timeout)"
-  ! grep -q "no heartbeat" out.txt || { cat out.txt; return 1; }
+  if grep -q "no heartbeat" out.txt; then cat out.txt; return 1; fi
   wait_for_line out.txt 20 "round 1: 1 node ($(sshd_addr 1)), 1 rank"
   kill -INT "$ddp"
   rc=0; wait "$ddp" || rc=$?
