@@ -30,6 +30,8 @@ void ddp__steps_release(struct ddp__steps *s)
 }
 
 static void vput(struct ddp__steps *s, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void vput(struct ddp__steps *s, const char *fmt, va_list ap)
 {
     va_list aq;
     va_copy(aq, ap);
