@@ -406,7 +406,7 @@ static void on_left_check(struct ddp_loop *loop, struct ddp_timer *t)
         lease_lost((int)i, a->incarnation, why);
     }
     if (next)
-        ddp_timer_start(loop, t, (uint64_t)next);
+        ddp_timer_start(loop, t, next);
 }
 
 /*
@@ -423,7 +423,7 @@ static void lease_left(int i, unsigned inc)
         return;
     a->left_ms = ddp_now_ms();
     if (!ddp_timer_armed(&L.left_check))
-        ddp_timer_start(L.loop, &L.left_check, L.job->heartbeat_timeout_ms);
+        ddp_timer_start(L.loop, &L.left_check, (int64_t)L.job->heartbeat_timeout_ms);
 }
 
 void ddp__sup_join_where(struct ddp__agent_join *jf)
