@@ -361,12 +361,20 @@ static void agent_message(void *arg, int i, const char *line, size_t n)
 const struct ddp__nodes_cb ddp__sup_nodes_cb = {
     .frame = agent_frame, .message = agent_message, .ended = agent_ended};
 
+/* Whether a lease event of agent incarnation inc of node i still matters: that agent's process
+ * runs, the node is neither out nor being ended, and the job is not finishing. */
+static bool lease_current(int i, unsigned inc)
+{
+    const struct ddp__sup_node *a = &L.nd[i];
+    return a->incarnation == inc && ddp__nodes_pid(&L.nodes, i) && a->state != DDP__NS_GONE &&
+           a->state != DDP__NS_NONE && L.ph != DDP__PH_FINISHING;
+}
+
 /* The lease of agent incarnation inc of node i ended (why): the node is lost. */
 static void lease_lost(int i, unsigned inc, const char *why)
 {
     struct ddp__sup_node *a = &L.nd[i];
-    if (a->incarnation != inc || !ddp__nodes_pid(&L.nodes, i) || a->state == DDP__NS_GONE ||
-        a->state == DDP__NS_NONE || L.ph == DDP__PH_FINISHING)
+    if (!lease_current(i, inc))
         return;
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_GONE;
@@ -418,8 +426,7 @@ static void on_left_check(struct ddp_loop *loop, struct ddp_timer *t)
 static void lease_left(int i, unsigned inc)
 {
     struct ddp__sup_node *a = &L.nd[i];
-    if (a->incarnation != inc || !ddp__nodes_pid(&L.nodes, i) || a->state == DDP__NS_GONE ||
-        a->state == DDP__NS_NONE || L.ph == DDP__PH_FINISHING || a->left_ms)
+    if (!lease_current(i, inc) || a->left_ms)
         return;
     a->left_ms = ddp_now_ms();
     if (!ddp_timer_armed(&L.left_check))
