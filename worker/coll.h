@@ -27,6 +27,11 @@ void ddp__reduce_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, enum
 void ddp__reduce_avg_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, int world);
 /* buf[i] /= world, for DDP_AVG after the sum. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
+/* The instruction set the kernels above use in this process ("baseline", "avx2", "avx512"; by
+ * default from DDP_PG_REDUCE_ISA, else the CPU's), and a switch to another for tests: -1 where
+ * the name is unknown or this CPU lacks it. Every set gives the same bits. */
+const char *ddp__reduce_isa_name(void);
+int ddp__reduce_isa(const char *name);
 
 /*
  * How long a thread with nothing to do keeps polling, calling sched_yield between polls, before
