@@ -139,6 +139,27 @@ static int alias(size_t maxb, double *t)
     return 0;
 }
 
+/* The bits of the small integer v (up to 256) as a 16-bit float: exact in both types. */
+static uint16_t half_of(int v, enum ddp_dtype dt)
+{
+    int e = 0;
+    while ((v >> (e + 1)) != 0)
+        e++;
+    uint32_t frac = (uint32_t)v - (1u << e); /* below the leading bit */
+    return dt == DDP_BF16 ? (uint16_t)((uint32_t)(e + 127) << 7 | frac << (7 - e))
+                          : (uint16_t)((uint32_t)(e + 15) << 10 | frac << (10 - e));
+}
+
+/* count elements of dt, each 1 */
+static void fill_ones(void *buf, size_t count, enum ddp_dtype dt)
+{
+    for (size_t i = 0; i < count; i++)
+        if (dt == DDP_F32)
+            ((float *)buf)[i] = 1.0f;
+        else
+            ((uint16_t *)buf)[i] = half_of(1, dt);
+}
+
 int main(int argc, char **argv)
 {
     const char *impl = argc > 1 ? argv[1] : "ddp-tcp";
@@ -193,6 +214,20 @@ int main(int argc, char **argv)
     bool rs = rl > 3 && strcmp(impl + rl - 3, "-rs") == 0;
     float *out = rs ? malloc(maxb / (size_t)n + 4) : NULL;
     bool pcs = rl > 3 && strcmp(impl + rl - 3, "-pc") == 0;
+    /* AR_DTYPE=bf16|f16: the all-reduce (not -rs nor -pc) of 16-bit floats, the same bytes */
+    const char *dn = getenv("AR_DTYPE");
+    enum ddp_dtype dt = !dn || strcmp(dn, "f32") == 0 ? DDP_F32
+                        : strcmp(dn, "bf16") == 0     ? DDP_BF16
+                                                      : DDP_F16;
+    if (dn && (dt == DDP_F16 ? strcmp(dn, "f16") != 0 : 0)) {
+        fprintf(stderr, "AR_DTYPE='%s' is not f32, bf16 or f16\n", dn);
+        return 2;
+    }
+    if (dt != DDP_F32 && (rs || pcs)) {
+        fprintf(stderr, "AR_DTYPE=%s: the plain all-reduce only\n", dn);
+        return 2;
+    }
+    size_t esz = dt == DDP_F32 ? 4 : 2;
     size_t piece = getenv("AR_PIECE_BYTES") ? (size_t)atol(getenv("AR_PIECE_BYTES")) / 4 : 25000;
     if (piece == 0)
         piece = 1;
@@ -203,10 +238,9 @@ int main(int argc, char **argv)
     if (only_it > 4096)
         only_it = 4096;
     for (size_t bytes = only ? only : 4096; bytes <= maxb; bytes *= 4) {
-        size_t count = bytes / 4;
+        size_t count = bytes / esz;
         int it = only_it > 0 ? only_it : iters_for(bytes);
-        for (size_t i = 0; i < count; i++)
-            buf[i] = 1.0f;
+        fill_ones(buf, count, dt);
         size_t part = count / (size_t)n; /* reduce-scatter: elements per rank */
         size_t npc = 0;
         for (size_t off = 0; pcs && off < count; off += piece, npc++)
@@ -226,7 +260,7 @@ int main(int argc, char **argv)
             int64_t t0 = ddp_now_ns();
             if ((rs    ? ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM)
                  : pcs ? ddp_pg_allreduce_pieces(pg, pc, npc, DDP_F32, DDP_SUM, -1)
-                       : ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM)) != 0)
+                       : ddp_pg_allreduce(pg, buf, count, dt, DDP_SUM)) != 0)
                 return 1;
             if (i >= 0)
                 t[i] = (double)(ddp_now_ns() - t0) / 1e3;
@@ -240,17 +274,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "TRACE %d %d %.1f cpu %d->%d vcs %ld ivcs %ld\n", rank, i, t[i],
                     tr[i].cpu0, tr[i].cpu1, tr[i].vcs, tr[i].ivcs);
         /* Check a fresh reduction: every element must be n. */
-        for (size_t i = 0; i < count; i++)
-            buf[i] = 1.0f;
+        fill_ones(buf, count, dt);
         if (rs)
             ddp_pg_reduce_scatter(pg, buf, out, part, DDP_F32, DDP_SUM);
         else if (pcs)
             ddp_pg_allreduce_pieces(pg, pc, npc, DDP_F32, DDP_SUM, -1);
         else
-            ddp_pg_allreduce(pg, buf, count, DDP_F32, DDP_SUM);
+            ddp_pg_allreduce(pg, buf, count, dt, DDP_SUM);
         int wrong = 0;
         for (size_t i = 0; i < (rs ? part : count) && !wrong; i++)
-            wrong = (rs ? out : buf)[i] != (float)n;
+            wrong = dt == DDP_F32 ? (rs ? out : buf)[i] != (float)n
+                                  : ((uint16_t *)buf)[i] != half_of(n, dt);
         ddp_pg_allreduce(pg, &wrong, 1, DDP_I32, DDP_SUM);
         /* Each rank's median; the slowest rank's median is the operation's time. */
         qsort(t, (size_t)it, sizeof(double), cmp_d);

@@ -329,13 +329,8 @@ static int launch(struct ddp_reducer *r, size_t bi)
         /* Divide first, so the half-precision sum cannot overflow where the average would not. */
         const float *f = b->buf;
         float inv = 1.0f / (float)r->world;
-        if (r->o.hook == DDP_HOOK_FP16)
-            for (size_t i = 0; i < b->count; i++)
-                b->comp[i] = ddp__f32_to_f16(f[i] * inv);
-        else
-            for (size_t i = 0; i < b->count; i++)
-                b->comp[i] = ddp__f32_to_bf16(f[i] * inv);
         enum ddp_dtype h = r->o.hook == DDP_HOOK_FP16 ? DDP_F16 : DDP_BF16;
+        ddp__f32_to_half(b->comp, f, b->count, h, inv);
         rc = now ? ddp_pg_allreduce_bucket(r->pg, b->comp, b->count, h, DDP_SUM, (int)bi)
                  : ddp_pg_allreduce_start_bucket(r->pg, b->comp, b->count, h, DDP_SUM, (int)bi,
                                                  &b->work);
@@ -736,13 +731,8 @@ int ddp_reducer_finalize(struct ddp_reducer *r)
     for (size_t bi = 0; bi < r->nb; bi++) {
         struct bucket *b = &r->bk[bi];
         if (hooked(r, b)) {
-            float *f = b->buf;
-            if (r->o.hook == DDP_HOOK_FP16)
-                for (size_t i = 0; i < b->count; i++)
-                    f[i] = ddp__f16_to_f32(b->comp[i]);
-            else
-                for (size_t i = 0; i < b->count; i++)
-                    f[i] = ddp__bf16_to_f32(b->comp[i]);
+            ddp__half_to_f32(b->buf, b->comp, b->count,
+                             r->o.hook == DDP_HOOK_FP16 ? DDP_F16 : DDP_BF16);
         }
         if (r->o.gradient_as_bucket_view)
             continue;

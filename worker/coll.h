@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/half.h"
 #include "worker/pg.h"
 
 /* dst[i] = op(dst[i], src[i]) for n elements; DDP_AVG reduces as a sum. */
@@ -27,6 +28,11 @@ void ddp__reduce_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, enum
 void ddp__reduce_avg_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, int world);
 /* buf[i] /= world, for DDP_AVG after the sum. */
 void ddp__scale_avg(void *buf, size_t n, enum ddp_dtype dt, int world);
+/* dst[i] = src[i] x scale rounded to dt (DDP_F16 or DDP_BF16), and back to float32: the
+ * reducer's compression hooks, vectorized as the kernels above are (the same bits as
+ * worker/half.h's conversions one element at a time). */
+void ddp__f32_to_half(uint16_t *dst, const float *src, size_t n, enum ddp_dtype dt, float scale);
+void ddp__half_to_f32(float *dst, const uint16_t *src, size_t n, enum ddp_dtype dt);
 /* The instruction set the kernels above use in this process ("baseline", "avx2", "avx512"; by
  * default from DDP_PG_REDUCE_ISA, else the CPU's), and a switch to another for tests: -1 where
  * the name is unknown or this CPU lacks it. Every set gives the same bits. */
@@ -59,11 +65,6 @@ static inline void *ddp__away_from(void *base, const void *dst)
     uintptr_t want = ((uintptr_t)dst + DDP__PAGE / 2) & (DDP__PAGE - 1);
     return (char *)base + ((want - (uintptr_t)base) & (DDP__PAGE - 1));
 }
-
-float ddp__bf16_to_f32(uint16_t h);
-uint16_t ddp__f32_to_bf16(float f);
-float ddp__f16_to_f32(uint16_t h);
-uint16_t ddp__f32_to_f16(float f);
 
 /* A connection to one peer. */
 #define DDP__TCP_MAX_CONNS 8

@@ -17,75 +17,6 @@
 #define DDP_REDUCE_X86 0
 #endif
 
-float ddp__bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t ddp__f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-float ddp__f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
-    if (exp == 0) {
-        if (mant == 0) {
-            u = sign;
-        } else { /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(mant & 0x400u)) {
-                mant <<= 1;
-                exp--;
-            }
-            u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (mant << 13);
-    } else {
-        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t ddp__f32_to_f16(float x)
-{
-    uint32_t f;
-    memcpy(&f, &x, 4);
-    uint32_t sign = (f >> 16) & 0x8000u, exp = (f >> 23) & 0xffu, mant = f & 0x7fffffu;
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10)
-            return (uint16_t)sign;
-        mant |= 0x800000u;
-        int shift = 14 - e;
-        uint32_t half = 1u << (shift - 1), rem = mant & ((1u << shift) - 1), r = mant >> shift;
-        if (rem > half || (rem == half && (r & 1)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
-        r++; /* a carry into the exponent is right, up to infinity */
-    return (uint16_t)(sign | r);
-}
-
 /*
  * The kernels, written once for three forms: in place, d[i] = op(d[i], s[i]) (A is d_, B s_);
  * into a third buffer, d[i] = op(a[i], s[i]) (A is a_, declared by the caller's macro), so
@@ -121,15 +52,27 @@ uint16_t ddp__f32_to_f16(float x)
 
 #define REDUCE_HALF(d, s, n, op, TO_F, FROM_F, A, B)                                               \
     do {                                                                                           \
-        uint16_t *d_ = (uint16_t *)(d);                                                            \
-        const uint16_t *s_ = (const uint16_t *)(s);                                                \
+        uint16_t *restrict d_ = (uint16_t *)(d);                                                   \
+        const uint16_t *restrict s_ = (const uint16_t *)(s);                                       \
         (void)s_;                                                                                  \
-        for (size_t i = 0; i < (n); i++) {                                                         \
-            float l_ = TO_F(A[i]), r_ = TO_F(B[i]);                                                \
-            float r = (op) == DDP_MAX   ? (r_ > l_ ? r_ : l_)                                      \
-                      : (op) == DDP_MIN ? (r_ < l_ ? r_ : l_)                                      \
-                                        : l_ + r_;                                                 \
-            d_[i] = FROM_F(r);                                                                     \
+        switch (op) { /* a loop per op, so each vectorizes */                                      \
+        case DDP_SUM:                                                                              \
+        case DDP_AVG:                                                                              \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                d_[i] = FROM_F(TO_F(A[i]) + TO_F(B[i]));                                           \
+            break;                                                                                 \
+        case DDP_MAX:                                                                              \
+            for (size_t i = 0; i < (n); i++) {                                                     \
+                float l_ = TO_F(A[i]), r_ = TO_F(B[i]);                                            \
+                d_[i] = FROM_F(r_ > l_ ? r_ : l_);                                                 \
+            }                                                                                      \
+            break;                                                                                 \
+        case DDP_MIN:                                                                              \
+            for (size_t i = 0; i < (n); i++) {                                                     \
+                float l_ = TO_F(A[i]), r_ = TO_F(B[i]);                                            \
+                d_[i] = FROM_F(r_ < l_ ? r_ : l_);                                                 \
+            }                                                                                      \
+            break;                                                                                 \
         }                                                                                          \
     } while (0)
 
@@ -179,7 +122,7 @@ uint16_t ddp__f32_to_f16(float x)
         } break;                                                                                   \
         case DDP_F16: {                                                                            \
             LEFT(uint16_t, a);                                                                     \
-            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16, A, B);                  \
+            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, F32_TO_F16, A, B);                       \
         } break;                                                                                   \
         }                                                                                          \
     } while (0)
@@ -238,7 +181,7 @@ uint16_t ddp__f32_to_f16(float x)
         case DDP_F16:                                                                              \
             for (size_t i = 0; i < (n); i++) {                                                     \
                 uint16_t *p_ = (uint16_t *)(buf) + i;                                              \
-                *p_ = ddp__f32_to_f16(ddp__f16_to_f32(*p_) / (float)(world));                      \
+                *p_ = F32_TO_F16(ddp__f16_to_f32(*p_) / (float)(world));                           \
             }                                                                                      \
             break;                                                                                 \
         }                                                                                          \
@@ -276,6 +219,8 @@ struct kernels {
     void (*reduce_avg)(void *, const void *, size_t, enum ddp_dtype, int);
     void (*reduce_avg_to)(void *, const void *, const void *, size_t, enum ddp_dtype, int);
     void (*reduce_avg_rev)(void *, const void *, size_t, enum ddp_dtype, int);
+    void (*to_half)(uint16_t *, const float *, size_t, enum ddp_dtype, float);
+    void (*from_half)(float *, const uint16_t *, size_t, enum ddp_dtype);
 };
 
 #define KERNEL_SET(sfx, ATTR)                                                                      \
@@ -316,6 +261,26 @@ struct kernels {
         AVG_ALL(dt, dst, a, NULL, n, world, a_, d_, reduce_rev_##sfx(dst, a, n, dt, DDP_AVG),      \
                 scale_avg_##sfx);                                                                  \
     }                                                                                              \
+    ATTR static void to_half_##sfx(uint16_t *restrict d, const float *restrict s, size_t n,        \
+                                   enum ddp_dtype dt, float scale)                                 \
+    {                                                                                              \
+        if (dt == DDP_F16)                                                                         \
+            for (size_t i = 0; i < n; i++)                                                         \
+                d[i] = F32_TO_F16(s[i] * scale);                                                   \
+        else                                                                                       \
+            for (size_t i = 0; i < n; i++)                                                         \
+                d[i] = ddp__f32_to_bf16(s[i] * scale);                                             \
+    }                                                                                              \
+    ATTR static void from_half_##sfx(float *restrict d, const uint16_t *restrict s, size_t n,      \
+                                     enum ddp_dtype dt)                                            \
+    {                                                                                              \
+        if (dt == DDP_F16)                                                                         \
+            for (size_t i = 0; i < n; i++)                                                         \
+                d[i] = ddp__f16_to_f32(s[i]);                                                      \
+        else                                                                                       \
+            for (size_t i = 0; i < n; i++)                                                         \
+                d[i] = ddp__bf16_to_f32(s[i]);                                                     \
+    }                                                                                              \
     static const struct kernels kernels_##sfx = {#sfx,                                             \
                                                  reduce_##sfx,                                     \
                                                  reduce_to_##sfx,                                  \
@@ -323,12 +288,19 @@ struct kernels {
                                                  scale_avg_##sfx,                                  \
                                                  reduce_avg_##sfx,                                 \
                                                  reduce_avg_to_##sfx,                              \
-                                                 reduce_avg_rev_##sfx}
+                                                 reduce_avg_rev_##sfx,                             \
+                                                 to_half_##sfx,                                    \
+                                                 from_half_##sfx}
 
+/* binary16's rounding: with branches where loops stay scalar, without where they vectorize */
+#define F32_TO_F16 ddp__f32_to_f16
 KERNEL_SET(baseline, );
+#undef F32_TO_F16
 #if DDP_REDUCE_X86
+#define F32_TO_F16 ddp__f32_to_f16_vec
 KERNEL_SET(avx2, __attribute__((target("avx2"))));
 KERNEL_SET(avx512, __attribute__((target("avx512f"))));
+#undef F32_TO_F16
 #endif
 
 /*
@@ -448,6 +420,16 @@ void ddp__reduce_avg_to(void *dst, const void *a, const void *b, size_t n, enum 
 void ddp__reduce_avg_rev(void *dst, const void *a, size_t n, enum ddp_dtype dt, int world)
 {
     K()->reduce_avg_rev(dst, a, n, dt, world);
+}
+
+void ddp__f32_to_half(uint16_t *dst, const float *src, size_t n, enum ddp_dtype dt, float scale)
+{
+    K()->to_half(dst, src, n, dt, scale);
+}
+
+void ddp__half_to_f32(float *dst, const uint16_t *src, size_t n, enum ddp_dtype dt)
+{
+    K()->from_half(dst, src, n, dt);
 }
 
 size_t ddp_dtype_size(enum ddp_dtype dt)

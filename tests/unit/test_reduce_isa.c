@@ -11,6 +11,7 @@
 #include "worker/coll.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,77 @@ static void fill(void *p, size_t n, enum ddp_dtype dt)
     }
 }
 
+/* The conversions as they were written first, one case at a time with branches (the
+ * reference for worker/half.h's, which have none). */
+static float ref_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t ref_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static float ref_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+    if (exp == 0) {
+        if (mant == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400u)) {
+                mant <<= 1;
+                exp--;
+            }
+            u = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (mant << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t ref_f32_to_f16(float x)
+{
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    uint32_t sign = (f >> 16) & 0x8000u, exp = (f >> 23) & 0xffu, mant = f & 0x7fffffu;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t half = 1u << (shift - 1), rem = mant & ((1u << shift) - 1), r = mant >> shift;
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
+        r++; /* a carry into the exponent is right, up to infinity */
+    return (uint16_t)(sign | r);
+}
+
 /* op(l, r) with l the left operand, as the kernels define it: r if r > l (MAX) else l. */
 #define OP(op, l, r)                                                                               \
     ((op) == DDP_MAX   ? ((r) > (l) ? (r) : (l))                                                   \
@@ -121,14 +193,14 @@ static void reference(void *d, const void *l, const void *r, size_t n, enum ddp_
         case DDP_BF16:
         case DDP_F16: {
             bool bf = dt == DDP_BF16;
-            float a = bf ? ddp__bf16_to_f32(((const uint16_t *)l)[i])
-                         : ddp__f16_to_f32(((const uint16_t *)l)[i]);
-            float b = bf ? ddp__bf16_to_f32(((const uint16_t *)r)[i])
-                         : ddp__f16_to_f32(((const uint16_t *)r)[i]);
-            uint16_t h = bf ? ddp__f32_to_bf16(OP(op, a, b)) : ddp__f32_to_f16(OP(op, a, b));
+            float a = bf ? ref_bf16_to_f32(((const uint16_t *)l)[i])
+                         : ref_f16_to_f32(((const uint16_t *)l)[i]);
+            float b = bf ? ref_bf16_to_f32(((const uint16_t *)r)[i])
+                         : ref_f16_to_f32(((const uint16_t *)r)[i]);
+            uint16_t h = bf ? ref_f32_to_bf16(OP(op, a, b)) : ref_f32_to_f16(OP(op, a, b));
             if (op == DDP_AVG) { /* two passes: the sum rounded to the type, then the division */
-                float s = bf ? ddp__bf16_to_f32(h) : ddp__f16_to_f32(h);
-                h = bf ? ddp__f32_to_bf16(s / (float)world) : ddp__f32_to_f16(s / (float)world);
+                float s = bf ? ref_bf16_to_f32(h) : ref_f16_to_f32(h);
+                h = bf ? ref_f32_to_bf16(s / (float)world) : ref_f32_to_f16(s / (float)world);
             }
             ((uint16_t *)d)[i] = h;
         } break;
@@ -220,6 +292,24 @@ static void check_set(const char *set)
                         expect_same(set, "reduce+scale_avg", pd, want, n, dt, op, off);
                     }
                 }
+    /* the compression hooks' conversions: float32 x scale to each half type and back */
+    float *f = (float *)a, *g = (float *)b;
+    uint16_t *h = (uint16_t *)d, *hw = (uint16_t *)want;
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (int half = 0; half < 2; half++) {
+            enum ddp_dtype dt = half ? DDP_F16 : DDP_BF16;
+            size_t n = lens[k];
+            fill(f, n, DDP_F32);
+            float scale = k % 2 ? 0.25f : 1.0f / 3.0f;
+            ddp__f32_to_half(h, f, n, dt, scale);
+            for (size_t i = 0; i < n; i++)
+                hw[i] = half ? ref_f32_to_f16(f[i] * scale) : ref_f32_to_bf16(f[i] * scale);
+            expect_same(set, "f32_to_half", h, hw, n, dt, DDP_SUM, 0);
+            ddp__half_to_f32(g, h, n, dt);
+            for (size_t i = 0; i < n; i++)
+                f[i] = half ? ref_f16_to_f32(h[i]) : ref_bf16_to_f32(h[i]);
+            expect_same(set, "half_to_f32", g, f, n, DDP_F32, DDP_SUM, 0);
+        }
     free(a);
     free(b);
     free(d);
@@ -267,4 +357,39 @@ TEST(a_bad_name_falls_back_to_auto)
 #endif
     if (strcmp(got, want) != 0)
         FAIL_AT("auto chose %s, expected %s", got, want);
+}
+
+/* Every bfloat16 and binary16 value to float32, bit for bit as the reference; float32 to each,
+ * at every exponent, around every rounding point (ties both ways, one below and above, for
+ * each shift a subnormal result takes), and at random. */
+TEST(half_conversions_match_the_reference_bit_for_bit)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = ddp__bf16_to_f32((uint16_t)h), b = ref_bf16_to_f32((uint16_t)h);
+        float c = ddp__f16_to_f32((uint16_t)h), d = ref_f16_to_f32((uint16_t)h);
+        if (memcmp(&a, &b, 4) || memcmp(&c, &d, 4))
+            FAIL_AT("half 0x%04x: bf16 %a against %a, f16 %a against %a", h, a, b, c, d);
+    }
+    size_t checked = 0;
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t exp = 0; exp < 256; exp++)
+            for (uint32_t k = 0; k < 2048; k++) {
+                uint32_t mant = (uint32_t)next_u64() & 0x7fffffu;
+                if (k < 25 * 6) { /* a rounding point of shift s: its low s bits */
+                    uint32_t s = 1 + k / 6, half = 1u << (s - 1),
+                             lo[] = {half, half - 1, half + 1, 0, (1u << s) - 1, 1};
+                    mant = ((mant >> s) << s | lo[k % 6]) & 0x7fffffu;
+                }
+                uint32_t u = sign << 31 | exp << 23 | mant;
+                float f;
+                memcpy(&f, &u, 4);
+                uint16_t a = ddp__f32_to_f16(f), b = ref_f32_to_f16(f), v = ddp__f32_to_f16_vec(f);
+                uint16_t c = ddp__f32_to_bf16(f), d = ref_f32_to_bf16(f);
+                if (a != b || v != b || c != d)
+                    FAIL_AT("float 0x%08x: f16 0x%04x and 0x%04x (vec) against 0x%04x, bf16 0x%04x "
+                            "against 0x%04x",
+                            u, a, v, b, c, d);
+                checked++;
+            }
+    ASSERT_EQ(checked, 2 * 256 * 2048);
 }
