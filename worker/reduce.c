@@ -122,7 +122,7 @@
         } break;                                                                                   \
         case DDP_F16: {                                                                            \
             LEFT(uint16_t, a);                                                                     \
-            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, F32_TO_F16, A, B);                       \
+            REDUCE_HALF(dst, src, n, op, ddp__f16_to_f32, ddp__f32_to_f16, A, B);                  \
         } break;                                                                                   \
         }                                                                                          \
     } while (0)
@@ -181,7 +181,7 @@
         case DDP_F16:                                                                              \
             for (size_t i = 0; i < (n); i++) {                                                     \
                 uint16_t *p_ = (uint16_t *)(buf) + i;                                              \
-                *p_ = F32_TO_F16(ddp__f16_to_f32(*p_) / (float)(world));                           \
+                *p_ = ddp__f32_to_f16(ddp__f16_to_f32(*p_) / (float)(world));                      \
             }                                                                                      \
             break;                                                                                 \
         }                                                                                          \
@@ -266,7 +266,7 @@ struct kernels {
     {                                                                                              \
         if (dt == DDP_F16)                                                                         \
             for (size_t i = 0; i < n; i++)                                                         \
-                d[i] = F32_TO_F16(s[i] * scale);                                                   \
+                d[i] = ddp__f32_to_f16(s[i] * scale);                                              \
         else                                                                                       \
             for (size_t i = 0; i < n; i++)                                                         \
                 d[i] = ddp__f32_to_bf16(s[i] * scale);                                             \
@@ -292,15 +292,10 @@ struct kernels {
                                                  to_half_##sfx,                                    \
                                                  from_half_##sfx}
 
-/* binary16's rounding: with branches where loops stay scalar, without where they vectorize */
-#define F32_TO_F16 ddp__f32_to_f16
 KERNEL_SET(baseline, );
-#undef F32_TO_F16
 #if DDP_REDUCE_X86
-#define F32_TO_F16 ddp__f32_to_f16_vec
 KERNEL_SET(avx2, __attribute__((target("avx2"))));
 KERNEL_SET(avx512, __attribute__((target("avx512f"))));
-#undef F32_TO_F16
 #endif
 
 /*
