@@ -3,6 +3,8 @@
 usage: /usr/bin/python3 gloo_allreduce.py NRANKS PORT   (spawns NRANKS processes on 127.0.0.1)
        /usr/bin/python3 gloo_allreduce.py NRANKS PORT RANK ADDR IFNAME
            (one rank of a group across hosts: rank 0 listens on ADDR:PORT; Gloo uses IFNAME)
+AR_DTYPE=bf16|f16 all-reduces 16-bit floats instead of float32, the same bytes, as
+allreduce_bench does.
 """
 import os
 import sys
@@ -21,9 +23,11 @@ def run(rank, n, port, addr="127.0.0.1", ifname="lo"):
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = ifname
     dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=n)
-    b = 4096
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[os.environ.get("AR_DTYPE", "f32")]
+    esz = torch.tensor([], dtype=dt).element_size()
+    b = int(os.environ.get("AR_FROM", 4096))
     while b <= 64 << 20:
-        t = torch.ones(b // 4, dtype=torch.float32)
+        t = torch.ones(b // esz, dtype=dt)
         for _ in range(3):
             dist.all_reduce(t)
         times = []
