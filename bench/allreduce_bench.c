@@ -216,10 +216,12 @@ int main(int argc, char **argv)
     bool pcs = rl > 3 && strcmp(impl + rl - 3, "-pc") == 0;
     /* AR_DTYPE=bf16|f16: the all-reduce (not -rs nor -pc) of 16-bit floats, the same bytes */
     const char *dn = getenv("AR_DTYPE");
-    enum ddp_dtype dt = !dn || strcmp(dn, "f32") == 0 ? DDP_F32
-                        : strcmp(dn, "bf16") == 0     ? DDP_BF16
-                                                      : DDP_F16;
-    if (dn && (dt == DDP_F16 ? strcmp(dn, "f16") != 0 : 0)) {
+    enum ddp_dtype dt = DDP_F32;
+    if (dn && strcmp(dn, "bf16") == 0) {
+        dt = DDP_BF16;
+    } else if (dn && strcmp(dn, "f16") == 0) {
+        dt = DDP_F16;
+    } else if (dn && strcmp(dn, "f32") != 0) {
         fprintf(stderr, "AR_DTYPE='%s' is not f32, bf16 or f16\n", dn);
         return 2;
     }
@@ -227,7 +229,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "AR_DTYPE=%s: the plain all-reduce only\n", dn);
         return 2;
     }
-    size_t esz = dt == DDP_F32 ? 4 : 2;
+    size_t esz = ddp_dtype_size(dt);
     size_t piece = getenv("AR_PIECE_BYTES") ? (size_t)atol(getenv("AR_PIECE_BYTES")) / 4 : 25000;
     if (piece == 0)
         piece = 1;

@@ -34,7 +34,7 @@ static void from_half(void)
     ddp__half_to_f32(fa, ha, N, cur);
 }
 
-static double gbps(void (*fn)(void), size_t esz)
+static double gelems(void (*fn)(void))
 {
     for (size_t i = 0; i < N; i++) { /* ordinary numbers */
         fa[i] = 1.0f + (float)i * 1e-3f;
@@ -50,7 +50,6 @@ static double gbps(void (*fn)(void), size_t esz)
         if (t < best)
             best = t;
     }
-    (void)esz;
     return (double)N / best; /* elements per ns */
 }
 
@@ -70,10 +69,10 @@ int main(void)
         if (ddp__reduce_isa(sets[s]) != 0)
             continue;
         cur = DDP_BF16;
-        double sf = gbps(sum_f32, 4), sb = gbps(sum_half, 2), tb = gbps(to_half, 2),
-               fbv = gbps(from_half, 2);
+        double sf = gelems(sum_f32), sb = gelems(sum_half), tb = gelems(to_half),
+               fbv = gelems(from_half);
         cur = DDP_F16;
-        double sh = gbps(sum_half, 2), th = gbps(to_half, 2), fh = gbps(from_half, 2);
+        double sh = gelems(sum_half), th = gelems(to_half), fh = gelems(from_half);
         printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", sets[s], sf, sb, sh, tb,
                th, fbv, fh);
     }

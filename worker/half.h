@@ -13,7 +13,6 @@
 #define DDP_WORKER_HALF_H
 
 #include <stdint.h>
-#include <string.h>
 
 /* Bits of a float and back (a union: the vectorizer takes it where it does not take memcpy). */
 static inline uint32_t ddp__f32_bits(float f)
