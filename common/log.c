@@ -1,6 +1,7 @@
 /* Implementation of common/log.h: one formatted write(2) per line so lines never interleave. */
 #include "common/log.h"
 #include "common/err.h"
+#include "common/util.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -119,8 +120,9 @@ bool ddp_log_enabled(enum ddp_log_level level, enum ddp_log_subsys sub)
     return level <= g.level && (g.subsys & (unsigned)sub);
 }
 
-void ddp_log_write(enum ddp_log_level level, enum ddp_log_subsys sub, const char *file, int line,
-                   const char *fmt, ...)
+/* Formats and writes one line; suffix (or NULL) goes after the message. */
+static void vwrite(enum ddp_log_level level, enum ddp_log_subsys sub, const char *file, int line,
+                   const char *suffix, const char *fmt, va_list ap)
 {
     static const char *const lvl[] = {"", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
     const char *sname = sub == DDP_SUB_STORE     ? "store"
@@ -138,15 +140,17 @@ void ddp_log_write(enum ddp_log_level level, enum ddp_log_subsys sub, const char
                      lvl[level], sname);
     if (n < 0)
         return;
-    va_list ap;
-    va_start(ap, fmt);
     int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
-    va_end(ap);
     if (m < 0)
         return;
     size_t len = (size_t)n + (size_t)m;
     if (len > sizeof(buf) - 2)
         len = sizeof(buf) - 2;
+    if (suffix) {
+        int k = snprintf(buf + len, sizeof(buf) - len, "%s", suffix);
+        if (k > 0)
+            len = len + (size_t)k < sizeof(buf) - 2 ? len + (size_t)k : sizeof(buf) - 2;
+    }
     if (level >= DDP_LOG_TRACE) {
         int k = snprintf(buf + len, sizeof(buf) - len, " (%s:%d)", file, line);
         if (k > 0 && len + (size_t)k < sizeof(buf) - 1)
@@ -156,4 +160,34 @@ void ddp_log_write(enum ddp_log_level level, enum ddp_log_subsys sub, const char
     /* One write per line: lines from several threads or processes never mix. */
     ssize_t w = write(g.fd, buf, len);
     (void)w;
+}
+
+void ddp_log_write(enum ddp_log_level level, enum ddp_log_subsys sub, const char *file, int line,
+                   const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vwrite(level, sub, file, line, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void ddp_log_write_limited(struct ddp_log_limit *lim, enum ddp_log_level level,
+                           enum ddp_log_subsys sub, const char *file, int line, const char *fmt,
+                           ...)
+{
+    int64_t now = ddp_now_ms();
+    if (lim->last_ms != 0 && now - lim->last_ms < 1000) {
+        lim->held++;
+        return;
+    }
+    char suffix[96] = "";
+    if (lim->held > 0)
+        snprintf(suffix, sizeof(suffix), " (%llu more like it in the last %.1f s not shown)",
+                 (unsigned long long)lim->held, (double)(now - lim->last_ms) / 1000.0);
+    lim->last_ms = now > 0 ? now : 1;
+    lim->held = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vwrite(level, sub, file, line, suffix[0] ? suffix : NULL, fmt, ap);
+    va_end(ap);
 }

@@ -13,6 +13,7 @@
 #include "common/buf.h"
 #include "common/htab.h"
 #include "common/list.h"
+#include "common/log.h"
 #include "rendezvous/loop.h"
 #include "rendezvous/proto.h"
 #include "rendezvous/store.h"
@@ -144,7 +145,9 @@ struct server {
     struct ddp_timer accept_pause;
     uint64_t next_conn_id;
     uint32_t next_watch_id;
-    int64_t last_refuse_log_ms, last_torch_refuse_log_ms;
+    /* The lines about refused and dropped connections, a limit per port: [0] the store's,
+     * [1] the TCPStore port's (ddp__srv_log_limit). */
+    struct ddp_log_limit drop_log[2];
     struct stats st;
     /* The TCPStore port (ddp_store_server_torch_listen): its socket, the peer addresses it
      * accepts, and the round whose key space new connections get. */
@@ -163,6 +166,9 @@ struct ddp_store_server {
 
 /* Marks c for teardown after this loop iteration (reason is logged). */
 void ddp__srv_close_later(struct conn *c, const char *reason);
+/* A dropped or refused connection's warning, through its port's limit (a line a second). */
+#define DDP__SRV_DROP_WARN(c, ...)                                                                 \
+    DDP_WARN_LIMITED(&(c)->srv->drop_log[(c)->torch ? 1 : 0], STORE, __VA_ARGS__)
 /* c has output queued: the after-hook writes it; a client that does not read is dropped. */
 void ddp__srv_want_flush(struct conn *c);
 /* Starts a reply to (op, id) with status in c's output; returns the position for _end. */

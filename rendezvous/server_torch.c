@@ -162,7 +162,7 @@ static void put_bytes(struct conn *c, const uint8_t *p, uint32_t n)
 
 static void drop(struct conn *c, const char *why)
 {
-    DDP_WARN(STORE, "dropping TCPStore connection from '%s': %s", c->peer, why);
+    DDP__SRV_DROP_WARN(c, "dropping TCPStore connection from '%s': %s", c->peer, why);
     STAT_ADD(c->srv, conns_dropped, 1);
     ddp__srv_close_later(c, why);
 }

@@ -53,7 +53,7 @@ static void auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
     struct conn *c = DDP_CONTAINER_OF(t, struct conn, auth_timer);
-    DDP_WARN(STORE, "dropping connection from '%s': no authentication within %d ms", c->peer,
+    DDP__SRV_DROP_WARN(c, "dropping connection from '%s': no authentication within %d ms", c->peer,
              c->srv->auth_timeout_ms);
     STAT_ADD(c->srv, conns_dropped, 1);
     ddp__srv_close_later(c, "authentication timeout");
@@ -62,7 +62,7 @@ static void auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
 static void on_hello(struct conn *c, const struct ddp__req *q)
 {
     if (q->magic != DDP__PROTO_MAGIC) {
-        DDP_WARN(STORE,
+        DDP__SRV_DROP_WARN(c,
                  "dropping connection from '%s': bad magic 0x%08x (not a ddprun store client)",
                  c->peer, q->magic);
         STAT_ADD(c->srv, conns_dropped, 1);
@@ -70,7 +70,7 @@ static void on_hello(struct conn *c, const struct ddp__req *q)
         return;
     }
     if (q->version != DDP__PROTO_VERSION) {
-        DDP_WARN(STORE, "refusing client '%s': protocol version %u, server speaks %u", c->peer,
+        DDP__SRV_DROP_WARN(c, "refusing client '%s': protocol version %u, server speaks %u", c->peer,
                  q->version, DDP__PROTO_VERSION);
         size_t pos = ddp__srv_reply_begin(c, q->op, q->id, DDP_EVERSION);
         ddp_buf_put_u16(&c->out, DDP__PROTO_VERSION);
@@ -100,7 +100,7 @@ static void on_auth(struct conn *c, const struct ddp__req *q)
     uint8_t want[DDP__MAC_LEN], mine[DDP__MAC_LEN];
     if (ddp__proto_mac(s->token, s->toklen, DDP__LABEL_CLIENT, c->snonce, c->cnonce, want) < 0 ||
         !ddp__proto_mac_equal(want, q->mac)) {
-        DDP_WARN(STORE, "refusing client '%s': authentication failed (wrong job token)", c->peer);
+        DDP__SRV_DROP_WARN(c, "refusing client '%s': authentication failed (wrong job token)", c->peer);
         STAT_ADD(s, conns_refused_auth, 1);
         ddp__srv_reply(c, q->op, q->id, DDP_EAUTH);
         c->close_after_write = true;
@@ -138,7 +138,7 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
         return;
     }
     if (r < 0) {
-        DDP_WARN(STORE, "dropping connection from '%s': malformed frame (%s)", c->peer,
+        DDP__SRV_DROP_WARN(c, "dropping connection from '%s': malformed frame (%s)", c->peer,
                  ddp_strerror(r));
         STAT_ADD(c->srv, conns_dropped, 1);
         ddp__srv_close_later(c, "malformed frame");
@@ -148,7 +148,7 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
     bool handshake_op = q.op == DDP__OP_HELLO || q.op == DDP__OP_AUTH;
     if ((c->state == CONN_HELLO && q.op != DDP__OP_HELLO) ||
         (c->state == CONN_AUTH && q.op != DDP__OP_AUTH) || (!pre && handshake_op)) {
-        DDP_WARN(STORE, "dropping connection from '%s': op 0x%02x out of sequence", c->peer, q.op);
+        DDP__SRV_DROP_WARN(c, "dropping connection from '%s': op 0x%02x out of sequence", c->peer, q.op);
         STAT_ADD(c->srv, conns_dropped, 1);
         ddp__srv_close_later(c, "op out of sequence");
         return;
@@ -235,7 +235,7 @@ static int conn_process(struct conn *c)
         long fs = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in), max);
         if (fs < 0) {
             /* Checked before anything is allocated for the frame. */
-            DDP_WARN(STORE, "dropping connection from '%s': frame length %s", c->peer,
+            DDP__SRV_DROP_WARN(c, "dropping connection from '%s': frame length %s", c->peer,
                      fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
             STAT_ADD(s, conns_dropped, 1);
             ddp__srv_close_later(c, "bad frame length");
@@ -300,7 +300,7 @@ static void conn_read(struct conn *c)
         if (conn_process(c) < 0)
             return;
         if (c->parked && ddp_buf_pending(&c->in) > PARKED_INPUT_MAX) {
-            DDP_WARN(STORE,
+            DDP__SRV_DROP_WARN(c,
                      "dropping connection from '%s': more than %u bytes of requests behind a "
                      "WAIT that is not answered yet",
                      c->peer, PARKED_INPUT_MAX);
@@ -372,6 +372,7 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
 {
     (void)mask;
     struct server *s = arg;
+    struct ddp_log_limit *lim = &s->drop_log[lfd == s->tfd ? 1 : 0];
     for (int i = 0; i < 256; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
@@ -381,20 +382,17 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
                 continue;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Out of fds: stop accepting briefly rather than spin on a readable listener. */
-                DDP_WARN(STORE, "cannot accept a connection: %s; pausing accepts for 100 ms",
-                         strerror(errno));
+                DDP_WARN_LIMITED(lim, STORE,
+                                 "cannot accept a connection: %s; pausing accepts for 100 ms",
+                                 strerror(errno));
                 ddp_loop_modify(loop, lfd, 0);
                 ddp_timer_start(loop, &s->accept_pause, 100);
             }
             return;
         }
         if (STAT_GET(s, conns_open) >= s->max_conns) {
-            int64_t now = ddp_now_ms();
-            if (now - s->last_refuse_log_ms >= 1000) {
-                DDP_WARN(STORE, "refusing connection: %u connections open (the limit)",
-                         s->max_conns);
-                s->last_refuse_log_ms = now;
-            }
+            DDP_WARN_LIMITED(lim, STORE, "refusing connection: %u connections open (the limit)",
+                             s->max_conns);
             STAT_ADD(s, conns_dropped, 1);
             close(fd);
             continue;
@@ -403,15 +401,10 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
         if (torch && !torch_peer_allowed(s, &ss, sl)) {
             char peer[96];
             format_peer(&ss, sl, peer, sizeof(peer));
-            /* at most a line a second, whoever knocks */
-            int64_t now = ddp_now_ms();
-            if (now - s->last_torch_refuse_log_ms >= 1000) {
-                DDP_WARN(STORE,
-                         "refusing a TCPStore connection from '%s': not an address it serves "
-                         "(the job's nodes)",
-                         peer);
-                s->last_torch_refuse_log_ms = now;
-            }
+            DDP_WARN_LIMITED(lim, STORE,
+                             "refusing a TCPStore connection from '%s': not an address it serves "
+                             "(the job's nodes)",
+                             peer);
             STAT_ADD(s, conns_dropped, 1);
             close(fd);
             continue;

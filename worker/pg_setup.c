@@ -173,6 +173,7 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
  * that cannot connect says why first (cli/doctor_mesh.c's check finds the same). */
 static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
 {
+    struct ddp_log_limit refused_log = {0}; /* this listener's: a line a second */
     int want = 0;
     for (int j = pg->rank + 1; j < pg->world; j++)
         want += pg->comm.peers[j].nconns + (pg->p2p_fd ? 1 : 0);
@@ -223,7 +224,8 @@ static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, in
                 continue;
             }
         }
-        DDP_WARN(PG, "rank %d: refused a peer connection that failed the handshake", pg->rank);
+        DDP_WARN_LIMITED(&refused_log, PG,
+                         "rank %d: refused a peer connection that failed the handshake", pg->rank);
         close(fd);
     }
     return 0;
