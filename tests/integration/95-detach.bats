@@ -16,6 +16,7 @@ JOB
 }
 
 teardown() {
+  [ -z "${theirs:-}" ] || rm -rf "$theirs"
   # nothing of any job is left: no supervisor, no rank
   local left
   for _ in $(seq 50); do
@@ -155,20 +156,30 @@ JOB
   [ "$(id -u)" -eq 0 ] || skip "needs root to act as another user"
   command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
   id=$(detach job.yaml)
-  as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
-  chmod 755 "$BATS_TEST_TMPDIR" # the test folder; the control folder stays 0700
+  # The other user runs a copy of ddprun (and of any library of the build it loads) in a fresh
+  # 0755 folder of its own: the build may lie in a folder they cannot enter (a clone under /root,
+  # or in a mktemp -d folder), and no mode outside that folder changes.
+  theirs=$(mktemp -d /tmp/ddprun-other-user.XXXXXX)
+  chmod 755 "$theirs"
+  cp "$DDPRUN" "$theirs/"
+  ldd "$DDPRUN" | awk -v b="$BUILD" 'index($3, b) == 1 {print $3}' | xargs -r cp -t "$theirs"
+  as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups env LD_LIBRARY_PATH="$theirs" "$@"; }
+  as_nobody "$theirs/ddprun" --version >/dev/null # they can run it at all
+  DDPRUN_THEIRS="$theirs/ddprun"
   # the owner's runtime folder is closed to them: they find no job of theirs
-  run as_nobody env XDG_RUNTIME_DIR="$XDG_RUNTIME_DIR" "$DDPRUN" attach "$id"
+  run as_nobody env XDG_RUNTIME_DIR="$XDG_RUNTIME_DIR" "$DDPRUN_THEIRS" attach "$id"
   assert_failure 2
   assert_output --partial "no running job of yours on this machine"
   # with their own: no such job
-  run as_nobody env -u XDG_RUNTIME_DIR "$DDPRUN" stop "$id"
+  run as_nobody env -u XDG_RUNTIME_DIR "$DDPRUN_THEIRS" stop "$id"
   assert_failure 2
   assert_output --partial "no running job of yours on this machine"
-  run as_nobody env -u XDG_RUNTIME_DIR "$DDPRUN" ps
+  run as_nobody env -u XDG_RUNTIME_DIR "$DDPRUN_THEIRS" ps
+  assert_success
   refute_output --partial "$id"
-  # the socket itself is out of reach
-  run as_nobody python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])" "$XDG_RUNTIME_DIR/ddprun/$id.sock"
+  # the socket itself is out of reach (Debian's python, which they can run)
+  as_nobody /usr/bin/python3 -c pass
+  run as_nobody /usr/bin/python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])" "$XDG_RUNTIME_DIR/ddprun/$id.sock"
   assert_failure
   assert_output --partial "Permission denied"
   "$DDPRUN" ps | grep -q "^$id "
