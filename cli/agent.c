@@ -14,6 +14,7 @@
  * (cli/agent_link.h).
  */
 #include "cli/agent_env.h"
+#include "cli/agent_guard.h"
 #include "cli/agent_link.h"
 #include "cli/agent_proto.h"
 #include "cli/cli.h"
@@ -72,6 +73,7 @@ struct agent {
     bool have_join, have_start, stopping, exiting;
     bool hello;                      /* the launcher on the link said HELLO (agent_proto.h) */
     struct ddp__member_lease *lease; /* the node's lease (cli/membership.h), once joined */
+    struct ddp__guard *guard;        /* its guard (cli/agent_guard.h), once joined */
     char iface[64];     /* this node's interface toward the store: the ranks' network default */
     char node_addr[64]; /* and its address there */
     cpu_set_t allowed;  /* the agent's own CPUs, which bind_to divides among the ranks */
@@ -230,7 +232,7 @@ static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
     (void)t;
     /* SIGKILL cannot be aimed at our own group (we are in it): kill each child, and
      * again as orphans reparent to us, until none is left. */
-    if (ddp__kill_children(SIGKILL) > 0)
+    if (ddp__kill_children(SIGKILL, ddp__guard_pid(A.guard)) > 0)
         ddp_timer_start(loop, &A.grace, 20);
 }
 
@@ -308,7 +310,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     if (A.unreported > 0)
         return;
     /* Stragglers the workers left behind are part of the job too. */
-    ddp__sweep_children();
+    ddp__sweep_children(ddp__guard_pid(A.guard));
     if (A.have_start) {
         struct ddp_buf b;
         ddp_buf_init(&b);
@@ -497,13 +499,15 @@ static void start_workers(void)
 /* ---- membership: the node's lease ---- */
 
 /* The lease is gone or the backend unreachable for the heartbeat timeout: the launcher has
- * counted this node lost, so its workers must stop writing and computing. */
+ * counted this node lost, and a new round may train without it, so its workers must stop
+ * writing and computing now, not after a grace period (SIGKILL). */
 static void on_fenced(void *arg, const char *why)
 {
     (void)arg;
-    fprintf(stderr, "ddprun agent on '%s': %s; stopping this node's workers\n", A.join.host_label,
+    fprintf(stderr, "ddprun agent on '%s': %s; killing this node's workers\n", A.join.host_label,
             why);
     start_exit("fenced");
+    on_grace(A.loop, &A.grace);
 }
 
 /* ---- diagnosis: the progress report and stacks (cli/diag_node.h) ---- */
@@ -543,13 +547,24 @@ static void gather_stacks(const uint8_t *body, size_t len)
     free(running);
 }
 
-/* Joins the membership (a lease kept alive by a heartbeat) and answers JOINED. */
+/* Joins the membership (a lease kept alive by a heartbeat), starts the node's guard, which
+ * ends the node's job should the lease go unrenewed while the agent cannot act, and answers
+ * JOINED. */
 static int join_membership(void)
 {
     uint64_t lease = 0;
-    int r = MEMBERSHIP->join(&A.join, A.loop, on_fenced, NULL, &lease, &A.lease);
+    if (ddp__guard_new(&A.guard) < 0)
+        A.guard = NULL;
+    int r = MEMBERSHIP->join(&A.join, A.loop, on_fenced, NULL,
+                             A.guard ? ddp__guard_renewal(A.guard) : NULL, &lease, &A.lease);
     if (r < 0)
         return r;
+    if (!A.guard || ddp__guard_start(A.guard, (int64_t)A.join.heartbeat_timeout_ms,
+                                     A.join.host_label) < 0)
+        fprintf(stderr,
+                "ddprun agent on '%s': cannot start the node's guard (%s); should this agent "
+                "hang, its ranks outlive the node's loss\n",
+                A.join.host_label, strerror(errno));
     struct ddp_buf b;
     ddp_buf_init(&b);
     size_t pos = ddp__agent_begin(&b, DDP__AG_JOINED);
@@ -675,6 +690,8 @@ static void reap(void)
     int st;
     pid_t p;
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (p == ddp__guard_pid(A.guard))
+            ddp__guard_reaped(A.guard);
         for (int i = 0; i < A.nw; i++) {
             struct worker *w = &A.w[i];
             if (w->pid != p || w->exited)
@@ -750,8 +767,9 @@ int ddp__cmd_agent(void)
     ddp_loop_run(A.loop);
     int rc = A.rc;
     if (A.nw > 0) /* left without a clean round end (launch error) */
-        ddp__sweep_children();
+        ddp__sweep_children(ddp__guard_pid(A.guard));
     MEMBERSHIP->leave(A.lease, false);
+    ddp__guard_free(A.guard); /* after the heartbeat, which writes to its page */
     ddp__dn_asker_release(&A.asker);
     if (A.pyshim >= 0)
         close(A.pyshim);

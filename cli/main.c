@@ -1,4 +1,5 @@
 /* ddprun's entry point: finds the command, parses its options, and dispatches to it. */
+#include "cli/agent_guard.h"
 #include "cli/agent_link.h"
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -400,6 +401,8 @@ int main(int argc, char **argv)
         return ddp__cmd_mesh(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__ssh-bridge") == 0)
         return ddp__cmd_ssh_bridge(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "__guard") == 0)
+        return ddp__cmd_guard(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "__smoke-worker") == 0)
         return ddp__cmd_smoke_worker();
     if (argc == 5 && strcmp(argv[1], "agent") == 0 && strcmp(argv[2], "--rejoin") == 0)

@@ -6,7 +6,8 @@
  * job's folder in etcd through the same store calls (rendezvous/store_etcd.h).
  *
  * Agent side: join takes a lease of heartbeat_timeout and renews it every heartbeat_interval
- * from a thread; should the lease be lost, or the backend stay unreachable for the timeout,
+ * from a thread; should the lease be lost, the backend stay unreachable for the timeout, or
+ * the heartbeat find that the timeout passed since the last renewal (the agent was stopped),
  * `fenced` is called on the agent's loop (the launcher has counted the node lost by then, and
  * the agent must stop its workers); the node's progress report rides with the heartbeat.
  * Launcher side: a watch reports, on the launcher's loop, each agent incarnation whose lease
@@ -43,10 +44,12 @@ struct ddp__member_ev {
 struct ddp__member_ops {
     const char *name;
     /* Agent: joins as j says (token, store address, node index, incarnation, heartbeat);
-     * *lease_id for the launcher's records. Messages go to stderr. 0 or a DDP_E* code. */
+     * *lease_id for the launcher's records. Each renewal of the lease writes its time
+     * (ddp_now_ms) to *renewed, when not NULL (the node's guard reads it, cli/agent_guard.h).
+     * Messages go to stderr. 0 or a DDP_E* code. */
     int (*join)(const struct ddp__agent_join *j, struct ddp_loop *loop,
-                void (*fenced)(void *arg, const char *why), void *arg, uint64_t *lease_id,
-                struct ddp__member_lease **out);
+                void (*fenced)(void *arg, const char *why), void *arg, _Atomic int64_t *renewed,
+                uint64_t *lease_id, struct ddp__member_lease **out);
     /* Agent: stops the heartbeat; with revoke, the lease ends now rather than at expiry.
      * NULL is a no-op. */
     void (*leave)(struct ddp__member_lease *l, bool revoke);

@@ -49,6 +49,7 @@ struct ddp__member_lease {
     void (*fenced)(void *arg, const char *why);
     void *arg;
     unsigned node, incarnation;
+    _Atomic int64_t *renewed; /* each renewal's time, for the node's guard; or NULL */
     char *report; /* the latest progress report (publish), sent with the next heartbeat */
     size_t report_len;
     bool report_new;
@@ -131,6 +132,22 @@ static void *hb_main(void *arg)
             break;
         pthread_mutex_unlock(&h->mu);
         int r = DDP_ECLOSED;
+        int64_t quiet = ddp_now_ms() - last_ok;
+        if (quiet >= h->timeout + h->interval) {
+            /* This thread did not run for longer than the lease lives (the agent was stopped,
+             * or the machine suspended): the launcher has counted the node lost by now,
+             * whatever the store would answer; its ranks must stop at once. */
+            snprintf(why, sizeof(why),
+                     "no heartbeat sent for %.1f s (was this agent stopped?): the launcher "
+                     "counts this node lost",
+                     (double)quiet / 1000);
+            pthread_mutex_lock(&h->mu);
+            memcpy(h->why, why, sizeof(why));
+            uint64_t one = 1;
+            ssize_t w = write(h->efd, &one, sizeof(one));
+            (void)w;
+            break;
+        }
         if (!h->s) {
             /* The connection broke: a new one may still renew the lease in time. */
             int left = (int)(h->timeout - (ddp_now_ms() - last_ok));
@@ -145,6 +162,8 @@ static void *hb_main(void *arg)
             send_report(h);
         if (r == 0) {
             last_ok = ddp_now_ms();
+            if (h->renewed)
+                atomic_store(h->renewed, last_ok);
         } else if (r == DDP_ENOLEASE) {
             snprintf(why, sizeof(why),
                      "its lease in the store expired: the launcher counts this node lost");
@@ -204,8 +223,8 @@ static void lease_free(struct ddp__member_lease *h)
 }
 
 static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
-                void (*fenced)(void *arg, const char *why), void *arg, uint64_t *lease_id,
-                struct ddp__member_lease **out)
+                void (*fenced)(void *arg, const char *why), void *arg, _Atomic int64_t *renewed,
+                uint64_t *lease_id, struct ddp__member_lease **out)
 {
     struct ddp__member_lease *h = calloc(1, sizeof(*h));
     int r;
@@ -215,6 +234,7 @@ static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
     h->loop = loop;
     h->fenced = fenced;
     h->arg = arg;
+    h->renewed = renewed;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -263,6 +283,8 @@ static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
     }
     h->interval = (int64_t)j->heartbeat_interval_ms;
     h->timeout = (int64_t)j->heartbeat_timeout_ms;
+    if (h->renewed)
+        atomic_store(h->renewed, ddp_now_ms());
     if ((h->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
         ddp_loop_add(loop, h->efd, DDP_LOOP_READ, on_fence, h) < 0) {
         lease_free(h);

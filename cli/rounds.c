@@ -341,6 +341,7 @@ static void agent_ended(void *arg, int i, int st)
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_NONE;
     a->left_ms = 0;
+    a->ending_ms = 0;
     if (prev == DDP__NS_GONE && L.ph == DDP__PH_RESTARTING)
         maybe_restart();
     if (prev == DDP__NS_GONE || L.ph == DDP__PH_FINISHING)
@@ -379,10 +380,39 @@ static void lease_lost(int i, unsigned inc, const char *why)
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_GONE;
     a->left_ms = 0;
-    /* Whatever is left of it here goes: the bridge (its SSH connection), or a local agent
-     * and its workers (one process group). */
-    ddp__nodes_end(&L.nodes, i, 2);
+    /* Its provisioner ends what runs there: a local agent with its workers (one process
+     * group), an SSH bridge by killing the remote session's process group, srun by cancelling
+     * the step. A stopped or hung agent cannot do it itself. Should that not end within
+     * DDP__SUP_END_WAIT_MS (a cut link), the provisioner's process is killed here, and the
+     * node's own guard has ended the rest by then. The next round waits for either
+     * (maybe_restart), so old and new ranks never run at once. */
+    ddp__nodes_end(&L.nodes, i, 1);
+    a->ending_ms = ddp_now_ms();
+    if (!ddp_timer_armed(&L.end_check))
+        ddp_timer_start(L.loop, &L.end_check, DDP__SUP_END_WAIT_MS);
     node_out(i, prev, why);
+}
+
+/* Nodes lost by their lease whose provisioner has not ended them yet: SIGKILLed. */
+static void on_end_check(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    int64_t now = ddp_now_ms(), next = 0;
+    for (size_t i = 0; i < L.job->nnodes; i++) {
+        struct ddp__sup_node *a = &L.nd[i];
+        if (!a->ending_ms)
+            continue;
+        if (!ddp__nodes_pid(&L.nodes, (int)i)) {
+            a->ending_ms = 0;
+        } else if (now - a->ending_ms >= DDP__SUP_END_WAIT_MS) {
+            ddp__nodes_end(&L.nodes, (int)i, 2);
+            a->ending_ms = 0;
+        } else {
+            int64_t due = a->ending_ms + DDP__SUP_END_WAIT_MS - now;
+            next = next && next < due ? next : due;
+        }
+    }
+    if (next)
+        ddp_timer_start(loop, t, next);
 }
 
 static void lease_expired(int i, unsigned inc)
@@ -707,6 +737,7 @@ void ddp__sup_timers_init(void)
     ddp_timer_init(&L.last_call, on_last_call);
     ddp_timer_init(&L.retry, on_retry);
     ddp_timer_init(&L.left_check, on_left_check);
+    ddp_timer_init(&L.end_check, on_end_check);
     if (L.tty)
         ddp_timer_start(L.loop, &L.tick, 250);
     if (L.job->max_restarts > 0)

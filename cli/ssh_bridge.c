@@ -41,6 +41,7 @@
 #include "common/banned.h"
 
 #define BRIDGE_SLACK_MS 5000 /* beyond the stop grace, as the launcher's own deadline */
+#define KILL_WAIT_MS 2000    /* for the remote session's end once it was killed */
 
 static volatile sig_atomic_t g_term;
 
@@ -67,6 +68,22 @@ static int kill_remote(struct ddp__ssh *b, long pgid, const char *why)
         int st;
         snprintf(cmd, sizeof(cmd), "kill -KILL -- -%ld 2>/dev/null", pgid);
         ddp__ssh_run(b, cmd, out, sizeof(out), &st);
+    }
+    /* The session's output ends once every process holding it is gone: the agent, its ranks,
+     * and the node's guard (cli/agent_guard.h), which holds its stderr and leaves as soon as
+     * the agent is gone. Waiting for that end (KILL_WAIT_MS at most: over a cut link it never
+     * comes, and the node's guard acts alone) means that once this bridge has exited, and
+     * ddprun after it, nothing of the job runs there. Messages still go to the launcher. */
+    char buf[4096];
+    int64_t end = ddp_now_ms() + KILL_WAIT_MS;
+    while (!ssh_channel_is_eof(b->ch) && ddp_now_ms() < end) {
+        int n = ssh_channel_read_timeout(b->ch, buf, sizeof(buf), 1, 50);
+        if (n > 0 && ddp_write_all(2, buf, (size_t)n) < 0)
+            break;
+        while (n >= 0 && (n = ssh_channel_read_nonblocking(b->ch, buf, sizeof(buf), 0)) > 0) {
+        }
+        if (n < 0)
+            break;
     }
     return 1;
 }

@@ -638,7 +638,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     if (L.world == 0 && rc == DDP_EXIT_OK)
         rc = DDP_EXIT_LAUNCH;
     /* Anything still parented to us is an orphan of the job. */
-    ddp__sweep_children();
+    ddp__sweep_children(0);
     ddp__con_clear(&L.con);
     ddp__sup_event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc,
                    "reason", rc ? L.fatal : NULL, NULL);

@@ -28,6 +28,11 @@ struct ddp_etcd;
 
 #define DDP__SUP_TAIL_LINES 10
 #define DDP__SUP_STOP_SLACK_MS 5000 /* beyond stop_grace, for agents to report before they end */
+/* A node lost by its lease is ended through its provisioner (its SSH session, its srun step);
+ * what has not ended this long after is SIGKILLed here. Longer than the node's guard takes
+ * beyond the lease's expiry (cli/agent_guard.h): a round that waits for the lost node's end
+ * starts only once the node's old ranks ended, or its guard ended them. */
+#define DDP__SUP_END_WAIT_MS 2000
 #define DDP__SUP_MAX_SHELL_ENV (384u << 10) /* exported shell variables, beside the job's env */
 
 struct ddp__sup_rank {
@@ -57,6 +62,7 @@ struct ddp__sup_node {
     int64_t last_fail, cool_until;
     bool was_lost; /* lost before: it rejoins when it can, rounds do not wait for it */
     int64_t left_ms; /* when its agent revoked its lease while its process ran on, else 0 */
+    int64_t ending_ms; /* when it was lost by its lease and its provisioner told to end it */
     char why[160]; /* why it was last out, for the rendezvous timeout's message */
 };
 
@@ -118,6 +124,7 @@ struct ddp__sup {
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
     const char *phase_name;
     struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry, left_check;
+    struct ddp_timer end_check; /* nodes lost by their lease: ended at level 2 if still there */
     /* cli/takeover.c: how long agents wait for a new launcher (0: no takeover), this
      * launcher's lease in etcd, and whether it took the job over from another */
     uint64_t takeover_ms;

@@ -42,10 +42,10 @@ void ddp__block_job_signals(sigset_t *set, sigset_t *old)
 }
 
 /*
- * Signals every direct child of this process, in all its threads' lists (orphans that
- * reparent to a subreaper land there too). Returns how many it signalled.
+ * Calls fn(pid, arg) for every direct child of this process, in all its threads' lists
+ * (orphans that reparent to a subreaper land there too), but spare. Returns how many.
  */
-int ddp__kill_children(int sig)
+static int each_child(pid_t spare, void (*fn)(pid_t pid, void *arg), void *arg)
 {
     char path[320], buf[16384];
     int n = 0;
@@ -67,7 +67,10 @@ int ddp__kill_children(int sig)
         buf[len] = '\0';
         char *save = NULL;
         for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
-            kill((pid_t)atoi(t), sig);
+            pid_t pid = (pid_t)atoi(t);
+            if (pid <= 0 || pid == spare)
+                continue;
+            fn(pid, arg);
             n++;
         }
     }
@@ -75,11 +78,27 @@ int ddp__kill_children(int sig)
     return n;
 }
 
-void ddp__sweep_children(void)
+static void signal_one(pid_t pid, void *arg)
 {
-    while (ddp__kill_children(SIGKILL) > 0) {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
+    kill(pid, *(const int *)arg);
+}
+
+static void reap_one(pid_t pid, void *arg)
+{
+    (void)arg;
+    waitpid(pid, NULL, WNOHANG);
+}
+
+int ddp__kill_children(int sig, pid_t spare)
+{
+    return each_child(spare, signal_one, &sig);
+}
+
+void ddp__sweep_children(pid_t spare)
+{
+    while (ddp__kill_children(SIGKILL, spare) > 0) {
+        /* Each by its pid: the spared child's status is its owner's to read. */
+        each_child(spare, reap_one, NULL);
         usleep(1000);
     }
 }

@@ -123,6 +123,9 @@ bool ddp_log_enabled(enum ddp_log_level level, enum ddp_log_subsys sub)
 /* Formats and writes one line; suffix (or NULL) goes after the message. */
 static void vwrite(enum ddp_log_level level, enum ddp_log_subsys sub, const char *file, int line,
                    const char *suffix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 6, 0)));
+static void vwrite(enum ddp_log_level level, enum ddp_log_subsys sub, const char *file, int line,
+                   const char *suffix, const char *fmt, va_list ap)
 {
     static const char *const lvl[] = {"", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
     const char *sname = sub == DDP_SUB_STORE     ? "store"

@@ -34,6 +34,11 @@ no_job_left() {
 
 teardown() {
   local rc=0
+  # what a test stopped is continued, then killed, before anything is checked
+  if [ -n "${STOPPED:-}" ]; then
+    kill -CONT $STOPPED 2>/dev/null || true
+    kill -9 $STOPPED 2>/dev/null || true
+  fi
   no_job_left || rc=1
   [ -n "${SSH_DIR:-}" ] && sshd_teardown
   return $rc
@@ -61,6 +66,36 @@ nothing_of_job_on() {
   done
   echo "left on node $1:"; ps -o pid,args -p "$(echo $left | tr ' ' ',')"
   return 1
+}
+
+# The pid of node K's process whose command line begins with $2 (ddprun agent, ddprun __guard).
+node_proc() {
+  local p
+  for p in $(node_pids "$1"); do
+    if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q "^[^ ]*$2"; then echo "$p"; return; fi
+  done
+}
+
+# The ranks of node K still there (they run `sh -c ... ranktag`).
+node_ranks() {
+  local p
+  for p in $(node_pids "$1"); do
+    if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q "ranktag"; then echo "$p"; fi
+  done
+}
+
+# A job of shell ranks on nodes $2...: each writes when it started (round, rank, node, time) to
+# starts.txt, and starts a child that outlives it unless killed with it; SIGTERM is ignored
+# (unless HUNG_TRAP is set, to another trap or to nothing), so only a SIGKILL (or the end of
+# stop_grace, 30 s) ends them.
+hung_job() { # file nodes... [-- extra YAML]
+  local f=$1; shift
+  local nodes=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do nodes+=("$1"); shift; done
+  ssh_job "$f" 1 "${nodes[@]}" -- /bin/sh -c "${HUNG_TRAP-trap \"\" TERM;} echo \$TORCHELASTIC_RESTART_COUNT \$RANK \$(hostname -I) \$(date +%s.%N) >>$PWD/starts.txt; sleep 1000 & while :; do sleep 0.1; done # ranktag"
+  sed -i 's/^stop_grace: .*/stop_grace: 30s/' "$f"
+  [ "${1:-}" = -- ] && shift && printf '%s\n' "$@" >>"$f"
+  return 0
 }
 
 # A 3-node job of the trainer, elastic between 2 and 3 nodes.
@@ -232,7 +267,7 @@ JOB
   events | grep '"event": "node_joined"' | grep -q "\"node\": \"$(sshd_addr 3)\", \"incarnation\": [2-9]"
   # the next failure (a rank on node 2 killed) opens a round that node 3 joins again
   victim=$(for p in $(node_pids 2); do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q '^[^ ]*ddprun-fmnist' && echo "$p"
+    tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q '^[^ ]*ddprun-fmnist' && echo "$p"
   done | head -n1)
   [ -n "$victim" ] || { echo "no rank on node 2 (the job ended too soon?)"; cat out.txt; return 1; }
   kill -9 "$victim"
@@ -371,4 +406,104 @@ JOB
   ev_field membership nodes | tail -n1 | grep -q "$spare"
   ! ev_field membership nodes | tail -n1 | grep -q "$victim" || false
   grep -q "up on $spare world 2" out.txt
+}
+
+@test "a hung agent (SIGSTOP) on an SSH host: ddprun ends it with its ranks and their children there before it exits" {
+  need_sshd
+  for k in 1 2; do sshd_start "$k"; done
+  # node 1's rank stops at once (SIGTERM), so ddprun exits right after the loss
+  HUNG_TRAP="" hung_job job.yaml 1 2 -- "elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  for _ in $(seq 50); do [ "$(node_ranks 2 | wc -w)" -ge 1 ] && break; sleep 0.1; done
+  agent=$(node_proc 2 'ddprun agent')
+  [ -n "$agent" ]
+  STOPPED=$agent
+  kill -STOP "$agent"
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 1 ] || { cat out.txt; return 1; }
+  grep -q "node '$(sshd_addr 2)' lost: no heartbeat for 2.0 s" out.txt
+  # once ddprun has exited, nothing of the job is on the node: the stopped agent, its guard, the
+  # rank and the rank's child were ended through the SSH session
+  left=""
+  for p in $(node_pids 2); do [ "$p" = "$(cat "$SSH_DIR/node2/sshd.pid")" ] || left="$left $p"; done
+  [ -z "$left" ] || { echo "left on node 2:"; ps -o pid,stat,args -p "$(echo $left | tr ' ' ',')"; cat out.txt; return 1; }
+  nothing_of_job_on 1
+}
+
+@test "a hung agent cut off the network: its guard ends it with its ranks within heartbeat_timeout + 1 s; the next round starts only after" {
+  need_sshd
+  [ -n "$SSHD_NETNS" ] || skip "cutting a link needs the network namespaces"
+  for k in 1 2 3; do sshd_start "$k"; done
+  # the other nodes' ranks stop at once (SIGTERM): the next round waits for node 3 alone
+  HUNG_TRAP="" hung_job job.yaml 1 2 3 -- "elastic: {min_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  for _ in $(seq 50); do [ "$(wc -l <starts.txt)" -ge 3 ] && break; sleep 0.1; done
+  agent=$(node_proc 3 'ddprun agent')
+  old=$(for p in $(node_pids 3); do
+    tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q '^sshd' || echo "$p"
+  done | tr '\n' ' ')
+  [ -n "$agent" ] && [ "$(echo $old | wc -w)" -ge 4 ] # agent, guard, rank, its sleeps
+  STOPPED=$agent
+  t_cut=$(date +%s.%N)
+  ip link set "vd$SSHD_TAG-3" down
+  kill -STOP "$agent"
+  # the old processes' end, seen every 50 ms: the last time one was still there
+  t_seen=$t_cut
+  for _ in $(seq 200); do
+    alive=$(for p in $old; do if kill -0 "$p" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ]; then echo "$p"; fi; done)
+    [ -z "$alive" ] && break
+    t_seen=$(date +%s.%N)
+    sleep 0.05
+  done
+  [ -z "$alive" ] || { echo "still on node 3 after 10 s:"; ps -o pid,stat,args -p "$(echo $alive | tr ' ' ',')"; return 1; }
+  # the guard acts heartbeat_timeout + 1 s after the last renewal (at most one interval before
+  # the cut), never before the lease expired
+  awk -v a="$t_cut" -v b="$t_seen" 'BEGIN { d = b - a; print "node 3 ended after " d " s"; exit !(d > 1.4 && d <= 4.5) }'
+  wait_event membership 2
+  kill -INT "$ddp"; sleep 0.3; kill -INT "$ddp" # a second signal: no stop_grace
+  rc=0; wait "$ddp" || rc=$?
+  grep -q "node '$(sshd_addr 3)' lost: no heartbeat for 2.0 s" out.txt || { cat out.txt; return 1; }
+  # round 1's first rank started after every old process of node 3 had ended
+  first=$(awk '$1 == 1 {print $NF}' starts.txt | sort -n | head -n1)
+  [ -n "$first" ] || { cat starts.txt out.txt; return 1; }
+  awk -v a="$t_seen" -v b="$first" 'BEGIN { print "round 1 began " b - a " s after node 3 was last seen"; exit !(b > a) }'
+  ip link set "vd$SSHD_TAG-3" up
+}
+
+@test "an agent that resumes after its node was declared lost kills its ranks at once" {
+  need_sshd
+  [ -n "$SSHD_NETNS" ] || skip "cutting a link needs the network namespaces"
+  for k in 1 2; do sshd_start "$k"; done
+  hung_job job.yaml 1 2 -- "elastic: {min_nodes: 1, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  for _ in $(seq 50); do [ "$(node_ranks 2 | wc -w)" -ge 1 ] && break; sleep 0.1; done
+  agent=$(node_proc 2 'ddprun agent')
+  guard=$(node_proc 2 'ddprun __guard')
+  [ -n "$agent" ] && [ -n "$guard" ]
+  # the node cut off, its agent and its guard stopped: only the agent can act once resumed
+  STOPPED="$agent $guard"
+  ip link set "vd$SSHD_TAG-2" down
+  kill -STOP "$agent" "$guard"
+  wait_event node_lost 1 20
+  sleep 1.5 # past the guard's time: nothing has ended the ranks
+  ranks=$(node_ranks 2)
+  [ -n "$ranks" ]
+  kill -CONT "$agent"
+  # within a heartbeat interval and the noise of a busy machine; they ignore SIGTERM, and
+  # stop_grace is 30 s
+  for _ in $(seq 20); do
+    alive=$(for p in $ranks; do if kill -0 "$p" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ]; then echo "$p"; fi; done)
+    [ -z "$alive" ] && break
+    sleep 0.1
+  done
+  [ -z "$alive" ] || { echo "the resumed agent left its ranks:"; ps -o pid,stat,args -p "$(echo $alive | tr ' ' ',')"; return 1; }
+  kill -INT "$ddp"; sleep 0.3; kill -INT "$ddp" # a second signal: no stop_grace
+  wait "$ddp" || true
+  ip link set "vd$SSHD_TAG-2" up
 }

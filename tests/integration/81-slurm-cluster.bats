@@ -17,6 +17,11 @@ setup() {
 # sanitizer builds run the others (the same launcher code, minus minutes of instrumented training).
 teardown() {
   local rc=0
+  # what a test stopped is continued, then killed, before anything is checked
+  if [ -n "${STOPPED:-}" ]; then
+    kill -CONT $STOPPED 2>/dev/null || true
+    kill -9 $STOPPED 2>/dev/null || true
+  fi
   [ -n "${SLURM_DIR:-}" ] && { only_slurmd_left || rc=1; }
   slurm_teardown
   return $rc
@@ -224,4 +229,43 @@ JOB
   for k in 1 2 3; do
     assert_output --regexp "n$k +srun +n/a +ok +ok +ok +ok +ok +vn[0-9]+-$k +ok +${want//./\\.} +[^ ]+ +$ht +pass"
   done
+}
+
+@test "a hung agent (SIGSTOP) on a Slurm host: ddprun ends its step, so nothing of the job is left there once ddprun has exited" {
+  cat >job.yaml <<'JOB'
+command: sleep 1000 & while :; do sleep 0.1; done
+elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  slurm_login salloc -N3 --ntasks-per-node=1 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event workers_running
+  agent=""
+  for _ in $(seq 50); do
+    for p in $(ip netns pids "$(sshd_ns 3)"); do
+      tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q '^[^ ]*ddprun agent' && agent=$p
+    done
+    [ -n "$agent" ] && break
+    sleep 0.1
+  done
+  [ -n "$agent" ]
+  STOPPED=$agent
+  kill -STOP "$agent"
+  rc=0; wait "$pid" || rc=$?
+  grep -q "node 'n3' lost: no heartbeat for 2.0 s" out.txt || { cat out.txt; return 1; }
+  # ddprun has exited: of the job on n3, at most what is a moment from its end (the guard
+  # leaves as its agent dies), never the stopped agent or its rank (Slurm's slurmstepd may
+  # still be closing the step); the node's guard would end them 1 s after the loss, later
+  for _ in $(seq 3); do
+    left=""
+    for p in $(ip netns pids "$(sshd_ns 3)"); do
+      [ "$p" = "$(cat "$SLURM_DIR/slurmd-n3.pid")" ] && continue
+      tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q '^slurmstepd' && continue
+      left="$left,$p"
+    done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || { echo "left on n3:"; ps -o pid,stat,args -p "${left#,}"; cat out.txt; return 1; }
 }
