@@ -257,7 +257,10 @@ static int find_logdir(const char *job, char *out, size_t n, char *id, size_t id
         return -1;
     }
     if (!found) {
-        ddp__cli_error("logs: no job '%s' of yours on this machine", job);
+        ddp__cli_error("logs: no job '%s' of yours on this machine (only the newest %d jobs are "
+                       "remembered here: for an older one, pass its log folder, "
+                       "LOGS_DIR/JOB_ID)",
+                       job, DDP__LOGDIR_KEEP);
         return -1;
     }
     snprintf(path, sizeof(path), "%s/%s.logdir", dir, id);

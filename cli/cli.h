@@ -182,6 +182,9 @@ int ddp__route_iface(const char *host, char *ifname, size_t n, char *ip, size_t 
  * made (mode 0700). It must belong to this user and be closed to others: 0, or -1 with a
  * message in why. */
 int ddp__control_dir(char *out, size_t n, bool create, char *why, size_t whyn);
+/* How many jobs' JOB_ID.logdir files (their log folders, for `ddprun logs`) the control
+ * folder keeps: the newest, the older ones pruned as each job starts. */
+#define DDP__LOGDIR_KEEP 200
 
 /* A child with its stdin, stdout and stderr piped to us (the last two non-blocking). */
 struct ddp__child {

@@ -4,6 +4,7 @@
  */
 #include "cli/record.h"
 #include "cli/job.h"
+#include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -13,7 +14,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,18 +162,156 @@ static void outcome_json(FILE *f, const struct ddp__outcome *o)
     fprintf(f, ", \"stopped_by_ddprun\": %s", o->stopped ? "true" : "false");
 }
 
-static FILE *open_in(const struct ddp__rec *r, const char *name, const char *mode)
+/* Notes that record name could not be written (errno err): said once, listed in the summary. */
+static void failed(struct ddp__rec *r, const char *name, int err)
+{
+    for (int k = 0; k < r->nfails; k++)
+        if (strcmp(r->fails[k].name, name) == 0)
+            return;
+    if (r->nfails < DDP__REC_MAX_FAILS) {
+        snprintf(r->fails[r->nfails].name, sizeof(r->fails[0].name), "%s", name);
+        r->fails[r->nfails++].err = err;
+    } else {
+        r->more++;
+    }
+    /* Said after it is noted: the message goes to ddprun.log too, which may be this file. */
+    if (r->say)
+        r->say("ddprun: cannot write the job's record %s/%s: %s; the job goes on, and its records "
+               "are incomplete",
+               r->dir, name, strerror(err));
+    else
+        fprintf(stderr, "ddprun: warning: cannot write %s/%s: %s\n", r->dir, name,
+                strerror(err));
+}
+
+void ddp__rec_incomplete(const struct ddp__rec *r, char *buf, size_t n)
+{
+    size_t l = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < r->nfails; k++) {
+        int w = snprintf(buf + l, n - l, "%s%s (%s)", k ? ", " : "", r->fails[k].name,
+                         strerror(r->fails[k].err));
+        if (w < 0 || (size_t)w >= n - l)
+            return;
+        l += (size_t)w;
+    }
+    if (r->more)
+        snprintf(buf + l, n - l, " and %d more", r->more);
+}
+
+/* Opens record name for appending whole lines (append: to what is there; else emptied). */
+static void file_open(struct ddp__rec *r, struct ddp__rec_file *f, const char *name, bool append)
 {
     char path[4200];
+    snprintf(f->name, sizeof(f->name), "%s", name);
     snprintf(path, sizeof(path), "%s/%s", r->dir, name);
-    FILE *f = fopen(path, mode);
-    if (!f)
-        fprintf(stderr, "ddprun: warning: cannot write %s: %s\n", path, strerror(errno));
-    return f;
+    f->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    struct stat st;
+    f->size = f->fd >= 0 && fstat(f->fd, &st) == 0 ? (long long)st.st_size : 0;
+    if (f->fd < 0)
+        failed(r, name, errno);
+}
+
+static void file_close(struct ddp__rec_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+}
+
+/*
+ * Appends one or more whole lines at once. A write that fails or stops short (ENOSPC part-way
+ * through) is undone, so that the file ends with the last whole line, and the file is given
+ * up: it is complete up to the failure, and the summary says so.
+ */
+static void file_append(struct ddp__rec *r, struct ddp__rec_file *f, const struct iovec *iov,
+                        int n)
+{
+    if (f->fd < 0)
+        return;
+    size_t want = 0;
+    for (int i = 0; i < n; i++)
+        want += iov[i].iov_len;
+    ssize_t w;
+    do
+        w = writev(f->fd, iov, n);
+    while (w < 0 && errno == EINTR);
+    if (w == (ssize_t)want) {
+        f->size += w;
+        return;
+    }
+    int err = w < 0 ? errno : ENOSPC; /* a short write: the disk is full */
+    if (w > 0 && ftruncate(f->fd, (off_t)f->size) != 0)
+        DDP_DEBUG(SUP, "cannot cut %s back to its last whole line: %s", f->name, strerror(errno));
+    file_close(f);
+    failed(r, f->name, err);
+}
+
+/* A line formatted into memory (open_memstream), to be appended whole. */
+struct line {
+    FILE *f;
+    char *buf;
+    size_t len;
+};
+
+static FILE *line_begin(struct line *l)
+{
+    l->buf = NULL;
+    l->len = 0;
+    l->f = open_memstream(&l->buf, &l->len);
+    return l->f;
+}
+
+static void line_end(struct ddp__rec *r, struct ddp__rec_file *f, struct line *l)
+{
+    if (!l->f)
+        return;
+    if (fclose(l->f) == 0 && l->buf) {
+        struct iovec iov = {.iov_base = l->buf, .iov_len = l->len};
+        file_append(r, f, &iov, 1);
+    }
+    free(l->buf);
+}
+
+/*
+ * Writes a whole-file record: into a hidden temporary file beside it, renamed into place once
+ * written and flushed, so that the record is either whole or as it was (absent). write(f, arg)
+ * fills it.
+ */
+static void whole_file(struct ddp__rec *r, const char *name, void (*write)(FILE *f, void *arg),
+                       void *arg)
+{
+    char path[4200], tmp[4200];
+    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", r->dir, name);
+    FILE *f = fopen(tmp, "we");
+    if (!f) {
+        failed(r, name, errno);
+        return;
+    }
+    write(f, arg);
+    int err = 0;
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0)
+        err = errno ? errno : EIO;
+    if (fclose(f) != 0 && !err)
+        err = errno;
+    if (!err && rename(tmp, path) != 0)
+        err = errno;
+    if (err) {
+        unlink(tmp);
+        failed(r, name, err);
+    }
+}
+
+static void write_spec(FILE *f, void *arg)
+{
+    const struct ddp__rec *r = arg;
+    ddp__job_print_plan(r->job, r->job_id, f);
 }
 
 int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job,
-                  const char *job_id, bool resume)
+                  const char *job_id, bool resume,
+                  void (*say)(const char *fmt, ...) __attribute__((format(printf, 1, 2))))
 {
     memset(r, 0, sizeof(*r));
     snprintf(r->dir, sizeof(r->dir), "%s", dir);
@@ -179,37 +320,33 @@ int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job
     r->t0_ms = ddp_now_ms();
     ddp__rec_wall_clock(r->started, sizeof(r->started));
     r->resume = resume;
-    FILE *spec = resume ? NULL : open_in(r, "spec.yaml", "we");
-    if (spec) {
-        ddp__job_print_plan(job, job_id, spec);
-        fclose(spec);
-    }
-    r->events = open_in(r, "events.jsonl", resume ? "ae" : "we");
-    r->log = open_in(r, "ddprun.log", resume ? "ae" : "we");
+    r->events.fd = r->log.fd = r->output.fd = -1;
+    if (!resume)
+        whole_file(r, "spec.yaml", write_spec, r);
+    file_open(r, &r->events, "events.jsonl", resume);
+    file_open(r, &r->log, "ddprun.log", resume);
     if (job->log_jsonl)
-        r->output = open_in(r, "output.jsonl", resume ? "ae" : "we");
+        file_open(r, &r->output, "output.jsonl", resume);
+    r->say = say; /* from now on: the console exists */
     return 0;
 }
 
 void ddp__rec_close(struct ddp__rec *r)
 {
     close_logs(r);
-    if (r->events)
-        fclose(r->events);
-    if (r->log)
-        fclose(r->log);
-    if (r->output)
-        fclose(r->output);
-    r->events = r->log = r->output = NULL;
+    file_close(&r->events);
+    file_close(&r->log);
+    file_close(&r->output);
 }
 
 void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
 {
-    if (!r->events)
+    struct line l;
+    FILE *f;
+    if (r->events.fd < 0 || !(f = line_begin(&l)))
         return;
     char when[40];
     ddp__rec_wall_clock(when, sizeof(when));
-    FILE *f = r->events;
     fprintf(f, "{\"time\": \"%s\", \"t\": %.3f, \"event\": \"%s\", \"round\": %d", when,
             (double)(ddp_now_ms() - r->t0_ms) / 1000, name, round);
     va_list ap;
@@ -227,7 +364,7 @@ void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
     }
     va_end(ap);
     fputs("}\n", f);
-    fflush(f);
+    line_end(r, &r->events, &l);
 }
 
 /* A number of seconds, or null when negative (not known). */
@@ -242,12 +379,14 @@ static void num_or_null(FILE *f, double v)
 static void rec_message(void *self, const char *msg, size_t n)
 {
     struct ddp__rec *r = self;
-    if (!r->log)
+    if (r->log.fd < 0)
         return;
     char when[40];
     ddp__rec_wall_clock(when, sizeof(when));
-    fprintf(r->log, "%s %.*s\n", when, (int)n, msg);
-    fflush(r->log);
+    size_t wl = strlen(when);
+    when[wl++] = ' ';
+    struct iovec iov[3] = {{when, wl}, {(void *)msg, n}, {"\n", 1}};
+    file_append(r, &r->log, iov, 3);
 }
 
 static void rec_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
@@ -256,40 +395,39 @@ static void rec_rank_line(void *self, int rank, const char *host, int stream, co
     struct ddp__rec *r = self;
     if (progress)
         return; /* a progress bar is logged as the line it ends with */
-    if (r->output && rank >= 0) {
+    struct line l;
+    FILE *f;
+    if (r->output.fd >= 0 && rank >= 0 && (f = line_begin(&l))) {
         char when[40];
         ddp__rec_wall_clock(when, sizeof(when));
-        fprintf(r->output,
-                "{\"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"rank\": %d, \"host\": ", when,
-                (double)(ddp_now_ms() - r->t0_ms) / 1000, r->round, rank);
-        json_str(r->output, host);
-        fprintf(r->output, ", \"stream\": \"%s\", \"line\": ", stream == 2 ? "stderr" : "stdout");
-        json_bytes(r->output, line, n);
-        fputs("}\n", r->output);
-        fflush(r->output);
+        fprintf(f, "{\"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"rank\": %d, \"host\": ",
+                when, (double)(ddp_now_ms() - r->t0_ms) / 1000, r->round, rank);
+        json_str(f, host);
+        fprintf(f, ", \"stream\": \"%s\", \"line\": ", stream == 2 ? "stderr" : "stdout");
+        json_bytes(f, line, n);
+        fputs("}\n", f);
+        line_end(r, &r->output, &l);
     }
-    if (rank < 0 || rank >= r->nlogs || r->logfd[rank] < 0)
+    if (rank < 0 || rank >= r->nlogs)
         return;
-    int fd = r->logfd[rank];
+    char when[40] = "";
+    size_t wl = 0;
     if (r->job->log_timestamps) {
-        char when[40];
         ddp__rec_wall_clock(when, sizeof(when));
-        size_t l = strlen(when);
-        when[l++] = ' ';
-        ddp_write_all(fd, when, l);
+        wl = strlen(when);
+        when[wl++] = ' ';
     }
-    ddp_write_all(fd, line, n);
-    ddp_write_all(fd, "\n", 1);
+    struct iovec iov[3] = {{when, wl}, {(void *)line, n}, {"\n", 1}};
+    file_append(r, &r->logs[rank], iov, 3);
 }
 
 static void close_logs(struct ddp__rec *r)
 {
     for (int i = 0; i < r->nlogs; i++)
-        if (r->logfd[i] >= 0)
-            close(r->logfd[i]);
-    free(r->logfd);
+        file_close(&r->logs[i]);
+    free(r->logs);
     free(r->logpath);
-    r->logfd = NULL;
+    r->logs = NULL;
     r->logpath = NULL;
     r->nlogs = 0;
 }
@@ -300,21 +438,21 @@ static void rec_round(void *self, int round, int world, const char *const *hosts
     struct ddp__rec *r = self;
     close_logs(r);
     r->round = round;
-    r->logfd = malloc((size_t)(world ? world : 1) * sizeof(*r->logfd));
+    r->logs = calloc((size_t)(world ? world : 1), sizeof(*r->logs));
     r->logpath = malloc((size_t)(world ? world : 1) * sizeof(*r->logpath));
-    if (!r->logfd || !r->logpath) {
+    if (!r->logs || !r->logpath) {
         close_logs(r);
         return;
     }
     r->nlogs = world;
     for (int i = 0; i < world; i++) {
+        char name[48];
         if (round == 0)
-            snprintf(r->logpath[i], sizeof(r->logpath[i]), "%s/rank-%d.log", r->dir, i);
+            snprintf(name, sizeof(name), "rank-%d.log", i);
         else
-            snprintf(r->logpath[i], sizeof(r->logpath[i]), "%s/rank-%d.restart-%d.log", r->dir, i,
-                     round);
-        r->logfd[i] = open(r->logpath[i],
-                           O_WRONLY | O_CREAT | (r->resume ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
+            snprintf(name, sizeof(name), "rank-%d.restart-%d.log", i, round);
+        snprintf(r->logpath[i], sizeof(r->logpath[i]), "%s/%s", r->dir, name);
+        file_open(r, &r->logs[i], name, r->resume);
     }
 }
 
@@ -323,13 +461,26 @@ const char *ddp__rec_rank_log(const struct ddp__rec *r, int rank)
     return rank >= 0 && rank < r->nlogs ? r->logpath[rank] : "";
 }
 
+struct summary_arg {
+    struct ddp__rec *r;
+    const struct ddp__summary *s;
+};
+
+static void write_summary(FILE *f, void *arg);
+
 static void rec_summary(void *self, const struct ddp__summary *s)
 {
     struct ddp__rec *r = self;
     ddp__summary_text(s, rec_message, r);
-    FILE *f = open_in(r, "summary.json", "we");
-    if (!f)
-        return;
+    struct summary_arg a = {r, s};
+    whole_file(r, "summary.json", write_summary, &a);
+}
+
+static void write_summary(FILE *f, void *arg)
+{
+    const struct summary_arg *sa = arg;
+    struct ddp__rec *r = sa->r;
+    const struct ddp__summary *s = sa->s;
     const struct ddp_job *j = r->job;
     char ended[40];
     ddp__rec_wall_clock(ended, sizeof(ended));
@@ -427,8 +578,15 @@ static void rec_summary(void *self, const struct ddp__summary *s)
         json_str(f, k->log);
         fputc('}', f);
     }
-    fprintf(f, "\n]}\n");
-    fclose(f);
+    fprintf(f, "\n],\n \"records_incomplete\": [");
+    for (int k = 0; k < r->nfails; k++) {
+        fprintf(f, "%s{\"file\": ", k ? ", " : "");
+        json_str(f, r->fails[k].name);
+        fputs(", \"error\": ", f);
+        json_str(f, strerror(r->fails[k].err));
+        fputc('}', f);
+    }
+    fprintf(f, "]}\n");
 }
 
 /* A line of the summary's text, formatted, to line(arg, ...). */
@@ -516,6 +674,8 @@ void ddp__summary_text(const struct ddp__summary *s,
         out(line, arg, "  %-6d %-20s %-22s %-9s %s", i, r->host,
             ddp__outcome_text(&r->out, buf, sizeof(buf)), rt, r->log);
     }
+    if (s->records_incomplete && s->records_incomplete[0])
+        out(line, arg, "ddprun: records incomplete: %s", s->records_incomplete);
 }
 
 static void rec_status(void *self, const struct ddp__status *st)

@@ -29,28 +29,52 @@ const char *ddp__signal_name(int sig, char *buf, size_t n);
 /* The job's status for ddprun's exit status: succeeded, failed, interrupted, launch_failed. */
 const char *ddp__job_status(int exit_status);
 
+/* A record appended to in whole lines: a write that fails, or writes part of a line (a full
+ * disk), is undone (the file is cut back to its last whole line) and the file is given up. */
+struct ddp__rec_file {
+    int fd;         /* -1: not open, or given up */
+    long long size; /* its length after the last whole line */
+    char name[48];  /* its name in the log folder */
+};
+
+#define DDP__REC_MAX_FAILS 8
+
 struct ddp__rec {
     char dir[4096];
     const struct ddp_job *job;
     const char *job_id;
-    FILE *events, *log;
-    FILE *output;     /* output.jsonl (logs.jsonl): every rank's lines, one object each */
-    int round;        /* the round the rank logs are of */
-    int64_t t0_ms;    /* monotonic, for "t" */
-    char started[40]; /* UTC */
+    struct ddp__rec_file events, log;
+    struct ddp__rec_file output; /* output.jsonl (logs.jsonl): every rank's lines */
+    int round;                   /* the round the rank logs are of */
+    int64_t t0_ms;               /* monotonic, for "t" */
+    char started[40];            /* UTC */
     /* the current round's rank logs */
     int nlogs;
-    int *logfd;
+    struct ddp__rec_file *logs;
     char (*logpath)[4200];
     bool resume; /* a launcher that took the job over: every record is appended to */
+    /* Where a record could not be written: its name and errno, the first DDP__REC_MAX_FAILS
+     * (more counts the rest). Each is said once, through say, as it happens. */
+    struct {
+        char name[48];
+        int err;
+    } fails[DDP__REC_MAX_FAILS];
+    int nfails, more;
+    void (*say)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 };
 
 /* Opens the records in dir (which exists): writes spec.yaml, opens events.jsonl and
  * ddprun.log (resume: appends to them and to the rank logs, as a launcher that took the job
- * over). A record that cannot be written is skipped with a warning; returns 0. */
+ * over). A record that cannot be written is skipped, said once through say (or, before the
+ * first message can be shown, on stderr) and listed as incomplete; returns 0. */
 int ddp__rec_open(struct ddp__rec *r, const char *dir, const struct ddp_job *job,
-                  const char *job_id, bool resume);
+                  const char *job_id, bool resume,
+                  void (*say)(const char *fmt, ...) __attribute__((format(printf, 1, 2))));
 void ddp__rec_close(struct ddp__rec *r);
+
+/* "rank-0.log (No space left on device), summary.json (...)" for the records that could not
+ * be written whole, or "" when all were. */
+void ddp__rec_incomplete(const struct ddp__rec *r, char *buf, size_t n);
 
 /*
  * One line of events.jsonl: {"time", "t", "event", "round", then the fields given as pairs of

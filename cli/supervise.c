@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "rendezvous/etcd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -248,9 +249,16 @@ static void summarize(int rc)
                               .tail = ff ? ff->tail : NULL,
                               .ntail = ff ? ff->ntail : 0};
     ddp__wd_startup(&sm.startup_round, &sm.formed_s, &sm.first_s);
-    for (int v = 0; v < L.nviews; v++)
-        if (L.views[v].ops->summary)
-            L.views[v].ops->summary(L.views[v].self, &sm);
+    /* The records first: what could not be written whole goes into summary.json, and the
+     * other views' last line says it, summary.json's own failure included. */
+    char incomplete[1024];
+    sm.records_incomplete = incomplete;
+    for (int pass = 0; pass < 2; pass++)
+        for (int v = 0; v < L.nviews; v++)
+            if (L.views[v].ops->summary && (L.views[v].self == &L.rec) == (pass == 0)) {
+                ddp__rec_incomplete(&L.rec, incomplete, sizeof(incomplete));
+                L.views[v].ops->summary(L.views[v].self, &sm);
+            }
     free(rr);
     free(lr);
 }
@@ -386,6 +394,73 @@ static bool remote_request(const char *req, int fd)
     return ddp__remote_request(&L.remote, req, fd);
 }
 
+struct logdir_file {
+    char name[256];
+    time_t mtime;
+};
+
+static int newer_first(const void *a, const void *b)
+{
+    const struct logdir_file *x = a, *y = b;
+    return x->mtime > y->mtime ? -1 : x->mtime < y->mtime ? 1 : strcmp(x->name, y->name);
+}
+
+/*
+ * Leaves the job's log folder in dir as JOB_ID.logdir (for `ddprun logs JOB_ID`), written
+ * whole (a temporary file renamed: a full disk leaves it absent, never cut), and keeps only
+ * the newest DDP__LOGDIR_KEEP of them there: a machine that ran thousands of jobs does not
+ * keep a file for each.
+ */
+static void remember_logdir(const char *dir)
+{
+    char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/%s.logdir", dir, L.job_id);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.logdir.tmp", dir, L.job_id);
+    FILE *f = fopen(tmp, "we");
+    bool ok = f && fprintf(f, "%s\n", L.logdir) > 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        ddp__sup_say("ddprun: cannot write %s: %s (`ddprun logs %s` will need the log folder)",
+                     path, strerror(errno ? errno : EIO), L.job_id);
+        unlink(tmp);
+    }
+    DIR *d = opendir(dir);
+    struct logdir_file *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        struct stat st;
+        char p[PATH_MAX + 300];
+        if (l < 8 || l >= sizeof(v->name) || strcmp(e->d_name + l - 7, ".logdir") != 0)
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (stat(p, &st) != 0)
+            continue;
+        if (n == cap) {
+            struct logdir_file *nv = realloc(v, (cap = cap ? 2 * cap : 256) * sizeof(*v));
+            if (!nv)
+                break;
+            v = nv;
+        }
+        snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
+        v[n++].mtime = st.st_mtime;
+    }
+    if (d)
+        closedir(d);
+    if (n > DDP__LOGDIR_KEEP) {
+        qsort(v, n, sizeof(*v), newer_first);
+        for (size_t k = DDP__LOGDIR_KEEP; k < n; k++) {
+            char p[PATH_MAX + 300];
+            snprintf(p, sizeof(p), "%s/%s", dir, v[k].name);
+            if (strncmp(v[k].name, L.job_id, strlen(L.job_id)) != 0)
+                unlink(p);
+        }
+    }
+    free(v);
+}
+
 /*
  * Detached (ready_fd >= 0): the control socket is up, so the job can be reached; tell the
  * waiting `ddprun --detach` so, and from now on write the console to console.log in the log
@@ -394,14 +469,8 @@ static bool remote_request(const char *req, int fd)
 static int announce(int ready_fd, bool listening)
 {
     char dir[3072], why[3200], path[PATH_MAX + 64];
-    if (ddp__control_dir(dir, sizeof(dir), true, why, sizeof(why)) == 0) {
-        snprintf(path, sizeof(path), "%s/%s.logdir", dir, L.job_id);
-        FILE *f = fopen(path, "we");
-        if (f) {
-            fprintf(f, "%s\n", L.logdir);
-            fclose(f);
-        }
-    }
+    if (ddp__control_dir(dir, sizeof(dir), true, why, sizeof(why)) == 0)
+        remember_logdir(dir);
     if (ready_fd < 0)
         return 0;
     if (!listening) {
@@ -476,7 +545,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         ddp__cli_error("cannot create the log folder '%s': %s", L.logdir, strerror(errno));
         return DDP_EXIT_LAUNCH;
     }
-    ddp__rec_open(&L.rec, L.logdir, job, L.job_id, L.resuming);
+    ddp__rec_open(&L.rec, L.logdir, job, L.job_id, L.resuming, ddp__sup_say);
     ddp__con_init(&L.con, L.tty, job->tag_output, job->console_ranks);
     L.views[L.nviews++] = ddp__con_view(&L.con);
     L.views[L.nviews++] = ddp__rec_view(&L.rec);

@@ -58,6 +58,8 @@ struct ddp__summary {
     /* the startup of the last round (cli/watchdog.h): round -1 when none ran */
     int startup_round;
     double formed_s, first_s;
+    /* the records that could not be written whole (cli/record.h), "" when none */
+    const char *records_incomplete;
 };
 
 /* What the status line shows. */

@@ -354,3 +354,44 @@ bind_job() { # MODE NPROC: each rank prints its CPUs and what ddprun said of the
   assert_failure 2
   assert_output --partial "bad.yaml:2:10:"
 }
+
+@test "a full log disk: whole lines and whole-file records, one message naming ENOSPC per file, the ranks' status, 'records incomplete' last" {
+  [ "$(id -u)" -eq 0 ] || skip "mounting a tmpfs needs root"
+  command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
+  # two ranks print about 1.5 MB each into a 1 MiB logs.dir (a tmpfs of this test's own mount
+  # namespace); what was written there is copied out before the namespace goes
+  cat >job.yaml <<'JOB'
+command: awk -v r=$RANK 'BEGIN { for (i = 1; i <= 20000; i++) printf "rank %d line %d %s\n", r, i, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" }'
+nproc_per_node: 2
+logs: {dir: logs, jsonl: true}
+JOB
+  mkdir logs saved
+  unshare --mount --propagation private sh -c '
+    mount -t tmpfs -o size=1m tmpfs logs || exit 99
+    "$0" job.yaml >out.txt 2>&1; echo $? >rc.txt
+    cp -r logs/. saved/' "$DDPRUN"
+  [ "$(cat rc.txt)" -eq 0 ] || { tail -n 20 out.txt; return 1; } # the ranks' status
+  d=$(ls -d saved/*/ | head -n1)
+  # each file that could not be written is said once, naming the error
+  grep "cannot write the job's record" out.txt | sort | uniq -d | { ! grep . || false; }
+  grep -q "cannot write the job's record $PWD/logs/.*/rank-[01].log: No space left on device; the job goes on" out.txt
+  # the last line names every incomplete record
+  tail -n1 out.txt | grep -q "^ddprun: records incomplete: .*rank-[01].log (No space left on device)"
+  # whole-file records are whole or absent
+  if [ -e "$d/summary.json" ]; then
+    /usr/bin/python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["records_incomplete"], s' "$d/summary.json"
+  fi
+  if [ -e "$d/spec.yaml" ]; then grep -q "^command:" "$d/spec.yaml"; fi
+  # append-only logs hold whole lines only: every rank log line as the rank printed it, in order
+  for r in 0 1; do
+    [ -e "$d/rank-$r.log" ] || continue
+    awk -v r="$r" '$0 != sprintf("rank %d line %d %s", r, NR, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") { print "line " NR ": " $0; exit 1 }' "$d/rank-$r.log"
+    [ -z "$(tail -c1 "$d/rank-$r.log")" ] # ends with a newline (or is empty)
+  done
+  for f in events.jsonl output.jsonl; do
+    [ -e "$d/$f" ] || continue
+    /usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$d/$f"
+    [ -z "$(tail -c1 "$d/$f")" ]
+  done
+  [ -z "$(tail -c1 "$d/ddprun.log")" ]
+}

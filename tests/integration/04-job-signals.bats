@@ -92,6 +92,9 @@ assert_nothing_left() {
 }
 
 @test "an agent that hangs while stopping (SIGSTOPped with its ranks) is ended after stop_grace + 5 s, and nothing is left" {
+  # the launcher's bound alone: the node's guard would end them at heartbeat_timeout + 1 s,
+  # 6 s by default, as soon as the launcher does
+  printf 'elastic: {heartbeat_timeout: 30s}\n' >>job.yaml
   start_job
   kill -STOP -- "-$AGENT"   # the agent and its ranks: a node hung (D state, a frozen VM)
   t0=$(date +%s.%N)

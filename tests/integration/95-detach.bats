@@ -185,3 +185,32 @@ JOB
   "$DDPRUN" ps | grep -q "^$id "
   "$DDPRUN" stop "$id" >/dev/null 2>&1
 }
+
+@test "the newest 200 jobs' log folders are remembered for ddprun logs; an older job's says to pass its folder" {
+  mkdir -p "$XDG_RUNTIME_DIR/ddprun"
+  chmod 700 "$XDG_RUNTIME_DIR/ddprun"
+  # 205 jobs of the past, the oldest first
+  for i in $(seq 1 205); do
+    f="$XDG_RUNTIME_DIR/ddprun/old-$(printf %03d "$i").logdir"
+    echo "$PWD/gone/old-$i" >"$f"
+    touch -d "@$((1700000000 + i))" "$f"
+  done
+  cat >quick.yaml <<'JOB'
+command: echo done
+logs: {dir: logs}
+JOB
+  "$DDPRUN" quick.yaml >out.txt 2>&1
+  id=$(basename logs/*/)
+  # this job and the 199 newest of the others
+  [ "$(ls "$XDG_RUNTIME_DIR/ddprun/" | grep -c '\.logdir$')" -eq 200 ]
+  [ -e "$XDG_RUNTIME_DIR/ddprun/$id.logdir" ]
+  [ -e "$XDG_RUNTIME_DIR/ddprun/old-007.logdir" ]
+  [ ! -e "$XDG_RUNTIME_DIR/ddprun/old-006.logdir" ]
+  ! ls -a "$XDG_RUNTIME_DIR/ddprun/" | grep -q '\.tmp$' || false
+  run "$DDPRUN" logs "$id" --rank 0
+  assert_success
+  assert_output "done"
+  run "$DDPRUN" logs old-006
+  assert_failure 2
+  assert_output --partial "no job 'old-006' of yours on this machine (only the newest 200 jobs are remembered here: for an older one, pass its log folder, LOGS_DIR/JOB_ID)"
+}
