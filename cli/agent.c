@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -55,6 +56,7 @@ struct worker {
     struct ddp_buf line[2];
     bool progress[2]; /* the pending line of the stream began after a '\r' */
     bool exited, reported, exec_failed;
+    int spawn_err; /* the errno of a rank that could not even be forked, else 0 */
     bool sent_started, sent_exit; /* STARTED, EXITED reached the launcher (for STATE) */
     int code;                     /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
@@ -391,12 +393,26 @@ static void snapshot(struct ddp_buf *out)
         state_of(out, false);
 }
 
+/* Closes the pipes spawn made (-1: not made), keeping errno. */
+static void close_pipes(const int *a, const int *b, const int *c, const int *d)
+{
+    int err = errno;
+    const int *all[] = {a, b, c, d};
+    for (int k = 0; k < 4; k++)
+        for (int e = 0; e < 2; e++)
+            if (all[k][e] >= 0)
+                close(all[k][e]);
+    errno = err;
+}
+
 static int spawn(struct worker *w)
 {
-    int op[2], ep[2], tp[2], xp[2];
+    int op[2] = {-1, -1}, ep[2] = {-1, -1}, tp[2] = {-1, -1}, xp[2] = {-1, -1};
     if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(tp, O_CLOEXEC) ||
-        pipe2(xp, O_CLOEXEC))
+        pipe2(xp, O_CLOEXEC)) {
+        close_pipes(op, ep, tp, xp);
         return DDP_ESYS;
+    }
     pid_t agent = getpid();
     int units = 0;
     w->bound = A.st.bind_to != DDP__BIND_NONE &&
@@ -408,8 +424,10 @@ static int spawn(struct worker *w)
     w->pydump = A.pyshim >= 0 ? ddp__pys_dump_new() : -1;
     w->errfd = ddp__ef_new();
     pid_t pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        close_pipes(op, ep, tp, xp);
         return DDP_ESYS;
+    }
     if (pid == 0) {
         struct ddp__rank_exec x = {.st = &A.st,
                                    .join = &A.join,
@@ -475,6 +493,30 @@ static int spawn(struct worker *w)
     return 0;
 }
 
+/* Says why a rank could not even be forked (its pipes, its pages, fork itself): most often
+ * the limit on open files, which a job of many local ranks reaches first. */
+static void spawn_failed(struct worker *w, int err)
+{
+    struct rlimit rl;
+    for (int i = 0; i < w->local_rank; i++)
+        if (A.w[i].exec_failed && A.w[i].pid == 0 && A.w[i].spawn_err == err) {
+            send_note(w, "ddprun agent: cannot start local rank %d: %s (as local rank %d)",
+                      w->local_rank, strerror(err), i);
+            w->spawn_err = err;
+            return;
+        }
+    w->spawn_err = err;
+    if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        send_note(w,
+                  "ddprun agent: cannot start local rank %d: %s (the limit on open files here "
+                  "is %llu, and the agent holds about 6 for each of its %d ranks: raise it with "
+                  "ulimit -n; ddprun doctor checks it)",
+                  w->local_rank, strerror(err), (unsigned long long)rl.rlim_cur, A.nw);
+    else
+        send_note(w, "ddprun agent: cannot start local rank %d: %s", w->local_rank,
+                  strerror(err));
+}
+
 static void start_workers(void)
 {
     A.nw = (int)A.st.nlocal;
@@ -486,7 +528,9 @@ static void start_workers(void)
         A.w[i].page.fd = -1;
         A.w[i].pydump = A.w[i].errfd = -1;
         if (A.stopping || spawn(&A.w[i]) < 0) {
-            /* Never started: report it as failed so the launcher's count adds up. */
+            /* Never started: report it as failed so the launcher's count adds up, with why. */
+            if (!A.stopping)
+                spawn_failed(&A.w[i], errno);
             A.w[i].exited = true;
             A.w[i].code = 127;
             A.w[i].exec_failed = !A.stopping;

@@ -112,6 +112,44 @@ void ddp__sup_hang_failed(const char *why)
     round_failed(why);
 }
 
+/*
+ * Whether this launcher did not run (its loop did not tick) for longer than the heartbeat
+ * timeout, now or lately: stopped (SIGSTOP, a Ctrl-Z), starved of CPU, or its machine
+ * suspended. Its store did not answer meanwhile, so the agents stopped their ranks: the
+ * failures that follow are its own. The first callbacks after a stall are those failures, so
+ * they check it rather than wait for the tick.
+ */
+static bool launcher_stalled(void)
+{
+    int64_t now = ddp_now_ms(), gap = now - L.last_tick_ms;
+    if (L.last_tick_ms && gap > L.job->heartbeat_timeout_ms) {
+        L.stall_ms = gap;
+        L.stall_end_ms = now;
+        ddp__sup_say("ddprun: this launcher did not run for %.1f s (it was stopped, or starved of "
+                     "CPU), longer than elastic.heartbeat_timeout (%.1f s): the nodes' agents "
+                     "could not reach its store, and stop their ranks",
+                     (double)gap / 1000, (double)L.job->heartbeat_timeout_ms / 1000);
+        ddp__sup_event("launcher_stalled", "#ms", (long long)gap, NULL);
+    }
+    L.last_tick_ms = now;
+    return L.stall_end_ms && now - L.stall_end_ms <= L.job->heartbeat_timeout_ms +
+                                                          L.job->stop_grace_ms +
+                                                          DDP__SUP_STOP_SLACK_MS;
+}
+
+/* A failure (what) in the wake of the launcher's stall is the stall's: says so first. */
+static void blame_stall(char *what, size_t n)
+{
+    if (!launcher_stalled())
+        return;
+    char was[1024];
+    snprintf(was, sizeof(was), "%s", what);
+    snprintf(what, n,
+             "this launcher did not run for %.1f s (stopped or starved), so the nodes' agents "
+             "lost contact with its store and stopped their ranks (%.700s)",
+             (double)L.stall_ms / 1000, was);
+}
+
 static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed)
 {
     struct ddp__sup_rank *r = &L.rk[rank];
@@ -121,6 +159,8 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
     r->runtime_ms = runtime_ms;
     r->exec_failed = exec_failed;
     L.ranks_done++;
+    if (code != 0 && launcher_stalled())
+        r->stopped = true; /* by its agent, for ddprun */
     if (code == 0 && ++L.ranks_ok == L.world && L.ph == DDP__PH_RUNNING) {
         ddp__sup_finish(NULL, DDP_EXIT_OK);
         return;
@@ -138,6 +178,7 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
         snprintf(what, sizeof(what), "rank %d (%s) %s%s%.*s", rank, host_of(r->node), how,
                  r->error ? ": " : "", (int)(r->error ? ddp_utf8_prefix(r->error, 400) : 0),
                  r->error ? r->error : "");
+    blame_stall(what, sizeof(what));
     struct ddp__outcome o = ddp__sup_outcome(rank);
     ddp__sup_event("worker_failed", "node", host_of(r->node), "#rank", (long long)rank, "@outcome",
                    &o, "reason", what, NULL);
@@ -197,14 +238,20 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
         rdzv_check();
         return;
     }
-    char what[512];
+    char what[1024];
     snprintf(what, sizeof(what), "node '%s' lost: %s", host_of(i), why);
+    blame_stall(what, sizeof(what));
     record_loss(i, why, true);
     if (prev == DDP__NS_RUNNING || prev == DDP__NS_STOPPING) {
+        int64_t now = ddp_now_ms();
         for (int r = 0; r < L.world; r++)
-            if (L.rk[r].node == i && !L.rk[r].exited)
+            if (L.rk[r].node == i && !L.rk[r].exited) {
                 L.rk[r].lost = true;
-        L.t_lost = ddp_now_ms();
+                /* how long it ran, as far as ddprun saw: until its node was lost */
+                if (L.rk[r].started && L.rk[r].t_started)
+                    L.rk[r].runtime_ms = now - L.rk[r].t_started;
+            }
+        L.t_lost = now;
     }
     if (prev == DDP__NS_RUNNING && L.ph == DDP__PH_RUNNING) {
         round_failed(what);
@@ -221,6 +268,7 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
 static void rank_started(int rank)
 {
     L.rk[rank].started = true;
+    L.rk[rank].t_started = ddp_now_ms();
     if (++L.ranks_up == L.world && L.ph == DDP__PH_RUNNING) {
         ddp__sup_set_phase("running");
         ddp__sup_event("workers_running", "#world_size", (long long)L.world, NULL);
@@ -695,7 +743,9 @@ void ddp__sup_finish(const char *why, int rc)
 
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
-    ddp__sup_draw_status();
+    launcher_stalled();
+    if (L.tty)
+        ddp__sup_draw_status();
     ddp_timer_start(loop, t, 250);
 }
 
@@ -738,8 +788,9 @@ void ddp__sup_timers_init(void)
     ddp_timer_init(&L.retry, on_retry);
     ddp_timer_init(&L.left_check, on_left_check);
     ddp_timer_init(&L.end_check, on_end_check);
-    if (L.tty)
-        ddp_timer_start(L.loop, &L.tick, 250);
+    /* The tick redraws the status line on a terminal, and tells a stall of the launcher */
+    L.last_tick_ms = ddp_now_ms();
+    ddp_timer_start(L.loop, &L.tick, 250);
     if (L.job->max_restarts > 0)
         ddp_timer_start(L.loop, &L.retry, 1000);
 }

@@ -41,6 +41,7 @@ struct ddp__sup_rank {
     bool stopped; /* it ended after its node was asked to stop it */
     int code;     /* >= 0 exit status, < 0 minus the signal */
     int64_t runtime_ms;
+    int64_t t_started; /* when its STARTED came (ddp_now_ms), for a lost rank's runtime */
     char *tail[DDP__SUP_TAIL_LINES];
     int ntail;
     char *error, *traceback; /* what it wrote to its TORCHELASTIC_ERROR_FILE, or NULL */
@@ -122,6 +123,10 @@ struct ddp__sup {
     bool tty;
     bool detached;      /* ddprun --detach: no terminal; the console is console.log */
     int64_t t0, t_lost; /* t_lost: when the last member was lost (recovery time) */
+    /* The launcher's own stall (stopped, starved): when its loop last ticked, and the last
+     * stall longer than the heartbeat timeout, which the agents answer by stopping their ranks
+     * (rounds.c: launcher_stall). */
+    int64_t last_tick_ms, stall_ms, stall_end_ms;
     const char *phase_name;
     struct ddp_timer tick, force, stop_deadline, rdzv_deadline, last_call, retry, left_check;
     struct ddp_timer end_check; /* nodes lost by their lease: ended at level 2 if still there */

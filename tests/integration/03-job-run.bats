@@ -395,3 +395,11 @@ JOB
   done
   [ -z "$(tail -c1 "$d/ddprun.log")" ]
 }
+
+@test "too low a limit on open files: the ranks that cannot start say so, naming the limit" {
+  printf 'command: sleep 1\nnproc_per_node: 16\n' >job.yaml
+  run bash -c 'ulimit -n 64 && exec "$0" job.yaml' "$DDPRUN"
+  assert_failure 3
+  assert_output --regexp "ddprun: rank [0-9]+ \(localhost\) did not start: ddprun agent: cannot start local rank [0-9]+: Too many open files \(the limit on open files here is 64, and the agent holds about 6 for each of its 16 ranks: raise it with ulimit -n; ddprun doctor checks it\); stopping the job"
+  assert_output --regexp "cannot start local rank [0-9]+: Too many open files \(as local rank [0-9]+\)"
+}

@@ -243,3 +243,37 @@ PY
   ! grep -q "got HUP" out.txt || false
   [ "$(grep -c '"event": "signal"' logs/*/events.jsonl)" -eq 1 ] # SIGUSR1's
 }
+
+@test "a launcher stopped for longer than heartbeat_timeout: the ranks its agents stopped are recorded as stopped for that reason" {
+  cat >job.yaml <<'JOB'
+command: while :; do sleep 0.1; done
+nproc_per_node: 2
+elastic: {heartbeat_interval: 250ms, heartbeat_timeout: 1s}
+stop_grace: 1s
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP=$!
+  for _ in $(seq 100); do grep -q "ddprun: running" out.txt && break; sleep 0.05; done
+  JOB_ID=$(basename "$(ls -d ddprun-logs/*/)")
+  kill -STOP "$DDP"
+  sleep 3
+  kill -CONT "$DDP"
+  rc=0; wait "$DDP" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 1 ]
+  d=ddprun-logs/$JOB_ID
+  grep -q "ddprun: this launcher did not run for [3-9].[0-9] s (it was stopped, or starved of CPU)" out.txt
+  /usr/bin/python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+assert s["reason"].startswith("this launcher did not run for "), s["reason"]
+assert "stopped their ranks" in s["reason"], s["reason"]
+assert all(r["stopped_by_ddprun"] for r in s["ranks"]), s["ranks"]
+events = [json.loads(l) for l in open(d + "/events.jsonl")]
+stall = [e for e in events if e["event"] == "launcher_stalled"]
+assert len(stall) == 1 and stall[0]["ms"] >= 2500, stall
+end = [e for e in events if e["event"] == "job_end"][0]
+assert end["reason"] == s["reason"], (end, s["reason"])
+PY
+}

@@ -430,6 +430,12 @@ JOB
   for p in $(node_pids 2); do [ "$p" = "$(cat "$SSH_DIR/node2/sshd.pid")" ] || left="$left $p"; done
   [ -z "$left" ] || { echo "left on node 2:"; ps -o pid,stat,args -p "$(echo $left | tr ' ' ',')"; cat out.txt; return 1; }
   nothing_of_job_on 1
+  # the lost node's rank ran until the loss (its lease's 2 s, less one heartbeat at most), not 0 s
+  /usr/bin/python3 -c '
+import glob, json
+s = json.load(open(glob.glob("logs/*/summary.json")[0]))
+lost = [r for r in s["ranks"] if r["state"] == "lost"]
+assert len(lost) == 1 and lost[0]["runtime_s"] >= 1.0, s["ranks"]'
 }
 
 @test "a hung agent cut off the network: its guard ends it with its ranks within heartbeat_timeout + 1 s; the next round starts only after" {
