@@ -40,7 +40,8 @@ static void put_quoted(struct ddp_buf *b, const char *s)
 }
 
 /* One host entry: "host", "host:N" or "[v6addr]:N"; a bare IPv6 address has no slots. */
-static int put_host(struct ddp_buf *b, const char *spec, size_t len, const char *where)
+static int put_host(struct ddp_buf *b, const char *spec, size_t len, const char *where,
+                    bool keep_slots)
 {
     char h[512];
     if (len == 0 || len >= sizeof(h)) {
@@ -82,15 +83,18 @@ static int put_host(struct ddp_buf *b, const char *spec, size_t len, const char 
             return -1;
         }
         char t[32];
+        if (!keep_slots) /* an explicit nproc_per_node wins, as over Slurm's tasks per node */
+            n = 0;
         int k = snprintf(t, sizeof(t), ", slots: %ld", n);
-        ddp_buf_put(b, t, (size_t)k);
+        if (n)
+            ddp_buf_put(b, t, (size_t)k);
     }
     ddp_buf_put(b, "}\n", 2);
     return 0;
 }
 
 /* A hostfile: a host per line, "host", "host:N", or "host slots=N [max_slots=M]"; # comments. */
-static int put_hostfile(struct ddp_buf *b, const char *path)
+static int put_hostfile(struct ddp_buf *b, const char *path, bool keep_slots)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -122,7 +126,7 @@ static int put_hostfile(struct ddp_buf *b, const char *path)
         char spec[1100];
         int n = slots ? snprintf(spec, sizeof(spec), "%s:%s", tok, slots)
                       : snprintf(spec, sizeof(spec), "%s", tok);
-        if (rc == 0 && put_host(b, spec, (size_t)n, where) < 0)
+        if (rc == 0 && put_host(b, spec, (size_t)n, where, keep_slots) < 0)
             rc = -1;
         hosts++;
     }
@@ -161,13 +165,18 @@ int ddp__job_from_cmdline(const struct ddp_cmdline *cl, const char *const *sets,
         put_quoted(&b, cl->args[k]);
     }
     ddp_buf_put(&b, "]\n", 2);
+    /* --nproc-per-node (or --set nproc_per_node) given: it wins over the hosts' slots */
+    bool keep_slots = true;
+    for (size_t k = 0; k < nsets; k++)
+        if (strncmp(sets[k], "nproc_per_node=", 15) == 0)
+            keep_slots = false;
     if (cl->nodes || cl->hostfile) {
         ddp_buf_put(&b, "nodes:\n", 7);
-        if (cl->hostfile && put_hostfile(&b, cl->hostfile) < 0)
+        if (cl->hostfile && put_hostfile(&b, cl->hostfile, keep_slots) < 0)
             goto out;
         for (const char *p = cl->nodes; p && *p;) {
             size_t len = strcspn(p, ",");
-            if (put_host(&b, p, len, cl->nodes_label) < 0)
+            if (put_host(&b, p, len, cl->nodes_label, keep_slots) < 0)
                 goto out;
             p += len + (p[len] == ',');
         }

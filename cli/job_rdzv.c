@@ -103,7 +103,7 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
         ((n = ddp__ytree_get(sub, "port")) &&
          ddp__jv_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
         ((n = ddp__ytree_get(sub, "timeout")) &&
-         ddp__jv_duration(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
+         ddp__jv_duration_pos(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
         ((n = ddp__ytree_get(sub, "last_call")) &&
          ddp__jv_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
         return -1;

@@ -175,6 +175,21 @@ int ddp__jv_duration(const struct ddp__jctx *c, const struct ddp_ynode *n, const
     return 0;
 }
 
+int ddp__jv_duration_pos(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                         int64_t *out)
+{
+    int64_t v;
+    if (ddp__jv_duration(c, n, what, &v) < 0)
+        return -1;
+    if (v == 0) {
+        ddp__jv_err(c, n, "%s must be longer than 0 (a duration such as 500ms or 5s), got '%s'",
+                    what, n->str);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int ddp__jv_enum(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
                  const char *no, const char *yes, bool *out)
 {

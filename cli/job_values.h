@@ -35,6 +35,9 @@ int ddp__jv_bool(const struct ddp__jctx *c, const struct ddp_ynode *n, const cha
 /* A duration ("500ms", "5s", "2m", "1h") in ms. */
 int ddp__jv_duration(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
                      int64_t *out);
+/* As ddp__jv_duration, refusing 0 (an interval or a timeout that must pass). */
+int ddp__jv_duration_pos(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                         int64_t *out);
 /* One of two words: *out is false for `no`, true for `yes`. */
 int ddp__jv_enum(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
                  const char *no, const char *yes, bool *out);

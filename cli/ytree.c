@@ -191,6 +191,15 @@ static struct ddp_ynode *build(struct parse *ps, yaml_parser_t *p, yaml_event_t 
     case YAML_SCALAR_EVENT:
         if (!(n = node_at(ps, DDP_Y_SCALAR, &ev->start_mark)))
             return NULL;
+        if (memchr(ev->data.scalar.value, '\0', ev->data.scalar.length)) {
+            /* "\0" in a double-quoted string: every value ends as a C string (an argument, an
+             * environment value), which would end there, silently */
+            ddp__ytree_error(ps->file, n,
+                             "a NUL character (\\0) in a value: ddprun passes values to "
+                             "programs as C strings, which cannot hold one");
+            ddp__ytree_free(n);
+            return NULL;
+        }
         if (!(n->str = strndup((const char *)ev->data.scalar.value, ev->data.scalar.length))) {
             ddp__cli_error("%s: out of memory", ps->file);
             ddp__ytree_free(n);

@@ -48,6 +48,26 @@ spec_error() {
     "job.yaml:3:12: rendezvous.timeout: bad duration '5x' (expected a number and a unit: 500ms, 5s, 2m, 1h)"
   spec_error 'command: [true]\nstop_grace: 10\n' \
     "job.yaml:2:13: stop_grace: bad duration '10' (expected a number and a unit: 500ms, 5s, 2m, 1h)"
+  # an interval or a timeout of 0 would fail every launch: refused where it is written
+  spec_error 'command: [true]\nelastic: {heartbeat_interval: 0s}\n' \
+    "job.yaml:2:31: elastic.heartbeat_interval must be longer than 0 (a duration such as 500ms or 5s), got '0s'"
+  spec_error 'command: [true]\nelastic:\n  heartbeat_timeout: 0ms\n' \
+    "job.yaml:3:22: elastic.heartbeat_timeout must be longer than 0 (a duration such as 500ms or 5s), got '0ms'"
+  spec_error 'command: [true]\nrendezvous: {timeout: 0s}\n' \
+    "job.yaml:2:23: rendezvous.timeout must be longer than 0 (a duration such as 500ms or 5s), got '0s'"
+  spec_error 'command: [true]\n' \
+    "--set elastic.heartbeat_interval=0s: elastic.heartbeat_interval must be longer than 0 (a duration such as 500ms or 5s), got '0s'" \
+    --set elastic.heartbeat_interval=0s
+}
+
+@test "a NUL in a value (an argument, an environment value) is refused, not cut" {
+  spec_error 'command: [echo, "a\\0b"]\n' \
+    "job.yaml:1:17: a NUL character (\\0) in a value: ddprun passes values to programs as C strings, which cannot hold one"
+  spec_error 'command: [true]\nenv: {X: "x\\0"}\n' \
+    "job.yaml:2:10: a NUL character (\\0) in a value: ddprun passes values to programs as C strings, which cannot hold one"
+  spec_error 'command: [true]\n' \
+    "--set env.X=\"a\\0b\": a NUL character (\\0) in a value: ddprun passes values to programs as C strings, which cannot hold one" \
+    --set 'env.X="a\0b"'
 }
 
 @test "missing command, empty file, min_nodes above max_nodes, duplicates" {

@@ -87,6 +87,16 @@ teardown() {
   printf '# DeepSpeed / Open MPI\nn1 slots=8\nn2 slots=4 max_slots=4\n\nn3\nn4:2   # a comment\n' >hostfile
   run "$DDPRUN" plan --hostfile hostfile hello.py
   assert_output --partial $'  - {host: n1, slots: 8}\n  - {host: n2, slots: 4}\n  - {host: n3, slots: 1}\n  - {host: n4, slots: 2}'
+  # an explicit --nproc-per-node (or --set nproc_per_node) wins over the hosts' slots, as
+  # over Slurm's tasks per node; a bad slots value is still an error
+  run "$DDPRUN" plan --nproc-per-node 2 --hostfile hostfile hello.py
+  assert_output --partial $'  - {host: n1, slots: 2}\n  - {host: n2, slots: 2}\n  - {host: n3, slots: 2}\n  - {host: n4, slots: 2}'
+  assert_output --partial $'nproc_per_node: 2\n'
+  assert_output --partial $'world_size: 8\n'
+  run "$DDPRUN" plan -H n1:4,n2 --set nproc_per_node=3 hello.py
+  assert_output --partial $'  - {host: n1, slots: 3}\n  - {host: n2, slots: 3}'
+  run "$DDPRUN" plan -H n1:x --nproc-per-node 2 hello.py
+  assert_failure 2
   printf 'n1 slot=4\n' >bad
   run "$DDPRUN" plan --hostfile bad hello.py
   assert_failure 2
