@@ -591,6 +591,32 @@ static void gather_stacks(const uint8_t *body, size_t len)
     free(running);
 }
 
+/*
+ * Where the launcher offered several addresses of its store (it knew no route to this node),
+ * the ranks get the one the agent reached: DDPRUN_STORE_ADDR, and MASTER_ADDR where that is
+ * the launcher's TCPStore port.
+ */
+static int pick_store_addr(void)
+{
+    if (!A.lease || !strchr(A.st.store_addr, ','))
+        return 0;
+    const char *got = MEMBERSHIP->store_addr(A.lease);
+    char host[256];
+    int port;
+    char *s = strdup(got), *m = NULL;
+    if (!s)
+        return -1;
+    free(A.st.store_addr);
+    A.st.store_addr = s;
+    if (strchr(A.st.master_addr, ',') && ddp_parse_hostport(got, host, sizeof(host), &port) == 0) {
+        if (!(m = strdup(host)))
+            return -1;
+        free(A.st.master_addr);
+        A.st.master_addr = m;
+    }
+    return 0;
+}
+
 /* Joins the membership (a lease kept alive by a heartbeat), starts the node's guard, which
  * ends the node's job should the lease go unrenewed while the agent cannot act, and answers
  * JOINED. */
@@ -674,6 +700,10 @@ static void on_frames(int fd)
         } else if (type == DDP__AG_START && A.have_join && !A.have_start && !A.exiting) {
             if (ddp__agent_get_start(body, len, &A.st) < 0) {
                 fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
+                goto protocol_error;
+            }
+            if (pick_store_addr() < 0) {
+                fprintf(stderr, "ddprun agent: out of memory\n");
                 goto protocol_error;
             }
             A.have_start = true;

@@ -56,6 +56,9 @@ struct ddp__member_ops {
     /* Agent: the node's progress report, sent with the next heartbeat (and kept, bound to
      * the lease, until the next one). */
     void (*publish)(struct ddp__member_lease *l, const void *report, size_t len);
+    /* Agent: the store's address as the agent reached it: of several the launcher offered
+     * ("ip:port,ip:port"), the one that answered; for the ranks' environment. */
+    const char *(*store_addr)(const struct ddp__member_lease *l);
     /* Launcher: watches the job's membership (where: the store or etcd, as agents are told to
      * join); each event is given to cb on loop. */
     int (*watch)(const struct ddp__agent_join *where, struct ddp_loop *loop,

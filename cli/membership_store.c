@@ -222,6 +222,54 @@ static void lease_free(struct ddp__member_lease *h)
     free(h);
 }
 
+/*
+ * Connects to the store at addr: "host:port", or where the launcher did not know which of its
+ * addresses reaches this node, several ("ip:port,ip:port,..."), tried in turn (the time split
+ * among them, 2 s each at least). The one that answers is the node's store from then on
+ * (h->host, h->port, h->addr). Each failure is named in the one message when none answers.
+ */
+static int connect_any(struct ddp__member_lease *h, const char *addr, int timeout)
+{
+    size_t k = 1;
+    for (const char *p = addr; *p; p++)
+        k += *p == ',';
+    int each = k > 1 ? (int)((size_t)timeout / k) : timeout;
+    if (each < 2000)
+        each = 2000;
+    char tried[1200] = "";
+    size_t tl = 0;
+    int r = DDP_EINVAL;
+    for (const char *p = addr; *p;) {
+        size_t len = strcspn(p, ",");
+        char one[300];
+        snprintf(one, sizeof(one), "%.*s", (int)(len < sizeof(one) ? len : sizeof(one) - 1), p);
+        p += len + (p[len] == ',');
+        if (ddp_parse_hostport(one, h->host, sizeof(h->host), &h->port) < 0) {
+            r = DDP_EINVAL;
+        } else if ((r = connect_where(&h->etcd, h->host, h->port, h->token, each, &h->s)) == 0) {
+            snprintf(h->addr, sizeof(h->addr), "%s", one);
+            return 0;
+        }
+        int w = snprintf(tried + tl, sizeof(tried) - tl, "%s%s (%s)", tl ? ", " : "", one,
+                         r == DDP_EINVAL ? "not HOST:PORT" : ddp_strerror(r));
+        if (w > 0 && tl + (size_t)w < sizeof(tried))
+            tl += (size_t)w;
+    }
+    if (k > 1)
+        fprintf(stderr,
+                "ddprun agent on '%s': cannot reach the store at any of the launcher's %zu "
+                "addresses: %s\n",
+                h->label, k, tried);
+    else
+        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s\n", h->label, tried);
+    return r;
+}
+
+static const char *store_addr(const struct ddp__member_lease *h)
+{
+    return h->addr;
+}
+
 static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
                 void (*fenced)(void *arg, const char *why), void *arg, _Atomic int64_t *renewed,
                 uint64_t *lease_id, struct ddp__member_lease **out)
@@ -256,17 +304,16 @@ static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
         lease_free(h);
         return DDP_ENOMEM;
     }
-    if (eo.endpoints)
-        snprintf(h->addr, sizeof(h->addr), "etcd (%s)", eo.endpoints);
-    else if (ddp_parse_hostport(j->store_addr, h->host, sizeof(h->host), &h->port) < 0) {
-        fprintf(stderr, "ddprun agent on '%s': bad store address '%s'\n", h->label, h->addr);
-        lease_free(h);
-        return DDP_EINVAL;
-    }
     int timeout = j->heartbeat_timeout_ms > 10000 ? (int)j->heartbeat_timeout_ms : 10000;
-    if ((r = connect_where(&h->etcd, h->host, h->port, h->token, timeout, &h->s)) < 0) {
-        fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n", h->label,
-                h->addr, ddp_strerror(r));
+    if (eo.endpoints) {
+        snprintf(h->addr, sizeof(h->addr), "etcd (%s)", eo.endpoints);
+        if ((r = connect_where(&h->etcd, h->host, h->port, h->token, timeout, &h->s)) < 0) {
+            fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n",
+                    h->label, h->addr, ddp_strerror(r));
+            lease_free(h);
+            return r;
+        }
+    } else if ((r = connect_any(h, j->store_addr, timeout)) < 0) {
         lease_free(h);
         return r;
     }
@@ -465,5 +512,6 @@ const struct ddp__member_ops ddp__member_store = {.name = "store",
                                                   .join = join,
                                                   .leave = leave,
                                                   .publish = publish,
+                                                  .store_addr = store_addr,
                                                   .watch = watch,
                                                   .unwatch = unwatch};

@@ -11,6 +11,8 @@
 #include "common/util.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,14 +27,48 @@ static const char *host_of(int node)
     return L.job->nodes[node].host;
 }
 
+/* Every address of this machine but loopback and IPv6 link-local ones, as "ip:port,..."
+ * (IPv6 in brackets); false when it has none. */
+static bool all_addrs(char *out, size_t n)
+{
+    struct ifaddrs *ifs = NULL;
+    size_t l = 0;
+    out[0] = '\0';
+    if (getifaddrs(&ifs) != 0)
+        return false;
+    for (struct ifaddrs *f = ifs; f; f = f->ifa_next) {
+        char ip[INET6_ADDRSTRLEN];
+        if (!f->ifa_addr || !(f->ifa_flags & IFF_UP) || (f->ifa_flags & IFF_LOOPBACK))
+            continue;
+        int fam = f->ifa_addr->sa_family;
+        const void *a = fam == AF_INET ? (const void *)&((struct sockaddr_in *)f->ifa_addr)->sin_addr
+                        : fam == AF_INET6
+                            ? (const void *)&((struct sockaddr_in6 *)f->ifa_addr)->sin6_addr
+                            : NULL;
+        if (!a || (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a)) ||
+            !inet_ntop(fam, a, ip, sizeof(ip)))
+            continue;
+        int w = snprintf(out + l, n - l, fam == AF_INET6 ? "%s[%s]:%d" : "%s%s:%d", l ? "," : "",
+                         ip, L.store_port);
+        if (w < 0 || (size_t)w >= n - l)
+            break;
+        l += (size_t)w;
+    }
+    freeifaddrs(ifs);
+    return l > 0;
+}
+
 void ddp__sup_node_store_addr(int i, char *out, size_t n)
 {
     snprintf(out, n, "%s", L.store_addr);
     if (L.first_remote && L.wildcard) {
         char ip[INET6_ADDRSTRLEN];
-        const char *toward = ddp__job_host_is_local(host_of(i)) ? L.first_remote : host_of(i);
+        const char *toward =
+            ddp__job_host_is_local(host_of(i)) ? L.first_remote : ddp__sup_node_addr(i);
         if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
             snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, L.store_port);
+        else if (!all_addrs(out, n)) /* no route known from here: the node tries each */
+            snprintf(out, n, "%s", L.store_addr);
     }
 }
 
@@ -95,7 +131,7 @@ int ddp__sup_start_round(char *why, size_t whylen)
     char master[256] = "127.0.0.1";
     if (L.first_remote) {
         if (!ddp__job_host_is_local(host_of(first)))
-            snprintf(master, sizeof(master), "%s", host_of(first));
+            snprintf(master, sizeof(master), "%s", ddp__sup_node_addr(first));
         else if (ddp__route_source(L.first_remote, master, sizeof(master)) < 0)
             snprintf(master, sizeof(master), "127.0.0.1");
     }
@@ -126,13 +162,17 @@ int ddp__sup_start_round(char *why, size_t whylen)
         struct ddp__sup_node *a = &L.nd[i];
         if (a->state != DDP__NS_RUNNING)
             continue;
-        char node_store[300], store_host[300], node_master[300];
+        char node_store[1024], store_host[300], node_master[1024];
         int store_port;
         ddp__sup_node_store_addr((int)i, node_store, sizeof(node_store));
-        /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it. */
+        /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it
+         * (where the node is offered several addresses, the one its agent reached: it puts
+         * it in place of the list). */
         snprintf(node_master, sizeof(node_master), "%s", master);
-        if (L.torch_port &&
-            ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
+        if (L.torch_port && strchr(node_store, ','))
+            snprintf(node_master, sizeof(node_master), "%s", node_store);
+        else if (L.torch_port &&
+                 ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
             snprintf(node_master, sizeof(node_master), "%s", store_host);
         struct ddp__agent_start st = {
             .token = L.token,

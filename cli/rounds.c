@@ -529,7 +529,7 @@ static int provision(int i)
 {
     struct ddp__sup_node *a = &L.nd[i];
     const struct ddp_job *j = L.job;
-    char node_store[300];
+    char node_store[1024];
     ddp__sup_node_store_addr(i, node_store, sizeof(node_store));
     struct ddp__agent_join jf;
     ddp__sup_join_where(&jf);

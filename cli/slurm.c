@@ -9,6 +9,9 @@
  * cluster, the submission) and lose the rest; their place is in RANK, LOCAL_RANK, WORLD_SIZE.
  */
 #include "cli/cli.h"
+#include "cli/job.h"
+#include "common/htab.h"
+#include "common/list.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -100,4 +103,75 @@ int ddp__slurm_alloc_state(char *state, size_t n)
         nanosleep(&ts, NULL);
     }
     return 0;
+}
+
+struct named {
+    struct ddp_hnode h;
+    size_t i;
+};
+
+/* The value of KEY= in a `scontrol -o` line (up to the next space), or NULL. */
+static const char *field(const char *line, size_t len, const char *key, size_t *vlen)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; p + kl <= line + len; p++) {
+        if ((p == line || p[-1] == ' ') && memcmp(p, key, kl) == 0) {
+            p += kl;
+            const char *end = memchr(p, ' ', (size_t)(line + len - p));
+            *vlen = (size_t)((end ? end : line + len) - p);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+int ddp__slurm_node_addrs(const struct ddp_job *j, char **addr)
+{
+    size_t n = j->nnodes;
+    for (size_t i = 0; i < n; i++)
+        addr[i] = NULL;
+    /* the allocation's nodes, in Slurm's compressed form: the job's are among them */
+    const char *list = getenv("SLURM_JOB_NODELIST");
+    if (!list || !*list || n == 0)
+        return -1;
+    /* A line of about 600 bytes per node; 10,000 nodes are a few MiB. */
+    size_t cap = n * 2048 + 65536;
+    char *out = malloc(cap);
+    struct named *nm = calloc(n, sizeof(*nm));
+    struct ddp_htab t;
+    int st = 0, r = -1;
+    if (!out || !nm || ddp_htab_init(&t) < 0) {
+        free(out);
+        free(nm);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        nm[i].i = i;
+        nm[i].h.key = (const uint8_t *)j->nodes[i].host;
+        nm[i].h.klen = (uint32_t)strlen(j->nodes[i].host);
+        if (!ddp_htab_find(&t, j->nodes[i].host, nm[i].h.klen))
+            ddp_htab_insert(&t, &nm[i].h);
+    }
+    char *argv[] = {"scontrol", "show", "node", "-o", (char *)list, NULL};
+    if (ddp__run_capture(argv, out, cap, 5000, &st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+        goto out;
+    r = 0;
+    for (char *line = out; *line;) {
+        size_t len = strcspn(line, "\n"), nl, al;
+        const char *name = field(line, len, "NodeName=", &nl);
+        const char *a = field(line, len, "NodeAddr=", &al);
+        struct ddp_hnode *h = name ? ddp_htab_find(&t, name, nl) : NULL;
+        /* the name is its address: resolved as a host name, as before */
+        if (h && a && al && al < 256 && (al != nl || memcmp(a, name, al) != 0)) {
+            size_t i = DDP_CONTAINER_OF(h, struct named, h)->i;
+            free(addr[i]);
+            addr[i] = strndup(a, al);
+        }
+        line += len + (line[len] == '\n');
+    }
+out:
+    ddp_htab_release(&t);
+    free(nm);
+    free(out);
+    return r;
 }

@@ -304,7 +304,7 @@ static int torch_listen(const struct ddp_job *job, const char *listen)
     size_t n = 0;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
     for (size_t i = 0; i < job->nnodes; i++)
-        if (getaddrinfo(job->nodes[i].host, NULL, &hints, &res) == 0) {
+        if (getaddrinfo(ddp__sup_node_addr((int)i), NULL, &hints, &res) == 0) {
             add_addrs(&allow, &n, res);
             freeaddrinfo(res);
         }
@@ -329,7 +329,7 @@ static int torch_listen(const struct ddp_job *job, const char *listen)
     for (size_t i = 0; i < job->nnodes && one; i++) {
         if (ddp__job_host_is_local(job->nodes[i].host))
             continue;
-        if (ddp__route_source(job->nodes[i].host, ip, sizeof(ip)) < 0 ||
+        if (ddp__route_source(ddp__sup_node_addr((int)i), ip, sizeof(ip)) < 0 ||
             (bind_ip[0] && strcmp(ip, bind_ip) != 0))
             one = false;
         else
@@ -343,6 +343,11 @@ static int torch_listen(const struct ddp_job *job, const char *listen)
         free(allow[k]);
     free(allow);
     return r;
+}
+
+const char *ddp__sup_node_addr(int i)
+{
+    return L.node_addr && L.node_addr[i] ? L.node_addr[i] : L.job->nodes[i].host;
 }
 
 /* The ranks' extra environment: OMP_NUM_THREADS=1 as torchrun sets it, a forced network
@@ -537,7 +542,15 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     unsetenv("DDPRUN_TAKEOVER");
     unsetenv("DDPRUN_TAKEOVER_PREFIX");
     unsetenv("DDPRUN_TAKEOVER_FROM");
-    L.first_remote = ddp__job_first_remote(job);
+    /* Under Slurm a node's name may be known to Slurm alone: where it is not its address,
+     * the launcher reaches it, and routes toward it, by its NodeAddr (one scontrol call). */
+    L.node_addr = calloc(job->nnodes, sizeof(*L.node_addr));
+    if (job->srun && L.node_addr)
+        ddp__slurm_node_addrs(job, L.node_addr);
+    L.first_remote = NULL;
+    for (size_t i = 0; i < job->nnodes && !L.first_remote; i++)
+        if (!ddp__job_host_is_local(job->nodes[i].host))
+            L.first_remote = ddp__sup_node_addr((int)i);
     ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
     L.self[sl > 0 ? sl : 0] = '\0';
     snprintf(L.logdir, sizeof(L.logdir), "%s/%s", job->logs_dir, L.job_id);
@@ -736,6 +749,10 @@ out:
     ddp__sup_release_ranks();
     for (char **p = L.env; p && *p; p++)
         free(*p);
+    for (size_t i = 0; L.node_addr && i < job->nnodes; i++)
+        free(L.node_addr[i]);
+    free(L.node_addr);
+    L.node_addr = NULL;
     free(L.env);
     free(L.etcd_eps);
     for (char **p = L.shell_env; p && *p; p++)

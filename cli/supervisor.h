@@ -89,7 +89,8 @@ struct ddp__sup {
     struct ddp_store_server *srv; /* the job\'s store (its thread runs it) */
     int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
-    const char *first_remote;
+    const char *first_remote; /* the address of the first node that is not this machine */
+    char **node_addr; /* [node]: Slurm's NodeAddr where it is not the node's name, or NULL */
     char **env;          /* the job's extra environment, "K=V" */
     char **shell_env;    /* what remote ranks get from the launching shell (the export rule) */
     char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */
@@ -180,6 +181,9 @@ void ddp__sup_announce_round(void);
 void ddp__sup_release_ranks(void);
 /* The store's address as node i reaches it (cli/round_start.c). */
 void ddp__sup_node_store_addr(int i, char *out, size_t n);
+/* The address node i is reached at: Slurm's NodeAddr where the node's name is not its address
+ * (a name only Slurm knows), else its host name. */
+const char *ddp__sup_node_addr(int i);
 /* Numbers the ready members' ranks and sends each START (the round's phase begins); -1 with
  * why (at least 16 bytes) when the round cannot start: then no member was started. */
 int ddp__sup_start_round(char *why, size_t whylen);

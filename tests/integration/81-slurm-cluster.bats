@@ -269,3 +269,35 @@ JOB
   done
   [ -z "$left" ] || { echo "left on n3:"; ps -o pid,stat,args -p "${left#,}"; cat out.txt; return 1; }
 }
+
+@test "a login node that cannot resolve the nodes' names (Slurm alone knows them): 3 x 2 ranks meet at the store, and a node lost goes on elastically" {
+  # the login node's own /etc/hosts, without the nodes, and a resolver that fails at once (a
+  # name server on loopback where nothing listens): no query leaves the machine
+  grep -v ' n[0-9]*$' /etc/hosts >hosts.login
+  printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' >resolv.login
+  login_noname() {
+    unshare --mount sh -c 'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && shift && exec "$@"' \
+      "$PWD/hosts.login" "$PWD/resolv.login" "$@"
+  }
+  run login_noname getent hosts n1
+  assert_failure
+  cat >job.yaml <<'JOB'
+command: if [ "$TORCHELASTIC_RESTART_COUNT" -ge 1 ]; then echo "round 1 rank $RANK of $WORLD_SIZE"; else ddprun __smoke-worker && exec sleep 600; fi
+elastic: {min_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  login_noname salloc --no-kill -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do grep -q "6 ranks met at the store" out.txt && break; sleep 0.1; done
+  grep -q "6 ranks met at the store" out.txt || { cat out.txt; return 1; }
+  slurm_kill_node 3
+  scontrol update NodeName=n3 State=DOWN Reason=killed-by-the-test
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "node 'n3' lost: " out.txt
+  grep -q "round 1: 2 nodes (n1, n2), 4 ranks" out.txt
+  for r in 0 1 2 3; do grep -q "round 1 rank $r of 4" out.txt; done
+  # never loopback for a node reached at another address
+  ! grep -q "cannot reach the store" out.txt || false
+}
