@@ -70,13 +70,22 @@ static bool allocation_ended(void)
     return true;
 }
 
-/* A round failed (a worker failed or a member node was lost): restart or stop. */
-static void round_failed(const char *what)
+/* A round failed (a worker failed, or a member node was lost: lost): restart or stop. */
+static void round_failed(const char *what, bool lost)
 {
     if (L.ph != DDP__PH_RUNNING || allocation_ended())
         return;
     const struct ddp_job *j = L.job;
-    if (L.round >= j->max_restarts) {
+    if (lost && L.round > 0 && L.ranks_up < L.world) {
+        /* The round began after another loss and never got going: its restart is that loss's,
+         * done again without this node. */
+        L.free_rounds++;
+        ddp__sup_say("ddprun: round %d lost a node before all its ranks had started: its restart "
+                     "is not counted against elastic.max_restarts",
+                     L.round);
+    }
+    int used = L.round - L.free_rounds;
+    if (used >= j->max_restarts) {
         char why[600];
         if (j->max_restarts == 0) {
             ddp__sup_say("ddprun: %s; stopping the job", what);
@@ -91,7 +100,7 @@ static void round_failed(const char *what)
         ddp__sup_finish(why, DDP_EXIT_JOB_FAILED);
         return;
     }
-    ddp__sup_say("ddprun: %s; stopping the other workers for restart %d of %d", what, L.round + 1,
+    ddp__sup_say("ddprun: %s; stopping the other workers for restart %d of %d", what, used + 1,
                  j->max_restarts);
     ddp__wd_round_end();
     L.ph = DDP__PH_RESTARTING;
@@ -109,7 +118,7 @@ static void round_failed(const char *what)
 void ddp__sup_hang_failed(const char *why)
 {
     ddp__sup_event("hang_failed", "reason", why, NULL);
-    round_failed(why);
+    round_failed(why, false);
 }
 
 /*
@@ -188,7 +197,7 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
         ddp__sup_finish(what, DDP_EXIT_LAUNCH);
         return;
     }
-    round_failed(what);
+    round_failed(what, false);
 }
 
 /* Records that node i is out: the cooldown count and, when listed, the event log and the
@@ -254,7 +263,7 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
         L.t_lost = now;
     }
     if (prev == DDP__NS_RUNNING && L.ph == DDP__PH_RUNNING) {
-        round_failed(what);
+        round_failed(what, true);
     } else {
         ddp__sup_say("ddprun: %s", what);
         if (L.ph == DDP__PH_RESTARTING)
@@ -306,7 +315,7 @@ static void agent_state(int i, const uint8_t *body, size_t len)
         if (s.done)
             a->state = DDP__NS_READY;
     } else if (a->state == DDP__NS_RUNNING) {
-        round_failed("a node's agent was not in the round the records name");
+        round_failed("a node's agent was not in the round the records name", false);
     } else if (s.have_start && !s.done) {
         ddp__nodes_stop(&L.nodes, i, (uint64_t)L.job->stop_grace_ms,
                         SIGTERM); /* not a member: nothing of it may run */

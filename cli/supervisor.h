@@ -102,6 +102,10 @@ struct ddp__sup {
     int total_slots;          /* rk's length: the most ranks a round has had room for */
     enum ddp__sup_phase ph;
     int round, world, nmembers;
+    /* Restarts not counted against max_restarts: a round a node was lost from before every
+     * one of its ranks had started is the previous failure's restart over again (two nodes
+     * lost a moment apart cost one restart). */
+    int free_rounds;
     int ranks_up, ranks_done, ranks_ok;
     int first_fail; /* rank in the current round, or -1 */
     char *fatal;    /* why the job stops, when it stops early */

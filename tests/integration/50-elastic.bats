@@ -513,3 +513,32 @@ assert len(lost) == 1 and lost[0]["runtime_s"] >= 1.0, s["ranks"]'
   wait "$ddp" || true
   ip link set "vd$SSHD_TAG-2" up
 }
+
+@test "two nodes lost a moment apart cost one restart: a round lost before its ranks started is not counted" {
+  need_sshd
+  [ -n "$SSHD_NETNS" ] || skip "delaying a link needs the network namespaces"
+  for k in 1 2 3; do sshd_start "$k"; done
+  # round 2 succeeds; before it, ranks run until stopped
+  ssh_job job.yaml 1 1 2 3 -- /bin/sh -c 'if [ "$TORCHELASTIC_RESTART_COUNT" -ge 2 ]; then echo "round $TORCHELASTIC_RESTART_COUNT done"; exit 0; fi; while :; do sleep 0.1; done'
+  printf 'elastic: {min_nodes: 1, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}\n' >>job.yaml
+  # a START of 480 KB (the ranks' environment)
+  big=$(head -c 120000 /dev/zero | tr '\0' x)
+  printf 'env: {B1: "%s", B2: "%s", B3: "%s", B4: "%s"}\n' "$big" "$big" "$big" "$big" >>job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  # node 2's link at 64 KB/s (256 KB at once): round 1's START takes seconds to get there, what
+  # else goes either way (frames, heartbeats) a moment
+  sshd_limit 2 512kbit
+  # node 3 dies; once round 1 began (with node 2), node 2 dies too, before its START arrived
+  kill -9 $(node_pids 3)
+  for _ in $(seq 200); do grep -q "round 1: " out.txt && break; sleep 0.02; done
+  kill -9 $(node_pids 2)
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "round 1: 2 nodes ($(sshd_addr 1), $(sshd_addr 2)), 2 ranks" out.txt || { cat out.txt; return 1; }
+  grep -q "node '$(sshd_addr 2)' lost: " out.txt
+  grep -q "round 1 lost a node before all its ranks had started: its restart is not counted against elastic.max_restarts" out.txt
+  grep -q "round 2 done" out.txt
+  [ "$(ev_field membership restart_count | tr '\n' ' ')" = "0 1 2 " ]
+}
