@@ -206,7 +206,7 @@ static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             lb->off += (size_t)(nl - start) + 1;
             w->progress[s] = false;
         } else if (pend >= DDP__AGENT_MAX_LINE) {
-            send_output(w, s + 1, start, DDP__AGENT_MAX_LINE);
+            send_output(w, (s + 1) | DDP__AG_OUT_CUT, start, DDP__AGENT_MAX_LINE);
             lb->off += DDP__AGENT_MAX_LINE;
         } else {
             break;

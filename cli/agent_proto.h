@@ -82,6 +82,9 @@ static inline bool ddp__agent_acked(uint8_t type)
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage
  * return (a progress bar): the text after its last '\r', sent before the line ends. */
 #define DDP__AG_OUT_PROGRESS 0x10
+/* In OUTPUT's stream byte: the line was cut at DDP__AGENT_MAX_LINE, and goes on in the next
+ * OUTPUT of the stream. */
+#define DDP__AG_OUT_CUT 0x20
 
 /*
  * STOP: the signal (default SIGTERM) goes to the workers' process group at once; when it is

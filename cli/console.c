@@ -51,9 +51,10 @@ static void con_status(void *self, const struct ddp__status *st)
 }
 
 static void con_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
-                          size_t n, bool progress)
+                          size_t n, unsigned flags)
 {
     struct ddp__console *c = self;
+    bool progress = flags & DDP__LINE_PROGRESS;
     if (!ddp__job_rank_listed(c->ranks, rank) || (progress && !c->tty))
         return;
     struct ddp_buf b;
@@ -65,7 +66,12 @@ static void con_rank_line(void *self, int rank, const char *host, int stream, co
         int tl = snprintf(tag, sizeof(tag), "[%s:%d] ", host, rank);
         ddp_buf_put(&b, tag, (size_t)(tl < (int)sizeof(tag) ? tl : (int)sizeof(tag) - 1));
     }
+    /* the pieces of a line over 64 KiB: each shown as a line, marked where it was cut */
+    if (flags & DDP__LINE_REST)
+        ddp_buf_put(&b, "[...] ", 6);
     ddp_buf_put(&b, line, n);
+    if (flags & DDP__LINE_CUT)
+        ddp_buf_put(&b, " [...]", 6);
     if (!progress)
         ddp_buf_put_u8(&b, '\n');
     /* One write per line: lines from different ranks never mix within a line. A progress bar

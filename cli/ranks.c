@@ -29,15 +29,20 @@ static void keep_tail(struct ddp__sup_rank *r, const uint8_t *line, size_t n)
 }
 
 /* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
-void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress)
+void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, unsigned flags)
 {
     struct ddp__sup_rank *r = &L.rk[rank];
+    bool *cut = &r->cut[stream == 2];
+    if (*cut && !(flags & DDP__LINE_PROGRESS))
+        flags |= DDP__LINE_REST;
     for (int v = 0; v < L.nviews; v++)
         if (L.views[v].ops->rank_line)
             L.views[v].ops->rank_line(L.views[v].self, rank, L.job->nodes[r->node].host, stream,
-                                      line, n, progress);
-    if (!progress)
+                                      line, n, flags);
+    if (!(flags & DDP__LINE_PROGRESS)) {
+        *cut = flags & DDP__LINE_CUT;
         keep_tail(r, line, n);
+    }
 }
 
 /* How rank r ended, in the records' one model. */

@@ -390,10 +390,10 @@ static void rec_message(void *self, const char *msg, size_t n)
 }
 
 static void rec_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
-                          size_t n, bool progress)
+                          size_t n, unsigned flags)
 {
     struct ddp__rec *r = self;
-    if (progress)
+    if (flags & DDP__LINE_PROGRESS)
         return; /* a progress bar is logged as the line it ends with */
     struct line l;
     FILE *f;
@@ -405,19 +405,23 @@ static void rec_rank_line(void *self, int rank, const char *host, int stream, co
         json_str(f, host);
         fprintf(f, ", \"stream\": \"%s\", \"line\": ", stream == 2 ? "stderr" : "stdout");
         json_bytes(f, line, n);
+        if (flags & DDP__LINE_CUT) /* a line over 64 KiB: the next object goes on with it */
+            fputs(", \"continues\": true", f);
         fputs("}\n", f);
         line_end(r, &r->output, &l);
     }
     if (rank < 0 || rank >= r->nlogs)
         return;
+    /* The rank's log keeps a line over 64 KiB whole: its pieces are written one after the
+     * other, the time before the first and the newline after the last. */
     char when[40] = "";
     size_t wl = 0;
-    if (r->job->log_timestamps) {
+    if (r->job->log_timestamps && !(flags & DDP__LINE_REST)) {
         ddp__rec_wall_clock(when, sizeof(when));
         wl = strlen(when);
         when[wl++] = ' ';
     }
-    struct iovec iov[3] = {{when, wl}, {(void *)line, n}, {"\n", 1}};
+    struct iovec iov[3] = {{when, wl}, {(void *)line, n}, {"\n", (flags & DDP__LINE_CUT) ? 0 : 1}};
     file_append(r, &r->logs[rank], iov, 3);
 }
 

@@ -132,15 +132,30 @@ static void rv_message(void *self, const char *msg, size_t n)
 }
 
 static void rv_rank_line(void *self, int rank, const char *host, int stream, const uint8_t *line,
-                         size_t n, bool progress)
+                         size_t n, unsigned flags)
 {
     struct ddp__remote *r = self;
-    if (!r->clients || progress || !ddp__job_rank_listed(r->ranks, rank))
+    if (!r->clients || (flags & DDP__LINE_PROGRESS) || !ddp__job_rank_listed(r->ranks, rank))
         return;
     char tag[300] = "";
     int tl = r->tag ? snprintf(tag, sizeof(tag), "[%s:%d] ", host, rank) : 0;
     if (tl >= (int)sizeof(tag))
         tl = (int)sizeof(tag) - 1;
+    /* as the console marks the pieces of a line over 64 KiB */
+    if ((flags & DDP__LINE_REST) && (size_t)tl + 6 < sizeof(tag)) {
+        memcpy(tag + tl, "[...] ", 6);
+        tl += 6;
+    }
+    if (flags & DDP__LINE_CUT) {
+        uint8_t *p = malloc(n + 6);
+        if (!p)
+            return;
+        memcpy(p, line, n);
+        memcpy(p + n, " [...]", 6);
+        send_line(r, stream == 2 ? 'e' : 'o', tag, (size_t)tl, p, n + 6);
+        free(p);
+        return;
+    }
     send_line(r, stream == 2 ? 'e' : 'o', tag, (size_t)tl, line, n);
 }
 

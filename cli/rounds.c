@@ -375,7 +375,9 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         const uint8_t *p;
         uint32_t n;
         if (ddp_rd_u8(&rd, &u8) == 0 && ddp_rd_str(&rd, DDP__AGENT_MAX_FRAME, &p, &n) == 0)
-            ddp__sup_rank_output(rank, u8 & 0x0f, p, n, u8 & DDP__AG_OUT_PROGRESS);
+            ddp__sup_rank_output(rank, u8 & 0x0f, p, n,
+                                 ((u8 & DDP__AG_OUT_PROGRESS) ? DDP__LINE_PROGRESS : 0) |
+                                     ((u8 & DDP__AG_OUT_CUT) ? DDP__LINE_CUT : 0));
         break;
     }
     case DDP__AG_ERROR:

@@ -42,6 +42,7 @@ struct ddp__sup_rank {
     int code;     /* >= 0 exit status, < 0 minus the signal */
     int64_t runtime_ms;
     int64_t t_started; /* when its STARTED came (ddp_now_ms), for a lost rank's runtime */
+    bool cut[2];       /* its last stdout, stderr line was cut at 64 KiB: the next goes on */
     char *tail[DDP__SUP_TAIL_LINES];
     int ntail;
     char *error, *traceback; /* what it wrote to its TORCHELASTIC_ERROR_FILE, or NULL */
@@ -176,7 +177,8 @@ void ddp__sup_stop_timers_init(void);
 /* How rank r of the current round ended. */
 struct ddp__outcome ddp__sup_outcome(int r);
 /* A line of a rank's output (progress: a line it rewrites in place, kept out of its log). */
-void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, bool progress);
+/* flags: DDP__LINE_PROGRESS, DDP__LINE_CUT (cli/view.h); the launcher adds DDP__LINE_REST. */
+void ddp__sup_rank_output(int rank, int stream, const uint8_t *line, size_t n, unsigned flags);
 /* An ERROR frame's body after its local rank (cli/agent_proto.h): rank's error. */
 void ddp__sup_rank_error(int rank, const uint8_t *body, size_t len);
 /* The views and the watchdog learn the round's ranks. */

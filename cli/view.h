@@ -69,13 +69,22 @@ struct ddp__status {
     int64_t elapsed_ms;
 };
 
+enum ddp__line_flags {
+    /* a line the rank rewrites in place after a carriage return (a progress bar) */
+    DDP__LINE_PROGRESS = 1 << 0,
+    /* a line longer than 64 KiB is passed on in pieces: this one was cut there ... */
+    DDP__LINE_CUT = 1 << 1,
+    /* ... and this one goes on from the piece before it */
+    DDP__LINE_REST = 1 << 2,
+};
+
 struct ddp__view_ops { /* any may be NULL: that view ignores it */
     /* One message of ddprun's, without its newline. */
     void (*message)(void *self, const char *msg, size_t n);
-    /* A line of a rank's output (stream 1 stdout, 2 stderr), without its newline; progress:
-     * a line the rank rewrites in place after a carriage return (a progress bar). */
+    /* A line of a rank's output (stream 1 stdout, 2 stderr), without its newline; flags
+     * (enum ddp__line_flags): a progress bar, or a piece of a line longer than 64 KiB. */
     void (*rank_line)(void *self, int rank, const char *host, int stream, const uint8_t *line,
-                      size_t n, bool progress);
+                      size_t n, unsigned flags);
     /* The phase and counts changed, or a second passed. */
     void (*status)(void *self, const struct ddp__status *st);
     /* Round round's world ranks are about to start (host of each, by rank). */

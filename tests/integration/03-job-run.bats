@@ -403,3 +403,34 @@ JOB
   assert_output --regexp "ddprun: rank [0-9]+ \(localhost\) did not start: ddprun agent: cannot start local rank [0-9]+: Too many open files \(the limit on open files here is 64, and the agent holds about 6 for each of its 16 ranks: raise it with ulimit -n; ddprun doctor checks it\); stopping the job"
   assert_output --regexp "cannot start local rank [0-9]+: Too many open files \(as local rank [0-9]+\)"
 }
+
+@test "a line over 64 KiB: whole in the rank's log; on the console and in output.jsonl in pieces, marked" {
+  # 150000 bytes in one line (pieces of 65536, 65536 and 18928), then a short line
+  cat >job.yaml <<'JOB'
+command: awk 'BEGIN { s = ""; for (i = 0; i < 150000; i++) s = s sprintf("%d", i % 10); print s; print "after" }'
+logs: {dir: logs, jsonl: true, timestamps: true}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>err.txt
+  want=$(awk 'BEGIN { s = ""; for (i = 0; i < 150000; i++) s = s sprintf("%d", i % 10); print s }')
+  d=$(ls -d logs/*/)
+  # the log: the whole line after one time stamp, then the next line
+  [ "$(sed -n 1p "$d/rank-0.log" | cut -d' ' -f2-)" = "$want" ]
+  sed -n 1p "$d/rank-0.log" | grep -q '^20[0-9-]*T[0-9:.]*Z [0-9]'
+  [ "$(sed -n 2p "$d/rank-0.log" | cut -d' ' -f2-)" = after ]
+  [ "$(wc -l <"$d/rank-0.log")" -eq 2 ]
+  # the console: three lines, marked where cut, that make the line again
+  [ "$(grep -c '^\[localhost:0\] ' out.txt)" -eq 4 ]
+  grep '^\[localhost:0\] ' out.txt | sed -n 1p | grep -q ' \[\.\.\.\]$'
+  grep '^\[localhost:0\] ' out.txt | sed -n 2p | grep -q '^\[localhost:0\] \[\.\.\.\] .* \[\.\.\.\]$'
+  grep '^\[localhost:0\] ' out.txt | sed -n 3p | grep -q '^\[localhost:0\] \[\.\.\.\] [0-9]*$'
+  got=$(grep '^\[localhost:0\] ' out.txt | head -n3 | sed 's/^\[localhost:0\] //; s/^\[\.\.\.\] //; s/ \[\.\.\.\]$//' | tr -d '\n')
+  [ "$got" = "$want" ]
+  # output.jsonl: the cut pieces say the line continues; joined, they are the line
+  /usr/bin/python3 - "$d/output.jsonl" <<'PY'
+import json, sys
+objs = [json.loads(l) for l in open(sys.argv[1])]
+assert [len(o["line"]) for o in objs] == [65536, 65536, 18928, 5], [len(o["line"]) for o in objs]
+assert [o.get("continues", False) for o in objs] == [True, True, False, False], objs
+assert "".join(o["line"] for o in objs[:3]) == "".join(str(i % 10) for i in range(150000))
+PY
+}
