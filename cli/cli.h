@@ -98,6 +98,8 @@ int ddp__doctor_etcd(const struct ddp_job *job, char *host, size_t n, int *port)
 /* The file the doctor compares between nodes (cli/doctor_code.c): the program, or for python
  * the script (*script set), or NULL (a shell command, python -c/-m/-). */
 const char *ddp__code_file(const struct ddp_job *job, bool *script);
+/* The module a Python job runs with -m (python -m NAME), or NULL (cli/doctor_code.c). */
+const char *ddp__py_module(const struct ddp_job *job);
 /* "code HEX\n" (its SHA-256's first 8 bytes) or "code none WHY\n" for file from workdir. */
 void ddp__code_line(const char *workdir, const char *file, bool script, char *out, size_t n);
 /* The hidden `ddprun __code WORKDIR FILE program|script` the doctor runs on a node. */

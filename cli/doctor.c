@@ -77,12 +77,47 @@ static const char *const col_name[C_N] = {"ssh",    "host key", "ddprun",    "wo
                                           "port",   "store",    "interface", "mesh",    "gpus",
                                           "nofile", "clock",    "python",    "torch",   "code"};
 
-/* Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
- * import fails the program, with its traceback). */
+/*
+ * Prints "python VERSION torch VERSION" (torch: "-" when there is none; a torch that fails to
+ * import fails the program, with its traceback), then "missing NAME,..." (or "missing -"): the
+ * modules that the program (argv[1] "script" PATH or "module" NAME; none: nothing to check)
+ * imports at its top level and this interpreter cannot find, from where the program would run
+ * (a script's folder, or for -m the workdir, first on sys.path). Only statements of the
+ * module's body count: an import inside try, if or a function may be optional. Nothing is
+ * imported but torch (find_spec of a top-level name runs no code). No single quote: the remote
+ * shell script holds it in single quotes.
+ */
 #define PY_CHECK                                                                                   \
-    "import sys,importlib.util as u;t=u.find_spec(\"torch\") and "                                 \
-    "__import__(\"torch\").__version__ "                                                           \
-    "or \"-\";print(\"python\",sys.version.split()[0],\"torch\",t)"
+    "import sys,os,ast,importlib.util as u\n"                                                      \
+    "t=u.find_spec(\"torch\") and __import__(\"torch\").__version__ or \"-\"\n"                     \
+    "print(\"python\",sys.version.split()[0],\"torch\",t)\n"                                      \
+    "k,p=(sys.argv+[\"\",\"\"])[1:3]\n"                                                            \
+    "f=p\n"                                                                                        \
+    "if k==\"module\":\n"                                                                          \
+    " sys.path.insert(0,os.getcwd())\n"                                                           \
+    " try:\n"                                                                                      \
+    "  s=u.find_spec(p)\n"                                                                        \
+    " except Exception:\n"                                                                         \
+    "  s=None\n"                                                                                   \
+    " f=s and s.origin\n"                                                                         \
+    "elif k:\n"                                                                                    \
+    " sys.path.insert(0,os.path.dirname(os.path.abspath(p)))\n"                                   \
+    "m=[p] if k==\"module\" and not f else []\n"                                                   \
+    "b=[]\n"                                                                                       \
+    "if k and f and str(f).endswith(\".py\") and os.path.isfile(f):\n"                              \
+    " b=ast.parse(open(f,\"rb\").read()).body\n"                                                   \
+    "for n in b:\n"                                                                                \
+    " x=[a.name for a in n.names] if isinstance(n,ast.Import) else [n.module] if "                \
+    "isinstance(n,ast.ImportFrom) and not n.level and n.module else []\n"                          \
+    " for y in x:\n"                                                                               \
+    "  y=y.split(\".\")[0]\n"                                                                      \
+    "  try:\n"                                                                                     \
+    "   ok=y==\"__future__\" or u.find_spec(y) is not None\n"                                     \
+    "  except Exception:\n"                                                                        \
+    "   ok=True\n"                                                                                 \
+    "  if not ok and y not in m:\n"                                                                \
+    "   m.append(y)\n"                                                                             \
+    "print(\"missing\",\",\".join(m) or \"-\")"
 
 struct node_check {
     const struct ddp_job *job;
@@ -93,6 +128,7 @@ struct node_check {
     char *const *env_argv; /* {"env", "K=V", ...}: the job's env, here and through srun */
     const char *code_file; /* what every node must have the same of (cli/doctor_code.c), or NULL */
     bool code_script;
+    const char *py_kind, *py_target; /* a Python job's program: "script" PATH, "module" NAME */
     const char *cell[C_N];  /* "ok", "FAIL", "-" or a short note */
     char why[1200];         /* the first failure */
     char iface[64];         /* the node's interface toward the store: its ranks' default */
@@ -125,11 +161,11 @@ static void failed(struct node_check *n, int col, const char *fmt, ...)
     va_end(ap);
 }
 
-/* From workdir ($1), program $2 runs PY_CHECK ($3): the last lines of what it printed, and its
- * status. */
+/* From workdir ($1), program $2 runs PY_CHECK ($3) on the program $4 $5 (script PATH, module
+ * NAME, or nothing): the last lines of what it printed, and its status. */
 #define PY_SH                                                                                      \
-    "cd \"$1\" || exit; o=$(\"$2\" -c \"$3\" 2>&1); r=$?; printf '%s\\n' \"$o\" | tail -n 4; "     \
-    "exit $r"
+    "cd \"$1\" || exit; o=$(\"$2\" -c \"$3\" \"$4\" \"$5\" 2>&1); r=$?; "                            \
+    "printf '%s\\n' \"$o\" | tail -n 5; exit $r"
 
 /* argv after the words of env (an "env K=V ..." list, or NULL), into a new NULL-terminated
  * array (NULL when out of memory). */
@@ -156,11 +192,13 @@ static int run_env(char *const *env, char *const *argv, char *out, size_t n, int
     return r;
 }
 
-static int run_python_here(char *const *env, const char *workdir, const char *prog, char *out,
-                           size_t n)
+/* kind and target: the program whose imports PY_CHECK checks ("script" PATH, "module" NAME, or
+ * "" ""). */
+static int run_python_here(char *const *env, const char *workdir, const char *prog,
+                           const char *kind, const char *target, char *out, size_t n)
 {
-    char *argv[] = {"/bin/sh",        "-c", PY_SH, "sh", (char *)workdir, (char *)prog,
-                    (char *)PY_CHECK, NULL};
+    char *argv[] = {"/bin/sh",        "-c",         PY_SH,          "sh", (char *)workdir,
+                    (char *)prog,     (char *)PY_CHECK, (char *)kind, (char *)target, NULL};
     int st = -1;
     if (run_env(env, argv, out, n, 60000, &st) < 0)
         snprintf(out, n, "cannot run /bin/sh");
@@ -184,6 +222,15 @@ static void apply_python(struct node_check *n, const char *prog, const char *whe
         snprintf(n->torch, sizeof(n->torch), "%s", strcmp(t, "-") == 0 ? "none" : t);
         n->cell[C_PY] = n->py;
         n->cell[C_TORCH] = n->torch;
+        const char *m = strstr(out, "\nmissing ");
+        int ml = m ? (int)strcspn(m + 9, "\n") : 0;
+        if (m && !(ml == 1 && m[9] == '-'))
+            failed(n, C_PY,
+                   "'%s' %s cannot import %.*s, which the program imports at its top level: its "
+                   "ranks would fail at once (install %s there, or run the job with the "
+                   "interpreter that has %s)",
+                   prog, where, ml, m + 9, ml && memchr(m + 9, ',', (size_t)ml) ? "them" : "it",
+                   ml && memchr(m + 9, ',', (size_t)ml) ? "them" : "it");
         return;
     }
     size_t len = strlen(out);
@@ -360,10 +407,13 @@ int ddp__cmd_probe(int argc, char **argv)
     puts(out);
     if (argc >= 5 && is_python(argv[4])) { /* a Python job's versions, for ddprun doctor */
         char py[2048];
-        int st = run_python_here(NULL, argv[3], argv[4], py, sizeof(py));
+        bool script = argc == 7 && strcmp(argv[6], "script") == 0,
+             module = argc == 7 && strcmp(argv[6], "module") == 0;
+        int st = run_python_here(NULL, argv[3], argv[4], script ? "script" : module ? "module" : "",
+                                 script || module ? argv[5] : "", py, sizeof(py));
         printf("pyrc %d\n%s", st, py);
     }
-    if (argc == 7) {
+    if (argc == 7 && strcmp(argv[6], "module") != 0) {
         char code[256];
         ddp__code_line(argv[3], argv[5], strcmp(argv[6], "script") == 0, code, sizeof(code));
         printf("\n%s", code);
@@ -417,13 +467,14 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
     snprintf(nodelist, sizeof(nodelist), "--nodelist=%s", host);
     snprintf(target, sizeof(target), strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, n->probe_port);
     char *opts[] = {DDP__DOCTOR_SRUN, nodelist, NULL};
+    bool module = !n->code_file && !strcmp(n->py_kind, "module");
     char *probe[] = {(char *)n->self,
                      "__probe",
                      target,
                      j->workdir,
                      (char *)prog,
-                     (char *)n->code_file,
-                     n->code_script ? "script" : "program",
+                     module ? (char *)n->py_target : (char *)n->code_file,
+                     module ? "module" : n->code_script ? "script" : "program",
                      NULL};
     char **tail = with_env(n->env_argv, probe), **argv = tail ? with_env(opts, tail) : NULL;
     free(tail);
@@ -489,11 +540,13 @@ static void remote_checks(struct node_check *n, struct ddp__ssh *s, const char *
     ddp__steps_gate(&st);
     ddp__steps_add(&st, strchr(ip, ':') ? "'%s' __probe '[%s]:%d'" : "'%s' __probe '%s:%d'",
                    s->remote, ip, n->probe_port);
+    bool quoted = strchr(n->py_target, '\'') != NULL; /* not checked: no way to pass it */
     if (is_python(prog))
         ddp__steps_add(&st,
-                       "cd '%s' || exit; o=$('%s' -c '%s' 2>&1); r=$?; printf '%%s\\n' \"$o\" | "
-                       "tail -n 4; exit $r",
-                       j->workdir, prog, PY_CHECK);
+                       "cd '%s' || exit; o=$('%s' -c '%s' '%s' '%s' 2>&1); r=$?; printf '%%s\\n' "
+                       "\"$o\" | tail -n 5; exit $r",
+                       j->workdir, prog, PY_CHECK, quoted ? "" : n->py_kind,
+                       quoted ? "" : n->py_target);
     if (code)
         ddp__steps_add(&st, "'%s' __code '%s' '%s' %s", s->remote, j->workdir, n->code_file,
                        n->code_script ? "script" : "program");
@@ -563,7 +616,8 @@ static void *check_node(void *arg)
         if (!n->why[0])
             apply_probe(n, ddp__doctor_probe(n->probe_host, n->probe_port, out, sizeof(out)), out);
         if (!n->why[0] && is_python(prog)) {
-            int st = run_python_here(n->env_argv, j->workdir, prog, out, sizeof(out));
+            int st = run_python_here(n->env_argv, j->workdir, prog, n->py_kind, n->py_target, out,
+                                     sizeof(out));
             apply_python(n, prog, "here", st, out);
         }
         if (!n->why[0] && n->code_file) { /* under the job's env, as the python check */
@@ -698,6 +752,7 @@ int ddp__doctor(const struct ddp_job *job)
     bool wildcard = strcmp(laddr, "0.0.0.0") == 0 || strcmp(laddr, "::") == 0;
     bool code_script;
     const char *code_file = ddp__code_file(job, &code_script);
+    const char *module = ddp__py_module(job);
     char *env_sh = ddp__doctor_env_sh(job), **env_argv = ddp__doctor_env_argv(job);
     struct node_check *nc = calloc(job->nnodes, sizeof(*nc));
     pthread_t *th = calloc(job->nnodes, sizeof(*th));
@@ -717,6 +772,8 @@ int ddp__doctor(const struct ddp_job *job)
                                     .env_argv = env_argv,
                                     .code_file = code_file,
                                     .code_script = code_script,
+                                    .py_kind = code_script ? "script" : module ? "module" : "",
+                                    .py_target = code_script ? code_file : module ? module : "",
                                     .gpus = -1,
                                     .nofile = -1};
         pthread_create(&th[i], NULL, check_node, &nc[i]);

@@ -53,6 +53,37 @@ const char *ddp__code_file(const struct ddp_job *job, bool *script)
     return NULL;
 }
 
+const char *ddp__py_module(const struct ddp_job *job)
+{
+    if (job->shell || !job->argv || !job->argv[0])
+        return NULL;
+    const char *b = strrchr(job->argv[0], '/');
+    if (strncmp(b ? b + 1 : job->argv[0], "python", 6) != 0)
+        return NULL;
+    for (char **a = job->argv + 1; *a; a++) {
+        const char *o = *a;
+        if (o[0] != '-' || strcmp(o, "-") == 0)
+            return NULL; /* a script, or stdin */
+        if (o[1] == '-') {
+            if (strcmp(o, "--check-hash-based-pycs") == 0 && a[1])
+                a++;
+            continue;
+        }
+        for (const char *f = o + 1; *f; f++) {
+            if (*f == 'c')
+                return NULL;
+            if (*f == 'm') /* -m NAME, or -mNAME */
+                return f[1] ? f + 1 : a[1];
+            if (*f == 'W' || *f == 'X') {
+                if (!f[1] && a[1])
+                    a++;
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
 /* SHA-256 of a file, its first 8 bytes in hex; an errno. */
 static int digest(const char *path, char *hex, size_t n)
 {

@@ -297,6 +297,28 @@ NFT
   refute_output --partial "python"
 }
 
+@test "ddprun doctor on a Python job: a node that cannot find a module the program imports at its top level fails, naming it" {
+  /usr/bin/python3 -c "import torch" 2>/dev/null || skip "needs Debian's python3-torch"
+  sshd_start 1
+  # only node 2's sessions find ddp_only_here (on their PYTHONPATH)
+  mkdir -p mods && echo 'x = 1' >mods/ddp_only_here.py
+  SSHD_EXTRA_CONFIG="SetEnv PYTHONPATH=$PWD/mods" sshd_start 2
+  ssh_job job.yaml 1 1 2 -- /usr/bin/python3 train.py
+  # an optional import (in try) and one inside a function do not count
+  printf 'import os, numpy\nimport ddp_only_here\ntry:\n    import not_needed_xyz\nexcept ImportError:\n    pass\ndef f():\n    import nor_this_xyz\n' >train.py
+  run "$DDPRUN" doctor job.yaml
+  assert_failure 1
+  a1=$(rx "$(sshd_addr 1)") a2=$(rx "$(sshd_addr 2)")
+  assert_line --regexp "^$a1 .* FAIL: '/usr/bin/python3' there cannot import ddp_only_here, which the program imports at its top level: its ranks would fail at once \(install it there, or run the job with the interpreter that has it\)$"
+  assert_line --regexp "^$a2 .* pass$"
+  # here, and for python -m
+  run "$DDPRUN" doctor job.yaml --set "nodes=[localhost]" --set 'command=[/usr/bin/python3, -m, train]'
+  assert_failure 1
+  assert_output --partial "FAIL: '/usr/bin/python3' here cannot import ddp_only_here, which the program imports at its top level"
+  run env PYTHONPATH="$PWD/mods" "$DDPRUN" doctor job.yaml --set "nodes=[localhost]" --set 'command=[/usr/bin/python3, -m, train]'
+  assert_success
+}
+
 @test "ddprun doctor on a local job checks the workdir, the command (from the workdir) and the store address" {
   printf 'command: [/nonexistent/x]\n' >job.yaml
   run "$DDPRUN" doctor job.yaml
