@@ -56,7 +56,7 @@ struct worker {
     struct ddp_buf line[2];
     bool progress[2]; /* the pending line of the stream began after a '\r' */
     bool exited, reported, exec_failed;
-    int spawn_err; /* the errno of a rank that could not even be forked, else 0 */
+    int spawn_err;                /* the errno of a rank that could not even be forked, else 0 */
     bool sent_started, sent_exit; /* STARTED, EXITED reached the launcher (for STATE) */
     int code;                     /* >= 0 exit status, < 0 minus the signal */
     int64_t t0, t1;
@@ -513,8 +513,7 @@ static void spawn_failed(struct worker *w, int err)
                   "ulimit -n; ddprun doctor checks it)",
                   w->local_rank, strerror(err), (unsigned long long)rl.rlim_cur, A.nw);
     else
-        send_note(w, "ddprun agent: cannot start local rank %d: %s", w->local_rank,
-                  strerror(err));
+        send_note(w, "ddprun agent: cannot start local rank %d: %s", w->local_rank, strerror(err));
 }
 
 static void start_workers(void)
@@ -629,8 +628,8 @@ static int join_membership(void)
                              A.guard ? ddp__guard_renewal(A.guard) : NULL, &lease, &A.lease);
     if (r < 0)
         return r;
-    if (!A.guard || ddp__guard_start(A.guard, (int64_t)A.join.heartbeat_timeout_ms,
-                                     A.join.host_label) < 0)
+    if (!A.guard ||
+        ddp__guard_start(A.guard, (int64_t)A.join.heartbeat_timeout_ms, A.join.host_label) < 0)
         fprintf(stderr,
                 "ddprun agent on '%s': cannot start the node's guard (%s); should this agent "
                 "hang, its ranks outlive the node's loss\n",

@@ -1,4 +1,5 @@
-/* The node guard (cli/agent_guard.h): started by the agent, it ends the node's job when the agent cannot. */
+/* The node guard (cli/agent_guard.h): started by the agent, it ends the node's job when the agent
+ * cannot. */
 #include "cli/agent_guard.h"
 #include "common/err.h"
 #include "common/util.h"

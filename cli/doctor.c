@@ -89,30 +89,30 @@ static const char *const col_name[C_N] = {"ssh",    "host key", "ddprun",    "wo
  */
 #define PY_CHECK                                                                                   \
     "import sys,os,ast,importlib.util as u\n"                                                      \
-    "t=u.find_spec(\"torch\") and __import__(\"torch\").__version__ or \"-\"\n"                     \
-    "print(\"python\",sys.version.split()[0],\"torch\",t)\n"                                      \
+    "t=u.find_spec(\"torch\") and __import__(\"torch\").__version__ or \"-\"\n"                    \
+    "print(\"python\",sys.version.split()[0],\"torch\",t)\n"                                       \
     "k,p=(sys.argv+[\"\",\"\"])[1:3]\n"                                                            \
     "f=p\n"                                                                                        \
     "if k==\"module\":\n"                                                                          \
-    " sys.path.insert(0,os.getcwd())\n"                                                           \
+    " sys.path.insert(0,os.getcwd())\n"                                                            \
     " try:\n"                                                                                      \
-    "  s=u.find_spec(p)\n"                                                                        \
+    "  s=u.find_spec(p)\n"                                                                         \
     " except Exception:\n"                                                                         \
     "  s=None\n"                                                                                   \
-    " f=s and s.origin\n"                                                                         \
+    " f=s and s.origin\n"                                                                          \
     "elif k:\n"                                                                                    \
-    " sys.path.insert(0,os.path.dirname(os.path.abspath(p)))\n"                                   \
+    " sys.path.insert(0,os.path.dirname(os.path.abspath(p)))\n"                                    \
     "m=[p] if k==\"module\" and not f else []\n"                                                   \
     "b=[]\n"                                                                                       \
-    "if k and f and str(f).endswith(\".py\") and os.path.isfile(f):\n"                              \
+    "if k and f and str(f).endswith(\".py\") and os.path.isfile(f):\n"                             \
     " b=ast.parse(open(f,\"rb\").read()).body\n"                                                   \
     "for n in b:\n"                                                                                \
-    " x=[a.name for a in n.names] if isinstance(n,ast.Import) else [n.module] if "                \
+    " x=[a.name for a in n.names] if isinstance(n,ast.Import) else [n.module] if "                 \
     "isinstance(n,ast.ImportFrom) and not n.level and n.module else []\n"                          \
     " for y in x:\n"                                                                               \
     "  y=y.split(\".\")[0]\n"                                                                      \
     "  try:\n"                                                                                     \
-    "   ok=y==\"__future__\" or u.find_spec(y) is not None\n"                                     \
+    "   ok=y==\"__future__\" or u.find_spec(y) is not None\n"                                      \
     "  except Exception:\n"                                                                        \
     "   ok=True\n"                                                                                 \
     "  if not ok and y not in m:\n"                                                                \
@@ -128,7 +128,8 @@ struct node_check {
     char *const *env_argv; /* {"env", "K=V", ...}: the job's env, here and through srun */
     const char *code_file; /* what every node must have the same of (cli/doctor_code.c), or NULL */
     bool code_script;
-    const char *py_kind, *py_target; /* a Python job's program: "script" PATH, "module" NAME */
+    /* a Python job's program, whose imports are checked: "script" PATH, "module" NAME, or "" */
+    const char *py_kind, *py_target;
     const char *cell[C_N];  /* "ok", "FAIL", "-" or a short note */
     char why[1200];         /* the first failure */
     char iface[64];         /* the node's interface toward the store: its ranks' default */
@@ -164,7 +165,7 @@ static void failed(struct node_check *n, int col, const char *fmt, ...)
 /* From workdir ($1), program $2 runs PY_CHECK ($3) on the program $4 $5 (script PATH, module
  * NAME, or nothing): the last lines of what it printed, and its status. */
 #define PY_SH                                                                                      \
-    "cd \"$1\" || exit; o=$(\"$2\" -c \"$3\" \"$4\" \"$5\" 2>&1); r=$?; "                            \
+    "cd \"$1\" || exit; o=$(\"$2\" -c \"$3\" \"$4\" \"$5\" 2>&1); r=$?; "                          \
     "printf '%s\\n' \"$o\" | tail -n 5; exit $r"
 
 /* argv after the words of env (an "env K=V ..." list, or NULL), into a new NULL-terminated
@@ -197,8 +198,9 @@ static int run_env(char *const *env, char *const *argv, char *out, size_t n, int
 static int run_python_here(char *const *env, const char *workdir, const char *prog,
                            const char *kind, const char *target, char *out, size_t n)
 {
-    char *argv[] = {"/bin/sh",        "-c",         PY_SH,          "sh", (char *)workdir,
-                    (char *)prog,     (char *)PY_CHECK, (char *)kind, (char *)target, NULL};
+    char *argv[] = {
+        "/bin/sh",        "-c",         PY_SH,          "sh", (char *)workdir, (char *)prog,
+        (char *)PY_CHECK, (char *)kind, (char *)target, NULL};
     int st = -1;
     if (run_env(env, argv, out, n, 60000, &st) < 0)
         snprintf(out, n, "cannot run /bin/sh");
@@ -409,7 +411,10 @@ int ddp__cmd_probe(int argc, char **argv)
         char py[2048];
         bool script = argc == 7 && strcmp(argv[6], "script") == 0,
              module = argc == 7 && strcmp(argv[6], "module") == 0;
-        int st = run_python_here(NULL, argv[3], argv[4], script ? "script" : module ? "module" : "",
+        int st = run_python_here(NULL, argv[3], argv[4],
+                                 script   ? "script"
+                                 : module ? "module"
+                                          : "",
                                  script || module ? argv[5] : "", py, sizeof(py));
         printf("pyrc %d\n%s", st, py);
     }
@@ -474,7 +479,9 @@ static void check_srun(struct node_check *n, const char *host, const char *prog)
                      j->workdir,
                      (char *)prog,
                      module ? (char *)n->py_target : (char *)n->code_file,
-                     module ? "module" : n->code_script ? "script" : "program",
+                     module           ? "module"
+                     : n->code_script ? "script"
+                                      : "program",
                      NULL};
     char **tail = with_env(n->env_argv, probe), **argv = tail ? with_env(opts, tail) : NULL;
     free(tail);
@@ -772,8 +779,12 @@ int ddp__doctor(const struct ddp_job *job)
                                     .env_argv = env_argv,
                                     .code_file = code_file,
                                     .code_script = code_script,
-                                    .py_kind = code_script ? "script" : module ? "module" : "",
-                                    .py_target = code_script ? code_file : module ? module : "",
+                                    .py_kind = code_script ? "script"
+                                               : module    ? "module"
+                                                           : "",
+                                    .py_target = code_script ? code_file
+                                                 : module    ? module
+                                                             : "",
                                     .gpus = -1,
                                     .nofile = -1};
         pthread_create(&th[i], NULL, check_node, &nc[i]);

@@ -172,9 +172,11 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             ((n = ddp__ytree_get(sub, "max_restarts")) &&
              ddp__jv_int(c, n, "elastic.max_restarts", 0, 1000000, &j->max_restarts) < 0) ||
             ((n = ddp__ytree_get(sub, "heartbeat_interval")) &&
-             ddp__jv_duration_pos(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) < 0) ||
+             ddp__jv_duration_pos(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) <
+                 0) ||
             ((n = ddp__ytree_get(sub, "heartbeat_timeout")) &&
-             ddp__jv_duration_pos(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) < 0) ||
+             ddp__jv_duration_pos(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) <
+                 0) ||
             ((n = ddp__ytree_get(sub, "cooldown")) &&
              ddp__jv_duration(c, n, "elastic.cooldown", &j->cooldown_ms) < 0))
             goto out;

@@ -308,8 +308,8 @@ static int join(const struct ddp__agent_join *j, struct ddp_loop *loop,
     if (eo.endpoints) {
         snprintf(h->addr, sizeof(h->addr), "etcd (%s)", eo.endpoints);
         if ((r = connect_where(&h->etcd, h->host, h->port, h->token, timeout, &h->s)) < 0) {
-            fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n",
-                    h->label, h->addr, ddp_strerror(r));
+            fprintf(stderr, "ddprun agent on '%s': cannot reach the store at %s: %s\n", h->label,
+                    h->addr, ddp_strerror(r));
             lease_free(h);
             return r;
         }

@@ -180,8 +180,7 @@ static void failed(struct ddp__rec *r, const char *name, int err)
                "are incomplete",
                r->dir, name, strerror(err));
     else
-        fprintf(stderr, "ddprun: warning: cannot write %s/%s: %s\n", r->dir, name,
-                strerror(err));
+        fprintf(stderr, "ddprun: warning: cannot write %s/%s: %s\n", r->dir, name, strerror(err));
 }
 
 void ddp__rec_incomplete(const struct ddp__rec *r, char *buf, size_t n)
@@ -224,8 +223,7 @@ static void file_close(struct ddp__rec_file *f)
  * through) is undone, so that the file ends with the last whole line, and the file is given
  * up: it is complete up to the failure, and the summary says so.
  */
-static void file_append(struct ddp__rec *r, struct ddp__rec_file *f, const struct iovec *iov,
-                        int n)
+static void file_append(struct ddp__rec *r, struct ddp__rec_file *f, const struct iovec *iov, int n)
 {
     if (f->fd < 0)
         return;
@@ -400,8 +398,8 @@ static void rec_rank_line(void *self, int rank, const char *host, int stream, co
     if (r->output.fd >= 0 && rank >= 0 && (f = line_begin(&l))) {
         char when[40];
         ddp__rec_wall_clock(when, sizeof(when));
-        fprintf(f, "{\"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"rank\": %d, \"host\": ",
-                when, (double)(ddp_now_ms() - r->t0_ms) / 1000, r->round, rank);
+        fprintf(f, "{\"time\": \"%s\", \"t\": %.3f, \"round\": %d, \"rank\": %d, \"host\": ", when,
+                (double)(ddp_now_ms() - r->t0_ms) / 1000, r->round, rank);
         json_str(f, host);
         fprintf(f, ", \"stream\": \"%s\", \"line\": ", stream == 2 ? "stderr" : "stdout");
         json_bytes(f, line, n);

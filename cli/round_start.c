@@ -41,10 +41,10 @@ static bool all_addrs(char *out, size_t n)
         if (!f->ifa_addr || !(f->ifa_flags & IFF_UP) || (f->ifa_flags & IFF_LOOPBACK))
             continue;
         int fam = f->ifa_addr->sa_family;
-        const void *a = fam == AF_INET ? (const void *)&((struct sockaddr_in *)f->ifa_addr)->sin_addr
-                        : fam == AF_INET6
-                            ? (const void *)&((struct sockaddr_in6 *)f->ifa_addr)->sin6_addr
-                            : NULL;
+        const void *a =
+            fam == AF_INET    ? (const void *)&((struct sockaddr_in *)f->ifa_addr)->sin_addr
+            : fam == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)f->ifa_addr)->sin6_addr
+                              : NULL;
         if (!a || (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a)) ||
             !inet_ntop(fam, a, ip, sizeof(ip)))
             continue;

@@ -142,8 +142,8 @@ static bool launcher_stalled(void)
     }
     L.last_tick_ms = now;
     return L.stall_end_ms && now - L.stall_end_ms <= L.job->heartbeat_timeout_ms +
-                                                          L.job->stop_grace_ms +
-                                                          DDP__SUP_STOP_SLACK_MS;
+                                                         L.job->stop_grace_ms +
+                                                         DDP__SUP_STOP_SLACK_MS;
 }
 
 /* A failure (what) in the wake of the launcher's stall is the stall's: says so first. */

@@ -62,10 +62,10 @@ struct ddp__sup_node {
     unsigned incarnation;
     int rank_offset, member_index;
     int64_t last_fail, cool_until;
-    bool was_lost; /* lost before: it rejoins when it can, rounds do not wait for it */
-    int64_t left_ms; /* when its agent revoked its lease while its process ran on, else 0 */
+    bool was_lost;     /* lost before: it rejoins when it can, rounds do not wait for it */
+    int64_t left_ms;   /* when its agent revoked its lease while its process ran on, else 0 */
     int64_t ending_ms; /* when it was lost by its lease and its provisioner told to end it */
-    char why[160]; /* why it was last out, for the rendezvous timeout's message */
+    char why[160];     /* why it was last out, for the rendezvous timeout's message */
 };
 
 struct ddp__sup_loss {
@@ -91,7 +91,7 @@ struct ddp__sup {
     int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
     const char *first_remote; /* the address of the first node that is not this machine */
-    char **node_addr; /* [node]: Slurm's NodeAddr where it is not the node's name, or NULL */
+    char **node_addr;    /* [node]: Slurm's NodeAddr where it is not the node's name, or NULL */
     char **env;          /* the job's extra environment, "K=V" */
     char **shell_env;    /* what remote ranks get from the launching shell (the export rule) */
     char self[PATH_MAX]; /* this ddprun's path: the default path on remote nodes */

@@ -25,8 +25,9 @@ void ddp__srv_want_flush(struct conn *c)
     if (ddp_list_empty(&c->flush_link))
         ddp_list_add_tail(&c->srv->flushq, &c->flush_link);
     if (ddp_buf_pending(&c->out) > c->srv->max_outbuf && !c->closing) {
-        DDP__SRV_DROP_WARN(c, "dropping connection from '%s': %zu bytes of replies unread (slow client)",
-                 c->peer, ddp_buf_pending(&c->out));
+        DDP__SRV_DROP_WARN(
+            c, "dropping connection from '%s': %zu bytes of replies unread (slow client)", c->peer,
+            ddp_buf_pending(&c->out));
         STAT_ADD(c->srv, conns_dropped, 1);
         ddp__srv_close_later(c, "slow client: output backlog over the limit");
     }

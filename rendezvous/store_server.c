@@ -54,7 +54,7 @@ static void auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
     (void)loop;
     struct conn *c = DDP_CONTAINER_OF(t, struct conn, auth_timer);
     DDP__SRV_DROP_WARN(c, "dropping connection from '%s': no authentication within %d ms", c->peer,
-             c->srv->auth_timeout_ms);
+                       c->srv->auth_timeout_ms);
     STAT_ADD(c->srv, conns_dropped, 1);
     ddp__srv_close_later(c, "authentication timeout");
 }
@@ -62,16 +62,16 @@ static void auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
 static void on_hello(struct conn *c, const struct ddp__req *q)
 {
     if (q->magic != DDP__PROTO_MAGIC) {
-        DDP__SRV_DROP_WARN(c,
-                 "dropping connection from '%s': bad magic 0x%08x (not a ddprun store client)",
-                 c->peer, q->magic);
+        DDP__SRV_DROP_WARN(
+            c, "dropping connection from '%s': bad magic 0x%08x (not a ddprun store client)",
+            c->peer, q->magic);
         STAT_ADD(c->srv, conns_dropped, 1);
         ddp__srv_close_later(c, "bad magic");
         return;
     }
     if (q->version != DDP__PROTO_VERSION) {
-        DDP__SRV_DROP_WARN(c, "refusing client '%s': protocol version %u, server speaks %u", c->peer,
-                 q->version, DDP__PROTO_VERSION);
+        DDP__SRV_DROP_WARN(c, "refusing client '%s': protocol version %u, server speaks %u",
+                           c->peer, q->version, DDP__PROTO_VERSION);
         size_t pos = ddp__srv_reply_begin(c, q->op, q->id, DDP_EVERSION);
         ddp_buf_put_u16(&c->out, DDP__PROTO_VERSION);
         ddp__srv_reply_end(c, pos);
@@ -100,7 +100,8 @@ static void on_auth(struct conn *c, const struct ddp__req *q)
     uint8_t want[DDP__MAC_LEN], mine[DDP__MAC_LEN];
     if (ddp__proto_mac(s->token, s->toklen, DDP__LABEL_CLIENT, c->snonce, c->cnonce, want) < 0 ||
         !ddp__proto_mac_equal(want, q->mac)) {
-        DDP__SRV_DROP_WARN(c, "refusing client '%s': authentication failed (wrong job token)", c->peer);
+        DDP__SRV_DROP_WARN(c, "refusing client '%s': authentication failed (wrong job token)",
+                           c->peer);
         STAT_ADD(s, conns_refused_auth, 1);
         ddp__srv_reply(c, q->op, q->id, DDP_EAUTH);
         c->close_after_write = true;
@@ -139,7 +140,7 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
     }
     if (r < 0) {
         DDP__SRV_DROP_WARN(c, "dropping connection from '%s': malformed frame (%s)", c->peer,
-                 ddp_strerror(r));
+                           ddp_strerror(r));
         STAT_ADD(c->srv, conns_dropped, 1);
         ddp__srv_close_later(c, "malformed frame");
         return;
@@ -148,7 +149,8 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
     bool handshake_op = q.op == DDP__OP_HELLO || q.op == DDP__OP_AUTH;
     if ((c->state == CONN_HELLO && q.op != DDP__OP_HELLO) ||
         (c->state == CONN_AUTH && q.op != DDP__OP_AUTH) || (!pre && handshake_op)) {
-        DDP__SRV_DROP_WARN(c, "dropping connection from '%s': op 0x%02x out of sequence", c->peer, q.op);
+        DDP__SRV_DROP_WARN(c, "dropping connection from '%s': op 0x%02x out of sequence", c->peer,
+                           q.op);
         STAT_ADD(c->srv, conns_dropped, 1);
         ddp__srv_close_later(c, "op out of sequence");
         return;
@@ -236,7 +238,7 @@ static int conn_process(struct conn *c)
         if (fs < 0) {
             /* Checked before anything is allocated for the frame. */
             DDP__SRV_DROP_WARN(c, "dropping connection from '%s': frame length %s", c->peer,
-                     fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
+                               fs == DDP_ETOOBIG ? "over the limit" : "below the minimum");
             STAT_ADD(s, conns_dropped, 1);
             ddp__srv_close_later(c, "bad frame length");
             return -1;
@@ -300,10 +302,11 @@ static void conn_read(struct conn *c)
         if (conn_process(c) < 0)
             return;
         if (c->parked && ddp_buf_pending(&c->in) > PARKED_INPUT_MAX) {
-            DDP__SRV_DROP_WARN(c,
-                     "dropping connection from '%s': more than %u bytes of requests behind a "
-                     "WAIT that is not answered yet",
-                     c->peer, PARKED_INPUT_MAX);
+            DDP__SRV_DROP_WARN(
+                c,
+                "dropping connection from '%s': more than %u bytes of requests behind a "
+                "WAIT that is not answered yet",
+                c->peer, PARKED_INPUT_MAX);
             STAT_ADD(s, conns_dropped, 1);
             ddp__srv_close_later(c, "too much pipelined behind a parked WAIT");
             return;

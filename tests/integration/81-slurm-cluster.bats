@@ -107,6 +107,17 @@ fmnist_job() {
   printf 'logs: {dir: logs}\nstop_grace: 2s\nrendezvous: {last_call: 3s}\n' >>job.yaml
 }
 
+# Node 3 of the job in salloc ($pid) dies: the job goes on with n1 and n2 and succeeds.
+lose_n3_go_on() {
+  slurm_kill_node 3
+  # Slurm learns it (at once, rather than SlurmdTimeout later): the allocation goes on
+  scontrol update NodeName=n3 State=DOWN Reason=killed-by-the-test
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "node 'n3' lost: " out.txt
+  grep -q "round 1: 2 nodes (n1, n2), 4 ranks" out.txt
+}
+
 # The job in salloc (with the options given first) in the background, as $pid, once training runs.
 salloc_job() {
   slurm_login salloc "$@" -N3 --ntasks-per-node=2 --quiet ddprun job.yaml >out.txt 2>&1 &
@@ -123,13 +134,7 @@ final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
   salloc_job --no-kill
   for _ in $(seq 300); do [ -e checkpoints/fmnist.ckpt ] && break; sleep 0.1; done
   [ -e checkpoints/fmnist.ckpt ]
-  slurm_kill_node 3
-  # Slurm learns it (at once, rather than SlurmdTimeout later): the allocation goes on
-  scontrol update NodeName=n3 State=DOWN Reason=killed-by-the-test
-  rc=0; wait "$pid" || rc=$?
-  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
-  grep -q "node 'n3' lost: " out.txt
-  grep -q "round 1: 2 nodes (n1, n2), 4 ranks" out.txt
+  lose_n3_go_on
   grep -q "\[n1:0\] resuming from $PWD/checkpoints/fmnist.ckpt at step [1-9]" out.txt
   grep -q "\[n1:0\] epoch 2/2 " out.txt
   acc=$(final_acc out.txt)
@@ -291,12 +296,7 @@ JOB
   pid=$!
   for _ in $(seq 300); do grep -q "6 ranks met at the store" out.txt && break; sleep 0.1; done
   grep -q "6 ranks met at the store" out.txt || { cat out.txt; return 1; }
-  slurm_kill_node 3
-  scontrol update NodeName=n3 State=DOWN Reason=killed-by-the-test
-  rc=0; wait "$pid" || rc=$?
-  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
-  grep -q "node 'n3' lost: " out.txt
-  grep -q "round 1: 2 nodes (n1, n2), 4 ranks" out.txt
+  lose_n3_go_on
   for r in 0 1 2 3; do grep -q "round 1 rank $r of 4" out.txt; done
   # never loopback for a node reached at another address
   ! grep -q "cannot reach the store" out.txt || false
