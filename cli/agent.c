@@ -12,6 +12,9 @@
  * the node lost by then, and a new round runs without it). With a takeover wait
  * (etcd), an EOF without BYE leaves the workers running for a new launcher
  * (cli/agent_link.h).
+ *
+ * It is over 800 lines as one loop: the launcher's frames in, the workers' processes, output
+ * and exits out, and the stop that ends them share the agent's one state.
  */
 #include "cli/agent_env.h"
 #include "cli/agent_guard.h"

@@ -1,5 +1,6 @@
 /*
- * `ddprun doctor JOB.yaml`: checks every node of a job before it runs, all nodes at once:
+ * `ddprun doctor JOB.yaml` (over 800 lines as one table: each column's check, here, over SSH or
+ * through srun, and the row it fills): checks every node of a job before it runs, all at once:
  * SSH reachable, host key known, authentication, ddprun present there in the same version,
  * the workdir present, the command's program present (as the agent runs it, from workdir),
  * the interface its ranks will use (the one that routes to the store), the GPUs its ranks would

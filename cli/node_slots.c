@@ -14,17 +14,15 @@
 
 #include "common/banned.h"
 
-#define L ddp__S
-
 /* name's value in the ranks' environment where the launcher sets it (the job's env, then for
  * another machine the exported shell variables), else NULL: the node's own. */
 static const char *set_by_launcher(const char *name, bool remote)
 {
     size_t n = strlen(name);
-    for (size_t k = 0; k < L.job->nenv; k++)
-        if (strcmp(L.job->env[k].key, name) == 0)
-            return L.job->env[k].value;
-    for (char **p = L.shell_env; remote && p && *p; p++)
+    for (size_t k = 0; k < ddp__supervisor.job->nenv; k++)
+        if (strcmp(ddp__supervisor.job->env[k].key, name) == 0)
+            return ddp__supervisor.job->env[k].value;
+    for (char **p = ddp__supervisor.shell_env; remote && p && *p; p++)
         if (strncmp(*p, name, n) == 0 && (*p)[n] == '=')
             return *p + n + 1;
     return NULL;
@@ -32,18 +30,18 @@ static const char *set_by_launcher(const char *name, bool remote)
 
 bool ddp__sup_count_slots(int i)
 {
-    struct ddp_job_node *node = &L.job->nodes[i];
+    struct ddp_job_node *node = &ddp__supervisor.job->nodes[i];
     if (!node->counted)
         return true;
-    const char *kind = ddp__nproc_kind_name(L.job->nproc_kind);
+    const char *kind = ddp__nproc_kind_name(ddp__supervisor.job->nproc_kind);
     char why[300];
     struct ddp__node_counts c;
-    if (!ddp__nodes_counts(&L.nodes, i, &c)) {
+    if (!ddp__nodes_counts(&ddp__supervisor.nodes, i, &c)) {
         snprintf(why, sizeof(why),
                  "did not count its node's GPUs and CPUs for nproc_per_node: %s (a ddprun older "
                  "than this one (%s) runs there); the same ddprun must run on every node",
                  kind, DDP_VERSION);
-        ddp__nodes_refuse(&L.nodes, i, why);
+        ddp__nodes_refuse(&ddp__supervisor.nodes, i, why);
         return false;
     }
     bool remote = !ddp__job_host_is_local(node->host);
@@ -52,13 +50,13 @@ bool ddp__sup_count_slots(int i)
         c.slurm_gpus = ddp__slurm_gpus_of(v);
     if ((v = set_by_launcher("CUDA_VISIBLE_DEVICES", remote)))
         c.cvd_gpus = ddp__cvd_gpus_of(v);
-    int slots = ddp__counts_slots(&c, L.job->nproc_kind);
+    int slots = ddp__counts_slots(&c, ddp__supervisor.job->nproc_kind);
     if (slots < 1) {
         snprintf(why, sizeof(why),
                  "sees no GPU there for nproc_per_node: gpu (SLURM_GPUS_ON_NODE, "
                  "CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus, as its ranks would see them): "
                  "give the number of ranks per node");
-        ddp__nodes_refuse(&L.nodes, i, why);
+        ddp__nodes_refuse(&ddp__supervisor.nodes, i, why);
         return false;
     }
     if (slots != node->slots)

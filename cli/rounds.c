@@ -14,6 +14,9 @@
  * Stopping is bounded: members get stop_grace, their agents a few seconds more, then the
  * agents are ended through their provisioners (cli/sup_stop.c); an agent that never
  * answered (hung on start) has no workers and is ended at once.
+ *
+ * It is over 800 lines as one state machine: every transition of a node or a round, and the
+ * rules between them, are read together here.
  */
 #include "cli/pipe_layout.h"
 #include "cli/supervisor.h"
@@ -37,8 +40,6 @@
 
 #include "common/banned.h"
 
-#define L ddp__S
-
 static void rdzv_check(void);
 static void rdzv_open(void);
 static void maybe_restart(void);
@@ -46,7 +47,7 @@ static bool can_rejoin(int i);
 
 static const char *host_of(int node)
 {
-    return L.job->nodes[node].host;
+    return ddp__supervisor.job->nodes[node].host;
 }
 
 /*
@@ -57,7 +58,7 @@ static const char *host_of(int node)
 static bool allocation_ended(void)
 {
     char state[64], why[160];
-    if (!L.job->srun || ddp__slurm_alloc_state(state, sizeof(state)) != 0)
+    if (!ddp__supervisor.job->srun || ddp__slurm_alloc_state(state, sizeof(state)) != 0)
         return false;
     /* Under sbatch Slurm also sends ddprun SIGTERM, which may come after the steps' end: then
      * the stop is the signal's (status 130), handled once the loop reads it. */
@@ -73,18 +74,18 @@ static bool allocation_ended(void)
 /* A round failed (a worker failed, or a member node was lost: lost): restart or stop. */
 static void round_failed(const char *what, bool lost)
 {
-    if (L.ph != DDP__PH_RUNNING || allocation_ended())
+    if (ddp__supervisor.ph != DDP__PH_RUNNING || allocation_ended())
         return;
-    const struct ddp_job *j = L.job;
-    if (lost && L.round > 0 && L.ranks_up < L.world) {
+    const struct ddp_job *j = ddp__supervisor.job;
+    if (lost && ddp__supervisor.round > 0 && ddp__supervisor.ranks_up < ddp__supervisor.world) {
         /* The round began after another loss and never got going: its restart is that loss's,
          * done again without this node. */
-        L.free_rounds++;
+        ddp__supervisor.free_rounds++;
         ddp__sup_say("ddprun: round %d lost a node before all its ranks had started: its restart "
                      "is not counted against elastic.max_restarts",
-                     L.round);
+                     ddp__supervisor.round);
     }
-    int used = L.round - L.free_rounds;
+    int used = ddp__supervisor.round - ddp__supervisor.free_rounds;
     if (used >= j->max_restarts) {
         char why[600];
         if (j->max_restarts == 0) {
@@ -103,12 +104,12 @@ static void round_failed(const char *what, bool lost)
     ddp__sup_say("ddprun: %s; stopping the other workers for restart %d of %d", what, used + 1,
                  j->max_restarts);
     ddp__wd_round_end();
-    L.ph = DDP__PH_RESTARTING;
+    ddp__supervisor.ph = DDP__PH_RESTARTING;
     ddp__sup_set_phase("restarting");
     for (size_t i = 0; i < j->nnodes; i++) {
-        struct ddp__sup_node *a = &L.nd[i];
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (a->state == DDP__NS_RUNNING) {
-            ddp__nodes_stop(&L.nodes, (int)i, (uint64_t)j->stop_grace_ms, SIGTERM);
+            ddp__nodes_stop(&ddp__supervisor.nodes, (int)i, (uint64_t)j->stop_grace_ms, SIGTERM);
             a->state = DDP__NS_STOPPING;
         }
     }
@@ -130,20 +131,21 @@ void ddp__sup_hang_failed(const char *why)
  */
 static bool launcher_stalled(void)
 {
-    int64_t now = ddp_now_ms(), gap = now - L.last_tick_ms;
-    if (L.last_tick_ms && gap > L.job->heartbeat_timeout_ms) {
-        L.stall_ms = gap;
-        L.stall_end_ms = now;
+    int64_t now = ddp_now_ms(), gap = now - ddp__supervisor.last_tick_ms;
+    if (ddp__supervisor.last_tick_ms && gap > ddp__supervisor.job->heartbeat_timeout_ms) {
+        ddp__supervisor.stall_ms = gap;
+        ddp__supervisor.stall_end_ms = now;
         ddp__sup_say("ddprun: this launcher did not run for %.1f s (it was stopped, or starved of "
                      "CPU), longer than elastic.heartbeat_timeout (%.1f s): the nodes' agents "
                      "could not reach its store, and stop their ranks",
-                     (double)gap / 1000, (double)L.job->heartbeat_timeout_ms / 1000);
+                     (double)gap / 1000, (double)ddp__supervisor.job->heartbeat_timeout_ms / 1000);
         ddp__sup_event("launcher_stalled", "#ms", (long long)gap, NULL);
     }
-    L.last_tick_ms = now;
-    return L.stall_end_ms && now - L.stall_end_ms <= L.job->heartbeat_timeout_ms +
-                                                         L.job->stop_grace_ms +
-                                                         DDP__SUP_STOP_SLACK_MS;
+    ddp__supervisor.last_tick_ms = now;
+    return ddp__supervisor.stall_end_ms &&
+           now - ddp__supervisor.stall_end_ms <= ddp__supervisor.job->heartbeat_timeout_ms +
+                                                     ddp__supervisor.job->stop_grace_ms +
+                                                     DDP__SUP_STOP_SLACK_MS;
 }
 
 /* A failure (what) in the wake of the launcher's stall is the stall's: says so first. */
@@ -156,28 +158,29 @@ static void blame_stall(char *what, size_t n)
     snprintf(what, n,
              "this launcher did not run for %.1f s (stopped or starved), so the nodes' agents "
              "lost contact with its store and stopped their ranks (%.700s)",
-             (double)L.stall_ms / 1000, was);
+             (double)ddp__supervisor.stall_ms / 1000, was);
 }
 
 static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed)
 {
-    struct ddp__sup_rank *r = &L.rk[rank];
+    struct ddp__sup_rank *r = &ddp__supervisor.rk[rank];
     r->exited = true;
-    r->stopped = L.nd[r->node].state == DDP__NS_STOPPING;
+    r->stopped = ddp__supervisor.nd[r->node].state == DDP__NS_STOPPING;
     r->code = code;
     r->runtime_ms = runtime_ms;
     r->exec_failed = exec_failed;
-    L.ranks_done++;
+    ddp__supervisor.ranks_done++;
     if (code != 0 && launcher_stalled())
         r->stopped = true; /* by its agent, for ddprun */
-    if (code == 0 && ++L.ranks_ok == L.world && L.ph == DDP__PH_RUNNING) {
+    if (code == 0 && ++ddp__supervisor.ranks_ok == ddp__supervisor.world &&
+        ddp__supervisor.ph == DDP__PH_RUNNING) {
         ddp__sup_finish(NULL, DDP_EXIT_OK);
         return;
     }
-    if (code == 0 || L.ph != DDP__PH_RUNNING)
+    if (code == 0 || ddp__supervisor.ph != DDP__PH_RUNNING)
         return;
-    if (L.first_fail < 0)
-        L.first_fail = rank;
+    if (ddp__supervisor.first_fail < 0)
+        ddp__supervisor.first_fail = rank;
     char what[1024], how[160];
     ddp__sup_describe_exit(code, how, sizeof(how));
     if (exec_failed && r->ntail) /* the agent's note: cannot run 'x': why */
@@ -204,26 +207,29 @@ static void rank_exited(int rank, int code, int64_t runtime_ms, bool exec_failed
  * summary. */
 static void record_loss(int i, const char *why, bool listed)
 {
-    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     int64_t now = ddp_now_ms();
     a->was_lost = true;
-    if (a->last_fail && now - a->last_fail <= L.job->cooldown_ms && L.job->max_restarts > 0) {
-        a->cool_until = now + L.job->cooldown_ms;
+    if (a->last_fail && now - a->last_fail <= ddp__supervisor.job->cooldown_ms &&
+        ddp__supervisor.job->max_restarts > 0) {
+        a->cool_until = now + ddp__supervisor.job->cooldown_ms;
         ddp__sup_say(
             "ddprun: node '%s' failed twice within %.0f s; leaving it out of rounds for %.0f s",
-            host_of(i), (double)L.job->cooldown_ms / 1000, (double)L.job->cooldown_ms / 1000);
+            host_of(i), (double)ddp__supervisor.job->cooldown_ms / 1000,
+            (double)ddp__supervisor.job->cooldown_ms / 1000);
         ddp__sup_event("node_cooldown", "node", host_of(i), "#until_ms",
-                       (long long)(a->cool_until - L.t0), NULL);
+                       (long long)(a->cool_until - ddp__supervisor.t0), NULL);
     }
     a->last_fail = now;
     snprintf(a->why, sizeof(a->why), "%s", why);
     if (!listed)
         return;
-    L.losses = realloc(L.losses, (size_t)(L.nlosses + 1) * sizeof(*L.losses));
-    struct ddp__sup_loss *l = &L.losses[L.nlosses++];
+    ddp__supervisor.losses = realloc(ddp__supervisor.losses, (size_t)(ddp__supervisor.nlosses + 1) *
+                                                                 sizeof(*ddp__supervisor.losses));
+    struct ddp__sup_loss *l = &ddp__supervisor.losses[ddp__supervisor.nlosses++];
     l->node = i;
-    l->round = L.round;
-    l->t_ms = now - L.t0;
+    l->round = ddp__supervisor.round;
+    l->t_ms = now - ddp__supervisor.t0;
     ddp__rec_wall_clock(l->when, sizeof(l->when));
     snprintf(l->why, sizeof(l->why), "%s", why);
     ddp__sup_event("node_lost", "node", host_of(i), "reason", why, NULL);
@@ -235,12 +241,13 @@ static void record_loss(int i, const char *why, bool listed)
  */
 static void node_out(int i, enum ddp__node_state prev, const char *why)
 {
-    if (L.ph == DDP__PH_FINISHING || (L.ph != DDP__PH_RUNNING && allocation_ended()))
+    if (ddp__supervisor.ph == DDP__PH_FINISHING ||
+        (ddp__supervisor.ph != DDP__PH_RUNNING && allocation_ended()))
         return;
     if (prev == DDP__NS_JOINING) {
         /* Joining a round (or the first one) failed; a lost node's retries while the job
          * runs fail quietly. */
-        bool listed = L.ph == DDP__PH_RDZV || !L.nd[i].was_lost;
+        bool listed = ddp__supervisor.ph == DDP__PH_RDZV || !ddp__supervisor.nd[i].was_lost;
         if (listed)
             ddp__sup_say("ddprun: node '%s' %s", host_of(i), why);
         record_loss(i, why, listed);
@@ -253,22 +260,22 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
     record_loss(i, why, true);
     if (prev == DDP__NS_RUNNING || prev == DDP__NS_STOPPING) {
         int64_t now = ddp_now_ms();
-        for (int r = 0; r < L.world; r++)
-            if (L.rk[r].node == i && !L.rk[r].exited) {
-                L.rk[r].lost = true;
+        for (int r = 0; r < ddp__supervisor.world; r++)
+            if (ddp__supervisor.rk[r].node == i && !ddp__supervisor.rk[r].exited) {
+                ddp__supervisor.rk[r].lost = true;
                 /* how long it ran, as far as ddprun saw: until its node was lost */
-                if (L.rk[r].started && L.rk[r].t_started)
-                    L.rk[r].runtime_ms = now - L.rk[r].t_started;
+                if (ddp__supervisor.rk[r].started && ddp__supervisor.rk[r].t_started)
+                    ddp__supervisor.rk[r].runtime_ms = now - ddp__supervisor.rk[r].t_started;
             }
-        L.t_lost = now;
+        ddp__supervisor.t_lost = now;
     }
-    if (prev == DDP__NS_RUNNING && L.ph == DDP__PH_RUNNING) {
+    if (prev == DDP__NS_RUNNING && ddp__supervisor.ph == DDP__PH_RUNNING) {
         round_failed(what, true);
     } else {
         ddp__sup_say("ddprun: %s", what);
-        if (L.ph == DDP__PH_RESTARTING)
+        if (ddp__supervisor.ph == DDP__PH_RESTARTING)
             maybe_restart();
-        else if (L.ph == DDP__PH_RDZV)
+        else if (ddp__supervisor.ph == DDP__PH_RDZV)
             rdzv_check();
     }
 }
@@ -276,11 +283,12 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
 /* A rank of the round started (its STARTED, or a rejoined agent's STATE). */
 static void rank_started(int rank)
 {
-    L.rk[rank].started = true;
-    L.rk[rank].t_started = ddp_now_ms();
-    if (++L.ranks_up == L.world && L.ph == DDP__PH_RUNNING) {
+    ddp__supervisor.rk[rank].started = true;
+    ddp__supervisor.rk[rank].t_started = ddp_now_ms();
+    if (++ddp__supervisor.ranks_up == ddp__supervisor.world &&
+        ddp__supervisor.ph == DDP__PH_RUNNING) {
         ddp__sup_set_phase("running");
-        ddp__sup_event("workers_running", "#world_size", (long long)L.world, NULL);
+        ddp__sup_event("workers_running", "#world_size", (long long)ddp__supervisor.world, NULL);
     }
 }
 
@@ -288,10 +296,10 @@ static void rank_started(int rank)
  * the output it may not have shown (held until now). */
 static void agent_state(int i, const uint8_t *body, size_t len)
 {
-    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     struct ddp__agent_state s;
     if (ddp__agent_get_state(body, len, &s) < 0 || !ddp__sup_count_slots(i)) {
-        ddp__nodes_flush_held(&L.nodes, i, false);
+        ddp__nodes_flush_held(&ddp__supervisor.nodes, i, false);
         return;
     }
     a->incarnation = s.incarnation;
@@ -299,9 +307,10 @@ static void agent_state(int i, const uint8_t *body, size_t len)
         ddp__sup_say("ddprun: node '%s': %llu lines of output were lost while the job had no "
                      "launcher",
                      host_of(i), (unsigned long long)s.dropped);
-    bool same = s.have_start && s.round == (uint32_t)L.round &&
-                (int)s.rank_offset == a->rank_offset && (int)s.nlocal == L.job->nodes[i].slots;
-    ddp__nodes_flush_held(&L.nodes, i, a->state == DDP__NS_RUNNING && same);
+    bool same = s.have_start && s.round == (uint32_t)ddp__supervisor.round &&
+                (int)s.rank_offset == a->rank_offset &&
+                (int)s.nlocal == ddp__supervisor.job->nodes[i].slots;
+    ddp__nodes_flush_held(&ddp__supervisor.nodes, i, a->state == DDP__NS_RUNNING && same);
     if (a->state == DDP__NS_RUNNING && same) {
         /* rank_exited is right in any phase: a failure among them fails the round, and the
          * exits after it are still recorded for the summary. */
@@ -317,7 +326,7 @@ static void agent_state(int i, const uint8_t *body, size_t len)
     } else if (a->state == DDP__NS_RUNNING) {
         round_failed("a node's agent was not in the round the records name", false);
     } else if (s.have_start && !s.done) {
-        ddp__nodes_stop(&L.nodes, i, (uint64_t)L.job->stop_grace_ms,
+        ddp__nodes_stop(&ddp__supervisor.nodes, i, (uint64_t)ddp__supervisor.job->stop_grace_ms,
                         SIGTERM); /* not a member: nothing of it may run */
     }
     free(s.ranks);
@@ -326,7 +335,7 @@ static void agent_state(int i, const uint8_t *body, size_t len)
 static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, size_t len)
 {
     (void)arg;
-    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     struct ddp_rd rd;
     uint32_t lr, v32;
     uint64_t v64;
@@ -338,8 +347,8 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         a->state = DDP__NS_READY;
         ddp__sup_event("node_joined", "node", host_of(i), "#incarnation", (long long)a->incarnation,
                        NULL);
-        if (L.ph == DDP__PH_FINISHING)
-            ddp__nodes_close(&L.nodes, i);
+        if (ddp__supervisor.ph == DDP__PH_FINISHING)
+            ddp__nodes_close(&ddp__supervisor.nodes, i);
         else
             rdzv_check();
         return;
@@ -348,9 +357,9 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         if (a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING)
             return;
         a->state = DDP__NS_READY;
-        if (L.ph == DDP__PH_FINISHING)
-            ddp__nodes_close(&L.nodes, i);
-        else if (L.ph == DDP__PH_RESTARTING)
+        if (ddp__supervisor.ph == DDP__PH_FINISHING)
+            ddp__nodes_close(&ddp__supervisor.nodes, i);
+        else if (ddp__supervisor.ph == DDP__PH_RESTARTING)
             maybe_restart();
         return;
     }
@@ -364,7 +373,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     }
     /* Rank frames count only from the current round's members. */
     if ((a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING) || ddp_rd_u32(&rd, &lr) < 0 ||
-        lr >= (uint32_t)L.job->nodes[i].slots)
+        lr >= (uint32_t)ddp__supervisor.job->nodes[i].slots)
         return;
     int rank = a->rank_offset + (int)lr;
     switch (type) {
@@ -396,17 +405,17 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
 static void agent_ended(void *arg, int i, int st)
 {
     (void)arg;
-    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_NONE;
     a->left_ms = 0;
     a->ending_ms = 0;
-    if (prev == DDP__NS_GONE && L.ph == DDP__PH_RESTARTING)
+    if (prev == DDP__NS_GONE && ddp__supervisor.ph == DDP__PH_RESTARTING)
         maybe_restart();
-    if (prev == DDP__NS_GONE || L.ph == DDP__PH_FINISHING)
+    if (prev == DDP__NS_GONE || ddp__supervisor.ph == DDP__PH_FINISHING)
         return;
     char why[300];
-    ddp__nodes_describe(&L.nodes, i, st, prev == DDP__NS_JOINING, why, sizeof(why));
+    ddp__nodes_describe(&ddp__supervisor.nodes, i, st, prev == DDP__NS_JOINING, why, sizeof(why));
     node_out(i, prev, why);
 }
 
@@ -425,15 +434,16 @@ const struct ddp__nodes_cb ddp__sup_nodes_cb = {
  * runs, the node is neither out nor being ended, and the job is not finishing. */
 static bool lease_current(int i, unsigned inc)
 {
-    const struct ddp__sup_node *a = &L.nd[i];
-    return a->incarnation == inc && ddp__nodes_pid(&L.nodes, i) && a->state != DDP__NS_GONE &&
-           a->state != DDP__NS_NONE && L.ph != DDP__PH_FINISHING;
+    const struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+    return a->incarnation == inc && ddp__nodes_pid(&ddp__supervisor.nodes, i) &&
+           a->state != DDP__NS_GONE && a->state != DDP__NS_NONE &&
+           ddp__supervisor.ph != DDP__PH_FINISHING;
 }
 
 /* The lease of agent incarnation inc of node i ended (why): the node is lost. */
 static void lease_lost(int i, unsigned inc, const char *why)
 {
-    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     if (!lease_current(i, inc))
         return;
     enum ddp__node_state prev = a->state;
@@ -445,10 +455,10 @@ static void lease_lost(int i, unsigned inc, const char *why)
      * DDP__SUP_END_WAIT_MS (a cut link), the provisioner's process is killed here, and the
      * node's own guard has ended the rest by then. The next round waits for either
      * (maybe_restart), so old and new ranks never run at once. */
-    ddp__nodes_end(&L.nodes, i, 1);
+    ddp__nodes_end(&ddp__supervisor.nodes, i, 1);
     a->ending_ms = ddp_now_ms();
-    if (!ddp_timer_armed(&L.end_check))
-        ddp_timer_start(L.loop, &L.end_check, DDP__SUP_END_WAIT_MS);
+    if (!ddp_timer_armed(&ddp__supervisor.end_check))
+        ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.end_check, DDP__SUP_END_WAIT_MS);
     node_out(i, prev, why);
 }
 
@@ -456,14 +466,14 @@ static void lease_lost(int i, unsigned inc, const char *why)
 static void on_end_check(struct ddp_loop *loop, struct ddp_timer *t)
 {
     int64_t now = ddp_now_ms(), next = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        struct ddp__sup_node *a = &L.nd[i];
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (!a->ending_ms)
             continue;
-        if (!ddp__nodes_pid(&L.nodes, (int)i)) {
+        if (!ddp__nodes_pid(&ddp__supervisor.nodes, (int)i)) {
             a->ending_ms = 0;
         } else if (now - a->ending_ms >= DDP__SUP_END_WAIT_MS) {
-            ddp__nodes_end(&L.nodes, (int)i, 2);
+            ddp__nodes_end(&ddp__supervisor.nodes, (int)i, 2);
             a->ending_ms = 0;
         } else {
             int64_t due = a->ending_ms + DDP__SUP_END_WAIT_MS - now;
@@ -478,16 +488,17 @@ static void lease_expired(int i, unsigned inc)
 {
     char why[200];
     snprintf(why, sizeof(why), "no heartbeat for %.1f s (elastic.heartbeat_timeout)",
-             (double)L.job->heartbeat_timeout_ms / 1000);
+             (double)ddp__supervisor.job->heartbeat_timeout_ms / 1000);
     lease_lost(i, inc, why);
 }
 
 /* Nodes whose agent revoked its lease heartbeat_timeout ago and whose process still runs. */
 static void on_left_check(struct ddp_loop *loop, struct ddp_timer *t)
 {
-    int64_t now = ddp_now_ms(), next = 0, limit = (int64_t)L.job->heartbeat_timeout_ms;
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        struct ddp__sup_node *a = &L.nd[i];
+    int64_t now = ddp_now_ms(), next = 0,
+            limit = (int64_t)ddp__supervisor.job->heartbeat_timeout_ms;
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (!a->left_ms)
             continue;
         if (now - a->left_ms < limit) {
@@ -499,7 +510,7 @@ static void on_left_check(struct ddp_loop *loop, struct ddp_timer *t)
         snprintf(why, sizeof(why),
                  "its agent left the job (it revoked its lease) but its process did not end "
                  "within %.1f s (elastic.heartbeat_timeout)",
-                 (double)L.job->heartbeat_timeout_ms / 1000);
+                 (double)ddp__supervisor.job->heartbeat_timeout_ms / 1000);
         lease_lost((int)i, a->incarnation, why);
     }
     if (next)
@@ -514,22 +525,23 @@ static void on_left_check(struct ddp_loop *loop, struct ddp_timer *t)
  */
 static void lease_left(int i, unsigned inc)
 {
-    struct ddp__sup_node *a = &L.nd[i];
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     if (!lease_current(i, inc) || a->left_ms)
         return;
     a->left_ms = ddp_now_ms();
-    if (!ddp_timer_armed(&L.left_check))
-        ddp_timer_start(L.loop, &L.left_check, (int64_t)L.job->heartbeat_timeout_ms);
+    if (!ddp_timer_armed(&ddp__supervisor.left_check))
+        ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.left_check,
+                        (int64_t)ddp__supervisor.job->heartbeat_timeout_ms);
 }
 
 void ddp__sup_join_where(struct ddp__agent_join *jf)
 {
-    const struct ddp_job *j = L.job;
-    *jf = (struct ddp__agent_join){.token = L.token,
-                                   .store_addr = L.store_addr,
-                                   .job_id = L.job_id,
-                                   .etcd_endpoints = L.etcd_eps,
-                                   .etcd_prefix = L.etcd_prefix,
+    const struct ddp_job *j = ddp__supervisor.job;
+    *jf = (struct ddp__agent_join){.token = ddp__supervisor.token,
+                                   .store_addr = ddp__supervisor.store_addr,
+                                   .job_id = ddp__supervisor.job_id,
+                                   .etcd_endpoints = ddp__supervisor.etcd_eps,
+                                   .etcd_prefix = ddp__supervisor.etcd_prefix,
                                    .etcd_ca = j->etcd_ca,
                                    .etcd_cert = j->etcd_cert,
                                    .etcd_key = j->etcd_key};
@@ -538,8 +550,8 @@ void ddp__sup_join_where(struct ddp__agent_join *jf)
 /* Starts node i's agent through its provisioner and sends it JOIN. */
 static int provision(int i)
 {
-    struct ddp__sup_node *a = &L.nd[i];
-    const struct ddp_job *j = L.job;
+    struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+    const struct ddp_job *j = ddp__supervisor.job;
     char node_store[1024];
     ddp__sup_node_store_addr(i, node_store, sizeof(node_store));
     struct ddp__agent_join jf;
@@ -551,8 +563,8 @@ static int provision(int i)
     jf.heartbeat_interval_ms = (uint64_t)j->heartbeat_interval_ms;
     jf.heartbeat_timeout_ms = (uint64_t)j->heartbeat_timeout_ms;
     jf.grace_ms = (uint64_t)j->stop_grace_ms;
-    jf.takeover_ms = L.takeover_ms;
-    if (ddp__nodes_start(&L.nodes, i, &jf) < 0)
+    jf.takeover_ms = ddp__supervisor.takeover_ms;
+    if (ddp__nodes_start(&ddp__supervisor.nodes, i, &jf) < 0)
         return -1;
     a->state = DDP__NS_JOINING;
     a->incarnation++;
@@ -561,7 +573,8 @@ static int provision(int i)
 
 static bool can_rejoin(int i)
 {
-    return L.nd[i].state == DDP__NS_NONE && ddp_now_ms() >= L.nd[i].cool_until;
+    return ddp__supervisor.nd[i].state == DDP__NS_NONE &&
+           ddp_now_ms() >= ddp__supervisor.nd[i].cool_until;
 }
 
 /* Nodes ready for a round, nodes on their way, and of those the ones a round waits for
@@ -569,10 +582,11 @@ static bool can_rejoin(int i)
 static void count_nodes(int *ready, int *joining, int *awaited)
 {
     *ready = *joining = *awaited = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        *ready += L.nd[i].state == DDP__NS_READY;
-        *joining += L.nd[i].state == DDP__NS_JOINING;
-        *awaited += L.nd[i].state == DDP__NS_JOINING && !L.nd[i].was_lost;
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        *ready += ddp__supervisor.nd[i].state == DDP__NS_READY;
+        *joining += ddp__supervisor.nd[i].state == DDP__NS_JOINING;
+        *awaited +=
+            ddp__supervisor.nd[i].state == DDP__NS_JOINING && !ddp__supervisor.nd[i].was_lost;
     }
 }
 
@@ -581,8 +595,8 @@ static void rdzv_fail(const char *why);
 /* Closes the round with the nodes that joined: numbers the ranks and starts the workers. */
 static void rdzv_close(void)
 {
-    ddp_timer_stop(L.loop, &L.rdzv_deadline);
-    ddp_timer_stop(L.loop, &L.last_call);
+    ddp_timer_stop(ddp__supervisor.loop, &ddp__supervisor.rdzv_deadline);
+    ddp_timer_stop(ddp__supervisor.loop, &ddp__supervisor.last_call);
     char why[1200];
     if (ddp__sup_start_round(why, sizeof(why)) < 0)
         rdzv_fail(why);
@@ -590,16 +604,16 @@ static void rdzv_close(void)
 
 static void rdzv_fail(const char *why)
 {
-    ddp__sup_say("ddprun: round %d cannot start: %s", L.round, why);
-    ddp__sup_finish(why, L.round == 0 ? DDP_EXIT_LAUNCH : DDP_EXIT_JOB_FAILED);
+    ddp__sup_say("ddprun: round %d cannot start: %s", ddp__supervisor.round, why);
+    ddp__sup_finish(why, ddp__supervisor.round == 0 ? DDP_EXIT_LAUNCH : DDP_EXIT_JOB_FAILED);
 }
 
 /* Decides whether the open round can close now, must fail, or waits. */
 static void rdzv_check(void)
 {
-    if (L.ph != DDP__PH_RDZV)
+    if (ddp__supervisor.ph != DDP__PH_RDZV)
         return;
-    const struct ddp_job *j = L.job;
+    const struct ddp_job *j = ddp__supervisor.job;
     int ready, joining, awaited;
     count_nodes(&ready, &joining, &awaited);
     if (ready >= j->max_nodes || (ready >= j->min_nodes && awaited == 0)) {
@@ -609,9 +623,9 @@ static void rdzv_check(void)
         snprintf(why, sizeof(why), "only %d node%s can take part, and elastic.min_nodes is %d",
                  ready + joining, ready + joining == 1 ? "" : "s", j->min_nodes);
         rdzv_fail(why);
-    } else if (ready >= j->min_nodes && !ddp_timer_armed(&L.last_call)) {
+    } else if (ready >= j->min_nodes && !ddp_timer_armed(&ddp__supervisor.last_call)) {
         /* Enough to train: late nodes get a short last call. */
-        ddp_timer_start(L.loop, &L.last_call, j->rdzv_last_call_ms);
+        ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.last_call, j->rdzv_last_call_ms);
     }
 }
 
@@ -619,7 +633,7 @@ static void on_last_call(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
     (void)t;
-    if (L.ph == DDP__PH_RDZV)
+    if (ddp__supervisor.ph == DDP__PH_RDZV)
         rdzv_close();
 }
 
@@ -627,11 +641,11 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
     (void)t;
-    if (L.ph != DDP__PH_RDZV)
+    if (ddp__supervisor.ph != DDP__PH_RDZV)
         return;
     int ready, joining, awaited;
     count_nodes(&ready, &joining, &awaited);
-    if (ready >= L.job->min_nodes) {
+    if (ready >= ddp__supervisor.job->min_nodes) {
         rdzv_close();
         return;
     }
@@ -639,8 +653,8 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
     char why[1400], missing[1024] = "";
     size_t ml = 0;
     int nmissing = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        const struct ddp__sup_node *a = &L.nd[i];
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        const struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (a->state == DDP__NS_READY)
             continue;
         nmissing++;
@@ -655,36 +669,38 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
     snprintf(why, sizeof(why),
              "only %d of the %d nodes elastic.min_nodes needs joined within %.0f s "
              "(rendezvous.timeout); not joined: %s",
-             ready, L.job->min_nodes, (double)L.job->rdzv_timeout_ms / 1000,
-             nmissing ? missing : "none");
+             ready, ddp__supervisor.job->min_nodes,
+             (double)ddp__supervisor.job->rdzv_timeout_ms / 1000, nmissing ? missing : "none");
     rdzv_fail(why);
 }
 
 /* Opens the next round: survivors are waiting already; lost and spare nodes are started. */
 static void rdzv_open(void)
 {
-    const struct ddp_job *j = L.job;
-    if (L.opened) /* round 0 is the first */
-        L.round++;
-    L.opened = true;
-    L.ph = DDP__PH_RDZV;
+    const struct ddp_job *j = ddp__supervisor.job;
+    if (ddp__supervisor.opened) /* round 0 is the first */
+        ddp__supervisor.round++;
+    ddp__supervisor.opened = true;
+    ddp__supervisor.ph = DDP__PH_RDZV;
     int64_t soonest = 0;
     for (size_t i = 0; i < j->nnodes; i++) {
         if (can_rejoin((int)i)) {
             if (provision((int)i) < 0)
                 ddp__sup_say("ddprun: cannot start the node agent for '%s': %s", host_of((int)i),
                              strerror(errno));
-        } else if (L.nd[i].state == DDP__NS_NONE) {
-            soonest = !soonest || L.nd[i].cool_until < soonest ? L.nd[i].cool_until : soonest;
+        } else if (ddp__supervisor.nd[i].state == DDP__NS_NONE) {
+            soonest = !soonest || ddp__supervisor.nd[i].cool_until < soonest
+                          ? ddp__supervisor.nd[i].cool_until
+                          : soonest;
         }
     }
     int ready, joining, awaited;
     count_nodes(&ready, &joining, &awaited);
-    ddp__sup_say("ddprun: round %d: rendezvous of %d..%d nodes (%d ready, %d joining)", L.round,
-                 j->min_nodes, j->max_nodes, ready, joining);
+    ddp__sup_say("ddprun: round %d: rendezvous of %d..%d nodes (%d ready, %d joining)",
+                 ddp__supervisor.round, j->min_nodes, j->max_nodes, ready, joining);
     ddp__sup_event("round_open", "#ready", (long long)ready, "#joining", (long long)joining, NULL);
     ddp__sup_set_phase("rendezvous");
-    ddp_timer_start(L.loop, &L.rdzv_deadline, j->rdzv_timeout_ms);
+    ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.rdzv_deadline, j->rdzv_timeout_ms);
     rdzv_check();
 }
 
@@ -692,27 +708,30 @@ static void rdzv_open(void)
  * and waits, as a spare, for the next round. */
 static void on_retry(struct ddp_loop *loop, struct ddp_timer *t)
 {
-    if (L.ph == DDP__PH_FINISHING)
+    if (ddp__supervisor.ph == DDP__PH_FINISHING)
         return;
-    if (L.ph == DDP__PH_RUNNING)
-        for (size_t i = 0; i < L.job->nnodes; i++)
-            if (L.nd[i].was_lost && can_rejoin((int)i) && provision((int)i) < 0)
+    if (ddp__supervisor.ph == DDP__PH_RUNNING)
+        for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
+            if (ddp__supervisor.nd[i].was_lost && can_rejoin((int)i) && provision((int)i) < 0)
                 DDP_DEBUG(SUP, "cannot start an agent for %s: %s", host_of((int)i),
                           strerror(errno));
     ddp_timer_start(loop, t,
-                    L.job->heartbeat_timeout_ms > 1000 ? L.job->heartbeat_timeout_ms : 1000);
+                    ddp__supervisor.job->heartbeat_timeout_ms > 1000
+                        ? ddp__supervisor.job->heartbeat_timeout_ms
+                        : 1000);
 }
 
 /* After a failure: once no member still runs workers, the next round opens. */
 static void maybe_restart(void)
 {
-    if (L.ph != DDP__PH_RESTARTING)
+    if (ddp__supervisor.ph != DDP__PH_RESTARTING)
         return;
     /* A node being ended (DDP__NS_GONE: SIGKILLed, its reaping a moment away) must be reaped
      * first, or the round would open without trying it again. */
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        if (L.nd[i].state == DDP__NS_RUNNING || L.nd[i].state == DDP__NS_STOPPING ||
-            L.nd[i].state == DDP__NS_GONE)
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
+        if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING ||
+            ddp__supervisor.nd[i].state == DDP__NS_STOPPING ||
+            ddp__supervisor.nd[i].state == DDP__NS_GONE)
             return;
     ddp__sup_event("workers_stopped", NULL);
     rdzv_open();
@@ -721,41 +740,43 @@ static void maybe_restart(void)
 /* The job ends: why is NULL on success. Members stop their workers; agents then exit. */
 void ddp__sup_finish(const char *why, int rc)
 {
-    if (L.ph == DDP__PH_FINISHING)
+    if (ddp__supervisor.ph == DDP__PH_FINISHING)
         return;
-    L.ph = DDP__PH_FINISHING;
+    ddp__supervisor.ph = DDP__PH_FINISHING;
     ddp__wd_round_end();
-    if (why && !L.fatal) {
-        L.fatal = strdup(why);
-        L.fatal_rc = rc;
+    if (why && !ddp__supervisor.fatal) {
+        ddp__supervisor.fatal = strdup(why);
+        ddp__supervisor.fatal_rc = rc;
     }
-    ddp_timer_stop(L.loop, &L.rdzv_deadline);
-    ddp_timer_stop(L.loop, &L.last_call);
+    ddp_timer_stop(ddp__supervisor.loop, &ddp__supervisor.rdzv_deadline);
+    ddp_timer_stop(ddp__supervisor.loop, &ddp__supervisor.last_call);
     if (why)
         ddp__sup_set_phase("stopping");
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        struct ddp__sup_node *a = &L.nd[i];
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (a->state == DDP__NS_RUNNING || a->state == DDP__NS_STOPPING) {
-            ddp__nodes_stop(&L.nodes, (int)i, (uint64_t)L.job->stop_grace_ms,
-                            L.stop_sig ? L.stop_sig : SIGTERM);
+            ddp__nodes_stop(&ddp__supervisor.nodes, (int)i,
+                            (uint64_t)ddp__supervisor.job->stop_grace_ms,
+                            ddp__supervisor.stop_sig ? ddp__supervisor.stop_sig : SIGTERM);
             a->state = DDP__NS_STOPPING;
         } else {
-            ddp__nodes_close(&L.nodes, (int)i);
+            ddp__nodes_close(&ddp__supervisor.nodes, (int)i);
             if (a->state == DDP__NS_JOINING) /* never answered: no workers, maybe no agent */
-                ddp__nodes_end(&L.nodes, (int)i, 1);
+                ddp__nodes_end(&ddp__supervisor.nodes, (int)i, 1);
         }
     }
     /* Whatever the nodes do (a hung node never answers), the stop ends: the workers have
      * stop_grace, their agents a few seconds more to report; then the agents are ended. */
-    ddp_timer_start(L.loop, &L.stop_deadline, L.job->stop_grace_ms + DDP__SUP_STOP_SLACK_MS);
-    if (ddp__nodes_all_gone(&L.nodes))
-        ddp_loop_stop(L.loop);
+    ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.stop_deadline,
+                    ddp__supervisor.job->stop_grace_ms + DDP__SUP_STOP_SLACK_MS);
+    if (ddp__nodes_all_gone(&ddp__supervisor.nodes))
+        ddp_loop_stop(ddp__supervisor.loop);
 }
 
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
     launcher_stalled();
-    if (L.tty)
+    if (ddp__supervisor.tty)
         ddp__sup_draw_status();
     ddp_timer_start(loop, t, 250);
 }
@@ -764,24 +785,26 @@ void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev)
 {
     (void)arg;
     if (ev->kind == DDP__MEV_PROGRESS) {
-        if (ev->node < L.job->nnodes && ev->incarnation == L.nd[ev->node].incarnation &&
-            L.nd[ev->node].state == DDP__NS_RUNNING)
+        if (ev->node < ddp__supervisor.job->nnodes &&
+            ev->incarnation == ddp__supervisor.nd[ev->node].incarnation &&
+            ddp__supervisor.nd[ev->node].state == DDP__NS_RUNNING)
             ddp__wd_progress((int)ev->node, ev->report);
         else
             free(ev->report);
-    } else if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < L.job->nnodes) {
+    } else if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < ddp__supervisor.job->nnodes) {
         lease_expired((int)ev->node, ev->incarnation);
-    } else if (ev->kind == DDP__MEV_LEASE_LEFT && ev->node < L.job->nnodes) {
+    } else if (ev->kind == DDP__MEV_LEASE_LEFT && ev->node < ddp__supervisor.job->nnodes) {
         lease_left((int)ev->node, ev->incarnation);
-    } else if (ev->kind == DDP__MEV_RESUMED && ev->round == L.round) {
+    } else if (ev->kind == DDP__MEV_RESUMED && ev->round == ddp__supervisor.round) {
         char extra[96] = "";
-        if (L.t_lost && ev->round > 0)
+        if (ddp__supervisor.t_lost && ev->round > 0)
             snprintf(extra, sizeof(extra), " (%.1f s after the node was lost)",
-                     (double)(ddp_now_ms() - L.t_lost) / 1000);
+                     (double)(ddp_now_ms() - ddp__supervisor.t_lost) / 1000);
         ddp__sup_say("ddprun: round %d: training resumed at step %lld%s", ev->round, ev->step,
                      extra);
-        ddp__sup_event("resumed", "#step", ev->step, "#since_loss_ms",
-                       (long long)(L.t_lost ? ddp_now_ms() - L.t_lost : -1), NULL);
+        ddp__sup_event(
+            "resumed", "#step", ev->step, "#since_loss_ms",
+            (long long)(ddp__supervisor.t_lost ? ddp_now_ms() - ddp__supervisor.t_lost : -1), NULL);
     }
 }
 
@@ -792,16 +815,16 @@ void ddp__sup_open(void)
 
 void ddp__sup_timers_init(void)
 {
-    ddp_timer_init(&L.tick, on_tick);
+    ddp_timer_init(&ddp__supervisor.tick, on_tick);
     ddp__sup_stop_timers_init();
-    ddp_timer_init(&L.rdzv_deadline, on_rdzv_deadline);
-    ddp_timer_init(&L.last_call, on_last_call);
-    ddp_timer_init(&L.retry, on_retry);
-    ddp_timer_init(&L.left_check, on_left_check);
-    ddp_timer_init(&L.end_check, on_end_check);
+    ddp_timer_init(&ddp__supervisor.rdzv_deadline, on_rdzv_deadline);
+    ddp_timer_init(&ddp__supervisor.last_call, on_last_call);
+    ddp_timer_init(&ddp__supervisor.retry, on_retry);
+    ddp_timer_init(&ddp__supervisor.left_check, on_left_check);
+    ddp_timer_init(&ddp__supervisor.end_check, on_end_check);
     /* The tick redraws the status line on a terminal, and tells a stall of the launcher */
-    L.last_tick_ms = ddp_now_ms();
-    ddp_timer_start(L.loop, &L.tick, 250);
-    if (L.job->max_restarts > 0)
-        ddp_timer_start(L.loop, &L.retry, 1000);
+    ddp__supervisor.last_tick_ms = ddp_now_ms();
+    ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.tick, 250);
+    if (ddp__supervisor.job->max_restarts > 0)
+        ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.retry, 1000);
 }

@@ -9,8 +9,6 @@
 
 #include "common/banned.h"
 
-#define L ddp__S
-
 /*
  * Ends every agent process still there, through its provisioner: at level 1 a local agent
  * with its process group (its workers too), an SSH bridge with SIGTERM, on which it has the
@@ -19,13 +17,13 @@
  */
 void ddp__sup_escalate(void)
 {
-    if (L.escalation >= 2)
+    if (ddp__supervisor.escalation >= 2)
         return;
-    L.escalation++;
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        ddp__nodes_end(&L.nodes, (int)i, L.escalation);
-    if (L.escalation == 1)
-        ddp_timer_start(L.loop, &L.force, 2000);
+    ddp__supervisor.escalation++;
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
+        ddp__nodes_end(&ddp__supervisor.nodes, (int)i, ddp__supervisor.escalation);
+    if (ddp__supervisor.escalation == 1)
+        ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.force, 2000);
 }
 
 static void on_stop_deadline(struct ddp_loop *loop, struct ddp_timer *t)
@@ -33,8 +31,8 @@ static void on_stop_deadline(struct ddp_loop *loop, struct ddp_timer *t)
     (void)loop;
     (void)t;
     int left = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        left += ddp__nodes_pid(&L.nodes, (int)i) > 0;
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
+        left += ddp__nodes_pid(&ddp__supervisor.nodes, (int)i) > 0;
     if (!left)
         return;
     ddp__sup_say("ddprun: %d node agent%s did not stop within stop_grace + %d s; ending them", left,
@@ -51,6 +49,6 @@ static void on_force(struct ddp_loop *loop, struct ddp_timer *t)
 
 void ddp__sup_stop_timers_init(void)
 {
-    ddp_timer_init(&L.force, on_force);
-    ddp_timer_init(&L.stop_deadline, on_stop_deadline);
+    ddp_timer_init(&ddp__supervisor.force, on_force);
+    ddp_timer_init(&ddp__supervisor.stop_deadline, on_stop_deadline);
 }

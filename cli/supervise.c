@@ -40,8 +40,6 @@
 
 #include "common/banned.h"
 
-#define L ddp__S
-
 static int mkdir_p(const char *path)
 {
     char tmp[PATH_MAX];
@@ -83,13 +81,14 @@ static int etcd_setup(const struct ddp_job *job)
     size_t len = 1;
     for (size_t k = 0; k < job->netcd; k++)
         len += strlen(job->etcd_endpoints[k]) + 1;
-    if (!(L.etcd_eps = calloc(1, len)))
+    if (!(ddp__supervisor.etcd_eps = calloc(1, len)))
         return -1;
     for (size_t k = 0, at = 0; k < job->netcd; k++)
-        at += (size_t)snprintf(L.etcd_eps + at, len - at, "%s%s", k ? "," : "",
+        at += (size_t)snprintf(ddp__supervisor.etcd_eps + at, len - at, "%s%s", k ? "," : "",
                                job->etcd_endpoints[k]);
-    snprintf(L.etcd_prefix, sizeof(L.etcd_prefix), "%s%s/", job->etcd_prefix, L.job_id);
-    snprintf(L.store_addr, sizeof(L.store_addr), "etcd");
+    snprintf(ddp__supervisor.etcd_prefix, sizeof(ddp__supervisor.etcd_prefix), "%s%s/",
+             job->etcd_prefix, ddp__supervisor.job_id);
+    snprintf(ddp__supervisor.store_addr, sizeof(ddp__supervisor.store_addr), "etcd");
     struct ddp_etcd_opts o = {.endpoints = (const char *const *)job->etcd_endpoints,
                               .nendpoints = job->netcd,
                               .ca_file = job->etcd_ca,
@@ -104,7 +103,7 @@ static int etcd_setup(const struct ddp_job *job)
         ddp_etcd_free(e);
         return -1;
     }
-    L.etcd = e; /* kept for the cleanup at the end */
+    ddp__supervisor.etcd = e; /* kept for the cleanup at the end */
     return 0;
 }
 
@@ -112,14 +111,14 @@ static int etcd_setup(const struct ddp_job *job)
  * ended with them). */
 static void etcd_cleanup(void)
 {
-    if (!L.etcd)
+    if (!ddp__supervisor.etcd)
         return;
-    ddp_etcd_set_timeout(L.etcd, 2000);
-    if (ddp_etcd_delete(L.etcd, L.etcd_prefix, true, NULL) < 0)
-        ddp__sup_say("ddprun: the job's keys under %s stay in etcd: %s", L.etcd_prefix,
-                     ddp_etcd_error(L.etcd));
-    ddp_etcd_free(L.etcd);
-    L.etcd = NULL;
+    ddp_etcd_set_timeout(ddp__supervisor.etcd, 2000);
+    if (ddp_etcd_delete(ddp__supervisor.etcd, ddp__supervisor.etcd_prefix, true, NULL) < 0)
+        ddp__sup_say("ddprun: the job's keys under %s stay in etcd: %s",
+                     ddp__supervisor.etcd_prefix, ddp_etcd_error(ddp__supervisor.etcd));
+    ddp_etcd_free(ddp__supervisor.etcd);
+    ddp__supervisor.etcd = NULL;
 }
 
 static void *serve(void *srv)
@@ -133,10 +132,11 @@ static void pass_signal(int sig)
 {
     char name[32];
     int n = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++)
-        if (L.nd[i].state == DDP__NS_RUNNING || L.nd[i].state == DDP__NS_STOPPING) {
-            ddp__nodes_signal(&L.nodes, (int)i, sig);
-            n += L.job->nodes[i].slots;
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
+        if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING ||
+            ddp__supervisor.nd[i].state == DDP__NS_STOPPING) {
+            ddp__nodes_signal(&ddp__supervisor.nodes, (int)i, sig);
+            n += ddp__supervisor.job->nodes[i].slots;
         }
     ddp__signal_name(sig, name, sizeof(name));
     ddp__sup_say("ddprun: %s: passed to the %d rank%s running", name, n, n == 1 ? "" : "s");
@@ -148,30 +148,32 @@ static void pass_signal(int sig)
 static void stop_signal(struct ddp_loop *loop, int sig, const char *who)
 {
     char name[32];
-    if (++L.sigints == 1) {
-        bool stopping = L.ph == DDP__PH_FINISHING;
+    if (++ddp__supervisor.sigints == 1) {
+        bool stopping = ddp__supervisor.ph == DDP__PH_FINISHING;
         if (!stopping) {
-            L.interrupted = true;
-            L.stop_sig = sig == SIGINT ? SIGINT : SIGTERM;
+            ddp__supervisor.interrupted = true;
+            ddp__supervisor.stop_sig = sig == SIGINT ? SIGINT : SIGTERM;
         }
-        ddp__sup_say(
-            "ddprun: %s: stopping %d rank%s (%s, %sSIGKILL after %lld ms; "
-            "interrupt again to end them now)",
-            who ? who : strsignal(sig), L.ranks_up - L.ranks_done,
-            L.ranks_up - L.ranks_done == 1 ? "" : "s",
-            stopping ? "stopping already" : ddp__signal_name(L.stop_sig, name, sizeof(name)),
-            L.stop_sig == SIGINT ? "SIGTERM halfway, " : "", (long long)L.job->stop_grace_ms);
+        ddp__sup_say("ddprun: %s: stopping %d rank%s (%s, %sSIGKILL after %lld ms; "
+                     "interrupt again to end them now)",
+                     who ? who : strsignal(sig),
+                     ddp__supervisor.ranks_up - ddp__supervisor.ranks_done,
+                     ddp__supervisor.ranks_up - ddp__supervisor.ranks_done == 1 ? "" : "s",
+                     stopping ? "stopping already"
+                              : ddp__signal_name(ddp__supervisor.stop_sig, name, sizeof(name)),
+                     ddp__supervisor.stop_sig == SIGINT ? "SIGTERM halfway, " : "",
+                     (long long)ddp__supervisor.job->stop_grace_ms);
         if (!stopping)
             ddp__sup_finish("interrupted", DDP_EXIT_INTERRUPTED);
-    } else if (L.sigints == 2) {
+    } else if (ddp__supervisor.sigints == 2) {
         ddp__sup_say("ddprun: ending every rank now");
         /* The agents SIGKILL their ranks and sweep what the ranks left behind; should one
          * not be gone in 2 s, it is ended (ddp__sup_escalate). */
-        for (size_t i = 0; i < L.job->nnodes; i++)
-            if (L.nd[i].state == DDP__NS_STOPPING)
-                ddp__nodes_stop(&L.nodes, (int)i, 0, SIGKILL);
-        ddp_timer_stop(loop, &L.stop_deadline);
-        ddp_timer_start(loop, &L.force, 2000);
+        for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
+            if (ddp__supervisor.nd[i].state == DDP__NS_STOPPING)
+                ddp__nodes_stop(&ddp__supervisor.nodes, (int)i, 0, SIGKILL);
+        ddp_timer_stop(loop, &ddp__supervisor.stop_deadline);
+        ddp_timer_start(loop, &ddp__supervisor.force, 2000);
     } else {
         ddp__sup_escalate();
     }
@@ -189,8 +191,8 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             pid_t p;
             /* Orphans of the job reparented to us are reaped here too, and ignored. */
             while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-                ddp__nodes_reaped(&L.nodes, p, st);
-        } else if (sig == SIGHUP && L.hup_ignored) {
+                ddp__nodes_reaped(&ddp__supervisor.nodes, p, st);
+        } else if (sig == SIGHUP && ddp__supervisor.hup_ignored) {
             ddp__sup_say(
                 "ddprun: SIGHUP: ignored, as it was when ddprun started (nohup, --detach)");
         } else if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP) {
@@ -199,65 +201,68 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             stop_signal(loop, sig, NULL);
         }
     }
-    if (L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes))
+    if (ddp__supervisor.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&ddp__supervisor.nodes))
         ddp_loop_stop(loop);
 }
 
 /* Every view gets the summary: the console's table, summary.json and ddprun.log. */
 static void summarize(int rc)
 {
-    struct ddp__rank_rec *rr = calloc((size_t)L.world + 1, sizeof(*rr));
-    struct ddp__loss_rec *lr = calloc((size_t)L.nlosses + 1, sizeof(*lr));
+    struct ddp__rank_rec *rr = calloc((size_t)ddp__supervisor.world + 1, sizeof(*rr));
+    struct ddp__loss_rec *lr = calloc((size_t)ddp__supervisor.nlosses + 1, sizeof(*lr));
     if (!rr || !lr) {
         free(rr);
         free(lr);
         return;
     }
-    for (int i = 0; i < L.world; i++) {
-        const struct ddp__sup_rank *r = &L.rk[i];
+    for (int i = 0; i < ddp__supervisor.world; i++) {
+        const struct ddp__sup_rank *r = &ddp__supervisor.rk[i];
         rr[i] = (struct ddp__rank_rec){.rank = i,
                                        .local = r->local,
-                                       .host = L.job->nodes[r->node].host,
-                                       .log = ddp__rec_rank_log(&L.rec, i),
+                                       .host = ddp__supervisor.job->nodes[r->node].host,
+                                       .log = ddp__rec_rank_log(&ddp__supervisor.rec, i),
                                        .out = ddp__sup_outcome(i),
                                        .started = r->started,
                                        .error = r->error,
                                        .traceback = r->traceback,
                                        .runtime_s = (double)r->runtime_ms / 1000};
     }
-    for (int k = 0; k < L.nlosses; k++)
-        lr[k] = (struct ddp__loss_rec){.host = L.job->nodes[L.losses[k].node].host,
-                                       .when = L.losses[k].when,
-                                       .why = L.losses[k].why,
-                                       .t = (double)L.losses[k].t_ms / 1000,
-                                       .round = L.losses[k].round};
-    const struct ddp__sup_rank *ff = L.first_fail >= 0 ? &L.rk[L.first_fail] : NULL;
-    struct ddp__summary sm = {.job_id = L.job_id,
-                              .exit_status = rc,
-                              .reason = rc ? L.fatal : NULL,
-                              .explain = L.fatal && rc != DDP_EXIT_OK &&
-                                         rc != DDP_EXIT_INTERRUPTED &&
-                                         (L.job->max_restarts > 0 || L.nlosses > 0),
-                              .runtime_s = (double)(ddp_now_ms() - L.t0) / 1000,
-                              .world = L.world,
-                              .nodes = L.nmembers,
-                              .restarts = L.round,
-                              .first_fail = L.first_fail,
-                              .ranks = rr,
-                              .losses = lr,
-                              .nlosses = L.nlosses,
-                              .tail = ff ? ff->tail : NULL,
-                              .ntail = ff ? ff->ntail : 0};
+    for (int k = 0; k < ddp__supervisor.nlosses; k++)
+        lr[k] = (struct ddp__loss_rec){
+            .host = ddp__supervisor.job->nodes[ddp__supervisor.losses[k].node].host,
+            .when = ddp__supervisor.losses[k].when,
+            .why = ddp__supervisor.losses[k].why,
+            .t = (double)ddp__supervisor.losses[k].t_ms / 1000,
+            .round = ddp__supervisor.losses[k].round};
+    const struct ddp__sup_rank *ff =
+        ddp__supervisor.first_fail >= 0 ? &ddp__supervisor.rk[ddp__supervisor.first_fail] : NULL;
+    struct ddp__summary sm = {
+        .job_id = ddp__supervisor.job_id,
+        .exit_status = rc,
+        .reason = rc ? ddp__supervisor.fatal : NULL,
+        .explain = ddp__supervisor.fatal && rc != DDP_EXIT_OK && rc != DDP_EXIT_INTERRUPTED &&
+                   (ddp__supervisor.job->max_restarts > 0 || ddp__supervisor.nlosses > 0),
+        .runtime_s = (double)(ddp_now_ms() - ddp__supervisor.t0) / 1000,
+        .world = ddp__supervisor.world,
+        .nodes = ddp__supervisor.nmembers,
+        .restarts = ddp__supervisor.round,
+        .first_fail = ddp__supervisor.first_fail,
+        .ranks = rr,
+        .losses = lr,
+        .nlosses = ddp__supervisor.nlosses,
+        .tail = ff ? ff->tail : NULL,
+        .ntail = ff ? ff->ntail : 0};
     ddp__wd_startup(&sm.startup_round, &sm.formed_s, &sm.first_s);
     /* The records first: what could not be written whole goes into summary.json, and the
      * other views' last line says it, summary.json's own failure included. */
     char incomplete[1024];
     sm.records_incomplete = incomplete;
     for (int pass = 0; pass < 2; pass++)
-        for (int v = 0; v < L.nviews; v++)
-            if (L.views[v].ops->summary && (L.views[v].self == &L.rec) == (pass == 0)) {
-                ddp__rec_incomplete(&L.rec, incomplete, sizeof(incomplete));
-                L.views[v].ops->summary(L.views[v].self, &sm);
+        for (int v = 0; v < ddp__supervisor.nviews; v++)
+            if (ddp__supervisor.views[v].ops->summary &&
+                (ddp__supervisor.views[v].self == &ddp__supervisor.rec) == (pass == 0)) {
+                ddp__rec_incomplete(&ddp__supervisor.rec, incomplete, sizeof(incomplete));
+                ddp__supervisor.views[v].ops->summary(ddp__supervisor.views[v].self, &sm);
             }
     free(rr);
     free(lr);
@@ -337,17 +342,12 @@ static int torch_listen(const struct ddp_job *job, const char *listen)
     }
     const char *host = one && bind_ip[0] ? bind_ip : listen;
     DDP_INFO(SUP, "serving PyTorch's TCPStore protocol on '%s'", host);
-    int r =
-        ddp_store_server_torch_listen(L.srv, host, 0, (const char *const *)allow, n, &L.torch_port);
+    int r = ddp_store_server_torch_listen(ddp__supervisor.srv, host, 0, (const char *const *)allow,
+                                          n, &ddp__supervisor.torch_port);
     for (size_t k = 0; k < n; k++)
         free(allow[k]);
     free(allow);
     return r;
-}
-
-const char *ddp__sup_node_addr(int i)
-{
-    return L.node_addr && L.node_addr[i] ? L.node_addr[i] : L.job->nodes[i].host;
 }
 
 /* The ranks' extra environment: OMP_NUM_THREADS=1 as torchrun sets it, a forced network
@@ -382,21 +382,24 @@ static char **job_env(const struct ddp_job *job)
 /* `ddprun stop`: as SIGINT. */
 static void remote_stop(void)
 {
-    stop_signal(L.loop, SIGINT, "ddprun stop");
+    stop_signal(ddp__supervisor.loop, SIGINT, "ddprun stop");
 }
 
 /* `ddprun ps`: id, pid, phase, ranks up, ranks, nodes, ms since the start, mode, log folder. */
 static void remote_info(char *out, size_t n)
 {
-    snprintf(out, n, "%s\t%d\t%s\t%d\t%d\t%d\t%lld\t%s\t%s", L.job_id, (int)getpid(),
-             L.phase_name ? L.phase_name : "starting", L.ranks_up - L.ranks_done,
-             L.world ? L.world : L.job->world_size, L.nmembers ? L.nmembers : (int)L.job->nnodes,
-             (long long)(ddp_now_ms() - L.t0), L.detached ? "detached" : "attached", L.logdir);
+    snprintf(out, n, "%s\t%d\t%s\t%d\t%d\t%d\t%lld\t%s\t%s", ddp__supervisor.job_id, (int)getpid(),
+             ddp__supervisor.phase_name ? ddp__supervisor.phase_name : "starting",
+             ddp__supervisor.ranks_up - ddp__supervisor.ranks_done,
+             ddp__supervisor.world ? ddp__supervisor.world : ddp__supervisor.job->world_size,
+             ddp__supervisor.nmembers ? ddp__supervisor.nmembers : (int)ddp__supervisor.job->nnodes,
+             (long long)(ddp_now_ms() - ddp__supervisor.t0),
+             ddp__supervisor.detached ? "detached" : "attached", ddp__supervisor.logdir);
 }
 
 static bool remote_request(const char *req, int fd)
 {
-    return ddp__remote_request(&L.remote, req, fd);
+    return ddp__remote_request(&ddp__supervisor.remote, req, fd);
 }
 
 struct logdir_file {
@@ -419,15 +422,15 @@ static int newer_first(const void *a, const void *b)
 static void remember_logdir(const char *dir)
 {
     char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/%s.logdir", dir, L.job_id);
-    snprintf(tmp, sizeof(tmp), "%s/.%s.logdir.tmp", dir, L.job_id);
+    snprintf(path, sizeof(path), "%s/%s.logdir", dir, ddp__supervisor.job_id);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.logdir.tmp", dir, ddp__supervisor.job_id);
     FILE *f = fopen(tmp, "we");
-    bool ok = f && fprintf(f, "%s\n", L.logdir) > 0;
+    bool ok = f && fprintf(f, "%s\n", ddp__supervisor.logdir) > 0;
     if (f && fclose(f) != 0)
         ok = false;
     if (!ok || rename(tmp, path) != 0) {
         ddp__sup_say("ddprun: cannot write %s: %s (`ddprun logs %s` will need the log folder)",
-                     path, strerror(errno ? errno : EIO), L.job_id);
+                     path, strerror(errno ? errno : EIO), ddp__supervisor.job_id);
         unlink(tmp);
     }
     DIR *d = opendir(dir);
@@ -459,7 +462,7 @@ static void remember_logdir(const char *dir)
         for (size_t k = DDP__LOGDIR_KEEP; k < n; k++) {
             char p[PATH_MAX + 300];
             snprintf(p, sizeof(p), "%s/%s", dir, v[k].name);
-            if (strncmp(v[k].name, L.job_id, strlen(L.job_id)) != 0)
+            if (strncmp(v[k].name, ddp__supervisor.job_id, strlen(ddp__supervisor.job_id)) != 0)
                 unlink(p);
         }
     }
@@ -483,13 +486,13 @@ static int announce(int ready_fd, bool listening)
                        "warning above), so nothing could reach the job");
         return -1;
     }
-    snprintf(path, sizeof(path), "%s/console.log", L.logdir);
+    snprintf(path, sizeof(path), "%s/console.log", ddp__supervisor.logdir);
     int cfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (cfd < 0) {
         ddp__cli_error("cannot create %s: %s", path, strerror(errno));
         return -1;
     }
-    dprintf(ready_fd, "OK %s\t%s\n", L.job_id, L.logdir);
+    dprintf(ready_fd, "OK %s\t%s\n", ddp__supervisor.job_id, ddp__supervisor.logdir);
     dup2(cfd, 1);
     dup2(cfd, 2);
     close(cfd);
@@ -501,9 +504,11 @@ static int announce(int ready_fd, bool listening)
 static void headline(char *out, size_t n)
 {
     snprintf(out, n, "job %s: %s, round %d, %d rank%s on %d node%s, %.0f s since the start",
-             L.job_id, L.phase_name ? L.phase_name : "starting", L.round, L.world,
-             L.world == 1 ? "" : "s", L.nmembers, L.nmembers == 1 ? "" : "s",
-             (double)(ddp_now_ms() - L.t0) / 1000);
+             ddp__supervisor.job_id,
+             ddp__supervisor.phase_name ? ddp__supervisor.phase_name : "starting",
+             ddp__supervisor.round, ddp__supervisor.world, ddp__supervisor.world == 1 ? "" : "s",
+             ddp__supervisor.nmembers, ddp__supervisor.nmembers == 1 ? "" : "s",
+             (double)(ddp_now_ms() - ddp__supervisor.t0) / 1000);
 }
 
 int ddp__launch(const struct ddp_job *job, int ready_fd)
@@ -514,14 +519,14 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     pthread_t th;
     bool th_started = false, nodes_up = false;
 
-    memset(&L, 0, sizeof(L));
-    L.job = job;
-    L.first_fail = -1;
-    L.t0 = ddp_now_ms();
-    L.tty = isatty(2);
-    L.detached = ready_fd >= 0;
-    L.phase_name = "starting";
-    L.member = &ddp__member_store;
+    memset(&ddp__supervisor, 0, sizeof(ddp__supervisor));
+    ddp__supervisor.job = job;
+    ddp__supervisor.first_fail = -1;
+    ddp__supervisor.t0 = ddp_now_ms();
+    ddp__supervisor.tty = isatty(2);
+    ddp__supervisor.detached = ready_fd >= 0;
+    ddp__supervisor.phase_name = "starting";
+    ddp__supervisor.member = &ddp__member_store;
     /* `ddprun attach --etcd` runs the job's command line again to take it over. */
     const char *to = getenv("DDPRUN_TAKEOVER"), *to_prefix = getenv("DDPRUN_TAKEOVER_PREFIX");
     char from[300];
@@ -534,39 +539,42 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                            to, to_prefix ? to_prefix : "?");
             return DDP_EXIT_USAGE;
         }
-        L.resuming = true;
-        snprintf(L.job_id, sizeof(L.job_id), "%s", to);
+        ddp__supervisor.resuming = true;
+        snprintf(ddp__supervisor.job_id, sizeof(ddp__supervisor.job_id), "%s", to);
     } else {
-        make_job_id(job->name, L.job_id, sizeof(L.job_id));
+        make_job_id(job->name, ddp__supervisor.job_id, sizeof(ddp__supervisor.job_id));
     }
     unsetenv("DDPRUN_TAKEOVER");
     unsetenv("DDPRUN_TAKEOVER_PREFIX");
     unsetenv("DDPRUN_TAKEOVER_FROM");
     /* Under Slurm a node's name may be known to Slurm alone: where it is not its address,
      * the launcher reaches it, and routes toward it, by its NodeAddr (one scontrol call). */
-    L.node_addr = calloc(job->nnodes, sizeof(*L.node_addr));
-    if (job->srun && L.node_addr)
-        ddp__slurm_node_addrs(job, L.node_addr);
-    L.first_remote = NULL;
-    for (size_t i = 0; i < job->nnodes && !L.first_remote; i++)
+    ddp__supervisor.node_addr = calloc(job->nnodes, sizeof(*ddp__supervisor.node_addr));
+    if (job->srun && ddp__supervisor.node_addr)
+        ddp__slurm_node_addrs(job, ddp__supervisor.node_addr);
+    ddp__supervisor.first_remote = NULL;
+    for (size_t i = 0; i < job->nnodes && !ddp__supervisor.first_remote; i++)
         if (!ddp__job_host_is_local(job->nodes[i].host))
-            L.first_remote = ddp__sup_node_addr((int)i);
-    ssize_t sl = readlink("/proc/self/exe", L.self, sizeof(L.self) - 1);
-    L.self[sl > 0 ? sl : 0] = '\0';
-    snprintf(L.logdir, sizeof(L.logdir), "%s/%s", job->logs_dir, L.job_id);
-    if (mkdir_p(L.logdir) < 0) {
-        ddp__cli_error("cannot create the log folder '%s': %s", L.logdir, strerror(errno));
+            ddp__supervisor.first_remote = ddp__sup_node_addr((int)i);
+    ssize_t sl = readlink("/proc/self/exe", ddp__supervisor.self, sizeof(ddp__supervisor.self) - 1);
+    ddp__supervisor.self[sl > 0 ? sl : 0] = '\0';
+    snprintf(ddp__supervisor.logdir, sizeof(ddp__supervisor.logdir), "%s/%s", job->logs_dir,
+             ddp__supervisor.job_id);
+    if (mkdir_p(ddp__supervisor.logdir) < 0) {
+        ddp__cli_error("cannot create the log folder '%s': %s", ddp__supervisor.logdir,
+                       strerror(errno));
         return DDP_EXIT_LAUNCH;
     }
-    ddp__rec_open(&L.rec, L.logdir, job, L.job_id, L.resuming, ddp__sup_say);
-    ddp__con_init(&L.con, L.tty, job->tag_output, job->console_ranks);
-    L.views[L.nviews++] = ddp__con_view(&L.con);
-    L.views[L.nviews++] = ddp__rec_view(&L.rec);
+    ddp__rec_open(&ddp__supervisor.rec, ddp__supervisor.logdir, job, ddp__supervisor.job_id,
+                  ddp__supervisor.resuming, ddp__sup_say);
+    ddp__con_init(&ddp__supervisor.con, ddp__supervisor.tty, job->tag_output, job->console_ranks);
+    ddp__supervisor.views[ddp__supervisor.nviews++] = ddp__con_view(&ddp__supervisor.con);
+    ddp__supervisor.views[ddp__supervisor.nviews++] = ddp__rec_view(&ddp__supervisor.rec);
     int slots = 0; /* nodes whose slots are counted there add theirs at their HELLO */
     for (size_t i = 0; i < job->nnodes; i++)
         slots += job->nodes[i].slots;
-    L.nd = calloc(job->nnodes, sizeof(*L.nd));
-    if (ddp__sup_ranks_reserve(slots) < 0 || !L.nd)
+    ddp__supervisor.nd = calloc(job->nnodes, sizeof(*ddp__supervisor.nd));
+    if (ddp__sup_ranks_reserve(slots) < 0 || !ddp__supervisor.nd)
         goto out;
 
     /*
@@ -579,14 +587,14 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
      * the loop drops it instead of passing it on.
      */
     struct sigaction hup;
-    L.hup_ignored = sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler == SIG_IGN;
+    ddp__supervisor.hup_ignored = sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler == SIG_IGN;
     sigset_t set;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    ddp__block_job_signals(&set, &L.oldmask);
+    ddp__block_job_signals(&set, &ddp__supervisor.oldmask);
 
     ddp__sup_set_phase("starting store");
-    if (ddp_store_token_generate(L.token) < 0)
+    if (ddp_store_token_generate(ddp__supervisor.token) < 0)
         goto out;
     const char *listen = ddp__job_store_listen(job);
     int r;
@@ -595,14 +603,16 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         if (etcd_setup(job) < 0)
             goto out;
     } else {
-        struct ddp_store_server_opts o = {
-            .host = listen, .port = job->rdzv_port, .token = L.token, .token_len = strlen(L.token)};
+        struct ddp_store_server_opts o = {.host = listen,
+                                          .port = job->rdzv_port,
+                                          .token = ddp__supervisor.token,
+                                          .token_len = strlen(ddp__supervisor.token)};
         if ((r = ddp_store_server_new(&o, &srv)) < 0) {
             ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen,
                            job->rdzv_port, ddp_strerror(r));
             goto out;
         }
-        L.srv = srv;
+        ddp__supervisor.srv = srv;
         if (!job->torch_store_rank0 && (r = torch_listen(job, listen)) < 0) {
             ddp__cli_error("cannot serve PyTorch's TCPStore protocol on '%s': %s", listen,
                            ddp_strerror(r));
@@ -611,42 +621,49 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         if (pthread_create(&th, NULL, serve, srv) != 0)
             goto out;
         th_started = true;
-        L.store_port = ddp_store_server_port(srv);
-        L.wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
-        snprintf(L.store_host, sizeof(L.store_host), "%s", L.wildcard ? "127.0.0.1" : listen);
-        snprintf(L.store_addr, sizeof(L.store_addr),
-                 strchr(L.store_host, ':') ? "[%s]:%d" : "%s:%d", L.store_host, L.store_port);
+        ddp__supervisor.store_port = ddp_store_server_port(srv);
+        ddp__supervisor.wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
+        snprintf(ddp__supervisor.store_host, sizeof(ddp__supervisor.store_host), "%s",
+                 ddp__supervisor.wildcard ? "127.0.0.1" : listen);
+        snprintf(ddp__supervisor.store_addr, sizeof(ddp__supervisor.store_addr),
+                 strchr(ddp__supervisor.store_host, ':') ? "[%s]:%d" : "%s:%d",
+                 ddp__supervisor.store_host, ddp__supervisor.store_port);
     }
 
-    if (ddp_loop_new(&L.loop) < 0 || (sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
-        ddp_loop_add(L.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
+    if (ddp_loop_new(&ddp__supervisor.loop) < 0 ||
+        (sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
+        ddp_loop_add(ddp__supervisor.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
         goto out;
     struct ddp__remote_cb rcb = {.stop = remote_stop, .info = remote_info};
-    ddp__remote_init(&L.remote, L.loop, job->tag_output, job->console_ranks, &rcb);
-    L.views[L.nviews++] = ddp__remote_view(&L.remote);
+    ddp__remote_init(&ddp__supervisor.remote, ddp__supervisor.loop, job->tag_output,
+                     job->console_ranks, &rcb);
+    ddp__supervisor.views[ddp__supervisor.nviews++] = ddp__remote_view(&ddp__supervisor.remote);
     /* The agents of an etcd job outlive this launcher (cli/takeover.c), but not under srun:
      * Slurm ends a step whose srun is gone. */
-    L.takeover_ms =
+    ddp__supervisor.takeover_ms =
         job->rdzv_etcd && !job->srun && job->takeover_ms > 0 ? (uint64_t)job->takeover_ms : 0;
-    if (job->rdzv_etcd && (ddp__to_start() < 0 || (L.resuming && ddp__to_restore() < 0)))
+    if (job->rdzv_etcd &&
+        (ddp__to_start() < 0 || (ddp__supervisor.resuming && ddp__to_restore() < 0)))
         goto out;
     if (job->rdzv_etcd)
-        L.views[L.nviews++] = ddp__to_view();
-    struct ddp__prov_ctx ctx = {.self = L.self,
-                                .mask = &L.oldmask,
-                                .detach = L.takeover_ms > 0,
-                                .rejoin = L.resuming ? L.job_id : NULL};
-    if (ddp__nodes_init(&L.nodes, L.loop, job, &ctx, &ddp__sup_nodes_cb) < 0)
+        ddp__supervisor.views[ddp__supervisor.nviews++] = ddp__to_view();
+    struct ddp__prov_ctx ctx = {.self = ddp__supervisor.self,
+                                .mask = &ddp__supervisor.oldmask,
+                                .detach = ddp__supervisor.takeover_ms > 0,
+                                .rejoin = ddp__supervisor.resuming ? ddp__supervisor.job_id : NULL};
+    if (ddp__nodes_init(&ddp__supervisor.nodes, ddp__supervisor.loop, job, &ctx,
+                        &ddp__sup_nodes_cb) < 0)
         goto out;
     nodes_up = true;
     struct ddp__agent_join where;
     ddp__sup_join_where(&where);
-    if ((r = L.member->watch(&where, L.loop, ddp__sup_on_member, NULL, &L.watch)) < 0) {
+    if ((r = ddp__supervisor.member->watch(&where, ddp__supervisor.loop, ddp__sup_on_member, NULL,
+                                           &ddp__supervisor.watch)) < 0) {
         if (job->rdzv_etcd)
-            ddp__cli_error("cannot watch the job's folder %s in etcd (%s): %s", L.etcd_prefix,
-                           L.etcd_eps, ddp_strerror(r));
+            ddp__cli_error("cannot watch the job's folder %s in etcd (%s): %s",
+                           ddp__supervisor.etcd_prefix, ddp__supervisor.etcd_eps, ddp_strerror(r));
         else
-            ddp__cli_error("cannot watch the job's own store at %s: %s", L.store_addr,
+            ddp__cli_error("cannot watch the job's own store at %s: %s", ddp__supervisor.store_addr,
                            ddp_strerror(r));
         goto out;
     }
@@ -654,13 +671,13 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
      * instead of init, and swept at the end. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     ddp__sup_timers_init();
-    struct ddp__wd_ctx wd = {.loop = L.loop,
+    struct ddp__wd_ctx wd = {.loop = ddp__supervisor.loop,
                              .job = job,
-                             .job_id = L.job_id,
-                             .nodes = &L.nodes,
+                             .job_id = ddp__supervisor.job_id,
+                             .nodes = &ddp__supervisor.nodes,
                              .say = ddp__sup_say,
-                             .rec = &L.rec,
-                             .round = &L.round,
+                             .rec = &ddp__supervisor.rec,
+                             .round = &ddp__supervisor.round,
                              .fail = ddp__sup_hang_failed,
                              .headline = headline,
                              .request = remote_request};
@@ -678,22 +695,23 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                  : job->nproc_kind == DDP_NPROC_GPU ? "GPU"
                                                     : "GPU (else per CPU)",
                  job->nnodes, job->nnodes == 1 ? "" : "s");
-    if (!L.tty && job->rdzv_etcd)
-        ddp__sup_say("ddprun: job %s: %s, rendezvous in etcd (%s) under %s, logs in %s", L.job_id,
-                     ranks, L.etcd_eps, L.etcd_prefix, L.logdir);
-    else if (!L.tty)
-        ddp__sup_say("ddprun: job %s: %s, store on %s:%d, logs in %s", L.job_id, ranks, listen,
-                     L.store_port, L.logdir);
-    if (!L.resuming)
-        ddp__sup_event("job_start", "job_id", L.job_id, "#nodes", (long long)job->nnodes,
-                       "#min_nodes", (long long)job->min_nodes, "#max_nodes",
-                       (long long)job->max_nodes, "#max_restarts", (long long)job->max_restarts,
-                       NULL);
-    if (!(L.env = job_env(job)))
+    if (!ddp__supervisor.tty && job->rdzv_etcd)
+        ddp__sup_say("ddprun: job %s: %s, rendezvous in etcd (%s) under %s, logs in %s",
+                     ddp__supervisor.job_id, ranks, ddp__supervisor.etcd_eps,
+                     ddp__supervisor.etcd_prefix, ddp__supervisor.logdir);
+    else if (!ddp__supervisor.tty)
+        ddp__sup_say("ddprun: job %s: %s, store on %s:%d, logs in %s", ddp__supervisor.job_id,
+                     ranks, listen, ddp__supervisor.store_port, ddp__supervisor.logdir);
+    if (!ddp__supervisor.resuming)
+        ddp__sup_event("job_start", "job_id", ddp__supervisor.job_id, "#nodes",
+                       (long long)job->nnodes, "#min_nodes", (long long)job->min_nodes,
+                       "#max_nodes", (long long)job->max_nodes, "#max_restarts",
+                       (long long)job->max_restarts, NULL);
+    if (!(ddp__supervisor.env = job_env(job)))
         goto out;
     /* The START frame carries it to remote nodes beside the job's env (at most 512 KiB). */
     size_t shell_bytes = 0;
-    if (!(L.shell_env = ddp__job_shell_env(job, &shell_bytes)))
+    if (!(ddp__supervisor.shell_env = ddp__job_shell_env(job, &shell_bytes)))
         goto out;
     if (ddp__job_first_remote(job) && shell_bytes > DDP__SUP_MAX_SHELL_ENV) {
         ddp__cli_error("the launching shell's variables that remote ranks would get (the export "
@@ -703,65 +721,69 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         rc = DDP_EXIT_USAGE;
         goto out;
     }
-    if (L.resuming) {
+    if (ddp__supervisor.resuming) {
         ddp__to_resume(from);
-        L.nodes.ctx.rejoin = NULL; /* nodes provisioned from now on are started afresh */
+        ddp__supervisor.nodes.ctx.rejoin =
+            NULL; /* nodes provisioned from now on are started afresh */
     } else {
         ddp__sup_set_phase("launching");
         ddp__sup_open();
     }
-    if (!(L.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&L.nodes)))
-        ddp_loop_run(L.loop);
+    if (!(ddp__supervisor.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&ddp__supervisor.nodes)))
+        ddp_loop_run(ddp__supervisor.loop);
 
-    rc = L.interrupted ? DDP_EXIT_INTERRUPTED : L.fatal ? L.fatal_rc : DDP_EXIT_OK;
-    for (int i = 0; i < L.world && rc == DDP_EXIT_OK; i++)
-        if (!L.rk[i].exited || L.rk[i].code != 0)
+    rc = ddp__supervisor.interrupted ? DDP_EXIT_INTERRUPTED
+         : ddp__supervisor.fatal     ? ddp__supervisor.fatal_rc
+                                     : DDP_EXIT_OK;
+    for (int i = 0; i < ddp__supervisor.world && rc == DDP_EXIT_OK; i++)
+        if (!ddp__supervisor.rk[i].exited || ddp__supervisor.rk[i].code != 0)
             rc = DDP_EXIT_JOB_FAILED;
-    if (L.world == 0 && rc == DDP_EXIT_OK)
+    if (ddp__supervisor.world == 0 && rc == DDP_EXIT_OK)
         rc = DDP_EXIT_LAUNCH;
     /* Anything still parented to us is an orphan of the job. */
     ddp__sweep_children(0);
-    ddp__con_clear(&L.con);
+    ddp__con_clear(&ddp__supervisor.con);
     ddp__sup_event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc,
-                   "reason", rc ? L.fatal : NULL, NULL);
+                   "reason", rc ? ddp__supervisor.fatal : NULL, NULL);
     summarize(rc);
 out:
-    ddp__remote_release(&L.remote); /* after the summary reached the attached consoles */
+    ddp__remote_release(
+        &ddp__supervisor.remote); /* after the summary reached the attached consoles */
     if (wd_up)
         ddp__wd_release();
-    explicit_bzero(L.token, sizeof(L.token));
-    if (L.member)
-        L.member->unwatch(L.watch);
+    explicit_bzero(ddp__supervisor.token, sizeof(ddp__supervisor.token));
+    if (ddp__supervisor.member)
+        ddp__supervisor.member->unwatch(ddp__supervisor.watch);
     if (th_started) {
         ddp_store_server_stop(srv);
         pthread_join(th, NULL);
     }
     ddp_store_server_free(srv);
     if (nodes_up)
-        ddp__nodes_release(&L.nodes);
+        ddp__nodes_release(&ddp__supervisor.nodes);
     ddp__to_end();
     etcd_cleanup();
-    if (L.loop)
-        ddp_loop_free(L.loop);
+    if (ddp__supervisor.loop)
+        ddp_loop_free(ddp__supervisor.loop);
     if (sfd >= 0)
         close(sfd);
-    pthread_sigmask(SIG_SETMASK, &L.oldmask, NULL);
+    pthread_sigmask(SIG_SETMASK, &ddp__supervisor.oldmask, NULL);
     ddp__sup_release_ranks();
-    for (char **p = L.env; p && *p; p++)
+    for (char **p = ddp__supervisor.env; p && *p; p++)
         free(*p);
-    for (size_t i = 0; L.node_addr && i < job->nnodes; i++)
-        free(L.node_addr[i]);
-    free(L.node_addr);
-    L.node_addr = NULL;
-    free(L.env);
-    free(L.etcd_eps);
-    for (char **p = L.shell_env; p && *p; p++)
+    for (size_t i = 0; ddp__supervisor.node_addr && i < job->nnodes; i++)
+        free(ddp__supervisor.node_addr[i]);
+    free(ddp__supervisor.node_addr);
+    ddp__supervisor.node_addr = NULL;
+    free(ddp__supervisor.env);
+    free(ddp__supervisor.etcd_eps);
+    for (char **p = ddp__supervisor.shell_env; p && *p; p++)
         free(*p);
-    free(L.shell_env);
-    ddp__rec_close(&L.rec);
-    free(L.rk);
-    free(L.nd);
-    free(L.losses);
-    free(L.fatal);
+    free(ddp__supervisor.shell_env);
+    ddp__rec_close(&ddp__supervisor.rec);
+    free(ddp__supervisor.rk);
+    free(ddp__supervisor.nd);
+    free(ddp__supervisor.losses);
+    free(ddp__supervisor.fatal);
     return rc;
 }

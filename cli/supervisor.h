@@ -145,14 +145,14 @@ struct ddp__sup {
 };
 
 /* The one supervisor of this process (cli/ranks.c). */
-extern struct ddp__sup ddp__S;
+extern struct ddp__sup ddp__supervisor;
 
 /* ---- cli/rounds.c, for cli/supervise.c ---- */
 
 /* A message of ddprun's to every view. */
 void ddp__sup_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* An event in events.jsonl: see ddp__rec_event. */
-#define ddp__sup_event(...) ddp__rec_event(&ddp__S.rec, ddp__S.round, __VA_ARGS__)
+#define ddp__sup_event(...) ddp__rec_event(&ddp__supervisor.rec, ddp__supervisor.round, __VA_ARGS__)
 void ddp__sup_set_phase(const char *phase);
 /* The status line of every view, now. */
 void ddp__sup_draw_status(void);

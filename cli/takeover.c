@@ -32,7 +32,6 @@
 
 #include "common/banned.h"
 
-#define L ddp__S
 #define RECORD_MAGIC "ddprun-launcher 1"
 
 static int g_argc;
@@ -58,57 +57,61 @@ static void key_of(char *out, size_t n, const char *folder, const char *name)
 
 static int64_t lease_ttl_s(void)
 {
-    int64_t s = (L.job->heartbeat_timeout_ms + 999) / 1000;
+    int64_t s = (ddp__supervisor.job->heartbeat_timeout_ms + 999) / 1000;
     return s < 2 ? 2 : s;
 }
 
 static void on_keepalive(struct ddp_loop *loop, struct ddp_timer *t)
 {
     int64_t ttl = 0;
-    if (ddp_etcd_lease_keepalive(L.etcd, L.sup_lease, &ttl) < 0 || ttl <= 0) {
-        if (!L.sup_lost)
+    if (ddp_etcd_lease_keepalive(ddp__supervisor.etcd, ddp__supervisor.sup_lease, &ttl) < 0 ||
+        ttl <= 0) {
+        if (!ddp__supervisor.sup_lost)
             ddp__sup_say("ddprun: warning: this launcher's lease in etcd could not be renewed "
                          "(%s); another `ddprun attach --etcd` may take the job over",
-                         ddp_etcd_error(L.etcd));
-        L.sup_lost = true;
+                         ddp_etcd_error(ddp__supervisor.etcd));
+        ddp__supervisor.sup_lost = true;
     } else {
-        L.sup_lost = false;
+        ddp__supervisor.sup_lost = false;
     }
-    ddp_timer_start(loop, t, L.job->heartbeat_interval_ms);
+    ddp_timer_start(loop, t, ddp__supervisor.job->heartbeat_interval_ms);
 }
 
 /*
  * The launcher's records (and, taking over, the claim): 0, or -1 after saying why. Called once
- * the etcd client (L.etcd) and the job id are there.
+ * the etcd client (ddp__supervisor.etcd) and the job id are there.
  */
-static bool g_keepalive_ready; /* L.keepalive is initialised (only then may it be stopped) */
+static bool
+    g_keepalive_ready; /* ddp__supervisor.keepalive is initialised (only then may it be stopped) */
 
 int ddp__to_start(void)
 {
-    ddp_timer_init(&L.keepalive, on_keepalive);
+    ddp_timer_init(&ddp__supervisor.keepalive, on_keepalive);
     g_keepalive_ready = true;
     char key[1024], who[400], host[256] = "?";
     gethostname(host, sizeof(host) - 1);
     int n = snprintf(who, sizeof(who), "%s pid %d", host, (int)getpid());
-    int r = ddp_etcd_lease_grant(L.etcd, lease_ttl_s(), &L.sup_lease);
+    int r = ddp_etcd_lease_grant(ddp__supervisor.etcd, lease_ttl_s(), &ddp__supervisor.sup_lease);
     bool created = false;
-    key_of(key, sizeof(key), L.etcd_prefix, "supervisor");
+    key_of(key, sizeof(key), ddp__supervisor.etcd_prefix, "supervisor");
     if (r == 0)
-        r = ddp_etcd_create(L.etcd, key, who, (size_t)n, L.sup_lease, &created);
+        r = ddp_etcd_create(ddp__supervisor.etcd, key, who, (size_t)n, ddp__supervisor.sup_lease,
+                            &created);
     if (r < 0) {
         ddp__cli_error("rendezvous.backend etcd: cannot take the job's launcher lease: %s",
-                       ddp_etcd_error(L.etcd));
+                       ddp_etcd_error(ddp__supervisor.etcd));
         return -1;
     }
     if (!created) {
         ddp__cli_error("job %s has a launcher again (another ddprun attach --etcd was quicker)",
-                       L.job_id);
-        ddp_etcd_lease_revoke(L.etcd, L.sup_lease);
-        L.sup_lease = 0;
+                       ddp__supervisor.job_id);
+        ddp_etcd_lease_revoke(ddp__supervisor.etcd, ddp__supervisor.sup_lease);
+        ddp__supervisor.sup_lease = 0;
         return -1;
     }
-    ddp_timer_start(L.loop, &L.keepalive, L.job->heartbeat_interval_ms);
-    if (L.resuming)
+    ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.keepalive,
+                    ddp__supervisor.job->heartbeat_interval_ms);
+    if (ddp__supervisor.resuming)
         return 0;
     /* The record: folder, start time, token, lease TTL, then the command line, NUL-separated. */
     char cwd[PATH_MAX];
@@ -118,29 +121,29 @@ int ddp__to_start(void)
     ddp_buf_init(&b);
     char head[PATH_MAX + 400];
     int hn = snprintf(head, sizeof(head), "%s\n%s\n%lld\n%s\n%lld\n%d\n", RECORD_MAGIC, cwd,
-                      (long long)(wall_ms() - (ddp_now_ms() - L.t0)), L.token,
-                      (long long)lease_ttl_s(), g_argc);
+                      (long long)(wall_ms() - (ddp_now_ms() - ddp__supervisor.t0)),
+                      ddp__supervisor.token, (long long)lease_ttl_s(), g_argc);
     ddp_buf_put(&b, head, (size_t)hn);
     for (int k = 0; k < g_argc; k++)
         ddp_buf_put(&b, g_argv[k], strlen(g_argv[k]) + 1);
-    key_of(key, sizeof(key), L.etcd_prefix, "record");
-    r = ddp_etcd_put(L.etcd, key, b.data, b.len, 0);
+    key_of(key, sizeof(key), ddp__supervisor.etcd_prefix, "record");
+    r = ddp_etcd_put(ddp__supervisor.etcd, key, b.data, b.len, 0);
     explicit_bzero(b.data, b.len);
     ddp_buf_release(&b);
     if (r < 0)
         ddp__sup_say("ddprun: warning: the job's launcher record could not be written to etcd "
                      "(%s): it cannot be taken over",
-                     ddp_etcd_error(L.etcd));
+                     ddp_etcd_error(ddp__supervisor.etcd));
     return 0;
 }
 
 void ddp__to_end(void)
 {
-    if (L.sup_lease && L.etcd)
-        ddp_etcd_lease_revoke(L.etcd, L.sup_lease);
-    L.sup_lease = 0;
-    if (L.loop && g_keepalive_ready)
-        ddp_timer_stop(L.loop, &L.keepalive);
+    if (ddp__supervisor.sup_lease && ddp__supervisor.etcd)
+        ddp_etcd_lease_revoke(ddp__supervisor.etcd, ddp__supervisor.sup_lease);
+    ddp__supervisor.sup_lease = 0;
+    if (ddp__supervisor.loop && g_keepalive_ready)
+        ddp_timer_stop(ddp__supervisor.loop, &ddp__supervisor.keepalive);
     g_keepalive_ready = false;
 }
 
@@ -150,24 +153,24 @@ static void tv_round(void *self, int round, int world, const char *const *hosts)
 {
     (void)self;
     (void)hosts;
-    if (!L.etcd || !L.sup_lease)
+    if (!ddp__supervisor.etcd || !ddp__supervisor.sup_lease)
         return;
     struct ddp_buf b;
     ddp_buf_init(&b);
     char line[200];
-    int n = snprintf(line, sizeof(line), "%d %d %d\n", round, world, L.nmembers);
+    int n = snprintf(line, sizeof(line), "%d %d %d\n", round, world, ddp__supervisor.nmembers);
     ddp_buf_put(&b, line, (size_t)n);
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        const struct ddp__sup_node *a = &L.nd[i];
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        const struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         n = snprintf(line, sizeof(line), "%d %u %d %d %d\n", (int)a->state, a->incarnation,
                      a->rank_offset, a->member_index, a->was_lost);
         ddp_buf_put(&b, line, (size_t)n);
     }
     char key[1024];
-    key_of(key, sizeof(key), L.etcd_prefix, "round");
-    if (ddp_etcd_put(L.etcd, key, b.data, b.len, 0) < 0)
+    key_of(key, sizeof(key), ddp__supervisor.etcd_prefix, "round");
+    if (ddp_etcd_put(ddp__supervisor.etcd, key, b.data, b.len, 0) < 0)
         ddp__sup_say("ddprun: warning: the round record could not be written to etcd (%s)",
-                     ddp_etcd_error(L.etcd));
+                     ddp_etcd_error(ddp__supervisor.etcd));
     ddp_buf_release(&b);
 }
 
@@ -228,36 +231,37 @@ static int record_parse(char *rec, size_t len, struct to_record *r, const char *
     return 0;
 }
 
-/* Restores the token, the start time and the round from the records (L.resuming). */
+/* Restores the token, the start time and the round from the records (ddp__supervisor.resuming). */
 int ddp__to_restore(void)
 {
     char key[1024], *rec = NULL, *rnd = NULL;
     size_t len = 0, len_rec = 0;
-    key_of(key, sizeof(key), L.etcd_prefix, "record");
-    int r = ddp_etcd_get(L.etcd, key, &rec, &len_rec, NULL);
+    key_of(key, sizeof(key), ddp__supervisor.etcd_prefix, "record");
+    int r = ddp_etcd_get(ddp__supervisor.etcd, key, &rec, &len_rec, NULL);
     if (r == 0) {
-        key_of(key, sizeof(key), L.etcd_prefix, "round");
-        r = ddp_etcd_get(L.etcd, key, &rnd, &len, NULL);
+        key_of(key, sizeof(key), ddp__supervisor.etcd_prefix, "round");
+        r = ddp_etcd_get(ddp__supervisor.etcd, key, &rnd, &len, NULL);
     }
     if (r < 0) {
-        ddp__cli_error("cannot take job %s over: %s", L.job_id,
+        ddp__cli_error("cannot take job %s over: %s", ddp__supervisor.job_id,
                        r == DDP_ENOKEY ? "its records are not in etcd (it has not started a "
                                          "round yet, or it ended)"
-                                       : ddp_etcd_error(L.etcd));
+                                       : ddp_etcd_error(ddp__supervisor.etcd));
         free(rec);
         return -1;
     }
     struct to_record tr;
     const char *why;
     if (record_parse(rec, len_rec, &tr, &why) < 0) {
-        ddp__cli_error("cannot take job %s over: its launcher record %s", L.job_id, why);
+        ddp__cli_error("cannot take job %s over: its launcher record %s", ddp__supervisor.job_id,
+                       why);
         explicit_bzero(rec, len_rec);
         free(rec);
         free(rnd);
         return -1;
     }
-    snprintf(L.token, sizeof(L.token), "%s", tr.token);
-    L.t0 = ddp_now_ms() - (wall_ms() - tr.start_ms);
+    snprintf(ddp__supervisor.token, sizeof(ddp__supervisor.token), "%s", tr.token);
+    ddp__supervisor.t0 = ddp_now_ms() - (wall_ms() - tr.start_ms);
     free(tr.argv);
     explicit_bzero(rec, len_rec);
     free(rec);
@@ -266,21 +270,22 @@ int ddp__to_restore(void)
     char *p = rnd;
     if (sscanf(p, "%d %d %d\n%n", &round, &world, &members, &off) < 3 || world < 0 ||
         world > (1 << 24) || ddp__sup_ranks_reserve(world) < 0) {
-        ddp__cli_error("cannot take job %s over: its round record in etcd is malformed", L.job_id);
+        ddp__cli_error("cannot take job %s over: its round record in etcd is malformed",
+                       ddp__supervisor.job_id);
         free(rnd);
         return -1;
     }
     p += off;
-    L.round = round;
-    L.world = world;
-    L.nmembers = members;
-    for (size_t i = 0; i < L.job->nnodes; i++) {
+    ddp__supervisor.round = round;
+    ddp__supervisor.world = world;
+    ddp__supervisor.nmembers = members;
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
         int st = 0, offset = 0, member = 0, lost = 0;
         unsigned inc = 0;
         if (sscanf(p, "%d %u %d %d %d\n%n", &st, &inc, &offset, &member, &lost, &off) < 5)
             break;
         p += off;
-        struct ddp__sup_node *a = &L.nd[i];
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         a->state =
             st == DDP__NS_RUNNING || st == DDP__NS_READY ? (enum ddp__node_state)st : DDP__NS_NONE;
         a->incarnation = inc;
@@ -289,15 +294,17 @@ int ddp__to_restore(void)
         a->was_lost = lost;
     }
     int next = world; /* members are numbered in node order: a member's ranks end at the next's */
-    for (size_t i = L.job->nnodes; i-- > 0;) {
-        struct ddp__sup_node *a = &L.nd[i];
+    for (size_t i = ddp__supervisor.job->nnodes; i-- > 0;) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (a->state != DDP__NS_RUNNING)
             continue;
-        if (L.job->nodes[i].counted && next > a->rank_offset) /* counted there (HELLO) */
-            L.job->nodes[i].slots = next - a->rank_offset;
-        for (int k = 0; k < L.job->nodes[i].slots; k++)
+        if (ddp__supervisor.job->nodes[i].counted &&
+            next > a->rank_offset) /* counted there (HELLO) */
+            ddp__supervisor.job->nodes[i].slots = next - a->rank_offset;
+        for (int k = 0; k < ddp__supervisor.job->nodes[i].slots; k++)
             if (a->rank_offset + k >= 0 && a->rank_offset + k < world)
-                L.rk[a->rank_offset + k] = (struct ddp__sup_rank){.node = (int)i, .local = k};
+                ddp__supervisor.rk[a->rank_offset + k] =
+                    (struct ddp__sup_rank){.node = (int)i, .local = k};
         next = a->rank_offset;
     }
     free(rnd);
@@ -307,24 +314,25 @@ int ddp__to_restore(void)
 /* After ddp__to_restore: the round runs on; every node that had an agent is rejoined. */
 void ddp__to_resume(const char *from)
 {
-    L.opened = true;
-    L.ph = DDP__PH_RUNNING;
-    L.first_fail = -1;
+    ddp__supervisor.opened = true;
+    ddp__supervisor.ph = DDP__PH_RUNNING;
+    ddp__supervisor.first_fail = -1;
     ddp__sup_announce_round();
     int n = 0;
-    for (size_t i = 0; i < L.job->nnodes; i++) {
-        struct ddp__sup_node *a = &L.nd[i];
+    for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
         if (a->state == DDP__NS_NONE)
             continue;
         /* A node whose agent is not there any more ends its relay at once: it is lost. */
-        if (ddp__nodes_start(&L.nodes, (int)i, NULL) < 0)
+        if (ddp__nodes_start(&ddp__supervisor.nodes, (int)i, NULL) < 0)
             a->state = DDP__NS_NONE;
         else
             n++;
     }
     ddp__sup_say("ddprun: took over job %s from %s: round %d, %d rank%s; rejoining %d node "
                  "agent%s",
-                 L.job_id, from, L.round, L.world, L.world == 1 ? "" : "s", n, n == 1 ? "" : "s");
+                 ddp__supervisor.job_id, from, ddp__supervisor.round, ddp__supervisor.world,
+                 ddp__supervisor.world == 1 ? "" : "s", n, n == 1 ? "" : "s");
     ddp__sup_event("takeover", "from", from, "#nodes", (long long)n, NULL);
     ddp__sup_set_phase("taking over");
     if (n == 0)
