@@ -185,7 +185,10 @@ static void collect(pid_t agent, pid_t pgrp, struct pids *found)
 {
     pid_t self = getpid();
     add(found, agent);
-    kill(-pgrp, SIGSTOP);
+    if (pgrp > 1)
+        kill(-pgrp, SIGSTOP);
+    else
+        kill(agent, SIGSTOP);
     for (int round = 0; round < 100; round++) {
         size_t before = found->n;
         DIR *d = opendir("/proc");
@@ -198,7 +201,7 @@ static void collect(pid_t agent, pid_t pgrp, struct pids *found)
             pid_t pid = (pid_t)v, pp, pg;
             if (*end || v <= 0 || pid == self || has(found, pid) || !stat_of(pid, &pp, &pg))
                 continue;
-            if (pg == pgrp || has(found, pp)) {
+            if ((pgrp > 1 && pg == pgrp) || has(found, pp)) {
                 kill(pid, SIGSTOP);
                 add(found, pid);
             }
@@ -217,7 +220,8 @@ static size_t end_all(pid_t agent, pid_t pgrp)
     collect(agent, pgrp, &found);
     for (size_t i = found.n; i-- > 0;)
         kill(found.v[i], SIGKILL);
-    kill(-pgrp, SIGKILL);
+    if (pgrp > 1)
+        kill(-pgrp, SIGKILL);
     size_t n = found.n ? found.n - 1 : 0;
     free(found.v);
     return n;
@@ -250,9 +254,10 @@ int ddp__cmd_guard(int argc, char **argv)
         return 2;
     }
     close(PAGE_FD);
-    pid_t pgrp = getpgid(agent);
-    if (pgrp <= 1)
-        pgrp = agent;
+    /* The agent leads a process group of its own (it made one, or it leads the session its SSH
+     * server made); in any other group it would share with what is not the job's (slurmstepd,
+     * a login shell), only its descendants are ended. */
+    pid_t pgrp = getpgid(agent) == agent ? agent : 0;
     /* Nothing of the agent's but the page and stderr: a descriptor held here (a pipe of a
      * rank's, say) would keep its reader from seeing its end. */
     if (close_range(PAGE_FD, ~0U, 0) != 0)
@@ -275,7 +280,8 @@ int ddp__cmd_guard(int argc, char **argv)
         if (getppid() != agent) {
             /* The agent died without ending its process group: its ranks died with it
              * (their parent-death signal), what they started did not. */
-            kill(-pgrp, SIGKILL);
+            if (pgrp > 1)
+                kill(-pgrp, SIGKILL);
             return 0;
         }
         int64_t quiet = ddp_now_ms() - atomic_load(&page->renewed_ms);
