@@ -556,6 +556,27 @@ static void on_fenced(void *arg, const char *why)
     on_grace(A.loop, &A.grace);
 }
 
+/*
+ * The launcher's stdin ended while this node's ranks run: did the launcher die (SIGKILL, its
+ * machine lost: its store is gone with it, and the ranks stop gracefully, as for a stop), or
+ * only this node's connection to it (sshd killed, a reset link: the launcher lives, counts this
+ * node lost, and a new round may start at once without it, so the ranks must not go on, not
+ * even for stop_grace)? Its store, in the launcher's process, tells: a connection to it within
+ * a second. With etcd the store outlives the launcher, and this cannot tell.
+ */
+static bool cut_off(void)
+{
+    char host[256];
+    int port;
+    struct ddp_store *s = NULL;
+    if (!A.have_start || !A.lease || (A.join.etcd_endpoints && A.join.etcd_endpoints[0]) ||
+        ddp_parse_hostport(MEMBERSHIP->store_addr(A.lease), host, sizeof(host), &port) < 0 ||
+        ddp_store_connect(host, port, A.join.token, strlen(A.join.token), 1000, &s) < 0)
+        return false;
+    ddp_store_close(s);
+    return true;
+}
+
 /* ---- diagnosis: the progress report and stacks (cli/diag_node.h) ---- */
 
 /* Every heartbeat interval: a line per rank started (those that exited: their page's last
@@ -660,7 +681,10 @@ static void on_frames(int fd)
         if (!A.have_join)
             A.rc = DDP_EXIT_LAUNCH; /* told nothing */
         A.in.len = A.in.off = 0;    /* a frame the launcher did not finish */
-        if (ddp__link_lost() < 0)
+        if (ddp__link_lost() < 0 && cut_off())
+            on_fenced(NULL, "this node's connection to the launcher ended while the launcher "
+                            "still runs (its store answers): it counts this node lost");
+        else if (ddp__link_lost() < 0)
             start_exit("the launcher closed our stdin");
         else
             DDP_INFO(SUP,

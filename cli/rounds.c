@@ -408,8 +408,16 @@ static void agent_ended(void *arg, int i, int st)
     struct ddp__sup_node *a = &ddp__supervisor.nd[i];
     enum ddp__node_state prev = a->state;
     a->state = DDP__NS_NONE;
+    bool revoked = a->left_ms != 0; /* its agent revoked its lease: its ranks had ended */
     a->left_ms = 0;
     a->ending_ms = 0;
+    if ((prev == DDP__NS_RUNNING || prev == DDP__NS_STOPPING) && !revoked &&
+        ddp__supervisor.ph != DDP__PH_FINISHING) {
+        a->draining_ms = ddp_now_ms();
+        a->draining_inc = a->incarnation;
+        if (!ddp_timer_armed(&ddp__supervisor.end_check))
+            ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.end_check, DDP__SUP_DRAIN_MS);
+    }
     if (prev == DDP__NS_GONE && ddp__supervisor.ph == DDP__PH_RESTARTING)
         maybe_restart();
     if (prev == DDP__NS_GONE || ddp__supervisor.ph == DDP__PH_FINISHING)
@@ -462,12 +470,21 @@ static void lease_lost(int i, unsigned inc, const char *why)
     node_out(i, prev, why);
 }
 
-/* Nodes lost by their lease whose provisioner has not ended them yet: SIGKILLed. */
+/* Nodes lost by their lease whose provisioner has not ended them yet: SIGKILLed; nodes lost by
+ * their connection whose drain time is up: the round may open. */
 static void on_end_check(struct ddp_loop *loop, struct ddp_timer *t)
 {
     int64_t now = ddp_now_ms(), next = 0;
+    bool drained = false;
     for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++) {
         struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+        if (a->draining_ms && now - a->draining_ms >= DDP__SUP_DRAIN_MS) {
+            a->draining_ms = 0; /* its agent died with it, or cannot say: its time is up */
+            drained = true;
+        } else if (a->draining_ms) {
+            int64_t due = a->draining_ms + DDP__SUP_DRAIN_MS - now;
+            next = next && next < due ? next : due;
+        }
         if (!a->ending_ms)
             continue;
         if (!ddp__nodes_pid(&ddp__supervisor.nodes, (int)i)) {
@@ -482,6 +499,8 @@ static void on_end_check(struct ddp_loop *loop, struct ddp_timer *t)
     }
     if (next)
         ddp_timer_start(loop, t, next);
+    if (drained)
+        maybe_restart();
 }
 
 static void lease_expired(int i, unsigned inc)
@@ -727,11 +746,13 @@ static void maybe_restart(void)
     if (ddp__supervisor.ph != DDP__PH_RESTARTING)
         return;
     /* A node being ended (DDP__NS_GONE: SIGKILLed, its reaping a moment away) must be reaped
-     * first, or the round would open without trying it again. */
+     * first, or the round would open without trying it again; one lost by its connection's end
+     * while it had ranks drains first (DDP__SUP_DRAIN_MS), so that old and new ranks never run
+     * at once. */
     for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
         if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING ||
             ddp__supervisor.nd[i].state == DDP__NS_STOPPING ||
-            ddp__supervisor.nd[i].state == DDP__NS_GONE)
+            ddp__supervisor.nd[i].state == DDP__NS_GONE || ddp__supervisor.nd[i].draining_ms)
             return;
     ddp__sup_event("workers_stopped", NULL);
     rdzv_open();
@@ -791,6 +812,11 @@ void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev)
             ddp__wd_progress((int)ev->node, ev->report);
         else
             free(ev->report);
+    } else if ((ev->kind == DDP__MEV_LEASE_ENDED || ev->kind == DDP__MEV_LEASE_LEFT) &&
+               ev->node < ddp__supervisor.job->nnodes && ddp__supervisor.nd[ev->node].draining_ms &&
+               ddp__supervisor.nd[ev->node].draining_inc == ev->incarnation) {
+        ddp__supervisor.nd[ev->node].draining_ms = 0; /* that agent is gone: so are its ranks */
+        maybe_restart();
     } else if (ev->kind == DDP__MEV_LEASE_ENDED && ev->node < ddp__supervisor.job->nnodes) {
         lease_expired((int)ev->node, ev->incarnation);
     } else if (ev->kind == DDP__MEV_LEASE_LEFT && ev->node < ddp__supervisor.job->nnodes) {

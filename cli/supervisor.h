@@ -33,6 +33,11 @@ struct ddp_etcd;
  * beyond the lease's expiry (cli/agent_guard.h): a round that waits for the lost node's end
  * starts only once the node's old ranks ended, or its guard ended them. */
 #define DDP__SUP_END_WAIT_MS 2000
+/* A node lost by its connection's end while it had ranks: the next round waits this long at most
+ * for its agent's lease to end. An agent that lives kills its ranks at once and revokes it (it
+ * finds the launcher's store still there, cli/agent.c: cut_off); one that died leaves its ranks
+ * dead with it (their parent-death signal, its guard). */
+#define DDP__SUP_DRAIN_MS 1000
 #define DDP__SUP_MAX_SHELL_ENV (384u << 10) /* exported shell variables, beside the job's env */
 
 struct ddp__sup_rank {
@@ -65,7 +70,11 @@ struct ddp__sup_node {
     bool was_lost;     /* lost before: it rejoins when it can, rounds do not wait for it */
     int64_t left_ms;   /* when its agent revoked its lease while its process ran on, else 0 */
     int64_t ending_ms; /* when it was lost by its lease and its provisioner told to end it */
-    char why[160];     /* why it was last out, for the rendezvous timeout's message */
+    /* when its agent's process ended (its connection) while it had ranks, until its lease ends
+     * (the agent revoked it, having ended its ranks) or DDP__SUP_DRAIN_MS passed; 0 if not */
+    int64_t draining_ms;
+    unsigned draining_inc;
+    char why[160]; /* why it was last out, for the rendezvous timeout's message */
 };
 
 struct ddp__sup_loss {

@@ -542,3 +542,27 @@ assert len(lost) == 1 and lost[0]["runtime_s"] >= 1.0, s["ranks"]'
   grep -q "round 2 done" out.txt
   [ "$(ev_field membership restart_count | tr '\n' ' ')" = "0 1 2 " ]
 }
+
+@test "a node cut off from a launcher that still runs (its SSH session killed, its agent alive) kills its ranks at once, not after stop_grace" {
+  need_sshd
+  for k in 1 2; do sshd_start "$k"; done
+  # ranks that ignore SIGTERM, stop_grace 30 s: only a SIGKILL ends them soon
+  hung_job job.yaml 1 2 -- "elastic: {min_nodes: 1, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  wait_event workers_running
+  for _ in $(seq 50); do [ -n "$(node_ranks 2)" ] && break; sleep 0.1; done
+  ranks=$(node_ranks 2)
+  [ -n "$ranks" ]
+  # node 2's SSH session (the listener's children), not its agent
+  kill -9 $(pgrep -P "$(cat "$SSH_DIR/node2/sshd.pid")")
+  for _ in $(seq 30); do
+    alive=$(for p in $ranks; do if kill -0 "$p" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ]; then echo "$p"; fi; done)
+    [ -z "$alive" ] && break
+    sleep 0.1
+  done
+  [ -z "$alive" ] || { echo "node 2's ranks outlived its loss:"; ps -o pid,stat,args -p "$(echo $alive | tr ' ' ',')"; cat out.txt; return 1; }
+  grep -q "node '$(sshd_addr 2)' lost: the SSH connection to it ended" out.txt || { cat out.txt; return 1; }
+  kill -INT "$ddp"; sleep 0.3; kill -INT "$ddp" # a second signal: no stop_grace
+  wait "$ddp" || true
+}
