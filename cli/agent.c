@@ -679,12 +679,13 @@ static void on_frames(int fd)
         return;
     if (n <= 0) {
         if (!A.have_join)
-            A.rc = DDP_EXIT_LAUNCH; /* told nothing */
-        A.in.len = A.in.off = 0;    /* a frame the launcher did not finish */
-        if (ddp__link_lost() < 0 && cut_off())
+            A.rc = DDP_EXIT_LAUNCH;         /* told nothing */
+        A.in.len = A.in.off = 0;            /* a frame the launcher did not finish */
+        bool waits = ddp__link_lost() == 0; /* for a new launcher (a takeover wait) */
+        if (!waits && cut_off())
             on_fenced(NULL, "this node's connection to the launcher ended while the launcher "
                             "still runs (its store answers): it counts this node lost");
-        else if (ddp__link_lost() < 0)
+        else if (!waits)
             start_exit("the launcher closed our stdin");
         else
             DDP_INFO(SUP,

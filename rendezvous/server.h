@@ -146,7 +146,7 @@ struct server {
     uint64_t next_conn_id;
     uint32_t next_watch_id;
     /* The lines about refused and dropped connections, a limit per port: [0] the store's,
-     * [1] the TCPStore port's (ddp__srv_log_limit). */
+     * [1] the TCPStore port's (DDP__SRV_DROP_WARN). */
     struct ddp_log_limit drop_log[2];
     struct stats st;
     /* The TCPStore port (ddp_store_server_torch_listen): its socket, the peer addresses it

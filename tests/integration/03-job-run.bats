@@ -361,7 +361,7 @@ bind_job() { # MODE NPROC: each rank prints its CPUs and what ddprun said of the
   # two ranks print about 1.5 MB each into a 1 MiB logs.dir (a tmpfs of this test's own mount
   # namespace); what was written there is copied out before the namespace goes
   cat >job.yaml <<'JOB'
-command: awk -v r=$RANK 'BEGIN { for (i = 1; i <= 20000; i++) printf "rank %d line %d %s\n", r, i, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" }'
+command: awk -v r=$RANK 'BEGIN { for (i = 1; i <= 20000; i++) printf "rank %d line %d %058d\n", r, i, 0 }'
 nproc_per_node: 2
 logs: {dir: logs, jsonl: true}
 JOB
@@ -385,7 +385,7 @@ JOB
   # append-only logs hold whole lines only: every rank log line as the rank printed it, in order
   for r in 0 1; do
     [ -e "$d/rank-$r.log" ] || continue
-    awk -v r="$r" '$0 != sprintf("rank %d line %d %s", r, NR, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") { print "line " NR ": " $0; exit 1 }' "$d/rank-$r.log"
+    awk -v r="$r" '$0 != sprintf("rank %d line %d %058d", r, NR, 0) { print "line " NR ": " $0; exit 1 }' "$d/rank-$r.log"
     [ -z "$(tail -c1 "$d/rank-$r.log")" ] # ends with a newline (or is empty)
   done
   for f in events.jsonl output.jsonl; do
