@@ -42,10 +42,20 @@ netns_setup() {
       ip addr add "10.213.$SSHD_TAG.1/24" dev "ddpbr$SSHD_TAG"
       ip link set "ddpbr$SSHD_TAG" up
       SSHD_NETNS=1
+      netns_clear_stale
       break
     fi
     [ -z "${SSHD_NO_NETNS:-}" ] && [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || break
   done
+}
+
+# The bridge is the tag's lock: whoever made it owns the tag, so namespaces and veths with the tag
+# that exist now are another test's leftovers (a namespace outlives its name while its last
+# processes exit, and its veth with it; CI runs two suites at once, and tags are reused).
+netns_clear_stale() {
+  local ns l
+  for ns in $(ip netns list | grep -o "^ddp$SSHD_TAG-[0-9]*"); do ip netns del "$ns" 2>/dev/null || true; done
+  for l in $(ip -o link show | grep -o "vd$SSHD_TAG-[0-9]*@" | tr -d @); do ip link del "$l" 2>/dev/null || true; done
 }
 
 sshd_addr() {
@@ -60,7 +70,11 @@ sshd_make_ns() {
   ns=$(sshd_ns "$k")
   ip netns list | grep -q "^$ns\b" && return 0
   ip netns add "$ns"
-  ip link add "vd$SSHD_TAG-$k" type veth peer name "vn$SSHD_TAG-$k"
+  for _ in $(seq 50); do # a leftover veth of this name goes once its namespace is freed
+    ip link add "vd$SSHD_TAG-$k" type veth peer name "vn$SSHD_TAG-$k" 2>/dev/null && break
+    ip link del "vd$SSHD_TAG-$k" 2>/dev/null || sleep 0.1
+  done
+  ip link show "vd$SSHD_TAG-$k" >/dev/null || return 1
   ip link set "vn$SSHD_TAG-$k" netns "$ns"
   ip link set "vd$SSHD_TAG-$k" master "ddpbr$SSHD_TAG" up
   ip netns exec "$ns" ip link set lo up
@@ -130,6 +144,8 @@ sshd_teardown() {
   if [ -n "${SSHD_NETNS:-}" ]; then
     for ns in $(ip netns list | grep -o "^ddp$SSHD_TAG-[0-9]*"); do
       ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
+      for _ in $(seq 100); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.05; done
+      ip link del "vd$SSHD_TAG-${ns##*-}" 2>/dev/null || true # now, not when the namespace is freed
       ip netns del "$ns"
     done
     ip link del "ddpbr$SSHD_TAG" 2>/dev/null || true
