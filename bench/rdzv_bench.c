@@ -1,7 +1,7 @@
 /*
  * Rendezvous through the built-in store vs through etcd, as node agents and ranks do it: N
  * processes each connect, take a lease, put their node key bound to it (what an agent's join
- * does, cli/membership_store.c), then all-gather a 64-byte address blob among the N (what the
+ * does, cli/proto/membership_store.c), then all-gather a 64-byte address blob among the N (what the
  * ranks' process-group setup does). The same libddp calls drive both backends
  * (rendezvous/store.h; etcd through rendezvous/store_etcd.c), so the comparison is of the
  * servers and the paths to them.

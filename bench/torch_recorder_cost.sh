@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of ddprun's flight recorder for PyTorch ranks (cli/torch_rec.py): 2 ranks of Debian's
+# The cost of ddprun's flight recorder for PyTorch ranks (cli/diag/torch_rec.py): 2 ranks of Debian's
 # torch over Gloo on this machine (bench/torch_recorder_cost.py), the median time of a 4-float
 # all_reduce, of a barrier and of a DDP step of a 64-64-10 MLP (batch 16), with the recorder
 # (the default) and without it (DDP_FLIGHT_RECORDER=0), alternating, each first in turn; the

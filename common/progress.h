@@ -2,7 +2,7 @@
  * The progress page: a rank's flight recorder, in memory its node agent can read. The agent
  * makes one page per rank (a memfd, DDPRUN_PROGRESS_FD in the rank's environment); libddp's
  * first process group writes its recorder there (worker/recorder.c), and the agent reads it on
- * each heartbeat (cli/diag_node.c) without the rank doing anything more: no store write per
+ * each heartbeat (cli/diag/diag_node.c) without the rank doing anything more: no store write per
  * collective. Without ddprun, the recorder is the same ring in private memory.
  *
  * One writer (the rank: its program threads under the group's lock, and the communication
@@ -23,7 +23,7 @@
 #define DDP_PROGRESS_RING 1024u /* entries; a power of two */
 
 /* Operations, as recorded (the names are ddp_progress_op_name's). libddp records the first
- * five; a PyTorch rank's recorder (cli/torch_rec.py) all of them: DDP_PROG_DDP_STEP is a
+ * five; a PyTorch rank's recorder (cli/diag/torch_rec.py) all of them: DDP_PROG_DDP_STEP is a
  * DistributedDataParallel forward that its backward's gradient all-reduces follow (t_enq the
  * forward, t_start when the rank's gradients are ready, t_end when the backward and DDP's wait
  * for its all-reduces are over; a step whose end is not seen is finished by the rank's next

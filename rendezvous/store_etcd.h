@@ -4,7 +4,7 @@
  * rendezvous/store_client*.c pass the operations workers use here. Keys are the store's keys
  * under "<prefix>kv/"; a wait polls (one range request for any number of keys that share a
  * folder), backing off from 2 to 50 ms. The agents' and launcher's membership (leases and a
- * watch, cli/membership_store.c) goes through the same calls.
+ * watch, cli/proto/membership_store.c) goes through the same calls.
  */
 #ifndef DDP_RENDEZVOUS_STORE_ETCD_H
 #define DDP_RENDEZVOUS_STORE_ETCD_H

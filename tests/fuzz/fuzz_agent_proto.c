@@ -1,12 +1,12 @@
 /*
- * libFuzzer target for the frames between the launcher and a node agent (cli/agent_proto.c):
+ * libFuzzer target for the frames between the launcher and a node agent (cli/proto/agent_proto.c):
  * arbitrary bytes are cut into frames as both ends' read paths do (ddp__agent_next, the
  * input fed in pieces as a pipe or an SSH channel delivers it), and each JOIN, START and
  * STATE body is parsed, and each HELLO (with an agent's counts of its node). A frame must lie
  * inside the bytes given; a body that parses must encode back to exactly its bytes (the encoding is
  * canonical: nothing is lost or invented between launcher and agent), and parse again.
  */
-#include "cli/agent_proto.h"
+#include "cli/proto/agent_proto.h"
 #include "common/buf.h"
 
 #include <stdint.h>
@@ -96,7 +96,7 @@ static void check_hello(uint8_t type, const uint8_t *body, size_t len)
     int has = ddp__agent_get_hello_counts(body, len, &c);
     if (has == 0 && (c.cpus > (1u << 20) || c.driver_gpus > 4096 || c.slurm_gpus < -1 ||
                      c.slurm_gpus > 4096 || c.cvd_gpus < -1 || c.cvd_gpus > 4096))
-        abort(); /* what the launcher accepts is what a node can have (cli/devices.h) */
+        abort(); /* what the launcher accepts is what a node can have (cli/sys/devices.h) */
     uint32_t port = 0;
     int hp = ddp__agent_get_hello_port(body, len, &port);
     if (hp == 0 && (port == 0 || port > 65535))

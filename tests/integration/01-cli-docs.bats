@@ -1,12 +1,12 @@
 #!/usr/bin/env bats
-# --help, --version and the man pages agree with cli/options.def.
+# --help, --version and the man pages agree with cli/spec/options.def.
 load '../lib/common'
 
-@test "every option in cli/options.def is in --help and in man/ddprun.1" {
+@test "every option in cli/spec/options.def is in --help and in man/ddprun.1" {
   run "$DDPRUN" --help
   assert_success
   help=$output
-  opts=$(grep -o '^DDP_OPT([a-z]*, [A-Z_]*, "[a-z-]*"' "$REPO/cli/options.def" | sed 's/.*"\(.*\)"/\1/')
+  opts=$(grep -o '^DDP_OPT([a-z]*, [A-Z_]*, "[a-z-]*"' "$REPO/cli/spec/options.def" | sed 's/.*"\(.*\)"/\1/')
   [ -n "$opts" ]
   for o in $opts; do
     [[ "$help" == *"--$o"* ]] || { echo "--$o missing from --help"; return 1; }
@@ -15,7 +15,7 @@ load '../lib/common'
 }
 
 @test "every job-spec key the parser accepts is documented in man/ddprun-job.5" {
-  keys=$(awk '/_keys\[\] = \{/{f=1} f{print} /NULL\};/{f=0}' "$REPO"/cli/job*.c |
+  keys=$(awk '/_keys\[\] = \{/{f=1} f{print} /NULL\};/{f=0}' "$REPO"/cli/spec/job*.c |
     grep -o '"[a-z_]*"' | tr -d '"' | sort -u)
   [ "$(echo "$keys" | wc -l)" -ge 25 ]
   for k in $keys; do

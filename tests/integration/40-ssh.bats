@@ -682,7 +682,7 @@ fake_agent() { # mode
   echo "agent's first bytes: $got, expected $exp and a port"
   [ "${got:0:${#exp}}" = "$exp" ] && [ "${#got}" -eq $((${#exp} + 8)) ]
   # the port, for rank 0's TCPStore should this node be node 0: outside the kernel's range for
-  # outgoing connections where ports lie outside it (as MASTER_PORT is drawn: cli/sys.c)
+  # outgoing connections where ports lie outside it (as MASTER_PORT is drawn: cli/sys/sys.c)
   p=${got:${#exp}:8}
   port=$((16#${p:6:2}${p:4:2}${p:2:2}${p:0:2}))
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range

@@ -273,7 +273,7 @@ PY
   done
   echo "$output"
   # torch's all_reduce (under torch 2's logging wrapper), called through ddprun's flight
-  # recorder (cli/torch_rec.py)
+  # recorder (cli/diag/torch_rec.py)
   assert_output --regexp $'== rank 0 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*distributed_c10d.py", line [0-9]+ in all_reduce\n(  File "[^"]*/c10d_logger.py", line [0-9]+ in wrapper\n)?  File "[^"]*/_ddprun_torch.py", line [0-9]+ in ddprun_flight_recorder\n  File "[^"]*/stuck.py", line 12 in <module>'
   assert_output --regexp $'== rank 1 \(1 of 2\):\nPython threads \(faulthandler\):\n(.*\n)*  File "[^"]*/stuck.py", line 6 in late\n  File "[^"]*/stuck.py", line 10 in <module>'
   # the recorder: rank 0 in all_reduce #1 (4 floats), rank 1 counted from init_process_group.

@@ -1,9 +1,9 @@
 /*
- * The launcher-agent frames a new launcher depends on (cli/agent_proto.c): JOIN with its
+ * The launcher-agent frames a new launcher depends on (cli/proto/agent_proto.c): JOIN with its
  * takeover wait, and STATE, what a rejoined agent says of its ranks. Each decodes to what was
  * encoded, and every shorter or longer body is refused.
  */
-#include "cli/agent_proto.h"
+#include "cli/proto/agent_proto.h"
 #include "common/err.h"
 #include "common/util.h"
 #include "test.h"

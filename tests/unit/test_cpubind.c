@@ -1,9 +1,9 @@
 /*
- * bind_to (cli/cpubind.c) against topologies written here as sysfs trees: hardware threads
+ * bind_to (cli/sys/cpubind.c) against topologies written here as sysfs trees: hardware threads
  * stay with their core, ranks get contiguous blocks, an affinity mask narrows the choice,
  * ranks beyond the units share them (and say how many do), NUMA nodes, and no sysfs at all.
  */
-#include "cli/cpubind.h"
+#include "cli/sys/cpubind.h"
 #include "test.h"
 #include "tree.h"
 

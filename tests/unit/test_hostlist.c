@@ -1,9 +1,9 @@
 /*
- * Slurm's host lists and count lists (cli/hostlist.c). The expected expansions are those of
+ * Slurm's host lists and count lists (cli/sys/hostlist.c). The expected expansions are those of
  * `scontrol show hostnames` (Slurm 22.05); bats 80-slurm compares with scontrol itself where
  * it is installed.
  */
-#include "cli/hostlist.h"
+#include "cli/sys/hostlist.h"
 #include "test.h"
 
 /* The expansion joined by spaces, or "ERR: why". */

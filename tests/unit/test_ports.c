@@ -1,5 +1,5 @@
 /*
- * MASTER_PORT for rank 0's own TCPStore (cli/sys.c, ddp__free_port): the ports outside the
+ * MASTER_PORT for rank 0's own TCPStore (cli/sys/sys.c, ddp__free_port): the ports outside the
  * kernel's ephemeral range from ip_local_port_range's text, and real draws on this machine,
  * each below (or above) the running kernel's range and bindable as TCPStore binds.
  */

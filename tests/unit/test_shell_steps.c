@@ -1,10 +1,10 @@
 /*
- * Several shell commands in one session (cli/shell_steps.c), run here by a real /bin/sh -s
+ * Several shell commands in one session (cli/sys/shell_steps.c), run here by a real /bin/sh -s
  * (dash on Debian) reading the script on its standard input, as the doctor's SSH session does:
  * each step's output and status found again, a gate ending the script, outputs without a final
  * newline or holding text like the mark's, a step that reads its input.
  */
-#include "cli/shell_steps.h"
+#include "cli/sys/shell_steps.h"
 #include "test.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A node agent that answers the launcher (cli/agent_proto.h) with malformed frames.
+"""A node agent that answers the launcher (cli/proto/agent_proto.h) with malformed frames.
 
 Run by the launcher over SSH in place of `ddprun agent` (ssh.remote_ddprun). MODE:
   ranks   JOINED, then on START: rank frames whose local rank is out of range (2^32 - 1,

@@ -1,0 +1,886 @@
+/*
+ * `ddprun agent`: the node agent. It reads a JOIN frame on stdin, joins the
+ * job's store and keeps a lease there alive (its heartbeat); then, for each
+ * START frame (one per rendezvous round), it starts the node's workers with a
+ * torchrun-compatible environment, forwards their output line by line and
+ * their exits as frames on stdout, and answers DONE once all are reaped. It
+ * stops them on STOP (its signal, SIGTERM after half the grace period when that was SIGINT,
+ * SIGKILL after all of it), passes SIGNAL's signal to the workers; on EOF of
+ * stdin or on SIGTERM/SIGINT/SIGHUP it stops them and exits, once no process of
+ * the job is left. Should its lease be lost or the store stay unreachable for
+ * the heartbeat timeout, it does the same on its own (the launcher has counted
+ * the node lost by then, and a new round runs without it). With a takeover wait
+ * (etcd), an EOF without BYE leaves the workers running for a new launcher
+ * (cli/agent/agent_link.h).
+ *
+ * It is over 800 lines as one loop: the launcher's frames in, the workers' processes, output
+ * and exits out, and the stop that ends them share the agent's one state.
+ */
+#include "cli/agent/agent_env.h"
+#include "cli/agent/agent_guard.h"
+#include "cli/agent/agent_link.h"
+#include "cli/proto/agent_proto.h"
+#include "cli/cli.h"
+#include "cli/sys/cpubind.h"
+#include "cli/diag/diag_node.h"
+#include "cli/agent/errfile.h"
+#include "cli/proto/membership.h"
+#include "cli/diag/pystacks.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+#include "rendezvous/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <termios.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+struct worker {
+    int local_rank;
+    pid_t pid;
+    int fd[2]; /* stdout, stderr pipes; -1 once at EOF */
+    struct ddp_buf line[2];
+    bool progress[2]; /* the pending line of the stream began after a '\r' */
+    bool exited, reported, exec_failed;
+    int spawn_err;                /* the errno of a rank that could not even be forked, else 0 */
+    bool sent_started, sent_exit; /* STARTED, EXITED reached the launcher (for STATE) */
+    int code;                     /* >= 0 exit status, < 0 minus the signal */
+    int64_t t0, t1;
+    struct ddp__dn_page page; /* its flight recorder, read for the progress report */
+    int pydump;               /* its Python tracebacks (cli/diag/pystacks.h), or -1 */
+    int errfd;                /* its TORCHELASTIC_ERROR_FILE (cli/agent/errfile.h), or -1 */
+    bool bound;               /* bind_to: its CPUs, and how many local ranks share them */
+    cpu_set_t cpus;
+    int sharers;
+};
+
+struct agent {
+    struct ddp_loop *loop;
+    struct ddp__agent_join join;
+    struct ddp__agent_start st;
+    bool have_join, have_start, stopping, exiting;
+    bool hello;                      /* the launcher on the link said HELLO (agent_proto.h) */
+    struct ddp__member_lease *lease; /* the node's lease (cli/proto/membership.h), once joined */
+    struct ddp__guard *guard;        /* its guard (cli/agent/agent_guard.h), once joined */
+    char iface[64];     /* this node's interface toward the store: the ranks' network default */
+    char node_addr[64]; /* and its address there */
+    cpu_set_t allowed;  /* the agent's own CPUs, which bind_to divides among the ranks */
+    struct worker *w;
+    int nw, unreported;
+    struct ddp_buf in;
+    struct ddp_buf last; /* STATE of the last round, once DONE went out (for a new launcher) */
+    int sfd;
+    sigset_t oldmask;
+    struct ddp_timer grace, term, reap, fin;
+    int stop_sig; /* the signal a stop began with */
+    int rc;
+    struct ddp_timer report;    /* the progress report, every heartbeat interval */
+    struct ddp__dn_asker asker; /* STACKS (cli/diag/diag_node.h) */
+    int pyshim;                 /* the ranks' sitecustomize (cli/diag/pystacks.h), or -1 */
+};
+
+static struct agent A;
+
+/* The membership backend (cli/proto/membership.h): the built-in store. */
+#define MEMBERSHIP (&ddp__member_store)
+
+/* True when the frame reached the launcher's link (cli/agent/agent_link.h); else it is held for a
+ * new launcher, or the node is stopping. */
+static bool send_frame(struct ddp_buf *b, bool output)
+{
+    bool sent = ddp__link_send(b, output);
+    b->len = b->off = 0;
+    return sent;
+}
+
+static bool send_buf(struct ddp_buf *b)
+{
+    return send_frame(b, false);
+}
+
+static void send_output(struct worker *w, int stream, const uint8_t *p, size_t n)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_OUTPUT);
+    ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+    ddp_buf_put_u8(&b, (uint8_t)stream);
+    ddp_buf_put_str(&b, p, n);
+    ddp__agent_end(&b, pos);
+    send_frame(&b, true);
+    ddp_buf_release(&b);
+}
+
+static void send_note(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void send_note(struct worker *w, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    send_output(w, 2, (const uint8_t *)msg,
+                n < 0                     ? 0
+                : (size_t)n < sizeof(msg) ? (size_t)n
+                                          : sizeof(msg) - 1);
+}
+
+static void finish_if_done(void);
+static void state_of(struct ddp_buf *out, bool done);
+
+/* Reports a worker's exit once its status is known and both pipes are drained. */
+static void maybe_report(struct worker *w)
+{
+    if (w->reported || !w->exited || w->fd[0] >= 0 || w->fd[1] >= 0)
+        return;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (w->code != 0 && !w->exec_failed && ddp__ef_frame(w->errfd, (uint32_t)w->local_rank, &b))
+        send_frame(&b, true); /* before EXITED, kept as output is: the error names the exit */
+    size_t pos = ddp__agent_begin(&b, DDP__AG_EXITED);
+    ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+    ddp_buf_put_u32(&b, (uint32_t)w->code);
+    ddp_buf_put_u64(&b, (uint64_t)(w->t1 - w->t0));
+    ddp_buf_put_u8(&b, w->exec_failed);
+    ddp__agent_end(&b, pos);
+    w->sent_exit = send_buf(&b);
+    ddp_buf_release(&b);
+    w->reported = true;
+    A.unreported--;
+    finish_if_done();
+}
+
+static void on_pipe(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    struct worker *w = arg;
+    int s = fd == w->fd[0] ? 0 : 1;
+    uint8_t tmp[65536];
+    ssize_t n = ddp_read_eintr(fd, tmp, sizeof(tmp));
+    if (n == -EAGAIN)
+        return;
+    struct ddp_buf *lb = &w->line[s];
+    if (n <= 0) {
+        if (ddp_buf_pending(lb))
+            send_output(w, s + 1, lb->data + lb->off, ddp_buf_pending(lb));
+        ddp_buf_release(lb);
+        ddp_loop_del(loop, fd);
+        close(fd);
+        w->fd[s] = -1;
+        maybe_report(w);
+        return;
+    }
+    ddp_buf_put(lb, tmp, (size_t)n);
+    /* Whole lines go out one frame each; an over-long line is cut at the limit. A line ends
+     * at '\n' (a '\r' just before it is dropped); within a line, a '\r' starts the text over
+     * (a progress bar), so only what follows the last one is the line. */
+    for (;;) {
+        uint8_t *start = lb->data + lb->off;
+        size_t pend = ddp_buf_pending(lb);
+        uint8_t *nl = memchr(start, '\n', pend);
+        if (nl) {
+            size_t len = (size_t)(nl - start);
+            const uint8_t *from = start;
+            if (len && start[len - 1] == '\r')
+                len--;
+            for (size_t k = len; k-- > 0;)
+                if (start[k] == '\r') {
+                    from = start + k + 1;
+                    break;
+                }
+            send_output(w, s + 1, from, len - (size_t)(from - start));
+            lb->off += (size_t)(nl - start) + 1;
+            w->progress[s] = false;
+        } else if (pend >= DDP__AGENT_MAX_LINE) {
+            send_output(w, (s + 1) | DDP__AG_OUT_CUT, start, DDP__AGENT_MAX_LINE);
+            lb->off += DDP__AGENT_MAX_LINE;
+        } else {
+            break;
+        }
+    }
+    /* A progress bar: text after a '\r' with no newline yet is shown now (in place), and
+     * stays pending as the start of the line. A '\r' at the very end may be half of "\r\n". */
+    uint8_t *start = lb->data + lb->off;
+    size_t pend = ddp_buf_pending(lb), k = pend;
+    while (k > 0 && start[k - 1] != '\r')
+        k--;
+    if (k == 0 || k < pend) { /* no '\r', or text after the last one */
+        if (k > 0) {
+            lb->off += k;
+            w->progress[s] = true;
+        }
+        if (w->progress[s] && pend > k)
+            send_output(w, (s + 1) | DDP__AG_OUT_PROGRESS, start + k, pend - k);
+    }
+    ddp_buf_compact(lb);
+}
+
+static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)t;
+    /* SIGKILL cannot be aimed at our own group (we are in it): kill each child, and
+     * again as orphans reparent to us, until none is left. */
+    if (ddp__kill_children(SIGKILL, ddp__guard_pid(A.guard)) > 0)
+        ddp_timer_start(loop, &A.grace, 20);
+}
+
+/* Half the grace period into a stop that began with another signal: SIGTERM. */
+static void on_term(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (A.unreported > 0)
+        kill(0, SIGTERM);
+}
+
+/* Stops the workers: sig (SIGINT or SIGTERM) to their process group now, SIGTERM after half
+ * the grace period when sig was SIGINT, SIGKILL after all of it (agent_proto.h, STOP). */
+static void start_stop(const char *why, int sig)
+{
+    if (A.stopping && ddp_timer_armed(&A.grace))
+        return;
+    A.stopping = true;
+    A.stop_sig = sig;
+    DDP_DEBUG(SUP, "agent stopping its workers with %s: %s", sigabbrev_np(sig), why);
+    if (A.unreported > 0) {
+        /* The whole process group: workers and what they started (our own copy, through the
+         * signalfd, is ignored); SIGCONT lets a stopped worker act on it, as systemd does. */
+        kill(0, sig);
+        kill(0, SIGCONT);
+        if (sig != SIGTERM)
+            ddp_timer_start(A.loop, &A.term, (int64_t)A.st.grace_ms / 2);
+        ddp_timer_start(A.loop, &A.grace, (int64_t)A.st.grace_ms);
+    }
+    finish_if_done();
+}
+
+/* SIGUSR1, SIGUSR2 or SIGHUP for the job: to each worker that runs (the processes ddprun
+ * started, as mpirun forwards them; not what they started, such as data loaders). */
+static void forward_signal(int sig)
+{
+    for (int i = 0; i < A.nw; i++)
+        if (A.w[i].pid > 0 && !A.w[i].exited)
+            kill(A.w[i].pid, sig);
+}
+
+/* Called whenever a worker's report went out or a stop began: once every worker of the
+ * round is reported, the round is over (DONE), and the agent exits if it was told to. The
+ * work is done from the loop, as callers may still hold pointers into the workers. */
+static void finish_if_done(void)
+{
+    if (A.unreported == 0)
+        ddp_timer_start(A.loop, &A.fin, 0);
+}
+
+static void free_workers(void)
+{
+    for (int i = 0; i < A.nw; i++) {
+        ddp_buf_release(&A.w[i].line[0]);
+        ddp_buf_release(&A.w[i].line[1]);
+        for (int s = 0; s < 2; s++)
+            if (A.w[i].fd[s] >= 0)
+                close(A.w[i].fd[s]);
+        ddp__dn_page_release(&A.w[i].page);
+        if (A.w[i].pydump >= 0)
+            close(A.w[i].pydump);
+        if (A.w[i].errfd >= 0)
+            close(A.w[i].errfd);
+    }
+    free(A.w);
+    A.w = NULL;
+    A.nw = 0;
+}
+
+static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    if (A.unreported > 0)
+        return;
+    /* Stragglers the workers left behind are part of the job too. */
+    ddp__sweep_children(ddp__guard_pid(A.guard));
+    if (A.have_start) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        size_t pos = ddp__agent_begin(&b, DDP__AG_DONE);
+        ddp__agent_end(&b, pos);
+        send_buf(&b);
+        ddp_buf_release(&b);
+        A.last.len = A.last.off = 0;
+        state_of(&A.last, true);
+        free_workers();
+        ddp__agent_start_release(&A.st);
+        A.have_start = false;
+    }
+    ddp_timer_stop(A.loop, &A.grace);
+    ddp_timer_stop(A.loop, &A.term);
+    A.stopping = false;
+    if (A.exiting) {
+        /* A clean exit: the lease goes now rather than at its expiry. */
+        MEMBERSHIP->leave(A.lease, true);
+        A.lease = NULL;
+        ddp_loop_stop(A.loop);
+    }
+}
+
+/* Stop the workers and leave. */
+static void start_exit(const char *why)
+{
+    A.exiting = true;
+    start_stop(why, SIGTERM);
+}
+
+/* The launcher is gone, and no new one came within the takeover wait (or none may). */
+static void on_gone(void)
+{
+    if (!A.have_join)
+        A.rc = DDP_EXIT_LAUNCH; /* told nothing */
+    if (!A.exiting)
+        start_exit("the launcher is gone");
+}
+
+/* STATE for a new launcher: what the last one was told (agent_proto.h). */
+static void state_of(struct ddp_buf *out, bool done)
+{
+    struct ddp__agent_state s = {.node_index = A.join.node_index,
+                                 .incarnation = A.join.incarnation,
+                                 .have_start = A.have_start,
+                                 .done = done,
+                                 .round = A.st.restart_count,
+                                 .rank_offset = A.st.rank_offset,
+                                 .nlocal = (uint32_t)A.nw};
+    s.ranks = calloc((size_t)A.nw + 1, sizeof(*s.ranks));
+    if (!s.ranks)
+        s.have_start = 0;
+    for (int i = 0; s.ranks && i < A.nw; i++) {
+        const struct worker *w = &A.w[i];
+        s.ranks[i] = (struct ddp__agent_state_rank){.pid = w->sent_started ? (uint32_t)w->pid : 0,
+                                                    .exited = w->sent_exit,
+                                                    .exec_failed = w->exec_failed,
+                                                    .code = w->code,
+                                                    .runtime_ms = (uint64_t)(w->t1 - w->t0)};
+    }
+    ddp__agent_put_state(out, &s);
+    free(s.ranks);
+}
+
+/* A new launcher linked (cli/agent/agent_link.h): its frames, HELLO first, start on a clean slate. */
+static void linked(void)
+{
+    A.in.len = A.in.off = 0;
+    A.hello = false;
+}
+
+static void snapshot(struct ddp_buf *out)
+{
+    if (!A.have_start && A.last.len)
+        ddp_buf_put(out, A.last.data, A.last.len);
+    else
+        state_of(out, false);
+}
+
+/* Closes the pipes spawn made (-1: not made), keeping errno. */
+static void close_pipes(const int *a, const int *b, const int *c, const int *d)
+{
+    int err = errno;
+    const int *all[] = {a, b, c, d};
+    for (int k = 0; k < 4; k++)
+        for (int e = 0; e < 2; e++)
+            if (all[k][e] >= 0)
+                close(all[k][e]);
+    errno = err;
+}
+
+static int spawn(struct worker *w)
+{
+    int op[2] = {-1, -1}, ep[2] = {-1, -1}, tp[2] = {-1, -1}, xp[2] = {-1, -1};
+    if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(tp, O_CLOEXEC) ||
+        pipe2(xp, O_CLOEXEC)) {
+        close_pipes(op, ep, tp, xp);
+        return DDP_ESYS;
+    }
+    pid_t agent = getpid();
+    int units = 0;
+    w->bound = A.st.bind_to != DDP__BIND_NONE &&
+               ddp__cpubind_rank(A.st.bind_to, NULL, &A.allowed, A.nw, w->local_rank, &w->cpus,
+                                 &w->sharers, &units) == 0;
+    w->t0 = ddp_now_ms();
+    if (ddp__dn_page_new(&w->page) < 0)
+        DDP_DEBUG(SUP, "agent: no progress page for local rank %d", w->local_rank);
+    w->pydump = A.pyshim >= 0 ? ddp__pys_dump_new() : -1;
+    w->errfd = ddp__ef_new();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close_pipes(op, ep, tp, xp);
+        return DDP_ESYS;
+    }
+    if (pid == 0) {
+        struct ddp__rank_exec x = {.st = &A.st,
+                                   .join = &A.join,
+                                   .iface = A.iface,
+                                   .node_addr = A.node_addr,
+                                   .mask = &A.oldmask,
+                                   .pyshim = A.pyshim,
+                                   .local_rank = w->local_rank,
+                                   .pydump = w->pydump,
+                                   .errfd = w->errfd,
+                                   .bound = w->bound,
+                                   .cpus = &w->cpus,
+                                   .sharers = w->sharers};
+        ddp__agent_exec_rank(&x, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
+    }
+    close(op[1]);
+    close(ep[1]);
+    close(tp[0]);
+    close(xp[1]);
+    w->pid = pid;
+    w->fd[0] = op[0];
+    w->fd[1] = ep[0];
+    fcntl(op[0], F_SETFL, O_NONBLOCK);
+    fcntl(ep[0], F_SETFL, O_NONBLOCK);
+    ddp_write_all(tp[1], A.st.token, strlen(A.st.token));
+    close(tp[1]);
+    int msg[2];
+    ssize_t got = ddp_read_eintr(xp[0], msg, sizeof(msg));
+    close(xp[0]);
+    if (got == (ssize_t)sizeof(msg)) {
+        w->exec_failed = true;
+        if (msg[0] == 1)
+            send_note(w, "ddprun agent: cannot enter workdir '%s': %s", A.st.workdir,
+                      strerror(msg[1]));
+        else {
+            /* where a program not found was looked for: the workdir for a relative path, the
+             * ranks' PATH for a bare name */
+            const char *cmd = A.st.shell[0] ? "/bin/sh" : A.st.argv[0];
+            char where[PATH_MAX + 64] = "";
+            if (msg[1] == ENOENT && !A.st.shell[0] && !strchr(cmd, '/'))
+                snprintf(where, sizeof(where), " (no such program on the ranks' PATH)");
+            else if (msg[1] == ENOENT && !A.st.shell[0] && cmd[0] != '/')
+                snprintf(where, sizeof(where), " (a path relative to the workdir, %s)",
+                         A.st.workdir);
+            send_note(w, "ddprun agent: cannot run '%s': %s%s", cmd, strerror(msg[1]), where);
+        }
+    } else {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        size_t pos = ddp__agent_begin(&b, DDP__AG_STARTED);
+        ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+        ddp_buf_put_u32(&b, (uint32_t)pid);
+        ddp__agent_end(&b, pos);
+        w->sent_started = send_buf(&b);
+        ddp_buf_release(&b);
+        /* NUMA nodes are shared by design; cores only when ranks outnumber them */
+        if (w->bound && w->local_rank == 0 && w->sharers > 1 && A.st.bind_to == DDP__BIND_CORE)
+            send_note(w, "ddprun agent: bind_to core: %d ranks share %d core%s here", A.nw, units,
+                      units == 1 ? "" : "s");
+    }
+    ddp_loop_add(A.loop, w->fd[0], DDP_LOOP_READ, on_pipe, w);
+    ddp_loop_add(A.loop, w->fd[1], DDP_LOOP_READ, on_pipe, w);
+    return 0;
+}
+
+/* Says why a rank could not even be forked (its pipes, its pages, fork itself): most often
+ * the limit on open files, which a job of many local ranks reaches first. */
+static void spawn_failed(struct worker *w, int err)
+{
+    struct rlimit rl;
+    for (int i = 0; i < w->local_rank; i++)
+        if (A.w[i].exec_failed && A.w[i].pid == 0 && A.w[i].spawn_err == err) {
+            send_note(w, "ddprun agent: cannot start local rank %d: %s (as local rank %d)",
+                      w->local_rank, strerror(err), i);
+            w->spawn_err = err;
+            return;
+        }
+    w->spawn_err = err;
+    if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        send_note(w,
+                  "ddprun agent: cannot start local rank %d: %s (the limit on open files here "
+                  "is %llu, and the agent holds about 6 for each of its %d ranks: raise it with "
+                  "ulimit -n; ddprun doctor checks it)",
+                  w->local_rank, strerror(err), (unsigned long long)rl.rlim_cur, A.nw);
+    else
+        send_note(w, "ddprun agent: cannot start local rank %d: %s", w->local_rank, strerror(err));
+}
+
+static void start_workers(void)
+{
+    A.nw = (int)A.st.nlocal;
+    A.w = calloc((size_t)A.nw, sizeof(*A.w));
+    A.unreported = A.nw;
+    for (int i = 0; i < A.nw; i++) {
+        A.w[i].local_rank = i;
+        A.w[i].fd[0] = A.w[i].fd[1] = -1;
+        A.w[i].page.fd = -1;
+        A.w[i].pydump = A.w[i].errfd = -1;
+        if (A.stopping || spawn(&A.w[i]) < 0) {
+            /* Never started: report it as failed so the launcher's count adds up, with why. */
+            if (!A.stopping)
+                spawn_failed(&A.w[i], errno);
+            A.w[i].exited = true;
+            A.w[i].code = 127;
+            A.w[i].exec_failed = !A.stopping;
+            A.w[i].t0 = A.w[i].t1 = ddp_now_ms();
+            maybe_report(&A.w[i]);
+        }
+    }
+}
+
+/* ---- membership: the node's lease ---- */
+
+/* The lease is gone or the backend unreachable for the heartbeat timeout: the launcher has
+ * counted this node lost, and a new round may train without it, so its workers must stop
+ * writing and computing now, not after a grace period (SIGKILL). */
+static void on_fenced(void *arg, const char *why)
+{
+    (void)arg;
+    fprintf(stderr, "ddprun agent on '%s': %s; killing this node's workers\n", A.join.host_label,
+            why);
+    start_exit("fenced");
+    on_grace(A.loop, &A.grace);
+}
+
+/*
+ * The launcher's stdin ended while this node's ranks run: did the launcher die (SIGKILL, its
+ * machine lost: its store is gone with it, and the ranks stop gracefully, as for a stop), or
+ * only this node's connection to it (sshd killed, a reset link: the launcher lives, counts this
+ * node lost, and a new round may start at once without it, so the ranks must not go on, not
+ * even for stop_grace)? Its store, in the launcher's process, tells: a connection to it within
+ * a second. With etcd the store outlives the launcher, and this cannot tell.
+ */
+static bool cut_off(void)
+{
+    char host[256];
+    int port;
+    struct ddp_store *s = NULL;
+    if (!A.have_start || !A.lease || (A.join.etcd_endpoints && A.join.etcd_endpoints[0]) ||
+        ddp_parse_hostport(MEMBERSHIP->store_addr(A.lease), host, sizeof(host), &port) < 0 ||
+        ddp_store_connect(host, port, A.join.token, strlen(A.join.token), 1000, &s) < 0)
+        return false;
+    ddp_store_close(s);
+    return true;
+}
+
+/* ---- diagnosis: the progress report and stacks (cli/diag/diag_node.h) ---- */
+
+/* Every heartbeat interval: a line per rank started (those that exited: their page's last
+ * state), sent with the next heartbeat. */
+static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    if (A.have_start && A.lease) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        for (int i = 0; i < A.nw; i++)
+            if (A.w[i].pid > 0)
+                ddp__dn_report_rank(&b, (int)A.st.rank_offset + i, A.w[i].pid, A.w[i].exited,
+                                    ddp__dn_asker_touches(&A.asker, A.w[i].pid), &A.w[i].page);
+        if (b.len)
+            MEMBERSHIP->publish(A.lease, b.data, b.len);
+        ddp_buf_release(&b);
+    }
+    ddp_timer_start(loop, t, (int64_t)A.join.heartbeat_interval_ms);
+}
+
+static void send_stacks(struct ddp_buf *frame)
+{
+    send_buf(frame);
+}
+
+/* STACKS: the native stacks of the asked (or all running) local ranks. */
+static void gather_stacks(const uint8_t *body, size_t len)
+{
+    struct ddp__dn_proc *running = calloc((size_t)A.nw + 1, sizeof(*running));
+    for (int i = 0; running && i < A.nw; i++)
+        running[i] = (struct ddp__dn_proc){.pid = A.w[i].pid > 0 && !A.w[i].exited ? A.w[i].pid : 0,
+                                           .pydump = A.w[i].pydump};
+    if (running)
+        ddp__dn_stacks_frame(&A.asker, body, len, running, A.nw);
+    free(running);
+}
+
+/*
+ * Where the launcher offered several addresses of its store (it knew no route to this node),
+ * the ranks get the one the agent reached: DDPRUN_STORE_ADDR, and MASTER_ADDR where that is
+ * the launcher's TCPStore port.
+ */
+static int pick_store_addr(void)
+{
+    if (!A.lease || !strchr(A.st.store_addr, ','))
+        return 0;
+    const char *got = MEMBERSHIP->store_addr(A.lease);
+    char host[256];
+    int port;
+    char *s = strdup(got), *m = NULL;
+    if (!s)
+        return -1;
+    free(A.st.store_addr);
+    A.st.store_addr = s;
+    if (strchr(A.st.master_addr, ',') && ddp_parse_hostport(got, host, sizeof(host), &port) == 0) {
+        if (!(m = strdup(host)))
+            return -1;
+        free(A.st.master_addr);
+        A.st.master_addr = m;
+    }
+    return 0;
+}
+
+/* Joins the membership (a lease kept alive by a heartbeat), starts the node's guard, which
+ * ends the node's job should the lease go unrenewed while the agent cannot act, and answers
+ * JOINED. */
+static int join_membership(void)
+{
+    uint64_t lease = 0;
+    if (ddp__guard_new(&A.guard) < 0)
+        A.guard = NULL;
+    int r = MEMBERSHIP->join(&A.join, A.loop, on_fenced, NULL,
+                             A.guard ? ddp__guard_renewal(A.guard) : NULL, &lease, &A.lease);
+    if (r < 0)
+        return r;
+    if (!A.guard ||
+        ddp__guard_start(A.guard, (int64_t)A.join.heartbeat_timeout_ms, A.join.host_label) < 0)
+        fprintf(stderr,
+                "ddprun agent on '%s': cannot start the node's guard (%s); should this agent "
+                "hang, its ranks outlive the node's loss\n",
+                A.join.host_label, strerror(errno));
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_JOINED);
+    ddp_buf_put_u64(&b, lease);
+    ddp__agent_end(&b, pos);
+    send_buf(&b);
+    ddp_buf_release(&b);
+    ddp_timer_start(A.loop, &A.report, (int64_t)A.join.heartbeat_interval_ms);
+    return 0;
+}
+
+static void on_frames(int fd)
+{
+    struct ddp_loop *loop = A.loop;
+    if (ddp_buf_reserve(&A.in, 65536) < 0)
+        return;
+    ssize_t n = ddp_read_eintr(fd, A.in.data + A.in.len, A.in.cap - A.in.len);
+    if (n == -EAGAIN)
+        return;
+    if (n <= 0) {
+        if (!A.have_join)
+            A.rc = DDP_EXIT_LAUNCH;         /* told nothing */
+        A.in.len = A.in.off = 0;            /* a frame the launcher did not finish */
+        bool waits = ddp__link_lost() == 0; /* for a new launcher (a takeover wait) */
+        if (!waits && cut_off())
+            on_fenced(NULL, "this node's connection to the launcher ended while the launcher "
+                            "still runs (its store answers): it counts this node lost");
+        else if (!waits)
+            start_exit("the launcher closed our stdin");
+        else
+            DDP_INFO(SUP,
+                     "agent: the launcher is gone; the workers run on, waiting %llu ms "
+                     "for a new one",
+                     (unsigned long long)A.join.takeover_ms);
+        return;
+    }
+    A.in.len += (size_t)n;
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    int r;
+    while ((r = ddp__agent_next(&A.in, &type, &body, &len)) > 0) {
+        if (!A.hello) {
+            if ((A.hello = ddp__link_hello(type, body, len)))
+                continue;
+            if (!A.have_join)
+                goto protocol_error;
+            /* A new launcher of another version: not one to take over; wait for the next. */
+            A.in.len = A.in.off = 0;
+            if (ddp__link_lost() < 0)
+                start_exit("the launcher is gone");
+            return;
+        } else if (type == DDP__AG_JOIN && !A.have_join) {
+            if (ddp__agent_get_join(body, len, &A.join) < 0) {
+                fprintf(stderr, "ddprun agent: malformed JOIN from the launcher\n");
+                A.rc = DDP_EXIT_LAUNCH;
+                ddp_loop_stop(loop);
+                return;
+            }
+            A.have_join = true;
+            ddp__link_configure(A.join.job_id, A.join.node_index, A.join.takeover_ms);
+            if (join_membership() < 0) {
+                A.rc = DDP_EXIT_LAUNCH;
+                ddp_loop_stop(loop);
+                return;
+            }
+        } else if (type == DDP__AG_START && A.have_join && !A.have_start && !A.exiting) {
+            if (ddp__agent_get_start(body, len, &A.st) < 0) {
+                fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
+                goto protocol_error;
+            }
+            if (pick_store_addr() < 0) {
+                fprintf(stderr, "ddprun agent: out of memory\n");
+                goto protocol_error;
+            }
+            A.have_start = true;
+            A.stopping = false;
+            char host[256];
+            A.iface[0] = A.node_addr[0] = '\0';
+            if (ddp__store_host(A.st.store_addr, A.join.etcd_endpoints, A.st.master_addr, host,
+                                sizeof(host)) == 0 &&
+                ddp__route_iface(host, A.iface, sizeof(A.iface), A.node_addr, sizeof(A.node_addr)) <
+                    0)
+                A.iface[0] = A.node_addr[0] = '\0';
+            ddp_log_set_rank(-1);
+            start_workers();
+        } else if (type == DDP__AG_STOP) {
+            struct ddp_rd rd;
+            uint64_t g = 0;
+            uint8_t sig = SIGTERM;
+            ddp_rd_init(&rd, body, len);
+            if (ddp_rd_u64(&rd, &g) == 0 && A.have_start)
+                A.st.grace_ms = g;
+            if (ddp_rd_u8(&rd, &sig) < 0 || (sig != SIGINT && sig != SIGTERM))
+                sig = SIGTERM;
+            if (A.stopping && g == 0)
+                on_grace(loop, &A.grace); /* a second, forceful stop */
+            else
+                start_stop("the launcher asked", sig);
+        } else if (type == DDP__AG_BYE) {
+            ddp__link_configure(A.have_join ? A.join.job_id : "", 0, 0);
+        } else if (type == DDP__AG_ACK) {
+            if (ddp__link_ack(body, len) < 0) {
+                fprintf(stderr, "ddprun agent: malformed ACK from the launcher\n");
+                goto protocol_error;
+            }
+        } else if (type == DDP__AG_STACKS) {
+            gather_stacks(body, len);
+        } else if (type == DDP__AG_SIGNAL) {
+            struct ddp_rd rd;
+            uint8_t sig;
+            ddp_rd_init(&rd, body, len);
+            if (ddp_rd_u8(&rd, &sig) == 0 && (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP))
+                forward_signal(sig);
+        } else {
+            fprintf(stderr, "ddprun agent: unexpected frame %u from the launcher\n", type);
+            goto protocol_error;
+        }
+    }
+    ddp_buf_compact(&A.in);
+    if (r >= 0)
+        return;
+    fprintf(stderr, "ddprun agent: bad frame from the launcher\n");
+protocol_error: /* what a launcher never sends: this node stops, status 3 */
+    A.rc = DDP_EXIT_LAUNCH;
+    start_exit("protocol error");
+}
+
+static void reap(void)
+{
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (p == ddp__guard_pid(A.guard))
+            ddp__guard_reaped(A.guard);
+        for (int i = 0; i < A.nw; i++) {
+            struct worker *w = &A.w[i];
+            if (w->pid != p || w->exited)
+                continue;
+            w->exited = true;
+            w->t1 = ddp_now_ms();
+            w->code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+            maybe_report(w);
+        }
+    }
+}
+
+static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)mask;
+    (void)arg;
+    struct signalfd_siginfo si;
+    while (ddp_read_eintr(fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD)
+            reap();
+        else if ((pid_t)si.ssi_pid == getpid())
+            continue; /* our own stop signal to the process group */
+        else if (si.ssi_signo == SIGUSR1 || si.ssi_signo == SIGUSR2)
+            forward_signal((int)si.ssi_signo); /* to this node's job (Slurm's --signal) */
+        else if (!A.exiting)
+            start_exit("signal");
+    }
+}
+
+static void on_reap_tick(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    /* A safety net for a missed SIGCHLD coalescing: reap every 200 ms. */
+    reap();
+    ddp_timer_start(loop, t, 200);
+}
+
+int ddp__cmd_agent(void)
+{
+    sigset_t set;
+    ddp__block_job_signals(&set, &A.oldmask);
+    /* Our own process group, so the launcher (or we) can signal the whole node's job. */
+    setpgid(0, 0);
+    /* Orphans of the workers come back to us, to be killed at the end. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (sched_getaffinity(0, sizeof(A.allowed), &A.allowed) != 0)
+        CPU_ZERO(&A.allowed); /* bind_to then leaves the ranks unbound */
+    A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    A.pyshim = ddp__pys_shim_new();
+    ddp_buf_init(&A.in);
+    ddp_buf_init(&A.last);
+    if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
+        return DDP_EXIT_LAUNCH;
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    /* srun --unbuffered gives the agent a pseudo-terminal for stdout: frames need it raw. */
+    struct termios tio;
+    if (isatty(1) && tcgetattr(1, &tio) == 0) {
+        cfmakeraw(&tio);
+        tcsetattr(1, TCSANOW, &tio);
+    }
+    ddp_timer_init(&A.grace, on_grace);
+    ddp_timer_init(&A.term, on_term);
+    ddp_timer_init(&A.reap, on_reap_tick);
+    ddp_timer_init(&A.fin, on_fin);
+    ddp_timer_init(&A.report, on_report);
+    ddp_timer_start(A.loop, &A.reap, 200);
+    struct ddp__link_cb lcb = {
+        .readable = on_frames, .snapshot = snapshot, .gone = on_gone, .linked = linked};
+    ddp__link_init(A.loop, &lcb, DDP_VERSION);
+    A.asker = (struct ddp__dn_asker){.loop = A.loop, .mask = &A.oldmask, .send = send_stacks};
+    ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
+    A.rc = 0;
+    ddp_loop_run(A.loop);
+    int rc = A.rc;
+    if (A.nw > 0) /* left without a clean round end (launch error) */
+        ddp__sweep_children(ddp__guard_pid(A.guard));
+    MEMBERSHIP->leave(A.lease, false);
+    ddp__guard_free(A.guard); /* after the heartbeat, which writes to its page */
+    ddp__dn_asker_release(&A.asker);
+    if (A.pyshim >= 0)
+        close(A.pyshim);
+    free_workers();
+    ddp__agent_start_release(&A.st);
+    ddp__agent_join_release(&A.join);
+    ddp_buf_release(&A.in);
+    ddp_buf_release(&A.last);
+    ddp__link_release();
+    ddp_loop_free(A.loop);
+    close(A.sfd);
+    return rc;
+}

@@ -1,0 +1,173 @@
+/* The environment a node agent gives each rank, and the rest of a rank's start in its process
+ * (cli/agent/agent_env.h). */
+#include "cli/agent/agent_env.h"
+#include "cli/cli.h"
+#include "cli/sys/cpubind.h"
+#include "cli/agent/errfile.h"
+#include "cli/spec/pipe_layout.h"
+#include "cli/diag/pystacks.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+static int set_env_int(const char *k, long v)
+{
+    char s[32];
+    snprintf(s, sizeof(s), "%ld", v);
+    return setenv(k, s, 1);
+}
+
+/* As torchrun's agent: PyTorch's NCCL watchdog tears a rank down on a collective's error or
+ * timeout rather than leave it hanging. torch up to 2.1 reads NCCL_ASYNC_ERROR_HANDLING; 2.2
+ * and later TORCH_NCCL_ASYNC_ERROR_HANDLING first, and warn on every rank when the old name is
+ * set at all. Both are set, to 1 or to the value of the one the node, the shell's exported
+ * variables or the job set; the old name ddprun set itself is marked for the Python ranks'
+ * sitecustomize, which drops it under torch 2.2 and later (cli/diag/pystacks.c). */
+static void nccl_async_error_handling(void)
+{
+    const char *o = getenv("NCCL_ASYNC_ERROR_HANDLING"),
+               *n = getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+    char old[32], now[32];
+    snprintf(old, sizeof(old), "%s", o ? o : "1");
+    snprintf(now, sizeof(now), "%s", n ? n : old);
+    if (!n)
+        setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", now, 1);
+    if (o) {
+        unsetenv("DDPRUN_PY_NCCL_AEH");
+        return;
+    }
+    setenv("NCCL_ASYNC_ERROR_HANDLING", now, 1);
+    setenv("DDPRUN_PY_NCCL_AEH", "1", 1);
+}
+
+void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
+                         int local_rank, const char *iface, const char *node_addr, int tokfd,
+                         int progfd, const char *error_file)
+{
+    /* Slurm's description of the agent's own step is not the rank's (cli/provision/slurm.c). */
+    ddp__slurm_scrub_env();
+    /* The launching shell's variables (the export rule) first: ddprun's own and the job's env
+     * below win over them. */
+    for (char **e = st->shell_env; e && *e; e++)
+        putenv(*e);
+    int rank = (int)st->rank_offset + local_rank;
+    set_env_int("RANK", rank);
+    set_env_int("LOCAL_RANK", local_rank);
+    set_env_int("WORLD_SIZE", st->world_size);
+    set_env_int("LOCAL_WORLD_SIZE", st->nlocal);
+    set_env_int("GROUP_RANK", st->node_rank);
+    set_env_int("GROUP_WORLD_SIZE", st->nnodes);
+    setenv("ROLE_NAME", "default", 1);
+    set_env_int("ROLE_RANK", rank);
+    set_env_int("ROLE_WORLD_SIZE", st->world_size);
+    setenv("MASTER_ADDR", st->master_addr, 1);
+    set_env_int("MASTER_PORT", st->master_port);
+    set_env_int("TORCHELASTIC_RESTART_COUNT", st->restart_count);
+    set_env_int("TORCHELASTIC_MAX_RESTARTS", st->max_restarts);
+    setenv("TORCHELASTIC_RUN_ID", st->job_id, 1);
+    /* torch's @record writes a failing rank's exception there (the job's env may name another) */
+    if (error_file[0])
+        setenv("TORCHELASTIC_ERROR_FILE", error_file, 1);
+    else
+        unsetenv("TORCHELASTIC_ERROR_FILE");
+    /* True: every rank is a client of MASTER_ADDR:MASTER_PORT, the launcher's TCPStore port
+     * (torch's agent store); False: rank 0 hosts a TCPStore there. */
+    setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);
+    setenv("DDPRUN_JOB_ID", st->job_id, 1);
+    setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
+    if (strcmp(st->store_addr, "etcd") == 0) { /* rendezvous: {backend: etcd} */
+        setenv("DDPRUN_ETCD_ENDPOINTS", j->etcd_endpoints, 1);
+        setenv("DDPRUN_ETCD_PREFIX", j->etcd_prefix, 1);
+        const char *tls[][2] = {{"DDPRUN_ETCD_CA", j->etcd_ca},
+                                {"DDPRUN_ETCD_CERT", j->etcd_cert},
+                                {"DDPRUN_ETCD_KEY", j->etcd_key}};
+        for (int k = 0; k < 3; k++)
+            if (*tls[k][1])
+                setenv(tls[k][0], tls[k][1], 1);
+            else
+                unsetenv(tls[k][0]);
+        if (node_addr[0])
+            setenv("DDPRUN_NODE_ADDR", node_addr, 1);
+    }
+    setenv("DDPRUN_BACKEND", st->backend, 1);
+    setenv("DDPRUN_NODE", st->host_label, 1);
+    set_env_int("DDPRUN_TOKEN_FD", tokfd);
+    /* The progress page libddp keeps its flight recorder in (cli/diag/diag_node.h). */
+    if (progfd >= 0)
+        set_env_int("DDPRUN_PROGRESS_FD", progfd);
+    else
+        unsetenv("DDPRUN_PROGRESS_FD");
+    unsetenv("DDPRUN_TOKEN_FILE");
+    if (st->checkpoint_dir[0])
+        setenv("DDPRUN_CHECKPOINT_DIR", st->checkpoint_dir, 1);
+    if (!getenv("PYTHONUNBUFFERED"))
+        setenv("PYTHONUNBUFFERED", "1", 1); /* lines stream as they are printed, as with -u */
+    for (char **e = st->env; *e; e++)
+        putenv(*e);
+    nccl_async_error_handling();
+    /* A pipeline job's ranks: this rank's stage and its replica there (cli/spec/pipe_layout.h). */
+    int stage, replica;
+    if (ddp__pipe_env_rank(getenv("DDPRUN_PIPELINE_REPLICAS"), rank, &stage, &replica)) {
+        set_env_int("DDPRUN_PIPELINE_STAGE", stage);
+        set_env_int("DDPRUN_PIPELINE_REPLICA", replica);
+    } else {
+        unsetenv("DDPRUN_PIPELINE_STAGE");
+        unsetenv("DDPRUN_PIPELINE_REPLICA");
+    }
+    /* Gloo, NCCL and TensorPipe bind to the interface that reaches the other nodes, not to
+     * whatever the host name resolves to (often 127.0.1.1), unless the job or the node's
+     * environment chose one. */
+    static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                         "TP_SOCKET_IFNAME"};
+    for (int k = 0; k < 3 && iface[0]; k++)
+        if (!getenv(ifvars[k]))
+            setenv(ifvars[k], iface, 1);
+}
+
+void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int tfd, int xfd,
+                          int pfd, pid_t agent)
+{
+    const struct ddp__agent_start *st = x->st;
+    int err;
+    sigprocmask(SIG_SETMASK, x->mask, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != agent)
+        _exit(127);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(ofd, 1);
+    dup2(efd, 2);
+    int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
+    int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
+    char ef[64] = "";
+    if (x->errfd >= 0)
+        ddp__ef_path(x->errfd, agent, ef, sizeof(ef));
+    ddp__agent_rank_env(st, x->join, x->local_rank, x->iface, x->node_addr, tokfd, progfd, ef);
+    ddp__pys_rank_env(x->pyshim, x->pydump);
+    ddp__cpubind_apply(x->bound ? st->bind_to : DDP__BIND_NONE, x->cpus, x->sharers, x->local_rank);
+    if (chdir(st->workdir) != 0) {
+        err = errno;
+        int msg[2] = {1, err};
+        ssize_t w = write(xfd, msg, sizeof(msg));
+        (void)w;
+        _exit(127);
+    }
+    if (st->shell[0])
+        execl("/bin/sh", "sh", "-c", st->shell, (char *)NULL);
+    else
+        execvp(st->argv[0], st->argv);
+    err = errno;
+    int msg[2] = {2, err};
+    ssize_t w = write(xfd, msg, sizeof(msg));
+    (void)w;
+    _exit(127);
+}

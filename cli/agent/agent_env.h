@@ -1,0 +1,41 @@
+/* The environment a node agent gives each rank (cli/agent/agent_env.c), set in the rank's process
+ * before it execs: torchrun's variables, ddprun's, the job's; and the rest of that process's
+ * start (descriptors, CPUs, workdir, exec). */
+#ifndef DDP_CLI_AGENT_ENV_H
+#define DDP_CLI_AGENT_ENV_H
+
+#include "cli/proto/agent_proto.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* iface/node_addr: the node's interface and address toward the store ("" unknown); tokfd: the
+ * token's descriptor; progfd: the progress page's, or -1; error_file: the rank's
+ * TORCHELASTIC_ERROR_FILE (cli/agent/errfile.h), "" for none. */
+void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
+                         int local_rank, const char *iface, const char *node_addr, int tokfd,
+                         int progfd, const char *error_file);
+
+/* What starting one rank's process takes from its agent (cli/agent/agent.c). */
+struct ddp__rank_exec {
+    const struct ddp__agent_start *st;
+    const struct ddp__agent_join *join;
+    const char *iface, *node_addr; /* as for ddp__agent_rank_env */
+    const sigset_t *mask;          /* the signal mask the rank starts with */
+    int pyshim;                    /* the ranks' sitecustomize (cli/diag/pystacks.h), or -1 */
+    int local_rank, pydump, errfd; /* its Python tracebacks' and error file's fds, or -1 */
+    bool bound;                    /* bind_to: its CPUs, and how many local ranks share them */
+    const cpu_set_t *cpus;
+    int sharers;
+};
+
+/* In the rank's forked process: the agent's death kills it, stdin is /dev/null, stdout and
+ * stderr are ofd and efd, the token is read from tfd and the progress page is pfd (-1: none),
+ * then its environment, CPUs and workdir, and exec. A failure is written to xfd as two ints
+ * (1: the workdir, 2: the exec; errno) before it exits with 127. */
+void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int tfd, int xfd,
+                          int pfd, pid_t agent) __attribute__((noreturn));
+
+#endif

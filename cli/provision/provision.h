@@ -1,0 +1,53 @@
+/*
+ * Provisioners: how the launcher gets a node agent onto a node. Each starts, for node i of a
+ * job, a local child process whose stdin and stdout carry the agent frames
+ * (cli/proto/agent_proto.h) and whose stderr carries messages; the launcher learns that the agent is
+ * gone when that child is reaped. A provisioner is a file behind this ops struct: local nodes
+ * (cli/provision/provision_local.c: `ddprun agent` itself), SSH (cli/provision/provision_ssh.c: the bridge of
+ * cli/provision/ssh_bridge.c), Slurm job steps (cli/provision/provision_srun.c: srun); the table in
+ * cli/provision/provision.c picks one per node.
+ */
+#ifndef DDP_CLI_PROVISION_H
+#define DDP_CLI_PROVISION_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cli/cli.h"
+
+struct ddp_job;
+
+struct ddp__prov_ctx {
+    const char *self;     /* this ddprun's path: the default ddprun on the nodes */
+    const sigset_t *mask; /* the signal mask the child starts with */
+    /* The agents outlive this launcher (a takeover wait, cli/agent/agent_link.h): a launcher's death
+     * does not end them (local and SSH nodes). */
+    bool detach;
+    /* Not NULL: rejoin the agents of this job id waiting for a new launcher
+     * (`ddprun agent --rejoin JOB NODE`) rather than start new ones (local and SSH nodes). */
+    const char *rejoin;
+};
+
+struct ddp__prov_ops {
+    const char *name; /* "local", "ssh", "srun" */
+    /* Starts node i's agent (out: its pid and pipes); 0, or -1 with errno. */
+    int (*start)(const struct ddp_job *job, size_t i, const struct ddp__prov_ctx *ctx,
+                 struct ddp__child *out);
+    /*
+     * Ends the agent process pid at once. Level 1 lets it take down what it started where it
+     * runs (an SSH bridge has the remote session killed) before it goes; level 2 SIGKILLs its
+     * process group.
+     */
+    void (*end)(pid_t pid, int level);
+    /* Why an agent that ended with wait status st is gone, for "node 'x' lost: ...". */
+    void (*describe)(int st, bool joining, char *buf, size_t n);
+};
+
+extern const struct ddp__prov_ops ddp__prov_local, ddp__prov_ssh, ddp__prov_srun;
+
+/* The provisioner for node i of the job: local for localhost, 127.0.0.1 and ::1, else srun
+ * (launcher: srun, cli/spec/job.h) or SSH. */
+const struct ddp__prov_ops *ddp__provisioner(const struct ddp_job *job, size_t i);
+
+#endif

@@ -1,0 +1,89 @@
+/* The job spec's nodes key: hosts and their slots (cli/spec/job_values.h). */
+#include "cli/spec/job.h"
+#include "cli/spec/job_values.h"
+#include "cli/spec/ytree.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static const char *const node_keys[] = {"host", "slots", NULL};
+
+/*
+ * Other tools' host syntax is an error naming the right form, never a host literally called
+ * "gpu1:4" (Horovod's host:slots) or "gpu1 slots=4" (a DeepSpeed or Open MPI hostfile line).
+ * An IPv6 address has more than one colon and is a host.
+ */
+static int check_host_syntax(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *h)
+{
+    const char *colon = strchr(h, ':');
+    char *end;
+    if (colon && !strchr(colon + 1, ':') && colon[1] && (strtol(colon + 1, &end, 10), !*end)) {
+        ddp__jv_err(c, n,
+                    "node '%s' looks like Horovod's host:slots; in a job file write "
+                    "{host: %.*s, slots: %s}",
+                    h, (int)(colon - h), h, colon + 1);
+        return -1;
+    }
+    const char *sp = strpbrk(h, " \t");
+    if (sp) {
+        const char *slots = strstr(h, "slots=");
+        if (slots)
+            ddp__jv_err(c, n,
+                        "node '%s' is a hostfile line; in a job file write {host: %.*s, "
+                        "slots: %s}",
+                        h, (int)(sp - h), h, slots + 6);
+        else
+            ddp__jv_err(c, n, "node '%s' is not a host name (no spaces)", h);
+        return -1;
+    }
+    return 0;
+}
+
+int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
+                   int **slots_given)
+{
+    if (n->type != DDP_Y_SEQ || n->n == 0) {
+        ddp__jv_err(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
+        return -1;
+    }
+    j->nodes = calloc(n->n, sizeof(*j->nodes));
+    *slots_given = calloc(n->n, sizeof(int));
+    if (!j->nodes || !*slots_given)
+        return -1;
+    for (size_t i = 0; i < n->n; i++) {
+        const struct ddp_ynode *e = n->kids[i], *host = e;
+        if (e->type == DDP_Y_MAP) {
+            if (ddp__jv_check_keys(c, e, "a node", node_keys) < 0)
+                return -1;
+            if (!(host = ddp__ytree_get(e, "host"))) {
+                ddp__jv_err(c, e, "a node needs 'host'");
+                return -1;
+            }
+            const struct ddp_ynode *s = ddp__ytree_get(e, "slots");
+            if (s && ddp__jv_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
+                return -1;
+        }
+        if (ddp__jv_str(c, host, "host", &j->nodes[i].host) < 0)
+            return -1;
+        j->nnodes = i + 1; /* counted now, so an error below still frees it */
+        if (check_host_syntax(c, host, j->nodes[i].host) < 0)
+            return -1;
+    }
+    const char **hosts = malloc(j->nnodes * sizeof(*hosts));
+    size_t dup, first;
+    if (!hosts)
+        return -1;
+    for (size_t i = 0; i < j->nnodes; i++)
+        hosts[i] = j->nodes[i].host;
+    bool found = ddp__ytree_find_dup(hosts, j->nnodes, &dup, &first);
+    free(hosts);
+    if (found) {
+        const struct ddp_ynode *e = n->kids[dup];
+        ddp__jv_err(c, e->type == DDP_Y_MAP ? ddp__ytree_get(e, "host") : e,
+                    "node '%s' is listed twice", j->nodes[dup].host);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,210 @@
+/*
+ * The job spec's pipeline section (cli/spec/job_values.h): the stages' split (layers per stage),
+ * from the spec, a plan file or PipeDream's planner on a profile, the ranks of each stage, the
+ * schedule and its microbatches. What it means for a round's ranks is cli/spec/pipe_layout.c's.
+ */
+#include "cli/spec/job.h"
+#include "cli/spec/job_values.h"
+#include "cli/spec/pipe_layout.h"
+#include "pipeline/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static const char *const pipe_keys[] = {
+    "split", "replicas", "plan", "auto", "schedule", "microbatches", "microbatch_size", NULL};
+static const char *const auto_keys[] = {"profile", "bandwidth", "memory", "straight", NULL};
+
+#define MAX_STAGES 4096
+
+/* A list of whole numbers 1..hi: *out (malloc'd), *n. */
+static int int_list(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what, long hi,
+                    int **out, int *count)
+{
+    if (n->type != DDP_Y_SEQ || n->n == 0 || n->n > MAX_STAGES) {
+        ddp__jv_err(c, n, "%s must be a list of 1 to %d whole numbers, one per stage ([2, 1, 1])",
+                    what, MAX_STAGES);
+        return -1;
+    }
+    if (!(*out = calloc(n->n, sizeof(int))))
+        return -1;
+    *count = (int)n->n;
+    for (size_t k = 0; k < n->n; k++)
+        if (ddp__jv_int(c, n->kids[k], what, 1, hi, &(*out)[k]) < 0)
+            return -1;
+    return 0;
+}
+
+/* A path value: *out (freed first) the path resolved against basedir. */
+static int path_value(const struct ddp__jctx *c, const struct ddp_ynode *n, const char *what,
+                      const char *basedir, char **out)
+{
+    if (ddp__jv_str(c, n, what, out) < 0)
+        return -1;
+    char *abs = ddp__jv_path(basedir, *out);
+    free(*out);
+    *out = abs;
+    return abs ? 0 : -1;
+}
+
+static int load_auto(const struct ddp__jctx *c, const struct ddp_ynode *a, const char *basedir,
+                     struct ddp_job_pipeline *p)
+{
+    const struct ddp_ynode *n;
+    if (a->type != DDP_Y_MAP) {
+        ddp__jv_err(c, a,
+                    "pipeline.auto must be a mapping: {profile: graph.txt, bandwidth: 1Gbit}");
+        return -1;
+    }
+    if (ddp__jv_check_keys(c, a, "pipeline.auto", auto_keys) < 0)
+        return -1;
+    if (!(n = ddp__ytree_get(a, "profile")) || !ddp__ytree_get(a, "bandwidth")) {
+        ddp__jv_err(c, a,
+                    "pipeline.auto needs profile (a PipeDream graph.txt, as ddprun-fmnist "
+                    "--profile-graph writes) and bandwidth (between nodes: 1Gbit; or within a "
+                    "node and between nodes: [100Gbit, 1Gbit])");
+        return -1;
+    }
+    if (path_value(c, n, "pipeline.auto.profile", basedir, &p->profile) < 0)
+        return -1;
+    n = ddp__ytree_get(a, "bandwidth");
+    size_t cnt = n->type == DDP_Y_SEQ ? n->n : 1;
+    if (n->type == DDP_Y_MAP || cnt < 1 || cnt > 2) {
+        ddp__jv_err(c, n,
+                    "pipeline.auto.bandwidth is a link rate (1Gbit: between all ranks) or two "
+                    "([100Gbit, 1Gbit]: within a node, between nodes)");
+        return -1;
+    }
+    size_t len = 0;
+    for (size_t k = 0; k < cnt; k++) {
+        const struct ddp_ynode *e = n->type == DDP_Y_SEQ ? n->kids[k] : n;
+        double bps;
+        if (ddp__jv_scalar(c, e, "pipeline.auto.bandwidth") < 0)
+            return -1;
+        if (!ddp__pipe_parse_rate(e->str, &bps)) {
+            ddp__jv_err(c, e,
+                        "pipeline.auto.bandwidth: '%s' is not a link rate (10Gbit, 100Mbit/s, "
+                        "1.25GB/s, or bytes/s)",
+                        e->str);
+            return -1;
+        }
+        len += strlen(e->str) + 1;
+    }
+    if (!(p->bandwidth = calloc(len + 1, 1)))
+        return -1;
+    size_t o = 0;
+    for (size_t k = 0; k < cnt; k++) {
+        const struct ddp_ynode *e = n->type == DDP_Y_SEQ ? n->kids[k] : n;
+        o += (size_t)snprintf(p->bandwidth + o, len + 1 - o, "%s%s", k ? "," : "", e->str);
+    }
+    if ((n = ddp__ytree_get(a, "memory"))) {
+        double b;
+        if (ddp__jv_str(c, n, "pipeline.auto.memory", &p->memory) < 0)
+            return -1;
+        if (!ddp__pipe_parse_bytes(p->memory, &b)) {
+            ddp__jv_err(c, n, "pipeline.auto.memory: '%s' is not a size (16GB, 16GiB, bytes)",
+                        p->memory);
+            return -1;
+        }
+    }
+    if ((n = ddp__ytree_get(a, "straight")) &&
+        ddp__jv_bool(c, n, "pipeline.auto.straight", &p->straight) < 0)
+        return -1;
+    return 0;
+}
+
+int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
+                      struct ddp_job *j)
+{
+    struct ddp_job_pipeline *p = &j->pipe;
+    const struct ddp_ynode *n, *split, *plan, *au;
+    if (sub->type != DDP_Y_MAP) {
+        ddp__jv_err(c, sub,
+                    "pipeline must be a mapping: {split: [2, 1, 1], replicas: [1, 2, 1]}, "
+                    "{plan: FILE} or {auto: {profile: FILE, bandwidth: RATE}}");
+        return -1;
+    }
+    if (ddp__jv_check_keys(c, sub, "pipeline", pipe_keys) < 0)
+        return -1;
+    p->on = true;
+    p->microbatches = 4;
+    split = ddp__ytree_get(sub, "split");
+    plan = ddp__ytree_get(sub, "plan");
+    au = ddp__ytree_get(sub, "auto");
+    if ((split != NULL) + (plan != NULL) + (au != NULL) != 1) {
+        ddp__jv_err(c, sub,
+                    "pipeline needs one of split (layers per stage: [2, 1, 1]), plan (a "
+                    "graph.txt with stage_id, as ddprun pipeline plan --output writes) or auto "
+                    "({profile: FILE, bandwidth: RATE}: planned for the job's ranks)%s",
+                    split || plan || au ? ", not several" : "");
+        return -1;
+    }
+    if (split && int_list(c, split, "pipeline.split", 1000000, &p->split, &p->nsplit) < 0)
+        return -1;
+    if (plan && path_value(c, plan, "pipeline.plan", basedir, &p->plan_file) < 0)
+        return -1;
+    if (au && load_auto(c, au, basedir, p) < 0)
+        return -1;
+    if ((n = ddp__ytree_get(sub, "replicas"))) {
+        if (au) {
+            ddp__jv_err(c, n,
+                        "pipeline.replicas goes with split or plan; with auto the planner "
+                        "chooses each stage's replicas");
+            return -1;
+        }
+        if (int_list(c, n, "pipeline.replicas", 1000000, &p->replicas, &p->nreplicas) < 0)
+            return -1;
+        if (split && p->nreplicas != p->nsplit) {
+            ddp__jv_err(c, n, "pipeline.replicas has %d count%s for the %d stage%s of split",
+                        p->nreplicas, p->nreplicas == 1 ? "" : "s", p->nsplit,
+                        p->nsplit == 1 ? "" : "s");
+            return -1;
+        }
+    }
+    if ((n = ddp__ytree_get(sub, "schedule")) &&
+        ddp__jv_enum(c, n, "pipeline.schedule", "1f1b", "flush", &p->flush) < 0)
+        return -1;
+    if ((n = ddp__ytree_get(sub, "microbatches"))) {
+        if (!p->flush) {
+            ddp__jv_err(c, n,
+                        "pipeline.microbatches is for schedule: flush (minibatches per "
+                        "update); 1F1B updates after every minibatch");
+            return -1;
+        }
+        if (ddp__jv_int(c, n, "pipeline.microbatches", 1, 1000000, &p->microbatches) < 0)
+            return -1;
+    }
+    if ((n = ddp__ytree_get(sub, "microbatch_size")) &&
+        ddp__jv_int(c, n, "pipeline.microbatch_size", 1, 1000000000, &p->microbatch_size) < 0)
+        return -1;
+    /* What the job's whole set of ranks makes of it, now: a bad plan file or profile, or
+     * replicas that do not add up to the ranks, is an error at load time. */
+    struct ddp__pipe_layout L;
+    char err[1024];
+    int r = ddp__pipe_layout_job(j, &L, err, sizeof(err));
+    if (r < 0) {
+        const struct ddp_ynode *rep = ddp__ytree_get(sub, "replicas");
+        ddp__jv_err(c,
+                    rep && strstr(err, "ranks") ? rep
+                    : split                     ? split
+                    : plan                      ? plan
+                                                : au,
+                    "%s", err);
+        return -1;
+    }
+    ddp__pipe_layout_release(&L);
+    return 0;
+}
+
+void ddp__job_pipeline_free(struct ddp_job_pipeline *p)
+{
+    free(p->split);
+    free(p->replicas);
+    free(p->plan_file);
+    free(p->profile);
+    free(p->bandwidth);
+    free(p->memory);
+    memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,417 @@
+/* The launcher's node agents as processes (cli/supervisor/nodes.h). */
+#include "cli/supervisor/nodes.h"
+#include "cli/proto/agent_proto.h"
+#include "cli/spec/job.h"
+#include "common/err.h"
+#include "common/util.h"
+#include "rendezvous/loop.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define HELD_MAX (32u << 20) /* an agent holds at most 16 MiB of output (cli/agent/agent_link.c) */
+#define SAME_DDPRUN                                                                                \
+    "the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; "           \
+    "`ddprun doctor` compares them)"
+
+int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
+                    const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb)
+{
+    memset(n, 0, sizeof(*n));
+    n->loop = loop;
+    n->job = job;
+    n->ctx = *ctx;
+    n->cb = *cb;
+    if (!(n->p = calloc(job->nnodes, sizeof(*n->p))))
+        return DDP_ENOMEM;
+    for (size_t i = 0; i < job->nnodes; i++) {
+        n->p[i].owner = n;
+        n->p[i].index = (int)i;
+        n->p[i].prov = ddp__provisioner(job, i);
+        n->p[i].ch.in_fd = n->p[i].ch.out_fd = n->p[i].ch.err_fd = -1;
+    }
+    return 0;
+}
+
+static void close_fd(struct ddp__nodes *n, int *fd, bool watched)
+{
+    if (*fd < 0)
+        return;
+    if (watched)
+        ddp_loop_del(n->loop, *fd);
+    close(*fd);
+    *fd = -1;
+}
+
+void ddp__nodes_release(struct ddp__nodes *n)
+{
+    for (size_t i = 0; n->p && i < n->job->nnodes; i++) {
+        struct ddp__node_proc *p = &n->p[i];
+        close_fd(n, &p->ch.in_fd, false);
+        close_fd(n, &p->ch.out_fd, true);
+        close_fd(n, &p->ch.err_fd, true);
+        ddp_buf_release(&p->rx);
+        ddp_buf_release(&p->erx);
+        ddp_buf_release(&p->held);
+    }
+    free(n->p);
+    n->p = NULL;
+}
+
+static void send_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->ch.in_fd >= 0 && ddp_write_all(p->ch.in_fd, b->data, b->len) < 0)
+        close_fd(n, &p->ch.in_fd, false); /* the agent is gone; its reaping tells the rest */
+}
+
+/* The OUTPUT frames handed over (shown) or dropped for good: the agent need not keep them for
+ * a next launcher. */
+static void send_ack(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (!n->ctx.detach || p->acked == p->outputs)
+        return;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_ACK);
+    ddp_buf_put_u64(&b, p->outputs);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+    p->acked = p->outputs;
+}
+
+void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    p->holding = false;
+    while (ddp__agent_next(&p->held, &type, &body, &len) > 0) {
+        if (deliver)
+            n->cb.frame(n->cb.arg, i, type, body, len);
+        p->outputs++;
+    }
+    p->outputs += p->held_dropped;
+    p->held_dropped = 0;
+    ddp_buf_release(&p->held);
+    send_ack(n, i);
+}
+
+bool ddp__nodes_counts(const struct ddp__nodes *n, int i, struct ddp__node_counts *c)
+{
+    *c = n->p[i].counts;
+    return n->p[i].has_counts;
+}
+
+uint32_t ddp__nodes_free_port(const struct ddp__nodes *n, int i)
+{
+    return n->p[i].hello ? n->p[i].port : 0;
+}
+
+void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    snprintf(p->refused, sizeof(p->refused), "%s", why);
+    char msg[500];
+    int m = snprintf(msg, sizeof(msg), "ddprun: error: the agent on '%s' %s", n->job->nodes[i].host,
+                     why);
+    n->cb.message(n->cb.arg, i, msg, (size_t)m < sizeof(msg) ? (size_t)m : sizeof(msg) - 1);
+    p->hello = false; /* what else it sends is dropped */
+    ddp__nodes_end(n, i, 1);
+}
+
+/* Agent i's first frame: its HELLO, of our protocol. Else false, said why. */
+static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t *body, size_t len)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    uint32_t proto;
+    int counts, port;
+    char ver[DDP__AGENT_VERSION_MAX + 1];
+    if (type != DDP__AG_AGENT_HELLO)
+        snprintf(p->refused, sizeof(p->refused),
+                 "did not say its version first: a ddprun older than this one (%s) runs there",
+                 DDP_VERSION);
+    else if (ddp__agent_get_hello(body, len, &proto, ver, sizeof(ver)) < 0)
+        snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO");
+    else if (proto != DDP__AGENT_PROTO)
+        snprintf(p->refused, sizeof(p->refused),
+                 "is ddprun %s (agent protocol %u), this is ddprun %s (protocol %u)", ver, proto,
+                 DDP_VERSION, DDP__AGENT_PROTO);
+    else if ((counts = ddp__agent_get_hello_counts(body, len, &p->counts)) < 0)
+        snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO (its node's counts)");
+    else if ((port = ddp__agent_get_hello_port(body, len, &p->port)) < 0)
+        snprintf(p->refused, sizeof(p->refused), "sent a malformed HELLO (its free port)");
+    else {
+        p->has_counts = counts == 0; /* an agent of 0.1.0 before them sends none */
+        if (port != 0)
+            p->port = 0; /* nor one before it a port */
+        return p->hello = true;
+    }
+    char msg[400];
+    int m = snprintf(msg, sizeof(msg), "ddprun: error: the agent on '%s' %s; " SAME_DDPRUN,
+                     n->job->nodes[i].host, p->refused);
+    n->cb.message(n->cb.arg, i, msg, (size_t)m < sizeof(msg) ? (size_t)m : sizeof(msg) - 1);
+    return false;
+}
+
+/* Reads what agent i wrote and hands over its frames: 1 when something was read, 0 when
+ * nothing was waiting, -1 at EOF. */
+static int read_frames(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->ch.out_fd < 0 || ddp_buf_reserve(&p->rx, 65536) < 0)
+        return -1;
+    ssize_t r = ddp_read_eintr(p->ch.out_fd, p->rx.data + p->rx.len, p->rx.cap - p->rx.len);
+    if (r == -EAGAIN)
+        return 0;
+    if (r <= 0) {
+        close_fd(n, &p->ch.out_fd, true);
+        return -1;
+    }
+    p->rx.len += (size_t)r;
+    uint8_t type;
+    const uint8_t *body;
+    size_t len;
+    int k;
+    bool refused = false;
+    while ((k = ddp__agent_next(&p->rx, &type, &body, &len)) > 0) {
+        if (!p->hello) {
+            if (p->refused[0]) { /* refused already: what else it sends is dropped */
+                p->rx.len = p->rx.off = 0;
+                return 1;
+            }
+            if (!(refused = !agent_hello(n, i, type, body, len)))
+                continue;
+            break;
+        }
+        if (ddp__agent_acked(type) && p->holding) {
+            if (p->held.len + len + 5 <= HELD_MAX) {
+                size_t pos = ddp__agent_begin(&p->held, type);
+                ddp_buf_put(&p->held, body, len);
+                ddp__agent_end(&p->held, pos);
+            } else {
+                p->held_dropped++; /* dropped for good */
+            }
+            continue;
+        }
+        n->cb.frame(n->cb.arg, i, type, body, len);
+        p->outputs += ddp__agent_acked(type);
+    }
+    ddp_buf_compact(&p->rx);
+    send_ack(n, i);
+    if (k < 0) { /* a refusal said its own why */
+        char msg[300];
+        int m = snprintf(msg, sizeof(msg),
+                         "ddprun: error: bad frame from the agent on '%s'; "
+                         "ending it",
+                         n->job->nodes[i].host);
+        n->cb.message(n->cb.arg, i, msg, (size_t)m);
+    }
+    if (k < 0 || refused) {
+        p->rx.len = p->rx.off = 0;
+        /* Level 1: an SSH bridge, still connected, has the remote session killed (SIGKILL of
+         * the bridge would leave the agent there); a local agent's process group ends. */
+        ddp__nodes_end(n, i, 1);
+    }
+    return 1;
+}
+
+/* Reads agent i's stderr (its own messages and, over SSH, the bridge's and the remote
+ * agent's): each line goes to cb.message. At EOF the rest goes out and the pipe closes. */
+static void read_messages(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    for (;;) {
+        if (p->ch.err_fd < 0 || ddp_buf_reserve(&p->erx, 4096) < 0)
+            return;
+        ssize_t r = ddp_read_eintr(p->ch.err_fd, p->erx.data + p->erx.len, p->erx.cap - p->erx.len);
+        if (r == -EAGAIN)
+            return;
+        if (r > 0)
+            p->erx.len += (size_t)r;
+        char *s, *nl;
+        while ((s = (char *)p->erx.data + p->erx.off),
+               (nl = memchr(s, '\n', ddp_buf_pending(&p->erx)))) {
+            n->cb.message(n->cb.arg, i, s, (size_t)(nl - s));
+            p->erx.off += (size_t)(nl - s) + 1;
+        }
+        if (r <= 0 || ddp_buf_pending(&p->erx) > 4000) { /* EOF, or a line without end */
+            if (ddp_buf_pending(&p->erx))
+                n->cb.message(n->cb.arg, i, (char *)p->erx.data + p->erx.off,
+                              ddp_buf_pending(&p->erx));
+            p->erx.off = p->erx.len;
+        }
+        ddp_buf_compact(&p->erx);
+        if (r <= 0) {
+            close_fd(n, &p->ch.err_fd, true);
+            ddp_buf_release(&p->erx);
+            return;
+        }
+    }
+}
+
+static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)mask;
+    struct ddp__node_proc *p = arg;
+    read_frames(p->owner, p->index);
+}
+
+static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)mask;
+    struct ddp__node_proc *p = arg;
+    read_messages(p->owner, p->index);
+}
+
+int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
+        return -1;
+    ddp_buf_init(&p->rx);
+    ddp_buf_init(&p->erx);
+    p->outputs = p->acked = p->held_dropped = 0;
+    ddp_buf_release(&p->held);
+    p->holding = !join;
+    p->hello = p->has_counts = false;
+    p->refused[0] = '\0';
+    ddp_loop_add(n->loop, p->ch.err_fd, DDP_LOOP_READ, on_err, p);
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL, 0) == 0)
+        send_frame(n, i, &b); /* first, before JOIN or what a rejoined agent is told */
+    ddp_buf_release(&b);
+    if (join) {
+        ddp_buf_init(&b);
+        if (ddp__agent_put_join(&b, join) == 0)
+            send_frame(n, i, &b);
+        explicit_bzero(b.data, b.len); /* it holds the token */
+        ddp_buf_release(&b);
+    }
+    return ddp_loop_add(n->loop, p->ch.out_fd, DDP_LOOP_READ, on_out, p);
+}
+
+void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_put_start(&b, st) == 0)
+        send_frame(n, i, &b);
+    explicit_bzero(b.data, b.len);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STOP);
+    ddp_buf_put_u64(&b, grace_ms);
+    ddp_buf_put_u8(&b, (uint8_t)sig);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_SIGNAL);
+    ddp_buf_put_u8(&b, (uint8_t)sig);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *local, int nlocal)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STACKS);
+    ddp_buf_put_u32(&b, req);
+    ddp_buf_put_u32(&b, (uint32_t)nlocal);
+    for (int k = 0; k < nlocal; k++)
+        ddp_buf_put_u32(&b, (uint32_t)local[k]);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+}
+
+void ddp__nodes_close(struct ddp__nodes *n, int i)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_BYE);
+    ddp__agent_end(&b, pos);
+    send_frame(n, i, &b);
+    ddp_buf_release(&b);
+    close_fd(n, &n->p[i].ch.in_fd, false);
+}
+
+void ddp__nodes_end(struct ddp__nodes *n, int i, int level)
+{
+    if (n->p[i].ch.pid > 0)
+        n->p[i].prov->end(n->p[i].ch.pid, level);
+}
+
+pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i)
+{
+    return n->p[i].ch.pid;
+}
+
+bool ddp__nodes_all_gone(const struct ddp__nodes *n)
+{
+    for (size_t i = 0; i < n->job->nnodes; i++)
+        if (n->p[i].ch.pid)
+            return false;
+    return true;
+}
+
+void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
+                         size_t len)
+{
+    if (n->p[i].refused[0])
+        snprintf(buf, len, "its agent %s", n->p[i].refused);
+    else
+        n->p[i].prov->describe(st, joining, buf, len);
+}
+
+bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st)
+{
+    for (size_t k = 0; k < n->job->nnodes; k++) {
+        struct ddp__node_proc *p = &n->p[k];
+        if (p->ch.pid != pid)
+            continue;
+        /* What it wrote before exiting may still sit in the pipes (the signal can be read
+         * first): take it before telling how it ended. A child of its may still hold its
+         * stderr: what it said is in. */
+        while (read_frames(n, (int)k) > 0) {
+        }
+        read_messages(n, (int)k);
+        close_fd(n, &p->ch.out_fd, true);
+        close_fd(n, &p->ch.err_fd, true);
+        close_fd(n, &p->ch.in_fd, false);
+        ddp_buf_release(&p->rx);
+        ddp_buf_release(&p->erx);
+        p->ch.pid = 0;
+        n->cb.ended(n->cb.arg, (int)k, st);
+        return true;
+    }
+    return false;
+}

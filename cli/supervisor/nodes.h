@@ -1,0 +1,107 @@
+/*
+ * The launcher's node agents as processes: one per node, started through its provisioner
+ * (cli/provision/provision.h), sent the agent frames (cli/proto/agent_proto.h) on its stdin. What comes back
+ * is handed to the supervisor through callbacks on the launcher's loop: each whole frame, each
+ * line the agent (or its SSH bridge) writes on stderr, and its end once the launcher has
+ * reaped it (ddp__nodes_reaped) and read the last of its output.
+ */
+#ifndef DDP_CLI_NODES_H
+#define DDP_CLI_NODES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cli/sys/devices.h"
+#include "cli/provision/provision.h"
+#include "common/buf.h"
+
+struct ddp_loop;
+struct ddp_job;
+struct ddp__agent_join;
+struct ddp__agent_start;
+
+struct ddp__nodes_cb {
+    void (*frame)(void *arg, int node, uint8_t type, const uint8_t *body, size_t len);
+    void (*message)(void *arg, int node, const char *line, size_t n);
+    /* The agent process ended with wait status st (its last frames were delivered first). */
+    void (*ended)(void *arg, int node, int st);
+    void *arg;
+};
+
+struct ddp__nodes;
+
+struct ddp__node_proc {
+    struct ddp__nodes *owner; /* for the loop's callbacks */
+    int index;
+    const struct ddp__prov_ops *prov;
+    struct ddp__child ch; /* pid 0 when none runs */
+    struct ddp_buf rx, erx;
+    uint64_t outputs, acked; /* OUTPUT, ERROR frames handed over on this link, and acknowledged */
+    bool hello;              /* its HELLO came, of our protocol (cli/proto/agent_proto.h) */
+    bool has_counts;         /* and said what its node gives ranks (an older agent does not) */
+    struct ddp__node_counts counts;
+    uint32_t port;     /* a port it found free on its node (its HELLO), 0: none said */
+    char refused[320]; /* why its link was refused (another ddprun), for describe */
+    bool holding;      /* rejoined: its OUTPUT, ERROR frames are held until STATE */
+    struct ddp_buf held;
+    uint64_t held_dropped; /* and those beyond the bound, counted once the others are */
+};
+
+struct ddp__nodes {
+    struct ddp_loop *loop;
+    const struct ddp_job *job;
+    struct ddp__prov_ctx ctx;
+    struct ddp__nodes_cb cb;
+    struct ddp__node_proc *p; /* one per node of the job */
+};
+
+int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
+                    const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb);
+/* Closes what is left (the processes must have been reaped). */
+void ddp__nodes_release(struct ddp__nodes *n);
+
+/* Starts node i's agent and sends it HELLO and JOIN; 0, or -1 with errno. join NULL: rejoins a
+ * waiting agent (ctx.rejoin), whose first frame after HELLO other than OUTPUT and ERROR is STATE:
+ * those before it (which the last launcher may not have shown, of a round STATE names) are held
+ * until ddp__nodes_flush_held. With ctx.detach, the OUTPUT and ERROR frames handed over (or
+ * dropped) are acknowledged (ACK) after each read. */
+int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
+/* A rejoined agent's OUTPUT frames held until its STATE: handed over to cb.frame (deliver) or
+ * dropped; from now on its frames are handed over as they come. */
+void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver);
+/* START for a round. */
+void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st);
+/* STOP: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms; grace_ms 0 kills at once. */
+void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig);
+/* SIGNAL: sig to each running worker. */
+void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig);
+/* STACKS: the native stacks of these local ranks (nlocal 0: all), answered by STACKS_REPLY
+ * with req. */
+void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *local, int nlocal);
+/* BYE and EOF on the agent's stdin: it stops what runs and exits. */
+void ddp__nodes_close(struct ddp__nodes *n, int i);
+/* Ends node i's agent process at once (level 1, then 2: see ddp__prov_ops.end). */
+void ddp__nodes_end(struct ddp__nodes *n, int i, int level);
+
+/* What node i's agent said its node gives ranks (its HELLO); false when it said nothing. */
+bool ddp__nodes_counts(const struct ddp__nodes *n, int i, struct ddp__node_counts *c);
+/* A port node i's agent found free on its node when it started (its HELLO), 0 when it said
+ * none: MASTER_PORT where it is node 0 and rank 0 hosts the TCPStore. */
+uint32_t ddp__nodes_free_port(const struct ddp__nodes *n, int i);
+/* Refuses node i's agent for why (the message names the node; describe says it): it is
+ * ended. */
+void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why);
+
+/* The pid of node i's agent process, 0 when none runs. */
+pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i);
+bool ddp__nodes_all_gone(const struct ddp__nodes *n);
+/* Why node i's agent that ended with st is gone ("the SSH connection to it ended", ...). */
+void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
+                         size_t len);
+/* A child was reaped: when it was an agent, its output is read to the end and cb.ended is
+ * called. True when pid was one. */
+bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st);
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * A round's start (cli/supervisor/supervisor.h): once the rendezvous closes, the members' ranks are
+ * numbered contiguously in node order, a pipeline's stages planned for them, MASTER_ADDR
+ * chosen, the views told, and each member sent START. Part of the supervisor; called by its
+ * policy (cli/supervisor/rounds.c), it calls only downward (nodes, views, records, the pipeline layout).
+ */
+#include "cli/proto/agent_proto.h"
+#include "cli/cli.h"
+#include "cli/spec/pipe_layout.h"
+#include "cli/supervisor/supervisor.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/banned.h"
+
+static const char *host_of(int node)
+{
+    return ddp__supervisor.job->nodes[node].host;
+}
+
+/* Every address of this machine but loopback and IPv6 link-local ones, as "ip:port,..."
+ * (IPv6 in brackets); false when it has none. */
+static bool all_addrs(char *out, size_t n)
+{
+    struct ifaddrs *ifs = NULL;
+    size_t l = 0;
+    out[0] = '\0';
+    if (getifaddrs(&ifs) != 0)
+        return false;
+    for (struct ifaddrs *f = ifs; f; f = f->ifa_next) {
+        char ip[INET6_ADDRSTRLEN];
+        if (!f->ifa_addr || !(f->ifa_flags & IFF_UP) || (f->ifa_flags & IFF_LOOPBACK))
+            continue;
+        int fam = f->ifa_addr->sa_family;
+        const void *a =
+            fam == AF_INET    ? (const void *)&((struct sockaddr_in *)f->ifa_addr)->sin_addr
+            : fam == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)f->ifa_addr)->sin6_addr
+                              : NULL;
+        if (!a || (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a)) ||
+            !inet_ntop(fam, a, ip, sizeof(ip)))
+            continue;
+        int w = snprintf(out + l, n - l, fam == AF_INET6 ? "%s[%s]:%d" : "%s%s:%d", l ? "," : "",
+                         ip, ddp__supervisor.store_port);
+        if (w < 0 || (size_t)w >= n - l)
+            break;
+        l += (size_t)w;
+    }
+    freeifaddrs(ifs);
+    return l > 0;
+}
+
+void ddp__sup_node_store_addr(int i, char *out, size_t n)
+{
+    snprintf(out, n, "%s", ddp__supervisor.store_addr);
+    if (ddp__supervisor.first_remote && ddp__supervisor.wildcard) {
+        char ip[INET6_ADDRSTRLEN];
+        const char *toward = ddp__job_host_is_local(host_of(i)) ? ddp__supervisor.first_remote
+                                                                : ddp__sup_node_addr(i);
+        if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
+            snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, ddp__supervisor.store_port);
+        else if (!all_addrs(out, n)) /* no route known from here: the node tries each */
+            snprintf(out, n, "%s", ddp__supervisor.store_addr);
+    }
+}
+
+int ddp__sup_start_round(char *why, size_t whylen)
+{
+    const struct ddp_job *j = ddp__supervisor.job;
+    ddp__sup_release_ranks();
+    int room = 0; /* the round's ranks, as its nodes counted them */
+    for (size_t i = 0, nm = 0; i < j->nnodes && nm < (size_t)j->max_nodes; i++)
+        if (ddp__supervisor.nd[i].state == DDP__NS_READY)
+            room += j->nodes[i].slots, nm++;
+    if (ddp__sup_ranks_reserve(room) < 0) {
+        snprintf(why, whylen, "out of memory for the round's ranks");
+        return -1;
+    }
+    ddp__supervisor.world = ddp__supervisor.nmembers = 0;
+    ddp__supervisor.ranks_up = ddp__supervisor.ranks_done = ddp__supervisor.ranks_ok = 0;
+    ddp__supervisor.first_fail = -1;
+    char names[2048] = "";
+    size_t nl = 0;
+    int first = -1;
+    for (size_t i = 0; i < j->nnodes && ddp__supervisor.nmembers < j->max_nodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+        if (a->state != DDP__NS_READY)
+            continue;
+        if (first < 0)
+            first = (int)i;
+        a->state = DDP__NS_RUNNING; /* a member: its START follows */
+        a->member_index = ddp__supervisor.nmembers++;
+        a->rank_offset = ddp__supervisor.world;
+        for (int l = 0; l < j->nodes[i].slots; l++) {
+            struct ddp__sup_rank *r = &ddp__supervisor.rk[ddp__supervisor.world];
+            r->node = (int)i;
+            r->local = l;
+            ddp__supervisor.world++;
+        }
+        int w = snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", host_of((int)i));
+        if (w > 0 && nl + (size_t)w < sizeof(names))
+            nl += (size_t)w;
+    }
+    /* A pipeline's stages for this round's ranks (pipeline.auto plans them anew). */
+    char **env = ddp__supervisor.env;
+    int nowned = 0, *ms = calloc(j->nnodes + 1, sizeof(int)), nm = 0;
+    for (size_t i = 0; ms && i < j->nnodes; i++)
+        if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING)
+            ms[nm++] = j->nodes[i].slots;
+    if (j->pipe.on && !(env = ddp__pipe_round_env(&j->pipe, ddp__supervisor.env, ms, nm, &nowned,
+                                                  why + 10, whylen - 10))) {
+        free(ms);
+        memcpy(why, "pipeline: ", 10);
+        for (size_t i = 0; i < j->nnodes; i++) /* no member started: each agent just leaves */
+            if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING)
+                ddp__supervisor.nd[i].state = DDP__NS_READY;
+        ddp__supervisor.world = ddp__supervisor.nmembers = 0;
+        return -1;
+    }
+    free(ms);
+    /* With remote nodes, every node (the local ones too) must use addresses the others can
+     * reach: MASTER_ADDR is the first member's, or this machine's routable address. */
+    char master[256] = "127.0.0.1";
+    if (ddp__supervisor.first_remote) {
+        if (!ddp__job_host_is_local(host_of(first)))
+            snprintf(master, sizeof(master), "%s", ddp__sup_node_addr(first));
+        else if (ddp__route_source(ddp__supervisor.first_remote, master, sizeof(master)) < 0)
+            snprintf(master, sizeof(master), "127.0.0.1");
+    }
+    /* Rank 0's own TCPStore (rendezvous.torch_store: rank0) binds MASTER_PORT on node 0: a port
+     * its agent found free there when it started, where node 0 is another machine (the same
+     * in every round while it is node 0); else one free here now. */
+    int master_port = ddp__supervisor.torch_port;
+    if (!master_port && ddp__supervisor.first_remote && !ddp__job_host_is_local(host_of(first)))
+        master_port = (int)ddp__nodes_free_port(&ddp__supervisor.nodes, first);
+    if (!master_port)
+        master_port = ddp__free_port();
+    /* TCPStore connections from now on use this round's key space. */
+    if (ddp__supervisor.torch_port)
+        ddp_store_server_torch_round(ddp__supervisor.srv, ddp__supervisor.round);
+    /* The views learn the round's ranks before any of their output (the records open the rank
+     * logs). */
+    ddp__sup_announce_round();
+    ddp__sup_say("ddprun: round %d: %d node%s (%s), %d rank%s%s", ddp__supervisor.round,
+                 ddp__supervisor.nmembers, ddp__supervisor.nmembers == 1 ? "" : "s", names,
+                 ddp__supervisor.world, ddp__supervisor.world == 1 ? "" : "s",
+                 !ddp__supervisor.round ? ""
+                 : j->checkpoint_dir    ? "; workers restart from the last checkpoint"
+                                        : "; workers restart");
+    ddp__sup_event("membership", "nodes", names, "#world_size", (long long)ddp__supervisor.world,
+                   "#restart_count", (long long)ddp__supervisor.round, NULL);
+    ddp__supervisor.ph = DDP__PH_RUNNING;
+    ddp__sup_set_phase(ddp__supervisor.round ? "restarting workers" : "starting workers");
+    for (size_t i = 0; i < j->nnodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+        if (a->state != DDP__NS_RUNNING)
+            continue;
+        char node_store[1024], store_host[300], node_master[1024];
+        int store_port;
+        ddp__sup_node_store_addr((int)i, node_store, sizeof(node_store));
+        /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it
+         * (where the node is offered several addresses, the one its agent reached: it puts
+         * it in place of the list). */
+        snprintf(node_master, sizeof(node_master), "%s", master);
+        if (ddp__supervisor.torch_port && strchr(node_store, ','))
+            snprintf(node_master, sizeof(node_master), "%s", node_store);
+        else if (ddp__supervisor.torch_port &&
+                 ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
+            snprintf(node_master, sizeof(node_master), "%s", store_host);
+        struct ddp__agent_start st = {.token = ddp__supervisor.token,
+                                      .store_addr = node_store,
+                                      .job_id = ddp__supervisor.job_id,
+                                      .host_label = j->nodes[i].host,
+                                      .master_addr = node_master,
+                                      .master_port = (uint32_t)master_port,
+                                      .node_rank = (uint32_t)a->member_index,
+                                      .nnodes = (uint32_t)ddp__supervisor.nmembers,
+                                      .world_size = (uint32_t)ddp__supervisor.world,
+                                      .rank_offset = (uint32_t)a->rank_offset,
+                                      .nlocal = (uint32_t)j->nodes[i].slots,
+                                      .restart_count = (uint32_t)ddp__supervisor.round,
+                                      .max_restarts = (uint32_t)j->max_restarts,
+                                      .grace_ms = (uint64_t)j->stop_grace_ms,
+                                      .workdir = j->workdir,
+                                      .backend = j->backend,
+                                      .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+                                      .shell = j->shell ? j->shell : "",
+                                      .argv = j->argv,
+                                      .env = env,
+                                      /* local ranks inherit this shell's whole environment */
+                                      .shell_env = ddp__job_host_is_local(j->nodes[i].host)
+                                                       ? NULL
+                                                       : ddp__supervisor.shell_env,
+                                      .agent_store = ddp__supervisor.torch_port != 0,
+                                      .bind_to = (uint8_t)j->bind_to};
+        ddp__nodes_start_round(&ddp__supervisor.nodes, (int)i, &st);
+    }
+    for (int k = 0; k < nowned; k++)
+        free(env[k]);
+    if (env != ddp__supervisor.env)
+        free(env);
+    return 0;
+}
