@@ -67,17 +67,17 @@ struct ddp_job;
 
 /* ---- the commands (each in its file) ---- */
 
-/* `ddprun store` with its parsed options (cli/cmd/store_cmd.c). */
+/* `ddprun store` with its parsed options (cli/cmd/store.c). */
 int ddp__cmd_store(const struct ddp_cli_opts *o);
-/* `ddprun status [JOB]` and `ddprun stacks [JOB] [--rank R]` (cli/cmd/status_cmd.c). */
+/* `ddprun status [JOB]` and `ddprun stacks [JOB] [--rank R]` (cli/cmd/status.c). */
 int ddp__cmd_status(const struct ddp_cli_opts *o);
 int ddp__cmd_stacks(const struct ddp_cli_opts *o);
-/* attach, ps, logs, stop (cli/cmd/attach_cmd.c). */
+/* attach, ps, logs, stop (cli/cmd/attach.c). */
 int ddp__cmd_attach(const struct ddp_cli_opts *o);
 int ddp__cmd_ps(const struct ddp_cli_opts *o);
 int ddp__cmd_logs(const struct ddp_cli_opts *o);
 int ddp__cmd_stop(const struct ddp_cli_opts *o);
-/* `ddprun pipeline plan PROFILE` (cli/cmd/pipeline_cmd.c). */
+/* `ddprun pipeline plan PROFILE` (cli/cmd/pipeline.c). */
 int ddp__cmd_pipeline(const struct ddp_cli_opts *o);
 /* `ddprun agent` (cli/agent/agent.c). */
 int ddp__cmd_agent(void);
@@ -92,19 +92,19 @@ int ddp__cmd_ssh_bridge(int argc, char **argv);
 int ddp__cmd_smoke_worker(void);
 /* `ddprun doctor`: checks every node of the job (cli/doctor/doctor.c); 0 when all pass, else 1. */
 int ddp__doctor(const struct ddp_job *job);
-/* Its etcd part (cli/doctor/doctor_etcd.c): prints each endpoint's answer and the prefix check; the
+/* Its etcd part (cli/doctor/etcd.c): prints each endpoint's answer and the prefix check; the
  * failures' count. host/port: the first TCP endpoint, for the nodes' check (host "" if none). */
 int ddp__doctor_etcd(const struct ddp_job *job, char *host, size_t n, int *port);
-/* The file the doctor compares between nodes (cli/doctor/doctor_code.c): the program, or for python
+/* The file the doctor compares between nodes (cli/doctor/code.c): the program, or for python
  * the script (*script set), or NULL (a shell command, python -c/-m/-). */
 const char *ddp__code_file(const struct ddp_job *job, bool *script);
-/* The module a Python job runs with -m (python -m NAME), or NULL (cli/doctor/doctor_code.c). */
+/* The module a Python job runs with -m (python -m NAME), or NULL (cli/doctor/code.c). */
 const char *ddp__py_module(const struct ddp_job *job);
 /* "code HEX\n" (its SHA-256's first 8 bytes) or "code none WHY\n" for file from workdir. */
 void ddp__code_line(const char *workdir, const char *file, bool script, char *out, size_t n);
 /* The hidden `ddprun __code WORKDIR FILE program|script` the doctor runs on a node. */
 int ddp__cmd_code(int argc, char **argv);
-/* The environment of the doctor's checks on a node, as its ranks get it (cli/doctor/doctor_env.c):
+/* The environment of the doctor's checks on a node, as its ranks get it (cli/doctor/env.c):
  * for a node reached by SSH a shell prefix "export 'K=V' ...; " (the export rule's variables,
  * then the job's env; "" when none), malloc'd; here and through srun {"env", "K=V", ..., NULL}
  * (the job's env), each string and the array malloc'd. NULL when out of memory. */
@@ -113,7 +113,7 @@ char **ddp__doctor_env_argv(const struct ddp_job *job);
 /* srun's words for one step of the doctor's on a node (its --nodelist and the command follow). */
 #define DDP__DOCTOR_SRUN                                                                           \
     "srun", "--nodes=1", "--ntasks=1", "--overlap", "--quiet", "--job-name=ddprun-doctor"
-/* The doctor's mesh check (cli/doctor/doctor_mesh.c): the nodes with part[i] run `__mesh` at once
+/* The doctor's mesh check (cli/doctor/mesh.c): the nodes with part[i] run `__mesh` at once
  * (as a launch reaches them; over ssh[i], a node's open session, where not NULL), each
  * connecting back to the listener lfd (port), and report
  * which others they cannot reach where those nodes' ranks would listen. why: nnodes strings of
@@ -128,10 +128,10 @@ bool ddp__doctor_mesh(const struct ddp_job *job, const char *self, int lfd, int 
 int ddp__cmd_mesh(int argc, char **argv);
 /* Binds a free port and connects to host:port within 3 s; writes what happened to out: "ok port
  * P iface I gpus G nofile SOFT HARD[ clock OFFSET ERROR]" (0), or why not (2: no port to listen
- * on; 1: the store not reached) (cli/doctor/doctor_probe.c). */
+ * on; 1: the store not reached) (cli/doctor/probe.c). */
 int ddp__doctor_probe(const char *host, int port, char *out, size_t n);
 /* The doctor's listener answers each probe with its clock (CLOCK_REALTIME, 8 bytes), which
- * the probe's line gives as " clock OFFSET_NS ERROR_NS" (cli/doctor/doctor_probe.c). */
+ * the probe's line gives as " clock OFFSET_NS ERROR_NS" (cli/doctor/probe.c). */
 void ddp__doctor_stamp(int fd);
 /* The hidden `ddprun __probe HOST:PORT` the doctor runs on nodes (cli/doctor/doctor.c). */
 int ddp__cmd_probe(int argc, char **argv);
@@ -151,7 +151,7 @@ void ddp__block_job_signals(sigset_t *set, sigset_t *old);
 /* Signals every direct child of this process (orphans of a subreaper included) but spare (0:
  * none); returns how many. */
 int ddp__kill_children(int sig, pid_t spare);
-/* SIGKILLs and reaps every child but spare (the node agent's guard, cli/agent/agent_guard.h), again
+/* SIGKILLs and reaps every child but spare (the node agent's guard, cli/agent/guard.h), again
  * as orphans reparent to this subreaper, until none is left. */
 void ddp__sweep_children(pid_t spare);
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
@@ -199,7 +199,7 @@ struct ddp__child {
 int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const sigset_t *mask,
                      struct ddp__child *out);
 
-/* The control socket at path, connected: the fd, or -1 with errno (cli/cmd/status_cmd.c). */
+/* The control socket at path, connected: the fd, or -1 with errno (cli/cmd/status.c). */
 int ddp__control_dial(const char *path);
 /* The control socket of JOB (its id, a unique start of one, or its log folder), or of the only
  * running job of this user when job is NULL: a connected fd, or -1 after an error message

@@ -2,7 +2,7 @@
  * The progress page: a rank's flight recorder, in memory its node agent can read. The agent
  * makes one page per rank (a memfd, DDPRUN_PROGRESS_FD in the rank's environment); libddp's
  * first process group writes its recorder there (worker/recorder.c), and the agent reads it on
- * each heartbeat (cli/diag/diag_node.c) without the rank doing anything more: no store write per
+ * each heartbeat (cli/diag/node.c) without the rank doing anything more: no store write per
  * collective. Without ddprun, the recorder is the same ring in private memory.
  *
  * One writer (the rank: its program threads under the group's lock, and the communication

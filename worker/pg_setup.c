@@ -170,7 +170,7 @@ static void missing_peers(const struct ddp_pg *pg, char *out, size_t n)
 }
 
 /* The higher-ranked peers connect to this rank until deadline, and a second beyond it: a peer
- * that cannot connect says why first (cli/doctor/doctor_mesh.c's check finds the same). */
+ * that cannot connect says why first (cli/doctor/mesh.c's check finds the same). */
 static int accept_peers(struct ddp_pg *pg, int lfd, const uint8_t *my_secret, int64_t deadline)
 {
     struct ddp_log_limit refused_log = {0}; /* this listener's: a line a second */

@@ -11,18 +11,18 @@
  * the heartbeat timeout, it does the same on its own (the launcher has counted
  * the node lost by then, and a new round runs without it). With a takeover wait
  * (etcd), an EOF without BYE leaves the workers running for a new launcher
- * (cli/agent/agent_link.h).
+ * (cli/agent/link.h).
  *
  * It is over 800 lines as one loop: the launcher's frames in, the workers' processes, output
  * and exits out, and the stop that ends them share the agent's one state.
  */
-#include "cli/agent/agent_env.h"
-#include "cli/agent/agent_guard.h"
-#include "cli/agent/agent_link.h"
+#include "cli/agent/rank_env.h"
+#include "cli/agent/guard.h"
+#include "cli/agent/link.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/cli.h"
 #include "cli/sys/cpubind.h"
-#include "cli/diag/diag_node.h"
+#include "cli/diag/node.h"
 #include "cli/agent/errfile.h"
 #include "cli/proto/membership.h"
 #include "cli/diag/pystacks.h"
@@ -78,7 +78,7 @@ struct agent {
     bool have_join, have_start, stopping, exiting;
     bool hello;                      /* the launcher on the link said HELLO (agent_proto.h) */
     struct ddp__member_lease *lease; /* the node's lease (cli/proto/membership.h), once joined */
-    struct ddp__guard *guard;        /* its guard (cli/agent/agent_guard.h), once joined */
+    struct ddp__guard *guard;        /* its guard (cli/agent/guard.h), once joined */
     char iface[64];     /* this node's interface toward the store: the ranks' network default */
     char node_addr[64]; /* and its address there */
     cpu_set_t allowed;  /* the agent's own CPUs, which bind_to divides among the ranks */
@@ -92,7 +92,7 @@ struct agent {
     int stop_sig; /* the signal a stop began with */
     int rc;
     struct ddp_timer report;    /* the progress report, every heartbeat interval */
-    struct ddp__dn_asker asker; /* STACKS (cli/diag/diag_node.h) */
+    struct ddp__dn_asker asker; /* STACKS (cli/diag/node.h) */
     int pyshim;                 /* the ranks' sitecustomize (cli/diag/pystacks.h), or -1 */
 };
 
@@ -101,7 +101,7 @@ static struct agent A;
 /* The membership backend (cli/proto/membership.h): the built-in store. */
 #define MEMBERSHIP (&ddp__member_store)
 
-/* True when the frame reached the launcher's link (cli/agent/agent_link.h); else it is held for a
+/* True when the frame reached the launcher's link (cli/agent/link.h); else it is held for a
  * new launcher, or the node is stopping. */
 static bool send_frame(struct ddp_buf *b, bool output)
 {
@@ -381,7 +381,7 @@ static void state_of(struct ddp_buf *out, bool done)
     free(s.ranks);
 }
 
-/* A new launcher linked (cli/agent/agent_link.h): its frames, HELLO first, start on a clean slate. */
+/* A new launcher linked (cli/agent/link.h): its frames, HELLO first, start on a clean slate. */
 static void linked(void)
 {
     A.in.len = A.in.off = 0;
@@ -577,7 +577,7 @@ static bool cut_off(void)
     return true;
 }
 
-/* ---- diagnosis: the progress report and stacks (cli/diag/diag_node.h) ---- */
+/* ---- diagnosis: the progress report and stacks (cli/diag/node.h) ---- */
 
 /* Every heartbeat interval: a line per rank started (those that exited: their page's last
  * state), sent with the next heartbeat. */

@@ -1,6 +1,6 @@
 /* ddprun's entry point: finds the command, parses its options, and dispatches to it. */
-#include "cli/agent/agent_guard.h"
-#include "cli/agent/agent_link.h"
+#include "cli/agent/guard.h"
+#include "cli/agent/link.h"
 #include "cli/cli.h"
 #include "cli/spec/job.h"
 

@@ -1,9 +1,9 @@
 /*
  * Rank progress as node agents report it to the launcher (issue: which rank, which collective).
  * Each agent reads its ranks' progress pages (common/progress.h) and their processes (/proc)
- * on every heartbeat and publishes one line per rank with its lease (cli/diag/diag_node.c); the
+ * on every heartbeat and publishes one line per rank with its lease (cli/diag/node.c); the
  * launcher parses them (cli/diag/diagnose.c) for the hang report, `ddprun status` and stragglers.
- * This file's functions are the line format, shared by both sides (cli/diag/diag_line.c, a leaf).
+ * This file's functions are the line format, shared by both sides (cli/diag/line.c, a leaf).
  */
 #ifndef DDP_CLI_DIAG_H
 #define DDP_CLI_DIAG_H

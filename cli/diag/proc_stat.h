@@ -1,5 +1,5 @@
 /*
- * What /proc says of a process: the node agent's view of its ranks (cli/diag/diag_node.c). A leaf.
+ * What /proc says of a process: the node agent's view of its ranks (cli/diag/node.c). A leaf.
  */
 #ifndef DDP_CLI_PROC_STAT_H
 #define DDP_CLI_PROC_STAT_H

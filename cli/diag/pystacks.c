@@ -264,7 +264,7 @@ void ddp__pys_rank_env(int shim, int dump)
         (d = dup(dump)) < 0) {
         if (s >= 0)
             close(s);
-        unsetenv("DDPRUN_PY_NCCL_AEH"); /* no sitecustomize to take it (cli/agent/agent_env.c) */
+        unsetenv("DDPRUN_PY_NCCL_AEH"); /* no sitecustomize to take it (cli/agent/rank_env.c) */
         return;
     }
     char path[64], num[16];

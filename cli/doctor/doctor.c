@@ -13,19 +13,19 @@
  * Nodes a job reaches with srun (launcher: srun) are checked through one srun step each: the
  * "ssh" column then says srun, and "host key" does not apply.
  *
- * With rendezvous: {backend: etcd}, etcd is checked from here first (cli/doctor/doctor_etcd.c) and
+ * With rendezvous: {backend: etcd}, etcd is checked from here first (cli/doctor/etcd.c) and
  * the nodes' reach check is toward its first TCP endpoint (the "etcd" column).
  *
  * `ddprun __probe HOST:PORT` is what it runs on each node for the last two checks. The nodes
  * that pass then check that they reach each other where their ranks would listen (the "mesh"
- * column, cli/doctor/doctor_mesh.c).
+ * column, cli/doctor/mesh.c).
  *
  * A Python job (the command's program is python...) also has each node's interpreter report
  * its version and torch's (or none), from workdir as the agent would run it; every node must
  * show the same two as the first one that reports them.
  *
  * The code column: the program (or a Python job's script) each node would run, hashed there;
- * every node must have the same as the first (cli/doctor/doctor_code.c).
+ * every node must have the same as the first (cli/doctor/code.c).
  *
  * The nofile column, shown when some node fails it: the ranks' soft limit on open files there
  * (the probe's), against what a job of this many ranks can take (check_nofile). The clock
@@ -34,7 +34,7 @@
 #include "cli/cli.h"
 #include "cli/spec/job.h"
 #include "cli/sys/shell_steps.h"
-#include "cli/provision/ssh.h"
+#include "cli/provision/ssh_session.h"
 #include "common/util.h"
 
 #include <arpa/inet.h>
@@ -127,7 +127,7 @@ struct node_check {
     int probe_port;
     const char *env_sh;    /* "export 'K=V' ...; ": a remote node's ranks' (doctor_env.c) */
     char *const *env_argv; /* {"env", "K=V", ...}: the job's env, here and through srun */
-    const char *code_file; /* what every node must have the same of (cli/doctor/doctor_code.c), or NULL */
+    const char *code_file; /* what every node must have the same of (cli/doctor/code.c), or NULL */
     bool code_script;
     /* a Python job's program, whose imports are checked: "script" PATH, "module" NAME, or "" */
     const char *py_kind, *py_target;
@@ -391,7 +391,7 @@ static bool check_clock(struct node_check *nc, size_t nn)
 
 /* `__probe HOST:PORT [WORKDIR PROGRAM [FILE program|script]]`: with a workdir and program (a
  * node reached by srun, where this ddprun is the one the agent would be), a line for each of
- * them first; with a file, its "code" line (cli/doctor/doctor_code.c) last. */
+ * them first; with a file, its "code" line (cli/doctor/code.c) last. */
 int ddp__cmd_probe(int argc, char **argv)
 {
     char host[256], out[512];
@@ -668,7 +668,7 @@ static void *check_node(void *arg)
 }
 
 /* The nodes that passed so far check that they reach each other where their ranks would
- * listen (cli/doctor/doctor_mesh.c), through the store's stand-in lfd; whether that ran. */
+ * listen (cli/doctor/mesh.c), through the store's stand-in lfd; whether that ran. */
 static bool check_mesh(struct node_check *nc, const struct ddp_job *job, const char *self, int lfd,
                        int port)
 {

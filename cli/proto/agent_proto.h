@@ -34,7 +34,7 @@ enum ddp__agent_msg {
                            where it would wait for a new launcher (takeover_ms) */
     DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT and ERROR frames
                            this link carried (sent only with a takeover wait: the agent keeps
-                           the others for a new launcher, cli/agent/agent_link.h) */
+                           the others for a new launcher, cli/agent/link.h) */
     DDP__AG_HELLO = 8,  /* the first frame each end sends on a link (AGENT_HELLO the agent's):
                            u32 protocol, str ddprun version (printable, 1-64 bytes); a later
                            protocol may add fields after them. A first frame that is not HELLO,

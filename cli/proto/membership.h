@@ -45,7 +45,7 @@ struct ddp__member_ops {
     const char *name;
     /* Agent: joins as j says (token, store address, node index, incarnation, heartbeat);
      * *lease_id for the launcher's records. Each renewal of the lease writes its time
-     * (ddp_now_ms) to *renewed, when not NULL (the node's guard reads it, cli/agent/agent_guard.h).
+     * (ddp_now_ms) to *renewed, when not NULL (the node's guard reads it, cli/agent/guard.h).
      * Messages go to stderr. 0 or a DDP_E* code. */
     int (*join)(const struct ddp__agent_join *j, struct ddp_loop *loop,
                 void (*fenced)(void *arg, const char *why), void *arg, _Atomic int64_t *renewed,

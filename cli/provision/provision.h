@@ -3,8 +3,8 @@
  * job, a local child process whose stdin and stdout carry the agent frames
  * (cli/proto/agent_proto.h) and whose stderr carries messages; the launcher learns that the agent is
  * gone when that child is reaped. A provisioner is a file behind this ops struct: local nodes
- * (cli/provision/provision_local.c: `ddprun agent` itself), SSH (cli/provision/provision_ssh.c: the bridge of
- * cli/provision/ssh_bridge.c), Slurm job steps (cli/provision/provision_srun.c: srun); the table in
+ * (cli/provision/local.c: `ddprun agent` itself), SSH (cli/provision/ssh.c: the bridge of
+ * cli/provision/ssh_bridge.c), Slurm job steps (cli/provision/srun.c: srun); the table in
  * cli/provision/provision.c picks one per node.
  */
 #ifndef DDP_CLI_PROVISION_H
@@ -21,7 +21,7 @@ struct ddp_job;
 struct ddp__prov_ctx {
     const char *self;     /* this ddprun's path: the default ddprun on the nodes */
     const sigset_t *mask; /* the signal mask the child starts with */
-    /* The agents outlive this launcher (a takeover wait, cli/agent/agent_link.h): a launcher's death
+    /* The agents outlive this launcher (a takeover wait, cli/agent/link.h): a launcher's death
      * does not end them (local and SSH nodes). */
     bool detach;
     /* Not NULL: rejoin the agents of this job id waiting for a new launcher

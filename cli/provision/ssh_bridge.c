@@ -10,7 +10,7 @@
  * command line) and the channel's stdout and stderr back. EOF on its stdin becomes EOF on the
  * agent's stdin, which stops the node's workers; if the launcher dies, its end of the pipe
  * closes, and the bridge passes that EOF on the same way. With "detach" (the agents wait for
- * a new launcher, cli/agent/agent_link.h) that EOF leaves the agent running: the bridge relays what
+ * a new launcher, cli/agent/link.h) that EOF leaves the agent running: the bridge relays what
  * comes for the stop grace at most and leaves without killing anything.
  *
  * Stopping is bounded whatever the node does: once its stdin closed, the bridge waits at most
@@ -23,7 +23,7 @@
  * A node that cannot be provisioned (unreachable, host key refused, authentication refused,
  * ddprun missing there) is one message naming the node and the cause, and exit status 3.
  */
-#include "cli/provision/ssh.h"
+#include "cli/provision/ssh_session.h"
 #include "cli/cli.h"
 #include "cli/spec/job.h"
 #include "common/util.h"
@@ -70,7 +70,7 @@ static int kill_remote(struct ddp__ssh *b, long pgid, const char *why)
         ddp__ssh_run(b, cmd, out, sizeof(out), &st);
     }
     /* The session's output ends once every process holding it is gone: the agent, its ranks,
-     * and the node's guard (cli/agent/agent_guard.h), which holds its stderr and leaves as soon as
+     * and the node's guard (cli/agent/guard.h), which holds its stderr and leaves as soon as
      * the agent is gone. Waiting for that end (KILL_WAIT_MS at most: over a cut link it never
      * comes, and the node's guard acts alone) means that once this bridge has exited, and
      * ddprun after it, nothing of the job runs there. Messages still go to the launcher. */
@@ -217,7 +217,7 @@ static int pump(struct ddp__ssh *b, int64_t grace_ms)
         if (g_term)
             return kill_remote(b, pgid, "ddprun is ending the node");
         if (deadline && ddp_now_ms() > deadline && b->detach)
-            return 0; /* its agent waits for a new launcher (cli/agent/agent_link.h) */
+            return 0; /* its agent waits for a new launcher (cli/agent/link.h) */
         if (deadline && ddp_now_ms() > deadline)
             return kill_remote(b, pgid, "the node agent did not stop within stop_grace");
         /* Drain what libssh has (it may hold data the socket no longer shows). Reading one

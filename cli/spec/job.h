@@ -21,7 +21,7 @@ struct ddp_job_kv {
     char *key, *value;
 };
 
-/* pipeline: (cli/spec/job_pipeline.c): how the ranks split into a pipeline's stages. One of split,
+/* pipeline: (cli/spec/stages.c): how the ranks split into a pipeline's stages. One of split,
  * plan_file or profile is set. */
 struct ddp_job_pipeline {
     bool on;
@@ -122,7 +122,7 @@ int ddp__job_load_string(const char *name, const char *yaml, const char *const *
 int ddp__job_load_default(const char *const *sets, const char *const *labels, size_t nsets,
                           struct ddp_job **out);
 
-/* A program run without a job file, torchrun style (cli/spec/job_cmdline.c). */
+/* A program run without a job file, torchrun style (cli/spec/cmdline.c). */
 struct ddp_cmdline {
     const char *program; /* a .py script (run under python3), a module (-m), or with no_python
                             a program */

@@ -16,7 +16,7 @@
 
 #include "common/banned.h"
 
-#define HELD_MAX (32u << 20) /* an agent holds at most 16 MiB of output (cli/agent/agent_link.c) */
+#define HELD_MAX (32u << 20) /* an agent holds at most 16 MiB of output (cli/agent/link.c) */
 #define SAME_DDPRUN                                                                                \
     "the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; "           \
     "`ddprun doctor` compares them)"

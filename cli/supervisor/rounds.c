@@ -12,7 +12,7 @@
  * transition is said to the views and written to events.jsonl.
  *
  * Stopping is bounded: members get stop_grace, their agents a few seconds more, then the
- * agents are ended through their provisioners (cli/supervisor/sup_stop.c); an agent that never
+ * agents are ended through their provisioners (cli/supervisor/stop.c); an agent that never
  * answered (hung on start) has no workers and is ended at once.
  *
  * It is over 800 lines as one state machine: every transition of a node or a round, and the

@@ -14,7 +14,7 @@
 #include "cli/proto/membership.h"
 #include "cli/supervisor/nodes.h"
 #include "cli/view/record.h"
-#include "cli/view/remote.h"
+#include "cli/view/attached.h"
 #include "cli/view/view.h"
 #include "rendezvous/loop.h"
 #include "rendezvous/store.h"
@@ -30,7 +30,7 @@ struct ddp_etcd;
 #define DDP__SUP_STOP_SLACK_MS 5000 /* beyond stop_grace, for agents to report before they end */
 /* A node lost by its lease is ended through its provisioner (its SSH session, its srun step);
  * what has not ended this long after is SIGKILLed here. Longer than the node's guard takes
- * beyond the lease's expiry (cli/agent/agent_guard.h): a round that waits for the lost node's end
+ * beyond the lease's expiry (cli/agent/guard.h): a round that waits for the lost node's end
  * starts only once the node's old ranks ended, or its guard ended them. */
 #define DDP__SUP_END_WAIT_MS 2000
 /* A node lost by its connection's end while it had ranks: the next round waits this long at most
@@ -174,7 +174,7 @@ void ddp__sup_finish(const char *why, int rc);
 /* diagnose.on_hang is fail and the ranks hang: the round fails with why. */
 void ddp__sup_hang_failed(const char *why);
 
-/* ---- cli/supervisor/sup_stop.c: the end of a stop ---- */
+/* ---- cli/supervisor/stop.c: the end of a stop ---- */
 
 /* Ends the agents that are left: level 1, then 2 (cli/supervisor/nodes.h). */
 void ddp__sup_escalate(void);

@@ -9,7 +9,7 @@
  *               there the job has a launcher, and no second one can take it
  *   round       the current round: number, ranks, and each node's state, incarnation and
  *               first rank (written as the round's ranks are announced: a view)
- * The agents wait for a new launcher (rendezvous.takeover_timeout, cli/agent/agent_link.h). `ddprun
+ * The agents wait for a new launcher (rendezvous.takeover_timeout, cli/agent/link.h). `ddprun
  * attach --etcd URLS JOB` waits for the supervisor key to go with its lease, then runs the
  * recorded command line again in the recorded folder with DDPRUN_TAKEOVER=JOB: that launcher
  * (cli/supervisor/supervise.c) takes the supervisor key, restores the round from the records, and rejoins

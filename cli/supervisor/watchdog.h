@@ -31,7 +31,7 @@ struct ddp__wd_ctx {
     void (*fail)(const char *why);
     /* One line for `ddprun status`: the job's phase and counts. */
     void (*headline)(char *out, size_t n);
-    /* Any other request on the control socket (cli/view/remote.h): true when it took fd. */
+    /* Any other request on the control socket (cli/view/attached.h): true when it took fd. */
     bool (*request)(const char *req, int fd);
 };
 

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the job-spec loader (cli/spec/ytree.c, cli/spec/job.c): arbitrary bytes as a
+ * libFuzzer target for the job-spec loader (cli/spec/ytree.c, cli/spec/load.c): arbitrary bytes as a
  * job file, with and without --set overrides. Every input must either load or be refused
  * with an error, without crashing, leaking or taking long (dev.sh runs it with a dictionary
  * of YAML tokens, tests/fuzz/job.dict, inputs up to 64 KiB and a per-input time limit).

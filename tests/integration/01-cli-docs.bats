@@ -15,7 +15,7 @@ load '../lib/common'
 }
 
 @test "every job-spec key the parser accepts is documented in man/ddprun-job.5" {
-  keys=$(awk '/_keys\[\] = \{/{f=1} f{print} /NULL\};/{f=0}' "$REPO"/cli/spec/job*.c |
+  keys=$(awk '/_keys\[\] = \{/{f=1} f{print} /NULL\};/{f=0}' "$REPO"/cli/spec/*.c |
     grep -o '"[a-z_]*"' | tr -d '"' | sort -u)
   [ "$(echo "$keys" | wc -l)" -ge 25 ]
   for k in $keys; do

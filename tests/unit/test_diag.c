@@ -1,5 +1,5 @@
 /*
- * The launcher's diagnosis model (cli/diag/diag_line.c, cli/diag/diagnose.c): the agents' progress lines,
+ * The launcher's diagnosis model (cli/diag/line.c, cli/diag/diagnose.c): the agents' progress lines,
  * the hang report, stragglers, the status table and stack grouping, on reports built here.
  */
 #include "cli/diag/diag.h"

@@ -1,11 +1,11 @@
 /*
  * What the node agent reads of its ranks in /proc (cli/diag/proc_stat.c), and the report line it
- * sends (cli/diag/diag_node.c): a rank its own stack tool has stopped, or its stack collection has
+ * sends (cli/diag/node.c): a rank its own stack tool has stopped, or its stack collection has
  * woken, is reported in the state it was in before, not as stopped by a debugger. Real child
  * processes, a real ptrace stop, a real collection (eu-stack or gdb).
  */
 #include "cli/diag/diag.h"
-#include "cli/diag/diag_node.h"
+#include "cli/diag/node.h"
 #include "cli/diag/proc_stat.h"
 #include "common/buf.h"
 #include "common/util.h"

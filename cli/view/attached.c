@@ -1,6 +1,6 @@
 /* Consoles attached over the control socket, and the requests that act on the job
- * (cli/view/remote.h). */
-#include "cli/view/remote.h"
+ * (cli/view/attached.h). */
+#include "cli/view/attached.h"
 #include "cli/spec/job.h"
 #include "cli/view/record.h"
 #include "common/buf.h"

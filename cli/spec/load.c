@@ -6,7 +6,7 @@
 #include "cli/spec/job.h"
 #include "cli/cli.h"
 #include "cli/sys/cpubind.h"
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
 
 #include <ctype.h>

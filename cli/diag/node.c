@@ -1,5 +1,5 @@
-/* The node agent's side of diagnosis (cli/diag/diag_node.h). */
-#include "cli/diag/diag_node.h"
+/* The node agent's side of diagnosis (cli/diag/node.h). */
+#include "cli/diag/node.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/diag/proc_stat.h"
 #include "cli/diag/pystacks.h"

@@ -1,6 +1,6 @@
 /*
  * The commands for jobs that run on without a terminal (ddprun --detach), all clients of a
- * job's control socket (cli/view/remote.h) or of its log folder:
+ * job's control socket (cli/view/attached.h) or of its log folder:
  *
  *   ddprun attach [JOB]   the job's console from now on: its output, messages and status
  *                         line, and the summary at its end (then its exit status); Ctrl-C

@@ -1,5 +1,5 @@
 /*
- * The job spec's value readers (cli/spec/job_values.c), private to the job-spec files: each reads
+ * The job spec's value readers (cli/spec/values.c), private to the job-spec files: each reads
  * one YAML node (cli/spec/ytree.h) as a value of a type, or says at the node's file:line:col (or
  * the --set that made it) what is wrong and returns -1.
  */
@@ -51,29 +51,29 @@ bool ddp__jv_rank_list_ok(const char *s);
 
 struct ddp_job;
 
-/* The command and env keys (cli/spec/job_command.c), and the exec limits they must fit. */
+/* The command and env keys (cli/spec/command.c), and the exec limits they must fit. */
 int ddp__job_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
 int ddp__job_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
 int ddp__job_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
                        const struct ddp_job *j);
-/* The nodes key (cli/spec/job_nodes.c): hosts, and each one's slots where given (*slots_given, a
+/* The nodes key (cli/spec/hosts.c): hosts, and each one's slots where given (*slots_given, a
  * malloc'd array of nnodes, 0 where not given). */
 int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                    int **slots_given);
 
-/* cli/spec/job_rdzv.c: the rendezvous section sub (the store's or etcd's settings; NULL: none) into
+/* cli/spec/rdzv.c: the rendezvous section sub (the store's or etcd's settings; NULL: none) into
  * j, whose nodes and launcher are read: a timeout it does not give grows with the nodes. */
 int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                   struct ddp_job *j);
 
-/* cli/spec/job_pipeline.c: the pipeline section sub into j->pipe (j's nodes already read: the
+/* cli/spec/stages.c: the pipeline section sub into j->pipe (j's nodes already read: the
  * stages' ranks must add up to its ranks); its release. */
 struct ddp_job_pipeline;
 int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                       struct ddp_job *j);
 void ddp__job_pipeline_free(struct ddp_job_pipeline *p);
 
-/* cli/spec/job_slurm.c: whether ddprun runs inside a Slurm allocation; nproc_per_node n when it is
+/* cli/spec/slurm_alloc.c: whether ddprun runs inside a Slurm allocation; nproc_per_node n when it is
  * a name (gpu, cpu, auto, as torchrun's: counted here, j's
  * nodes read): 1 and *out, 0 when it is not one, -1 when it cannot be counted (said at n); the
  * allocation's nodes as j's (nodes: slurm), with their task counts as slots unless

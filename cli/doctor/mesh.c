@@ -16,7 +16,7 @@
  */
 #include "cli/cli.h"
 #include "cli/spec/job.h"
-#include "cli/provision/ssh.h"
+#include "cli/provision/ssh_session.h"
 #include "common/util.h"
 
 #include <arpa/inet.h>

@@ -1,5 +1,5 @@
 /*
- * The node agent's link to its launcher (cli/agent/agent_link.c): the frames it sends, and what
+ * The node agent's link to its launcher (cli/agent/link.c): the frames it sends, and what
  * happens when the launcher goes away without saying goodbye (BYE). Without a takeover wait
  * that stops the node, as always. With one (rendezvous: {backend: etcd}, JOIN's takeover_ms),
  * the workers run on: the agent holds what it would have sent behind the output the dead

@@ -1,4 +1,4 @@
-/* The environment a node agent gives each rank (cli/agent/agent_env.c), set in the rank's process
+/* The environment a node agent gives each rank (cli/agent/rank_env.c), set in the rank's process
  * before it execs: torchrun's variables, ddprun's, the job's; and the rest of that process's
  * start (descriptors, CPUs, workdir, exec). */
 #ifndef DDP_CLI_AGENT_ENV_H

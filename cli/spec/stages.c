@@ -1,10 +1,10 @@
 /*
- * The job spec's pipeline section (cli/spec/job_values.h): the stages' split (layers per stage),
+ * The job spec's pipeline section (cli/spec/values.h): the stages' split (layers per stage),
  * from the spec, a plan file or PipeDream's planner on a profile, the ranks of each stage, the
  * schedule and its microbatches. What it means for a round's ranks is cli/spec/pipe_layout.c's.
  */
 #include "cli/spec/job.h"
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 #include "cli/spec/pipe_layout.h"
 #include "pipeline/plan.h"
 

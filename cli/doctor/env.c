@@ -1,6 +1,6 @@
 /*
  * The environment `ddprun doctor` runs its checks in on a node: what the job's ranks get there
- * (cli/agent/agent_env.c), so that a program, a python and its torch are looked up as they will be.
+ * (cli/agent/rank_env.c), so that a program, a python and its torch are looked up as they will be.
  * On a node reached by SSH: the node's session, then the launching shell's variables the
  * export rule passes (PATH among them), then the job's env; here and through srun (which passes
  * this environment): this environment, then the job's env.

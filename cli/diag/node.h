@@ -1,5 +1,5 @@
 /*
- * The node agent's side of diagnosis (cli/diag/diag_node.c): a progress page per rank (the rank's
+ * The node agent's side of diagnosis (cli/diag/node.c): a progress page per rank (the rank's
  * flight recorder, common/progress.h), the node's progress report from those pages and /proc,
  * and native stacks of its ranks (eu-stack from elfutils, else gdb), gathered without blocking
  * the agent's loop.

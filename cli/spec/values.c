@@ -1,8 +1,8 @@
 /*
- * The job spec's value readers (cli/spec/job_values.h) and the small questions asked of a loaded
+ * The job spec's value readers (cli/spec/values.h) and the small questions asked of a loaded
  * job (cli/spec/job.h): is a host local, where does the store listen, is a rank shown.
  */
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 #include "cli/cli.h"
 #include "cli/spec/job.h"
 

@@ -23,7 +23,7 @@ struct ddp__remote_client;
 struct ddp__remote_cb {
     /* Stops the job as SIGINT does. */
     void (*stop)(void);
-    /* One line for `ddprun ps`, tab-separated, without newline (cli/view/remote.c, info). */
+    /* One line for `ddprun ps`, tab-separated, without newline (cli/view/attached.c, info). */
     void (*info)(char *out, size_t n);
 };
 

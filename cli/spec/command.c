@@ -1,6 +1,6 @@
-/* The job spec's command and env keys, and the exec limits they must fit (cli/spec/job_values.h). */
+/* The job spec's command and env keys, and the exec limits they must fit (cli/spec/values.h). */
 #include "cli/spec/job.h"
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
 
 #include <stdlib.h>

@@ -2,13 +2,13 @@
  * A job's nodes from the Slurm allocation it runs in (nodes: slurm, or no nodes: inside one) and
  * nproc_per_node's names (gpu, cpu, auto: torchrun's; counted here when every node is this
  * machine, else by each node's agent). Private to the job-spec files
- * (cli/spec/job_values.h).
+ * (cli/spec/values.h).
  */
 #include "cli/cli.h"
 #include "cli/sys/devices.h"
 #include "cli/sys/hostlist.h"
 #include "cli/spec/job.h"
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +89,7 @@ int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool
         ddp__jv_err(c, at, "SLURM_TASKS_PER_NODE: %s", why);
         return -1;
     }
-    /* The CPUs each node gives the job: what an agent's srun step asks for (cli/provision/provision_srun.c).
+    /* The CPUs each node gives the job: what an agent's srun step asks for (cli/provision/srun.c).
      */
     const char *cpus = getenv("SLURM_JOB_CPUS_PER_NODE");
     int *cpn = calloc(n, sizeof(int));

@@ -1,9 +1,9 @@
 /*
- * The job spec's rendezvous section (cli/spec/job_values.h): the built-in store's address and
+ * The job spec's rendezvous section (cli/spec/values.h): the built-in store's address and
  * timeouts, or an etcd cluster (backend: etcd) with its endpoints, key prefix and TLS files.
  */
 #include "cli/spec/job.h"
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* The node guard (cli/agent/agent_guard.h): started by the agent, it ends the node's job when the agent
+/* The node guard (cli/agent/guard.h): started by the agent, it ends the node's job when the agent
  * cannot. */
-#include "cli/agent/agent_guard.h"
+#include "cli/agent/guard.h"
 #include "common/err.h"
 #include "common/util.h"
 

@@ -1,5 +1,5 @@
-/* The node agent's link to its launcher, and the takeover wait (cli/agent/agent_link.h). */
-#include "cli/agent/agent_link.h"
+/* The node agent's link to its launcher, and the takeover wait (cli/agent/link.h). */
+#include "cli/agent/link.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/cli.h"
 #include "common/err.h"

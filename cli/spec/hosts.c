@@ -1,6 +1,6 @@
-/* The job spec's nodes key: hosts and their slots (cli/spec/job_values.h). */
+/* The job spec's nodes key: hosts and their slots (cli/spec/values.h). */
 #include "cli/spec/job.h"
-#include "cli/spec/job_values.h"
+#include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
 
 #include <stdlib.h>

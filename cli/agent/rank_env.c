@@ -1,6 +1,6 @@
 /* The environment a node agent gives each rank, and the rest of a rank's start in its process
- * (cli/agent/agent_env.h). */
-#include "cli/agent/agent_env.h"
+ * (cli/agent/rank_env.h). */
+#include "cli/agent/rank_env.h"
 #include "cli/cli.h"
 #include "cli/sys/cpubind.h"
 #include "cli/agent/errfile.h"
@@ -100,7 +100,7 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
     setenv("DDPRUN_BACKEND", st->backend, 1);
     setenv("DDPRUN_NODE", st->host_label, 1);
     set_env_int("DDPRUN_TOKEN_FD", tokfd);
-    /* The progress page libddp keeps its flight recorder in (cli/diag/diag_node.h). */
+    /* The progress page libddp keeps its flight recorder in (cli/diag/node.h). */
     if (progfd >= 0)
         set_env_int("DDPRUN_PROGRESS_FD", progfd);
     else
