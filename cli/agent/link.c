@@ -1,7 +1,7 @@
 /* The node agent's link to its launcher, and the takeover wait (cli/agent/link.h). */
 #include "cli/agent/link.h"
 #include "cli/proto/agent_proto.h"
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"

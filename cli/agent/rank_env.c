@@ -1,7 +1,7 @@
 /* The environment a node agent gives each rank, and the rest of a rank's start in its process
  * (cli/agent/rank_env.h). */
 #include "cli/agent/rank_env.h"
-#include "cli/cli.h"
+#include "cli/provision/slurm.h"
 #include "cli/sys/cpubind.h"
 #include "cli/agent/errfile.h"
 #include "cli/spec/pipe_layout.h"

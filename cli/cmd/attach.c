@@ -11,7 +11,9 @@
  *                         (every restart's, in order); -f follows until the job ends
  *   ddprun stop [JOB]     stops the job as SIGINT does, and waits for its end
  */
-#include "cli/cli.h"
+#include "cli/cmd/cmd.h"
+#include "cli/spec/args.h"
+#include "cli/sys/sys.h"
 #include "common/util.h"
 
 #include <dirent.h>

@@ -1,7 +1,13 @@
 /* ddprun's entry point: finds the command, parses its options, and dispatches to it. */
 #include "cli/agent/guard.h"
 #include "cli/agent/link.h"
-#include "cli/cli.h"
+#include "cli/agent/agent.h"
+#include "cli/cmd/cmd.h"
+#include "cli/doctor/doctor.h"
+#include "cli/provision/ssh_session.h"
+#include "cli/spec/args.h"
+#include "cli/supervisor/launch.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 
 #include <stdio.h>
@@ -271,7 +277,8 @@ static int cmd_run(struct ddp_cli_opts *o)
     struct ddp_job *job = NULL;
     if (load_job(o, false, &job) < 0)
         return DDP_EXIT_USAGE;
-    /* A launcher taking a job over (cli/supervisor/takeover.c) runs where `ddprun attach --etcd` does. */
+    /* A launcher taking a job over (cli/supervisor/takeover.c) runs where `ddprun attach --etcd`
+     * does. */
     int rc = o->vals[DDP_OPT_DETACH] && !getenv("DDPRUN_TAKEOVER") ? ddp__launch_detached(job)
                                                                    : ddp__launch(job, -1);
     ddp__job_free(job);

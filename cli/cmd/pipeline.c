@@ -1,6 +1,8 @@
 /* `ddprun pipeline plan PROFILE`: PipeDream's planner on a graph.txt profile (pipeline/plan.h),
  * printed as a table of stages with the predicted speedup over data parallelism. */
-#include "cli/cli.h"
+#include "cli/cmd/cmd.h"
+#include "cli/spec/args.h"
+#include "cli/sys/sys.h"
 #include "common/err.h"
 #include "pipeline/plan.h"
 

@@ -4,7 +4,7 @@
  * passes a barrier and all-gathers a line about itself; rank 0 prints them.
  * The Fashion-MNIST trainer replaces it as the default in a later issue.
  */
-#include "cli/cli.h"
+#include "cli/cmd/cmd.h"
 #include "common/err.h"
 #include "rendezvous/store.h"
 

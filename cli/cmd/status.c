@@ -1,8 +1,11 @@
 /*
  * `ddprun status [JOB]` and `ddprun stacks [JOB] [--rank R]`: clients of a running job's
- * control socket (served by cli/supervisor/watchdog.c), from another terminal on the launching machine.
+ * control socket (served by cli/supervisor/watchdog.c), from another terminal on the launching
+ * machine.
  */
-#include "cli/cli.h"
+#include "cli/cmd/cmd.h"
+#include "cli/spec/args.h"
+#include "cli/sys/sys.h"
 #include "common/util.h"
 
 #include <dirent.h>

@@ -1,5 +1,7 @@
 /* `ddprun store`: a standalone rendezvous store, stopped by SIGINT or SIGTERM. */
-#include "cli/cli.h"
+#include "cli/cmd/cmd.h"
+#include "cli/spec/args.h"
+#include "cli/sys/sys.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -5,7 +5,8 @@
  * version (cli/doctor/doctor.c). Each node hashes the file it would run (SHA-256): here, or with
  * `ddprun __code WORKDIR FILE program|script` there (through SSH, or in __probe's srun step).
  */
-#include "cli/cli.h"
+#include "cli/doctor/doctor.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 #include "common/util.h"
 

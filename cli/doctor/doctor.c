@@ -31,7 +31,10 @@
  * (the probe's), against what a job of this many ranks can take (check_nofile). The clock
  * column, likewise: the node's clock against this machine's (check_clock).
  */
-#include "cli/cli.h"
+#include "cli/doctor/doctor.h"
+#include "cli/provision/ssh_session.h"
+#include "cli/spec/args.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 #include "cli/sys/shell_steps.h"
 #include "cli/provision/ssh_session.h"

@@ -5,7 +5,7 @@
  * export rule passes (PATH among them), then the job's env; here and through srun (which passes
  * this environment): this environment, then the job's env.
  */
-#include "cli/cli.h"
+#include "cli/doctor/doctor.h"
 #include "cli/spec/job.h"
 #include "common/buf.h"
 

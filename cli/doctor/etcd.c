@@ -1,9 +1,10 @@
 /*
- * `ddprun doctor` for a job with rendezvous: {backend: etcd} (cli/cli.h): from this machine,
- * each endpoint answers and with which etcd version, and the job's prefix can be written, read
- * back and deleted (a probe key); the nodes then check they reach the first TCP endpoint.
+ * `ddprun doctor` for a job with rendezvous: {backend: etcd} (cli/doctor/doctor.h): from this
+ * machine, each endpoint answers and with which etcd version, and the job's prefix can be written,
+ * read back and deleted (a probe key); the nodes then check they reach the first TCP endpoint.
  */
-#include "cli/cli.h"
+#include "cli/doctor/doctor.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 #include "rendezvous/etcd.h"
 

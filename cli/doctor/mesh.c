@@ -14,7 +14,9 @@
  * The node accepts (and closes) its peers' connections until the doctor closes its own, then
  * exits. A leaf beside cli/doctor/doctor.c, which calls it.
  */
-#include "cli/cli.h"
+#include "cli/doctor/doctor.h"
+#include "cli/provision/ssh_session.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 #include "cli/provision/ssh_session.h"
 #include "common/util.h"
@@ -275,7 +277,7 @@ struct run {
     const char *self;
     size_t i;
     char target[300];
-    int done_w; /* the runner's end: its index is written there when its command ended */
+    int done_w;           /* the runner's end: its index is written there when its command ended */
     struct ddp__ssh *ssh; /* the node's session from its checks, or NULL */
     char out[1024];
 };

@@ -1,9 +1,10 @@
 /*
- * What `ddprun doctor` learns on a node from its `__probe` (cli/doctor/doctor.c): a port the node can
- * listen on, its reach to the store's address, the interface that routes there, the GPUs its
+ * What `ddprun doctor` learns on a node from its `__probe` (cli/doctor/doctor.c): a port the node
+ * can listen on, its reach to the store's address, the interface that routes there, the GPUs its
  * ranks would see, their limit on open files, and its clock against the doctor's. A leaf.
  */
-#include "cli/cli.h"
+#include "cli/doctor/doctor.h"
+#include "cli/sys/sys.h"
 #include "cli/sys/devices.h"
 #include "common/util.h"
 

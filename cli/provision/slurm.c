@@ -1,5 +1,6 @@
 /*
- * Slurm at run time (cli/cli.h): what ranks see of it, and whether the allocation still runs.
+ * Slurm at run time (cli/provision/slurm.h): what ranks see of it, and whether the allocation still
+ * runs.
  *
  * What ranks see: Under srun, the agent is a task of a job step of its own,
  * and Slurm describes that step in the agent's environment: SLURM_PROCID=0, SLURM_LOCALID=0,
@@ -8,7 +9,8 @@
  * find their rank). Ranks keep what describes the allocation (SLURM_JOB_*, SLURM_JOBID, the
  * cluster, the submission) and lose the rest; their place is in RANK, LOCAL_RANK, WORLD_SIZE.
  */
-#include "cli/cli.h"
+#include "cli/provision/slurm.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 #include "common/htab.h"
 #include "common/list.h"

@@ -24,7 +24,8 @@
  * ddprun missing there) is one message naming the node and the cause, and exit status 3.
  */
 #include "cli/provision/ssh_session.h"
-#include "cli/cli.h"
+#include "cli/provision/ssh_session.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/job.h"
 #include "common/util.h"
 

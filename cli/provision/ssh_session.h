@@ -37,4 +37,8 @@ int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char
                        size_t outlen, int *status);
 void ddp__ssh_close(struct ddp__ssh *b);
 
+/* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
+ * GRACE_MS`: a node agent on another host, reached over SSH (cli/provision/ssh_bridge.c). */
+int ddp__cmd_ssh_bridge(int argc, char **argv);
+
 #endif

@@ -3,7 +3,7 @@
  * option parsing from the table in cli/spec/options.def, the log level, and the generated option
  * list of each command's help.
  */
-#include "cli/cli.h"
+#include "cli/spec/args.h"
 #include "common/log.h"
 
 #include <stdarg.h>

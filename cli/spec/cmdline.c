@@ -7,7 +7,7 @@
  * Host lists take the forms users already have: h1,h2; Horovod's h1:4,h2:4; hostfiles of one host
  * per line, "host slots=N" (DeepSpeed, Open MPI) or "host:N".
  */
-#include "cli/cli.h"
+#include "cli/spec/args.h"
 #include "cli/spec/job.h"
 #include "common/buf.h"
 

@@ -4,7 +4,7 @@
  * ddp_job and reports the first problem as "FILE:LINE:COL: what is wrong (what was expected)".
  */
 #include "cli/spec/job.h"
-#include "cli/cli.h"
+#include "cli/spec/args.h"
 #include "cli/sys/cpubind.h"
 #include "cli/spec/values.h"
 #include "cli/spec/ytree.h"

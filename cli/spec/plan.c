@@ -1,6 +1,6 @@
 /* `ddprun plan`'s view of a job (the resolved spec, rank map and environment), also kept as
  * the job's spec.yaml, and the rank environment's OMP_NUM_THREADS rule. */
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "cli/sys/cpubind.h"
 #include "cli/spec/job.h"
 #include "cli/spec/pipe_layout.h"

@@ -4,7 +4,7 @@
  * machine, else by each node's agent). Private to the job-spec files
  * (cli/spec/values.h).
  */
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "cli/sys/devices.h"
 #include "cli/sys/hostlist.h"
 #include "cli/spec/job.h"

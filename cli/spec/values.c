@@ -3,7 +3,7 @@
  * job (cli/spec/job.h): is a host local, where does the store listen, is a rank shown.
  */
 #include "cli/spec/values.h"
-#include "cli/cli.h"
+#include "cli/spec/args.h"
 #include "cli/spec/job.h"
 
 #include <ctype.h>

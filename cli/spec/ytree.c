@@ -5,7 +5,7 @@
  * libyaml's terse messages for the usual mistakes (tabs, binary files) are said plainly.
  */
 #include "cli/spec/ytree.h"
-#include "cli/cli.h"
+#include "cli/spec/args.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,11 +1,13 @@
 /*
- * `ddprun --detach JOB.yaml` (cli/cli.h): the job's supervisor becomes a process of its own in
- * a new session, without the terminal: closing the terminal or the SSH session, or killing the
- * shell, leaves the job running. Until the job can be reached (its control socket listens),
- * the supervisor's messages come back here through a pipe, so a failed start is reported as
- * in the foreground, with its status; then this process prints the job id and returns.
+ * `ddprun --detach JOB.yaml` (cli/supervisor/launch.h): the job's supervisor becomes a process of
+ * its own in a new session, without the terminal: closing the terminal or the SSH session, or
+ * killing the shell, leaves the job running. Until the job can be reached (its control socket
+ * listens), the supervisor's messages come back here through a pipe, so a failed start is reported
+ * as in the foreground, with its status; then this process prints the job id and returns.
  */
-#include "cli/cli.h"
+#include "cli/spec/args.h"
+#include "cli/supervisor/launch.h"
+#include "cli/sys/sys.h"
 #include "common/util.h"
 
 #include <errno.h>

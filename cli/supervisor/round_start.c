@@ -2,10 +2,11 @@
  * A round's start (cli/supervisor/supervisor.h): once the rendezvous closes, the members' ranks are
  * numbered contiguously in node order, a pipeline's stages planned for them, MASTER_ADDR
  * chosen, the views told, and each member sent START. Part of the supervisor; called by its
- * policy (cli/supervisor/rounds.c), it calls only downward (nodes, views, records, the pipeline layout).
+ * policy (cli/supervisor/rounds.c), it calls only downward (nodes, views, records, the pipeline
+ * layout).
  */
 #include "cli/proto/agent_proto.h"
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "cli/spec/pipe_layout.h"
 #include "cli/supervisor/supervisor.h"
 #include "common/util.h"

@@ -21,7 +21,8 @@
 #include "cli/spec/pipe_layout.h"
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
-#include "cli/cli.h"
+#include "cli/provision/slurm.h"
+#include "cli/sys/sys.h"
 #include "cli/supervisor/watchdog.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -292,8 +293,8 @@ static void rank_started(int rank)
     }
 }
 
-/* A rejoined agent's STATE (cli/supervisor/takeover.c): what the last launcher knew of its ranks, after
- * the output it may not have shown (held until now). */
+/* A rejoined agent's STATE (cli/supervisor/takeover.c): what the last launcher knew of its ranks,
+ * after the output it may not have shown (held until now). */
 static void agent_state(int i, const uint8_t *body, size_t len)
 {
     struct ddp__sup_node *a = &ddp__supervisor.nd[i];

@@ -1,8 +1,8 @@
 /*
  * `ddprun JOB.yaml`: a job from start to end. It hosts the job's store (a thread of its own),
  * sets up the views (the console, the records), the node agents (cli/supervisor/nodes.c) and the
- * membership watch, runs the round policy (cli/supervisor/rounds.c) on one loop with the job's signals,
- * and at the end gives every view the summary and leaves nothing behind.
+ * membership watch, runs the round policy (cli/supervisor/rounds.c) on one loop with the job's
+ * signals, and at the end gives every view the summary and leaves nothing behind.
  *
  * Signals: SIGINT and SIGTERM stop the job (the ranks get SIGINT or SIGTERM first), a second
  * one ends every rank at once; SIGUSR1, SIGUSR2 and SIGHUP are passed to every running rank.
@@ -10,7 +10,10 @@
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/supervisor/watchdog.h"
-#include "cli/cli.h"
+#include "cli/provision/slurm.h"
+#include "cli/spec/args.h"
+#include "cli/supervisor/launch.h"
+#include "cli/sys/sys.h"
 #include "cli/view/console.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -638,8 +641,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     ddp__remote_init(&ddp__supervisor.remote, ddp__supervisor.loop, job->tag_output,
                      job->console_ranks, &rcb);
     ddp__supervisor.views[ddp__supervisor.nviews++] = ddp__remote_view(&ddp__supervisor.remote);
-    /* The agents of an etcd job outlive this launcher (cli/supervisor/takeover.c), but not under srun:
-     * Slurm ends a step whose srun is gone. */
+    /* The agents of an etcd job outlive this launcher (cli/supervisor/takeover.c), but not under
+     * srun: Slurm ends a step whose srun is gone. */
     ddp__supervisor.takeover_ms =
         job->rdzv_etcd && !job->srun && job->takeover_ms > 0 ? (uint64_t)job->takeover_ms : 0;
     if (job->rdzv_etcd &&

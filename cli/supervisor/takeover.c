@@ -12,12 +12,14 @@
  * The agents wait for a new launcher (rendezvous.takeover_timeout, cli/agent/link.h). `ddprun
  * attach --etcd URLS JOB` waits for the supervisor key to go with its lease, then runs the
  * recorded command line again in the recorded folder with DDPRUN_TAKEOVER=JOB: that launcher
- * (cli/supervisor/supervise.c) takes the supervisor key, restores the round from the records, and rejoins
- * each node's agent, which answers with STATE and what it held since.
+ * (cli/supervisor/supervise.c) takes the supervisor key, restores the round from the records, and
+ * rejoins each node's agent, which answers with STATE and what it held since.
  */
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
-#include "cli/cli.h"
+#include "cli/spec/args.h"
+#include "cli/supervisor/launch.h"
+#include "cli/sys/sys.h"
 #include "common/err.h"
 #include "common/util.h"
 #include "rendezvous/etcd.h"

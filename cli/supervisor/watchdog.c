@@ -1,7 +1,7 @@
 /* The launcher's watch over its ranks (cli/supervisor/watchdog.h). */
 #include "cli/supervisor/watchdog.h"
 #include "cli/proto/agent_proto.h"
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "cli/diag/diagnose.h"
 #include "cli/spec/job.h"
 #include "cli/supervisor/nodes.h"

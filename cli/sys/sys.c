@@ -3,7 +3,7 @@
  * cli file): the job's signal mask, starting a child with its three standard streams piped,
  * ending every child of a subreaper, and the local address and interface toward a host.
  */
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "common/util.h"
 
 #include <dirent.h>

@@ -1,10 +1,10 @@
 /*
- * libFuzzer target for the job-spec loader (cli/spec/ytree.c, cli/spec/load.c): arbitrary bytes as a
- * job file, with and without --set overrides. Every input must either load or be refused
- * with an error, without crashing, leaking or taking long (dev.sh runs it with a dictionary
- * of YAML tokens, tests/fuzz/job.dict, inputs up to 64 KiB and a per-input time limit).
+ * libFuzzer target for the job-spec loader (cli/spec/ytree.c, cli/spec/load.c): arbitrary bytes as
+ * a job file, with and without --set overrides. Every input must either load or be refused with an
+ * error, without crashing, leaking or taking long (dev.sh runs it with a dictionary of YAML tokens,
+ * tests/fuzz/job.dict, inputs up to 64 KiB and a per-input time limit).
  */
-#include "cli/cli.h"
+#include "cli/spec/args.h"
 #include "cli/spec/job.h"
 
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * kernel's ephemeral range from ip_local_port_range's text, and real draws on this machine,
  * each below (or above) the running kernel's range and bindable as TCPStore binds.
  */
-#include "cli/cli.h"
+#include "cli/sys/sys.h"
 #include "tests/unit/test.h"
 
 #include <arpa/inet.h>
