@@ -4,6 +4,10 @@
   includes  no cycle of #include "..." between project files
   calls     no cycle of calls between files: in the build's object files, a file that uses a
             global symbol another file defines calls it (static functions stay inside a file)
+  rooms     cli/ is in rooms (its folders), each using only the rooms that cli/CMakeLists.txt's
+            table lets it (ddp_room(NAME USES ...)): an include or a call from a file of one room
+            into another that the table does not allow is a problem, as is a source file of cli/
+            outside every room, a room the table lacks, and a file outside cli/ that uses cli/
   size      no source file over 800 lines unless its opening comment says why ("over 800 lines")
 
 Usage: check_structure.py REPO BUILD_DIR. Prints each problem; exits 1 if there is one."""
@@ -76,9 +80,12 @@ def call_graph(repo, build):
             if not f.endswith((".c.o", ".cu.o")) or "CMakeFiles" not in root:
                 continue
             obj = os.path.join(root, f)
-            # ".../CMakeFiles/<target>.dir/<path in the repo>.o"
-            src = re.sub(r"^.*?/CMakeFiles/[^/]+\.dir/", "", obj)[: -len(".o")]
-            src = src.replace("__/", "../")
+            # "BUILD/<folder of its CMakeLists.txt>/CMakeFiles/<target>.dir/<path from there>.o"
+            rel = os.path.relpath(obj, build)
+            m = re.match(r"^(?:(.*?)/)?CMakeFiles/[^/]+\.dir/(.*)\.o$", rel)
+            if not m:
+                continue
+            src = os.path.join(m.group(1) or "", m.group(2).replace("__/", "../"))
             src = os.path.normpath(src)
             if src.startswith("tests/") or src.startswith("bench/"):
                 continue  # test programs call what they test; they are not part of the tree
@@ -103,6 +110,55 @@ def call_graph(repo, build):
     return g
 
 
+def rooms_table(repo):
+    """{room: set of rooms it may use} from cli/CMakeLists.txt's ddp_room(NAME USES ...) lines."""
+    path = os.path.join(repo, "cli", "CMakeLists.txt")
+    if not os.path.exists(path):
+        return None
+    table = {}
+    with open(path) as fh:
+        for m in re.finditer(r"^ddp_room\((\w+)((?:\s+\w+)*)\s*\)", fh.read(), re.M):
+            words = m.group(2).split()
+            table[m.group(1)] = set(words[1:]) if words[:1] == ["USES"] else set()
+    return table
+
+
+def room_of(f):
+    """'sys' for cli/sys/x.c; '' for a file directly in cli/; None outside cli/."""
+    parts = f.split("/")
+    if parts[0] != "cli":
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def room_problems(repo, graph, table):
+    out = []
+    order = list(table)
+    for r in order:  # rooms below it only: the rooms cannot use each other in a circle
+        for u in sorted(table[r]):
+            if u not in order[: order.index(r)]:
+                out.append("cli/CMakeLists.txt: room %s uses %s, which is not before it in the table"
+                           % (r, u))
+    for f in sources(repo):
+        r = room_of(f)
+        if r == "":
+            out.append("%s: in no room (cli/'s files live in its folders)" % f)
+        elif r is not None and r not in table:
+            out.append("%s: its room '%s' is not in cli/CMakeLists.txt's table" % (f, r))
+    for a in sorted(graph):
+        ra = room_of(a)
+        for b in sorted(graph[a]):
+            rb = room_of(b)
+            if rb is None or ra == rb:
+                continue
+            if ra is None:
+                if not a.startswith(("tests/", "bench/")):
+                    out.append("%s uses %s: only cli/ uses cli/" % (a, b))
+            elif ra in table and rb in table and rb not in table[ra]:
+                out.append("%s uses %s: room %s may not use %s (cli/CMakeLists.txt)" % (a, b, ra, rb))
+    return out
+
+
 def main():
     repo, build = sys.argv[1], sys.argv[2]
     bad = 0
@@ -116,6 +172,15 @@ def main():
     for c in cycles(cg):
         print("call cycle between files: " + ", ".join(c))
         bad += 1
+    table = rooms_table(repo)
+    if table is not None:
+        both = {}
+        for g in (include_graph(repo), cg):
+            for a, bs in g.items():
+                both.setdefault(a, set()).update(bs)
+        for p in room_problems(repo, both, table):
+            print(p)
+            bad += 1
     for f in sources(repo):
         with open(os.path.join(repo, f), errors="replace") as fh:
             text = fh.read()
@@ -126,8 +191,8 @@ def main():
                   (f, n, MAX_LINES))
             bad += 1
     files = sum(1 for _ in sources(repo))
-    print("%d files, %d with calls between them checked: %d problem%s" %
-          (files, len(cg), bad, "" if bad == 1 else "s"))
+    print("%d files, %d with calls between them checked, %d rooms: %d problem%s" %
+          (files, len(cg), len(table or {}), bad, "" if bad == 1 else "s"))
     sys.exit(1 if bad else 0)
 
 

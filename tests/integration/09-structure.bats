@@ -8,7 +8,7 @@ load '../lib/common'
   run python3 "$REPO/tests/helpers/check_structure.py" "$REPO" "$BUILD"
   echo "$output"
   assert_success
-  assert_output --regexp "[0-9]+ files, [0-9]+ with calls between them checked: 0 problems"
+  assert_output --regexp "[0-9]+ files, [0-9]+ with calls between them checked, 10 rooms: 0 problems"
 }
 
 @test "the check sees a cycle when there is one" {
@@ -24,6 +24,33 @@ load '../lib/common'
   assert_failure
   assert_output --partial "include cycle: cli/a.h -> cli/b.h"
   assert_output --partial "call cycle between files: cli/a.c, cli/b.c"
+}
+
+@test "the check fails on an include or a call that cli/CMakeLists.txt's rooms do not allow" {
+  # a scratch copy of cli/ and of its object files, then one forbidden edge of each kind
+  d="$BATS_TEST_TMPDIR/tree"
+  mkdir -p "$d/build"
+  cp -r "$REPO/cli" "$d/cli"
+  (cd "$BUILD" && find cli -name '*.c.o' -path '*/CMakeFiles/ddprun_*' -exec cp --parents {} "$d/build/" \;)
+  run python3 "$REPO/tests/helpers/check_structure.py" "$d" "$d/build"
+  assert_success
+  # sys is the lowest room: it may include nothing of the supervisor's
+  printf '#include "cli/supervisor/supervisor.h"\n' >>"$d/cli/sys/hostlist.h"
+  # spec may not call into the supervisor
+  printf 'struct ddp_job;\nint ddp__launch(const struct ddp_job *job, int ready_fd);\nint ddp__evil(void) { return ddp__launch(0, -1); }\n' >"$d/cli/spec/evil.c"
+  cc -c -o "$d/build/cli/CMakeFiles/ddprun_spec.dir/spec/evil.c.o" "$d/cli/spec/evil.c"
+  # a file in no room
+  cp "$d/cli/sys/sys.c" "$d/cli/loose.c"
+  run python3 "$REPO/tests/helpers/check_structure.py" "$d" "$d/build"
+  assert_failure
+  assert_output --partial "cli/sys/hostlist.h uses cli/supervisor/supervisor.h: room sys may not use supervisor"
+  assert_output --partial "cli/spec/evil.c uses cli/supervisor/supervise.c: room spec may not use supervisor"
+  assert_output --partial "cli/loose.c: in no room"
+  # the table is what allows, and it has no circle: spec may use the supervisor only from above it
+  sed -i 's/^ddp_room(spec       USES sys)/ddp_room(spec USES sys supervisor)/' "$d/cli/CMakeLists.txt"
+  run python3 "$REPO/tests/helpers/check_structure.py" "$d" "$d/build"
+  refute_output --partial "room spec may not use supervisor"
+  assert_output --partial "room spec uses supervisor, which is not before it in the table"
 }
 
 # Bash does not stop on a negated command (`! cmd`) that succeeds unless it is the last one, so
