@@ -14,7 +14,7 @@
 #include "common/htab.h"
 #include "common/list.h"
 #include "common/log.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "rendezvous/proto.h"
 #include "rendezvous/store.h"
 

@@ -30,7 +30,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "rendezvous/store.h"
 
 #include <dirent.h>

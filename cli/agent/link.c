@@ -5,7 +5,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 
 #include <errno.h>
 #include <fcntl.h>

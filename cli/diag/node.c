@@ -7,7 +7,7 @@
 #include "common/err.h"
 #include "common/list.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 
 #include <errno.h>
 #include <fcntl.h>

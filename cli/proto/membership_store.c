@@ -11,7 +11,7 @@
 #include "cli/proto/agent_proto.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "rendezvous/store.h"
 
 #include <errno.h>

@@ -4,7 +4,7 @@
 #include "cli/spec/job.h"
 #include "common/err.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 
 #include <errno.h>
 #include <signal.h>

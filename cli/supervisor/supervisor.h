@@ -16,7 +16,7 @@
 #include "cli/view/record.h"
 #include "cli/view/attached.h"
 #include "cli/view/view.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "rendezvous/store.h"
 
 struct ddp_etcd;

@@ -10,7 +10,7 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 
 #include <errno.h>
 #include <fcntl.h>

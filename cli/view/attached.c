@@ -5,7 +5,7 @@
 #include "cli/view/record.h"
 #include "common/buf.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 
 #include <errno.h>
 #include <fcntl.h>

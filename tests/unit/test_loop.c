@@ -1,7 +1,7 @@
-/* Unit tests for rendezvous/loop.c (timers, fd callbacks) and common/htab.c. */
+/* Unit tests for common/loop.c (timers, fd callbacks) and common/htab.c. */
 #include "common/htab.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "tests/unit/test.h"
 
 #include <unistd.h>

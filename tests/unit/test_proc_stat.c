@@ -9,7 +9,7 @@
 #include "cli/diag/proc_stat.h"
 #include "common/buf.h"
 #include "common/util.h"
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "test.h"
 
 #include <signal.h>

@@ -1,6 +1,6 @@
-/* Implementation of rendezvous/loop.h, after redis's ae: poll, fire timers, then run the
+/* Implementation of common/loop.h, after redis's ae: poll, fire timers, then run the
  * after-hook. */
-#include "rendezvous/loop.h"
+#include "common/loop.h"
 #include "common/err.h"
 #include "common/util.h"
 
