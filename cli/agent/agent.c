@@ -842,6 +842,7 @@ int ddp__cmd_agent(void)
     if (sched_getaffinity(0, sizeof(A.allowed), &A.allowed) != 0)
         CPU_ZERO(&A.allowed); /* bind_to then leaves the ranks unbound */
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    ddp__path_add_self(); /* the ranks find programs installed or built beside ddprun */
     A.pyshim = ddp__pys_shim_new();
     ddp_buf_init(&A.in);
     ddp_buf_init(&A.last);

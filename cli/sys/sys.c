@@ -231,6 +231,45 @@ int ddp__control_dir(char *out, size_t n, bool create, char *why, size_t whyn)
 
 /* Where prog is found from workdir, as the agent would run it: a path (relative to workdir),
  * or a name in PATH (an empty entry: workdir); false when it is no executable file there. */
+int ddp__self_dir(char *out, size_t n)
+{
+    char exe[PATH_MAX];
+    ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (l <= 0)
+        return -1;
+    exe[l] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash || (size_t)(slash - exe) >= n)
+        return -1;
+    snprintf(out, n, "%.*s", slash == exe ? 1 : (int)(slash - exe), exe);
+    return 0;
+}
+
+void ddp__path_add_self(void)
+{
+    char dir[PATH_MAX];
+    if (ddp__self_dir(dir, sizeof(dir)) < 0)
+        return;
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/bin:/bin"; /* execvp's own default */
+    size_t dl = strlen(dir);
+    for (const char *p = path; *p;) {
+        const char *c = strchr(p, ':');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        if (l == dl && memcmp(p, dir, dl) == 0)
+            return; /* there already, wherever it stands */
+        p += l + (c ? 1 : 0);
+    }
+    size_t n = strlen(path) + dl + 2;
+    char *v = malloc(n);
+    if (!v)
+        return;
+    snprintf(v, n, "%s:%s", path, dir);
+    setenv("PATH", v, 1);
+    free(v);
+}
+
 bool ddp__program_path(const char *prog, const char *workdir, char *out, size_t n)
 {
     if (strchr(prog, '/')) {
@@ -248,6 +287,11 @@ bool ddp__program_path(const char *prog, const char *workdir, char *out, size_t 
         if (access(out, X_OK) == 0)
             return true;
         p += l + (c ? 1 : 0);
+    }
+    char dir[PATH_MAX]; /* the ranks' PATH ends with ddprun's folder (ddp__path_add_self) */
+    if (ddp__self_dir(dir, sizeof(dir)) == 0) {
+        snprintf(out, n, "%s/%s", dir, prog);
+        return access(out, X_OK) == 0;
     }
     return false;
 }

@@ -81,9 +81,16 @@ void ddp__end_child(pid_t pid, int level);
  * holds (then it is SIGKILLed). */
 int ddp__run_capture(char *const argv[], char *out, size_t n, int timeout_ms, int *status);
 
+/* The folder of this ddprun executable (/proc/self/exe's); 0 or -1. */
+int ddp__self_dir(char *out, size_t n);
+/* Appends that folder to this process's PATH unless PATH names it already: a node agent's ranks
+ * then find the programs installed beside ddprun (ddprun-fmnist), or built beside it in a
+ * build tree, as Open MPI's --prefix gives its ranks its bin folder; their own come first. */
+void ddp__path_add_self(void);
 /* Whether prog runs here from workdir: a path (relative to workdir), or a name in PATH. */
 bool ddp__program_here(const char *prog, const char *workdir);
-/* The same, writing where it was found (PATH's relative entries taken from workdir). */
+/* The same, writing where it was found (PATH's relative entries taken from workdir; then the
+ * folder of ddprun, which ends the ranks' PATH). */
 bool ddp__program_path(const char *prog, const char *workdir, char *out, size_t n);
 
 #endif
