@@ -53,6 +53,16 @@ load '../lib/common'
   assert_output --partial "room spec uses supervisor, which is not before it in the table"
 }
 
+@test "the architecture tour (docs/internals/architecture.md) names every .c file, and each file it names exists" {
+  tour="$REPO/docs/internals/architecture.md"
+  missing=$(cd "$REPO" && find common rendezvous worker reducer pipeline cli examples -name '*.c' -o -name '*.cu' |
+    while read -r f; do grep -qF "\`$f\`" "$tour" || echo "$f"; done)
+  [ -z "$missing" ] || { echo "not in the tour: $missing"; return 1; }
+  gone=$(grep -oE '`[a-z_]+/[a-zA-Z0-9_./-]+\.(c|h|cu|py|def|txt|sbatch)`' "$tour" | tr -d '`' | sort -u |
+    while read -r f; do [ -e "$REPO/$f" ] || echo "$f"; done)
+  [ -z "$gone" ] || { echo "named in the tour, not in the tree: $gone"; return 1; }
+}
+
 # Bash does not stop on a negated command (`! cmd`) that succeeds unless it is the last one, so
 # in a test body `! grep -q x f` alone asserts nothing; such a line must end in `|| false`.
 negations_that_assert_nothing() { # files...
