@@ -63,6 +63,29 @@ load '../lib/common'
   [ -z "$gone" ] || { echo "named in the tour, not in the tree: $gone"; return 1; }
 }
 
+# The names an enum of header H declares (its enumerators), from the line "enum NAME {" on.
+enumerators() { # header enum-name
+  awk -v e="enum $2 {" 'index($0, e) { on = 1 } on { print } on && /}/ { exit }' "$1" |
+    grep -oE '\bDDP__[A-Z0-9_]+\b' | grep -v "^DDP__[A-Z_]*_H$"
+}
+
+@test "the protocol and state machine documents name every frame, phase and node state of the code" {
+  doc="$REPO/docs/internals/agent-protocol.md"
+  n=0
+  while read -r name value; do
+    grep -qE "^\| $value \| \`$name\` \|" "$doc" || { echo "frame $name ($value) not in $doc"; return 1; }
+    n=$((n + 1))
+  done < <(sed -n '/^enum ddp__agent_msg {/,/^};/p' "$REPO/cli/proto/agent_proto.h" |
+    sed -nE 's/^ *(DDP__AG_[A-Z_]+) = (0x[0-9a-f]+|[0-9]+),.*/\1 \2/p' |
+    while read -r a b; do printf '%s 0x%02x\n' "$a" "$((b))"; done)
+  [ "$n" -ge 17 ]
+  doc="$REPO/docs/internals/supervisor.md"
+  states=$(enumerators "$REPO/cli/supervisor/supervisor.h" ddp__sup_phase
+    enumerators "$REPO/cli/supervisor/supervisor.h" ddp__node_state)
+  [ "$(echo "$states" | wc -l)" -ge 10 ]
+  for s in $states; do grep -qF "\`$s\`" "$doc" || { echo "$s not in $doc"; return 1; }; done
+}
+
 # Bash does not stop on a negated command (`! cmd`) that succeeds unless it is the last one, so
 # in a test body `! grep -q x f` alone asserts nothing; such a line must end in `|| false`.
 negations_that_assert_nothing() { # files...
