@@ -24,6 +24,22 @@ teardown() {
   assert_success
 }
 
+@test "every file that README.md and docs/ link to or name exists" {
+  cd "$REPO"
+  run bash -c '
+    for d in README.md docs/*/*.md; do
+      # markdown links, relative to the document
+      grep -oE "\]\([^)#]+\)" "$d" | sed -E "s/^\]\(|\)$//g" | grep -v "^https\?:" |
+        while read -r l; do [ -e "$(dirname "$d")/$l" ] || echo "$d links to $l"; done
+      # paths in backquotes, from the top of the tree
+      grep -oE "\`(cli|common|rendezvous|worker|reducer|pipeline|examples|bench|tests|man|docs)/[A-Za-z0-9_./-]+\`" "$d" |
+        tr -d "\`" | sed "s/[.]$//" | grep -v "[*]" |
+        while read -r f; do [ -e "$f" ] || echo "$d names $f"; done
+    done'
+  assert_success
+  assert_output ""
+}
+
 # The quick starts' blocks, in order: "sh" lines are commands; a "yaml" block is the file its
 # first line names (# NAME). Prints "file NAME" then the block, or "run COMMAND".
 quick_starts() {
