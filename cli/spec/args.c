@@ -4,6 +4,7 @@
  * list of each command's help.
  */
 #include "cli/spec/args.h"
+#include "cli/spec/keys.h"
 #include "common/log.h"
 
 #include <stdarg.h>
@@ -109,8 +110,8 @@ static int add_nnodes(struct ddp_cli_opts *o, const char *val)
     char a[24], b[24];
     snprintf(a, sizeof(a), "%ld", lo);
     snprintf(b, sizeof(b), "%ld", hi);
-    return add_set(o, "elastic.min_nodes", a, "nnodes") < 0 ||
-                   add_set(o, "elastic.max_nodes", b, "nnodes") < 0
+    return add_set(o, DDP_KEY(ELASTIC_MIN_NODES), a, "nnodes") < 0 ||
+                   add_set(o, DDP_KEY(ELASTIC_MAX_NODES), b, "nnodes") < 0
                ? -1
                : 0;
 }
@@ -163,8 +164,8 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             ddp__cli_error("'%.*s' is torchrun's, for a launcher started on every node; ddprun "
                            "runs once, from here, and starts every node itself: name them with "
                            "-H h1,h2 or --hostfile FILE (its store is its own: "
-                           "--set rendezvous.port=N and rendezvous.listen say where)",
-                           (int)nl + 2, a);
+                           "--set %s=N and %s say where)",
+                           (int)nl + 2, a, DDP_KEY(RDZV_PORT), DDP_KEY(RDZV_LISTEN));
             return -1;
         }
         if (found < 0) {
@@ -189,13 +190,15 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
         }
         /* --nproc N is --set nproc_per_node=N (--ranks L: logs.console_ranks=L, ...), named
          * as the user wrote it. */
-        const char *key = found == DDP_OPT_RANKS          ? "logs.console_ranks"
-                          : found == DDP_OPT_MAX_RESTARTS ? "elastic.max_restarts"
-                          : found == DDP_OPT_BIND_TO      ? "bind_to"
-                          : found == DDP_OPT_LOG_DIR      ? "logs.dir"
-                          : found == DDP_OPT_ROLE         ? "env.ROLE_NAME"
+        char role[64];
+        snprintf(role, sizeof(role), "%s.ROLE_NAME", DDP_KEY(ENV));
+        const char *key = found == DDP_OPT_RANKS          ? DDP_KEY(LOGS_CONSOLE_RANKS)
+                          : found == DDP_OPT_MAX_RESTARTS ? DDP_KEY(ELASTIC_MAX_RESTARTS)
+                          : found == DDP_OPT_BIND_TO      ? DDP_KEY(BIND_TO)
+                          : found == DDP_OPT_LOG_DIR      ? DDP_KEY(LOGS_DIR)
+                          : found == DDP_OPT_ROLE         ? role
                           : found == DDP_OPT_NPROC || found == DDP_OPT_NPROC_PER_NODE
-                              ? "nproc_per_node"
+                              ? DDP_KEY(NPROC_PER_NODE)
                               : NULL;
         if (found == DDP_OPT_SET) {
             if (o->nsets == DDP_CLI_MAX_SETS) {

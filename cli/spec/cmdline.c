@@ -9,6 +9,7 @@
  */
 #include "cli/spec/args.h"
 #include "cli/spec/job.h"
+#include "cli/spec/keys.h"
 #include "common/buf.h"
 
 #include <ctype.h>
@@ -18,6 +19,13 @@
 #include <string.h>
 
 #include "common/banned.h"
+
+/* "KEY: " of key id, or "KEY:\n" with nl, into b. */
+static void put_key(struct ddp_buf *b, int id, bool nl)
+{
+    ddp_buf_put(b, ddp__key_name(id), strlen(ddp__key_name(id)));
+    ddp_buf_put(b, nl ? ":\n" : ": ", 2);
+}
 
 /* s as a YAML double-quoted scalar: quotes, backslashes and control bytes escaped. */
 static void put_quoted(struct ddp_buf *b, const char *s)
@@ -73,7 +81,8 @@ static int put_host(struct ddp_buf *b, const char *spec, size_t len, const char 
             ddp__cli_error("%s: '%s' is not a host name", where, host);
             return -1;
         }
-    ddp_buf_put(b, "  - {host: ", 11);
+    ddp_buf_put(b, "  - {", 5);
+    put_key(b, DDP_K_NODES_HOST, false);
     put_quoted(b, host);
     if (slots) {
         char *end;
@@ -85,7 +94,7 @@ static int put_host(struct ddp_buf *b, const char *spec, size_t len, const char 
         char t[32];
         if (!keep_slots) /* an explicit nproc_per_node wins, as over Slurm's tasks per node */
             n = 0;
-        int k = snprintf(t, sizeof(t), ", slots: %ld", n);
+        int k = snprintf(t, sizeof(t), ", %s: %ld", ddp__key_name(DDP_K_NODES_SLOTS), n);
         if (n)
             ddp_buf_put(b, t, (size_t)k);
     }
@@ -148,9 +157,11 @@ int ddp__job_from_cmdline(const struct ddp_cmdline *cl, const char *const *sets,
     base = base ? base + 1 : cl->program;
     char name[128];
     snprintf(name, sizeof(name), "%.*s", (int)strcspn(base, "."), base);
-    ddp_buf_put(&b, "name: ", 6);
+    put_key(&b, DDP_K_NAME, false);
     put_quoted(&b, name[0] ? name : "job");
-    ddp_buf_put(&b, "\ncommand: [", 11);
+    ddp_buf_put_u8(&b, '\n');
+    put_key(&b, DDP_K_COMMAND, false);
+    ddp_buf_put_u8(&b, '[');
     if (!cl->no_python) {
         put_quoted(&b, "python3");
         ddp_buf_put(&b, ", ", 2);
@@ -168,10 +179,11 @@ int ddp__job_from_cmdline(const struct ddp_cmdline *cl, const char *const *sets,
     /* --nproc-per-node (or --set nproc_per_node) given: it wins over the hosts' slots */
     bool keep_slots = true;
     for (size_t k = 0; k < nsets; k++)
-        if (strncmp(sets[k], "nproc_per_node=", 15) == 0)
+        if (strncmp(sets[k], DDP_KEY(NPROC_PER_NODE), strlen(DDP_KEY(NPROC_PER_NODE))) == 0 &&
+            sets[k][strlen(DDP_KEY(NPROC_PER_NODE))] == '=')
             keep_slots = false;
     if (cl->nodes || cl->hostfile) {
-        ddp_buf_put(&b, "nodes:\n", 7);
+        put_key(&b, DDP_K_NODES, true);
         if (cl->hostfile && put_hostfile(&b, cl->hostfile, keep_slots) < 0)
             goto out;
         for (const char *p = cl->nodes; p && *p;) {

@@ -2,6 +2,7 @@
 #include "cli/spec/job.h"
 #include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
+#include "cli/spec/keys.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,10 @@
 int ddp__job_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
     if (n->type == DDP_Y_SCALAR)
-        return ddp__jv_str(c, n, "command", &j->shell);
+        return ddp__jv_str(c, n, DDP_KEY(COMMAND), &j->shell);
     if (n->type != DDP_Y_SEQ || n->n == 0) {
-        ddp__jv_err(c, n, "command must be a list of arguments or a shell command string%s",
-                    n->type == DDP_Y_SEQ ? ", not an empty list" : "");
+        ddp__jv_err(c, n, "%s must be a list of arguments or a shell command string%s",
+                    DDP_KEY(COMMAND), n->type == DDP_Y_SEQ ? ", not an empty list" : "");
         return -1;
     }
     if (!(j->argv = calloc(n->n + 1, sizeof(char *))))
@@ -26,7 +27,8 @@ int ddp__job_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
             return -1;
     }
     if (!j->argv[0][0]) {
-        ddp__jv_err(c, n->kids[0], "command: the program (first element) must not be empty");
+        ddp__jv_err(c, n->kids[0], "%s: the program (first element) must not be empty",
+                    DDP_KEY(COMMAND));
         return -1;
     }
     return 0;
@@ -35,18 +37,18 @@ int ddp__job_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
 int ddp__job_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
 {
     if (n->type != DDP_Y_MAP) {
-        ddp__jv_err(c, n, "env must be a mapping of variable names to values");
+        ddp__jv_err(c, n, "%s must be a mapping of variable names to values", DDP_KEY(ENV));
         return -1;
     }
-    if (ddp__jv_check_dups(c, n, "env") < 0)
+    if (ddp__jv_check_dups(c, n, DDP_KEY(ENV)) < 0)
         return -1;
     if (!(j->env = calloc(n->n / 2 + 1, sizeof(*j->env))))
         return -1;
     for (size_t i = 0; i + 1 < n->n; i += 2) {
         const struct ddp_ynode *k = n->kids[i], *v = n->kids[i + 1];
         if (!ddp__jv_env_name_ok(k->str)) {
-            ddp__jv_err(c, k, "env: '%s' is not a valid variable name (letters, digits, _)",
-                        k->str);
+            ddp__jv_err(c, k, "%s: '%s' is not a valid variable name (letters, digits, _)",
+                        DDP_KEY(ENV), k->str);
             return -1;
         }
         if (ddp__jv_scalar(c, v, "an env value") < 0)
@@ -71,13 +73,13 @@ int ddp__job_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
                        const struct ddp_job *j)
 {
     size_t total = 0;
-    const struct ddp_ynode *cmd = ddp__ytree_get(root, "command"),
-                           *env = ddp__ytree_get(root, "env");
+    const struct ddp_ynode *cmd = ddp__key_get(root, DDP_K_COMMAND),
+                           *env = ddp__key_get(root, DDP_K_ENV);
     for (size_t i = 0; j->argv && j->argv[i]; i++) {
         size_t l = strlen(j->argv[i]) + 1;
         if (l > DDP_JOB_MAX_STRING) {
-            ddp__jv_err(c, cmd->kids[i], "command argument %zu is %zu bytes; exec takes at most %u",
-                        i, l - 1, DDP_JOB_MAX_STRING - 1);
+            ddp__jv_err(c, cmd->kids[i], "%s argument %zu is %zu bytes; exec takes at most %u",
+                        DDP_KEY(COMMAND), i, l - 1, DDP_JOB_MAX_STRING - 1);
             return -1;
         }
         total += l + sizeof(char *);
@@ -85,26 +87,26 @@ int ddp__job_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
     if (j->shell) {
         total += strlen(j->shell) + 1;
         if (strlen(j->shell) + 1 > DDP_JOB_MAX_STRING) {
-            ddp__jv_err(c, cmd, "command is %zu bytes; exec takes at most %u", strlen(j->shell),
-                        DDP_JOB_MAX_STRING - 1);
+            ddp__jv_err(c, cmd, "%s is %zu bytes; exec takes at most %u", DDP_KEY(COMMAND),
+                        strlen(j->shell), DDP_JOB_MAX_STRING - 1);
             return -1;
         }
     }
     for (size_t i = 0; i < j->nenv; i++) {
         size_t l = strlen(j->env[i].key) + strlen(j->env[i].value) + 2;
         if (l > DDP_JOB_MAX_STRING) {
-            ddp__jv_err(c, env->kids[2 * i],
-                        "env: %s=... is %zu bytes; a variable holds at most %u", j->env[i].key,
-                        l - 1, DDP_JOB_MAX_STRING - 1);
+            ddp__jv_err(c, env->kids[2 * i], "%s: %s=... is %zu bytes; a variable holds at most %u",
+                        DDP_KEY(ENV), j->env[i].key, l - 1, DDP_JOB_MAX_STRING - 1);
             return -1;
         }
         total += l + sizeof(char *);
     }
     if (total > DDP_JOB_MAX_EXEC) {
         ddp__jv_err(c, env ? env : cmd,
-                    "command and env take %zu KiB (%zu variables); a rank's command line and "
+                    "%s and %s take %zu KiB (%zu variables); a rank's command line and "
                     "environment are limited to %u KiB",
-                    (total + 1023) / 1024, j->nenv, DDP_JOB_MAX_EXEC >> 10);
+                    DDP_KEY(COMMAND), DDP_KEY(ENV), (total + 1023) / 1024, j->nenv,
+                    DDP_JOB_MAX_EXEC >> 10);
         return -1;
     }
     return 0;

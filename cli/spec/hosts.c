@@ -2,13 +2,12 @@
 #include "cli/spec/job.h"
 #include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
+#include "cli/spec/keys.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/banned.h"
-
-static const char *const node_keys[] = {"host", "slots", NULL};
 
 /*
  * Other tools' host syntax is an error naming the right form, never a host literally called
@@ -20,10 +19,11 @@ static int check_host_syntax(const struct ddp__jctx *c, const struct ddp_ynode *
     const char *colon = strchr(h, ':');
     char *end;
     if (colon && !strchr(colon + 1, ':') && colon[1] && (strtol(colon + 1, &end, 10), !*end)) {
-        ddp__jv_err(c, n,
-                    "node '%s' looks like Horovod's host:slots; in a job file write "
-                    "{host: %.*s, slots: %s}",
-                    h, (int)(colon - h), h, colon + 1);
+        ddp__jv_err(
+            c, n,
+            "node '%s' looks like Horovod's host:slots; in a job file write {%s: %.*s, %s: %s}", h,
+            ddp__key_name(DDP_K_NODES_HOST), (int)(colon - h), h, ddp__key_name(DDP_K_NODES_SLOTS),
+            colon + 1);
         return -1;
     }
     const char *sp = strpbrk(h, " \t");
@@ -31,9 +31,9 @@ static int check_host_syntax(const struct ddp__jctx *c, const struct ddp_ynode *
         const char *slots = strstr(h, "slots=");
         if (slots)
             ddp__jv_err(c, n,
-                        "node '%s' is a hostfile line; in a job file write {host: %.*s, "
-                        "slots: %s}",
-                        h, (int)(sp - h), h, slots + 6);
+                        "node '%s' is a hostfile line; in a job file write {%s: %.*s, %s: %s}", h,
+                        ddp__key_name(DDP_K_NODES_HOST), (int)(sp - h), h,
+                        ddp__key_name(DDP_K_NODES_SLOTS), slots + 6);
         else
             ddp__jv_err(c, n, "node '%s' is not a host name (no spaces)", h);
         return -1;
@@ -45,7 +45,8 @@ int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct 
                    int **slots_given)
 {
     if (n->type != DDP_Y_SEQ || n->n == 0) {
-        ddp__jv_err(c, n, "nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')");
+        ddp__jv_err(c, n, "%s must be a non-empty list of hosts ('- %s: NAME' or '- NAME')",
+                    DDP_KEY(NODES), ddp__key_name(DDP_K_NODES_HOST));
         return -1;
     }
     j->nodes = calloc(n->n, sizeof(*j->nodes));
@@ -55,17 +56,18 @@ int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct 
     for (size_t i = 0; i < n->n; i++) {
         const struct ddp_ynode *e = n->kids[i], *host = e;
         if (e->type == DDP_Y_MAP) {
-            if (ddp__jv_check_keys(c, e, "a node", node_keys) < 0)
+            if (ddp__key_check_in(c, e, DDP_K_NODES, "a node") < 0)
                 return -1;
-            if (!(host = ddp__ytree_get(e, "host"))) {
-                ddp__jv_err(c, e, "a node needs 'host'");
+            if (!(host = ddp__key_get(e, DDP_K_NODES_HOST))) {
+                ddp__jv_err(c, e, "a node needs '%s'", ddp__key_name(DDP_K_NODES_HOST));
                 return -1;
             }
-            const struct ddp_ynode *s = ddp__ytree_get(e, "slots");
-            if (s && ddp__jv_int(c, s, "slots", 1, 4096, &(*slots_given)[i]) < 0)
+            const struct ddp_ynode *s = ddp__key_get(e, DDP_K_NODES_SLOTS);
+            if (s && ddp__jv_int(c, s, ddp__key_name(DDP_K_NODES_SLOTS), 1, 4096,
+                                 &(*slots_given)[i]) < 0)
                 return -1;
         }
-        if (ddp__jv_str(c, host, "host", &j->nodes[i].host) < 0)
+        if (ddp__jv_str(c, host, ddp__key_name(DDP_K_NODES_HOST), &j->nodes[i].host) < 0)
             return -1;
         j->nnodes = i + 1; /* counted now, so an error below still frees it */
         if (check_host_syntax(c, host, j->nodes[i].host) < 0)
@@ -81,7 +83,7 @@ int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct 
     free(hosts);
     if (found) {
         const struct ddp_ynode *e = n->kids[dup];
-        ddp__jv_err(c, e->type == DDP_Y_MAP ? ddp__ytree_get(e, "host") : e,
+        ddp__jv_err(c, e->type == DDP_Y_MAP ? ddp__key_get(e, DDP_K_NODES_HOST) : e,
                     "node '%s' is listed twice", j->nodes[dup].host);
         return -1;
     }

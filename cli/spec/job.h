@@ -84,8 +84,8 @@ struct ddp_job {
     int64_t hang_after_ms; /* diagnose.hang_after: the hang report; 0 turns it off */
     bool hang_fail;        /* diagnose.on_hang: fail (the round fails) rather than wait */
     struct ddp_job_pipeline pipe;
-    int world_size;        /* derived: sum of slots (0 while some node's are counted there) */
-    char **overrides;      /* the --set (and --nproc) given, as written: "--set a=b" */
+    int world_size;   /* derived: sum of slots (0 while some node's are counted there) */
+    char **overrides; /* the --set (and --nproc) given, as written: "--set a=b" */
     size_t noverrides;
     /* nproc_per_node gpu, cpu or auto where some node is another machine: each node without
      * slots of its own has slots 0 until its agent's HELLO counts them (cli/sys/devices.h) */

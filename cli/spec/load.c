@@ -8,6 +8,7 @@
 #include "cli/sys/cpubind.h"
 #include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
+#include "cli/spec/keys.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -19,26 +20,6 @@
 #include <unistd.h>
 
 #include "common/banned.h"
-
-/* ------------------------------------------------------------------ */
-/* Schema                                                             */
-/* ------------------------------------------------------------------ */
-
-static const char *const top_keys[] = {"name",       "command",        "workdir",  "env",
-                                       "nodes",      "nproc_per_node", "backend",  "bind_to",
-                                       "rendezvous", "elastic",        "ssh",      "logs",
-                                       "checkpoint", "stop_grace",     "network",  "export",
-                                       "diagnose",   "launcher",       "pipeline", NULL};
-static const char *const elastic_keys[] = {
-    "min_nodes", "max_nodes", "max_restarts", "heartbeat_interval", "heartbeat_timeout",
-    "cooldown",  NULL};
-static const char *const ssh_keys[] = {
-    "user", "port", "identity", "known_hosts", "strict_host_key_checking", "remote_ddprun", NULL};
-static const char *const logs_keys[] = {"dir",           "tag_output", "timestamps",
-                                        "console_ranks", "jsonl",      NULL};
-static const char *const ckpt_keys[] = {"dir", NULL};
-static const char *const network_keys[] = {"interface", "family", NULL};
-static const char *const diag_keys[] = {"hang_after", "on_hang", NULL};
 
 static char *default_name(const char *file)
 {
@@ -58,7 +39,7 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     int *slots_given = NULL, rc = -1;
 
     if (!root) {
-        ddp__jv_err(c, NULL, "the job file is empty (it needs at least 'command')");
+        ddp__jv_err(c, NULL, "the job file is empty (it needs at least '%s')", DDP_KEY(COMMAND));
         return -1;
     }
     if (root->type != DDP_Y_MAP) {
@@ -75,33 +56,33 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
                                       : "this is a single value");
         return -1;
     }
-    if (ddp__jv_check_keys(c, root, "the job spec", top_keys) < 0)
+    if (ddp__key_check(c, root, DDP_K_TOP) < 0)
         return -1;
-    if ((n = ddp__ytree_get(root, "name")) && ddp__jv_str(c, n, "name", &j->name) < 0)
+    if ((n = ddp__key_get(root, DDP_K_NAME)) && ddp__key_read(c, n, DDP_K_NAME, j) < 0)
         return -1;
-    if (!(n = ddp__ytree_get(root, "command"))) {
-        ddp__jv_err(c, root,
-                    "missing 'command' (the program each rank runs, as a list or a string)");
+    if (!(n = ddp__key_get(root, DDP_K_COMMAND))) {
+        ddp__jv_err(c, root, "missing '%s' (the program each rank runs, as a list or a string)",
+                    DDP_KEY(COMMAND));
         return -1;
     }
     if (ddp__job_command(c, n, j) < 0)
         return -1;
-    if ((n = ddp__ytree_get(root, "workdir"))) {
+    if ((n = ddp__key_get(root, DDP_K_WORKDIR))) {
         char *w = NULL;
-        if (ddp__jv_str(c, n, "workdir", &w) < 0)
+        if (ddp__jv_str(c, n, DDP_KEY(WORKDIR), &w) < 0)
             return -1;
         j->workdir = ddp__jv_path(basedir, w);
         free(w);
     } else {
         j->workdir = strdup(basedir);
     }
-    if ((n = ddp__ytree_get(root, "env")) && ddp__job_env(c, n, j) < 0)
+    if ((n = ddp__key_get(root, DDP_K_ENV)) && ddp__job_env(c, n, j) < 0)
         return -1;
     if (ddp__job_exec_size(c, root, j) < 0)
         return -1;
-    const struct ddp_ynode *per_node = ddp__ytree_get(root, "nproc_per_node");
+    const struct ddp_ynode *per_node = ddp__key_get(root, DDP_K_NPROC_PER_NODE);
     bool alloc = false; /* the nodes are the Slurm allocation's */
-    if ((n = ddp__ytree_get(root, "nodes")) && n->type == DDP_Y_SCALAR &&
+    if ((n = ddp__key_get(root, DDP_K_NODES)) && n->type == DDP_Y_SCALAR &&
         !strcmp(n->str, "slurm")) {
         if ((alloc = true), ddp__slurm_nodes(c, n, per_node, j, &slots_given) < 0)
             goto out;
@@ -117,12 +98,12 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         j->nodes[0].host = strdup("localhost");
         j->nnodes = 1;
     }
-    if (ddp__slurm_launcher(c, ddp__ytree_get(root, "launcher"), alloc, j) < 0)
+    if (ddp__slurm_launcher(c, ddp__key_get(root, DDP_K_LAUNCHER), alloc, j) < 0)
         goto out;
     int named = 0; /* gpu, cpu, auto */
     if ((n = per_node) && (named = ddp__nproc_named(c, n, j, &j->nproc_per_node)) < 0)
         goto out;
-    if (n && !named && ddp__jv_int(c, n, "nproc_per_node", 1, 4096, &j->nproc_per_node) < 0)
+    if (n && !named && ddp__jv_int(c, n, DDP_KEY(NPROC_PER_NODE), 1, 4096, &j->nproc_per_node) < 0)
         goto out;
     j->world_size = 0;
     bool counted = false; /* some node's slots are counted there */
@@ -134,84 +115,64 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     }
     if (counted)
         j->world_size = 0;
-    if ((n = ddp__ytree_get(root, "backend"))) {
-        if (ddp__jv_str(c, n, "backend", &j->backend) < 0)
+    if ((n = ddp__key_get(root, DDP_K_BACKEND))) {
+        if (ddp__jv_str(c, n, DDP_KEY(BACKEND), &j->backend) < 0)
             goto out;
         if (strcmp(j->backend, "cpu") != 0 && strcmp(j->backend, "nccl") != 0) {
-            ddp__jv_err(c, n, "backend must be 'cpu' or 'nccl', got '%s'", j->backend);
+            ddp__jv_err(c, n, "%s must be 'cpu' or 'nccl', got '%s'", DDP_KEY(BACKEND), j->backend);
             goto out;
         }
 #ifndef DDP_HAVE_NCCL
         if (strcmp(j->backend, "nccl") == 0) {
-            ddp__jv_err(c, n,
-                        "backend 'nccl' needs a ddprun built with CUDA and NCCL; this one was not");
+            ddp__jv_err(c, n, "%s 'nccl' needs a ddprun built with CUDA and NCCL; this one was not",
+                        DDP_KEY(BACKEND));
             goto out;
         }
 #endif
     }
-    if ((n = ddp__ytree_get(root, "bind_to"))) {
+    if ((n = ddp__key_get(root, DDP_K_BIND_TO))) {
         char *b = NULL;
-        if (ddp__jv_str(c, n, "bind_to", &b) < 0)
+        if (ddp__jv_str(c, n, DDP_KEY(BIND_TO), &b) < 0)
             goto out;
         j->bind_to = ddp__cpubind_parse(b);
         if (j->bind_to < 0)
-            ddp__jv_err(c, n, "bind_to must be 'none', 'core' or 'numa', got '%s'", b);
+            ddp__jv_err(c, n, "%s must be 'none', 'core' or 'numa', got '%s'", DDP_KEY(BIND_TO), b);
         free(b);
         if (j->bind_to < 0)
             goto out;
     }
-    if (ddp__job_rdzv(c, ddp__ytree_get(root, "rendezvous"), basedir, j) < 0)
+    if (ddp__job_rdzv(c, ddp__key_get(root, DDP_K_RDZV), basedir, j) < 0)
         goto out;
     j->min_nodes = j->max_nodes = (int)j->nnodes;
-    if ((sub = ddp__ytree_get(root, "elastic"))) {
-        const struct ddp_ynode *mn = ddp__ytree_get(sub, "min_nodes");
-        if (ddp__jv_check_keys(c, sub, "elastic", elastic_keys) < 0 ||
-            (mn && ddp__jv_int(c, mn, "elastic.min_nodes", 1, 100000, &j->min_nodes) < 0) ||
-            ((n = ddp__ytree_get(sub, "max_nodes")) &&
-             ddp__jv_int(c, n, "elastic.max_nodes", 1, 100000, &j->max_nodes) < 0) ||
-            ((n = ddp__ytree_get(sub, "max_restarts")) &&
-             ddp__jv_int(c, n, "elastic.max_restarts", 0, 1000000, &j->max_restarts) < 0) ||
-            ((n = ddp__ytree_get(sub, "heartbeat_interval")) &&
-             ddp__jv_duration_pos(c, n, "elastic.heartbeat_interval", &j->heartbeat_interval_ms) <
-                 0) ||
-            ((n = ddp__ytree_get(sub, "heartbeat_timeout")) &&
-             ddp__jv_duration_pos(c, n, "elastic.heartbeat_timeout", &j->heartbeat_timeout_ms) <
-                 0) ||
-            ((n = ddp__ytree_get(sub, "cooldown")) &&
-             ddp__jv_duration(c, n, "elastic.cooldown", &j->cooldown_ms) < 0))
+    if ((sub = ddp__key_get(root, DDP_K_ELASTIC))) {
+        const struct ddp_ynode *mn = ddp__key_get(sub, DDP_K_ELASTIC_MIN_NODES);
+        if (ddp__key_check(c, sub, DDP_K_ELASTIC) < 0 ||
+            ddp__key_read_section(c, sub, DDP_K_ELASTIC, j) < 0)
             goto out;
         if (j->min_nodes > j->max_nodes) {
-            ddp__jv_err(c, mn ? mn : sub, "elastic.min_nodes (%d) is above elastic.max_nodes (%d)",
-                        j->min_nodes, j->max_nodes);
+            ddp__jv_err(c, mn ? mn : sub, "%s (%d) is above %s (%d)", DDP_KEY(ELASTIC_MIN_NODES),
+                        j->min_nodes, DDP_KEY(ELASTIC_MAX_NODES), j->max_nodes);
             goto out;
         }
         if (j->heartbeat_timeout_ms <= j->heartbeat_interval_ms) {
-            ddp__jv_err(c, sub, "elastic.heartbeat_timeout must be longer than heartbeat_interval");
+            ddp__jv_err(c, sub, "%s must be longer than %s", DDP_KEY(ELASTIC_HEARTBEAT_TIMEOUT),
+                        ddp__key_name(DDP_K_ELASTIC_HEARTBEAT_INTERVAL));
             goto out;
         }
     }
     if (j->max_nodes > (int)j->nnodes) {
-        ddp__jv_err(c, ddp__ytree_get(root, "elastic"),
-                    "elastic.max_nodes (%d) is above the number of nodes listed (%zu; -H or "
+        ddp__jv_err(c, ddp__key_get(root, DDP_K_ELASTIC),
+                    "%s (%d) is above the number of nodes listed (%zu; -H or "
                     "--hostfile list them on a command line)",
-                    j->max_nodes, j->nnodes);
+                    DDP_KEY(ELASTIC_MAX_NODES), j->max_nodes, j->nnodes);
         goto out;
     }
-    if ((sub = ddp__ytree_get(root, "ssh"))) {
-        if (ddp__jv_check_keys(c, sub, "ssh", ssh_keys) < 0 ||
-            ((n = ddp__ytree_get(sub, "user")) &&
-             ddp__jv_str(c, n, "ssh.user", &j->ssh_user) < 0) ||
-            ((n = ddp__ytree_get(sub, "port")) &&
-             ddp__jv_int(c, n, "ssh.port", 1, 65535, &j->ssh_port) < 0) ||
-            ((n = ddp__ytree_get(sub, "identity")) &&
-             ddp__jv_str(c, n, "ssh.identity", &j->ssh_identity) < 0) ||
-            ((n = ddp__ytree_get(sub, "known_hosts")) &&
-             ddp__jv_str(c, n, "ssh.known_hosts", &j->ssh_known_hosts) < 0) ||
-            ((n = ddp__ytree_get(sub, "remote_ddprun")) &&
-             ddp__jv_str(c, n, "ssh.remote_ddprun", &j->ssh_remote_ddprun) < 0))
+    if ((sub = ddp__key_get(root, DDP_K_SSH))) {
+        if (ddp__key_check(c, sub, DDP_K_SSH) < 0 ||
+            ddp__key_read_section(c, sub, DDP_K_SSH, j) < 0)
             goto out;
-        if ((n = ddp__ytree_get(sub, "strict_host_key_checking"))) {
-            if (ddp__jv_scalar(c, n, "ssh.strict_host_key_checking") < 0)
+        if ((n = ddp__key_get(sub, DDP_K_SSH_STRICT_HOST_KEY_CHECKING))) {
+            if (ddp__jv_scalar(c, n, DDP_KEY(SSH_STRICT_HOST_KEY_CHECKING)) < 0)
                 goto out;
             /* YAML 1.1 reads yes/no as booleans; they are names here. */
             const char *v = n->str;
@@ -220,41 +181,25 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             if (!strcasecmp(v, "false") || !strcasecmp(v, "off"))
                 v = "no";
             if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0 && strcmp(v, "accept-new") != 0) {
-                ddp__jv_err(c, n,
-                            "ssh.strict_host_key_checking must be yes, no or accept-new, got '%s'",
-                            n->str);
+                ddp__jv_err(c, n, "%s must be yes, no or accept-new, got '%s'",
+                            DDP_KEY(SSH_STRICT_HOST_KEY_CHECKING), n->str);
                 goto out;
             }
             free(j->ssh_strict);
             j->ssh_strict = strdup(v);
         }
     }
-    char **local_paths[] = {&j->ssh_identity, &j->ssh_known_hosts};
-    for (size_t k = 0; k < sizeof(local_paths) / sizeof(local_paths[0]); k++)
-        if (*local_paths[k]) {
-            char *abs = ddp__jv_path(basedir, *local_paths[k]);
-            free(*local_paths[k]);
-            *local_paths[k] = abs;
-        }
-    if ((sub = ddp__ytree_get(root, "logs"))) {
-        if (ddp__jv_check_keys(c, sub, "logs", logs_keys) < 0 ||
-            ((n = ddp__ytree_get(sub, "dir")) && ddp__jv_str(c, n, "logs.dir", &j->logs_dir) < 0) ||
-            ((n = ddp__ytree_get(sub, "tag_output")) &&
-             ddp__jv_bool(c, n, "logs.tag_output", &j->tag_output) < 0) ||
-            ((n = ddp__ytree_get(sub, "timestamps")) &&
-             ddp__jv_bool(c, n, "logs.timestamps", &j->log_timestamps) < 0) ||
-            ((n = ddp__ytree_get(sub, "jsonl")) &&
-             ddp__jv_bool(c, n, "logs.jsonl", &j->log_jsonl) < 0))
+    if ((sub = ddp__key_get(root, DDP_K_LOGS))) {
+        if (ddp__key_check(c, sub, DDP_K_LOGS) < 0 ||
+            ddp__key_read_section(c, sub, DDP_K_LOGS, j) < 0)
             goto out;
-        if ((n = ddp__ytree_get(sub, "console_ranks"))) {
-            if (ddp__jv_str(c, n, "logs.console_ranks", &j->console_ranks) < 0)
+        if ((n = ddp__key_get(sub, DDP_K_LOGS_CONSOLE_RANKS))) {
+            if (ddp__jv_str(c, n, DDP_KEY(LOGS_CONSOLE_RANKS), &j->console_ranks) < 0)
                 goto out;
             if (!ddp__jv_rank_list_ok(j->console_ranks)) {
-                ddp__jv_err(
-                    c, n,
-                    "logs.console_ranks must be 'all' or ranks and ranges such as 0 or 0,4-7, "
-                    "got '%s'",
-                    j->console_ranks);
+                ddp__jv_err(c, n,
+                            "%s must be 'all' or ranks and ranges such as 0 or 0,4-7, got '%s'",
+                            DDP_KEY(LOGS_CONSOLE_RANKS), j->console_ranks);
                 goto out;
             }
             if (strcmp(j->console_ranks, "all") == 0) {
@@ -263,25 +208,14 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             }
         }
     }
-    if ((sub = ddp__ytree_get(root, "checkpoint"))) {
-        char *d = NULL;
-        if (ddp__jv_check_keys(c, sub, "checkpoint", ckpt_keys) < 0)
-            goto out;
-        if ((n = ddp__ytree_get(sub, "dir"))) {
-            if (ddp__jv_str(c, n, "checkpoint.dir", &d) < 0)
-                goto out;
-            j->checkpoint_dir = ddp__jv_path(basedir, d);
-            free(d);
-        }
-    }
-    char *ld = ddp__jv_path(basedir, j->logs_dir);
-    free(j->logs_dir);
-    j->logs_dir = ld;
-    if ((sub = ddp__ytree_get(root, "export"))) {
+    if ((sub = ddp__key_get(root, DDP_K_CHECKPOINT)) &&
+        (ddp__key_check(c, sub, DDP_K_CHECKPOINT) < 0 ||
+         ddp__key_read_section(c, sub, DDP_K_CHECKPOINT, j) < 0))
+        goto out;
+    if ((sub = ddp__key_get(root, DDP_K_EXPORT))) {
         if (sub->type != DDP_Y_SEQ) {
-            ddp__jv_err(c, sub,
-                        "export must be a list of variable names or patterns (NCCL_*, "
-                        "-PATH)");
+            ddp__jv_err(c, sub, "%s must be a list of variable names or patterns (NCCL_*, -PATH)",
+                        DDP_KEY(EXPORT));
             goto out;
         }
         if (!(j->export_pats = calloc(sub->n + 1, sizeof(char *))))
@@ -297,18 +231,18 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
                 ok = isalnum((unsigned char)*p) || *p == '_' || *p == '*' || *p == '?';
             if (!ok) {
                 ddp__jv_err(c, e,
-                            "export: '%s' is not a variable name or pattern (letters, digits, _, "
+                            "%s: '%s' is not a variable name or pattern (letters, digits, _, "
                             "* and ?; a leading - removes)",
-                            j->export_pats[k]);
+                            DDP_KEY(EXPORT), j->export_pats[k]);
                 goto out;
             }
         }
     }
-    if ((sub = ddp__ytree_get(root, "network"))) {
-        if (ddp__jv_check_keys(c, sub, "network", network_keys) < 0)
+    if ((sub = ddp__key_get(root, DDP_K_NETWORK))) {
+        if (ddp__key_check(c, sub, DDP_K_NETWORK) < 0)
             goto out;
-        if ((n = ddp__ytree_get(sub, "interface"))) {
-            if (ddp__jv_str(c, n, "network.interface", &j->net_iface) < 0)
+        if ((n = ddp__key_get(sub, DDP_K_NETWORK_INTERFACE))) {
+            if (ddp__jv_str(c, n, DDP_KEY(NETWORK_INTERFACE), &j->net_iface) < 0)
                 goto out;
             if (strcmp(j->net_iface, "auto") == 0) {
                 free(j->net_iface);
@@ -318,14 +252,14 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
                 j->net_iface = NULL;
             } else if (strlen(j->net_iface) >= 16 || strpbrk(j->net_iface, " /,:")) {
                 ddp__jv_err(c, n,
-                            "network.interface must be 'auto' or an interface name such as eth0 "
-                            "(at most 15 characters), got '%s'",
-                            j->net_iface);
+                            "%s must be 'auto' or an interface name such as eth0 (at most 15 "
+                            "characters), got '%s'",
+                            DDP_KEY(NETWORK_INTERFACE), j->net_iface);
                 goto out;
             }
         }
-        if ((n = ddp__ytree_get(sub, "family"))) {
-            if (ddp__jv_scalar(c, n, "network.family") < 0)
+        if ((n = ddp__key_get(sub, DDP_K_NETWORK_FAMILY))) {
+            if (ddp__jv_scalar(c, n, DDP_KEY(NETWORK_FAMILY)) < 0)
                 goto out;
             if (!strcmp(n->str, "auto"))
                 j->net_family = 0;
@@ -334,37 +268,37 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
             else if (!strcmp(n->str, "ipv6"))
                 j->net_family = 6;
             else {
-                ddp__jv_err(c, n, "network.family must be auto, ipv4 or ipv6, got '%s'", n->str);
+                ddp__jv_err(c, n, "%s must be auto, ipv4 or ipv6, got '%s'",
+                            DDP_KEY(NETWORK_FAMILY), n->str);
                 goto out;
             }
         }
     }
-    if ((n = ddp__ytree_get(root, "stop_grace")) &&
-        ddp__jv_duration(c, n, "stop_grace", &j->stop_grace_ms) < 0)
+    if ((n = ddp__key_get(root, DDP_K_STOP_GRACE)) && ddp__key_read(c, n, DDP_K_STOP_GRACE, j) < 0)
         goto out;
-    if ((sub = ddp__ytree_get(root, "diagnose")) &&
-        (ddp__jv_check_keys(c, sub, "diagnose", diag_keys) < 0 ||
-         ((n = ddp__ytree_get(sub, "hang_after")) &&
-          ddp__jv_duration(c, n, "diagnose.hang_after", &j->hang_after_ms) < 0) ||
-         ((n = ddp__ytree_get(sub, "on_hang")) &&
-          ddp__jv_enum(c, n, "diagnose.on_hang", "wait", "fail", &j->hang_fail) < 0)))
+    if ((sub = ddp__key_get(root, DDP_K_DIAGNOSE)) &&
+        (ddp__key_check(c, sub, DDP_K_DIAGNOSE) < 0 ||
+         ddp__key_read_section(c, sub, DDP_K_DIAGNOSE, j) < 0 ||
+         ((n = ddp__key_get(sub, DDP_K_DIAGNOSE_ON_HANG)) &&
+          ddp__jv_enum(c, n, DDP_KEY(DIAGNOSE_ON_HANG), "wait", "fail", &j->hang_fail) < 0)))
         goto out;
-    if ((sub = ddp__ytree_get(root, "pipeline")) && j->world_size == 0) {
+    if ((sub = ddp__key_get(root, DDP_K_PIPELINE)) && j->world_size == 0) {
         ddp__jv_err(c, per_node,
-                    "nproc_per_node: %s is counted on each node when its agent starts, and a "
-                    "pipeline's stages need the ranks of every node: give the number of ranks "
-                    "per node",
-                    per_node->str);
+                    "%s: %s is counted on each node when its agent starts, and a pipeline's "
+                    "stages need the ranks of every node: give the number of ranks per node",
+                    DDP_KEY(NPROC_PER_NODE), per_node->str);
         goto out;
     }
     if (sub && ddp__job_pipeline(c, sub, basedir, j) < 0)
+        goto out;
+    if (ddp__key_resolve_paths(j, basedir) < 0)
         goto out;
     bool all_local = true;
     for (size_t i = 0; i < j->nnodes; i++)
         all_local &= ddp__job_host_is_local(j->nodes[i].host);
     if (all_local) {
         struct stat st;
-        n = ddp__ytree_get(root, "workdir");
+        n = ddp__key_get(root, DDP_K_WORKDIR);
         if (stat(j->workdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
             ddp__jv_err(c, n, "workdir '%s' is not a folder", j->workdir);
             goto out;
@@ -384,13 +318,15 @@ out:
 static int expand_nodes(struct ddp_ynode **root, const char *origin)
 {
     struct ddp_ynode *list =
-        *root && (*root)->type == DDP_Y_MAP ? ddp__ytree_get(*root, "nodes") : NULL;
+        *root && (*root)->type == DDP_Y_MAP ? ddp__key_get(*root, DDP_K_NODES) : NULL;
     if (*root && (*root)->type != DDP_Y_MAP)
         return 0; /* the schema walk says what is wrong with it */
     if (!list) {
-        if (ddp__ytree_apply_set("--set", root, "nodes=[localhost]", origin) < 0)
+        char set[64];
+        snprintf(set, sizeof(set), "%s=[localhost]", DDP_KEY(NODES));
+        if (ddp__ytree_apply_set("--set", root, set, origin) < 0)
             return -1;
-        list = ddp__ytree_get(*root, "nodes");
+        list = ddp__key_get(*root, DDP_K_NODES);
     }
     if (list->type != DDP_Y_SEQ)
         return 0;
@@ -400,7 +336,8 @@ static int expand_nodes(struct ddp_ynode **root, const char *origin)
             continue;
         struct ddp_ynode *m = ddp__ytree_new(DDP_Y_MAP, e->line, e->col, e->origin);
         struct ddp_ynode *k = ddp__ytree_new(DDP_Y_SCALAR, e->line, e->col, e->origin);
-        if (!m || !k || !(k->str = strdup("host")) || ddp__ytree_add(m, k) < 0) {
+        if (!m || !k || !(k->str = strdup(ddp__key_name(DDP_K_NODES_HOST))) ||
+            ddp__ytree_add(m, k) < 0) {
             ddp__ytree_free(k);
             ddp__ytree_free(m);
             ddp__cli_error("out of memory");
@@ -416,22 +353,13 @@ static int expand_nodes(struct ddp_ynode **root, const char *origin)
     return 0;
 }
 
-static void set_defaults(struct ddp_job *j)
+/* The defaults of cli/spec/keys.def: the values' by their kind, and those of the keys read here. */
+static int set_defaults(struct ddp_job *j)
 {
-    j->nproc_per_node = 1;
-    j->backend = strdup("cpu");
-    j->rdzv_listen = strdup("auto");
-    j->rdzv_timeout_ms = 60000;
-    j->heartbeat_interval_ms = 1000;
-    j->heartbeat_timeout_ms = 5000;
-    j->rdzv_last_call_ms = 2000;
-    j->cooldown_ms = 60000;
-    j->ssh_port = 22;
-    j->ssh_strict = strdup("yes");
-    j->logs_dir = strdup("ddprun-logs");
-    j->tag_output = true;
-    j->stop_grace_ms = 10000;
-    j->hang_after_ms = 120000;
+    j->nproc_per_node = atoi(DDP_KEY_DEFAULT(NPROC_PER_NODE));
+    j->backend = strdup(DDP_KEY_DEFAULT(BACKEND));
+    j->ssh_strict = strdup(DDP_KEY_DEFAULT(SSH_STRICT_HOST_KEY_CHECKING));
+    return j->backend && j->ssh_strict ? ddp__key_defaults(j) : -1;
 }
 
 static int load(const char *file, const char *basedir, const char *text, size_t len,
@@ -445,7 +373,8 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
     int rc = -1;
     if (!j)
         return -1;
-    set_defaults(j);
+    if (set_defaults(j) < 0)
+        goto out;
     j->file = strdup(file);
     if (ddp__ytree_parse(file, text, len, NULL, &root) < 0)
         goto out;
@@ -461,7 +390,9 @@ static int load(const char *file, const char *basedir, const char *text, size_t 
             snprintf(origins[i], n, "%s", labels[i]);
         else
             snprintf(origins[i], n, "--set %s", sets[i]);
-        if (strncmp(sets[i], "nodes.", 6) == 0 && expand_nodes(&root, origins[i]) < 0)
+        size_t nl = strlen(DDP_KEY(NODES));
+        if (strncmp(sets[i], DDP_KEY(NODES), nl) == 0 && sets[i][nl] == '.' &&
+            expand_nodes(&root, origins[i]) < 0)
             goto out;
         if (ddp__ytree_apply_set(file, &root, sets[i], origins[i]) < 0)
             goto out;

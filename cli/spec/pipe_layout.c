@@ -1,6 +1,7 @@
 /* A pipeline job's stages for a round's ranks (cli/spec/pipe_layout.h). */
 #include "cli/spec/pipe_layout.h"
 #include "cli/spec/job.h"
+#include "cli/spec/keys.h"
 #include "common/err.h"
 #include "pipeline/plan.h"
 
@@ -59,9 +60,9 @@ static int from_plan_file(const struct ddp_job_pipeline *jp, struct ddp__pipe_la
         const struct ddp_layer *y = &p.layers[k];
         if (y->stage < 0 && !in[k]) {
             r = fail(err, errlen,
-                     "%s:%d: layer %s has no stage_id: pipeline.plan takes a graph.txt with "
-                     "every layer's stage (ddprun pipeline plan PROFILE --output FILE)",
-                     jp->plan_file, y->line, y->id);
+                     "%s:%d: layer %s has no stage_id: %s takes a graph.txt with every layer's "
+                     "stage (ddprun pipeline plan PROFILE --output FILE)",
+                     jp->plan_file, y->line, y->id, DDP_KEY(PIPELINE_PLAN));
             goto out;
         }
         nst = y->stage + 1 > nst ? y->stage + 1 : nst;
@@ -95,15 +96,15 @@ static int from_plan_file(const struct ddp_job_pipeline *jp, struct ddp__pipe_la
     if (jp->replicas) {
         if (with_rep) {
             r = fail(err, errlen,
-                     "%s gives each stage's replicas (replicas=R): pipeline.replicas would "
-                     "contradict it; leave one out",
-                     jp->plan_file);
+                     "%s gives each stage's replicas (replicas=R): %s would contradict it; leave "
+                     "one out",
+                     jp->plan_file, DDP_KEY(PIPELINE_REPLICAS));
             goto out;
         }
         if (jp->nreplicas != nst) {
-            r = fail(err, errlen, "pipeline.replicas has %d count%s for the %d stage%s of %s",
-                     jp->nreplicas, jp->nreplicas == 1 ? "" : "s", nst, nst == 1 ? "" : "s",
-                     jp->plan_file);
+            r = fail(err, errlen, "%s has %d count%s for the %d stage%s of %s",
+                     DDP_KEY(PIPELINE_REPLICAS), jp->nreplicas, jp->nreplicas == 1 ? "" : "s", nst,
+                     nst == 1 ? "" : "s", jp->plan_file);
             goto out;
         }
         memcpy(L->replicas, jp->replicas, (size_t)nst * sizeof(int));
@@ -130,18 +131,20 @@ static int from_planner(const struct ddp_job_pipeline *jp, const int *slots, int
         *comma = '\0';
     if (!ddp__pipe_parse_rate(rates, &o.bandwidth[0]) ||
         (comma && !ddp__pipe_parse_rate(comma + 1, &o.bandwidth[1])))
-        return fail(err, errlen, "pipeline.auto.bandwidth '%s' is not a link rate", jp->bandwidth);
+        return fail(err, errlen, "%s '%s' is not a link rate", DDP_KEY(PIPELINE_AUTO_BANDWIDTH),
+                    jp->bandwidth);
     if (jp->memory && !ddp__pipe_parse_bytes(jp->memory, &o.memory_bytes))
-        return fail(err, errlen, "pipeline.auto.memory '%s' is not a size", jp->memory);
+        return fail(err, errlen, "%s '%s' is not a size", DDP_KEY(PIPELINE_AUTO_MEMORY),
+                    jp->memory);
     if (comma) {
         /* two levels: the ranks of a node, then the nodes */
         for (int i = 1; i < nnodes; i++)
             if (slots[i] != slots[0])
                 return fail(err, errlen,
-                            "pipeline.auto.bandwidth has a rate within a node and one between "
-                            "nodes, which plans nodes of equal ranks; these have %d and %d (give "
-                            "one rate to plan the ranks as equals)",
-                            slots[0], slots[i]);
+                            "%s has a rate within a node and one between nodes, which plans "
+                            "nodes of equal ranks; these have %d and %d (give one rate to plan "
+                            "the ranks as equals)",
+                            DDP_KEY(PIPELINE_AUTO_BANDWIDTH), slots[0], slots[i]);
         o.levels = 2;
         o.machines[0] = slots[0];
         o.machines[1] = nnodes;
@@ -223,13 +226,16 @@ int ddp__pipe_layout(const struct ddp_job_pipeline *p, const int *slots, int nno
             o +=
                 (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", s ? ", " : "", L->replicas[s]);
         r = fail(err, errlen,
-                 "the pipeline's stages take %ld rank%s (replicas [%s]%s) and the job has %d: "
-                 "each rank runs one stage's replica%s",
+                 "the pipeline's stages take %ld rank%s (replicas [%s]%s%s%s) and the job has "
+                 "%d: each rank runs one stage's replica%s%s%s",
                  sum, sum == 1 ? "" : "s", list,
                  p->replicas    ? ""
                  : p->plan_file ? (p->nreplicas ? "" : ", from the plan file or 1 each")
-                                : ", 1 each unless pipeline.replicas says",
-                 world, p->profile ? "" : "; pipeline.auto plans for whatever ranks a round has");
+                                : ", 1 each unless ",
+                 p->replicas || p->plan_file ? "" : DDP_KEY(PIPELINE_REPLICAS),
+                 p->replicas || p->plan_file ? "" : " says", world, p->profile ? "" : "; ",
+                 p->profile ? "" : DDP_KEY(PIPELINE_AUTO),
+                 p->profile ? "" : " plans for whatever ranks a round has");
         goto fail;
     }
     return 0;
@@ -335,17 +341,17 @@ oom:
 void ddp__pipe_layout_print(const struct ddp_job_pipeline *p, const struct ddp__pipe_layout *L,
                             FILE *f)
 {
-    fprintf(f, "pipeline: {split: [");
+    fprintf(f, "%s: {%s: [", DDP_KEY(PIPELINE), ddp__key_name(DDP_K_PIPELINE_SPLIT));
     for (int s = 0; s < L->nstages; s++)
         fprintf(f, "%s%d", s ? ", " : "", L->split[s]);
-    fprintf(f, "], replicas: [");
+    fprintf(f, "], %s: [", ddp__key_name(DDP_K_PIPELINE_REPLICAS));
     for (int s = 0; s < L->nstages; s++)
         fprintf(f, "%s%d", s ? ", " : "", L->replicas[s]);
-    fprintf(f, "], schedule: %s", p->flush ? "flush" : "1f1b");
+    fprintf(f, "], %s: %s", ddp__key_name(DDP_K_PIPELINE_SCHEDULE), p->flush ? "flush" : "1f1b");
     if (p->flush)
-        fprintf(f, ", microbatches: %d", p->microbatches);
+        fprintf(f, ", %s: %d", ddp__key_name(DDP_K_PIPELINE_MICROBATCHES), p->microbatches);
     if (p->microbatch_size)
-        fprintf(f, ", microbatch_size: %d", p->microbatch_size);
+        fprintf(f, ", %s: %d", ddp__key_name(DDP_K_PIPELINE_MICROBATCH_SIZE), p->microbatch_size);
     if (p->plan_file)
         fprintf(f, "}   # from %s\n", p->plan_file);
     else if (p->profile)

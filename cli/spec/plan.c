@@ -3,6 +3,7 @@
 #include "cli/sys/sys.h"
 #include "cli/sys/cpubind.h"
 #include "cli/spec/job.h"
+#include "cli/spec/keys.h"
 #include "cli/spec/pipe_layout.h"
 
 #include <stdio.h>
@@ -21,79 +22,208 @@ static const char *fmt_duration(char *buf, size_t n, int64_t ms)
     return buf;
 }
 
+/* A value of the table's kinds as plan shows it. */
+static void print_val(FILE *f, const struct ddp_job *j, int id)
+{
+    const struct ddp__key *k = &ddp__keys[id];
+    const void *p = (const char *)j + k->off;
+    char d[32];
+    switch (k->kind) {
+    case DDP_KK_STR:
+    case DDP_KK_PATH_: {
+        const char *v = *(char *const *)p;
+        fputs(v ? v : k->unset ? k->unset : "(none)", f);
+        break;
+    }
+    case DDP_KK_INT:
+        fprintf(f, "%d", *(const int *)p);
+        break;
+    case DDP_KK_BOOL:
+        fputs(*(const bool *)p ? "true" : "false", f);
+        break;
+    case DDP_KK_DUR:
+    case DDP_KK_DUR_POS:
+        fputs(fmt_duration(d, sizeof(d), *(const int64_t *)p), f);
+        break;
+    case DDP_KK_SECT:
+    case DDP_KK_CUSTOM:
+        break;
+    }
+}
+
+/* Whether key id of a section is shown for this job (what belongs to the other rendezvous
+ * backend is not). */
+static bool shown(const struct ddp_job *j, int id)
+{
+    switch (id) {
+    case DDP_K_RDZV_ENDPOINTS:
+    case DDP_K_RDZV_PREFIX:
+    case DDP_K_RDZV_TAKEOVER_TIMEOUT:
+        return j->rdzv_etcd;
+    case DDP_K_RDZV_TLS:
+        return j->rdzv_etcd && (j->etcd_ca || j->etcd_cert);
+    case DDP_K_RDZV_LISTEN:
+    case DDP_K_RDZV_PORT:
+        return !j->rdzv_etcd;
+    default:
+        return true;
+    }
+}
+
+/* The value of a key its section's code reads (a key in a section: the value alone). */
+static void print_custom_val(FILE *f, const struct ddp_job *j, int id)
+{
+    char d[32];
+    switch (id) {
+    case DDP_K_RDZV_BACKEND:
+        fputs(j->rdzv_etcd ? "etcd" : DDP_KEY_DEFAULT(RDZV_BACKEND), f);
+        break;
+    case DDP_K_RDZV_ENDPOINTS:
+        fputc('[', f);
+        for (size_t k = 0; k < j->netcd; k++)
+            fprintf(f, "%s%s", k ? ", " : "", j->etcd_endpoints[k]);
+        fputc(']', f);
+        break;
+    case DDP_K_RDZV_PREFIX:
+        fputs(j->etcd_prefix, f);
+        break;
+    case DDP_K_RDZV_TAKEOVER_TIMEOUT:
+        fputs(fmt_duration(d, sizeof(d), j->takeover_ms), f);
+        break;
+    case DDP_K_RDZV_TORCH_STORE:
+        fputs(j->torch_store_rank0 ? "rank0" : DDP_KEY_DEFAULT(RDZV_TORCH_STORE), f);
+        break;
+    case DDP_K_SSH_STRICT_HOST_KEY_CHECKING:
+        fputs(j->ssh_strict, f);
+        break;
+    case DDP_K_LOGS_CONSOLE_RANKS:
+        fputs(j->console_ranks ? j->console_ranks : DDP_KEY_DEFAULT(LOGS_CONSOLE_RANKS), f);
+        break;
+    case DDP_K_NETWORK_INTERFACE:
+        fputs(j->net_iface ? j->net_iface : DDP_KEY_DEFAULT(NETWORK_INTERFACE), f);
+        break;
+    case DDP_K_NETWORK_FAMILY:
+        fputs(j->net_family == 4   ? "ipv4"
+              : j->net_family == 6 ? "ipv6"
+                                   : DDP_KEY_DEFAULT(NETWORK_FAMILY),
+              f);
+        break;
+    case DDP_K_DIAGNOSE_ON_HANG:
+        fputs(j->hang_fail ? "fail" : DDP_KEY_DEFAULT(DIAGNOSE_ON_HANG), f);
+        break;
+    case DDP_K_BACKEND:
+        fputs(j->backend, f);
+        break;
+    case DDP_K_BIND_TO:
+        fputs(ddp__cpubind_name(j->bind_to), f);
+        break;
+    case DDP_K_WORKDIR:
+        fputs(j->workdir, f);
+        break;
+    case DDP_K_LAUNCHER:
+        fputs(j->srun ? "srun" : "ssh", f);
+        break;
+    case DDP_K_EXPORT:
+        fputc('[', f);
+        for (size_t k = 0; k < j->nexport; k++)
+            fprintf(f, "%s%s", k ? ", " : "", j->export_pats[k]);
+        fputc(']', f);
+        break;
+    default:
+        fputs("(see ddprun-job(5))", f); /* a custom key plan does not know yet */
+        break;
+    }
+}
+
+static void print_key_val(FILE *f, const struct ddp_job *j, int id)
+{
+    if (ddp__keys[id].kind == DDP_KK_CUSTOM)
+        print_custom_val(f, j, id);
+    else
+        print_val(f, j, id);
+}
+
+/* A section as a flow mapping: "name: {key: value, ...}" (a section inside one nested). */
+static void print_section(FILE *f, const struct ddp_job *j, int sect)
+{
+    fprintf(f, "%s: {", ddp__key_name(sect));
+    bool first = true;
+    for (int k = 0; k < DDP_K__COUNT; k++) {
+        if (ddp__key_parent(k) != sect || !shown(j, k))
+            continue;
+        fputs(first ? "" : ", ", f);
+        first = false;
+        if (ddp__keys[k].kind == DDP_KK_SECT) {
+            print_section(f, j, k);
+            continue;
+        }
+        fprintf(f, "%s: ", ddp__key_name(k));
+        print_key_val(f, j, k);
+    }
+    fputc('}', f);
+}
+
+/* A top-level key whose lines are its own (a list, a mapping, a comment after the value);
+ * false for the others. */
+static bool print_top_custom(FILE *f, const struct ddp_job *j, int id)
+{
+    const char *kind = ddp__nproc_kind_name(j->nproc_kind);
+    switch (id) {
+    case DDP_K_COMMAND:
+        fprintf(f, "%s: ", DDP_KEY(COMMAND));
+        if (j->shell) {
+            fprintf(f, "%s   # run by /bin/sh -c\n", j->shell);
+        } else {
+            fprintf(f, "[");
+            for (char **a = j->argv; *a; a++)
+                fprintf(f, "%s%s", a == j->argv ? "" : ", ", *a);
+            fprintf(f, "]\n");
+        }
+        return true;
+    case DDP_K_ENV:
+        fprintf(f, "%s:%s\n", DDP_KEY(ENV), j->nenv ? "" : " {}");
+        for (size_t i = 0; i < j->nenv; i++)
+            fprintf(f, "  %s: %s\n", j->env[i].key, j->env[i].value);
+        return true;
+    case DDP_K_NODES:
+        fprintf(f, "%s:\n", DDP_KEY(NODES));
+        for (size_t i = 0; i < j->nnodes; i++)
+            if (j->nodes[i].slots)
+                fprintf(f, "  - {%s: %s, %s: %d}\n", ddp__key_name(DDP_K_NODES_HOST),
+                        j->nodes[i].host, ddp__key_name(DDP_K_NODES_SLOTS), j->nodes[i].slots);
+            else
+                fprintf(f, "  - {%s: %s, %s: %s}   # counted there by its agent\n",
+                        ddp__key_name(DDP_K_NODES_HOST), j->nodes[i].host,
+                        ddp__key_name(DDP_K_NODES_SLOTS), kind);
+        return true;
+    case DDP_K_NPROC_PER_NODE:
+        if (j->nproc_kind)
+            fprintf(f, "%s: %s   # %s\n", DDP_KEY(NPROC_PER_NODE), kind,
+                    j->world_size ? "every node gives slots of its own"
+                                  : "counted on each node by its agent, as torchrun counts");
+        else
+            fprintf(f, "%s: %d\n", DDP_KEY(NPROC_PER_NODE), j->nproc_per_node);
+        return true;
+    default:
+        return false;
+    }
+}
+
 void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
 {
     fprintf(f, "# ddprun plan for %s (job id %s)\n", j->file, job_id);
-    fprintf(f, "name: %s\ncommand: ", j->name);
-    if (j->shell) {
-        fprintf(f, "%s   # run by /bin/sh -c\n", j->shell);
-    } else {
-        fprintf(f, "[");
-        for (char **a = j->argv; *a; a++)
-            fprintf(f, "%s%s", a == j->argv ? "" : ", ", *a);
-        fprintf(f, "]\n");
+    /* every key of the table, in its order (cli/spec/keys.def); the pipeline's after them */
+    for (int k = 0; k < DDP_K__COUNT; k++) {
+        if (ddp__key_parent(k) != DDP_K_TOP || k == DDP_K_PIPELINE || print_top_custom(f, j, k))
+            continue;
+        if (ddp__keys[k].kind == DDP_KK_SECT) {
+            print_section(f, j, k);
+        } else {
+            fprintf(f, "%s: ", ddp__key_name(k));
+            print_key_val(f, j, k);
+        }
+        fputc('\n', f);
     }
-    fprintf(f, "workdir: %s\nenv:", j->workdir);
-    if (!j->nenv)
-        fprintf(f, " {}");
-    fprintf(f, "\n");
-    for (size_t i = 0; i < j->nenv; i++)
-        fprintf(f, "  %s: %s\n", j->env[i].key, j->env[i].value);
-    fprintf(f, "nodes:\n");
-    const char *kind = ddp__nproc_kind_name(j->nproc_kind);
-    for (size_t i = 0; i < j->nnodes; i++)
-        if (j->nodes[i].slots)
-            fprintf(f, "  - {host: %s, slots: %d}\n", j->nodes[i].host, j->nodes[i].slots);
-        else
-            fprintf(f, "  - {host: %s, slots: %s}   # counted there by its agent\n",
-                    j->nodes[i].host, kind);
-    if (j->nproc_kind)
-        fprintf(f, "nproc_per_node: %s   # %s\n", kind,
-                j->world_size ? "every node gives slots of its own"
-                              : "counted on each node by its agent, as torchrun counts");
-    else
-        fprintf(f, "nproc_per_node: %d\n", j->nproc_per_node);
-    fprintf(f, "backend: %s\nbind_to: %s\n", j->backend, ddp__cpubind_name(j->bind_to));
-    char d1[32], d2[32];
-    if (j->rdzv_etcd) {
-        fprintf(f, "rendezvous: {backend: etcd, endpoints: [");
-        for (size_t k = 0; k < j->netcd; k++)
-            fprintf(f, "%s%s", k ? ", " : "", j->etcd_endpoints[k]);
-        fprintf(f, "], prefix: %s, ", j->etcd_prefix);
-        if (j->etcd_ca || j->etcd_cert)
-            fprintf(f, "tls: {ca: %s, cert: %s, key: %s}, ", j->etcd_ca ? j->etcd_ca : "(system)",
-                    j->etcd_cert ? j->etcd_cert : "(none)", j->etcd_key ? j->etcd_key : "(none)");
-        fprintf(f, "takeover_timeout: %s, ", fmt_duration(d2, sizeof(d2), j->takeover_ms));
-        fprintf(f, "timeout: %s, ", fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
-    } else {
-        fprintf(f, "rendezvous: {backend: store, listen: %s, port: %d, timeout: %s, ",
-                j->rdzv_listen, j->rdzv_port, fmt_duration(d1, sizeof(d1), j->rdzv_timeout_ms));
-    }
-    fprintf(f, "last_call: %s}\n", fmt_duration(d1, sizeof(d1), j->rdzv_last_call_ms));
-    fprintf(f,
-            "elastic: {min_nodes: %d, max_nodes: %d, max_restarts: %d, heartbeat_interval: %s, "
-            "heartbeat_timeout: %s, ",
-            j->min_nodes, j->max_nodes, j->max_restarts,
-            fmt_duration(d1, sizeof(d1), j->heartbeat_interval_ms),
-            fmt_duration(d2, sizeof(d2), j->heartbeat_timeout_ms));
-    fprintf(f, "cooldown: %s}\n", fmt_duration(d1, sizeof(d1), j->cooldown_ms));
-    fprintf(f,
-            "ssh: {user: %s, port: %d, identity: %s, known_hosts: %s, "
-            "strict_host_key_checking: %s, remote_ddprun: %s}\n",
-            j->ssh_user ? j->ssh_user : "(current user)", j->ssh_port,
-            j->ssh_identity ? j->ssh_identity : "(agent, then default keys)",
-            j->ssh_known_hosts ? j->ssh_known_hosts : "~/.ssh/known_hosts", j->ssh_strict,
-            j->ssh_remote_ddprun ? j->ssh_remote_ddprun : "(this ddprun's path)");
-    fprintf(f, "launcher: %s\n", j->srun ? "srun" : "ssh");
-    fprintf(f, "logs: {dir: %s, tag_output: %s, timestamps: %s, console_ranks: %s, jsonl: %s}\n",
-            j->logs_dir, j->tag_output ? "true" : "false", j->log_timestamps ? "true" : "false",
-            j->console_ranks ? j->console_ranks : "all", j->log_jsonl ? "true" : "false");
-    fprintf(f, "checkpoint: {dir: %s}\n", j->checkpoint_dir ? j->checkpoint_dir : "(none)");
-    fprintf(f, "stop_grace: %s\n", fmt_duration(d1, sizeof(d1), j->stop_grace_ms));
-    fprintf(f, "network: {interface: %s, family: %s}\n", j->net_iface ? j->net_iface : "auto",
-            j->net_family == 4   ? "ipv4"
-            : j->net_family == 6 ? "ipv6"
-                                 : "auto");
     /* a pipeline's stages for the job's ranks (each round has its own: pipeline.auto plans
      * for the nodes it has) */
     struct ddp__pipe_layout pl = {0};
@@ -102,7 +232,7 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         ddp__pipe_layout_print(&j->pipe, &pl, f);
         penv = ddp__pipe_layout_env(&j->pipe, &pl);
     } else if (j->pipe.on) {
-        fprintf(f, "pipeline: {}   # %s\n", err);
+        fprintf(f, "%s: {}   # %s\n", DDP_KEY(PIPELINE), err);
     }
     char ws[96];
     snprintf(ws, sizeof(ws), j->world_size ? "%d" : "<the nodes' counts added up>", j->world_size);
@@ -209,7 +339,8 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
     for (size_t i = 0; i < j->nnodes; i++) {
         char ifname[64];
         if (j->net_iface)
-            fprintf(f, "%-20s %s (network.interface)\n", j->nodes[i].host, j->net_iface);
+            fprintf(f, "%-20s %s (%s)\n", j->nodes[i].host, j->net_iface,
+                    DDP_KEY(NETWORK_INTERFACE));
         else if (toward && ddp__route_iface(toward, ifname, sizeof(ifname), NULL, 0) == 0)
             fprintf(f, "%-20s %s (routes to the store at %s)\n", j->nodes[i].host, ifname, toward);
         else

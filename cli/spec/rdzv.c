@@ -4,16 +4,12 @@
  */
 #include "cli/spec/job.h"
 #include "cli/spec/values.h"
+#include "cli/spec/keys.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/banned.h"
-
-static const char *const rdzv_keys[] = {"backend",          "endpoints",   "prefix", "tls",
-                                        "takeover_timeout", "listen",      "port",   "timeout",
-                                        "last_call",        "torch_store", NULL};
-static const char *const tls_keys[] = {"ca", "cert", "key", NULL};
 
 static bool endpoint_ok(const char *s)
 {
@@ -26,8 +22,9 @@ static int endpoints(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
     size_t cnt = n->type == DDP_Y_SEQ ? n->n : 1;
     if (n->type == DDP_Y_MAP || cnt == 0) {
         ddp__jv_err(c, n,
-                    "rendezvous.endpoints must be a list of etcd URLs (http://HOST:PORT, "
-                    "https://HOST:PORT or unix:///PATH)");
+                    "%s must be a list of etcd URLs (http://HOST:PORT, https://HOST:PORT or "
+                    "unix:///PATH)",
+                    DDP_KEY(RDZV_ENDPOINTS));
         return -1;
     }
     if (!(j->etcd_endpoints = calloc(cnt + 1, sizeof(char *))))
@@ -48,30 +45,17 @@ static int endpoints(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
     return 0;
 }
 
-static int tls(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
-               struct ddp_job *j)
+/* Its files are made absolute with the job's other paths (cli/spec/keys.c). */
+static int tls(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j)
 {
-    const struct ddp_ynode *n;
-    if (ddp__jv_check_keys(c, sub, "rendezvous.tls", tls_keys) < 0 ||
-        ((n = ddp__ytree_get(sub, "ca")) &&
-         ddp__jv_str(c, n, "rendezvous.tls.ca", &j->etcd_ca) < 0) ||
-        ((n = ddp__ytree_get(sub, "cert")) &&
-         ddp__jv_str(c, n, "rendezvous.tls.cert", &j->etcd_cert) < 0) ||
-        ((n = ddp__ytree_get(sub, "key")) &&
-         ddp__jv_str(c, n, "rendezvous.tls.key", &j->etcd_key) < 0))
+    if (ddp__key_check(c, sub, DDP_K_RDZV_TLS) < 0 ||
+        ddp__key_read_section(c, sub, DDP_K_RDZV_TLS, j) < 0)
         return -1;
     if (!j->etcd_cert != !j->etcd_key) {
-        ddp__jv_err(c, sub, "rendezvous.tls: cert and key go together (a client certificate)");
+        ddp__jv_err(c, sub, "%s: %s and %s go together (a client certificate)", DDP_KEY(RDZV_TLS),
+                    ddp__key_name(DDP_K_RDZV_TLS_CERT), ddp__key_name(DDP_K_RDZV_TLS_KEY));
         return -1;
     }
-    char **files[] = {&j->etcd_ca, &j->etcd_cert, &j->etcd_key};
-    for (size_t k = 0; k < 3; k++)
-        if (*files[k]) {
-            char *abs = ddp__jv_path(basedir, *files[k]);
-            free(*files[k]);
-            if (!(*files[k] = abs))
-                return -1;
-        }
     return 0;
 }
 
@@ -92,89 +76,82 @@ static int64_t default_timeout(const struct ddp_job *j)
     return 2 * est > 60000 ? 2 * est : 60000;
 }
 
-static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
-                        struct ddp_job *j)
+static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j)
 {
-    const struct ddp_ynode *n, *be = ddp__ytree_get(sub, "backend");
-    if (ddp__jv_check_keys(c, sub, "rendezvous", rdzv_keys) < 0 ||
-        (be && ddp__jv_enum(c, be, "rendezvous.backend", "store", "etcd", &j->rdzv_etcd) < 0) ||
-        ((n = ddp__ytree_get(sub, "listen")) &&
-         ddp__jv_str(c, n, "rendezvous.listen", &j->rdzv_listen) < 0) ||
-        ((n = ddp__ytree_get(sub, "port")) &&
-         ddp__jv_int(c, n, "rendezvous.port", 0, 65535, &j->rdzv_port) < 0) ||
-        ((n = ddp__ytree_get(sub, "timeout")) &&
-         ddp__jv_duration_pos(c, n, "rendezvous.timeout", &j->rdzv_timeout_ms) < 0) ||
-        ((n = ddp__ytree_get(sub, "last_call")) &&
-         ddp__jv_duration(c, n, "rendezvous.last_call", &j->rdzv_last_call_ms) < 0))
+    const struct ddp_ynode *n, *be = ddp__key_get(sub, DDP_K_RDZV_BACKEND);
+    const char *store = DDP_KEY_DEFAULT(RDZV_BACKEND),
+               *launcher = DDP_KEY_DEFAULT(RDZV_TORCH_STORE);
+    if (ddp__key_check(c, sub, DDP_K_RDZV) < 0 ||
+        (be && ddp__jv_enum(c, be, DDP_KEY(RDZV_BACKEND), store, "etcd", &j->rdzv_etcd) < 0) ||
+        ddp__key_read_section(c, sub, DDP_K_RDZV, j) < 0)
         return -1;
-    const struct ddp_ynode *ts = ddp__ytree_get(sub, "torch_store");
+    const struct ddp_ynode *ts = ddp__key_get(sub, DDP_K_RDZV_TORCH_STORE);
     if (ts) {
-        if (ddp__jv_scalar(c, ts, "rendezvous.torch_store") < 0)
+        if (ddp__jv_scalar(c, ts, DDP_KEY(RDZV_TORCH_STORE)) < 0)
             return -1;
         if (strcmp(ts->str, "rank0") == 0)
             j->torch_store_rank0 = true;
-        else if (strcmp(ts->str, "launcher") != 0) {
-            ddp__jv_err(c, ts, "rendezvous.torch_store must be launcher or rank0, got '%s'",
-                        ts->str);
+        else if (strcmp(ts->str, launcher) != 0) {
+            ddp__jv_err(c, ts, "%s must be %s or rank0, got '%s'", DDP_KEY(RDZV_TORCH_STORE),
+                        launcher, ts->str);
             return -1;
         }
     }
     /* What belongs to the other backend is an error rather than silently unused. */
-    static const char *const etcd_only[] = {"endpoints", "prefix", "tls", "takeover_timeout"};
-    static const char *const store_only[] = {"listen", "port"};
+    static const int etcd_only[] = {DDP_K_RDZV_ENDPOINTS, DDP_K_RDZV_PREFIX, DDP_K_RDZV_TLS,
+                                    DDP_K_RDZV_TAKEOVER_TIMEOUT};
+    static const int store_only[] = {DDP_K_RDZV_LISTEN, DDP_K_RDZV_PORT};
     for (size_t k = 0; k < 4 && !j->rdzv_etcd; k++)
-        if ((n = ddp__ytree_get(sub, etcd_only[k]))) {
-            ddp__jv_err(c, n,
-                        "rendezvous.%s is for backend: etcd (this job's is the built-in store)",
-                        etcd_only[k]);
+        if ((n = ddp__key_get(sub, etcd_only[k]))) {
+            ddp__jv_err(c, n, "%s is for %s: etcd (this job's is the built-in store)",
+                        ddp__keys[etcd_only[k]].path, ddp__key_name(DDP_K_RDZV_BACKEND));
             return -1;
         }
     if (!j->rdzv_etcd)
         return 0;
     for (size_t k = 0; k < 2; k++)
-        if ((n = ddp__ytree_get(sub, store_only[k]))) {
+        if ((n = ddp__key_get(sub, store_only[k]))) {
             ddp__jv_err(c, n,
-                        "rendezvous.%s is the built-in store's; with backend: etcd no store runs "
-                        "on this machine",
-                        store_only[k]);
+                        "%s is the built-in store's; with %s: etcd no store runs on this machine",
+                        ddp__keys[store_only[k]].path, ddp__key_name(DDP_K_RDZV_BACKEND));
             return -1;
         }
     /* No process on this machine serves the ranks: PyTorch's TCPStore is rank 0's. */
     if (ts && !j->torch_store_rank0) {
-        ddp__jv_err(c, ts,
-                    "rendezvous.torch_store: launcher needs the built-in store; with backend: etcd "
-                    "it is rank0");
+        ddp__jv_err(c, ts, "%s: %s needs the built-in store; with %s: etcd it is rank0",
+                    DDP_KEY(RDZV_TORCH_STORE), launcher, ddp__key_name(DDP_K_RDZV_BACKEND));
         return -1;
     }
     j->torch_store_rank0 = true;
-    if (!(n = ddp__ytree_get(sub, "endpoints"))) {
-        ddp__jv_err(c, be, "rendezvous.backend: etcd needs rendezvous.endpoints (etcd's URLs)");
+    if (!(n = ddp__key_get(sub, DDP_K_RDZV_ENDPOINTS))) {
+        ddp__jv_err(c, be, "%s: etcd needs %s (etcd's URLs)", DDP_KEY(RDZV_BACKEND),
+                    DDP_KEY(RDZV_ENDPOINTS));
         return -1;
     }
     if (endpoints(c, n, j) < 0)
         return -1;
-    if ((n = ddp__ytree_get(sub, "prefix"))) {
-        if (ddp__jv_str(c, n, "rendezvous.prefix", &j->etcd_prefix) < 0)
+    if ((n = ddp__key_get(sub, DDP_K_RDZV_PREFIX))) {
+        if (ddp__jv_str(c, n, DDP_KEY(RDZV_PREFIX), &j->etcd_prefix) < 0)
             return -1;
         if (j->etcd_prefix[strlen(j->etcd_prefix) - 1] != '/') {
-            ddp__jv_err(c, n, "rendezvous.prefix must end with '/' (a folder of keys), got '%s'",
-                        j->etcd_prefix);
+            ddp__jv_err(c, n, "%s must end with '/' (a folder of keys), got '%s'",
+                        DDP_KEY(RDZV_PREFIX), j->etcd_prefix);
             return -1;
         }
-    } else if (!(j->etcd_prefix = strdup("/ddprun/"))) {
+    } else if (!(j->etcd_prefix = strdup(DDP_KEY_DEFAULT(RDZV_PREFIX)))) {
         return -1;
     }
-    j->takeover_ms = 60000;
-    if ((n = ddp__ytree_get(sub, "takeover_timeout")) &&
-        ddp__jv_duration(c, n, "rendezvous.takeover_timeout", &j->takeover_ms) < 0)
+    j->takeover_ms = ddp__parse_duration_ms(DDP_KEY_DEFAULT(RDZV_TAKEOVER_TIMEOUT));
+    if ((n = ddp__key_get(sub, DDP_K_RDZV_TAKEOVER_TIMEOUT)) &&
+        ddp__jv_duration(c, n, DDP_KEY(RDZV_TAKEOVER_TIMEOUT), &j->takeover_ms) < 0)
         return -1;
-    if ((n = ddp__ytree_get(sub, "tls")) && tls(c, n, basedir, j) < 0)
+    if ((n = ddp__key_get(sub, DDP_K_RDZV_TLS)) && tls(c, n, j) < 0)
         return -1;
     bool https = false;
     for (size_t k = 0; k < j->netcd; k++)
         https |= strncmp(j->etcd_endpoints[k], "https://", 8) == 0;
     if (n && !https) {
-        ddp__jv_err(c, n, "rendezvous.tls needs https:// endpoints");
+        ddp__jv_err(c, n, "%s needs https:// endpoints", DDP_KEY(RDZV_TLS));
         return -1;
     }
     return 0;
@@ -183,7 +160,8 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
 int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
                   struct ddp_job *j)
 {
-    if (!sub || !ddp__ytree_get(sub, "timeout"))
+    (void)basedir; /* its paths are made absolute with the job's others */
+    if (!sub || !ddp__key_get(sub, DDP_K_RDZV_TIMEOUT))
         j->rdzv_timeout_ms = default_timeout(j);
-    return sub ? rdzv_section(c, sub, basedir, j) : 0;
+    return sub ? rdzv_section(c, sub, j) : 0;
 }

@@ -8,6 +8,7 @@
 #include "cli/sys/devices.h"
 #include "cli/sys/hostlist.h"
 #include "cli/spec/job.h"
+#include "cli/spec/keys.h"
 #include "cli/spec/values.h"
 
 #include <stdlib.h>
@@ -28,7 +29,8 @@ int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
                                     strcmp(n->str, "auto") && strcmp(n->str, "xpu")))
         return 0;
     if (!strcmp(n->str, "xpu")) {
-        ddp__jv_err(c, n, "nproc_per_node: xpu (Intel GPUs) is not supported: give a number");
+        ddp__jv_err(c, n, "%s: xpu (Intel GPUs) is not supported: give a number",
+                    DDP_KEY(NPROC_PER_NODE));
         return -1;
     }
     enum ddp_nproc_kind kind = !strcmp(n->str, "gpu")   ? DDP_NPROC_GPU
@@ -46,9 +48,10 @@ int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
     ddp__counts_here(&here);
     if ((*out = ddp__counts_slots(&here, kind)) < 1) {
         ddp__jv_err(c, n,
-                    "nproc_per_node: gpu is counted on this machine, and no GPU is visible here "
+                    "%s: gpu is counted on this machine, and no GPU is visible here "
                     "(SLURM_GPUS_ON_NODE, CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus): give "
-                    "the number of ranks per node");
+                    "the number of ranks per node",
+                    DDP_KEY(NPROC_PER_NODE));
         return -1;
     }
     return 1;
@@ -110,25 +113,26 @@ int ddp__slurm_nodes(const struct ddp__jctx *c, const struct ddp_ynode *at, bool
 int ddp__slurm_launcher(const struct ddp__jctx *c, const struct ddp_ynode *n, bool alloc,
                         struct ddp_job *j)
 {
-    const char *v = "auto";
+    const char *v = DDP_KEY_DEFAULT(LAUNCHER);
     if (n) {
-        if (ddp__jv_scalar(c, n, "launcher") < 0)
+        if (ddp__jv_scalar(c, n, DDP_KEY(LAUNCHER)) < 0)
             return -1;
         v = n->str;
         if (strcmp(v, "auto") != 0 && strcmp(v, "ssh") != 0 && strcmp(v, "srun") != 0) {
-            ddp__jv_err(c, n, "launcher must be auto, ssh or srun, got '%s'", v);
+            ddp__jv_err(c, n, "%s must be auto, ssh or srun, got '%s'", DDP_KEY(LAUNCHER), v);
             return -1;
         }
     }
     bool srun = ddp__program_here("srun", "/");
     if (!strcmp(v, "srun") && !ddp__slurm_allocated()) {
         ddp__jv_err(c, n,
-                    "launcher: srun needs a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST "
-                    "are not set): run ddprun inside salloc or an sbatch script");
+                    "%s: srun needs a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST are "
+                    "not set): run ddprun inside salloc or an sbatch script",
+                    DDP_KEY(LAUNCHER));
         return -1;
     }
     if (!strcmp(v, "srun") && !srun) {
-        ddp__jv_err(c, n, "launcher: srun, but there is no srun in PATH");
+        ddp__jv_err(c, n, "%s: srun, but there is no srun in PATH", DDP_KEY(LAUNCHER));
         return -1;
     }
     j->srun = !strcmp(v, "srun") || (!strcmp(v, "auto") && alloc && srun);

@@ -73,11 +73,10 @@ int ddp__job_pipeline(const struct ddp__jctx *c, const struct ddp_ynode *sub, co
                       struct ddp_job *j);
 void ddp__job_pipeline_free(struct ddp_job_pipeline *p);
 
-/* cli/spec/slurm_alloc.c: whether ddprun runs inside a Slurm allocation; nproc_per_node n when it is
- * a name (gpu, cpu, auto, as torchrun's: counted here, j's
- * nodes read): 1 and *out, 0 when it is not one, -1 when it cannot be counted (said at n); the
- * allocation's nodes as j's (nodes: slurm), with their task counts as slots unless
- * per_node_given. */
+/* cli/spec/slurm_alloc.c: whether ddprun runs inside a Slurm allocation; nproc_per_node n when it
+ * is a name (gpu, cpu, auto, as torchrun's: counted here, j's nodes read): 1 and *out, 0 when it is
+ * not one, -1 when it cannot be counted (said at n); the allocation's nodes as j's (nodes: slurm),
+ * with their task counts as slots unless per_node_given. */
 bool ddp__slurm_allocated(void);
 int ddp__nproc_named(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                      int *out);

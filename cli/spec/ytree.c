@@ -6,6 +6,7 @@
  */
 #include "cli/spec/ytree.h"
 #include "cli/spec/args.h"
+#include "cli/spec/keys.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -316,8 +317,8 @@ int ddp__ytree_apply_set(const char *file, struct ddp_ynode **root, const char *
 {
     const char *eq = strchr(set, '=');
     if (!eq || eq == set) {
-        ddp__cli_error("%s: expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes",
-                       origin);
+        ddp__cli_error("%s: expected KEY=VALUE, with a dotted KEY such as %s", origin,
+                       DDP_KEY(ELASTIC_MIN_NODES));
         return -1;
     }
     struct ddp_ynode *val = NULL;
@@ -340,8 +341,8 @@ int ddp__ytree_apply_set(const char *file, struct ddp_ynode **root, const char *
     char *save = NULL, *tok = path ? strtok_r(path, ".", &save) : NULL;
     int rc = -1;
     if (!tok)
-        ddp__cli_error("%s: expected KEY=VALUE, with a dotted KEY such as elastic.min_nodes",
-                       origin);
+        ddp__cli_error("%s: expected KEY=VALUE, with a dotted KEY such as %s", origin,
+                       DDP_KEY(ELASTIC_MIN_NODES));
     while (tok) {
         char *next = strtok_r(NULL, ".", &save);
         if (cur->type == DDP_Y_SEQ) {
