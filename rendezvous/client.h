@@ -30,7 +30,7 @@ struct ddp_store {
     int fd;
     pthread_mutex_t fdmu;    /* closing fd vs ddp_store_interrupt's shutdown from another thread */
     atomic_bool interrupted; /* ddp_store_interrupt was called: a closed connection is no error */
-    int rcvtimeo_ms; /* SO_RCVTIMEO now on the socket (0: none) */
+    int rcvtimeo_ms;         /* SO_RCVTIMEO now on the socket (0: none) */
     pthread_mutex_t mu;
     int timeout_ms;
     uint32_t next_id;

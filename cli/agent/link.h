@@ -23,7 +23,7 @@ struct ddp_loop;
 struct ddp__link_cb {
     void (*readable)(int fd);              /* the launcher's frames wait on fd */
     void (*snapshot)(struct ddp_buf *out); /* appends the STATE frame of now */
-    void (*gone)(void); /* the launcher is gone and none came in time: stop the node */
+    void (*gone)(void);   /* the launcher is gone and none came in time: stop the node */
     void (*linked)(void); /* a new launcher linked: its frames start afresh (HELLO first) */
 };
 
@@ -35,8 +35,8 @@ void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms
 /* Sends a frame (output: a worker's line, which may be dropped while held beyond a bound).
  * True when it went out; false when it is held (or, with no takeover, lost). */
 bool ddp__link_send(const struct ddp_buf *b, bool output);
-/* ACK's body (cli/proto/agent_proto.h): the launcher has shown that many OUTPUT frames of this link.
- * 0, or -1 when malformed (or more than were sent). */
+/* ACK's body (cli/proto/agent_proto.h): the launcher has shown that many OUTPUT frames of this
+ * link. 0, or -1 when malformed (or more than were sent). */
 int ddp__link_ack(const uint8_t *body, size_t len);
 /* The launcher is gone (EOF on its frames; a failed write calls this itself). With a takeover
  * wait: waits for a new one and returns 0; else -1, and the caller stops the node. */

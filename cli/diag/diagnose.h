@@ -2,8 +2,8 @@
  * The launcher's model of the ranks' progress (cli/diag/diagnose.c): what the node agents last
  * reported of each rank of the current round (cli/diag/diag.h lines), and what follows from it: the
  * hang report (who is behind, in which collective, doing what), stragglers (who arrives last at
- * collectives, by how much) and the `ddprun status` table. No I/O: cli/supervisor/watchdog.c feeds it and
- * shows what it finds.
+ * collectives, by how much) and the `ddprun status` table. No I/O: cli/supervisor/watchdog.c feeds
+ * it and shows what it finds.
  */
 #ifndef DDP_CLI_DIAGNOSE_H
 #define DDP_CLI_DIAGNOSE_H

@@ -1,9 +1,10 @@
 /*
  * Membership backends: where nodes hold their leases and the launcher learns of losses and of
- * where training resumed. The round policy (cli/supervisor/rounds.c) and the node agent (cli/agent/agent.c) use
- * only this interface. The store implements it (cli/proto/membership_store.c: a leased key per agent
- * incarnation, a prefix watch), the built-in store or, with rendezvous: {backend: etcd}, the
- * job's folder in etcd through the same store calls (rendezvous/store_etcd.h).
+ * where training resumed. The round policy (cli/supervisor/rounds.c) and the node agent
+ * (cli/agent/agent.c) use only this interface. The store implements it
+ * (cli/proto/membership_store.c: a leased key per agent incarnation, a prefix watch), the built-in
+ * store or, with rendezvous: {backend: etcd}, the job's folder in etcd through the same store calls
+ * (rendezvous/store_etcd.h).
  *
  * Agent side: join takes a lease of heartbeat_timeout and renews it every heartbeat_interval
  * from a thread; should the lease be lost, the backend stay unreachable for the timeout, or

@@ -1,7 +1,8 @@
 /*
- * The Slurm provisioner (cli/provision/provision.h): inside an allocation, node i's agent is a job step of
- * its own, `srun --nodes=1 --ntasks=1 --nodelist=HOST ... ddprun agent`, so that Slurm accounts
- * for it, signals it and cleans up after it. The step's stdin and stdout carry the agent frames:
+ * The Slurm provisioner (cli/provision/provision.h): inside an allocation, node i's agent is a job
+ * step of its own, `srun --nodes=1 --ntasks=1 --nodelist=HOST ... ddprun agent`, so that Slurm
+ * accounts for it, signals it and cleans up after it. The step's stdin and stdout carry the agent
+ * frames:
  * --unbuffered, as slurmstepd holds a task's output back until a newline otherwise (the agent
  * makes the pseudo-terminal that then carries its stdout raw). --overlap lets the steps share
  * the allocation's CPUs with the batch step that runs ddprun; --kill-on-bad-exit=0 and

@@ -1,6 +1,7 @@
 /*
- * The SSH provisioner (cli/provision/provision.h): `ddprun __ssh-bridge` as a child of the launcher,
- * which runs the agent on the node over libssh and relays its frames (cli/provision/ssh_bridge.c).
+ * The SSH provisioner (cli/provision/provision.h): `ddprun __ssh-bridge` as a child of the
+ * launcher, which runs the agent on the node over libssh and relays its frames
+ * (cli/provision/ssh_bridge.c).
  */
 #include "cli/provision/provision.h"
 #include "cli/spec/job.h"

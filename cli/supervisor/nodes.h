@@ -1,9 +1,9 @@
 /*
  * The launcher's node agents as processes: one per node, started through its provisioner
- * (cli/provision/provision.h), sent the agent frames (cli/proto/agent_proto.h) on its stdin. What comes back
- * is handed to the supervisor through callbacks on the launcher's loop: each whole frame, each
- * line the agent (or its SSH bridge) writes on stderr, and its end once the launcher has
- * reaped it (ddp__nodes_reaped) and read the last of its output.
+ * (cli/provision/provision.h), sent the agent frames (cli/proto/agent_proto.h) on its stdin. What
+ * comes back is handed to the supervisor through callbacks on the launcher's loop: each whole
+ * frame, each line the agent (or its SSH bridge) writes on stderr, and its end once the launcher
+ * has reaped it (ddp__nodes_reaped) and read the last of its output.
  */
 #ifndef DDP_CLI_NODES_H
 #define DDP_CLI_NODES_H

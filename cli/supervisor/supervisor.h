@@ -1,9 +1,9 @@
 /*
  * The supervisor's state, private to its two files: cli/supervisor/rounds.c (the policy: rendezvous
- * rounds, elastic restarts, the ranks' bookkeeping, stopping) and cli/supervisor/supervise.c (a job from
- * start to end: the store, the views, the nodes, signals, the summary), which calls rounds.c
- * and is never called by it. The supervisor talks to the nodes through cli/supervisor/nodes.h, to the
- * membership backend through cli/proto/membership.h, and to the console and the records only as
+ * rounds, elastic restarts, the ranks' bookkeeping, stopping) and cli/supervisor/supervise.c (a job
+ * from start to end: the store, the views, the nodes, signals, the summary), which calls rounds.c
+ * and is never called by it. The supervisor talks to the nodes through cli/supervisor/nodes.h, to
+ * the membership backend through cli/proto/membership.h, and to the console and the records only as
  * views (cli/view/view.h).
  */
 #ifndef DDP_CLI_SUPERVISOR_H
@@ -35,8 +35,8 @@ struct ddp_etcd;
 #define DDP__SUP_END_WAIT_MS 2000
 /* A node lost by its connection's end while it had ranks: the next round waits this long at most
  * for its agent's lease to end. An agent that lives kills its ranks at once and revokes it (it
- * finds the launcher's store still there, cli/agent/agent.c: cut_off); one that died leaves its ranks
- * dead with it (their parent-death signal, its guard). */
+ * finds the launcher's store still there, cli/agent/agent.c: cut_off); one that died leaves its
+ * ranks dead with it (their parent-death signal, its guard). */
 #define DDP__SUP_DRAIN_MS 1000
 #define DDP__SUP_MAX_SHELL_ENV (384u << 10) /* exported shell variables, beside the job's env */
 
@@ -202,8 +202,8 @@ const char *ddp__sup_node_addr(int i);
 /* Numbers the ready members' ranks and sends each START (the round's phase begins); -1 with
  * why (at least 16 bytes) when the round cannot start: then no member was started. */
 int ddp__sup_start_round(char *why, size_t whylen);
-/* Room for n ranks in L.rk (grown as nodes count their slots, cli/supervisor/node_slots.c); -1 when out
- * of memory. */
+/* Room for n ranks in L.rk (grown as nodes count their slots, cli/supervisor/node_slots.c); -1 when
+ * out of memory. */
 int ddp__sup_ranks_reserve(int n);
 /* A node whose slots nproc_per_node gpu|cpu|auto counts there: its slots from the counts its
  * agent's HELLO gave, the job's env and (another machine) the exported shell variables before

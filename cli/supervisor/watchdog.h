@@ -1,10 +1,11 @@
 /*
- * The launcher's watch over its ranks (cli/supervisor/watchdog.c): it takes the node agents' progress
- * reports into the model of cli/diag/diagnose.h, reports a hang (who is behind, in which collective,
- * doing what, with native stacks) after diagnose.hang_after, applies diagnose.on_hang, and
- * serves `ddprun status` and `ddprun stacks` on the job's control socket. The supervisor
- * (cli/supervisor/rounds.c, cli/supervisor/supervise.c) calls it; it talks to the nodes (cli/supervisor/nodes.h) and the
- * records, and reaches back only through its callbacks (say, fail, headline).
+ * The launcher's watch over its ranks (cli/supervisor/watchdog.c): it takes the node agents'
+ * progress reports into the model of cli/diag/diagnose.h, reports a hang (who is behind, in which
+ * collective, doing what, with native stacks) after diagnose.hang_after, applies diagnose.on_hang,
+ * and serves `ddprun status` and `ddprun stacks` on the job's control socket. The supervisor
+ * (cli/supervisor/rounds.c, cli/supervisor/supervise.c) calls it; it talks to the nodes
+ * (cli/supervisor/nodes.h) and the records, and reaches back only through its callbacks (say, fail,
+ * headline).
  */
 #ifndef DDP_CLI_WATCHDOG_H
 #define DDP_CLI_WATCHDOG_H

@@ -1,6 +1,6 @@
 /*
- * Several shell commands in one remote session (cli/doctor/doctor.c's checks of a node over SSH: each
- * exec is a channel, a session process and a shell there, about 0.1 s apiece on a LAN). The
+ * Several shell commands in one remote session (cli/doctor/doctor.c's checks of a node over SSH:
+ * each exec is a channel, a session process and a shell there, about 0.1 s apiece on a LAN). The
  * script runs each step in a subshell, then prints a line of its own, a mark no step prints,
  * with the step's exit status; ddp__steps_split finds the steps' outputs and statuses again in
  * what the session printed. The script is for /bin/sh: the doctor gives it to `/bin/sh -s` on

@@ -1,8 +1,8 @@
 /*
  * Consoles attached over the control socket (`ddprun attach`), a view of the job (cli/view/view.h),
  * and the control requests that act on the job: attach, stop, info. The supervisor hands it
- * the requests the watchdog (cli/supervisor/watchdog.c) does not answer itself, with callbacks for what
- * only it can do, so this file calls nothing of the supervisor's.
+ * the requests the watchdog (cli/supervisor/watchdog.c) does not answer itself, with callbacks for
+ * what only it can do, so this file calls nothing of the supervisor's.
  *
  * To an attached client the job is a stream of lines, each a kind letter and text: 'o' a line
  * for stdout, 'e' one for stderr (ddprun's messages, the ranks' stderr, the summary), 's' the

@@ -1,9 +1,9 @@
 /*
- * Views of a job: what the supervisor (cli/supervisor/rounds.c, cli/supervisor/supervise.c) tells those who show it
- * or keep it, and the model they share (how a rank ended, the job's summary). The console
- * (cli/view/console.c) shows a job on the terminal, the records (cli/view/record.c) keep it in its log
- * folder; a console that attaches to a detached job would be one more view, over a socket.
- * The supervisor only talks to views through this ops struct.
+ * Views of a job: what the supervisor (cli/supervisor/rounds.c, cli/supervisor/supervise.c) tells
+ * those who show it or keep it, and the model they share (how a rank ended, the job's summary). The
+ * console (cli/view/console.c) shows a job on the terminal, the records (cli/view/record.c) keep it
+ * in its log folder; a console that attaches to a detached job would be one more view, over a
+ * socket. The supervisor only talks to views through this ops struct.
  */
 #ifndef DDP_CLI_VIEW_H
 #define DDP_CLI_VIEW_H

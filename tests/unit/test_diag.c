@@ -1,6 +1,6 @@
 /*
- * The launcher's diagnosis model (cli/diag/line.c, cli/diag/diagnose.c): the agents' progress lines,
- * the hang report, stragglers, the status table and stack grouping, on reports built here.
+ * The launcher's diagnosis model (cli/diag/line.c, cli/diag/diagnose.c): the agents' progress
+ * lines, the hang report, stragglers, the status table and stack grouping, on reports built here.
  */
 #include "cli/diag/diag.h"
 #include "cli/diag/diagnose.h"
@@ -306,7 +306,8 @@ TEST(identical_stacks_print_once_with_their_ranks)
     ddp_buf_release(&out);
 }
 
-/* A PyTorch rank's DDP step (cli/diag/torch_rec.py): the rank's own work, open until its next entry. */
+/* A PyTorch rank's DDP step (cli/diag/torch_rec.py): the rank's own work, open until its next
+ * entry. */
 static struct ddp__rank_progress step(int rank, uint64_t entered, int64_t idle_ms, char state)
 {
     struct ddp__rank_progress p = prog(rank, entered, entered - 1, idle_ms);

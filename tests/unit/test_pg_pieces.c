@@ -23,9 +23,9 @@ static bool piece_flat_registered; /* the one buffer in registered memory, singl
 /* the pieces in registered memory, single-copy in claimed chunks: 1 every rank's, 2 all but
  * rank 1's (whose malloc'd pieces send every rank to the slots) */
 static int piece_registered;
-static bool piece_tcp_split;  /* over TCP: the sending thread did start */
-static int piece_tcp_conns;   /* over TCP: the stripes' threads did start, and the ring's bits */
-static bool piece_conns_auto; /* each peer's connections as the default rule has them */
+static bool piece_tcp_split;   /* over TCP: the sending thread did start */
+static int piece_tcp_conns;    /* over TCP: the stripes' threads did start, and the ring's bits */
+static bool piece_conns_auto;  /* each peer's connections as the default rule has them */
 static bool piece_tcp_inplace; /* over TCP: the ring ran on the pieces, never staged */
 
 struct piece_arg {

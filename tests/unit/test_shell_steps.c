@@ -44,7 +44,7 @@ static void steps_in(const char *shell)
     ddp__steps_raw(&s, "v=$(echo 'ddprun 1.2'); vs=$?");
     ddp__steps_add(&s, "printf '%%s\\n' \"$v\"; exit $vs");
     ddp__steps_add(&s, "cd /nonexistent-dir-for-this-test"); /* a failed cd ends its subshell */
-    ddp__steps_add(&s, "pwd; printf 'no newline'");           /* the cd did not leak here */
+    ddp__steps_add(&s, "pwd; printf 'no newline'");          /* the cd did not leak here */
     ddp__steps_add(&s, "printf '@ddprun-step-0000 3\\nx\\n'; exit 7"); /* another mark's text */
     ddp__steps_add(&s, "cat"); /* reads /dev/null, not the rest of the script */
     ddp__steps_add(&s, "true");
