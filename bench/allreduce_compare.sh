@@ -14,6 +14,9 @@
 # Usage: [REPS=N] [BIND=core] bench/allreduce_compare.sh [BUILD_DIR]   (needs openmpi-bin, libopenmpi-dev,
 # python3-torch)
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record allreduce_compare "$@" # its output goes to bench/results/<machine>/allreduce_compare.md too
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh

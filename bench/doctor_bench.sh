@@ -6,6 +6,9 @@
 # openssh-server.
 # Usage: bench/doctor_bench.sh BASE_BUILD_DIR [BUILD_DIR] [RUNS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record doctor_bench "$@" # its output goes to bench/results/<machine>/doctor_bench.md too
 cd "$(dirname "$0")/.."
 A=$(cd "$1" && pwd)
 B=$(cd "${2:-build/release}" && pwd)

@@ -9,6 +9,9 @@
 # Medians of RUNS runs. Needs root, openssh-server, iproute2 and python3-torch.
 # Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record elastic_recovery "$@" # its output goes to bench/results/<machine>/elastic_recovery.md too
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh

@@ -11,6 +11,9 @@
 # only, when $PY (default python3) has PyTorch with CUDA.
 # Usage: [PY=python3] bench/gpu_reducer.sh [BUILD_DIR] [REPS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record gpu_reducer "$@" # its output goes to bench/results/<machine>/gpu_reducer.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 REPS=${2:-5}

@@ -5,6 +5,9 @@
 # one barrier (Debian's python3-torch). Wall time from start to exit, median of RUNS, interleaved.
 # Usage: bench/launch_compare.sh [BUILD_DIR]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record launch_compare "$@" # its output goes to bench/results/<machine>/launch_compare.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 RUNS=${RUNS:-5}

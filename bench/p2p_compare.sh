@@ -7,6 +7,9 @@
 # median of the runs' medians.
 # Usage: bench/p2p_compare.sh [BUILD_DIR]   (needs openmpi-bin, libopenmpi-dev, python3-torch)
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record p2p_compare "$@" # its output goes to bench/results/<machine>/p2p_compare.md too
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh

@@ -23,6 +23,9 @@
 # the planner sees the compute a host has while all four work.
 # Usage: bench/pipeline_links.sh [BUILD_DIR]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record pipeline_links "$@" # its output goes to bench/results/<machine>/pipeline_links.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 RATES=${RATES:-"100Mbit 1Gbit"}

@@ -11,6 +11,9 @@
 # Usage: bench/planner_compare.sh PIPEDREAM_CHECKOUT [BUILD_DIR]
 #   PROFILES="vgg16 alexnet ..." MACHINES="4 8 16 4,4" BANDWIDTHS="1Gbit 10Gbit" RATIO=1|none
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record planner_compare "$@" # its output goes to bench/results/<machine>/planner_compare.md too
 cd "$(dirname "$0")/.."
 PD=$(cd "${1:?usage: bench/planner_compare.sh PIPEDREAM_CHECKOUT [BUILD_DIR]}" && pwd)
 B=$(cd "${2:-build/release}" && pwd)

@@ -5,6 +5,9 @@
 # load: N agents renewing their leases every second, the server's CPU and the round trip.
 # Usage: bench/rdzv_etcd.sh [BUILD_DIR]   (default build/release)
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record rdzv_etcd "$@" # its output goes to bench/results/<machine>/rdzv_etcd.md too
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh

@@ -8,6 +8,9 @@
 # repetition, in turn first; the table gives their medians and the median of the per-pair ratios.
 # Usage: bench/recorder_overhead.sh [BUILD_DIR] [REPS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record recorder_overhead "$@" # its output goes to bench/results/<machine>/recorder_overhead.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 REPS=${2:-9}

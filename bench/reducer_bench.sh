@@ -17,6 +17,9 @@
 # bare all-reduce.
 # Usage: bench/reducer_bench.sh [BUILD_DIR] [REPS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record reducer_bench "$@" # its output goes to bench/results/<machine>/reducer_bench.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 REPS=${2:-3}

@@ -8,6 +8,9 @@
 # a second build directory, the two alternate run by run, so both see the same minutes of the VM.
 # Usage: bench/reducer_straggler.sh BUILD_DIR [OTHER_BUILD_DIR] [RUNS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record reducer_straggler "$@" # its output goes to bench/results/<machine>/reducer_straggler.md too
 cd "$(dirname "$0")/.."
 BUILDS=("$(cd "${1:-build/release}" && pwd)")
 [ -n "${2:-}" ] && BUILDS+=("$(cd "$2" && pwd)")

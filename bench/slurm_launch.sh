@@ -11,6 +11,9 @@
 # memory of the srun processes. Needs root, slurm-wlm and openssh-server.
 # Usage: bench/slurm_launch.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record slurm_launch "$@" # its output goes to bench/results/<machine>/slurm_launch.md too
 cd "$(dirname "$0")/.."
 REPO=$PWD
 B=$(cd "${1:-build/release}" && pwd)

@@ -5,6 +5,9 @@
 # Medians of RUNS runs. Needs root and openssh-server.
 # Usage: bench/ssh_provision.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record ssh_provision "$@" # its output goes to bench/results/<machine>/ssh_provision.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 RUNS=${2:-7}

@@ -3,6 +3,9 @@
 # same machine, same C client threads, runs interleaved, median of REPS runs.
 # Usage: bench/store_compare.sh [BUILD_DIR]   (default build/release; needs /usr/bin/python3 + torch)
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record store_compare "$@" # its output goes to bench/results/<machine>/store_compare.md too
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh

@@ -15,6 +15,9 @@
 # Needs root, iproute2, iperf3, python3-torch.
 # Usage: bench/tcp_link_compare.sh [BUILD_DIR]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record tcp_link_compare "$@" # its output goes to bench/results/<machine>/tcp_link_compare.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 RATE=${RATE:-none}

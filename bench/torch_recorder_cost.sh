@@ -8,6 +8,9 @@
 # its end on the device.
 # Usage: [DEVICE=cuda [NPROC=N]] bench/torch_recorder_cost.sh [BUILD_DIR] [PAIRS]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record torch_recorder_cost "$@" # its output goes to bench/results/<machine>/torch_recorder_cost.md too
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-build/release}" && pwd)
 PAIRS=${2:-7}

@@ -9,6 +9,9 @@
 #     servers rather than the Python clients.
 # Runs interleaved; medians. Usage: bench/torch_store_compare.sh [BUILD_DIR]
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_record torch_store_compare "$@" # its output goes to bench/results/<machine>/torch_store_compare.md too
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
 . bench/lib.sh
