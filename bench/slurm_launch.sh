@@ -57,7 +57,9 @@ for l in srun ssh; do
     t() { grep "\"event\": \"$1\"" "$ev" | tail -n1 | grep -o '"time": "[^"]*' | cut -d'"' -f4; }
     t0=$(ms "$(t job_start)"); tj=$(ms "$(t node_joined)"); tm=$(ms "$(t membership)")
     tw=$(ms "$(t workers_running)")
-    tb=$(ms "$(grep -m1 'ranks met at the store' "$d/rank-0.log" | cut -d' ' -f1)")
+    met=$(grep -m1 -E 'ranks? met at the store' "$d/rank-0.log" | cut -d' ' -f1)
+    [ -n "$met" ] || { echo "$d/rank-0.log: no 'met at the store' line" >&2; exit 1; }
+    tb=$(ms "$met")
     echo "$((tj - t0)) $((tm - tj)) $((tw - tm)) $((tb - tw)) $((tb - t0))"
   done >phases.txt
   med() { sort -n | sed -n "$(((RUNS + 1) / 2))p"; }

@@ -40,6 +40,25 @@ teardown() {
   assert_output ""
 }
 
+@test "BENCHMARKS.md and README.md's performance rows are what bench/report renders from bench/results/" {
+  run "$REPO/bench/report" --check
+  echo "$output"
+  assert_success
+  # a result changed and not rendered again is found
+  d="$BATS_TEST_TMPDIR/r"
+  mkdir -p "$d/bench"
+  cp -r "$REPO/bench/report" "$REPO/bench/about.md" "$REPO/bench/results" "$d/bench/"
+  cp "$REPO/BENCHMARKS.md" "$REPO/README.md" "$d/"
+  # every all-reduce result's shm/Gloo at 16 MiB (a claim of the summary and of README) made 99.99x
+  for f in "$d"/bench/results/*/allreduce_compare.md; do
+    awk -F'|' -v OFS='|' '$2 == " 16 MiB " && !done { $9 = " 99.99x "; done = 1 } 1' "$f" >"$f.new"
+    mv "$f.new" "$f"
+  done
+  run "$d/bench/report" --check
+  assert_failure
+  assert_output --partial "| all-reduce, 2 ranks of a node, 16 MiB | Gloo | 99.99x |"
+}
+
 # The quick starts' blocks, in order: "sh" lines are commands; a "yaml" block is the file its
 # first line names (# NAME). Prints "file NAME" then the block, or "run COMMAND".
 quick_starts() {
