@@ -3,6 +3,7 @@
 #   ./dev.sh quickstart   install missing Debian packages, build ddprun and the example (release), run the default job
 #   ./dev.sh test         build and run the whole suite: unit + bats (CI build), ASan/UBSan, TSan, fuzz
 #   ./dev.sh deps         only install missing Debian packages
+#   ./dev.sh deb          build the Debian package build/deb/ddprun_VERSION_ARCH.deb (install it on every node)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -10,7 +11,7 @@ BUILD_DEPS=(cmake make gcc g++ pkg-config libyaml-dev libssh-dev libcurl4-openss
             libopenblas-dev zlib1g-dev dataset-fashion-mnist elfutils)
 TEST_DEPS=(bats bats-assert bats-support inotify-tools clang libclang-rt-14-dev man-db groff-base bsdextrautils procps
            openssh-server openssh-client iproute2 util-linux python3 python3-torch slurm-client slurmctld
-           slurmd etcd-server openssl curl nftables libfaketime)
+           slurmd etcd-server openssl curl nftables libfaketime dpkg-dev)
 JOBS=${JOBS:-$(nproc)}
 
 need() { # prints the packages of "$@" that are not installed
@@ -69,6 +70,13 @@ quickstart)
   cmake --preset release >/dev/null
   cmake --build --preset release -j "$JOBS" --target ddprun ddprun-fmnist >/dev/null
   exec ./build/release/ddprun
+  ;;
+deb)
+  deps "${BUILD_DEPS[@]}" dpkg-dev
+  cmake --preset deb >/dev/null
+  cmake --build --preset deb -j "$JOBS" >/dev/null
+  (cd build/deb && cpack -G DEB >/dev/null)
+  ls build/deb/ddprun_*.deb
   ;;
 test)
   deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
@@ -173,7 +181,7 @@ test)
   echo "== [${SECONDS} s] all suites passed"
   ;;
 *)
-  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
   ;;
 esac
