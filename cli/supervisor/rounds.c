@@ -610,7 +610,7 @@ static void count_nodes(int *ready, int *joining, int *awaited)
     }
 }
 
-static void rdzv_fail(const char *why);
+static void rdzv_fail(const char *why, bool below_min);
 
 /* Closes the round with the nodes that joined: numbers the ranks and starts the workers. */
 static void rdzv_close(void)
@@ -619,13 +619,18 @@ static void rdzv_close(void)
     ddp_timer_stop(ddp__supervisor.loop, &ddp__supervisor.last_call);
     char why[1200];
     if (ddp__sup_start_round(why, sizeof(why)) < 0)
-        rdzv_fail(why);
+        rdzv_fail(why, false); /* the round's own start: its layout, its ranks */
 }
 
-static void rdzv_fail(const char *why)
+/* Round 0 that cannot start is a launch error (status 3). A later one is the job's failure (1),
+ * or with below_min, fewer than elastic.min_nodes left after nodes were lost, status 75, which a
+ * scheduler may take as "requeue" (sysexits' EX_TEMPFAIL). */
+static void rdzv_fail(const char *why, bool below_min)
 {
     ddp__sup_say("ddprun: round %d cannot start: %s", ddp__supervisor.round, why);
-    ddp__sup_finish(why, ddp__supervisor.round == 0 ? DDP_EXIT_LAUNCH : DDP_EXIT_JOB_FAILED);
+    ddp__sup_finish(why, ddp__supervisor.round == 0             ? DDP_EXIT_LAUNCH
+                         : below_min && ddp__supervisor.nlosses ? DDP_EXIT_REQUEUE
+                                                                : DDP_EXIT_JOB_FAILED);
 }
 
 /* Decides whether the open round can close now, must fail, or waits. */
@@ -642,7 +647,7 @@ static void rdzv_check(void)
         char why[300];
         snprintf(why, sizeof(why), "only %d node%s can take part, and elastic.min_nodes is %d",
                  ready + joining, ready + joining == 1 ? "" : "s", j->min_nodes);
-        rdzv_fail(why);
+        rdzv_fail(why, true);
     } else if (ready >= j->min_nodes && !ddp_timer_armed(&ddp__supervisor.last_call)) {
         /* Enough to train: late nodes get a short last call. */
         ddp_timer_start(ddp__supervisor.loop, &ddp__supervisor.last_call, j->rdzv_last_call_ms);
@@ -691,7 +696,7 @@ static void on_rdzv_deadline(struct ddp_loop *loop, struct ddp_timer *t)
              "(rendezvous.timeout); not joined: %s",
              ready, ddp__supervisor.job->min_nodes,
              (double)ddp__supervisor.job->rdzv_timeout_ms / 1000, nmissing ? missing : "none");
-    rdzv_fail(why);
+    rdzv_fail(why, true);
 }
 
 /* Opens the next round: survivors are waiting already; lost and spare nodes are started. */

@@ -14,6 +14,8 @@ enum ddp_exit {
     DDP_EXIT_JOB_FAILED = 1,
     DDP_EXIT_USAGE = 2,
     DDP_EXIT_LAUNCH = 3,
+    /* the job fell below elastic.min_nodes through node loss: worth requeueing (EX_TEMPFAIL) */
+    DDP_EXIT_REQUEUE = 75,
     DDP_EXIT_INTERRUPTED = 130,
 };
 
