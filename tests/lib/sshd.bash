@@ -55,7 +55,9 @@ netns_setup() {
 netns_clear_stale() {
   local ns l
   for ns in $(ip netns list | grep -o "^ddp$SSHD_TAG-[0-9]*"); do ip netns del "$ns" 2>/dev/null || true; done
-  for l in $(ip -o link show | grep -o "vd$SSHD_TAG-[0-9]*@" | tr -d @); do ip link del "$l" 2>/dev/null || true; done
+  for l in $(ip -o link show 2>/dev/null | grep -o "vd$SSHD_TAG-[0-9]*@" | tr -d @); do
+    ip link del "$l" 2>/dev/null || true
+  done
 }
 
 sshd_addr() {
