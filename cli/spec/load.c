@@ -141,7 +141,7 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         if (j->bind_to < 0)
             goto out;
     }
-    if (ddp__job_rdzv(c, ddp__key_get(root, DDP_K_RDZV), basedir, j) < 0)
+    if (ddp__job_rdzv(c, ddp__key_get(root, DDP_K_RDZV), j) < 0)
         goto out;
     j->min_nodes = j->max_nodes = (int)j->nnodes;
     if ((sub = ddp__key_get(root, DDP_K_ELASTIC))) {

@@ -157,10 +157,8 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
     return 0;
 }
 
-int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
-                  struct ddp_job *j)
+int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j)
 {
-    (void)basedir; /* its paths are made absolute with the job's others */
     if (!sub || !ddp__key_get(sub, DDP_K_RDZV_TIMEOUT))
         j->rdzv_timeout_ms = default_timeout(j);
     return sub ? rdzv_section(c, sub, j) : 0;

@@ -62,9 +62,9 @@ int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct 
                    int **slots_given);
 
 /* cli/spec/rdzv.c: the rendezvous section sub (the store's or etcd's settings; NULL: none) into
- * j, whose nodes and launcher are read: a timeout it does not give grows with the nodes. */
-int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, const char *basedir,
-                  struct ddp_job *j);
+ * j, whose nodes and launcher are read: a timeout it does not give grows with the nodes. Its TLS
+ * files are made absolute with the job's other paths (cli/spec/keys.c). */
+int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j);
 
 /* cli/spec/stages.c: the pipeline section sub into j->pipe (j's nodes already read: the
  * stages' ranks must add up to its ranks); its release. */
