@@ -11,7 +11,8 @@ BUILD_DEPS=(cmake make gcc g++ pkg-config libyaml-dev libssh-dev libcurl4-openss
             libopenblas-dev zlib1g-dev dataset-fashion-mnist elfutils)
 TEST_DEPS=(bats bats-assert bats-support inotify-tools clang libclang-rt-14-dev man-db groff-base bsdextrautils procps
            openssh-server openssh-client iproute2 util-linux python3 python3-torch slurm-client slurmctld
-           slurmd etcd-server openssl curl nftables libfaketime dpkg-dev)
+           slurmd etcd-server openssl curl nftables libfaketime dpkg-dev
+           python3-cryptography)
 JOBS=${JOBS:-$(nproc)}
 
 need() { # prints the packages of "$@" that are not installed
@@ -147,7 +148,8 @@ test)
   # 2026-11-28, no failure (0.34M to 4.2M inputs per fuzzer).
   fuzzers=()
   for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
-    json:corpus-json: profile:corpus-profile:-max_len=8192 agent_proto:corpus-agent:; do
+    json:corpus-json: profile:corpus-profile:-max_len=8192 agent_proto:corpus-agent: \
+    agent_wire:corpus-wire:; do
     IFS=: read -r name corpus extra <<<"$t"
     fuzzers+=("$name")
     mkdir -p "build/fuzz/$corpus"

@@ -673,10 +673,8 @@ static int join_membership(void)
 static void on_frames(int fd)
 {
     struct ddp_loop *loop = A.loop;
-    if (ddp_buf_reserve(&A.in, 65536) < 0)
-        return;
-    ssize_t n = ddp_read_eintr(fd, A.in.data + A.in.len, A.in.cap - A.in.len);
-    if (n == -EAGAIN)
+    ssize_t n = ddp__link_read(fd, &A.in);
+    if (n == -EAGAIN || n == -ENOMEM)
         return;
     if (n <= 0) {
         if (!A.have_join)
@@ -687,7 +685,7 @@ static void on_frames(int fd)
             on_fenced(NULL, "this node's connection to the launcher ended while the launcher "
                             "still runs (its store answers): it counts this node lost");
         else if (!waits)
-            start_exit("the launcher closed our stdin");
+            start_exit("the launcher closed our link");
         else
             DDP_INFO(SUP,
                      "agent: the launcher is gone; the workers run on, waiting %llu ms "
@@ -695,7 +693,6 @@ static void on_frames(int fd)
                      (unsigned long long)A.join.takeover_ms);
         return;
     }
-    A.in.len += (size_t)n;
     uint8_t type;
     const uint8_t *body;
     size_t len;
@@ -849,12 +846,6 @@ int ddp__cmd_agent(void)
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
         return DDP_EXIT_LAUNCH;
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
-    /* srun --unbuffered gives the agent a pseudo-terminal for stdout: frames need it raw. */
-    struct termios tio;
-    if (isatty(1) && tcgetattr(1, &tio) == 0) {
-        cfmakeraw(&tio);
-        tcsetattr(1, TCSANOW, &tio);
-    }
     ddp_timer_init(&A.grace, on_grace);
     ddp_timer_init(&A.term, on_term);
     ddp_timer_init(&A.reap, on_reap_tick);
@@ -863,7 +854,14 @@ int ddp__cmd_agent(void)
     ddp_timer_start(A.loop, &A.reap, 200);
     struct ddp__link_cb lcb = {
         .readable = on_frames, .snapshot = snapshot, .gone = on_gone, .linked = linked};
-    ddp__link_init(A.loop, &lcb, DDP_VERSION);
+    if (ddp__link_init(A.loop, &lcb, DDP_VERSION) < 0) {
+        ddp__link_release();
+        ddp_buf_release(&A.in);
+        ddp_buf_release(&A.last);
+        ddp_loop_free(A.loop);
+        close(A.sfd);
+        return DDP_EXIT_LAUNCH;
+    }
     A.asker = (struct ddp__dn_asker){.loop = A.loop, .mask = &A.oldmask, .send = send_stacks};
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
     A.rc = 0;

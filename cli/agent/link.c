@@ -1,6 +1,7 @@
 /* The node agent's link to its launcher, and the takeover wait (cli/agent/link.h). */
 #include "cli/agent/link.h"
 #include "cli/proto/agent_proto.h"
+#include "cli/proto/agent_wire.h"
 #include "cli/sys/sys.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -25,11 +26,14 @@
 static struct {
     struct ddp_loop *loop;
     struct ddp__link_cb cb;
-    int in, out;    /* the launcher's frames and ours; -1 while none is linked */
-    int lfd;        /* listening for a new launcher */
-    bool waiting;   /* no launcher linked */
-    bool gone;      /* told cb.gone */
-    char name[200]; /* the socket's abstract name */
+    int in, out;           /* the launcher's frames and ours; -1 while none is linked */
+    struct ddp__seal seal; /* on: the link it dialled (TCP); off: a rejoin's local socket */
+    struct ddp_buf raw;    /* records read, not yet opened */
+    bool stdin_watched;    /* the starting session (stdin) is watched for its end */
+    int lfd;               /* listening for a new launcher */
+    bool waiting;          /* no launcher linked */
+    bool gone;             /* told cb.gone */
+    char name[200];        /* the socket's abstract name */
     uint64_t takeover_ms;
     struct ddp_buf hello; /* our HELLO: first on every link */
     struct ddp_buf held;  /* STATE, then the frames since */
@@ -62,31 +66,162 @@ static void on_gone(struct ddp_loop *loop, struct ddp_timer *t)
     }
 }
 
-void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version)
+/* Reads the one frame a launcher writes on an agent's stdin, BOOT: 0, or -1 said. */
+static int read_boot(struct ddp__aw_boot *boot)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    int64_t deadline = ddp_now_ms() + 60000;
+    int r = 0;
+    uint8_t type = 0;
+    const uint8_t *body;
+    size_t len;
+    const char *why = NULL;
+    while ((r = ddp__agent_next(&b, &type, &body, &len)) == 0) {
+        int64_t left = deadline - ddp_now_ms();
+        struct pollfd p = {.fd = 0, .events = POLLIN};
+        int pr = left > 0 ? poll(&p, 1, (int)left) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0) {
+            why = "no word from the launcher on stdin within 60 s";
+            break;
+        }
+        if (ddp_buf_reserve(&b, 4096) < 0)
+            break;
+        ssize_t n = ddp_read_eintr(0, b.data + b.len, b.cap - b.len);
+        if (n == -EAGAIN)
+            continue;
+        if (n <= 0) {
+            why = b.len ? "stdin ended inside the launcher's first frame"
+                        : "stdin ended before the launcher said where to dial back (an agent is "
+                          "started by ddprun, or joins a job with --join)";
+            break;
+        }
+        b.len += (size_t)n;
+        if (b.len > 16384)
+            break; /* BOOT is a few KiB at most */
+    }
+    int rc = -1;
+    if (r > 0 && type == DDP__AG_BOOT && ddp__aw_get_boot(body, len, boot) == 0)
+        rc = 0;
+    else if (why)
+        fprintf(stderr, "ddprun agent: %s\n", why);
+    else if (r > 0 && type != DDP__AG_BOOT)
+        fprintf(stderr,
+                "ddprun agent: the launcher's first frame is not BOOT (a ddprun older than this "
+                "one, %s?): run the same ddprun on every node\n",
+                DDP_VERSION);
+    else
+        fprintf(stderr, "ddprun agent: bad BOOT frame from the launcher\n");
+    explicit_bzero(b.data, b.cap);
+    ddp_buf_release(&b);
+    return rc;
+}
+
+int ddp__link_dial(const char *addrs, const char *token, const struct ddp__aw_attach *att)
+{
+    char why[2048];
+    int fd;
+    if (ddp__aw_dial(addrs, token, att, 10000, &fd, &K.seal, why, sizeof(why)) < 0) {
+        fprintf(stderr, "ddprun agent: cannot reach the launcher at any address it offered: %s\n",
+                why);
+        return -1;
+    }
+    return fd;
+}
+
+int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version)
 {
     K.loop = loop;
     K.cb = *cb;
-    K.in = 0;
-    K.out = 1;
     ddp_buf_init(&K.hello);
+    ddp_buf_init(&K.held);
+    ddp_buf_init(&K.unacked);
+    ddp_buf_init(&K.raw);
+    ddp_timer_init(&K.expire, on_gone);
+    ddp_timer_init(&K.fail, on_gone);
+    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
+    int fd = -1;
+    if (boot && read_boot(boot) == 0) {
+        struct ddp__aw_attach att = {.kind = DDP__AW_PROVISIONED, .node = boot->node};
+        snprintf(att.name, sizeof(att.name), "%s", boot->ticket);
+        fd = ddp__link_dial(boot->addrs, boot->token, &att);
+    }
+    if (boot)
+        explicit_bzero(boot, sizeof(*boot));
+    free(boot);
+    if (fd < 0)
+        return -1;
+    return ddp__link_attach(fd, version);
+}
+
+/*
+ * The session that started the agent (its stdin: the launcher's pipe, the SSH channel, the
+ * srun step) ended: the link ends with it, as when the launcher is gone (the launcher keeps
+ * that session open for the agent's life and ends it only after the link).
+ */
+static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    char buf[512];
+    ssize_t n = ddp_read_eintr(fd, buf, sizeof(buf));
+    if (n > 0 || n == -EAGAIN)
+        return; /* nothing is sent there after BOOT: let it go */
+    ddp_loop_del(loop, fd);
+    K.stdin_watched = false;
+    if (K.in >= 0 && K.seal.on)
+        shutdown(K.in, SHUT_RDWR); /* the link reads its end next */
+}
+
+int ddp__link_attach(int fd, const char *version)
+{
+    K.in = K.out = fd;
     struct ddp__node_counts counts; /* for nproc_per_node gpu|cpu|auto, counted here */
     ddp__counts_here(&counts);
     /* MASTER_PORT, should this node be node 0 with rank 0's own TCPStore: free here, where
      * rank 0 binds it (the launcher's machine may be another, with other ports in use) */
     if (ddp__agent_put_hello(&K.hello, DDP__AG_AGENT_HELLO, version, &counts,
                              (uint32_t)ddp__free_port()) < 0 ||
-        ddp_write_all(K.out, K.hello.data, K.hello.len) < 0)
+        ddp__aw_write(K.out, &K.seal, K.hello.data, K.hello.len) < 0)
         K.out = -1; /* the first frame sent finds the link lost */
-    ddp_buf_init(&K.held);
-    ddp_buf_init(&K.unacked);
-    ddp_timer_init(&K.expire, on_gone);
-    ddp_timer_init(&K.fail, on_gone);
-    if (ddp_loop_add(loop, 0, DDP_LOOP_READ, on_readable, NULL) < 0) {
-        /* a file, /dev/null: epoll cannot watch it, and no launcher's frames come from it */
-        fprintf(stderr, "ddprun agent: stdin is not a pipe or socket from a launcher\n");
-        K.in = -1;
-        ddp_timer_start(loop, &K.fail, 0);
+    if (ddp_loop_add(K.loop, K.in, DDP_LOOP_READ, on_readable, NULL) < 0) {
+        fprintf(stderr, "ddprun agent: cannot watch the link to the launcher\n");
+        return -1;
     }
+    /* a file (/dev/null) cannot be watched, and does not end: then only the link tells */
+    K.stdin_watched = ddp_loop_add(K.loop, 0, DDP_LOOP_READ, on_stdin, NULL) == 0;
+    return 0;
+}
+
+ssize_t ddp__link_read(int fd, struct ddp_buf *in)
+{
+    if (!K.seal.on || fd != K.in) {
+        if (ddp_buf_reserve(in, 65536) < 0)
+            return -ENOMEM;
+        ssize_t n = ddp_read_eintr(fd, in->data + in->len, in->cap - in->len);
+        if (n > 0)
+            in->len += (size_t)n;
+        return n;
+    }
+    if (ddp_buf_reserve(&K.raw, 65536) < 0)
+        return -ENOMEM;
+    ssize_t n;
+    do
+        n = recv(fd, K.raw.data + K.raw.len, K.raw.cap - K.raw.len, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    if (n == 0)
+        return 0;
+    K.raw.len += (size_t)n;
+    size_t before = in->len;
+    if (ddp__seal_open(&K.seal, &K.raw, in) < 0) {
+        fprintf(stderr, "ddprun agent: a record from the launcher failed its authentication\n");
+        return -EBADMSG;
+    }
+    return in->len > before ? (ssize_t)(in->len - before) : -EAGAIN;
 }
 
 void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms)
@@ -190,6 +325,8 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     K.held_output = 0;
     K.dropped = 0;
     K.in = K.out = c;
+    ddp__seal_wipe(&K.seal); /* a local socket of this user: no record layer */
+    K.raw.len = K.raw.off = 0;
     K.waiting = false;
     K.cb.linked();
     ddp_loop_add(loop, c, DDP_LOOP_READ, on_readable, NULL);
@@ -205,8 +342,13 @@ int ddp__link_lost(void)
             close(K.in);
     }
     K.in = K.out = -1;
+    ddp__seal_wipe(&K.seal);
+    K.raw.len = K.raw.off = 0;
     if (!K.takeover_ms || !K.name[0])
         return -1;
+    if (K.stdin_watched)
+        ddp_loop_del(K.loop, 0);
+    K.stdin_watched = false;
     /* Nothing reads our stdout and stderr any more: writes there would fail or block. */
     int dn = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (dn >= 0) {
@@ -239,7 +381,7 @@ int ddp__link_lost(void)
 
 bool ddp__link_send(const struct ddp_buf *b, bool output)
 {
-    if (!K.waiting && K.out >= 0 && ddp_write_all(K.out, b->data, b->len) == 0) {
+    if (!K.waiting && K.out >= 0 && ddp__aw_write(K.out, &K.seal, b->data, b->len) == 0) {
         if (output)
             unacked_push(b->data, b->len);
         return true;
@@ -290,20 +432,11 @@ void ddp__link_release(void)
     ddp_buf_release(&K.hello);
     ddp_buf_release(&K.held);
     ddp_buf_release(&K.unacked);
+    ddp_buf_release(&K.raw);
+    ddp__seal_wipe(&K.seal);
 }
 
 /* ---- `ddprun agent --rejoin JOB NODE` ---- */
-
-static int relay(int from, int to)
-{
-    char buf[65536];
-    ssize_t n = ddp_read_eintr(from, buf, sizeof(buf));
-    if (n > 0 && ddp_write_all(to, buf, (size_t)n) < 0)
-        return -1;
-    if (n == -EAGAIN)
-        return 1;
-    return n > 0 ? 1 : 0;
-}
 
 int ddp__cmd_agent_rejoin(const char *job_id, const char *node)
 {
@@ -319,24 +452,66 @@ int ddp__cmd_agent_rejoin(const char *job_id, const char *node)
                 job_id, node);
         return DDP_EXIT_LAUNCH;
     }
-    bool in_open = true;
+    /* The new launcher's link, dialled back as any agent's, relayed in plain to the agent. */
+    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
+    int l = -1;
+    if (boot && read_boot(boot) == 0) {
+        struct ddp__aw_attach att = {.kind = DDP__AW_PROVISIONED, .node = boot->node};
+        snprintf(att.name, sizeof(att.name), "%s", boot->ticket);
+        l = ddp__link_dial(boot->addrs, boot->token, &att);
+    }
+    if (boot)
+        explicit_bzero(boot, sizeof(*boot));
+    free(boot);
+    if (l < 0)
+        return DDP_EXIT_LAUNCH;
+    K.in = l;
+    struct ddp_buf plain;
+    ddp_buf_init(&plain);
+    int rc = 0;
+    bool l_open = true;
     for (;;) {
-        struct pollfd p[2] = {{.fd = in_open ? 0 : -1, .events = POLLIN},
-                              {.fd = s, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
+        struct pollfd p[3] = {{.fd = l_open ? l : -1, .events = POLLIN},
+                              {.fd = s, .events = POLLIN},
+                              {.fd = l_open ? 0 : -1, .events = POLLIN}};
+        if (poll(p, 3, -1) < 0) {
             if (errno == EINTR)
                 continue;
-            return DDP_EXIT_LAUNCH;
+            rc = DDP_EXIT_LAUNCH;
+            break;
         }
-        if (p[1].revents) {
-            int r = relay(s, 1);
-            if (r <= 0)
-                return r < 0 ? DDP_EXIT_LAUNCH : 0; /* the agent ended, or our launcher */
+        if (p[1].revents) { /* the agent's frames, to the launcher */
+            char buf[65536];
+            ssize_t n = ddp_read_eintr(s, buf, sizeof(buf));
+            if (n == -EAGAIN)
+                continue;
+            if (n <= 0 || ddp__aw_write(l, &K.seal, buf, (size_t)n) < 0) {
+                rc = n < 0 ? DDP_EXIT_LAUNCH : 0; /* the agent ended, or our launcher */
+                break;
+            }
         }
-        if (in_open && p[0].revents && relay(0, s) <= 0) {
-            /* Our launcher is gone: the agent waits for the next one. */
-            shutdown(s, SHUT_WR);
-            in_open = false;
+        if (l_open && p[2].revents) { /* the session that started us: its end is the link's */
+            char c[512];
+            ssize_t n = ddp_read_eintr(0, c, sizeof(c));
+            if (n == 0 || (n < 0 && n != -EAGAIN)) {
+                shutdown(s, SHUT_WR);
+                l_open = false;
+                continue;
+            }
+        }
+        if (l_open && p[0].revents) {
+            ssize_t n = ddp__link_read(l, &plain);
+            if (n == -EAGAIN)
+                continue;
+            if (n <= 0 || ddp_write_all(s, plain.data, plain.len) < 0) {
+                /* Our launcher is gone: the agent waits for the next one. */
+                shutdown(s, SHUT_WR);
+                l_open = false;
+            }
+            plain.len = plain.off = 0;
         }
     }
+    ddp_buf_release(&plain);
+    close(l);
+    return rc;
 }

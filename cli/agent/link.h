@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/buf.h"
 
@@ -27,9 +28,21 @@ struct ddp__link_cb {
     void (*linked)(void); /* a new launcher linked: its frames start afresh (HELLO first) */
 };
 
-/* The first launcher: frames from stdin, to stdout. version is ours, said in the HELLO that
- * goes first on every link. */
-void ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version);
+/* The first launcher: the agent reads BOOT on stdin, dials back to the launcher and proves the
+ * job's token (cli/proto/agent_wire.h); the frames travel sealed on that connection. version is
+ * ours, said in the HELLO that goes first on every link. 0, or -1 said on stderr (the agent
+ * ends with status 3). */
+int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version);
+/* Dials one of addrs ("host:port,...") with token and says who this agent is: the connected
+ * fd (the link's seal set), or -1 with every address tried named on stderr. */
+struct ddp__aw_attach;
+int ddp__link_dial(const char *addrs, const char *token, const struct ddp__aw_attach *att);
+/* Makes fd (from ddp__link_dial) the link: says HELLO and watches it. 0 or -1. */
+int ddp__link_attach(int fd, const char *version);
+/* Reads what the launcher sent on fd into in, opening its records: > 0 when frames' bytes came,
+ * -EAGAIN when none (yet), 0 at EOF, another negative errno on an error (-EBADMSG: a record
+ * that failed its authentication, said on stderr). */
+ssize_t ddp__link_read(int fd, struct ddp_buf *in);
 /* After JOIN: the agent's job, node, and how long it waits for a new launcher (0: never). */
 void ddp__link_configure(const char *job_id, unsigned node, uint64_t takeover_ms);
 /* Sends a frame (output: a worker's line, which may be dropped while held beyond a bound).

@@ -1,9 +1,9 @@
 /*
- * Frames between ddprun (the launcher) and a node agent, over the agent's
- * stdin and stdout: a pipe for local nodes, an SSH channel for remote ones.
+ * Frames between ddprun (the launcher) and a node agent, over the link the
+ * agent dials back to the launcher (cli/proto/agent_wire.h: sealed records).
  * Each frame: u32 len (of what follows) | u8 type | body, little-endian,
- * strings as u32 length + bytes (common/buf.h). EOF on the agent's stdin
- * means "stop now, with the grace period from START".
+ * strings as u32 length + bytes (common/buf.h). The link's end means "stop
+ * now, with the grace period from START".
  */
 #ifndef DDP_CLI_AGENT_PROTO_H
 #define DDP_CLI_AGENT_PROTO_H

@@ -1,8 +1,8 @@
 /*
  * Provisioners: how the launcher gets a node agent onto a node. Each starts, for node i of a
- * job, a local child process whose stdin and stdout carry the agent frames
- * (cli/proto/agent_proto.h) and whose stderr carries messages; the launcher learns that the agent
- * is gone when that child is reaped. A provisioner is a file behind this ops struct: local nodes
+ * job, a local child process whose stdin carries the launcher's BOOT to the agent (where to dial
+ * back: the frames then travel on that link, cli/proto/agent_wire.h) and whose stderr carries
+ * messages; the launcher learns that the agent is gone when that child is reaped. A provisioner is a file behind this ops struct: local nodes
  * (cli/provision/local.c: `ddprun agent` itself), SSH (cli/provision/ssh.c: the bridge of
  * cli/provision/ssh_bridge.c), Slurm job steps (cli/provision/srun.c: srun); the table in
  * cli/provision/provision.c picks one per node.

@@ -1,10 +1,9 @@
 /*
  * The Slurm provisioner (cli/provision/provision.h): inside an allocation, node i's agent is a job
  * step of its own, `srun --nodes=1 --ntasks=1 --nodelist=HOST ... ddprun agent`, so that Slurm
- * accounts for it, signals it and cleans up after it. The step's stdin and stdout carry the agent
- * frames:
- * --unbuffered, as slurmstepd holds a task's output back until a newline otherwise (the agent
- * makes the pseudo-terminal that then carries its stdout raw). --overlap lets the steps share
+ * accounts for it, signals it and cleans up after it. The step's stdin carries BOOT, and the agent
+ * dials back (cli/proto/agent_wire.h); its stderr carries its messages, --unbuffered, as
+ * slurmstepd holds a task's output back until a newline otherwise. --overlap lets the steps share
  * the allocation's CPUs with the batch step that runs ddprun; --kill-on-bad-exit=0 and
  * --no-kill keep the job and its other steps alive when one node is lost (an elastic job goes
  * on without it); --cpus-per-task (the CPUs the job has there), --mem=0 and Slurm's default

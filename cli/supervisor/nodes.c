@@ -1,17 +1,22 @@
 /* The launcher's node agents as processes (cli/supervisor/nodes.h). */
 #include "cli/supervisor/nodes.h"
+#include "cli/supervisor/dialin.h"
 #include "cli/proto/agent_proto.h"
+#include "cli/proto/agent_wire.h"
 #include "cli/spec/job.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "common/loop.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -36,6 +41,7 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
         n->p[i].index = (int)i;
         n->p[i].prov = ddp__provisioner(job, i);
         n->p[i].ch.in_fd = n->p[i].ch.out_fd = n->p[i].ch.err_fd = -1;
+        n->p[i].link = -1;
     }
     return 0;
 }
@@ -52,24 +58,34 @@ static void close_fd(struct ddp__nodes *n, int *fd, bool watched)
 
 void ddp__nodes_release(struct ddp__nodes *n)
 {
+    ddp__dialin_stop();
     for (size_t i = 0; n->p && i < n->job->nnodes; i++) {
         struct ddp__node_proc *p = &n->p[i];
         close_fd(n, &p->ch.in_fd, false);
         close_fd(n, &p->ch.out_fd, true);
         close_fd(n, &p->ch.err_fd, true);
+        close_fd(n, &p->link, true);
+        ddp__seal_wipe(&p->seal);
         ddp_buf_release(&p->rx);
         ddp_buf_release(&p->erx);
         ddp_buf_release(&p->held);
+        ddp_buf_release(&p->lraw);
+        ddp_buf_release(&p->txq);
     }
     free(n->p);
     n->p = NULL;
 }
 
+/* A frame to agent i: on its link, or kept until it dials back. */
 static void send_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
 {
     struct ddp__node_proc *p = &n->p[i];
-    if (p->ch.in_fd >= 0 && ddp_write_all(p->ch.in_fd, b->data, b->len) < 0)
-        close_fd(n, &p->ch.in_fd, false); /* the agent is gone; its reaping tells the rest */
+    if (p->link >= 0) {
+        if (ddp__aw_write(p->link, &p->seal, b->data, b->len) < 0)
+            shutdown(p->link, SHUT_WR); /* the agent is gone; its reaping tells the rest */
+    } else if (p->ch.pid > 0 && !p->linked) {
+        ddp_buf_put(&p->txq, b->data, b->len);
+    }
 }
 
 /* The OUTPUT frames handed over (shown) or dropped for good: the agent need not keep them for
@@ -164,21 +180,46 @@ static bool agent_hello(struct ddp__nodes *n, int i, uint8_t type, const uint8_t
     return false;
 }
 
-/* Reads what agent i wrote and hands over its frames: 1 when something was read, 0 when
- * nothing was waiting, -1 at EOF. */
+static void parse_frames(struct ddp__nodes *n, int i);
+
+/* Reads what agent i sent on its link and hands over its frames: 1 when something was read, 0
+ * when nothing was waiting, -1 at EOF (or a record that fails its authentication). */
 static int read_frames(struct ddp__nodes *n, int i)
 {
     struct ddp__node_proc *p = &n->p[i];
-    if (p->ch.out_fd < 0 || ddp_buf_reserve(&p->rx, 65536) < 0)
+    if (p->link < 0 || ddp_buf_reserve(&p->lraw, 65536) < 0)
         return -1;
-    ssize_t r = ddp_read_eintr(p->ch.out_fd, p->rx.data + p->rx.len, p->rx.cap - p->rx.len);
-    if (r == -EAGAIN)
+    ssize_t r;
+    do
+        r = recv(p->link, p->lraw.data + p->lraw.len, p->lraw.cap - p->lraw.len, MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return 0;
     if (r <= 0) {
-        close_fd(n, &p->ch.out_fd, true);
+        close_fd(n, &p->link, true);
         return -1;
     }
-    p->rx.len += (size_t)r;
+    p->lraw.len += (size_t)r;
+    if (ddp__seal_open(&p->seal, &p->lraw, &p->rx) < 0) {
+        char msg[300];
+        int m = snprintf(msg, sizeof(msg),
+                         "ddprun: error: a record from the agent on '%s' failed its "
+                         "authentication; ending it",
+                         n->job->nodes[i].host);
+        n->cb.message(n->cb.arg, i, msg, (size_t)m);
+        close_fd(n, &p->link, true);
+        p->rx.len = p->rx.off = 0;
+        ddp__nodes_end(n, i, 1);
+        return -1;
+    }
+    parse_frames(n, i);
+    return 1;
+}
+
+/* Hands over the whole frames agent i's link has brought. */
+static void parse_frames(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
     uint8_t type;
     const uint8_t *body;
     size_t len;
@@ -188,7 +229,7 @@ static int read_frames(struct ddp__nodes *n, int i)
         if (!p->hello) {
             if (p->refused[0]) { /* refused already: what else it sends is dropped */
                 p->rx.len = p->rx.off = 0;
-                return 1;
+                return;
             }
             if (!(refused = !agent_hello(n, i, type, body, len)))
                 continue;
@@ -223,7 +264,6 @@ static int read_frames(struct ddp__nodes *n, int i)
          * the bridge would leave the agent there); a local agent's process group ends. */
         ddp__nodes_end(n, i, 1);
     }
-    return 1;
 }
 
 /* Reads agent i's stderr (its own messages and, over SSH, the bridge's and the remote
@@ -260,13 +300,77 @@ static void read_messages(struct ddp__nodes *n, int i)
     }
 }
 
-static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+static void on_link(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
     (void)loop;
     (void)fd;
     (void)mask;
     struct ddp__node_proc *p = arg;
     read_frames(p->owner, p->index);
+}
+
+/* The provisioner's stdout: the agent's frames travel on its link, and nothing is expected
+ * here (an SSH bridge relays the remote agent's stdout): read and let go, to its end. */
+static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)mask;
+    struct ddp__node_proc *p = arg;
+    char buf[4096];
+    ssize_t r = ddp_read_eintr(fd, buf, sizeof(buf));
+    if (r == 0 || (r < 0 && r != -EAGAIN))
+        close_fd(p->owner, &p->ch.out_fd, true);
+}
+
+bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
+                       const struct ddp__aw_attach *a, struct ddp_buf *raw, struct ddp_buf *plain,
+                       const char *peer, char *why, size_t whyn)
+{
+    if (a->kind != DDP__AW_PROVISIONED) {
+        snprintf(why, whyn, "an agent started by hand (%s), and this job takes only its own",
+                 a->name);
+        return false;
+    }
+    if (a->node >= n->job->nnodes) {
+        snprintf(why, whyn, "it says it is node %u, and the job has %zu", a->node, n->job->nnodes);
+        return false;
+    }
+    struct ddp__node_proc *p = &n->p[a->node];
+    /* the ticket is 32 hex digits: compared in constant time */
+    unsigned diff = strlen(a->name) != DDP__AW_TICKET || p->ch.pid <= 0 || p->linked;
+    for (size_t k = 0; k < DDP__AW_TICKET && a->name[k]; k++)
+        diff |= (unsigned)(a->name[k] ^ p->ticket[k]);
+    if (diff) {
+        snprintf(why, whyn,
+                 "no agent of node %u ('%s') waits with its ticket (one started "
+                 "earlier, or ended)",
+                 a->node, n->job->nodes[a->node].host);
+        return false;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK); /* writes block, as to a pipe; reads do not */
+    p->link = fd;
+    p->linked = true;
+    p->seal = *s;
+    ddp_buf_release(&p->lraw);
+    p->lraw = *raw;
+    ddp_buf_init(raw);
+    ddp_buf_put(&p->rx, plain->data + plain->off, ddp_buf_pending(plain));
+    DDP_DEBUG(SUP, "node %u ('%s'): its agent dialled back from %s", a->node,
+              n->job->nodes[a->node].host, peer);
+    if (ddp_loop_add(n->loop, fd, DDP_LOOP_READ, on_link, p) < 0) {
+        p->link = -1;
+        snprintf(why, whyn, "cannot watch its connection");
+        return false;
+    }
+    if (p->txq.len && ddp__aw_write(fd, &p->seal, p->txq.data, p->txq.len) < 0)
+        shutdown(fd, SHUT_WR);
+    explicit_bzero(p->txq.data, p->txq.len); /* JOIN holds the token */
+    ddp_buf_release(&p->txq);
+    parse_frames(n, (int)a->node);
+    if (ddp_buf_pending(&p->lraw))
+        read_frames(n, (int)a->node);
+    return true;
 }
 
 static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
@@ -281,10 +385,35 @@ static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
 {
     struct ddp__node_proc *p = &n->p[i];
+    uint8_t t[DDP__AW_TICKET / 2];
+    if (ddp_random_bytes(t, sizeof(t)) < 0)
+        return -1;
+    for (size_t k = 0; k < sizeof(t); k++)
+        snprintf(p->ticket + 2 * k, 3, "%02x", t[k]);
     if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
         return -1;
+    p->linked = false;
     ddp_buf_init(&p->rx);
     ddp_buf_init(&p->erx);
+    ddp_buf_init(&p->lraw);
+    ddp_buf_init(&p->txq);
+    /* BOOT: where to dial back and what to prove; the only frame on the agent's stdin */
+    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
+    struct ddp_buf bb;
+    ddp_buf_init(&bb);
+    if (boot) {
+        snprintf(boot->token, sizeof(boot->token), "%s", n->cb.token);
+        n->cb.dial_addrs(n->cb.arg, i, boot->addrs, sizeof(boot->addrs));
+        boot->node = (uint32_t)i;
+        memcpy(boot->ticket, p->ticket, sizeof(p->ticket));
+    }
+    if (!boot || ddp__aw_put_boot(&bb, boot) < 0 || ddp_write_all(p->ch.in_fd, bb.data, bb.len) < 0)
+        close_fd(n, &p->ch.in_fd, false); /* the agent sees no BOOT and says so */
+    explicit_bzero(bb.data, bb.len);
+    ddp_buf_release(&bb);
+    if (boot)
+        explicit_bzero(boot, sizeof(*boot));
+    free(boot);
     p->outputs = p->acked = p->held_dropped = 0;
     ddp_buf_release(&p->held);
     p->holding = !join;
@@ -361,7 +490,13 @@ void ddp__nodes_close(struct ddp__nodes *n, int i)
     ddp__agent_end(&b, pos);
     send_frame(n, i, &b);
     ddp_buf_release(&b);
-    close_fd(n, &n->p[i].ch.in_fd, false);
+    if (n->p[i].link >= 0)
+        shutdown(n->p[i].link, SHUT_WR); /* the end of its frames: it exits */
+    n->p[i].linked = true;               /* and nothing more is kept for it */
+    /* Its stdin (the session that started it) stays open until it is reaped: its end before
+     * BYE is read would read as the launcher gone. */
+    if (n->p[i].link < 0)
+        close_fd(n, &n->p[i].ch.in_fd, false); /* it never dialled back: it ends at this */
 }
 
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level)
@@ -407,11 +542,32 @@ bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st)
         close_fd(n, &p->ch.out_fd, true);
         close_fd(n, &p->ch.err_fd, true);
         close_fd(n, &p->ch.in_fd, false);
+        /* its link ends with it: an agent still connected (its SSH session gone) stops */
+        close_fd(n, &p->link, true);
+        ddp__seal_wipe(&p->seal);
         ddp_buf_release(&p->rx);
         ddp_buf_release(&p->erx);
+        ddp_buf_release(&p->lraw);
+        ddp_buf_release(&p->txq);
         p->ch.pid = 0;
         n->cb.ended(n->cb.arg, (int)k, st);
         return true;
     }
     return false;
+}
+
+static bool on_dialin(void *arg, int fd, struct ddp__seal *s, const struct ddp__aw_attach *a,
+                      struct ddp_buf *raw, struct ddp_buf *plain, const char *peer, char *why,
+                      size_t whyn)
+{
+    return ddp__nodes_attach(arg, fd, s, a, raw, plain, peer, why, whyn);
+}
+
+int ddp__nodes_listen(struct ddp__nodes *n, const char *host, int *port)
+{
+    struct ddp__dialin_cb cb = {.attach = on_dialin, .arg = n};
+    if (ddp__dialin_start(n->loop, host, 0, n->cb.token, &cb) < 0)
+        return -1;
+    *port = ddp__dialin_port();
+    return 0;
 }

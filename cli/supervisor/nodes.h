@@ -1,6 +1,7 @@
 /*
  * The launcher's node agents as processes: one per node, started through its provisioner
- * (cli/provision/provision.h), sent the agent frames (cli/proto/agent_proto.h) on its stdin. What
+ * (cli/provision/provision.h), told on its stdin where to dial back (BOOT), and sent the agent
+ * frames (cli/proto/agent_proto.h) on the link it dials (cli/proto/agent_wire.h). What
  * comes back is handed to the supervisor through callbacks on the launcher's loop: each whole
  * frame, each line the agent (or its SSH bridge) writes on stderr, and its end once the launcher
  * has reaped it (ddp__nodes_reaped) and read the last of its output.
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cli/proto/agent_wire.h"
 #include "cli/sys/devices.h"
 #include "cli/provision/provision.h"
 #include "common/buf.h"
@@ -27,7 +29,10 @@ struct ddp__nodes_cb {
     void (*message)(void *arg, int node, const char *line, size_t n);
     /* The agent process ended with wait status st (its last frames were delivered first). */
     void (*ended)(void *arg, int node, int st);
+    /* Where node i's agent dials back (its BOOT): "host:port,...". */
+    void (*dial_addrs)(void *arg, int node, char *out, size_t n);
     void *arg;
+    const char *token; /* the job's: the agents prove it when they dial back */
 };
 
 struct ddp__nodes;
@@ -37,6 +42,13 @@ struct ddp__node_proc {
     int index;
     const struct ddp__prov_ops *prov;
     struct ddp__child ch; /* pid 0 when none runs */
+    /* The agent's link: it dials back (cli/supervisor/dialin.h) with the ticket its BOOT gave
+     * it; until then what is sent waits in txq. link is -1 before and after. */
+    int link;
+    bool linked; /* it dialled back, this start */
+    struct ddp__seal seal;
+    struct ddp_buf lraw, txq;
+    char ticket[DDP__AW_TICKET + 1];
     struct ddp_buf rx, erx;
     uint64_t outputs, acked; /* OUTPUT, ERROR frames handed over on this link, and acknowledged */
     bool hello;              /* its HELLO came, of our protocol (cli/proto/agent_proto.h) */
@@ -80,7 +92,7 @@ void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig);
 /* STACKS: the native stacks of these local ranks (nlocal 0: all), answered by STACKS_REPLY
  * with req. */
 void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *local, int nlocal);
-/* BYE and EOF on the agent's stdin: it stops what runs and exits. */
+/* BYE and the end of the agent's link: it stops what runs and exits. */
 void ddp__nodes_close(struct ddp__nodes *n, int i);
 /* Ends node i's agent process at once (level 1, then 2: see ddp__prov_ops.end). */
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level);
@@ -93,6 +105,16 @@ uint32_t ddp__nodes_free_port(const struct ddp__nodes *n, int i);
 /* Refuses node i's agent for why (the message names the node; describe says it): it is
  * ended. */
 void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why);
+
+/* Opens the agent port (cli/supervisor/dialin.h) on host, a free port (*port), for the job's
+ * token; the links that prove it come to ddp__nodes_attach. 0, or -1 said. Closed by
+ * ddp__nodes_release. */
+int ddp__nodes_listen(struct ddp__nodes *n, const char *host, int *port);
+/* The agent port's callback (cli/supervisor/dialin.h): an agent that proved the token says it
+ * is node a->node's, with its ticket; true when that node's agent waits for its link. */
+bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
+                       const struct ddp__aw_attach *a, struct ddp_buf *raw, struct ddp_buf *plain,
+                       const char *peer, char *why, size_t whyn);
 
 /* The pid of node i's agent process, 0 when none runs. */
 pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i);

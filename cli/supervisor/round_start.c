@@ -6,6 +6,7 @@
  * layout).
  */
 #include "cli/proto/agent_proto.h"
+#include "cli/spec/job.h"
 #include "cli/sys/sys.h"
 #include "cli/spec/pipe_layout.h"
 #include "cli/supervisor/supervisor.h"
@@ -28,7 +29,7 @@ static const char *host_of(int node)
 
 /* Every address of this machine but loopback and IPv6 link-local ones, as "ip:port,..."
  * (IPv6 in brackets); false when it has none. */
-static bool all_addrs(char *out, size_t n)
+static bool all_addrs(int port, char *out, size_t n)
 {
     struct ifaddrs *ifs = NULL;
     size_t l = 0;
@@ -48,7 +49,7 @@ static bool all_addrs(char *out, size_t n)
             !inet_ntop(fam, a, ip, sizeof(ip)))
             continue;
         int w = snprintf(out + l, n - l, fam == AF_INET6 ? "%s[%s]:%d" : "%s%s:%d", l ? "," : "",
-                         ip, ddp__supervisor.store_port);
+                         ip, port);
         if (w < 0 || (size_t)w >= n - l)
             break;
         l += (size_t)w;
@@ -57,18 +58,39 @@ static bool all_addrs(char *out, size_t n)
     return l > 0;
 }
 
-void ddp__sup_node_store_addr(int i, char *out, size_t n)
+/* addr (host:port) as node i reaches it: where the launcher listens on every address (wildcard) and
+ * some node is another machine, the address the route toward the node leaves from, else all
+ * of them for the node to try. */
+static void node_addr(int i, const char *addr, bool wildcard, int port, char *out, size_t n)
 {
-    snprintf(out, n, "%s", ddp__supervisor.store_addr);
-    if (ddp__supervisor.first_remote && ddp__supervisor.wildcard) {
+    snprintf(out, n, "%s", addr);
+    if (ddp__supervisor.first_remote && wildcard) {
         char ip[INET6_ADDRSTRLEN];
         const char *toward = ddp__job_host_is_local(host_of(i)) ? ddp__supervisor.first_remote
                                                                 : ddp__sup_node_addr(i);
         if (ddp__route_source(toward, ip, sizeof(ip)) == 0)
-            snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, ddp__supervisor.store_port);
-        else if (!all_addrs(out, n)) /* no route known from here: the node tries each */
-            snprintf(out, n, "%s", ddp__supervisor.store_addr);
+            snprintf(out, n, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+        else if (!all_addrs(port, out, n)) /* no route known from here: the node tries each */
+            snprintf(out, n, "%s", addr);
     }
+}
+
+/* The store's address ("etcd" for etcd's: then no address of ours is of use). */
+void ddp__sup_node_store_addr(int i, char *out, size_t n)
+{
+    node_addr(i, ddp__supervisor.store_addr, ddp__supervisor.wildcard, ddp__supervisor.store_port,
+              out, n);
+}
+
+void ddp__sup_node_agent_addr(int i, char *out, size_t n)
+{
+    char addr[300];
+    const char *listen = ddp__job_store_listen(ddp__supervisor.job);
+    bool wildcard = strcmp(listen, "0.0.0.0") == 0 || strcmp(listen, "::") == 0;
+    const char *h = wildcard ? "127.0.0.1" : listen;
+    snprintf(addr, sizeof(addr), strchr(h, ':') ? "[%s]:%d" : "%s:%d", h,
+             ddp__supervisor.agent_port);
+    node_addr(i, addr, wildcard, ddp__supervisor.agent_port, out, n);
 }
 
 int ddp__sup_start_round(char *why, size_t whylen)

@@ -436,8 +436,17 @@ static void agent_message(void *arg, int i, const char *line, size_t n)
     ddp__sup_say("%.*s", (int)n, line);
 }
 
-const struct ddp__nodes_cb ddp__sup_nodes_cb = {
-    .frame = agent_frame, .message = agent_message, .ended = agent_ended};
+static void agent_dial_addrs(void *arg, int i, char *out, size_t n)
+{
+    (void)arg;
+    ddp__sup_node_agent_addr(i, out, n);
+}
+
+const struct ddp__nodes_cb ddp__sup_nodes_cb = {.frame = agent_frame,
+                                                .message = agent_message,
+                                                .ended = agent_ended,
+                                                .dial_addrs = agent_dial_addrs,
+                                                .token = ddp__supervisor.token};
 
 /* Whether a lease event of agent incarnation inc of node i still matters: that agent's process
  * runs, the node is neither out nor being ended, and the job is not finishing. */

@@ -658,6 +658,9 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                         &ddp__sup_nodes_cb) < 0)
         goto out;
     nodes_up = true;
+    /* Every agent dials back there, on the store's address (cli/supervisor/dialin.h). */
+    if (ddp__nodes_listen(&ddp__supervisor.nodes, listen, &ddp__supervisor.agent_port) < 0)
+        goto out;
     struct ddp__agent_join where;
     ddp__sup_join_where(&where);
     if ((r = ddp__supervisor.member->watch(&where, ddp__supervisor.loop, ddp__sup_on_member, NULL,
@@ -709,7 +712,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         ddp__sup_event("job_start", "job_id", ddp__supervisor.job_id, "#nodes",
                        (long long)job->nnodes, "#min_nodes", (long long)job->min_nodes,
                        "#max_nodes", (long long)job->max_nodes, "#max_restarts",
-                       (long long)job->max_restarts, NULL);
+                       (long long)job->max_restarts, "#agent_port",
+                       (long long)ddp__supervisor.agent_port, NULL);
     if (!(ddp__supervisor.env = job_env(job)))
         goto out;
     /* The START frame carries it to remote nodes beside the job's env (at most 512 KiB). */

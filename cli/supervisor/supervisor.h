@@ -99,6 +99,7 @@ struct ddp__sup {
     struct ddp_store_server *srv; /* the job\'s store (its thread runs it) */
     int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
+    int agent_port; /* where every agent dials back (cli/supervisor/dialin.h), on listen's host */
     const char *first_remote; /* the address of the first node that is not this machine */
     char **node_addr;    /* [node]: Slurm's NodeAddr where it is not the node's name, or NULL */
     char **env;          /* the job's extra environment, "K=V" */
@@ -196,6 +197,8 @@ void ddp__sup_announce_round(void);
 void ddp__sup_release_ranks(void);
 /* The store's address as node i reaches it (cli/supervisor/round_start.c). */
 void ddp__sup_node_store_addr(int i, char *out, size_t n);
+/* The agent port's addresses as node i reaches them, "host:port,..." (its BOOT). */
+void ddp__sup_node_agent_addr(int i, char *out, size_t n);
 /* The address node i is reached at: Slurm's NodeAddr where the node's name is not its address
  * (a name only Slurm knows), else its host name. */
 const char *ddp__sup_node_addr(int i);

@@ -626,19 +626,16 @@ fake_agent() { # mode
 }
 
 @test "malformed frames from a launcher: the agent exits at once with status 3, naming the cause, whatever it is sent" {
-  agent_fed() { # bytes (printf format) -> status, output: the agent's status and stderr
-    local t0=$SECONDS pid
-    rm -f in.fifo && mkfifo in.fifo
-    timeout 10 "$DDPRUN" agent <in.fifo >/dev/null 2>err.txt &
-    pid=$!
-    # the agent's stdin stays open after the bytes, as the launcher's pipe would: it must not
-    # wait for more
-    exec 4>in.fifo
-    printf "$1" >&4
-    status=0; wait "$pid" || status=$?
-    exec 4>&-
+  # tests/helpers/agentfeed plays the launcher's end of the link: BOOT on the agent's stdin, the
+  # handshake on the connection the agent dials back, then the bytes given, sealed
+  AGENTFEED="$BUILD/tests/agentfeed"
+  agent_fed() { # bytes (printf format) [agentfeed options] -> status, output: the agent's
+    local t0=$SECONDS bytes=$1
+    shift
+    printf "$bytes" >frames.bin
+    status=0; timeout 20 "$AGENTFEED" "$@" frames.bin -- "$DDPRUN" agent >hello.bin 2>err.txt || status=$?
     output=$(cat err.txt)
-    echo "fed '$1': status $status after $((SECONDS - t0)) s: $output"
+    echo "fed '$bytes' ($*): status $status after $((SECONDS - t0)) s: $output"
     [ "$status" -eq 3 ] # a launch error (124: it waited for more)
   }
   agent_fed '\x00\x00\x00\x00'                # a frame of length 0
@@ -668,16 +665,35 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed ACK from the launcher"
   agent_fed "$H"'\x09\x00\x00\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00'  # ACK of a line never sent
   assert_output "ddprun agent: malformed ACK from the launcher"
+  # before the link: what the launcher writes on stdin must be BOOT, whole, and the launcher at
+  # the address it gives must prove the token; an agent that reaches none names each address
+  printf '\x0a\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00t' >boot.bin
+  agent_fed '' --boot boot.bin
+  assert_output "ddprun agent: the launcher's first frame is not BOOT (a ddprun older than this one, $("$DDPRUN" --version | cut -d' ' -f2)?): run the same ddprun on every node"
+  printf '\x09\x00\x00\x00\x09\xff\xff\xff\x7f\x00\x00\x00\x00' >boot.bin
+  agent_fed '' --boot boot.bin
+  assert_output "ddprun agent: bad BOOT frame from the launcher"
+  printf '\x40\x00\x00\x00\x09' >boot.bin
+  agent_fed '' --boot boot.bin
+  assert_output "ddprun agent: stdin ended inside the launcher's first frame"
+  agent_fed '' --wrong-token
+  assert_output --regexp "^ddprun agent: cannot reach the launcher at any address it offered: 127\.0\.0\.1:[0-9]+ \(it did not prove the job's token \(another job's launcher\?\)\)$"
+  agent_fed '' --addrs '127.0.0.1:1,[::1]:1,no-such-host.invalid:7'
+  assert_output "ddprun agent: cannot reach the launcher at any address it offered: 127.0.0.1:1 (Connection refused), [::1]:1 (Connection refused), no-such-host.invalid:7 ($(getent ahosts no-such-host.invalid >/dev/null || echo 'Name or service not known'))"
+  # stdin /dev/null: no launcher said where to dial back
+  run timeout 10 "$DDPRUN" agent </dev/null
+  assert_failure 3
+  assert_output "ddprun agent: stdin ended before the launcher said where to dial back (an agent is started by ddprun, or joins a job with --join)"
   # the agent's own first frame is its HELLO: protocol 2, its version, and what its node gives
   # ranks: SLURM_GPUS_ON_NODE unset (-1), CUDA_VISIBLE_DEVICES's 2 devices, the driver's GPUs,
   # 1 CPU in its affinity (little-endian i32, i32, u32, u32); then a port free here (u32)
   v=$("$DDPRUN" --version | cut -d' ' -f2)
   le32() { printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\4\3\2\1/'; }
   drv=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
-  # (stdin /dev/null, which epoll cannot watch: the agent says so and ends, status 3)
-  { st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 10 taskset -c "$(first_cpu)" "$DDPRUN" agent </dev/null 2>err.txt || st=$?; echo "$st" >rc; } | od -An -tx1 -v | tr -d ' \n' >hello.hex
-  [ "$(cat rc)" = 3 ]
-  grep -qx "ddprun agent: stdin is not a pipe or socket from a launcher" err.txt
+  : >frames.bin
+  st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 20 taskset -c "$(first_cpu)" "$AGENTFEED" --close frames.bin -- "$DDPRUN" agent >hello.bin 2>err.txt || st=$?
+  [ "$st" = 3 ] # the link closed before JOIN: told nothing
+  od -An -tx1 -v hello.bin | tr -d ' \n' >hello.hex
   exp=$(le32 $((1 + 4 + 4 + ${#v} + 20)))8802000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
   got=$(cat hello.hex)
   echo "agent's first bytes: $got, expected $exp and a port"

@@ -49,7 +49,7 @@ teardown() {
   assert_output --partial "rendezvous.tls: cert and key go together"
 }
 
-@test "a local job meets in etcd: the ranks train, no TCP port is open on the launcher, the job's keys go with it" {
+@test "a local job meets in etcd: the ranks train, the launcher's one TCP port is its agents' on loopback, the job's keys go with it" {
   etcd_start 1
   # the ranks stay until ./go exists, so the listing below sees the agent's lease key however
   # fast this machine trains (an agent revokes its lease as soon as its ranks are done)
@@ -74,8 +74,12 @@ JOB
   id=$(basename logs/*/)
   grep -qx "/jobs/$id/kv/ddprun/nodes/0.1" <<<"$keys"
   grep -qx "/jobs/$id/kv/pg/default/addr/1" <<<"$keys"
-  # ddprun itself listens on no TCP port (its control socket is a Unix one)
-  [ -z "$(ss -ltnp | grep "pid=$ddp,")" ]
+  # ddprun itself listens on one TCP port, where its agents dial back, on loopback for a local
+  # job (no store: its control socket is a Unix one)
+  port=$(ev_field job_start agent_port)
+  ss -ltnp | grep "pid=$ddp,"
+  [ "$(ss -ltnp | grep -c "pid=$ddp,")" -eq 1 ]
+  ss -ltnp | grep "pid=$ddp," | grep -q " 127\.0\.0\.1:$port "
   touch go
   wait "$ddp" || { cat out.txt; return 1; }
   grep -qF "rendezvous in etcd ($ETCD_EPS) under /jobs/$id/" out.txt
@@ -248,15 +252,24 @@ JOB
   for p in ${ranks//,/ }; do kill -0 "$p"; done
   # a launcher of another agent protocol (its HELLO says 99) takes nothing over: the agent
   # sends its own HELLO, drops the link at once and waits for the next; the ranks run on
-  run timeout 20 /usr/bin/python3 - "$DDPRUN" "$id" <<'PY'
-import subprocess, sys, time
-p = subprocess.Popen([sys.argv[1], "agent", "--rejoin", sys.argv[2], "0"],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-p.stdin.write(b"\x0c\x00\x00\x00\x08\x63\x00\x00\x00\x03\x00\x00\x009.9")
+  # (the launcher's end of the link played by tests/integration/py/agent_wire.py)
+  run timeout 20 /usr/bin/python3 - "$DDPRUN" "$id" "$REPO/tests/integration/py" <<'PY'
+import socket, struct, subprocess, sys, time
+sys.path.insert(0, sys.argv[3])
+import agent_wire
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+tok = b"t" * 64
+p = subprocess.Popen([sys.argv[1], "agent", "--rejoin", sys.argv[2], "0"], stdin=subprocess.PIPE)
+p.stdin.write(agent_wire.boot_frame(tok, "127.0.0.1:%d" % l.getsockname()[1], 0, "0" * 32))
 p.stdin.flush()  # and kept open: only the agent ends this link
+link = agent_wire.accept(l, tok)
+link.frame(0x08, struct.pack("<I", 99) + struct.pack("<I", 3) + b"9.9")
 t = time.time()
-out = p.stdout.read()
-print("hello", out[4:9].hex(), "rc", p.wait(), "after", round(time.time() - t, 1), "s")
+kind, body = next(link.frames())
+rest = list(link.frames())  # until the agent ends the link
+print("hello", (bytes([kind]) + body[:4]).hex(), "rc", p.wait(), "after", round(time.time() - t, 1), "s")
 PY
   echo "$output"
   assert_output --regexp "^hello 8802000000 rc 0 after [0-4]\.[0-9] s$"

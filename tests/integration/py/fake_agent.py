@@ -13,20 +13,24 @@ Run by the launcher over SSH in place of `ddprun agent` (ssh.remote_ddprun). MOD
           agent of an older ddprun; the launcher must refuse it, saying so.
   other   as ranks, after a HELLO of protocol 99 from ddprun 9.9.9: the launcher must refuse
           it, naming both versions.
-Every mode but old says HELLO first (protocol 2, version "fake").
+Every mode but old says HELLO first (protocol 2, version "fake"). Each first reads BOOT on
+stdin and dials back, as every agent does (agent_wire.py).
 """
 import os
 import struct
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agent_wire  # noqa: E402
+
 MODE = os.environ.get("FAKE_AGENT_MODE", "ranks")
-inp, out = sys.stdin.buffer, sys.stdout.buffer
+_token, _addrs, _node, _ticket = agent_wire.read_boot(sys.stdin.buffer)
+LINK = agent_wire.dial(_addrs, _token, _node, _ticket)
 
 
 def frame(kind, body=b""):
-    out.write(struct.pack("<IB", len(body) + 1, kind) + body)
-    out.flush()
+    LINK.frame(kind, body)
 
 
 def s(text):
@@ -36,15 +40,8 @@ def s(text):
 
 def frames():
     """Yields each frame type the launcher sends, until EOF."""
-    while True:
-        head = inp.read(4)
-        if len(head) < 4:
-            return
-        (n,) = struct.unpack("<I", head)
-        body = inp.read(n)
-        if len(body) < n:
-            return
-        yield body[0]
+    for kind, _ in LINK.frames():
+        yield kind
 
 
 JOIN, START, STOP = 3, 1, 2
@@ -60,8 +57,7 @@ for kind in frames():
     if kind == JOIN:
         frame(JOINED, struct.pack("<Q", 1))
         if MODE == "length":
-            out.write(struct.pack("<IB", (1 << 20) + 2, OUTPUT))
-            out.flush()
+            LINK.send(struct.pack("<IB", (1 << 20) + 2, OUTPUT))
             while True:
                 time.sleep(1)
     elif kind == START:
