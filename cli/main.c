@@ -123,10 +123,13 @@ static const struct command commands[] = {
      1,
      cmd_stop},
     {"agent",
-     "ddprun agent [--rejoin JOB NODE]",
-     "The node agent that ddprun starts on every node (locally, or over SSH); it takes its\n"
-     "orders in frames on stdin and is not meant to be run by hand. --rejoin links a new\n"
-     "launcher (ddprun attach --etcd) to the agent of that job and node waiting on this host.",
+     "ddprun agent [--rejoin JOB NODE | --join HOST:PORT --token-file FILE]",
+     "The node agent that ddprun starts on every node (locally, over SSH, through srun); it\n"
+     "is told on stdin where to dial back to ddprun. --rejoin links a new launcher (ddprun\n"
+     "attach --etcd) to the agent of that job and node waiting on this host. --join: an\n"
+     "agent that another system starts on each node (Kubernetes, pdsh, a site's scripts)\n"
+     "joins the job that ddprun runs with launcher: external at HOST:PORT (its\n"
+     "rendezvous.listen and rendezvous.port), proving the token in FILE (mode 0600).",
      {NULL},
      0,
      cmd_agent},
@@ -414,6 +417,21 @@ int main(int argc, char **argv)
         return ddp__cmd_smoke_worker();
     if (argc == 5 && strcmp(argv[1], "agent") == 0 && strcmp(argv[2], "--rejoin") == 0)
         return ddp__cmd_agent_rejoin(argv[3], argv[4]);
+    if (argc >= 3 && strcmp(argv[1], "agent") == 0 &&
+        (strcmp(argv[2], "--join") == 0 || strcmp(argv[2], "--token-file") == 0)) {
+        const char *at = NULL, *tf = NULL;
+        for (int k = 2; k + 1 < argc; k += 2)
+            if (strcmp(argv[k], "--join") == 0)
+                at = argv[k + 1];
+            else if (strcmp(argv[k], "--token-file") == 0)
+                tf = argv[k + 1];
+        if (argc != 6 || !at || !tf) {
+            ddp__cli_error("agent: --join HOST:PORT and --token-file FILE go together (see "
+                           "'ddprun agent --help')");
+            return DDP_EXIT_USAGE;
+        }
+        return ddp__cmd_agent_join(at, tf);
+    }
 
     /* Options before the first word are global or a job's (ddprun --set a=b job.yaml); the
      * first word names a command or is the job file of a run. */

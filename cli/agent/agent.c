@@ -828,6 +828,15 @@ static void on_reap_tick(struct ddp_loop *loop, struct ddp_timer *t)
     ddp_timer_start(loop, t, 200);
 }
 
+static const char *join_at, *join_token; /* --join HOST:PORT --token-file FILE */
+
+int ddp__cmd_agent_join(const char *hostport, const char *token_file)
+{
+    join_at = hostport;
+    join_token = token_file;
+    return ddp__cmd_agent();
+}
+
 int ddp__cmd_agent(void)
 {
     sigset_t set;
@@ -845,7 +854,8 @@ int ddp__cmd_agent(void)
     ddp_buf_init(&A.last);
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
         return DDP_EXIT_LAUNCH;
-    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    if (!join_at) /* (a terminal's flags belong to the shell too) */
+        fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
     ddp_timer_init(&A.grace, on_grace);
     ddp_timer_init(&A.term, on_term);
     ddp_timer_init(&A.reap, on_reap_tick);
@@ -854,7 +864,8 @@ int ddp__cmd_agent(void)
     ddp_timer_start(A.loop, &A.reap, 200);
     struct ddp__link_cb lcb = {
         .readable = on_frames, .snapshot = snapshot, .gone = on_gone, .linked = linked};
-    if (ddp__link_init(A.loop, &lcb, DDP_VERSION) < 0) {
+    if ((join_at ? ddp__link_init_join(A.loop, &lcb, DDP_VERSION, join_at, join_token)
+                 : ddp__link_init(A.loop, &lcb, DDP_VERSION)) < 0) {
         ddp__link_release();
         ddp_buf_release(&A.in);
         ddp_buf_release(&A.last);

@@ -4,6 +4,7 @@
 #include "cli/proto/agent_wire.h"
 #include "cli/sys/sys.h"
 #include "common/err.h"
+#include "rendezvous/store.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/loop.h"
@@ -30,6 +31,7 @@ static struct {
     struct ddp__seal seal; /* on: the link it dialled (TCP); off: a rejoin's local socket */
     struct ddp_buf raw;    /* records read, not yet opened */
     bool stdin_watched;    /* the starting session (stdin) is watched for its end */
+    bool external;         /* joined with --join: no session started it */
     int lfd;               /* listening for a new launcher */
     bool waiting;          /* no launcher linked */
     bool gone;             /* told cb.gone */
@@ -131,6 +133,76 @@ int ddp__link_dial(const char *addrs, const char *token, const struct ddp__aw_at
     return fd;
 }
 
+/* `ddprun agent --join HOST:PORT --token-file FILE`: the launcher's store at HOST:PORT, proved
+ * with the file's token, says where its agent port is; the agent dials HOST there. The fd, or
+ * -1 said. */
+static int join_dial(const char *hostport, const char *token_file)
+{
+    char host[256], addr[300], name[256] = "";
+    int port;
+    uint8_t *tok = NULL;
+    size_t toklen = 0;
+    struct ddp_store *s = NULL;
+    void *v = NULL;
+    size_t vlen = 0;
+    int fd = -1, r;
+    if (ddp_parse_hostport(hostport, host, sizeof(host), &port) < 0) {
+        fprintf(stderr,
+                "ddprun agent: --join takes HOST:PORT, the job's rendezvous address, not "
+                "'%s'\n",
+                hostport);
+        return -1;
+    }
+    if (ddp_store_token_read_file(token_file, &tok, &toklen) < 0) {
+        fprintf(stderr, "ddprun agent: cannot use the token file '%s' (said above)\n", token_file);
+        return -1;
+    }
+    char *token = calloc(1, toklen + 1);
+    if (token)
+        memcpy(token, tok, toklen);
+    ddp_store_token_free(tok, toklen);
+    if (!token)
+        return -1;
+    if ((r = ddp_store_connect(host, port, token, strlen(token), 30000, &s)) < 0 ||
+        (r = ddp_store_wait(s, (const char *const[]){DDP__AGENT_PORT_KEY}, 1, 30000)) < 0 ||
+        (r = ddp_store_get(s, DDP__AGENT_PORT_KEY, &v, &vlen)) < 0) {
+        fprintf(stderr,
+                "ddprun agent: cannot join the job at %s: %s (is ddprun running there with "
+                "launcher: external, and is this its token file?)\n",
+                hostport, ddp_strerror(r));
+    } else {
+        int ap = vlen > 0 && vlen < 8 ? atoi((const char *)v) : 0;
+        snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, ap);
+        gethostname(name, sizeof(name) - 1);
+        struct ddp__aw_attach att = {.kind = DDP__AW_EXTERNAL};
+        snprintf(att.name, sizeof(att.name), "%s", name[0] ? name : "unnamed");
+        fd = ap > 0 ? ddp__link_dial(addr, token, &att) : -1;
+        if (ap <= 0)
+            fprintf(stderr, "ddprun agent: the job at %s gave no agent port\n", hostport);
+    }
+    free(v);
+    ddp_store_close(s);
+    explicit_bzero(token, strlen(token));
+    free(token);
+    return fd;
+}
+
+int ddp__link_init_join(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version,
+                        const char *hostport, const char *token_file)
+{
+    K.loop = loop;
+    K.cb = *cb;
+    K.external = true;
+    ddp_buf_init(&K.hello);
+    ddp_buf_init(&K.held);
+    ddp_buf_init(&K.unacked);
+    ddp_buf_init(&K.raw);
+    ddp_timer_init(&K.expire, on_gone);
+    ddp_timer_init(&K.fail, on_gone);
+    int fd = join_dial(hostport, token_file);
+    return fd < 0 ? -1 : ddp__link_attach(fd, version);
+}
+
 int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version)
 {
     K.loop = loop;
@@ -191,7 +263,7 @@ int ddp__link_attach(int fd, const char *version)
         return -1;
     }
     /* a file (/dev/null) cannot be watched, and does not end: then only the link tells */
-    K.stdin_watched = ddp_loop_add(K.loop, 0, DDP_LOOP_READ, on_stdin, NULL) == 0;
+    K.stdin_watched = !K.external && ddp_loop_add(K.loop, 0, DDP_LOOP_READ, on_stdin, NULL) == 0;
     return 0;
 }
 

@@ -33,6 +33,11 @@ struct ddp__link_cb {
  * ours, said in the HELLO that goes first on every link. 0, or -1 said on stderr (the agent
  * ends with status 3). */
 int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version);
+/* `ddprun agent --join HOST:PORT --token-file FILE` (launcher: external): as ddp__link_init, but
+ * the agent finds the launcher at HOST:PORT (its store, which gives the agent port) with the
+ * file's token, and says it is started by someone else, under this host's name. */
+int ddp__link_init_join(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version,
+                        const char *hostport, const char *token_file);
 /* Dials one of addrs ("host:port,...") with token and says who this agent is: the connected
  * fd (the link's seal set), or -1 with every address tried named on stderr. */
 struct ddp__aw_attach;

@@ -58,8 +58,8 @@ int ddp__aw_get_boot(const uint8_t *body, size_t len, struct ddp__aw_boot *x)
     ddp_rd_init(&r, body, len);
     if (get_string(&r, x->token, sizeof(x->token), true) < 0 ||
         get_string(&r, x->addrs, sizeof(x->addrs), true) < 0 || ddp_rd_u32(&r, &x->node) < 0 ||
-        get_string(&r, x->ticket, sizeof(x->ticket), true) < 0 || ddp_rd_left(&r) ||
-        !x->token[0] || !x->addrs[0])
+        get_string(&r, x->ticket, sizeof(x->ticket), true) < 0 || ddp_rd_left(&r) || !x->token[0] ||
+        !x->addrs[0])
         return DDP_EPROTO;
     return 0;
 }

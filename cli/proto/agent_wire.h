@@ -34,6 +34,8 @@
 #define DDP__AW_MAX_RECORD (1u << 20)
 #define DDP__AW_TICKET 32 /* a provisioned agent's ticket: hex of 16 random bytes */
 #define DDP__AW_ADDRS_MAX 4096
+/* launcher: external: the agent port, in the job's store, where `ddprun agent --join` reads it */
+#define DDP__AGENT_PORT_KEY "ddprun/agent_port"
 
 /* BOOT (stdin, plain) and ATTACH (the agent's first sealed frame): frame types beside
  * agent_proto.h's. */

@@ -6,6 +6,8 @@
 
 const struct ddp__prov_ops *ddp__provisioner(const struct ddp_job *job, size_t i)
 {
+    if (job->external)
+        return &ddp__prov_external;
     if (ddp__job_host_is_local(job->nodes[i].host))
         return &ddp__prov_local;
     return job->srun ? &ddp__prov_srun : &ddp__prov_ssh;

@@ -2,10 +2,10 @@
  * Provisioners: how the launcher gets a node agent onto a node. Each starts, for node i of a
  * job, a local child process whose stdin carries the launcher's BOOT to the agent (where to dial
  * back: the frames then travel on that link, cli/proto/agent_wire.h) and whose stderr carries
- * messages; the launcher learns that the agent is gone when that child is reaped. A provisioner is a file behind this ops struct: local nodes
- * (cli/provision/local.c: `ddprun agent` itself), SSH (cli/provision/ssh.c: the bridge of
- * cli/provision/ssh_bridge.c), Slurm job steps (cli/provision/srun.c: srun); the table in
- * cli/provision/provision.c picks one per node.
+ * messages; the launcher learns that the agent is gone when that child is reaped. A provisioner is
+ * a file behind this ops struct: local nodes (cli/provision/local.c: `ddprun agent` itself), SSH
+ * (cli/provision/ssh.c: the bridge of cli/provision/ssh_bridge.c), Slurm job steps
+ * (cli/provision/srun.c: srun); the table in cli/provision/provision.c picks one per node.
  */
 #ifndef DDP_CLI_PROVISION_H
 #define DDP_CLI_PROVISION_H
@@ -30,7 +30,7 @@ struct ddp__prov_ctx {
 };
 
 struct ddp__prov_ops {
-    const char *name; /* "local", "ssh", "srun" */
+    const char *name; /* "local", "ssh", "srun", "external" (no process: pid 0) */
     /* Starts node i's agent (out: its pid and pipes); 0, or -1 with errno. */
     int (*start)(const struct ddp_job *job, size_t i, const struct ddp__prov_ctx *ctx,
                  struct ddp__child *out);
@@ -44,10 +44,11 @@ struct ddp__prov_ops {
     void (*describe)(int st, bool joining, char *buf, size_t n);
 };
 
-extern const struct ddp__prov_ops ddp__prov_local, ddp__prov_ssh, ddp__prov_srun;
+extern const struct ddp__prov_ops ddp__prov_local, ddp__prov_ssh, ddp__prov_srun,
+    ddp__prov_external;
 
-/* The provisioner for node i of the job: local for localhost, 127.0.0.1 and ::1, else srun
- * (launcher: srun, cli/spec/job.h) or SSH. */
+/* The provisioner for node i of the job: external for launcher: external, local for localhost,
+ * 127.0.0.1 and ::1, else srun (launcher: srun, cli/spec/job.h) or SSH. */
 const struct ddp__prov_ops *ddp__provisioner(const struct ddp_job *job, size_t i);
 
 #endif

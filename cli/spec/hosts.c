@@ -4,6 +4,7 @@
 #include "cli/spec/ytree.h"
 #include "cli/spec/keys.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,39 @@ int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct 
         ddp__jv_err(c, e->type == DDP_Y_MAP ? ddp__key_get(e, DDP_K_NODES_HOST) : e,
                     "node '%s' is listed twice", j->nodes[dup].host);
         return -1;
+    }
+    return 0;
+}
+
+int ddp__job_external_slots(const struct ddp__jctx *c, const struct ddp_ynode *n,
+                            const struct ddp_ynode *launcher, struct ddp_job *j, int **slots_given)
+{
+    int count = 0;
+    if (!n) {
+        ddp__jv_err(c, launcher,
+                    "%s: external needs %s: N, how many agents may join (the agents started "
+                    "elsewhere run `ddprun agent --join`)",
+                    DDP_KEY(LAUNCHER), DDP_KEY(NODES));
+        return -1;
+    }
+    if (n->type != DDP_Y_SCALAR || ddp__jv_int(c, n, DDP_KEY(NODES), 1, 100000, &count) < 0) {
+        if (n->type != DDP_Y_SCALAR)
+            ddp__jv_err(c, n,
+                        "with %s: external, %s is how many agents may join (a number): the "
+                        "agents say who they are",
+                        DDP_KEY(LAUNCHER), DDP_KEY(NODES));
+        return -1;
+    }
+    j->nodes = calloc((size_t)count, sizeof(*j->nodes));
+    *slots_given = calloc((size_t)count, sizeof(int));
+    if (!j->nodes || !*slots_given)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        /* named by the agent that takes it; until then its slot's number */
+        if (!(j->nodes[i].host = calloc(1, DDP__EXTERNAL_NAME)))
+            return -1;
+        snprintf(j->nodes[i].host, DDP__EXTERNAL_NAME, "agent-%d", i);
+        j->nnodes = (size_t)i + 1;
     }
     return 0;
 }

@@ -38,6 +38,8 @@ struct ddp_job_pipeline {
     int microbatch_size;      /* samples per minibatch; 0: the program's own */
 };
 
+#define DDP__EXTERNAL_NAME 256
+
 struct ddp_job {
     char *file; /* path of the job file ("<default>" for the embedded job) */
     char *name;
@@ -69,8 +71,13 @@ struct ddp_job {
     char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
     char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;
-    bool srun;      /* launcher: agents on remote nodes start as srun steps (else over SSH) */
-    char *logs_dir; /* absolute */
+    bool srun; /* launcher: agents on remote nodes start as srun steps (else over SSH) */
+    /* launcher: external: the agents are started by someone else and join (`ddprun agent
+     * --join`); nodes holds nnodes slots, each host a buffer of DDP__EXTERNAL_NAME bytes that
+     * takes the name of the agent that takes the slot (cli/supervisor/nodes.c) */
+    bool external;
+    char *token_file; /* rendezvous.token_file (absolute): the job's token, or NULL */
+    char *logs_dir;   /* absolute */
     bool tag_output;
     bool log_timestamps;  /* each line of a rank's log starts with its UTC time */
     bool log_jsonl;       /* every rank's lines also in output.jsonl, one object each */

@@ -82,8 +82,12 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         return -1;
     const struct ddp_ynode *per_node = ddp__key_get(root, DDP_K_NPROC_PER_NODE);
     bool alloc = false; /* the nodes are the Slurm allocation's */
-    if ((n = ddp__key_get(root, DDP_K_NODES)) && n->type == DDP_Y_SCALAR &&
-        !strcmp(n->str, "slurm")) {
+    const struct ddp_ynode *ln = ddp__key_get(root, DDP_K_LAUNCHER);
+    if (ln && ln->type == DDP_Y_SCALAR && !strcmp(ln->str, "external")) {
+        if (ddp__job_external_slots(c, ddp__key_get(root, DDP_K_NODES), ln, j, &slots_given) < 0)
+            goto out;
+    } else if ((n = ddp__key_get(root, DDP_K_NODES)) && n->type == DDP_Y_SCALAR &&
+               !strcmp(n->str, "slurm")) {
         if ((alloc = true), ddp__slurm_nodes(c, n, per_node, j, &slots_given) < 0)
             goto out;
     } else if (n) {
@@ -141,7 +145,7 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         if (j->bind_to < 0)
             goto out;
     }
-    if (ddp__job_rdzv(c, ddp__key_get(root, DDP_K_RDZV), j) < 0)
+    if (ddp__job_rdzv(c, ddp__key_get(root, DDP_K_RDZV), j, ddp__key_get(root, DDP_K_LAUNCHER)) < 0)
         goto out;
     j->min_nodes = j->max_nodes = (int)j->nnodes;
     if ((sub = ddp__key_get(root, DDP_K_ELASTIC))) {
@@ -548,6 +552,7 @@ void ddp__job_free(struct ddp_job *j)
     free(j->etcd_ca);
     free(j->etcd_cert);
     free(j->etcd_key);
+    free(j->token_file);
     free(j->ssh_user);
     free(j->ssh_identity);
     free(j->ssh_known_hosts);

@@ -121,7 +121,14 @@ static void print_custom_val(FILE *f, const struct ddp_job *j, int id)
         fputs(j->workdir, f);
         break;
     case DDP_K_LAUNCHER:
-        fputs(j->srun ? "srun" : "ssh", f);
+        fputs(j->external ? "external" : j->srun ? "srun" : "ssh", f);
+        if (j->external) /* what each node runs: the token file's path, never the token */
+            fprintf(f, "   # each node runs: ddprun agent --join %s%s%s:%d --token-file %s",
+                    strchr(j->rdzv_listen, ':') ? "[" : "",
+                    strcmp(j->rdzv_listen, "0.0.0.0") && strcmp(j->rdzv_listen, "::")
+                        ? j->rdzv_listen
+                        : "<this machine's address>",
+                    strchr(j->rdzv_listen, ':') ? "]" : "", j->rdzv_port, j->token_file);
         break;
     case DDP_K_EXPORT:
         fputc('[', f);

@@ -100,7 +100,7 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
     /* What belongs to the other backend is an error rather than silently unused. */
     static const int etcd_only[] = {DDP_K_RDZV_ENDPOINTS, DDP_K_RDZV_PREFIX, DDP_K_RDZV_TLS,
                                     DDP_K_RDZV_TAKEOVER_TIMEOUT};
-    static const int store_only[] = {DDP_K_RDZV_LISTEN, DDP_K_RDZV_PORT};
+    static const int store_only[] = {DDP_K_RDZV_LISTEN, DDP_K_RDZV_PORT, DDP_K_RDZV_TOKEN_FILE};
     for (size_t k = 0; k < 4 && !j->rdzv_etcd; k++)
         if ((n = ddp__key_get(sub, etcd_only[k]))) {
             ddp__jv_err(c, n, "%s is for %s: etcd (this job's is the built-in store)",
@@ -109,7 +109,7 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
         }
     if (!j->rdzv_etcd)
         return 0;
-    for (size_t k = 0; k < 2; k++)
+    for (size_t k = 0; k < 3; k++)
         if ((n = ddp__key_get(sub, store_only[k]))) {
             ddp__jv_err(c, n,
                         "%s is the built-in store's; with %s: etcd no store runs on this machine",
@@ -157,9 +157,41 @@ static int rdzv_section(const struct ddp__jctx *c, const struct ddp_ynode *sub, 
     return 0;
 }
 
-int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j)
+/* launcher: external: agents started elsewhere find the launcher where the job says, and
+ * prove a token they were given as a file. */
+static int external(const struct ddp__jctx *c, const struct ddp_ynode *launcher,
+                    const struct ddp_ynode *sub, struct ddp_job *j)
+{
+    const char *l = j->rdzv_listen;
+    const struct ddp_ynode *at = sub ? sub : launcher;
+    if (j->rdzv_etcd)
+        ddp__jv_err(c, at, "%s: external needs the built-in store (its agents join at its port)",
+                    DDP_KEY(LAUNCHER));
+    else if (!j->token_file)
+        ddp__jv_err(c, at,
+                    "%s: external needs %s (a file of mode 0600 holding the job's token, which "
+                    "each agent is given too)",
+                    DDP_KEY(LAUNCHER), DDP_KEY(RDZV_TOKEN_FILE));
+    else if (j->rdzv_port == 0)
+        ddp__jv_err(c, at, "%s: external needs a fixed %s (where the agents join)",
+                    DDP_KEY(LAUNCHER), DDP_KEY(RDZV_PORT));
+    else if (!strcmp(l, "auto") || !strncmp(l, "127.", 4) || !strcmp(l, "::1") ||
+             !strcmp(l, "localhost"))
+        ddp__jv_err(c, at,
+                    "%s: external needs a %s the agents' nodes reach (0.0.0.0, or an address of "
+                    "this machine), not '%s'",
+                    DDP_KEY(LAUNCHER), DDP_KEY(RDZV_LISTEN), l);
+    else
+        return 0;
+    return -1;
+}
+
+int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j,
+                  const struct ddp_ynode *launcher)
 {
     if (!sub || !ddp__key_get(sub, DDP_K_RDZV_TIMEOUT))
         j->rdzv_timeout_ms = default_timeout(j);
-    return sub ? rdzv_section(c, sub, j) : 0;
+    if (sub && rdzv_section(c, sub, j) < 0)
+        return -1;
+    return j->external ? external(c, launcher, sub, j) : 0;
 }

@@ -118,9 +118,15 @@ int ddp__slurm_launcher(const struct ddp__jctx *c, const struct ddp_ynode *n, bo
         if (ddp__jv_scalar(c, n, DDP_KEY(LAUNCHER)) < 0)
             return -1;
         v = n->str;
-        if (strcmp(v, "auto") != 0 && strcmp(v, "ssh") != 0 && strcmp(v, "srun") != 0) {
-            ddp__jv_err(c, n, "%s must be auto, ssh or srun, got '%s'", DDP_KEY(LAUNCHER), v);
+        if (strcmp(v, "auto") != 0 && strcmp(v, "ssh") != 0 && strcmp(v, "srun") != 0 &&
+            strcmp(v, "external") != 0) {
+            ddp__jv_err(c, n, "%s must be auto, ssh, srun or external, got '%s'", DDP_KEY(LAUNCHER),
+                        v);
             return -1;
+        }
+        if (!strcmp(v, "external")) { /* the nodes were read as slots (cli/spec/hosts.c) */
+            j->external = true;
+            return 0;
         }
     }
     bool srun = ddp__program_here("srun", "/");

@@ -60,11 +60,16 @@ int ddp__job_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
  * malloc'd array of nnodes, 0 where not given). */
 int ddp__job_nodes(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j,
                    int **slots_given);
+/* launcher: external (its node: launcher): nodes is N, the slots agents may take (hosts
+ * "agent-K" until one does, cli/spec/job.h). */
+int ddp__job_external_slots(const struct ddp__jctx *c, const struct ddp_ynode *n,
+                            const struct ddp_ynode *launcher, struct ddp_job *j, int **slots_given);
 
 /* cli/spec/rdzv.c: the rendezvous section sub (the store's or etcd's settings; NULL: none) into
  * j, whose nodes and launcher are read: a timeout it does not give grows with the nodes. Its TLS
  * files are made absolute with the job's other paths (cli/spec/keys.c). */
-int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j);
+int ddp__job_rdzv(const struct ddp__jctx *c, const struct ddp_ynode *sub, struct ddp_job *j,
+                  const struct ddp_ynode *launcher);
 
 /* cli/spec/stages.c: the pipeline section sub into j->pipe (j's nodes already read: the
  * stages' ranks must add up to its ranks); its release. */

@@ -10,6 +10,7 @@
 #include "common/loop.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -25,6 +26,38 @@
 #define SAME_DDPRUN                                                                                \
     "the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; "           \
     "`ddprun doctor` compares them)"
+
+/* A slot of launcher: external ended (its link, or the launcher gave it up): told from the loop,
+ * as a reaped process is. */
+static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    struct ddp__node_proc *p =
+        (struct ddp__node_proc *)((char *)t - offsetof(struct ddp__node_proc, fin));
+    struct ddp__nodes *n = p->owner;
+    if (!p->slot_held)
+        return;
+    p->slot_held = false;
+    ddp_buf_release(&p->rx);
+    ddp_buf_release(&p->lraw);
+    ddp_buf_release(&p->txq);
+    ddp_buf_release(&p->join);
+    ddp__seal_wipe(&p->seal);
+    n->cb.ended(n->cb.arg, p->index, 0);
+}
+
+/* Ends slot i of launcher: external: its link closes (its agent stops), and its end is told. */
+static void external_end(struct ddp__nodes *n, int i)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    if (p->link >= 0) {
+        ddp_loop_del(n->loop, p->link);
+        close(p->link);
+        p->link = -1;
+    }
+    if (p->slot_held && !ddp_timer_armed(&p->fin))
+        ddp_timer_start(n->loop, &p->fin, 0);
+}
 
 int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
                     const struct ddp__prov_ctx *ctx, const struct ddp__nodes_cb *cb)
@@ -42,6 +75,8 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
         n->p[i].prov = ddp__provisioner(job, i);
         n->p[i].ch.in_fd = n->p[i].ch.out_fd = n->p[i].ch.err_fd = -1;
         n->p[i].link = -1;
+        n->p[i].external = n->p[i].prov == &ddp__prov_external;
+        ddp_timer_init(&n->p[i].fin, on_fin);
     }
     return 0;
 }
@@ -71,6 +106,8 @@ void ddp__nodes_release(struct ddp__nodes *n)
         ddp_buf_release(&p->held);
         ddp_buf_release(&p->lraw);
         ddp_buf_release(&p->txq);
+        ddp_buf_release(&p->join);
+        ddp_timer_stop(n->loop, &p->fin);
     }
     free(n->p);
     n->p = NULL;
@@ -83,7 +120,7 @@ static void send_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
     if (p->link >= 0) {
         if (ddp__aw_write(p->link, &p->seal, b->data, b->len) < 0)
             shutdown(p->link, SHUT_WR); /* the agent is gone; its reaping tells the rest */
-    } else if (p->ch.pid > 0 && !p->linked) {
+    } else if ((p->ch.pid > 0 || p->slot_held) && !p->linked) {
         ddp_buf_put(&p->txq, b->data, b->len);
     }
 }
@@ -306,7 +343,8 @@ static void on_link(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     (void)fd;
     (void)mask;
     struct ddp__node_proc *p = arg;
-    read_frames(p->owner, p->index);
+    if (read_frames(p->owner, p->index) < 0 && p->external)
+        external_end(p->owner, p->index); /* its agent is gone: nothing else will say so */
 }
 
 /* The provisioner's stdout: the agent's frames travel on its link, and nothing is expected
@@ -322,15 +360,18 @@ static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         close_fd(p->owner, &p->ch.out_fd, true);
 }
 
+static bool link_up(struct ddp__nodes *n, int i, int fd, struct ddp__seal *s, struct ddp_buf *raw,
+                    struct ddp_buf *plain, const char *peer, char *why, size_t whyn);
+static bool take_slot(struct ddp__nodes *n, int fd, struct ddp__seal *s,
+                      const struct ddp__aw_attach *a, struct ddp_buf *raw, struct ddp_buf *plain,
+                      const char *peer, char *why, size_t whyn);
+
 bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
                        const struct ddp__aw_attach *a, struct ddp_buf *raw, struct ddp_buf *plain,
                        const char *peer, char *why, size_t whyn)
 {
-    if (a->kind != DDP__AW_PROVISIONED) {
-        snprintf(why, whyn, "an agent started by hand (%s), and this job takes only its own",
-                 a->name);
-        return false;
-    }
+    if (a->kind == DDP__AW_EXTERNAL)
+        return take_slot(n, fd, s, a, raw, plain, peer, why, whyn);
     if (a->node >= n->job->nnodes) {
         snprintf(why, whyn, "it says it is node %u, and the job has %zu", a->node, n->job->nnodes);
         return false;
@@ -347,6 +388,13 @@ bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
                  a->node, n->job->nodes[a->node].host);
         return false;
     }
+    return link_up(n, (int)a->node, fd, s, raw, plain, peer, why, whyn);
+}
+
+static bool link_up(struct ddp__nodes *n, int i, int fd, struct ddp__seal *s, struct ddp_buf *raw,
+                    struct ddp_buf *plain, const char *peer, char *why, size_t whyn)
+{
+    struct ddp__node_proc *p = &n->p[i];
     int flags = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, flags & ~O_NONBLOCK); /* writes block, as to a pipe; reads do not */
     p->link = fd;
@@ -356,8 +404,8 @@ bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
     p->lraw = *raw;
     ddp_buf_init(raw);
     ddp_buf_put(&p->rx, plain->data + plain->off, ddp_buf_pending(plain));
-    DDP_DEBUG(SUP, "node %u ('%s'): its agent dialled back from %s", a->node,
-              n->job->nodes[a->node].host, peer);
+    DDP_DEBUG(SUP, "node %d ('%s'): its agent dialled back from %s", i, n->job->nodes[i].host,
+              peer);
     if (ddp_loop_add(n->loop, fd, DDP_LOOP_READ, on_link, p) < 0) {
         p->link = -1;
         snprintf(why, whyn, "cannot watch its connection");
@@ -367,10 +415,80 @@ bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
         shutdown(fd, SHUT_WR);
     explicit_bzero(p->txq.data, p->txq.len); /* JOIN holds the token */
     ddp_buf_release(&p->txq);
-    parse_frames(n, (int)a->node);
+    parse_frames(n, i);
     if (ddp_buf_pending(&p->lraw))
-        read_frames(n, (int)a->node);
+        read_frames(n, i);
     return true;
+}
+
+/* A name fit for messages and records: [A-Za-z0-9._-], 1 to 200 bytes. */
+static bool name_ok(const char *s)
+{
+    size_t k = 0;
+    for (; s[k]; k++)
+        if (k >= 200 ||
+            !((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z') ||
+              (s[k] >= '0' && s[k] <= '9') || s[k] == '.' || s[k] == '_' || s[k] == '-'))
+            return false;
+    return k > 0;
+}
+
+/* An agent started elsewhere (`ddprun agent --join`): it takes the first slot held for one, in
+ * the order agents arrive, named after it; its JOIN, kept until now, goes out with that name. */
+static bool take_slot(struct ddp__nodes *n, int fd, struct ddp__seal *s,
+                      const struct ddp__aw_attach *a, struct ddp_buf *raw, struct ddp_buf *plain,
+                      const char *peer, char *why, size_t whyn)
+{
+    size_t i = 0;
+    while (i < n->job->nnodes && !(n->p[i].external && n->p[i].slot_held && !n->p[i].linked))
+        i++;
+    if (!n->job->external || i == n->job->nnodes) {
+        snprintf(why, whyn,
+                 n->job->external ? "an agent started elsewhere (%s), and every slot of the job "
+                                    "is taken (nodes: %zu)"
+                                  : "an agent started elsewhere (%s), and this job starts its own "
+                                    "(launcher: external takes such agents)",
+                 a->name, n->job->nnodes);
+        return false;
+    }
+    struct ddp__node_proc *p = &n->p[i];
+    char *host = n->job->nodes[i].host; /* a slot's buffer (cli/spec/job.h) */
+    char ip[128];
+    snprintf(ip, sizeof(ip), "%s", peer[0] == '[' ? peer + 1 : peer);
+    char *colon = strrchr(ip, peer[0] == '[' ? ']' : ':');
+    if (colon)
+        *colon = '\0';
+    bool taken = false; /* two agents of one name (one machine, or a name reused): told apart */
+    for (size_t k = 0; k < n->job->nnodes; k++)
+        taken |= k != i && n->p[k].linked && n->p[k].slot_held &&
+                 !strcmp(n->job->nodes[k].host, a->name);
+    if (name_ok(a->name) && !taken)
+        snprintf(host, DDP__EXTERNAL_NAME, "%s", a->name);
+    else if (name_ok(a->name))
+        snprintf(host, DDP__EXTERNAL_NAME, "%.200s.%zu", a->name, i);
+    else
+        snprintf(host, DDP__EXTERNAL_NAME, "agent-%zu@%s", i, ip);
+    struct ddp__agent_join j;
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (ddp__agent_get_join(p->join.data, p->join.len, &j) < 0) {
+        snprintf(why, whyn, "slot %zu has no JOIN to send (out of memory?)", i);
+        return false;
+    }
+    free(j.host_label);
+    j.host_label = strdup(host);
+    int r = j.host_label ? ddp__agent_put_join(&b, &j) : -1;
+    ddp__agent_join_release(&j);
+    if (r == 0)
+        ddp_buf_put(&p->txq, b.data, b.len);
+    explicit_bzero(b.data, b.len);
+    ddp_buf_release(&b);
+    explicit_bzero(p->join.data, p->join.len);
+    ddp_buf_release(&p->join);
+    if (n->cb.taken)
+        n->cb.taken(n->cb.arg, (int)i, ip);
+    DDP_INFO(SUP, "slot %zu: the agent on '%s' joined from %s", i, host, peer);
+    return link_up(n, (int)i, fd, s, raw, plain, peer, why, whyn);
 }
 
 static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
@@ -380,6 +498,38 @@ static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     (void)mask;
     struct ddp__node_proc *p = arg;
     read_messages(p->owner, p->index);
+}
+
+/* Slot i of launcher: external is held for the next agent that joins: HELLO waits in txq, JOIN
+ * (without the agent's name yet) in join. */
+static int hold_slot(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
+{
+    struct ddp__node_proc *p = &n->p[i];
+    ddp_buf_init(&p->rx);
+    ddp_buf_init(&p->erx);
+    ddp_buf_init(&p->lraw);
+    ddp_buf_init(&p->txq);
+    ddp_buf_init(&p->join);
+    p->outputs = p->acked = p->held_dropped = 0;
+    ddp_buf_release(&p->held);
+    p->holding = false;
+    p->hello = p->has_counts = false;
+    p->refused[0] = '\0';
+    snprintf(n->job->nodes[i].host, DDP__EXTERNAL_NAME, "agent-%d", i);
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (!join || ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL, 0) < 0 ||
+        ddp_buf_put(&p->txq, b.data, b.len) < 0 || ddp__agent_put_join(&p->join, join) < 0) {
+        ddp_buf_release(&b);
+        errno = ENOMEM;
+        return -1;
+    }
+    ddp_buf_release(&b);
+    /* the body alone: it is parsed again when the agent's name is known */
+    memmove(p->join.data, p->join.data + 5, p->join.len - 5);
+    p->join.len -= 5;
+    p->slot_held = true;
+    return 0;
 }
 
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
@@ -393,6 +543,8 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
         return -1;
     p->linked = false;
+    if (p->external)
+        return hold_slot(n, i, join);
     ddp_buf_init(&p->rx);
     ddp_buf_init(&p->erx);
     ddp_buf_init(&p->lraw);
@@ -501,19 +653,21 @@ void ddp__nodes_close(struct ddp__nodes *n, int i)
 
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level)
 {
-    if (n->p[i].ch.pid > 0)
+    if (n->p[i].external)
+        external_end(n, i);
+    else if (n->p[i].ch.pid > 0)
         n->p[i].prov->end(n->p[i].ch.pid, level);
 }
 
-pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i)
+bool ddp__nodes_running(const struct ddp__nodes *n, int i)
 {
-    return n->p[i].ch.pid;
+    return n->p[i].ch.pid > 0 || n->p[i].slot_held;
 }
 
 bool ddp__nodes_all_gone(const struct ddp__nodes *n)
 {
     for (size_t i = 0; i < n->job->nnodes; i++)
-        if (n->p[i].ch.pid)
+        if (ddp__nodes_running(n, (int)i))
             return false;
     return true;
 }
@@ -563,10 +717,10 @@ static bool on_dialin(void *arg, int fd, struct ddp__seal *s, const struct ddp__
     return ddp__nodes_attach(arg, fd, s, a, raw, plain, peer, why, whyn);
 }
 
-int ddp__nodes_listen(struct ddp__nodes *n, const char *host, int *port)
+int ddp__nodes_listen(struct ddp__nodes *n, const char *host, int want, int *port)
 {
     struct ddp__dialin_cb cb = {.attach = on_dialin, .arg = n};
-    if (ddp__dialin_start(n->loop, host, 0, n->cb.token, &cb) < 0)
+    if (ddp__dialin_start(n->loop, host, want, n->cb.token, &cb) < 0)
         return -1;
     *port = ddp__dialin_port();
     return 0;

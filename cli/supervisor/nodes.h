@@ -18,6 +18,7 @@
 #include "cli/sys/devices.h"
 #include "cli/provision/provision.h"
 #include "common/buf.h"
+#include "common/loop.h"
 
 struct ddp_loop;
 struct ddp_job;
@@ -31,6 +32,8 @@ struct ddp__nodes_cb {
     void (*ended)(void *arg, int node, int st);
     /* Where node i's agent dials back (its BOOT): "host:port,...". */
     void (*dial_addrs)(void *arg, int node, char *out, size_t n);
+    /* An agent started elsewhere took slot i (launcher: external), from peer's address. */
+    void (*taken)(void *arg, int node, const char *peer_ip);
     void *arg;
     const char *token; /* the job's: the agents prove it when they dial back */
 };
@@ -49,6 +52,12 @@ struct ddp__node_proc {
     struct ddp__seal seal;
     struct ddp_buf lraw, txq;
     char ticket[DDP__AW_TICKET + 1];
+    /* launcher: external: no process; the slot is held from start until its agent's link ends
+     * (or it is ended before one came), then fin tells cb.ended. JOIN waits in join for the
+     * agent's name. */
+    bool external, slot_held;
+    struct ddp_buf join;
+    struct ddp_timer fin;
     struct ddp_buf rx, erx;
     uint64_t outputs, acked; /* OUTPUT, ERROR frames handed over on this link, and acknowledged */
     bool hello;              /* its HELLO came, of our protocol (cli/proto/agent_proto.h) */
@@ -106,18 +115,19 @@ uint32_t ddp__nodes_free_port(const struct ddp__nodes *n, int i);
  * ended. */
 void ddp__nodes_refuse(struct ddp__nodes *n, int i, const char *why);
 
-/* Opens the agent port (cli/supervisor/dialin.h) on host, a free port (*port), for the job's
- * token; the links that prove it come to ddp__nodes_attach. 0, or -1 said. Closed by
- * ddp__nodes_release. */
-int ddp__nodes_listen(struct ddp__nodes *n, const char *host, int *port);
+/* Opens the agent port (cli/supervisor/dialin.h) on host:want (0: a free port), its port in
+ * *port, for the job's token; the links that prove it come to ddp__nodes_attach. 0, or -1
+ * said. Closed by ddp__nodes_release. */
+int ddp__nodes_listen(struct ddp__nodes *n, const char *host, int want, int *port);
 /* The agent port's callback (cli/supervisor/dialin.h): an agent that proved the token says it
  * is node a->node's, with its ticket; true when that node's agent waits for its link. */
 bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
                        const struct ddp__aw_attach *a, struct ddp_buf *raw, struct ddp_buf *plain,
                        const char *peer, char *why, size_t whyn);
 
-/* The pid of node i's agent process, 0 when none runs. */
-pid_t ddp__nodes_pid(const struct ddp__nodes *n, int i);
+/* Whether node i's agent runs: its process (or, for a slot of launcher: external, the slot is
+ * held for an agent or by one). */
+bool ddp__nodes_running(const struct ddp__nodes *n, int i);
 bool ddp__nodes_all_gone(const struct ddp__nodes *n);
 /* Why node i's agent that ended with st is gone ("the SSH connection to it ended", ...). */
 void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,

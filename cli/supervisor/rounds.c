@@ -421,6 +421,10 @@ static void agent_ended(void *arg, int i, int st)
     }
     if (prev == DDP__NS_GONE && ddp__supervisor.ph == DDP__PH_RESTARTING)
         maybe_restart();
+    /* (an agent's process is reaped on a signal, which checks this too; an external slot's end
+     * comes from the loop) */
+    if (ddp__supervisor.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&ddp__supervisor.nodes))
+        ddp_loop_stop(ddp__supervisor.loop);
     if (prev == DDP__NS_GONE || ddp__supervisor.ph == DDP__PH_FINISHING)
         return;
     char why[300];
@@ -442,7 +446,14 @@ static void agent_dial_addrs(void *arg, int i, char *out, size_t n)
     ddp__sup_node_agent_addr(i, out, n);
 }
 
+static void agent_taken(void *arg, int i, const char *peer_ip)
+{
+    (void)arg;
+    ddp__sup_slot_taken(i, peer_ip);
+}
+
 const struct ddp__nodes_cb ddp__sup_nodes_cb = {.frame = agent_frame,
+                                                .taken = agent_taken,
                                                 .message = agent_message,
                                                 .ended = agent_ended,
                                                 .dial_addrs = agent_dial_addrs,
@@ -453,7 +464,7 @@ const struct ddp__nodes_cb ddp__sup_nodes_cb = {.frame = agent_frame,
 static bool lease_current(int i, unsigned inc)
 {
     const struct ddp__sup_node *a = &ddp__supervisor.nd[i];
-    return a->incarnation == inc && ddp__nodes_pid(&ddp__supervisor.nodes, i) &&
+    return a->incarnation == inc && ddp__nodes_running(&ddp__supervisor.nodes, i) &&
            a->state != DDP__NS_GONE && a->state != DDP__NS_NONE &&
            ddp__supervisor.ph != DDP__PH_FINISHING;
 }
@@ -497,7 +508,7 @@ static void on_end_check(struct ddp_loop *loop, struct ddp_timer *t)
         }
         if (!a->ending_ms)
             continue;
-        if (!ddp__nodes_pid(&ddp__supervisor.nodes, (int)i)) {
+        if (!ddp__nodes_running(&ddp__supervisor.nodes, (int)i)) {
             a->ending_ms = 0;
         } else if (now - a->ending_ms >= DDP__SUP_END_WAIT_MS) {
             ddp__nodes_end(&ddp__supervisor.nodes, (int)i, 2);

@@ -32,7 +32,7 @@ static void on_stop_deadline(struct ddp_loop *loop, struct ddp_timer *t)
     (void)t;
     int left = 0;
     for (size_t i = 0; i < ddp__supervisor.job->nnodes; i++)
-        left += ddp__nodes_pid(&ddp__supervisor.nodes, (int)i) > 0;
+        left += ddp__nodes_running(&ddp__supervisor.nodes, (int)i);
     if (!left)
         return;
     ddp__sup_say("ddprun: %d node agent%s did not stop within stop_grace + %d s; ending them", left,

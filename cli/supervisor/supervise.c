@@ -597,7 +597,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     ddp__block_job_signals(&set, &ddp__supervisor.oldmask);
 
     ddp__sup_set_phase("starting store");
-    if (ddp_store_token_generate(ddp__supervisor.token) < 0)
+    if (ddp__sup_token(job) < 0)
         goto out;
     const char *listen = ddp__job_store_listen(job);
     int r;
@@ -659,7 +659,9 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         goto out;
     nodes_up = true;
     /* Every agent dials back there, on the store's address (cli/supervisor/dialin.h). */
-    if (ddp__nodes_listen(&ddp__supervisor.nodes, listen, &ddp__supervisor.agent_port) < 0)
+    if (ddp__nodes_listen(&ddp__supervisor.nodes, listen, job->external ? job->rdzv_port + 1 : 0,
+                          &ddp__supervisor.agent_port) < 0 ||
+        (job->external && ddp__sup_publish_agent_port() < 0))
         goto out;
     struct ddp__agent_join where;
     ddp__sup_join_where(&where);

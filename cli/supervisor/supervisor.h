@@ -197,6 +197,11 @@ void ddp__sup_announce_round(void);
 void ddp__sup_release_ranks(void);
 /* The store's address as node i reaches it (cli/supervisor/round_start.c). */
 void ddp__sup_node_store_addr(int i, char *out, size_t n);
+/* cli/supervisor/external.c: the job's token (rendezvous.token_file's, else a new one); the
+ * agent port published in the store (launcher: external); slot i taken by an agent from ip. */
+int ddp__sup_token(const struct ddp_job *job);
+int ddp__sup_publish_agent_port(void);
+void ddp__sup_slot_taken(int i, const char *peer_ip);
 /* The agent port's addresses as node i reaches them, "host:port,..." (its BOOT). */
 void ddp__sup_node_agent_addr(int i, char *out, size_t n);
 /* The address node i is reached at: Slurm's NodeAddr where the node's name is not its address

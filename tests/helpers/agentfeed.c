@@ -195,6 +195,10 @@ int main(int argc, char **argv)
         if (ddp_now_ms() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
+            ddp_buf_release(&frames);
+            ddp_buf_release(&b);
+            ddp_buf_release(&raw);
+            ddp_buf_release(&plain);
             return 124;
         }
         struct timespec ts = {0, 20 * 1000 * 1000};
@@ -202,5 +206,9 @@ int main(int argc, char **argv)
     }
     if (in[1] >= 0)
         close(in[1]); /* the agent's stdin stays open to its end, as a launcher's pipe does */
+    ddp_buf_release(&frames);
+    ddp_buf_release(&b);
+    ddp_buf_release(&raw);
+    ddp_buf_release(&plain);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -218,3 +218,24 @@ spec_error() {
     [ "$(SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[00001-10000]' "$DDPRUN" plan big.yaml --set nodes=slurm | timeout_of)" = 300s ]
   fi
 }
+
+@test "launcher: external needs a number of nodes, a token file of mode 0600, a fixed port and an address the nodes reach" {
+  X='command: [true]\nlauncher: external\n'
+  spec_error "$X" "job.yaml:2:11: launcher: external needs nodes: N, how many agents may join (the agents started elsewhere run \`ddprun agent --join\`)"
+  spec_error "${X}nodes: [a, b]\n" "job.yaml:3:8: with launcher: external, nodes is how many agents may join (a number): the agents say who they are"
+  spec_error "${X}nodes: 2\n" "job.yaml:2:11: launcher: external needs rendezvous.token_file (a file of mode 0600 holding the job's token, which each agent is given too)"
+  spec_error "${X}nodes: 2\nrendezvous: {token_file: tok}\n" "job.yaml:4:13: launcher: external needs a fixed rendezvous.port (where the agents join)"
+  spec_error "${X}nodes: 2\nrendezvous: {token_file: tok, port: 29500}\n" "job.yaml:4:13: launcher: external needs a rendezvous.listen the agents' nodes reach (0.0.0.0, or an address of this machine), not 'auto'"
+  spec_error "${X}nodes: 2\nrendezvous: {token_file: tok, port: 29500, listen: 127.0.0.1}\n" "job.yaml:4:13: launcher: external needs a rendezvous.listen the agents' nodes reach (0.0.0.0, or an address of this machine), not '127.0.0.1'"
+  # a token file open to others is refused when the job starts, naming it; nothing runs
+  printf 'command: [true]\nlauncher: external\nnodes: 1\nrendezvous: {token_file: tok, port: %d, listen: 0.0.0.0}\nlogs: {dir: logs}\n' $((20000 + RANDOM % 20000)) >job.yaml
+  openssl rand -hex 32 >tok
+  chmod 644 tok
+  run timeout 20 "$DDPRUN" job.yaml
+  assert_failure 3
+  assert_output --partial "token file '$PWD/tok' is accessible by group or others (mode 644); chmod 600 it"
+  assert_output --partial "ddprun: error: cannot use rendezvous.token_file '$PWD/tok' (said above)"
+  run "$DDPRUN" agent --join 127.0.0.1:1
+  assert_failure 2
+  assert_output "ddprun: error: agent: --join HOST:PORT and --token-file FILE go together (see 'ddprun agent --help')"
+}

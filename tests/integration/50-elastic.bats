@@ -570,3 +570,73 @@ assert len(lost) == 1 and lost[0]["runtime_s"] >= 1.0, s["ranks"]'
   # build's exit checks for leaks first)
   [ "$lost" -eq 0 ] || { cat out.txt; return 1; }
 }
+
+@test "launcher: external: agents started by hand on 3 namespace hosts join in arrival order; one killed, the job goes on with the others; a 4th finds no slot" {
+  [ "$(id -u)" -eq 0 ] || skip "the test hosts need root"
+  SSH_DIR="$BATS_TEST_TMPDIR/ssh" # (for the teardown's sshd_teardown: no sshd runs)
+  netns_setup
+  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces"
+  for k in 1 2 3 4; do sshd_make_ns "$k"; done
+  openssl rand -hex 32 >tok
+  chmod 600 tok
+  port=$((20000 + RANDOM % 20000))
+  cat >job.yaml <<JOB
+command: [/bin/sh, -c, 'echo "rank \$RANK of \$WORLD_SIZE on \$(hostname)"; until [ -e $PWD/go ]; do sleep 0.1; done', elastic-ext]
+launcher: external
+nodes: 3
+nproc_per_node: 1
+rendezvous: {listen: 10.213.$SSHD_TAG.1, port: $port, token_file: tok}
+elastic: {min_nodes: 2, max_restarts: 3, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+JOB
+  run "$DDPRUN" plan job.yaml
+  assert_success
+  assert_line "launcher: external   # each node runs: ddprun agent --join 10.213.$SSHD_TAG.1:$port --token-file $PWD/tok"
+  refute_output --partial "$(cat tok)"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  STOPPED=$ddp # (killed by the teardown should the test fail)
+  # node K's agent, as a site's script would start it: its own host name, nothing from ddprun
+  agent() {
+    ip netns exec "$(sshd_ns "$1")" unshare --uts /bin/sh -c \
+      "hostname node$1 && exec '$DDPRUN' agent --join 10.213.$SSHD_TAG.1:$port --token-file '$PWD/tok'" \
+      </dev/null >"agent$1.log" 2>&1 &
+    eval "agent$1=\$!"
+  }
+  for _ in $(seq 100); do [ -e logs ] && break; sleep 0.05; done
+  agent 1
+  wait_event node_joined
+  agent 2
+  wait_event workers_running
+  [ "$(ev_field membership nodes | head -1)" = "node1, node2" ] || { events; return 1; }
+  agent 3
+  wait_event node_joined 3
+  # an agent with another token is refused by the job's store at once, and says so
+  openssl rand -hex 32 >other
+  chmod 600 other
+  run timeout 20 ip netns exec "$(sshd_ns 4)" "$DDPRUN" agent --join "10.213.$SSHD_TAG.1:$port" --token-file other
+  assert_failure 3
+  assert_output --partial "ddprun agent: cannot join the job at 10.213.$SSHD_TAG.1:$port: authentication failed (is ddprun running there with launcher: external, and is this its token file?)"
+  # every slot is held: a 4th agent is refused, and says the launcher ended its link
+  agent 4
+  rc=0; wait "$agent4" || rc=$?
+  [ "$rc" -eq 3 ] || { cat agent4.log; return 1; }
+  grep -q "agent port: refusing a connection from 10.213.$SSHD_TAG.5:[0-9]*: an agent started elsewhere (node4), and every slot of the job is taken (nodes: 3)" out.txt ||
+    { cat out.txt; return 1; }
+  # node 2's agent killed outright: its node is lost, and the job goes on without it
+  kill -9 "$agent2"
+  wait_event node_lost
+  [ "$(ev_field node_lost node)" = node2 ] || { events; return 1; }
+  for _ in $(seq 100); do [ "$(ev_field membership nodes | tail -1)" = "node1, node3" ] && break; sleep 0.1; done
+  [ "$(ev_field membership nodes | tail -1)" = "node1, node3" ] || { events; return 1; }
+  wait_event workers_running 2
+  touch go
+  rc=0; wait "$ddp" || rc=$?
+  cat out.txt
+  [ "$rc" -eq 0 ]
+  grep -q "^\[node1:0\] rank 0 of 2 on node1$" out.txt
+  grep -q "^\[node3:1\] rank 1 of 2 on node3$" out.txt
+  # the agents end with the job; nothing of it is left
+  for k in 1 3; do eval "wait \$agent$k"; done
+  ! pgrep -f elastic-ext || false
+}

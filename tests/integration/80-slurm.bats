@@ -117,7 +117,7 @@ nodes_of() { # plan output -> "host:slots host:slots ..."
   assert_output --partial "launcher: ssh"
   run "$DDPRUN" plan slurm.yaml --set launcher=rsh
   assert_failure 2
-  assert_output --partial "launcher must be auto, ssh or srun, got 'rsh'"
+  assert_output --partial "launcher must be auto, ssh, srun or external, got 'rsh'"
   # without srun in PATH, auto falls back to SSH and srun is an error naming it
   PATH=/nonexistent run "$DDPRUN" plan slurm.yaml
   assert_output --partial "launcher: ssh"
