@@ -101,15 +101,24 @@ static int read_boot(struct ddp__aw_boot *boot)
             break;
         }
         b.len += (size_t)n;
-        if (b.len > 16384)
-            break; /* BOOT is a few KiB at most */
     }
-    int rc = -1;
+    int rc = -1, g = -1;
+    /* An srun step's agents all read one BOOT_GROUP: each takes its node's entry, by the name
+     * Slurm knows it by. */
+    const char *me = getenv("SLURMD_NODENAME");
+    char host[256] = "";
+    if (!me || !*me)
+        me = gethostname(host, sizeof(host) - 1) == 0 ? host : "";
     if (r > 0 && type == DDP__AG_BOOT && ddp__aw_get_boot(body, len, boot) == 0)
         rc = 0;
+    else if (r > 0 && type == DDP__AG_BOOT_GROUP &&
+             (g = ddp__aw_get_boot_group(body, len, me, boot)) == 0)
+        rc = 0;
+    else if (g == 1)
+        fprintf(stderr, "ddprun agent: the launcher started no agent for this node ('%s')\n", me);
     else if (why)
         fprintf(stderr, "ddprun agent: %s\n", why);
-    else if (r > 0 && type != DDP__AG_BOOT)
+    else if (r > 0 && type != DDP__AG_BOOT && type != DDP__AG_BOOT_GROUP)
         fprintf(stderr,
                 "ddprun agent: the launcher's first frame is not BOOT (a ddprun older than this "
                 "one, %s?): run the same ddprun on every node\n",

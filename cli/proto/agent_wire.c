@@ -64,6 +64,59 @@ int ddp__aw_get_boot(const uint8_t *body, size_t len, struct ddp__aw_boot *x)
     return 0;
 }
 
+size_t ddp__aw_group_begin(struct ddp_buf *b, const char *token)
+{
+    size_t pos = ddp__agent_begin(b, DDP__AG_BOOT_GROUP);
+    ddp_buf_put_str(b, token, strlen(token));
+    ddp_buf_put_u32(b, 0);
+    return pos;
+}
+
+void ddp__aw_group_add(struct ddp_buf *b, const char *host, uint32_t node, const char *ticket,
+                       const char *addrs)
+{
+    ddp_buf_put_str(b, host, strlen(host));
+    ddp_buf_put_u32(b, node);
+    ddp_buf_put_str(b, ticket, strlen(ticket));
+    ddp_buf_put_str(b, addrs, strlen(addrs));
+}
+
+void ddp__aw_group_end(struct ddp_buf *b, size_t pos, uint32_t n)
+{
+    /* the count follows the frame's header (5 bytes) and the token (4 + its length) */
+    uint32_t tl = (uint32_t)b->data[pos + 5] | (uint32_t)b->data[pos + 6] << 8 |
+                  (uint32_t)b->data[pos + 7] << 16 | (uint32_t)b->data[pos + 8] << 24;
+    ddp_buf_patch_u32(b, pos + 9 + tl, n);
+    ddp__agent_end(b, pos);
+}
+
+int ddp__aw_get_boot_group(const uint8_t *body, size_t len, const char *host,
+                           struct ddp__aw_boot *x)
+{
+    struct ddp_rd r;
+    uint32_t n;
+    int found = 1;
+    ddp_rd_init(&r, body, len);
+    if (get_string(&r, x->token, sizeof(x->token), true) < 0 || !x->token[0] ||
+        ddp_rd_u32(&r, &n) < 0)
+        return DDP_EPROTO;
+    for (uint32_t k = 0; k < n; k++) {
+        char h[256];
+        struct ddp__aw_boot e;
+        if (get_string(&r, h, sizeof(h), true) < 0 || ddp_rd_u32(&r, &e.node) < 0 ||
+            get_string(&r, e.ticket, sizeof(e.ticket), true) < 0 ||
+            get_string(&r, e.addrs, sizeof(e.addrs), true) < 0 || !e.addrs[0])
+            return DDP_EPROTO;
+        if (found && strcmp(h, host) == 0) {
+            found = 0;
+            x->node = e.node;
+            memcpy(x->ticket, e.ticket, sizeof(x->ticket));
+            memcpy(x->addrs, e.addrs, sizeof(x->addrs));
+        }
+    }
+    return ddp_rd_left(&r) ? DDP_EPROTO : found;
+}
+
 int ddp__aw_put_attach(struct ddp_buf *b, const struct ddp__aw_attach *x)
 {
     size_t pos = ddp__agent_begin(b, DDP__AG_ATTACH);

@@ -40,7 +40,10 @@
 /* BOOT (stdin, plain) and ATTACH (the agent's first sealed frame): frame types beside
  * agent_proto.h's. */
 enum {
-    DDP__AG_BOOT = 0x09,   /* str token, str addrs ("host:port,..."), u32 node, str ticket */
+    DDP__AG_BOOT = 0x09, /* str token, str addrs ("host:port,..."), u32 node, str ticket */
+    /* the BOOT of the agents of one srun step, who all read it: str token, u32 n, then n x
+     * (str host, u32 node, str ticket, str addrs); each agent takes its host's entry */
+    DDP__AG_BOOT_GROUP = 0x0A,
     DDP__AG_ATTACH = 0x8A, /* u8 kind, u32 node, str ticket (kind 1) or the host's name (2) */
 };
 enum ddp__aw_kind {
@@ -55,6 +58,15 @@ struct ddp__aw_boot {
     char ticket[DDP__AW_TICKET + 1];
 };
 int ddp__aw_put_boot(struct ddp_buf *b, const struct ddp__aw_boot *x);
+/* BOOT_GROUP: begun with the token, then one entry per agent, then ended (its count patched). */
+size_t ddp__aw_group_begin(struct ddp_buf *b, const char *token);
+void ddp__aw_group_add(struct ddp_buf *b, const char *host, uint32_t node, const char *ticket,
+                       const char *addrs);
+void ddp__aw_group_end(struct ddp_buf *b, size_t pos, uint32_t n);
+/* host's entry of a BOOT_GROUP body into x: 0, 1 when the group has no entry for host, or
+ * DDP_EPROTO. */
+int ddp__aw_get_boot_group(const uint8_t *body, size_t len, const char *host,
+                           struct ddp__aw_boot *x);
 /* 0, or DDP_EPROTO (malformed, a string too long or with a NUL). */
 int ddp__aw_get_boot(const uint8_t *body, size_t len, struct ddp__aw_boot *x);
 

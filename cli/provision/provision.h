@@ -34,6 +34,10 @@ struct ddp__prov_ops {
     /* Starts node i's agent (out: its pid and pipes); 0, or -1 with errno. */
     int (*start)(const struct ddp_job *job, size_t i, const struct ddp__prov_ctx *ctx,
                  struct ddp__child *out);
+    /* Where the provisioner can (srun: one step), starts the agents of nodes[0..k) as one
+     * process; NULL where it cannot. */
+    int (*start_group)(const struct ddp_job *job, const size_t *nodes, size_t k,
+                       const struct ddp__prov_ctx *ctx, struct ddp__child *out);
     /*
      * Ends the agent process pid at once. Level 1 lets it take down what it started where it
      * runs (an SSH bridge has the remote session killed) before it goes; level 2 SIGKILLs its

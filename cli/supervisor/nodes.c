@@ -37,7 +37,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     struct ddp__nodes *n = p->owner;
     if (!p->slot_held)
         return;
-    p->slot_held = false;
+    p->slot_held = p->pending = false;
     ddp_buf_release(&p->rx);
     ddp_buf_release(&p->lraw);
     ddp_buf_release(&p->txq);
@@ -46,8 +46,9 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     n->cb.ended(n->cb.arg, p->index, 0);
 }
 
-/* Ends slot i of launcher: external: its link closes (its agent stops), and its end is told. */
-static void external_end(struct ddp__nodes *n, int i)
+/* Ends a node without a process of its own (an external slot, an srun step's member): its link
+ * closes (its agent stops), and its end is told. */
+static void link_end(struct ddp__nodes *n, int i)
 {
     struct ddp__node_proc *p = &n->p[i];
     if (p->link >= 0) {
@@ -75,7 +76,9 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
         n->p[i].prov = ddp__provisioner(job, i);
         n->p[i].ch.in_fd = n->p[i].ch.out_fd = n->p[i].ch.err_fd = -1;
         n->p[i].link = -1;
+        n->p[i].step = -1;
         n->p[i].external = n->p[i].prov == &ddp__prov_external;
+        n->p[i].grouped = n->p[i].prov->start_group != NULL;
         ddp_timer_init(&n->p[i].fin, on_fin);
     }
     return 0;
@@ -94,6 +97,7 @@ static void close_fd(struct ddp__nodes *n, int *fd, bool watched)
 void ddp__nodes_release(struct ddp__nodes *n)
 {
     ddp__dialin_stop();
+    ddp__nodes_steps_release(n);
     for (size_t i = 0; n->p && i < n->job->nnodes; i++) {
         struct ddp__node_proc *p = &n->p[i];
         close_fd(n, &p->ch.in_fd, false);
@@ -343,8 +347,10 @@ static void on_link(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     (void)fd;
     (void)mask;
     struct ddp__node_proc *p = arg;
-    if (read_frames(p->owner, p->index) < 0 && p->external)
-        external_end(p->owner, p->index); /* its agent is gone: nothing else will say so */
+    if (read_frames(p->owner, p->index) < 0 && (p->external || p->grouped)) {
+        p->via_link = true;
+        link_end(p->owner, p->index); /* its agent is gone: nothing else will say so */
+    }
 }
 
 /* The provisioner's stdout: the agent's frames travel on its link, and nothing is expected
@@ -378,7 +384,8 @@ bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
     }
     struct ddp__node_proc *p = &n->p[a->node];
     /* the ticket is 32 hex digits: compared in constant time */
-    unsigned diff = strlen(a->name) != DDP__AW_TICKET || p->ch.pid <= 0 || p->linked;
+    unsigned diff = strlen(a->name) != DDP__AW_TICKET ||
+                    (p->ch.pid <= 0 && !(p->grouped && p->slot_held && !p->pending)) || p->linked;
     for (size_t k = 0; k < DDP__AW_TICKET && a->name[k]; k++)
         diff |= (unsigned)(a->name[k] ^ p->ticket[k]);
     if (diff) {
@@ -500,38 +507,6 @@ static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     read_messages(p->owner, p->index);
 }
 
-/* Slot i of launcher: external is held for the next agent that joins: HELLO waits in txq, JOIN
- * (without the agent's name yet) in join. */
-static int hold_slot(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
-{
-    struct ddp__node_proc *p = &n->p[i];
-    ddp_buf_init(&p->rx);
-    ddp_buf_init(&p->erx);
-    ddp_buf_init(&p->lraw);
-    ddp_buf_init(&p->txq);
-    ddp_buf_init(&p->join);
-    p->outputs = p->acked = p->held_dropped = 0;
-    ddp_buf_release(&p->held);
-    p->holding = false;
-    p->hello = p->has_counts = false;
-    p->refused[0] = '\0';
-    snprintf(n->job->nodes[i].host, DDP__EXTERNAL_NAME, "agent-%d", i);
-    struct ddp_buf b;
-    ddp_buf_init(&b);
-    if (!join || ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL, 0) < 0 ||
-        ddp_buf_put(&p->txq, b.data, b.len) < 0 || ddp__agent_put_join(&p->join, join) < 0) {
-        ddp_buf_release(&b);
-        errno = ENOMEM;
-        return -1;
-    }
-    ddp_buf_release(&b);
-    /* the body alone: it is parsed again when the agent's name is known */
-    memmove(p->join.data, p->join.data + 5, p->join.len - 5);
-    p->join.len -= 5;
-    p->slot_held = true;
-    return 0;
-}
-
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join)
 {
     struct ddp__node_proc *p = &n->p[i];
@@ -540,11 +515,13 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
         return -1;
     for (size_t k = 0; k < sizeof(t); k++)
         snprintf(p->ticket + 2 * k, 3, "%02x", t[k]);
-    if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
-        return -1;
     p->linked = false;
     if (p->external)
-        return hold_slot(n, i, join);
+        return ddp__nodes_hold_slot(n, i, join);
+    if (p->grouped)
+        return ddp__nodes_hold_member(n, i, join);
+    if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
+        return -1;
     ddp_buf_init(&p->rx);
     ddp_buf_init(&p->erx);
     ddp_buf_init(&p->lraw);
@@ -654,8 +631,12 @@ void ddp__nodes_close(struct ddp__nodes *n, int i)
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level)
 {
     if (n->p[i].external)
-        external_end(n, i);
-    else if (n->p[i].ch.pid > 0)
+        link_end(n, i);
+    else if (n->p[i].grouped) {
+        if (n->p[i].slot_held)
+            link_end(n, i);
+        ddp__nodes_steps_end(n, n->p[i].step, level); /* the last of its step: the step ends */
+    } else if (n->p[i].ch.pid > 0)
         n->p[i].prov->end(n->p[i].ch.pid, level);
 }
 
@@ -669,7 +650,7 @@ bool ddp__nodes_all_gone(const struct ddp__nodes *n)
     for (size_t i = 0; i < n->job->nnodes; i++)
         if (ddp__nodes_running(n, (int)i))
             return false;
-    return true;
+    return !ddp__nodes_steps_live(n);
 }
 
 void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
@@ -677,12 +658,55 @@ void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining
 {
     if (n->p[i].refused[0])
         snprintf(buf, len, "its agent %s", n->p[i].refused);
+    else if (n->p[i].grouped && n->p[i].via_link)
+        ddp__prov_external.describe(st, joining, buf, len);
     else
         n->p[i].prov->describe(st, joining, buf, len);
 }
 
+int ddp__nodes_flush(struct ddp__nodes *n)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n->job->nnodes; i++) {
+        if (!n->p[i].grouped || !n->p[i].pending)
+            continue;
+        int cpus = n->job->nodes[i].cpus;
+        if (ddp__nodes_steps_start(n, cpus) == 0)
+            continue;
+        rc = -1;
+        for (size_t k = i; k < n->job->nnodes; k++) /* not started: they end */
+            if (n->p[k].grouped && n->p[k].pending && n->job->nodes[k].cpus == cpus) {
+                n->p[k].pending = false;
+                link_end(n, (int)k);
+            }
+    }
+    return rc;
+}
+
+/* Step s was reaped: its members still in ended with it (what their agents sent last first). */
+static void step_reaped(struct ddp__nodes *n, int s, int st)
+{
+    for (size_t i = 0; i < n->job->nnodes; i++) {
+        struct ddp__node_proc *p = &n->p[i];
+        if (p->step != s || !p->slot_held)
+            continue;
+        while (read_frames(n, (int)i) > 0) {
+        }
+        ddp_timer_stop(n->loop, &p->fin);
+        close_fd(n, &p->link, true);
+        p->slot_held = p->pending = p->via_link = false;
+        p->step = -1;
+        n->cb.ended(n->cb.arg, (int)i, st);
+    }
+}
+
 bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st)
 {
+    int s = ddp__nodes_steps_reaped(n, pid);
+    if (s >= 0) {
+        step_reaped(n, s, st);
+        return true;
+    }
     for (size_t k = 0; k < n->job->nnodes; k++) {
         struct ddp__node_proc *p = &n->p[k];
         if (p->ch.pid != pid)

@@ -56,6 +56,11 @@ struct ddp__node_proc {
      * (or it is ended before one came), then fin tells cb.ended. JOIN waits in join for the
      * agent's name. */
     bool external, slot_held;
+    /* Its provisioner starts many agents as one process (srun: one step): pending until
+     * ddp__nodes_flush starts them, then a member of steps[step], held as a slot is. via_link:
+     * it ended by its link's end, not its step's. */
+    bool grouped, pending, via_link;
+    int step;
     struct ddp_buf join;
     struct ddp_timer fin;
     struct ddp_buf rx, erx;
@@ -70,12 +75,23 @@ struct ddp__node_proc {
     uint64_t held_dropped; /* and those beyond the bound, counted once the others are */
 };
 
+/* One process that started the agents of several nodes (an srun step: cli/supervisor/
+ * node_steps.c). */
+struct ddp__node_step {
+    struct ddp__nodes *owner;
+    struct ddp__child ch; /* pid 0 once reaped */
+    struct ddp_buf erx;
+    int first; /* the node its messages are told under */
+};
+
 struct ddp__nodes {
     struct ddp_loop *loop;
     const struct ddp_job *job;
     struct ddp__prov_ctx ctx;
     struct ddp__nodes_cb cb;
     struct ddp__node_proc *p; /* one per node of the job */
+    struct ddp__node_step *steps;
+    size_t nsteps;
 };
 
 int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
@@ -92,6 +108,9 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
 /* A rejoined agent's OUTPUT frames held until its STATE: handed over to cb.frame (deliver) or
  * dropped; from now on its frames are handed over as they come. */
 void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver);
+/* Starts the agents ddp__nodes_start left pending as their provisioner's groups (one srun step
+ * for the nodes of one CPU count): call it after starting a round's nodes. 0, or -1 said. */
+int ddp__nodes_flush(struct ddp__nodes *n);
 /* START for a round. */
 void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st);
 /* STOP: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms; grace_ms 0 kills at once. */
@@ -135,5 +154,20 @@ void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining
 /* A child was reaped: when it was an agent, its output is read to the end and cb.ended is
  * called. True when pid was one. */
 bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st);
+
+/* cli/supervisor/node_steps.c, for nodes.c (which it never calls): starts the pending members of
+ * nodes of cpus CPUs as one step (0, or -1 with errno); the step of pid reaped (its index, -1
+ * when pid is none); step s ended at level when none of its members is left; whether some step
+ * still runs; the steps let go. */
+int ddp__nodes_steps_start(struct ddp__nodes *n, int cpus);
+/* Node i held for an agent yet to dial back: a slot of launcher: external (HELLO waits in txq,
+ * JOIN's body in join until the agent's name is known), or a member of a step to start (HELLO and
+ * JOIN in txq). 0, or -1 with errno. */
+int ddp__nodes_hold_slot(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
+int ddp__nodes_hold_member(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
+int ddp__nodes_steps_reaped(struct ddp__nodes *n, pid_t pid);
+void ddp__nodes_steps_end(struct ddp__nodes *n, int s, int level);
+bool ddp__nodes_steps_live(const struct ddp__nodes *n);
+void ddp__nodes_steps_release(struct ddp__nodes *n);
 
 #endif

@@ -739,6 +739,8 @@ static void rdzv_open(void)
                           : soonest;
         }
     }
+    if (ddp__nodes_flush(&ddp__supervisor.nodes) < 0) /* srun: one step for them all */
+        ddp__sup_say("ddprun: cannot start the node agents' srun step: %s", strerror(errno));
     int ready, joining, awaited;
     count_nodes(&ready, &joining, &awaited);
     ddp__sup_say("ddprun: round %d: rendezvous of %d..%d nodes (%d ready, %d joining)",
@@ -760,6 +762,8 @@ static void on_retry(struct ddp_loop *loop, struct ddp_timer *t)
             if (ddp__supervisor.nd[i].was_lost && can_rejoin((int)i) && provision((int)i) < 0)
                 DDP_DEBUG(SUP, "cannot start an agent for %s: %s", host_of((int)i),
                           strerror(errno));
+    if (ddp__supervisor.ph == DDP__PH_RUNNING && ddp__nodes_flush(&ddp__supervisor.nodes) < 0)
+        DDP_DEBUG(SUP, "cannot start an srun step for returning nodes: %s", strerror(errno));
     ddp_timer_start(loop, t,
                     ddp__supervisor.job->heartbeat_timeout_ms > 1000
                         ? ddp__supervisor.job->heartbeat_timeout_ms

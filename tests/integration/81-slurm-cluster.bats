@@ -9,7 +9,8 @@ load '../lib/slurm'
 
 setup() {
   cd "$BATS_TEST_TMPDIR"
-  slurm_setup 3
+  # (the spare's test needs a 4th node)
+  case "$BATS_TEST_DESCRIPTION" in *spare*) slurm_setup 4 ;; *) slurm_setup 3 ;; esac
   export PATH="$BUILD:$PATH" # ddprun and ddprun-fmnist, as an installed ddprun would be
 }
 
@@ -58,7 +59,7 @@ stop_grace: 2s
 JOB
 }
 
-@test "inside salloc: 3 nodes x 2 ranks, one srun step per node, ranks on their nodes with the torchrun environment" {
+@test "inside salloc: 3 nodes x 2 ranks, one srun step for the three agents, ranks on their nodes with the torchrun environment" {
   env_job job.yaml
   run slurm_login salloc -N3 --ntasks-per-node=2 --quiet ddprun job.yaml
   [ "$status" -eq 0 ] || { echo "$output"; tail -n 20 "$SLURM_DIR"/*.log; return 1; }
@@ -72,6 +73,8 @@ JOB
     assert_output --regexp "\[n$k:$r\] rank $r local $((r % 2)) of 6 on n$k node $((k - 1)) job $jobid procid none localid none ntasks none agent-step [0-9]+"
   done
   assert_output --regexp "  5 +n3 +exit 0"
+  # the three agents were one step (Slurm's tree launch), not a step each
+  [ "$(grep -o 'agent-step [0-9]*' <<<"$output" | sort -u | wc -l)" -eq 1 ]
   # the ranks really ran in the nodes' namespaces: they met at addresses of the test network
   assert_output --regexp "rank 4 on n3"
   grep -q "launcher: srun" <(slurm_login salloc -N3 --quiet ddprun plan job.yaml)
@@ -92,6 +95,7 @@ JOB
 }
 
 events() { cat logs/*/events.jsonl 2>/dev/null; }
+ev_field() { events | grep "\"event\": \"$1\"" | grep -o "\"$2\": \"[^\"]*" | sed 's/^[^:]*: "//'; }
 wait_event() { # event [seconds]
   for _ in $(seq $((${2:-60} * 10))); do
     events | grep -q "\"event\": \"$1\"" && return 0
@@ -300,4 +304,56 @@ JOB
   for r in 0 1 2 3; do grep -q "round 1 rank $r of 4" out.txt; done
   # never loopback for a node reached at another address
   ! grep -q "cannot reach the store" out.txt || false
+}
+
+@test "one srun step starts 4 agents, a spare among them; a node's agent killed: the others run on, the spare takes its place, and the node returns through a step of its own" {
+  cat >job.yaml <<'JOB'
+command: echo "round $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE on $(hostname)"; until [ -e go ]; do sleep 0.1; done
+elastic: {min_nodes: 2, max_nodes: 3, max_restarts: 3, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  slurm_login salloc -N4 --ntasks-per-node=1 --quiet ddprun job.yaml >out.txt 2>&1 &
+  pid=$!
+  wait_event workers_running
+  # the launching host holds one srun for the four agents (a step: ddprun's one child srun, with
+  # the helper srun forks itself)
+  ddp=$(pgrep -f "^ddprun job.yaml")
+  pgrep -af "srun .*ddprun-agent"
+  [ "$(pgrep -c -P "$ddp" -f "srun .*ddprun-agent")" -eq 1 ]
+  [ "$(pgrep -fc "srun .*ddprun-agent")" -le 2 ]
+  pgrep -af "srun .*ddprun-agent" | grep -q -- "--nodes=4 --ntasks=4 --ntasks-per-node=1 --nodelist=n1,n2,n3,n4"
+  agent_of() { # K: the pid of node K's agent
+    local p
+    for p in $(ip netns pids "$(sshd_ns "$1")"); do
+      if tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q '^[^ ]*ddprun agent'; then echo "$p"; fi
+    done
+  }
+  for k in 1 2 3 4; do eval "a$k=\$(agent_of $k)"; eval "[ -n \"\$a$k\" ]"; done
+  # the first three to join make round 0; the fourth waits as a spare
+  for _ in $(seq 50); do grep -q "round 0: 3 nodes (" out.txt && break; sleep 0.1; done
+  r0=$(sed -n 's/.*round 0: 3 nodes (\(.*\)), 3 ranks/\1/p' out.txt)
+  [ -n "$r0" ] || { cat out.txt; return 1; }
+  spare=$(for k in 1 2 3 4; do grep -qw "n$k" <<<"$r0" || echo "$k"; done)
+  victim=$(cut -c2 <<<"$r0")
+  echo "round 0: $r0; spare n$spare; killing n$victim's agent"
+  [ -n "$spare" ] && [ "$spare" != "$victim" ]
+  r1=$(for k in 1 2 3 4; do [ "$k" = "$victim" ] || printf 'n%s, ' "$k"; done)
+  r1=${r1%, }
+  # its agent dies: the node is lost, the spare takes its place; the step goes on for the others
+  eval "kill -9 \$a$victim"
+  for _ in $(seq 100); do grep -q "round 1: 3 nodes ($r1), 3 ranks" out.txt && break; sleep 0.1; done
+  grep -q "node 'n$victim' lost: " out.txt || { cat out.txt; return 1; }
+  grep -q "round 1: 3 nodes ($r1), 3 ranks" out.txt || { cat out.txt; return 1; }
+  for k in 1 2 3 4; do [ "$k" = "$victim" ] || eval "[ \"\$(agent_of $k)\" = \"\$a$k\" ]"; done
+  # the lost node is tried again while the job runs, through an srun step of its own, and
+  # waits as a spare
+  for _ in $(seq 150); do [ "$(ev_field node_joined node | grep -c "^n$victim\$")" -ge 2 ] && break; sleep 0.1; done
+  [ "$(ev_field node_joined node | grep -c "^n$victim\$")" -ge 2 ] || { events; return 1; }
+  pgrep -af "srun .*ddprun-agent" | grep -q -- "--nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist=n$victim "
+  [ "$(pgrep -c -P "$ddp" -f "srun .*ddprun-agent")" -eq 2 ]
+  touch go
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+  grep -q "round 1 rank [0-2] of 3 on n$spare" out.txt
 }

@@ -181,7 +181,8 @@ wait_for() { # seconds, then a command that succeeds once it holds
   printf 'command: [/usr/bin/python3, -c, "import time\\ndef wait():\\n    while True: time.sleep(0.2)\\nwait()"]\nnproc_per_node: 2\nlogs: {dir: logs}\nstop_grace: 2s\n' >job.yaml
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
-  wait_for 20 bash -c "'$DDPRUN' status | grep -q 'no flight recorder'"
+  # (both ranks in their loop: on a busy machine Python may still be starting)
+  wait_for 20 bash -c "'$DDPRUN' status | grep -Eq '^0 +localhost +[0-9]+ +sleeping .*no flight recorder'"
   run "$DDPRUN" status
   assert_success
   assert_output --regexp $'\n''0 +localhost +[0-9]+ +sleeping .*\(no flight recorder\)'
