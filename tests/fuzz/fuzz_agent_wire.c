@@ -8,6 +8,8 @@
  *   1  BOOT and 2 ATTACH bodies: what parses encodes back to exactly its bytes
  *   3  sealing: the bytes sealed by one end open at the other as themselves, in pieces as a
  *      socket delivers them; with any one byte changed they do not open
+ *   4  a BOOT_GROUP body, as every agent of an srun step parses it: an entry found is one of
+ *      the group's, built again it parses to the same
  */
 #include "cli/proto/agent_proto.h"
 #include "cli/proto/agent_wire.h"
@@ -113,11 +115,30 @@ static void seal_both_ways(const uint8_t *d, size_t n)
     ddp_buf_release(&plain);
 }
 
+static void boot_group(const uint8_t *d, size_t n)
+{
+    struct ddp__aw_boot *x = calloc(1, sizeof(*x)), *y = calloc(1, sizeof(*y));
+    if (x && y && ddp__aw_get_boot_group(d, n, "n1", x) == 0) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        size_t pos = ddp__aw_group_begin(&b, x->token);
+        ddp__aw_group_add(&b, "n1", x->node, x->ticket, x->addrs);
+        ddp__aw_group_end(&b, pos, 1);
+        if (ddp__aw_get_boot_group(b.data + 5, b.len - 5, "n1", y) != 0 || y->node != x->node ||
+            strcmp(y->ticket, x->ticket) != 0 || strcmp(y->addrs, x->addrs) != 0 ||
+            strcmp(y->token, x->token) != 0)
+            abort();
+        ddp_buf_release(&b);
+    }
+    free(x);
+    free(y);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
     case 0:
         handshake_and_records(data + 1, size - 1);
         break;
@@ -127,8 +148,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2:
         attach(data + 1, size - 1);
         break;
-    default:
+    case 3:
         seal_both_ways(data + 1, size - 1);
+        break;
+    default:
+        boot_group(data + 1, size - 1);
         break;
     }
     return 0;
