@@ -670,6 +670,22 @@ static int join_membership(void)
     return 0;
 }
 
+static const char *join_at, *join_token; /* --join HOST:PORT --token-file FILE */
+
+/* An agent that joined at HOST:PORT (--join) reaches the job's store there: the launcher, which
+ * did not start it, knows no better address of its own for it. 0, or -1 out of memory. */
+static int join_store(char **addr)
+{
+    if (!join_at)
+        return 0;
+    char *a = strdup(join_at);
+    if (!a)
+        return -1;
+    free(*addr);
+    *addr = a;
+    return 0;
+}
+
 static void on_frames(int fd)
 {
     struct ddp_loop *loop = A.loop;
@@ -716,6 +732,8 @@ static void on_frames(int fd)
                 return;
             }
             A.have_join = true;
+            if (join_store(&A.join.store_addr) < 0)
+                goto protocol_error;
             ddp__link_configure(A.join.job_id, A.join.node_index, A.join.takeover_ms);
             if (join_membership() < 0) {
                 A.rc = DDP_EXIT_LAUNCH;
@@ -727,7 +745,7 @@ static void on_frames(int fd)
                 fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
                 goto protocol_error;
             }
-            if (pick_store_addr() < 0) {
+            if (join_store(&A.st.store_addr) < 0 || pick_store_addr() < 0) {
                 fprintf(stderr, "ddprun agent: out of memory\n");
                 goto protocol_error;
             }
@@ -827,8 +845,6 @@ static void on_reap_tick(struct ddp_loop *loop, struct ddp_timer *t)
     reap();
     ddp_timer_start(loop, t, 200);
 }
-
-static const char *join_at, *join_token; /* --join HOST:PORT --token-file FILE */
 
 int ddp__cmd_agent_join(const char *hostport, const char *token_file)
 {

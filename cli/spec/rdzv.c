@@ -181,8 +181,13 @@ static int external(const struct ddp__jctx *c, const struct ddp_ynode *launcher,
                     "%s: external needs a %s the agents' nodes reach (0.0.0.0, or an address of "
                     "this machine), not '%s'",
                     DDP_KEY(LAUNCHER), DDP_KEY(RDZV_LISTEN), l);
+    else if (sub && ddp__key_get(sub, DDP_K_RDZV_TORCH_STORE) && !j->torch_store_rank0)
+        ddp__jv_err(c, ddp__key_get(sub, DDP_K_RDZV_TORCH_STORE),
+                    "%s: launcher serves only the nodes it knows at the start; with %s: external "
+                    "it is rank0 (rank 0 hosts PyTorch's TCPStore, as under torchrun)",
+                    DDP_KEY(RDZV_TORCH_STORE), DDP_KEY(LAUNCHER));
     else
-        return 0;
+        return j->torch_store_rank0 = true, 0;
     return -1;
 }
 

@@ -555,8 +555,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     ddp__supervisor.node_addr = calloc(job->nnodes, sizeof(*ddp__supervisor.node_addr));
     if (job->srun && ddp__supervisor.node_addr)
         ddp__slurm_node_addrs(job, ddp__supervisor.node_addr);
-    ddp__supervisor.first_remote = NULL;
-    for (size_t i = 0; i < job->nnodes && !ddp__supervisor.first_remote; i++)
+    ddp__supervisor.first_remote = NULL; /* (an external job's nodes are named as they come) */
+    for (size_t i = 0; i < job->nnodes && !ddp__supervisor.first_remote && !job->external; i++)
         if (!ddp__job_host_is_local(job->nodes[i].host))
             ddp__supervisor.first_remote = ddp__sup_node_addr((int)i);
     ssize_t sl = readlink("/proc/self/exe", ddp__supervisor.self, sizeof(ddp__supervisor.self) - 1);
