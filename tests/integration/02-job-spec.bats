@@ -227,6 +227,7 @@ spec_error() {
   spec_error "${X}nodes: 2\nrendezvous: {token_file: tok}\n" "job.yaml:4:13: launcher: external needs a fixed rendezvous.port (where the agents join)"
   spec_error "${X}nodes: 2\nrendezvous: {token_file: tok, port: 29500}\n" "job.yaml:4:13: launcher: external needs a rendezvous.listen the agents' nodes reach (0.0.0.0, or an address of this machine), not 'auto'"
   spec_error "${X}nodes: 2\nrendezvous: {token_file: tok, port: 29500, listen: 127.0.0.1}\n" "job.yaml:4:13: launcher: external needs a rendezvous.listen the agents' nodes reach (0.0.0.0, or an address of this machine), not '127.0.0.1'"
+  spec_error "${X}nodes: 2\nrendezvous: {token_file: tok, port: 29500, listen: 0.0.0.0, torch_store: launcher}\n" "job.yaml:4:74: rendezvous.torch_store: launcher serves only the nodes it knows at the start; with launcher: external it is rank0 (rank 0 hosts PyTorch's TCPStore, as under torchrun)"
   # a token file open to others is refused when the job starts, naming it; nothing runs
   printf 'command: [true]\nlauncher: external\nnodes: 1\nrendezvous: {token_file: tok, port: %d, listen: 0.0.0.0}\nlogs: {dir: logs}\n' $((20000 + RANDOM % 20000)) >job.yaml
   openssl rand -hex 32 >tok

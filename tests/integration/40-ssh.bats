@@ -758,6 +758,43 @@ SH
   assert_line "PATH=$PWD/venv-bin:$PATH"
 }
 
+@test "a secret the job exports (HF_TOKEN) reaches the remote ranks, and no byte of it crosses the test network in the clear" {
+  [ -n "$SSHD_NETNS" ] || skip "needs the test hosts' bridge to capture on"
+  for k in 1 2; do sshd_start "$k"; done
+  secret="hf_$(openssl rand -hex 24)"
+  # each rank proves it has the secret without printing it (its output travels on the link too)
+  ssh_job job.yaml 1 1 2 -- /bin/sh -c 'echo "token sha256 $(printf %s "$HF_TOKEN" | sha256sum | cut -c1-16)"'
+  # everything on the bridge while the job runs, every frame whole (AF_PACKET)
+  /usr/bin/python3 - "ddpbr$SSHD_TAG" >capture.bin <<'PY' &
+import os, socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+s.settimeout(0.2)
+open("capture.ready", "w").close()
+end = time.time() + 30
+while time.time() < end:
+    try:
+        sys.stdout.buffer.write(s.recv(65535))
+    except socket.timeout:
+        pass
+    if os.path.exists("capture.stop"):
+        break
+PY
+  cap=$!
+  for _ in $(seq 50); do [ -e capture.ready ] && break; sleep 0.1; done
+  HF_TOKEN=$secret run "$DDPRUN" job.yaml
+  touch capture.stop
+  wait "$cap"
+  assert_success
+  want=$(printf %s "$secret" | sha256sum | cut -c1-16)
+  [ "$(grep -c "\] token sha256 $want$" <<<"$output")" -eq 2 ]
+  # the capture saw the job's payloads (SSH's banner is sent in the clear), and not the secret
+  [ "$(stat -c %s capture.bin)" -gt 10000 ]
+  grep -qaF "SSH-2.0-" capture.bin
+  ! grep -qaF "$secret" capture.bin || false
+  ! grep -qaF "${secret:3:16}" capture.bin || false
+}
+
 @test "rendezvous.torch_store: rank0 with node 0 over SSH: MASTER_PORT is free on node 0 (its agent drew it there), and rank 0's TCPStore serves on it" {
   [ -n "$SSHD_NETNS" ] || skip "needs the test hosts' network namespaces (ports of their own)"
   /usr/bin/python3 -c "import torch" 2>/dev/null || skip "needs Debian's python3-torch"
