@@ -32,6 +32,7 @@ enum ddp__conn_state { CONN_HELLO, CONN_AUTH, CONN_READY };
 struct stats {
     _Atomic uint64_t conns_accepted, conns_open, conns_refused_auth, conns_dropped;
     _Atomic uint64_t keys, waiters, watches, leases, leases_expired;
+    _Atomic uint64_t requests;
 };
 #define STAT_ADD(s, field, d)                                                                      \
     atomic_store_explicit(&(s)->st.field,                                                          \

@@ -82,6 +82,7 @@ void ddp_store_server_free(struct ddp_store_server *srv);
 struct ddp_store_server_stats {
     uint64_t conns_accepted, conns_open, conns_refused_auth, conns_dropped;
     uint64_t keys, waiters, watches, leases, leases_expired;
+    uint64_t requests; /* requests of the store's protocol served (the handshake's included) */
 };
 void ddp_store_server_get_stats(const struct ddp_store_server *srv,
                                 struct ddp_store_server_stats *st);

@@ -123,6 +123,7 @@ static void on_auth(struct conn *c, const struct ddp__req *q)
 static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
 {
     struct ddp__req q;
+    STAT_ADD(c->srv, requests, 1);
     int r = ddp__proto_parse_req(frame, len, &q);
     if (r == DDP_ETOOBIG && c->state == CONN_READY) {
         /* A well-framed request over a limit (a key over 4096 bytes, a value over 16 MiB, more
@@ -642,6 +643,7 @@ void ddp_store_server_get_stats(const struct ddp_store_server *srv,
     st->watches = STAT_GET(s, watches);
     st->leases = STAT_GET(s, leases);
     st->leases_expired = STAT_GET(s, leases_expired);
+    st->requests = STAT_GET(s, requests);
 }
 
 int ddp_store_server_torch_listen(struct ddp_store_server *srv, const char *host, int port,

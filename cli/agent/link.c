@@ -142,6 +142,22 @@ int ddp__link_dial(const char *addrs, const char *token, const struct ddp__aw_at
     return fd;
 }
 
+/* BOOT from stdin, then the launcher it names, dialled with its ticket: the fd, or -1 said. */
+static int boot_and_dial(void)
+{
+    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
+    int fd = -1;
+    if (boot && read_boot(boot) == 0) {
+        struct ddp__aw_attach att = {.kind = DDP__AW_PROVISIONED, .node = boot->node};
+        snprintf(att.name, sizeof(att.name), "%s", boot->ticket);
+        fd = ddp__link_dial(boot->addrs, boot->token, &att);
+    }
+    if (boot)
+        explicit_bzero(boot, sizeof(*boot));
+    free(boot);
+    return fd;
+}
+
 /* `ddprun agent --join HOST:PORT --token-file FILE`: the launcher's store at HOST:PORT, proved
  * with the file's token, says where its agent port is; the agent dials HOST there. The fd, or
  * -1 said. */
@@ -222,19 +238,8 @@ int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const c
     ddp_buf_init(&K.raw);
     ddp_timer_init(&K.expire, on_gone);
     ddp_timer_init(&K.fail, on_gone);
-    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
-    int fd = -1;
-    if (boot && read_boot(boot) == 0) {
-        struct ddp__aw_attach att = {.kind = DDP__AW_PROVISIONED, .node = boot->node};
-        snprintf(att.name, sizeof(att.name), "%s", boot->ticket);
-        fd = ddp__link_dial(boot->addrs, boot->token, &att);
-    }
-    if (boot)
-        explicit_bzero(boot, sizeof(*boot));
-    free(boot);
-    if (fd < 0)
-        return -1;
-    return ddp__link_attach(fd, version);
+    int fd = boot_and_dial();
+    return fd < 0 ? -1 : ddp__link_attach(fd, version);
 }
 
 /*
@@ -534,16 +539,7 @@ int ddp__cmd_agent_rejoin(const char *job_id, const char *node)
         return DDP_EXIT_LAUNCH;
     }
     /* The new launcher's link, dialled back as any agent's, relayed in plain to the agent. */
-    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
-    int l = -1;
-    if (boot && read_boot(boot) == 0) {
-        struct ddp__aw_attach att = {.kind = DDP__AW_PROVISIONED, .node = boot->node};
-        snprintf(att.name, sizeof(att.name), "%s", boot->ticket);
-        l = ddp__link_dial(boot->addrs, boot->token, &att);
-    }
-    if (boot)
-        explicit_bzero(boot, sizeof(*boot));
-    free(boot);
+    int l = boot_and_dial();
     if (l < 0)
         return DDP_EXIT_LAUNCH;
     K.in = l;

@@ -15,6 +15,7 @@
 #include "cli/proto/agent_proto.h"
 #include "cli/proto/agent_wire.h"
 #include "cli/spec/job.h"
+#include "cli/sys/sys.h"
 #include "cli/supervisor/nodes.h"
 #include "common/loop.h"
 #include "common/util.h"
@@ -37,36 +38,17 @@ static void close_fd(struct ddp__nodes *n, int *fd, bool watched)
     *fd = -1;
 }
 
+static void message_line(void *arg, const char *line, size_t len)
+{
+    struct ddp__node_step *s = arg;
+    s->owner->cb.message(s->owner->cb.arg, s->first, line, len);
+}
+
 /* The step's stderr: its agents' messages, told under its first node. */
 static void read_messages(struct ddp__node_step *s)
 {
-    struct ddp__nodes *n = s->owner;
-    for (;;) {
-        if (s->ch.err_fd < 0 || ddp_buf_reserve(&s->erx, 4096) < 0)
-            return;
-        ssize_t r = ddp_read_eintr(s->ch.err_fd, s->erx.data + s->erx.len, s->erx.cap - s->erx.len);
-        if (r == -EAGAIN)
-            return;
-        if (r > 0)
-            s->erx.len += (size_t)r;
-        char *p, *nl;
-        while ((p = (char *)s->erx.data + s->erx.off),
-               (nl = memchr(p, '\n', ddp_buf_pending(&s->erx)))) {
-            n->cb.message(n->cb.arg, s->first, p, (size_t)(nl - p));
-            s->erx.off += (size_t)(nl - p) + 1;
-        }
-        if (r <= 0 || ddp_buf_pending(&s->erx) > 4000) {
-            if (ddp_buf_pending(&s->erx))
-                n->cb.message(n->cb.arg, s->first, (char *)s->erx.data + s->erx.off,
-                              ddp_buf_pending(&s->erx));
-            s->erx.off = s->erx.len;
-        }
-        ddp_buf_compact(&s->erx);
-        if (r <= 0) {
-            close_fd(n, &s->ch.err_fd, true);
-            return;
-        }
-    }
+    if (s->ch.err_fd >= 0 && ddp__read_lines(s->ch.err_fd, &s->erx, message_line, s) == 1)
+        close_fd(s->owner, &s->ch.err_fd, true);
 }
 
 static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)

@@ -307,37 +307,20 @@ static void parse_frames(struct ddp__nodes *n, int i)
     }
 }
 
+static void message_line(void *arg, const char *s, size_t len)
+{
+    struct ddp__node_proc *p = arg;
+    p->owner->cb.message(p->owner->cb.arg, p->index, s, len);
+}
+
 /* Reads agent i's stderr (its own messages and, over SSH, the bridge's and the remote
  * agent's): each line goes to cb.message. At EOF the rest goes out and the pipe closes. */
 static void read_messages(struct ddp__nodes *n, int i)
 {
     struct ddp__node_proc *p = &n->p[i];
-    for (;;) {
-        if (p->ch.err_fd < 0 || ddp_buf_reserve(&p->erx, 4096) < 0)
-            return;
-        ssize_t r = ddp_read_eintr(p->ch.err_fd, p->erx.data + p->erx.len, p->erx.cap - p->erx.len);
-        if (r == -EAGAIN)
-            return;
-        if (r > 0)
-            p->erx.len += (size_t)r;
-        char *s, *nl;
-        while ((s = (char *)p->erx.data + p->erx.off),
-               (nl = memchr(s, '\n', ddp_buf_pending(&p->erx)))) {
-            n->cb.message(n->cb.arg, i, s, (size_t)(nl - s));
-            p->erx.off += (size_t)(nl - s) + 1;
-        }
-        if (r <= 0 || ddp_buf_pending(&p->erx) > 4000) { /* EOF, or a line without end */
-            if (ddp_buf_pending(&p->erx))
-                n->cb.message(n->cb.arg, i, (char *)p->erx.data + p->erx.off,
-                              ddp_buf_pending(&p->erx));
-            p->erx.off = p->erx.len;
-        }
-        ddp_buf_compact(&p->erx);
-        if (r <= 0) {
-            close_fd(n, &p->ch.err_fd, true);
-            ddp_buf_release(&p->erx);
-            return;
-        }
+    if (p->ch.err_fd >= 0 && ddp__read_lines(p->ch.err_fd, &p->erx, message_line, p) == 1) {
+        close_fd(n, &p->ch.err_fd, true);
+        ddp_buf_release(&p->erx);
     }
 }
 

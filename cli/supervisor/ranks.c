@@ -4,6 +4,7 @@
  * it ended.
  */
 #include "cli/supervisor/supervisor.h"
+#include "rendezvous/store.h"
 #include "cli/supervisor/watchdog.h"
 #include "common/buf.h"
 #include "common/util.h"
@@ -174,4 +175,15 @@ const char *ddp__sup_node_addr(int i)
     return ddp__supervisor.node_addr && ddp__supervisor.node_addr[i]
                ? ddp__supervisor.node_addr[i]
                : ddp__supervisor.job->nodes[i].host;
+}
+
+void ddp__sup_store_counts(long long *conns, long long *requests)
+{
+    struct ddp_store_server_stats st;
+    *conns = *requests = -1;
+    if (!ddp__supervisor.srv)
+        return;
+    ddp_store_server_get_stats(ddp__supervisor.srv, &st);
+    *conns = (long long)st.conns_accepted;
+    *requests = (long long)st.requests;
 }

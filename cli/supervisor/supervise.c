@@ -256,6 +256,7 @@ static void summarize(int rc)
         .tail = ff ? ff->tail : NULL,
         .ntail = ff ? ff->ntail : 0};
     ddp__wd_startup(&sm.startup_round, &sm.formed_s, &sm.first_s);
+    ddp__sup_store_counts(&sm.store_conns, &sm.store_requests);
     /* The records first: what could not be written whole goes into summary.json, and the
      * other views' last line says it, summary.json's own failure included. */
     char incomplete[1024];

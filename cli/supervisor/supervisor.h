@@ -202,6 +202,8 @@ void ddp__sup_node_store_addr(int i, char *out, size_t n);
 int ddp__sup_token(const struct ddp_job *job);
 int ddp__sup_publish_agent_port(void);
 void ddp__sup_slot_taken(int i, const char *peer_ip);
+/* The job's own store's connections accepted and requests served so far; -1 without one (etcd). */
+void ddp__sup_store_counts(long long *conns, long long *requests);
 /* The agent port's addresses as node i reaches them, "host:port,..." (its BOOT). */
 void ddp__sup_node_agent_addr(int i, char *out, size_t n);
 /* The address node i is reached at: Slurm's NodeAddr where the node's name is not its address

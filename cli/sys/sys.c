@@ -4,6 +4,7 @@
  * ending every child of a subreaper, and the local address and interface toward a host.
  */
 #include "cli/sys/sys.h"
+#include "common/buf.h"
 #include "common/util.h"
 
 #include <dirent.h>
@@ -443,4 +444,31 @@ int ddp__free_port(void)
                 return p;
         }
     return try_port(0);
+}
+
+int ddp__read_lines(int fd, struct ddp_buf *b, void (*line)(void *arg, const char *s, size_t n),
+                    void *arg)
+{
+    for (;;) {
+        if (ddp_buf_reserve(b, 4096) < 0)
+            return 1;
+        ssize_t r = ddp_read_eintr(fd, b->data + b->len, b->cap - b->len);
+        if (r == -EAGAIN)
+            return 0;
+        if (r > 0)
+            b->len += (size_t)r;
+        char *s, *nl;
+        while ((s = (char *)b->data + b->off), (nl = memchr(s, '\n', ddp_buf_pending(b)))) {
+            line(arg, s, (size_t)(nl - s));
+            b->off += (size_t)(nl - s) + 1;
+        }
+        if (r <= 0 || ddp_buf_pending(b) > 4000) { /* EOF, or a line without end */
+            if (ddp_buf_pending(b))
+                line(arg, (char *)b->data + b->off, ddp_buf_pending(b));
+            b->off = b->len;
+        }
+        ddp_buf_compact(b);
+        if (r <= 0)
+            return 1;
+    }
 }

@@ -73,6 +73,13 @@ struct ddp__child {
 int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const sigset_t *mask,
                      struct ddp__child *out);
 
+/* Reads what waits on fd (a child's stderr, non-blocking) into b and hands each whole line to
+ * line (without its '\n'); a line over 4000 bytes goes in pieces, and at EOF the rest goes out.
+ * 1 at EOF or an error (the caller closes fd), 0 when nothing more waits now. */
+struct ddp_buf;
+int ddp__read_lines(int fd, struct ddp_buf *b, void (*line)(void *arg, const char *s, size_t n),
+                    void *arg);
+
 /* Ends a provisioner's child pid: level 1 SIGTERM to it alone (it takes down what it started
  * where that runs, then leaves), level 2 SIGKILL to its process group. */
 void ddp__end_child(pid_t pid, int level);

@@ -528,6 +528,9 @@ static void write_summary(FILE *f, void *arg)
         fputs("null", f);
     /* The ranks that failed on their own (not those ddprun stopped), each with its own exit
      * code or signal. */
+    if (s->store_requests >= 0)
+        fprintf(f, ",\n \"store\": {\"connections\": %lld, \"requests\": %lld}", s->store_conns,
+                s->store_requests);
     fprintf(f, ",\n \"failed_ranks\": [");
     int nf = 0;
     for (int i = 0; i < s->world; i++) {

@@ -60,6 +60,8 @@ struct ddp__summary {
     double formed_s, first_s;
     /* the records that could not be written whole (cli/view/record.h), "" when none */
     const char *records_incomplete;
+    /* the job's own store: connections it accepted and requests it served; -1 without one */
+    long long store_conns, store_requests;
 };
 
 /* What the status line shows. */

@@ -19,6 +19,10 @@ logdir() { # the one job folder under ddprun-logs
     assert_line "[localhost:$r] env ok rank $r of 4 (local $r of 4, node 0)"
   done
   assert_output --regexp "job envcheck-[0-9]{8}-[0-9]{6}-[0-9a-f]{4} succeeded"
+  # the store counted them: the agent's connection and at least one a rank, and their requests
+  # (each connection's handshake is two)
+  grep -Eq '"store": \{"connections": ([5-9]|[1-9][0-9]+), "requests": ([1-9][0-9]|[1-9][0-9]{2,})\}' "$(logdir)/summary.json" ||
+    { cat "$(logdir)/summary.json"; return 1; }
 }
 
 @test "output is tagged on the console and kept untagged in per-rank logs" {
