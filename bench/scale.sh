@@ -7,8 +7,9 @@
 # until the launcher counts it lost, and until the next round's barrier); a clean stop (SIGINT to
 # ddprun, until it has exited). Everything runs in a PID namespace of its own (unshare --pid
 # --kill-child): whatever is left dies with it.
-# Usage: bench/scale.sh [BUILD] [N...]   (BUILD default build/release; N default 16 64 256 1024;
-#        R=ranks per node, default 2)
+# Usage: bench/scale.sh [BUILD] [N[xR]...]   (BUILD default build/release; N nodes of R ranks, R
+#        default 2; default 16 64 256 1024 256x1 256x8: the launcher's cost grows with nodes, and
+#        with ranks a node only as their store connections do)
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -19,8 +20,7 @@ fi
 cd "$(dirname "$0")/.."
 bench_dirs "${1:-build/release}"
 shift || true
-sizes=${*:-16 64 256 1024}
-R=${R:-2}
+sizes=${*:-16 64 256 1024 256x1 256x8}
 [ -x "$B/ddprun" ] && [ -x "$B/bench/scale_rank" ] || { echo "build $B first (ddprun, bench/scale_rank)" >&2; exit 1; }
 ulimit -n "$(ulimit -Hn)"
 tck=$(getconf CLK_TCK)
@@ -38,10 +38,12 @@ wait_lines() {
   done
 }
 
-echo "| nodes | ranks | all joined s | ranks running s | first barrier s | launcher CPU s | launcher CPU ms/node | launcher RSS MiB | launcher sockets | loss: lost s | loss: next barrier s | stop s |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-for n in $sizes; do
-  d="$T/n$n"
+echo "| nodes | ranks | all joined s | ranks running s | first barrier s | launcher CPU s | launcher CPU ms/node | launcher RSS MiB | launcher sockets | loss: lost s | loss: next barrier s | stop s | store requests | requests/node |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for spec in $sizes; do
+  n=${spec%x*} R=2
+  [ "$spec" = "$n" ] || R=${spec#*x}
+  d="$T/n$spec"
   mkdir -p "$d"
   cd "$d"
   openssl rand -hex 32 >tok
@@ -77,7 +79,7 @@ JOB
     agents+=($!)
   done
   if ! wait_lines out.txt 1 'barrier [0-9]' 900; then
-    echo "| $n | $((n * R)) | | | no barrier (ddprun: $(tail -n1 err.txt)) | | | | | | | |"
+    echo "| $n | $((n * R)) | | | no barrier (ddprun: $(tail -n1 err.txt)) | | | | | | | | | |"
     tail -n 5 err.txt agents.err >&2
     kill -9 "$ddp" "${agents[@]}" 2>/dev/null || true
     continue
@@ -103,11 +105,15 @@ JOB
   kill -INT "$ddp"
   wait "$ddp" 2>/dev/null || true
   stop_s=$(awk -v a="$ts" -v b="$(now_ns)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
-  echo "| $n | $((n * R)) | $joined_s | $running_s | $start_s | $cpu | $per | $rss | $socks | $lost_s | $next_s | $stop_s |"
+  # the job's store: every request it served in the whole run (summary.json)
+  reqs=$(grep -o '"requests": [0-9]*' logs/*/summary.json | grep -o '[0-9]*$')
+  reqs=${reqs:-0}
+  echo "| $n | $((n * R)) | $joined_s | $running_s | $start_s | $cpu | $per | $rss | $socks | $lost_s | $next_s | $stop_s | $reqs | $((reqs / n)) |"
   kill -9 "${agents[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   cd "$T"
 done
 echo
-echo "Seconds from ddprun's start ($R ranks a node, agents started after it by a shell loop); launcher CPU, RSS and"
-echo "sockets: ddprun's own process at the first barrier. All processes share the machine's $(nproc) CPUs."
+echo "Seconds from ddprun's start (agents started after it by a shell loop); launcher CPU, RSS and"
+echo "sockets: ddprun's own process at the first barrier; store requests: the whole run's. All processes share"
+echo "the machine's $(nproc) CPUs."
