@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -35,12 +36,13 @@ static struct {
     struct ddp_loop *loop;
     int lfd, port;
     const char *token; /* the launcher's (a takeover restores the job's after the start) */
+    int spare;         /* a descriptor kept to give up when none is left (on_accept) */
     struct ddp__dialin_cb cb;
     struct pend *p[DDP__DIALIN_PENDING];
     size_t np;
     struct ddp__dialin_stats st;
     struct ddp_log_limit lim;
-} D = {.lfd = -1};
+} D = {.lfd = -1, .spare = -1};
 
 static void drop(struct pend *c, bool close_fd)
 {
@@ -178,8 +180,22 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         int c = accept4(fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0 && (errno == EMFILE || errno == ENFILE) && D.spare >= 0) {
+            /* Out of descriptors: the connection would stay queued and the listener readable,
+             * the loop spinning. The spare descriptor lets it be taken and closed at once. */
+            close(D.spare);
+            c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0)
+                close(c);
+            D.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            D.st.dropped_busy++;
+            DDP_WARN_LIMITED(&D.lim, SUP,
+                             "agent port: out of file descriptors; closing a connection at once");
+            if (c >= 0)
+                continue;
+        }
         if (c < 0)
-            return; /* EAGAIN, or out of descriptors: the next round tries again */
+            return; /* EAGAIN: the next one comes with the next event */
         D.st.accepted++;
         char ip[INET6_ADDRSTRLEN] = "?";
         int port = 0;
@@ -261,6 +277,7 @@ int ddp__dialin_start(struct ddp_loop *loop, const char *host, int port, const c
     }
     D.loop = loop;
     D.cb = *cb;
+    D.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
     D.token = token;
     if (ddp_loop_add(loop, D.lfd, DDP_LOOP_READ, on_accept, NULL) < 0) {
         ddp__dialin_stop();
@@ -291,4 +308,7 @@ void ddp__dialin_stop(void)
     D.lfd = -1;
     D.port = 0;
     D.token = NULL;
+    if (D.spare >= 0)
+        close(D.spare);
+    D.spare = -1;
 }
