@@ -20,8 +20,7 @@ int main(void)
     char name[64];
     snprintf(name, sizeof(name), "scale/start/%s", round ? round : "0"); /* a round's own */
     struct ddp_store *s = NULL;
-    if (ddp_store_connect_env(120000, &s) < 0 ||
-        ddp_store_barrier(s, name, atoi(ws), 600000) < 0) {
+    if (ddp_store_connect_env(120000, &s) < 0 || ddp_store_barrier(s, name, atoi(ws), 600000) < 0) {
         fprintf(stderr, "scale_rank %s: no barrier\n", rs);
         return 1;
     }

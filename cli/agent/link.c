@@ -212,32 +212,31 @@ static int join_dial(const char *hostport, const char *token_file)
     return fd;
 }
 
-int ddp__link_init_join(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version,
-                        const char *hostport, const char *token_file)
+/* What both starts of a link set up before dialling. */
+static void link_setup(struct ddp_loop *loop, const struct ddp__link_cb *cb)
 {
     K.loop = loop;
     K.cb = *cb;
-    K.external = true;
     ddp_buf_init(&K.hello);
     ddp_buf_init(&K.held);
     ddp_buf_init(&K.unacked);
     ddp_buf_init(&K.raw);
     ddp_timer_init(&K.expire, on_gone);
     ddp_timer_init(&K.fail, on_gone);
+}
+
+int ddp__link_init_join(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version,
+                        const char *hostport, const char *token_file)
+{
+    link_setup(loop, cb);
+    K.external = true;
     int fd = join_dial(hostport, token_file);
     return fd < 0 ? -1 : ddp__link_attach(fd, version);
 }
 
 int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const char *version)
 {
-    K.loop = loop;
-    K.cb = *cb;
-    ddp_buf_init(&K.hello);
-    ddp_buf_init(&K.held);
-    ddp_buf_init(&K.unacked);
-    ddp_buf_init(&K.raw);
-    ddp_timer_init(&K.expire, on_gone);
-    ddp_timer_init(&K.fail, on_gone);
+    link_setup(loop, cb);
     int fd = boot_and_dial();
     return fd < 0 ? -1 : ddp__link_attach(fd, version);
 }

@@ -65,9 +65,7 @@ static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     (void)loop;
     (void)mask;
     struct ddp__node_step *s = arg;
-    char buf[4096];
-    ssize_t r = ddp_read_eintr(fd, buf, sizeof(buf));
-    if (r == 0 || (r < 0 && r != -EAGAIN))
+    if (ddp__drain(fd))
         close_fd(s->owner, &s->ch.out_fd, true);
 }
 

@@ -27,8 +27,8 @@
     "the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; "           \
     "`ddprun doctor` compares them)"
 
-/* A slot of launcher: external ended (its link, or the launcher gave it up): told from the loop,
- * as a reaped process is. */
+/* A node without a process of its own (an external slot, an srun step's member) ended: its link,
+ * or the launcher gave it up. Told from the loop, as a reaped process is. */
 static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
@@ -343,9 +343,7 @@ static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     (void)loop;
     (void)mask;
     struct ddp__node_proc *p = arg;
-    char buf[4096];
-    ssize_t r = ddp_read_eintr(fd, buf, sizeof(buf));
-    if (r == 0 || (r < 0 && r != -EAGAIN))
+    if (ddp__drain(fd))
         close_fd(p->owner, &p->ch.out_fd, true);
 }
 

@@ -472,3 +472,10 @@ int ddp__read_lines(int fd, struct ddp_buf *b, void (*line)(void *arg, const cha
             return 1;
     }
 }
+
+bool ddp__drain(int fd)
+{
+    char buf[4096];
+    ssize_t r = ddp_read_eintr(fd, buf, sizeof(buf));
+    return r == 0 || (r < 0 && r != -EAGAIN);
+}

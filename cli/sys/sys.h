@@ -77,6 +77,9 @@ int ddp__spawn_piped(const char *prog, char *const argv[], int pdeathsig, const 
  * line (without its '\n'); a line over 4000 bytes goes in pieces, and at EOF the rest goes out.
  * 1 at EOF or an error (the caller closes fd), 0 when nothing more waits now. */
 struct ddp_buf;
+/* Reads and drops what waits on fd (a child's stdout nothing is expected on): true at its end or
+ * an error (the caller closes fd). */
+bool ddp__drain(int fd);
 int ddp__read_lines(int fd, struct ddp_buf *b, void (*line)(void *arg, const char *s, size_t n),
                     void *arg);
 
