@@ -18,6 +18,7 @@
  */
 #include "cli/agent/rank_env.h"
 #include "cli/agent/guard.h"
+#include "cli/agent/fanout.h"
 #include "cli/agent/link.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/agent/agent.h"
@@ -77,7 +78,8 @@ struct agent {
     struct ddp__agent_join join;
     struct ddp__agent_start st;
     bool have_join, have_start, stopping, exiting;
-    bool hello;                      /* the launcher on the link said HELLO (agent_proto.h) */
+    bool leaving; /* exiting once the SSH bridges of the nodes below end (cli/agent/fanout.h) */
+    bool hello;   /* the launcher on the link said HELLO (agent_proto.h) */
     struct ddp__member_lease *lease; /* the node's lease (cli/proto/membership.h), once joined */
     struct ddp__guard *guard;        /* its guard (cli/agent/guard.h), once joined */
     char iface[64];     /* this node's interface toward the store: the ranks' network default */
@@ -109,6 +111,23 @@ static bool send_frame(struct ddp_buf *b, bool output)
     bool sent = ddp__link_send(b, output);
     b->len = b->off = 0;
     return sent;
+}
+
+/* The children a sweep of stragglers leaves: the node's guard, and the SSH bridges of the nodes
+ * below (cli/agent/fanout.h), which end by their nodes' links. */
+static bool spared(pid_t pid)
+{
+    return pid == ddp__guard_pid(A.guard) || ddp__fanout_owns(pid);
+}
+
+static void send_tree(struct ddp_buf *b)
+{
+    send_frame(b, false);
+}
+
+static void stop_loop(void)
+{
+    ddp_loop_stop(A.loop);
 }
 
 static bool send_buf(struct ddp_buf *b)
@@ -238,7 +257,7 @@ static void on_grace(struct ddp_loop *loop, struct ddp_timer *t)
     (void)t;
     /* SIGKILL cannot be aimed at our own group (we are in it): kill each child, and
      * again as orphans reparent to us, until none is left. */
-    if (ddp__kill_children(SIGKILL, ddp__guard_pid(A.guard)) > 0)
+    if (ddp__kill_children(SIGKILL, spared) > 0)
         ddp_timer_start(loop, &A.grace, 20);
 }
 
@@ -316,7 +335,7 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     if (A.unreported > 0)
         return;
     /* Stragglers the workers left behind are part of the job too. */
-    ddp__sweep_children(ddp__guard_pid(A.guard));
+    ddp__sweep_children(spared);
     if (A.have_start) {
         struct ddp_buf b;
         ddp_buf_init(&b);
@@ -337,7 +356,9 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
         /* A clean exit: the lease goes now rather than at its expiry. */
         MEMBERSHIP->leave(A.lease, true);
         A.lease = NULL;
-        ddp_loop_stop(A.loop);
+        /* the nodes this one started over SSH end on their own links first */
+        if (!A.leaving && !(A.leaving = ddp__fanout_end(stop_loop)))
+            ddp_loop_stop(A.loop);
     }
 }
 
@@ -789,8 +810,11 @@ static void on_frames(int fd)
             if (ddp_rd_u8(&rd, &sig) == 0 && (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP))
                 forward_signal(sig);
         } else {
-            fprintf(stderr, "ddprun agent: unexpected frame %u from the launcher\n", type);
-            goto protocol_error;
+            int t = ddp__fanout_frame(type, body, len); /* the SSH tree's, cli/agent/fanout.h */
+            if (t == 0)
+                fprintf(stderr, "ddprun agent: unexpected frame %u from the launcher\n", type);
+            if (t <= 0)
+                goto protocol_error;
         }
     }
     ddp_buf_compact(&A.in);
@@ -809,6 +833,8 @@ static void reap(void)
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
         if (p == ddp__guard_pid(A.guard))
             ddp__guard_reaped(A.guard);
+        if (ddp__fanout_reaped(p, st))
+            continue;
         for (int i = 0; i < A.nw; i++) {
             struct worker *w = &A.w[i];
             if (w->pid != p || w->exited)
@@ -890,12 +916,14 @@ int ddp__cmd_agent(void)
         return DDP_EXIT_LAUNCH;
     }
     A.asker = (struct ddp__dn_asker){.loop = A.loop, .mask = &A.oldmask, .send = send_stacks};
+    ddp__fanout_init(A.loop, send_tree, &A.oldmask);
     ddp_loop_add(A.loop, A.sfd, DDP_LOOP_READ, on_signal, NULL);
     A.rc = 0;
     ddp_loop_run(A.loop);
     int rc = A.rc;
+    ddp__fanout_release();
     if (A.nw > 0) /* left without a clean round end (launch error) */
-        ddp__sweep_children(ddp__guard_pid(A.guard));
+        ddp__sweep_children(spared);
     MEMBERSHIP->leave(A.lease, false);
     ddp__guard_free(A.guard); /* after the heartbeat, which writes to its page */
     ddp__dn_asker_release(&A.asker);

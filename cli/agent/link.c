@@ -32,6 +32,7 @@ static struct {
     struct ddp_buf raw;    /* records read, not yet opened */
     bool stdin_watched;    /* the starting session (stdin) is watched for its end */
     bool external;         /* joined with --join: no session started it */
+    bool below;            /* started by another agent (ssh.fanout): its session may end first */
     int lfd;               /* listening for a new launcher */
     bool waiting;          /* no launcher linked */
     bool gone;             /* told cb.gone */
@@ -148,6 +149,7 @@ static int boot_and_dial(void)
     struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
     int fd = -1;
     if (boot && read_boot(boot) == 0) {
+        K.below = boot->flags & DDP__AW_BOOT_BELOW;
         struct ddp__aw_attach att = {.kind = DDP__AW_PROVISIONED, .node = boot->node};
         snprintf(att.name, sizeof(att.name), "%s", boot->ticket);
         fd = ddp__link_dial(boot->addrs, boot->token, &att);
@@ -244,7 +246,10 @@ int ddp__link_init(struct ddp_loop *loop, const struct ddp__link_cb *cb, const c
 /*
  * The session that started the agent (its stdin: the launcher's pipe, the SSH channel, the
  * srun step) ended: the link ends with it, as when the launcher is gone (the launcher keeps
- * that session open for the agent's life and ends it only after the link).
+ * that session open for the agent's life and ends it only after the link). Not so for an agent
+ * another agent started (ssh.fanout): that one's death ends the session, and must cost one node,
+ * not this one too; the launcher ends this node on its link, and its guard ends it should the
+ * launcher be gone.
  */
 static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
@@ -256,7 +261,9 @@ static void on_stdin(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         return; /* nothing is sent there after BOOT: let it go */
     ddp_loop_del(loop, fd);
     K.stdin_watched = false;
-    if (K.in >= 0 && K.seal.on)
+    if (K.below)
+        DDP_DEBUG(SUP, "agent: the session that started this node ended; its link goes on");
+    else if (K.in >= 0 && K.seal.on)
         shutdown(K.in, SHUT_RDWR); /* the link reads its end next */
 }
 

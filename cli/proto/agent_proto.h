@@ -16,9 +16,10 @@
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
-/* The frames' protocol: 2 since each end says HELLO first, with ERROR (1: the ones before).
- * Raised whenever a frame changes; the ends of a link must speak the same one. */
-#define DDP__AGENT_PROTO 2u
+/* The frames' protocol: 3 since the SSH tree's frames (cli/proto/agent_tree.h); 2 since each
+ * end says HELLO first, with ERROR (1: the ones before). Raised whenever a frame changes; the
+ * ends of a link must speak the same one. */
+#define DDP__AGENT_PROTO 3u
 #define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
 #define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
 

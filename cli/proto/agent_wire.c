@@ -27,7 +27,7 @@
 
 /* ---- BOOT and ATTACH ---- */
 
-static int get_string(struct ddp_rd *r, char *out, size_t n, bool printable)
+int ddp__aw_get_string(struct ddp_rd *r, char *out, size_t n, bool printable)
 {
     const uint8_t *p;
     uint32_t l;
@@ -48,6 +48,8 @@ int ddp__aw_put_boot(struct ddp_buf *b, const struct ddp__aw_boot *x)
     ddp_buf_put_str(b, x->addrs, strlen(x->addrs));
     ddp_buf_put_u32(b, x->node);
     ddp_buf_put_str(b, x->ticket, strlen(x->ticket));
+    if (x->flags)
+        ddp_buf_put_u8(b, x->flags);
     ddp__agent_end(b, pos);
     return b->data ? 0 : DDP_ENOMEM;
 }
@@ -56,10 +58,15 @@ int ddp__aw_get_boot(const uint8_t *body, size_t len, struct ddp__aw_boot *x)
 {
     struct ddp_rd r;
     ddp_rd_init(&r, body, len);
-    if (get_string(&r, x->token, sizeof(x->token), true) < 0 ||
-        get_string(&r, x->addrs, sizeof(x->addrs), true) < 0 || ddp_rd_u32(&r, &x->node) < 0 ||
-        get_string(&r, x->ticket, sizeof(x->ticket), true) < 0 || ddp_rd_left(&r) || !x->token[0] ||
+    if (ddp__aw_get_string(&r, x->token, sizeof(x->token), true) < 0 ||
+        ddp__aw_get_string(&r, x->addrs, sizeof(x->addrs), true) < 0 ||
+        ddp_rd_u32(&r, &x->node) < 0 ||
+        ddp__aw_get_string(&r, x->ticket, sizeof(x->ticket), true) < 0 || !x->token[0] ||
         !x->addrs[0])
+        return DDP_EPROTO;
+    x->flags = 0; /* optional: a BOOT without flags has none */
+    if (ddp_rd_left(&r) && (ddp_rd_u8(&r, &x->flags) < 0 || !x->flags ||
+                            (x->flags & ~DDP__AW_BOOT_BELOW) || ddp_rd_left(&r)))
         return DDP_EPROTO;
     return 0;
 }
@@ -96,16 +103,17 @@ int ddp__aw_get_boot_group(const uint8_t *body, size_t len, const char *host,
     struct ddp_rd r;
     uint32_t n;
     int found = 1;
+    x->flags = 0;
     ddp_rd_init(&r, body, len);
-    if (get_string(&r, x->token, sizeof(x->token), true) < 0 || !x->token[0] ||
+    if (ddp__aw_get_string(&r, x->token, sizeof(x->token), true) < 0 || !x->token[0] ||
         ddp_rd_u32(&r, &n) < 0)
         return DDP_EPROTO;
     for (uint32_t k = 0; k < n; k++) {
         char h[256];
         struct ddp__aw_boot e;
-        if (get_string(&r, h, sizeof(h), true) < 0 || ddp_rd_u32(&r, &e.node) < 0 ||
-            get_string(&r, e.ticket, sizeof(e.ticket), true) < 0 ||
-            get_string(&r, e.addrs, sizeof(e.addrs), true) < 0 || !e.addrs[0])
+        if (ddp__aw_get_string(&r, h, sizeof(h), true) < 0 || ddp_rd_u32(&r, &e.node) < 0 ||
+            ddp__aw_get_string(&r, e.ticket, sizeof(e.ticket), true) < 0 ||
+            ddp__aw_get_string(&r, e.addrs, sizeof(e.addrs), true) < 0 || !e.addrs[0])
             return DDP_EPROTO;
         if (found && strcmp(h, host) == 0) {
             found = 0;
@@ -132,7 +140,7 @@ int ddp__aw_get_attach(const uint8_t *body, size_t len, struct ddp__aw_attach *x
     struct ddp_rd r;
     ddp_rd_init(&r, body, len);
     if (ddp_rd_u8(&r, &x->kind) < 0 || ddp_rd_u32(&r, &x->node) < 0 ||
-        get_string(&r, x->name, sizeof(x->name), true) < 0 || ddp_rd_left(&r) ||
+        ddp__aw_get_string(&r, x->name, sizeof(x->name), true) < 0 || ddp_rd_left(&r) ||
         (x->kind != DDP__AW_PROVISIONED && x->kind != DDP__AW_EXTERNAL) || !x->name[0])
         return DDP_EPROTO;
     return 0;

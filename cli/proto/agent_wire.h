@@ -40,7 +40,8 @@
 /* BOOT (stdin, plain) and ATTACH (the agent's first sealed frame): frame types beside
  * agent_proto.h's. */
 enum {
-    DDP__AG_BOOT = 0x09, /* str token, str addrs ("host:port,..."), u32 node, str ticket */
+    DDP__AG_BOOT = 0x09, /* str token, str addrs ("host:port,..."), u32 node, str ticket
+                            [, u8 flags (DDP__AW_BOOT_*, not 0)] */
     /* the BOOT of the agents of one srun step, who all read it: str token, u32 n, then n x
      * (str host, u32 node, str ticket, str addrs); each agent takes its host's entry */
     DDP__AG_BOOT_GROUP = 0x0A,
@@ -51,11 +52,16 @@ enum ddp__aw_kind {
     DDP__AW_EXTERNAL = 2,    /* started by someone else (`ddprun agent --join`) */
 };
 
+/* BOOT's flags: the agent was started by another agent (ssh.fanout, cli/proto/agent_tree.h),
+ * whose death must not end it: the end of its session (its stdin) leaves its link alone. */
+#define DDP__AW_BOOT_BELOW 1u
+
 struct ddp__aw_boot {
     char token[256];
     char addrs[DDP__AW_ADDRS_MAX];
     uint32_t node;
     char ticket[DDP__AW_TICKET + 1];
+    uint8_t flags;
 };
 int ddp__aw_put_boot(struct ddp_buf *b, const struct ddp__aw_boot *x);
 /* BOOT_GROUP: begun with the token, then one entry per agent, then ended (its count patched). */
@@ -69,6 +75,11 @@ int ddp__aw_get_boot_group(const uint8_t *body, size_t len, const char *host,
                            struct ddp__aw_boot *x);
 /* 0, or DDP_EPROTO (malformed, a string too long or with a NUL). */
 int ddp__aw_get_boot(const uint8_t *body, size_t len, struct ddp__aw_boot *x);
+
+/* A string field of a frame into out (n bytes with its NUL): 0, or DDP_EPROTO (too long, a NUL
+ * in it, or with printable a byte outside '!'..'~'). */
+struct ddp_rd;
+int ddp__aw_get_string(struct ddp_rd *r, char *out, size_t n, bool printable);
 
 struct ddp__aw_attach {
     uint8_t kind;

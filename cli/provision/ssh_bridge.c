@@ -22,6 +22,12 @@
  *
  * A node that cannot be provisioned (unreachable, host key refused, authentication refused,
  * ddprun missing there) is one message naming the node and the cause, and exit status 3.
+ *
+ * In the SSH tree (ssh.fanout, cli/agent/fanout.h) an agent runs the bridges of the nodes below
+ * it, mode "below": the end of its stdin (that agent's death) starts no deadline, as the node
+ * below lives by its own link; the known_hosts it checks is the agent's copy of the launcher's,
+ * named in messages as the launcher's file, and a key accepted under accept-new is also written
+ * on stderr as "ddprun-known-host LINE" for the launcher's file.
  */
 #include "cli/provision/ssh_session.h"
 #include "cli/provision/ssh_session.h"
@@ -114,11 +120,26 @@ static const char *kh_file(const struct ddp__ssh *b, char *buf, size_t n)
     return buf;
 }
 
+/* A key accepted under accept-new by a bridge below (ssh.fanout): recorded in the copy it
+ * checks against, and said as a known_hosts line for the launcher's file. */
+static int record_below(struct ddp__ssh *b, const char *kh)
+{
+    char *entry = NULL;
+    if (ssh_session_update_known_hosts(b->s) != SSH_OK ||
+        ssh_session_export_known_hosts_entry(b->s, &entry) != SSH_OK || !entry)
+        return fail(b, "cannot add the host key of %s to %s: %s", b->host, kh, ssh_get_error(b->s));
+    entry[strcspn(entry, "\r\n")] = '\0';
+    fprintf(stderr, "ddprun-known-host %s\n", entry);
+    ssh_string_free_char(entry);
+    return 0;
+}
+
 static int verify_host(struct ddp__ssh *b)
 {
     b->key_note = "";
     char khb[4096];
-    const char *kh = kh_file(b, khb, sizeof(khb));
+    /* messages name the launcher's file, of which a bridge below checks a copy */
+    const char *kh = b->kh_name && *b->kh_name ? b->kh_name : kh_file(b, khb, sizeof(khb));
     enum ssh_known_hosts_e st = ssh_session_is_known_server(b->s);
     switch (st) {
     case SSH_KNOWN_HOSTS_OK:
@@ -141,6 +162,8 @@ static int verify_host(struct ddp__ssh *b)
                 b->key_note = "new (accept-new will record it)";
                 return 0;
             }
+            if (b->below)
+                return record_below(b, kh);
             if (ssh_session_update_known_hosts(b->s) != SSH_OK)
                 return fail(b, "cannot add the host key of %s to %s: %s", b->host, kh,
                             ssh_get_error(b->s));
@@ -290,10 +313,13 @@ static int pump(struct ddp__ssh *b, int64_t grace_ms)
                 }
             } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
                 /* The launcher closed our stdin: the agent's stdin closes, it stops its ranks,
-                 * and we keep relaying until it has reported and exited. */
+                 * and we keep relaying until it has reported and exited. Below another agent,
+                 * that agent's end says nothing of the node's: its link does, and this relays
+                 * until it ends. */
                 ssh_channel_send_eof(b->ch);
                 in_open = false;
-                deadline = ddp_now_ms() + grace_ms + BRIDGE_SLACK_MS;
+                if (!b->below)
+                    deadline = ddp_now_ms() + grace_ms + BRIDGE_SLACK_MS;
             }
         }
     }
@@ -377,11 +403,11 @@ int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char
     return n < 0 ? -1 : 0;
 }
 
-/* argv: host port user identity known_hosts strict remote_ddprun grace_ms agent_args detach
- * ("" = unset) */
+/* argv: host port user identity known_hosts strict remote_ddprun grace_ms agent_args mode
+ * [known_hosts_name] ("" = unset) */
 int ddp__cmd_ssh_bridge(int argc, char **argv)
 {
-    if (argc != 12) {
+    if (argc != 12 && argc != 13) {
         fprintf(stderr, "ddprun: __ssh-bridge is internal to ddprun\n");
         return DDP_EXIT_USAGE;
     }
@@ -392,7 +418,9 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
                          .known_hosts = argv[6],
                          .strict = argv[7],
                          .remote = argv[8],
-                         .detach = strcmp(argv[11], "detach") == 0};
+                         .detach = strcmp(argv[11], "detach") == 0,
+                         .below = strcmp(argv[11], "below") == 0,
+                         .kh_name = argc > 12 ? argv[12] : NULL};
     int rc;
     char cmd[8192];
     struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: poll returns */

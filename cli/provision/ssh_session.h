@@ -11,9 +11,13 @@ enum ddp__ssh_stage { DDP__SSH_CONNECT, DDP__SSH_HOSTKEY, DDP__SSH_AUTH, DDP__SS
 struct ddp__ssh {
     const char *host, *user, *identity, *known_hosts, *strict, *remote; /* "" or NULL: unset */
     int port;
-    bool quiet;                /* keep errors in err only */
-    bool dry_run;              /* accept-new: report a new key without recording it */
-    bool detach;               /* the bridge: the agent may outlive the launcher */
+    bool quiet;   /* keep errors in err only */
+    bool dry_run; /* accept-new: report a new key without recording it */
+    bool detach;  /* the bridge: the agent may outlive the launcher */
+    /* the bridge of an agent started by another (ssh.fanout): its stdin's end (that agent's)
+     * leaves the node running, and known_hosts is a copy of kh_name, the launcher's */
+    bool below;
+    const char *kh_name;
     enum ddp__ssh_stage stage; /* how far ddp__ssh_open got */
     const char *key_note;      /* "" or what was special about the host key */
     char err[1024];
@@ -38,7 +42,8 @@ int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char
 void ddp__ssh_close(struct ddp__ssh *b);
 
 /* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
- * GRACE_MS`: a node agent on another host, reached over SSH (cli/provision/ssh_bridge.c). */
+ * GRACE_MS AGENT_ARGS MODE [KNOWN_HOSTS_NAME]` (MODE "", "detach" or "below"): a node agent on
+ * another host, reached over SSH (cli/provision/ssh_bridge.c). */
 int ddp__cmd_ssh_bridge(int argc, char **argv);
 
 #endif

@@ -71,6 +71,9 @@ struct ddp_job {
     char *ssh_user, *ssh_identity, *ssh_known_hosts, *ssh_strict;
     char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;
+    /* the launcher starts this many SSH nodes itself, and each agent as many below it
+     * (ddp__job_ssh_parent) */
+    int ssh_fanout;
     bool srun; /* launcher: agents on remote nodes start as srun steps (else over SSH) */
     /* launcher: external: the agents are started by someone else and join (`ddprun agent
      * --join`); nodes holds nnodes slots, each host a buffer of DDP__EXTERNAL_NAME bytes that
@@ -152,6 +155,10 @@ int64_t ddp__parse_duration_ms(const char *s);
 
 /* True for the hosts ddprun starts locally without SSH. */
 bool ddp__job_host_is_local(const char *host);
+/* The SSH tree (ssh.fanout: K): the SSH nodes in the job's order, the first K started by the
+ * launcher, the next K*K by them (K each, in order), and so on. Node i's parent there, the index
+ * of the node whose agent starts it; -1 where the launcher does (or i is not an SSH node). */
+int ddp__job_ssh_parent(const struct ddp_job *j, size_t i);
 /* The first node reached over SSH, or NULL for a local job. */
 const char *ddp__job_first_remote(const struct ddp_job *j);
 /* Where the store listens: rendezvous.listen, or for auto loopback on a local job and every

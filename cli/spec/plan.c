@@ -194,14 +194,22 @@ static bool print_top_custom(FILE *f, const struct ddp_job *j, int id)
         return true;
     case DDP_K_NODES:
         fprintf(f, "%s:\n", DDP_KEY(NODES));
-        for (size_t i = 0; i < j->nnodes; i++)
+        for (size_t i = 0; i < j->nnodes; i++) {
+            int up = ddp__job_ssh_parent(j, i); /* the SSH tree (ssh.fanout) */
             if (j->nodes[i].slots)
-                fprintf(f, "  - {%s: %s, %s: %d}\n", ddp__key_name(DDP_K_NODES_HOST),
+                fprintf(f, "  - {%s: %s, %s: %d}", ddp__key_name(DDP_K_NODES_HOST),
                         j->nodes[i].host, ddp__key_name(DDP_K_NODES_SLOTS), j->nodes[i].slots);
             else
-                fprintf(f, "  - {%s: %s, %s: %s}   # counted there by its agent\n",
-                        ddp__key_name(DDP_K_NODES_HOST), j->nodes[i].host,
-                        ddp__key_name(DDP_K_NODES_SLOTS), kind);
+                fprintf(f, "  - {%s: %s, %s: %s}", ddp__key_name(DDP_K_NODES_HOST),
+                        j->nodes[i].host, ddp__key_name(DDP_K_NODES_SLOTS), kind);
+            if (!j->nodes[i].slots || up >= 0)
+                fprintf(f, "   #");
+            if (!j->nodes[i].slots)
+                fprintf(f, " counted there by its agent%s", up >= 0 ? ";" : "");
+            if (up >= 0)
+                fprintf(f, " started over SSH by the agent on %s", j->nodes[up].host);
+            fputc('\n', f);
+        }
         return true;
     case DDP_K_NPROC_PER_NODE:
         if (j->nproc_kind)

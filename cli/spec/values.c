@@ -209,6 +209,25 @@ bool ddp__job_host_is_local(const char *host)
            strcmp(host, "::1") == 0;
 }
 
+int ddp__job_ssh_parent(const struct ddp_job *j, size_t i)
+{
+    /* agents that wait for a new launcher (an etcd job's takeover) are each started by it */
+    if (j->external || j->srun || j->ssh_fanout < 1 || i >= j->nnodes ||
+        (j->rdzv_etcd && j->takeover_ms > 0) || ddp__job_host_is_local(j->nodes[i].host))
+        return -1;
+    size_t pos = 0; /* i's place among the SSH nodes */
+    for (size_t k = 0; k < i; k++)
+        pos += !ddp__job_host_is_local(j->nodes[k].host);
+    size_t fan = (size_t)j->ssh_fanout;
+    if (pos < fan)
+        return -1;
+    size_t want = (pos - fan) / fan; /* the parent's place among them */
+    for (size_t k = 0; k < j->nnodes; k++)
+        if (!ddp__job_host_is_local(j->nodes[k].host) && want-- == 0)
+            return (int)k;
+    return -1;
+}
+
 const char *ddp__job_first_remote(const struct ddp_job *j)
 {
     for (size_t i = 0; i < j->nnodes; i++)

@@ -27,8 +27,9 @@
     "the same ddprun must run on every node (ssh.remote_ddprun names the one over SSH; "           \
     "`ddprun doctor` compares them)"
 
-/* A node without a process of its own (an external slot, an srun step's member) ended: its link,
- * or the launcher gave it up. Told from the loop, as a reaped process is. */
+/* A node without a process of its own (an external slot, an srun step's member, a node started
+ * below another) ended: its link, or the launcher gave it up. Told from the loop, as a reaped
+ * process is. */
 static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
 {
     (void)loop;
@@ -43,21 +44,8 @@ static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
     ddp_buf_release(&p->txq);
     ddp_buf_release(&p->join);
     ddp__seal_wipe(&p->seal);
-    n->cb.ended(n->cb.arg, p->index, 0);
-}
-
-/* Ends a node without a process of its own (an external slot, an srun step's member): its link
- * closes (its agent stops), and its end is told. */
-static void link_end(struct ddp__nodes *n, int i)
-{
-    struct ddp__node_proc *p = &n->p[i];
-    if (p->link >= 0) {
-        ddp_loop_del(n->loop, p->link);
-        close(p->link);
-        p->link = -1;
-    }
-    if (p->slot_held && !ddp_timer_armed(&p->fin))
-        ddp_timer_start(n->loop, &p->fin, 0);
+    ddp__nodes_tree_gone(n, p->index);
+    n->cb.ended(n->cb.arg, p->index, p->fin_st);
 }
 
 int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
@@ -66,6 +54,7 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
     memset(n, 0, sizeof(*n));
     n->loop = loop;
     n->job = job;
+    n->kh_gen = 1;
     n->ctx = *ctx;
     n->cb = *cb;
     if (!(n->p = calloc(job->nnodes, sizeof(*n->p))))
@@ -77,6 +66,7 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
         n->p[i].ch.in_fd = n->p[i].ch.out_fd = n->p[i].ch.err_fd = -1;
         n->p[i].link = -1;
         n->p[i].step = -1;
+        n->p[i].parent = -1;
         n->p[i].external = n->p[i].prov == &ddp__prov_external;
         n->p[i].grouped = n->p[i].prov->start_group != NULL;
         ddp_timer_init(&n->p[i].fin, on_fin);
@@ -117,18 +107,6 @@ void ddp__nodes_release(struct ddp__nodes *n)
     n->p = NULL;
 }
 
-/* A frame to agent i: on its link, or kept until it dials back. */
-static void send_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
-{
-    struct ddp__node_proc *p = &n->p[i];
-    if (p->link >= 0) {
-        if (ddp__aw_write(p->link, &p->seal, b->data, b->len) < 0)
-            shutdown(p->link, SHUT_WR); /* the agent is gone; its reaping tells the rest */
-    } else if ((p->ch.pid > 0 || p->slot_held) && !p->linked) {
-        ddp_buf_put(&p->txq, b->data, b->len);
-    }
-}
-
 /* The OUTPUT frames handed over (shown) or dropped for good: the agent need not keep them for
  * a next launcher. */
 static void send_ack(struct ddp__nodes *n, int i)
@@ -141,7 +119,7 @@ static void send_ack(struct ddp__nodes *n, int i)
     size_t pos = ddp__agent_begin(&b, DDP__AG_ACK);
     ddp_buf_put_u64(&b, p->outputs);
     ddp__agent_end(&b, pos);
-    send_frame(n, i, &b);
+    ddp__nodes_send(n, i, &b);
     ddp_buf_release(&b);
     p->acked = p->outputs;
 }
@@ -286,6 +264,8 @@ static void parse_frames(struct ddp__nodes *n, int i)
             }
             continue;
         }
+        if (ddp__nodes_tree_frame(n, i, type, body, len))
+            continue; /* the SSH tree's (cli/supervisor/node_tree.c) */
         n->cb.frame(n->cb.arg, i, type, body, len);
         p->outputs += ddp__agent_acked(type);
     }
@@ -330,9 +310,9 @@ static void on_link(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     (void)fd;
     (void)mask;
     struct ddp__node_proc *p = arg;
-    if (read_frames(p->owner, p->index) < 0 && (p->external || p->grouped)) {
+    if (read_frames(p->owner, p->index) < 0 && p->slot_held) {
         p->via_link = true;
-        link_end(p->owner, p->index); /* its agent is gone: nothing else will say so */
+        ddp__nodes_link_end(p->owner, p->index); /* its agent is gone: nothing else will say so */
     }
 }
 
@@ -366,7 +346,7 @@ bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
     struct ddp__node_proc *p = &n->p[a->node];
     /* the ticket is 32 hex digits: compared in constant time */
     unsigned diff = strlen(a->name) != DDP__AW_TICKET ||
-                    (p->ch.pid <= 0 && !(p->grouped && p->slot_held && !p->pending)) || p->linked;
+                    (p->ch.pid <= 0 && !(p->slot_held && !p->pending && !p->external)) || p->linked;
     for (size_t k = 0; k < DDP__AW_TICKET && a->name[k]; k++)
         diff |= (unsigned)(a->name[k] ^ p->ticket[k]);
     if (diff) {
@@ -496,11 +476,15 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
         return -1;
     for (size_t k = 0; k < sizeof(t); k++)
         snprintf(p->ticket + 2 * k, 3, "%02x", t[k]);
-    p->linked = false;
+    p->linked = p->below = false;
+    p->fin_st = 0;
     if (p->external)
         return ddp__nodes_hold_slot(n, i, join);
     if (p->grouped)
         return ddp__nodes_hold_member(n, i, join);
+    int r = ddp__nodes_tree_start(n, i, join); /* through the agent of a node above it */
+    if (r <= 0)
+        return r;
     if (p->prov->start(n->job, (size_t)i, &n->ctx, &p->ch) < 0)
         return -1;
     ddp_buf_init(&p->rx);
@@ -508,22 +492,12 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     ddp_buf_init(&p->lraw);
     ddp_buf_init(&p->txq);
     /* BOOT: where to dial back and what to prove; the only frame on the agent's stdin */
-    struct ddp__aw_boot *boot = calloc(1, sizeof(*boot));
     struct ddp_buf bb;
     ddp_buf_init(&bb);
-    if (boot) {
-        snprintf(boot->token, sizeof(boot->token), "%s", n->cb.token);
-        n->cb.dial_addrs(n->cb.arg, i, boot->addrs, sizeof(boot->addrs));
-        boot->node = (uint32_t)i;
-        memcpy(boot->ticket, p->ticket, sizeof(p->ticket));
-    }
-    if (!boot || ddp__aw_put_boot(&bb, boot) < 0 || ddp_write_all(p->ch.in_fd, bb.data, bb.len) < 0)
+    if (ddp__nodes_boot(n, i, 0, &bb) < 0 || ddp_write_all(p->ch.in_fd, bb.data, bb.len) < 0)
         close_fd(n, &p->ch.in_fd, false); /* the agent sees no BOOT and says so */
     explicit_bzero(bb.data, bb.len);
     ddp_buf_release(&bb);
-    if (boot)
-        explicit_bzero(boot, sizeof(*boot));
-    free(boot);
     p->outputs = p->acked = p->held_dropped = 0;
     ddp_buf_release(&p->held);
     p->holding = !join;
@@ -533,12 +507,12 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     struct ddp_buf b;
     ddp_buf_init(&b);
     if (ddp__agent_put_hello(&b, DDP__AG_HELLO, DDP_VERSION, NULL, 0) == 0)
-        send_frame(n, i, &b); /* first, before JOIN or what a rejoined agent is told */
+        ddp__nodes_send(n, i, &b); /* first, before JOIN or what a rejoined agent is told */
     ddp_buf_release(&b);
     if (join) {
         ddp_buf_init(&b);
         if (ddp__agent_put_join(&b, join) == 0)
-            send_frame(n, i, &b);
+            ddp__nodes_send(n, i, &b);
         explicit_bzero(b.data, b.len); /* it holds the token */
         ddp_buf_release(&b);
     }
@@ -550,7 +524,7 @@ void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent
     struct ddp_buf b;
     ddp_buf_init(&b);
     if (ddp__agent_put_start(&b, st) == 0)
-        send_frame(n, i, &b);
+        ddp__nodes_send(n, i, &b);
     explicit_bzero(b.data, b.len);
     ddp_buf_release(&b);
 }
@@ -563,7 +537,7 @@ void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig)
     ddp_buf_put_u64(&b, grace_ms);
     ddp_buf_put_u8(&b, (uint8_t)sig);
     ddp__agent_end(&b, pos);
-    send_frame(n, i, &b);
+    ddp__nodes_send(n, i, &b);
     ddp_buf_release(&b);
 }
 
@@ -574,7 +548,7 @@ void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig)
     size_t pos = ddp__agent_begin(&b, DDP__AG_SIGNAL);
     ddp_buf_put_u8(&b, (uint8_t)sig);
     ddp__agent_end(&b, pos);
-    send_frame(n, i, &b);
+    ddp__nodes_send(n, i, &b);
     ddp_buf_release(&b);
 }
 
@@ -588,7 +562,7 @@ void ddp__nodes_stacks(struct ddp__nodes *n, int i, uint32_t req, const int *loc
     for (int k = 0; k < nlocal; k++)
         ddp_buf_put_u32(&b, (uint32_t)local[k]);
     ddp__agent_end(&b, pos);
-    send_frame(n, i, &b);
+    ddp__nodes_send(n, i, &b);
     ddp_buf_release(&b);
 }
 
@@ -598,7 +572,7 @@ void ddp__nodes_close(struct ddp__nodes *n, int i)
     ddp_buf_init(&b);
     size_t pos = ddp__agent_begin(&b, DDP__AG_BYE);
     ddp__agent_end(&b, pos);
-    send_frame(n, i, &b);
+    ddp__nodes_send(n, i, &b);
     ddp_buf_release(&b);
     if (n->p[i].link >= 0)
         shutdown(n->p[i].link, SHUT_WR); /* the end of its frames: it exits */
@@ -611,11 +585,13 @@ void ddp__nodes_close(struct ddp__nodes *n, int i)
 
 void ddp__nodes_end(struct ddp__nodes *n, int i, int level)
 {
-    if (n->p[i].external)
-        link_end(n, i);
+    if (n->p[i].below && n->p[i].slot_held)
+        ddp__nodes_tree_end(n, i, level);
+    else if (n->p[i].external)
+        ddp__nodes_link_end(n, i);
     else if (n->p[i].grouped) {
         if (n->p[i].slot_held)
-            link_end(n, i);
+            ddp__nodes_link_end(n, i);
         ddp__nodes_steps_end(n, n->p[i].step, level); /* the last of its step: the step ends */
     } else if (n->p[i].ch.pid > 0)
         n->p[i].prov->end(n->p[i].ch.pid, level);
@@ -639,7 +615,7 @@ void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining
 {
     if (n->p[i].refused[0])
         snprintf(buf, len, "its agent %s", n->p[i].refused);
-    else if (n->p[i].grouped && n->p[i].via_link)
+    else if ((n->p[i].grouped || n->p[i].below) && n->p[i].via_link)
         ddp__prov_external.describe(st, joining, buf, len);
     else
         n->p[i].prov->describe(st, joining, buf, len);
@@ -658,7 +634,7 @@ int ddp__nodes_flush(struct ddp__nodes *n)
         for (size_t k = i; k < n->job->nnodes; k++) /* not started: they end */
             if (n->p[k].grouped && n->p[k].pending && n->job->nodes[k].cpus == cpus) {
                 n->p[k].pending = false;
-                link_end(n, (int)k);
+                ddp__nodes_link_end(n, (int)k);
             }
     }
     return rc;
@@ -709,6 +685,7 @@ bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st)
         ddp_buf_release(&p->lraw);
         ddp_buf_release(&p->txq);
         p->ch.pid = 0;
+        ddp__nodes_tree_gone(n, (int)k);
         n->cb.ended(n->cb.arg, (int)k, st);
         return true;
     }

@@ -61,6 +61,12 @@ struct ddp__node_proc {
      * it ended by its link's end, not its step's. */
     bool grouped, pending, via_link;
     int step;
+    /* Started by the agent of node parent over SSH (ssh.fanout, cli/supervisor/node_tree.c),
+     * held as a slot is; fin_st: how it ended (its bridge's status there, 0 by its link).
+     * kh_sent: the known_hosts generation its agent has, to hand down to the nodes below it. */
+    bool below;
+    int parent, fin_st;
+    unsigned kh_sent;
     struct ddp_buf join;
     struct ddp_timer fin;
     struct ddp_buf rx, erx;
@@ -92,6 +98,7 @@ struct ddp__nodes {
     struct ddp__node_proc *p; /* one per node of the job */
     struct ddp__node_step *steps;
     size_t nsteps;
+    unsigned kh_gen; /* of the launcher's known_hosts: 1, and one more per key added below */
 };
 
 int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct ddp_job *job,
@@ -160,6 +167,23 @@ bool ddp__nodes_reaped(struct ddp__nodes *n, pid_t pid, int st);
  * when pid is none); step s ended at level when none of its members is left; whether some step
  * still runs; the steps let go. */
 int ddp__nodes_steps_start(struct ddp__nodes *n, int cpus);
+/* cli/supervisor/node_link.c, for nodes.c and node_tree.c: a frame to agent i (on its link, or
+ * kept until it dials back); node i's link closed and, for a node without a process of its own,
+ * its end told from the loop (fin); BOOT for node i's agent, with flags (DDP__AW_BOOT_*), into
+ * out (0, or -1 with errno). */
+void ddp__nodes_send(struct ddp__nodes *n, int i, const struct ddp_buf *b);
+void ddp__nodes_link_end(struct ddp__nodes *n, int i);
+int ddp__nodes_boot(struct ddp__nodes *n, int i, uint8_t flags, struct ddp_buf *out);
+/* cli/supervisor/node_tree.c, for nodes.c (which it never calls): starts node i through the agent
+ * of its parent in the SSH tree (0), or says it starts as usual (1: not a node of the tree, or no
+ * node above it runs), or -1 with errno; a frame of the tree's from node i's agent (true: taken);
+ * node i ended at level (its parent ends its bridge); node i ended, and what it started below it
+ * that never dialled back ends with it (the others live on, by their links). */
+int ddp__nodes_tree_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
+bool ddp__nodes_tree_frame(struct ddp__nodes *n, int i, uint8_t type, const uint8_t *body,
+                           size_t len);
+void ddp__nodes_tree_end(struct ddp__nodes *n, int i, int level);
+void ddp__nodes_tree_gone(struct ddp__nodes *n, int i);
 /* Node i held for an agent yet to dial back: a slot of launcher: external (HELLO waits in txq,
  * JOIN's body in join until the agent's name is known), or a member of a step to start (HELLO and
  * JOIN in txq). 0, or -1 with errno. */

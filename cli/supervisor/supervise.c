@@ -751,7 +751,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     if (ddp__supervisor.world == 0 && rc == DDP_EXIT_OK)
         rc = DDP_EXIT_LAUNCH;
     /* Anything still parented to us is an orphan of the job. */
-    ddp__sweep_children(0);
+    ddp__sweep_children(NULL);
     ddp__con_clear(&ddp__supervisor.con);
     ddp__sup_event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc,
                    "reason", rc ? ddp__supervisor.fatal : NULL, NULL);

@@ -44,9 +44,10 @@ void ddp__block_job_signals(sigset_t *set, sigset_t *old)
 
 /*
  * Calls fn(pid, arg) for every direct child of this process, in all its threads' lists
- * (orphans that reparent to a subreaper land there too), but spare. Returns how many.
+ * (orphans that reparent to a subreaper land there too), but those spare says to spare.
+ * Returns how many.
  */
-static int each_child(pid_t spare, void (*fn)(pid_t pid, void *arg), void *arg)
+static int each_child(bool (*spare)(pid_t), void (*fn)(pid_t pid, void *arg), void *arg)
 {
     char path[320], buf[16384];
     int n = 0;
@@ -69,7 +70,7 @@ static int each_child(pid_t spare, void (*fn)(pid_t pid, void *arg), void *arg)
         char *save = NULL;
         for (char *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
             pid_t pid = (pid_t)atoi(t);
-            if (pid <= 0 || pid == spare)
+            if (pid <= 0 || (spare && spare(pid)))
                 continue;
             fn(pid, arg);
             n++;
@@ -90,12 +91,12 @@ static void reap_one(pid_t pid, void *arg)
     waitpid(pid, NULL, WNOHANG);
 }
 
-int ddp__kill_children(int sig, pid_t spare)
+int ddp__kill_children(int sig, bool (*spare)(pid_t))
 {
     return each_child(spare, signal_one, &sig);
 }
 
-void ddp__sweep_children(pid_t spare)
+void ddp__sweep_children(bool (*spare)(pid_t))
 {
     while (ddp__kill_children(SIGKILL, spare) > 0) {
         /* Each by its pid: the spared child's status is its owner's to read. */

@@ -22,12 +22,13 @@ enum ddp_exit {
 /* Blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 (to be read from a signalfd
  * made from *set) in the calling thread, saving the old mask in *old, and ignores SIGPIPE. */
 void ddp__block_job_signals(sigset_t *set, sigset_t *old);
-/* Signals every direct child of this process (orphans of a subreaper included) but spare (0:
- * none); returns how many. */
-int ddp__kill_children(int sig, pid_t spare);
-/* SIGKILLs and reaps every child but spare (the node agent's guard, cli/agent/guard.h), again
- * as orphans reparent to this subreaper, until none is left. */
-void ddp__sweep_children(pid_t spare);
+/* Signals every direct child of this process (orphans of a subreaper included) but those spare
+ * is true of (spare NULL: none); returns how many. */
+int ddp__kill_children(int sig, bool (*spare)(pid_t));
+/* SIGKILLs and reaps every child but those spare is true of (the node agent's guard,
+ * cli/agent/guard.h, and its SSH bridges, cli/agent/fanout.h), again as orphans reparent to
+ * this subreaper, until none is left. */
+void ddp__sweep_children(bool (*spare)(pid_t));
 /* The local address the kernel would use to reach host (no packet is sent); 0 or -1. */
 int ddp__route_source(const char *host, char *out, size_t n);
 /* A TCP port free now on every address of this machine, for rank 0's own TCPStore

@@ -10,8 +10,11 @@
  *      socket delivers them; with any one byte changed they do not open
  *   4  a BOOT_GROUP body, as every agent of an srun step parses it: an entry found is one of
  *      the group's, built again it parses to the same
+ *   5  the SSH tree's frames (cli/proto/agent_tree.c), as an agent and the launcher parse them:
+ *      SPAWN encodes back to exactly its bytes, the others parse within the bytes
  */
 #include "cli/proto/agent_proto.h"
+#include "cli/proto/agent_tree.h"
 #include "cli/proto/agent_wire.h"
 #include "common/buf.h"
 
@@ -134,11 +137,35 @@ static void boot_group(const uint8_t *d, size_t n)
     free(y);
 }
 
+static void tree(const uint8_t *d, size_t n)
+{
+    struct ddp__spawn *sp = calloc(1, sizeof(*sp));
+    if (sp && ddp__tree_get_spawn(d, n, sp) == 0) {
+        struct ddp_buf b;
+        ddp_buf_init(&b);
+        if (ddp__tree_put_spawn(&b, sp) != 0 || b.len != n + 5 || memcmp(b.data + 5, d, n) != 0)
+            abort();
+        ddp_buf_release(&b);
+    }
+    free(sp);
+    uint32_t node, sl;
+    const uint8_t *s;
+    uint8_t level;
+    int32_t st;
+    if (ddp__tree_get_node_str(d, n, &node, &s, &sl) == 0 && (s + sl > d + n || memchr(s, 0, sl)))
+        abort();
+    if (ddp__tree_get_known_hosts(d, n, &s, &sl) == 0 && s + sl > d + n)
+        abort();
+    if (ddp__tree_get_unspawn(d, n, &node, &level) == 0 && (level < 1 || level > 2))
+        abort();
+    ddp__tree_get_child_exit(d, n, &node, &st);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0:
         handshake_and_records(data + 1, size - 1);
         break;
@@ -151,8 +178,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3:
         seal_both_ways(data + 1, size - 1);
         break;
-    default:
+    case 4:
         boot_group(data + 1, size - 1);
+        break;
+    default:
+        tree(data + 1, size - 1);
         break;
     }
     return 0;

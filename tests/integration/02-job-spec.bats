@@ -137,7 +137,7 @@ spec_error() {
   run "$DDPRUN" plan "$BATS_TEST_TMPDIR/j.yaml"
   assert_success
   assert_output --partial "port: 2222"
-  assert_output --partial "strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun}"
+  assert_output --partial "strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun, fanout: 32}"
 }
 
 @test "one rule for paths: relative to the job file's folder, from the file or --set, wherever ddprun runs; ~/ is home" {

@@ -616,8 +616,8 @@ fake_agent() { # mode
   run timeout 60 "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/fake-other.sh"
   echo "$output"
   [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
-  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 2); the same ddprun must run on every node"
-  assert_output --partial "round 0): its agent is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 2)"
+  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 3); the same ddprun must run on every node"
+  assert_output --partial "round 0): its agent is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 3)"
   refute_output --partial "did not say its version first" # its JOINED after the refusal: dropped
   refute_output --partial "hello from the fake agent"
   for _ in $(seq 50); do pgrep -f fake_agent.py >/dev/null || break; sleep 0.1; done
@@ -642,13 +642,13 @@ fake_agent() { # mode
   assert_output "ddprun agent: bad frame from the launcher"
   agent_fed '\x02\x00\x10\x00\x03'            # 1 MiB + 2: over the limit
   assert_output "ddprun agent: bad frame from the launcher"
-  # HELLO first (protocol 2, version "t"), as every launcher since protocol 2 sends it
-  H='\x0a\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00t'
+  # HELLO first (protocol 3, version "t"), as every launcher since protocol 2 sends it
+  H='\x0a\x00\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00t'
   agent_fed '\x05\x00\x00\x00\x03\xff\xff\xff\x7f'  # JOIN first: a launcher older than HELLO
   assert_output "ddprun agent: the launcher did not say its version first (a ddprun older than this one, $("$DDPRUN" --version | cut -d' ' -f2)?): run the same ddprun on every node"
-  agent_fed '\x05\x00\x00\x00\x08\x02\x00\x00\x00'  # HELLO without its version
+  agent_fed '\x05\x00\x00\x00\x08\x03\x00\x00\x00'  # HELLO without its version
   assert_output "ddprun agent: malformed HELLO from the launcher"
-  agent_fed '\x09\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00'  # an empty version
+  agent_fed '\x09\x00\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00'  # an empty version
   assert_output "ddprun agent: malformed HELLO from the launcher"
   # another protocol: the launcher, which said HELLO, names the mismatch (from the agent's)
   agent_fed '\x0a\x00\x00\x00\x08\x63\x00\x00\x00\x01\x00\x00\x00t'
@@ -665,6 +665,10 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed ACK from the launcher"
   agent_fed "$H"'\x09\x00\x00\x00\x07\x01\x00\x00\x00\x00\x00\x00\x00'  # ACK of a line never sent
   assert_output "ddprun agent: malformed ACK from the launcher"
+  agent_fed "$H"'\x05\x00\x00\x00\x0c\x07\x00\x00\x00'  # the SSH tree's SPAWN, truncated
+  assert_output "ddprun agent: malformed frame 12 (the SSH tree's) from the launcher"
+  agent_fed "$H"'\x06\x00\x00\x00\x0d\x07\x00\x00\x00\x09'  # UNSPAWN at level 9
+  assert_output "ddprun agent: malformed frame 13 (the SSH tree's) from the launcher"
   # before the link: what the launcher writes on stdin must be BOOT, whole, and the launcher at
   # the address it gives must prove the token; an agent that reaches none names each address
   printf '\x0a\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00t' >boot.bin
@@ -684,7 +688,7 @@ fake_agent() { # mode
   run timeout 10 "$DDPRUN" agent </dev/null
   assert_failure 3
   assert_output "ddprun agent: stdin ended before the launcher said where to dial back (an agent is started by ddprun, or joins a job with --join)"
-  # the agent's own first frame is its HELLO: protocol 2, its version, and what its node gives
+  # the agent's own first frame is its HELLO: protocol 3, its version, and what its node gives
   # ranks: SLURM_GPUS_ON_NODE unset (-1), CUDA_VISIBLE_DEVICES's 2 devices, the driver's GPUs,
   # 1 CPU in its affinity (little-endian i32, i32, u32, u32); then a port free here (u32)
   v=$("$DDPRUN" --version | cut -d' ' -f2)
@@ -694,7 +698,7 @@ fake_agent() { # mode
   st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 20 taskset -c "$(first_cpu)" "$AGENTFEED" --close frames.bin -- "$DDPRUN" agent >hello.bin 2>err.txt || st=$?
   [ "$st" = 3 ] # the link closed before JOIN: told nothing
   od -An -tx1 -v hello.bin | tr -d ' \n' >hello.hex
-  exp=$(le32 $((1 + 4 + 4 + ${#v} + 20)))8802000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
+  exp=$(le32 $((1 + 4 + 4 + ${#v} + 20)))8803000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
   got=$(cat hello.hex)
   echo "agent's first bytes: $got, expected $exp and a port"
   [ "${got:0:${#exp}}" = "$exp" ] && [ "${#got}" -eq $((${#exp} + 8)) ]
