@@ -156,6 +156,7 @@ static void spawn(const struct ddp__spawn *s)
     char port[16], grace[24];
     snprintf(port, sizeof(port), "%u", s->port);
     snprintf(grace, sizeof(grace), "%llu", (unsigned long long)s->grace_ms);
+    char *mode = s->flags & DDP__SPAWN_FORWARD_AGENT ? "below+agent" : "below";
     char *argv[] = {"ddprun",
                     "__ssh-bridge",
                     (char *)s->host,
@@ -167,7 +168,7 @@ static void spawn(const struct ddp__spawn *s)
                     (char *)s->remote,
                     grace,
                     (char *)s->args,
-                    "below",
+                    mode,
                     (char *)s->kh_name,
                     NULL};
     struct bridge *br = new_bridge();

@@ -27,6 +27,7 @@ int ddp__tree_put_spawn(struct ddp_buf *b, const struct ddp__spawn *s)
     put_s(b, s->args);
     put_s(b, s->kh_name);
     ddp_buf_put_str(b, s->boot, s->boot_len);
+    ddp_buf_put_u8(b, s->flags);
     ddp__agent_end(b, pos);
     return b->data ? 0 : DDP_ENOMEM;
 }
@@ -44,7 +45,8 @@ int ddp__tree_get_spawn(const uint8_t *body, size_t len, struct ddp__spawn *s)
         ddp_rd_u64(&r, &s->grace_ms) < 0 ||
         ddp__aw_get_string(&r, s->args, sizeof(s->args), false) ||
         ddp__aw_get_string(&r, s->kh_name, sizeof(s->kh_name), false) ||
-        ddp_rd_str(&r, DDP__TREE_BOOT_MAX, &s->boot, &s->boot_len) < 0 || ddp_rd_left(&r) ||
+        ddp_rd_str(&r, DDP__TREE_BOOT_MAX, &s->boot, &s->boot_len) < 0 ||
+        ddp_rd_u8(&r, &s->flags) < 0 || (s->flags & ~DDP__SPAWN_FORWARD_AGENT) || ddp_rd_left(&r) ||
         !s->host[0] || !s->remote[0] || !s->args[0] || !s->boot_len)
         return DDP_EPROTO;
     return 0;

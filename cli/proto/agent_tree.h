@@ -11,7 +11,8 @@
  *                  keys against (sent before the first SPAWN to an agent, again when it changed)
  *     SPAWN        u32 node, str host, u32 port, str user, str identity, str strict,
  *                  str remote_ddprun, u64 grace_ms, str agent_args, str known_hosts_name (the
- *                  launcher's file, for messages), str boot (the whole BOOT frame)
+ *                  launcher's file, for messages), str boot (the whole BOOT frame), u8 flags
+ *                  (DDP__SPAWN_*)
  *     UNSPAWN      u32 node, u8 level: end that node's bridge (1: SIGTERM, which kills the
  *                  remote session; 2: SIGKILL)
  *   agent -> launcher
@@ -40,10 +41,12 @@ enum {
 
 #define DDP__TREE_KH_MAX (960u << 10) /* a known_hosts handed down: within one frame */
 #define DDP__TREE_BOOT_MAX 8192
+#define DDP__SPAWN_FORWARD_AGENT 1u /* ssh.forward_agent: the bridge forwards the SSH agent */
 
 struct ddp__spawn {
     uint32_t node, port;
     uint64_t grace_ms;
+    uint8_t flags; /* DDP__SPAWN_FORWARD_AGENT */
     char host[256], user[256], identity[4096], strict[16], remote[4096], args[256];
     char kh_name[4096];
     const uint8_t *boot; /* into the frame's body (get) */

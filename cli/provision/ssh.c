@@ -23,6 +23,9 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
     else
         snprintf(agent, sizeof(agent), "agent");
     snprintf(grace, sizeof(grace), "%lld", (long long)j->stop_grace_ms);
+    char mode[32]; /* the bridge's (cli/provision/ssh_session.h) */
+    snprintf(mode, sizeof(mode), "%s%s%s", ctx->detach ? "detach" : "",
+             ctx->detach && j->ssh_forward_agent ? "+" : "", j->ssh_forward_agent ? "agent" : "");
     char *argv[] = {"ddprun",
                     "__ssh-bridge",
                     j->nodes[i].host,
@@ -34,7 +37,7 @@ static int start(const struct ddp_job *j, size_t i, const struct ddp__prov_ctx *
                     j->ssh_remote_ddprun ? j->ssh_remote_ddprun : (char *)ctx->self,
                     grace,
                     agent,
-                    ctx->detach ? "detach" : "",
+                    mode,
                     NULL};
     /* The bridge ignores SIGHUP: should ddprun die, the EOF on its stdin that follows stops
      * the remote node gracefully (see cli/provision/ssh_bridge.c). */

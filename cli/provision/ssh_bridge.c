@@ -36,6 +36,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <libssh/callbacks.h>
 #include <libssh/libssh.h>
 #include <poll.h>
 #include <signal.h>
@@ -43,6 +44,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -93,6 +96,72 @@ static int kill_remote(struct ddp__ssh *b, long pgid, const char *why)
             break;
     }
     return 1;
+}
+
+/*
+ * SSH agent forwarding (ssh.forward_agent: true), as OpenSSH's ForwardAgent: sshd opens an
+ * "auth-agent" channel for each client of the SSH_AUTH_SOCK it made on the node, and each is
+ * relayed to a new connection to this machine's agent (SSH_AUTH_SOCK here). The keys stay in the
+ * agent; a process on the node with the socket can use them while the session lasts.
+ */
+#define FWD_MAX 16
+static struct {
+    ssh_channel ch;
+    int fd;
+} g_fwd[FWD_MAX];
+static int g_nfwd;
+
+static ssh_channel on_agent_open(ssh_session s, void *userdata)
+{
+    (void)userdata;
+    const char *path = getenv("SSH_AUTH_SOCK");
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (g_nfwd >= FWD_MAX || !path || strlen(path) >= sizeof(a.sun_path))
+        return NULL;
+    memcpy(a.sun_path, path, strlen(path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    ssh_channel ch = ssh_channel_new(s);
+    if (!ch) {
+        close(fd);
+        return NULL;
+    }
+    g_fwd[g_nfwd].ch = ch;
+    g_fwd[g_nfwd++].fd = fd;
+    return ch;
+}
+
+static void fwd_close(int k)
+{
+    close(g_fwd[k].fd);
+    ssh_channel_send_eof(g_fwd[k].ch);
+    ssh_channel_close(g_fwd[k].ch);
+    ssh_channel_free(g_fwd[k].ch);
+    g_fwd[k] = g_fwd[--g_nfwd];
+}
+
+/* Relays what waits between the forwarded channels and the agent's connections (readable: the
+ * agent's side polled readable). */
+static void fwd_pump(const struct pollfd *p)
+{
+    char buf[16384];
+    for (int k = g_nfwd; k-- > 0;) {
+        int n;
+        bool end = false;
+        while ((n = ssh_channel_read_nonblocking(g_fwd[k].ch, buf, sizeof(buf), 0)) > 0)
+            end |= ddp_write_all(g_fwd[k].fd, buf, (size_t)n) < 0;
+        end |= n < 0 || ssh_channel_is_eof(g_fwd[k].ch) || ssh_channel_is_closed(g_fwd[k].ch);
+        if (p && !end && p[k].revents) {
+            ssize_t r = read(g_fwd[k].fd, buf, sizeof(buf));
+            end = r <= 0 || ssh_channel_write(g_fwd[k].ch, buf, (uint32_t)r) != r;
+        }
+        if (end)
+            fwd_close(k);
+    }
 }
 
 /* The first line on the channel is "ddprun-pid N" (see ddp__cmd_ssh_bridge). */
@@ -300,10 +369,17 @@ static int pump(struct ddp__ssh *b, int64_t grace_ms)
                 return fail(b, "'%s' is not executable there", b->remote);
             return st < 0 ? 1 : st;
         }
-        struct pollfd p[2] = {{.fd = ssh_get_fd(b->s), .events = POLLIN},
-                              {.fd = in_open ? 0 : -1, .events = POLLIN}};
-        if (poll(p, 2, 200) < 0 && errno != EINTR)
+        struct pollfd p[2 + FWD_MAX] = {{.fd = ssh_get_fd(b->s), .events = POLLIN},
+                                        {.fd = in_open ? 0 : -1, .events = POLLIN}};
+        int nfwd = g_nfwd;
+        for (int k = 0; k < nfwd; k++)
+            p[2 + k] = (struct pollfd){.fd = g_fwd[k].fd, .events = POLLIN};
+        if (poll(p, 2 + (nfds_t)nfwd, 200) < 0 && errno != EINTR)
             return 1;
+        if (nfwd)
+            fwd_pump(p + 2);
+        else if (g_nfwd)
+            fwd_pump(NULL); /* opened while reading: data may wait already */
         if (in_open && p[1].revents) {
             ssize_t n = read(0, buf, sizeof(buf));
             if (n > 0) {
@@ -404,7 +480,7 @@ int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char
 }
 
 /* argv: host port user identity known_hosts strict remote_ddprun grace_ms agent_args mode
- * [known_hosts_name] ("" = unset) */
+ * [known_hosts_name] ("" = unset; mode's words, joined by '+': "detach", "below", "agent") */
 int ddp__cmd_ssh_bridge(int argc, char **argv)
 {
     if (argc != 12 && argc != 13) {
@@ -418,8 +494,9 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
                          .known_hosts = argv[6],
                          .strict = argv[7],
                          .remote = argv[8],
-                         .detach = strcmp(argv[11], "detach") == 0,
-                         .below = strcmp(argv[11], "below") == 0,
+                         .detach = strstr(argv[11], "detach") != NULL,
+                         .below = strstr(argv[11], "below") != NULL,
+                         .forward_agent = strstr(argv[11], "agent") != NULL,
                          .kh_name = argc > 12 ? argv[12] : NULL};
     int rc;
     char cmd[8192];
@@ -438,13 +515,30 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
     }
     /* The session's pid first (for kill_remote), then the agent in its place. */
     snprintf(cmd, sizeof(cmd), "echo " PID_LINE "$$; exec '%s' %s", b.remote, argv[10]);
-    if (!(b.ch = ssh_channel_new(b.s)) || ssh_channel_open_session(b.ch) != SSH_OK ||
-        ssh_channel_request_exec(b.ch, cmd) != SSH_OK) {
+    struct ssh_callbacks_struct cbs = {.channel_open_request_auth_agent_function = on_agent_open};
+    ssh_callbacks_init(&cbs);
+    if (b.forward_agent && !getenv("SSH_AUTH_SOCK"))
+        fprintf(stderr,
+                "ddprun: warning: node '%s': ssh.forward_agent is true, and no SSH agent runs here "
+                "(SSH_AUTH_SOCK is unset): none is forwarded\n",
+                b.host);
+    else if (b.forward_agent)
+        ssh_set_callbacks(b.s, &cbs);
+    bool open = (b.ch = ssh_channel_new(b.s)) && ssh_channel_open_session(b.ch) == SSH_OK;
+    if (open && b.forward_agent && getenv("SSH_AUTH_SOCK") &&
+        ssh_channel_request_auth_agent(b.ch) != SSH_OK)
+        fprintf(stderr,
+                "ddprun: warning: node '%s': its sshd refused to forward the SSH agent "
+                "(AllowAgentForwarding)\n",
+                b.host);
+    if (!open || ssh_channel_request_exec(b.ch, cmd) != SSH_OK) {
         rc = fail(&b, "cannot start a command over SSH: %s", ssh_get_error(b.s));
         goto out;
     }
     rc = pump(&b, grace_ms);
 out:
+    while (g_nfwd)
+        fwd_close(g_nfwd - 1);
     ddp__ssh_close(&b);
     return rc;
 }

@@ -18,6 +18,7 @@ struct ddp__ssh {
      * leaves the node running, and known_hosts is a copy of kh_name, the launcher's */
     bool below;
     const char *kh_name;
+    bool forward_agent; /* ssh.forward_agent: this machine's SSH agent, to the node */
     enum ddp__ssh_stage stage; /* how far ddp__ssh_open got */
     const char *key_note;      /* "" or what was special about the host key */
     char err[1024];
@@ -42,7 +43,8 @@ int ddp__ssh_run_input(struct ddp__ssh *b, const char *cmd, const char *in, char
 void ddp__ssh_close(struct ddp__ssh *b);
 
 /* The hidden `ddprun __ssh-bridge HOST PORT USER IDENTITY KNOWN_HOSTS STRICT REMOTE_DDPRUN
- * GRACE_MS AGENT_ARGS MODE [KNOWN_HOSTS_NAME]` (MODE "", "detach" or "below"): a node agent on
+ * GRACE_MS AGENT_ARGS MODE [KNOWN_HOSTS_NAME]` (MODE: "", or "detach", "below", "agent" joined
+ * by '+'): a node agent on
  * another host, reached over SSH (cli/provision/ssh_bridge.c). */
 int ddp__cmd_ssh_bridge(int argc, char **argv);
 

@@ -74,6 +74,7 @@ struct ddp_job {
     /* the launcher starts this many SSH nodes itself, and each agent as many below it
      * (ddp__job_ssh_parent) */
     int ssh_fanout;
+    bool ssh_forward_agent; /* this machine's SSH agent to the nodes (and on down the tree) */
     bool srun; /* launcher: agents on remote nodes start as srun steps (else over SSH) */
     /* launcher: external: the agents are started by someone else and join (`ddprun agent
      * --join`); nodes holds nnodes slots, each host a buffer of DDP__EXTERNAL_NAME bytes that

@@ -142,6 +142,7 @@ int ddp__nodes_tree_start(struct ddp__nodes *n, int i, const struct ddp__agent_j
         snprintf(sp->kh_name, sizeof(sp->kh_name), "%s", kh_path(j, kb, sizeof(kb)));
         sp->boot = boot.data;
         sp->boot_len = (uint32_t)boot.len;
+        sp->flags = j->ssh_forward_agent ? DDP__SPAWN_FORWARD_AGENT : 0;
         r = ddp__tree_put_spawn(&b, sp);
     }
     if (r == 0)

@@ -20,6 +20,7 @@ setup() {
 
 teardown() {
   [ -n "${DDP:-}" ] && kill -9 "$DDP" 2>/dev/null
+  [ -n "${AGENT_PID:-}" ] && kill "$AGENT_PID" 2>/dev/null
   sshd_teardown
 }
 
@@ -130,4 +131,30 @@ bridges_in() {
   run "$DDPRUN" job.yaml # now known: strict checking passes
   assert_success
   for k in 1 2 3 4 5 6 7; do only_sshd_in "$k"; done
+}
+
+@test "ssh.forward_agent: without an identity, the launcher's SSH agent logs in at every level of the tree when forwarded; without forwarding the nodes below cannot log in" {
+  for k in 1 2 3; do sshd_start "$k"; done
+  eval "$(ssh-agent -s)" >/dev/null
+  AGENT_PID=$SSH_AGENT_PID
+  ssh-add -q "$SSH_KEY"
+  # a chain: the launcher reaches node 1, node 1 node 2, node 2 node 3
+  ssh_job job.yaml 1 1 2 3 -- /bin/sh -c 'echo "on $(hostname -I)"'
+  sed -i "s|^ssh: {port: \([0-9]*\), identity: [^,]*, \(.*\)}$|ssh: {port: \1, \2, fanout: 1, forward_agent: true}|" job.yaml
+  grep -q "fanout: 1, forward_agent: true}" job.yaml
+  run "$DDPRUN" job.yaml
+  kill "$AGENT_PID" 2>/dev/null || true
+  assert_success
+  for k in 1 2 3; do assert_output --partial "on $(sshd_addr "$k")"; done
+  eval "$(ssh-agent -s)" >/dev/null
+  AGENT_PID=$SSH_AGENT_PID
+  ssh-add -q "$SSH_KEY"
+  run "$DDPRUN" job.yaml --set ssh.forward_agent=false
+  kill "$AGENT_PID" 2>/dev/null || true
+  # (a machine whose root has keys of its own in ~/.ssh would log in with them)
+  if ! ls "$(getent passwd root | cut -d: -f6)"/.ssh/id_* >/dev/null 2>&1; then
+    assert_failure 3
+    assert_output --partial "node '$(sshd_addr 2)': authentication as '(current user)' failed"
+  fi
+  for k in 1 2 3; do only_sshd_in "$k"; done
 }
