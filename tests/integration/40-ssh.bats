@@ -671,7 +671,7 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed frame 13 (the SSH tree's) from the launcher"
   # before the link: what the launcher writes on stdin must be BOOT, whole, and the launcher at
   # the address it gives must prove the token; an agent that reaches none names each address
-  printf '\x0a\x00\x00\x00\x08\x02\x00\x00\x00\x01\x00\x00\x00t' >boot.bin
+  printf '\x0a\x00\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00t' >boot.bin
   agent_fed '' --boot boot.bin
   assert_output "ddprun agent: the launcher's first frame is not BOOT (a ddprun older than this one, $("$DDPRUN" --version | cut -d' ' -f2)?): run the same ddprun on every node"
   printf '\x09\x00\x00\x00\x09\xff\xff\xff\x7f\x00\x00\x00\x00' >boot.bin
