@@ -92,6 +92,12 @@ print("| provision, SSH tree (fanout %d) | %.0f ms/session | slurm_launch, ssh 1
       % (K, ssh_ms, levels(N[0]), dur(levels(N[0]) * K * ssh_ms), levels(N[1]), dur(levels(N[1]) * K * ssh_ms), K))
 print("| provision, flat SSH | %.0f ms/session | slurm_launch, ssh 1 to 16 hosts | %s | %s | every session's key exchange on the login node |"
       % (ssh_ms, dur(ssh_ms * N[0]), dur(ssh_ms * N[1])))
+try:
+    ssh_cpu = (at(16, "ssh", "launcher CPU") - at(1, "ssh", "launcher CPU")) / 15
+    print("| login node's CPU, SSH | %.1f ms/session | slurm_launch, ssh 1 to 16 hosts | flat %s, tree %s | flat %s, tree %s | libssh's side of each session it opens |"
+          % (ssh_cpu, dur(ssh_cpu * N[0]), dur(ssh_cpu * K), dur(ssh_cpu * N[1]), dur(ssh_cpu * K)))
+except (KeyError, ValueError):
+    pass
 print("| provision, srun | %.0f ms, 16 hosts | slurm_launch, srun 16 hosts | - | - | one step; Slurm's own tree (TreeWidth) beyond |" % srun16)
 terms = {"the launcher's one thread": cpu_ms * N[1], "the store's thread": req8 * us_req * N[1] / 1000,
          "the SSH tree": levels(N[1]) * K * ssh_ms}

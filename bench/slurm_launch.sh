@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Launch to first barrier through srun vs through SSH, on 1, 2, 4 and 16 test hosts of a real
+# Launch to first barrier through srun vs through SSH, on 1, 4 and 16 test hosts of a real
 # Slurm (tests/lib/slurm.bash: slurmctld here, each host a network namespace running its own
 # slurmd and sshd). One rank per host runs ddprun's store-barrier smoke worker; inside one
 # `salloc -N n` per size, RUNS runs with `launcher: srun` (the agents one srun step) and RUNS with
@@ -85,7 +85,7 @@ declare -p SSHD_TAG SSHD_NETNS SSH_DIR SSH_PORT SSH_KEY SSH_KH >vars
 echo "# $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; slurm $(srun --version | cut -d' ' -f2); $(sshd -V 2>&1 | head -n1 || true)"
 echo "| hosts | launcher | provision | rendezvous | start | barrier | launch to barrier | whole run | launcher CPU |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-for n in 1 2 4 16; do
+for n in 1 4 16; do
   slurm_login salloc -N "$n" --quiet ./one.sh "$n"
 done
 # What one srun step costs on the launching host: the proportional set size (shared pages
