@@ -21,7 +21,7 @@
 #define KNOWN_HOST_LINE "ddprun-known-host " /* cli/provision/ssh_bridge.c, below */
 
 struct bridge {
-    uint32_t node;
+    uint32_t node, start; /* the launcher's count of the node's starts below another */
     struct ddp__child ch; /* pid 0 once reaped */
     struct ddp_buf erx;
 };
@@ -59,11 +59,11 @@ static void close_fd(int *fd, bool watched)
     *fd = -1;
 }
 
-static void send_str(uint8_t type, uint32_t node, const char *s, size_t n)
+static void send_str(uint8_t type, uint32_t node, uint32_t start, const char *s, size_t n)
 {
     struct ddp_buf b;
     ddp_buf_init(&b);
-    if (ddp__tree_put_node_str(&b, type, node, s, n) == 0)
+    if (ddp__tree_put_node_str(&b, type, node, start, s, n) == 0)
         F.send(&b);
     ddp_buf_release(&b);
 }
@@ -74,9 +74,9 @@ static void bridge_line(void *arg, const char *s, size_t n)
     struct bridge *br = arg;
     size_t k = strlen(KNOWN_HOST_LINE);
     if (n > k && !memcmp(s, KNOWN_HOST_LINE, k))
-        send_str(DDP__AG_HOST_KEY, br->node, s + k, n - k);
+        send_str(DDP__AG_HOST_KEY, br->node, br->start, s + k, n - k);
     else
-        send_str(DDP__AG_CHILD_MSG, br->node, s, n);
+        send_str(DDP__AG_CHILD_MSG, br->node, br->start, s, n);
 }
 
 static void on_err(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
@@ -178,10 +178,11 @@ static void spawn(const struct ddp__spawn *s)
                          "ddprun: error: node '%s': cannot start its SSH bridge "
                          "on this node: %s",
                          s->host, F.kh[0] ? strerror(errno) : "no known_hosts was handed down");
-        send_str(DDP__AG_CHILD_MSG, s->node, msg, (size_t)m < sizeof(msg) ? (size_t)m : 0);
+        send_str(DDP__AG_CHILD_MSG, s->node, s->start, msg,
+                 (size_t)m < sizeof(msg) ? (size_t)m : 0);
         struct ddp_buf b;
         ddp_buf_init(&b);
-        if (ddp__tree_put_child_exit(&b, s->node, DDP_EXIT_LAUNCH << 8) == 0)
+        if (ddp__tree_put_child_exit(&b, s->node, s->start, DDP_EXIT_LAUNCH << 8) == 0)
             F.send(&b);
         ddp_buf_release(&b);
         if (br)
@@ -189,6 +190,7 @@ static void spawn(const struct ddp__spawn *s)
         return;
     }
     br->node = s->node;
+    br->start = s->start;
     ddp_buf_init(&br->erx);
     if (ddp_write_all(br->ch.in_fd, s->boot, s->boot_len) < 0)
         close_fd(&br->ch.in_fd, false); /* its agent sees no BOOT and says so */
@@ -198,10 +200,11 @@ static void spawn(const struct ddp__spawn *s)
     ddp_loop_add(F.loop, br->ch.out_fd, DDP_LOOP_READ, on_out, br);
 }
 
-static struct bridge *of_node(uint32_t node)
+/* The running bridge of node's start. */
+static struct bridge *of_node(uint32_t node, uint32_t start)
 {
     for (size_t k = 0; k < F.n; k++)
-        if (F.b[k]->ch.pid > 0 && F.b[k]->node == node)
+        if (F.b[k]->ch.pid > 0 && F.b[k]->node == node && F.b[k]->start == start)
             return F.b[k];
     return NULL;
 }
@@ -209,7 +212,7 @@ static struct bridge *of_node(uint32_t node)
 int ddp__fanout_frame(uint8_t type, const uint8_t *body, size_t len)
 {
     const uint8_t *s;
-    uint32_t n, node;
+    uint32_t n, node, start;
     uint8_t level;
     if (type == DDP__AG_KNOWN_HOSTS) {
         if (ddp__tree_get_known_hosts(body, len, &s, &n) < 0)
@@ -223,15 +226,20 @@ int ddp__fanout_frame(uint8_t type, const uint8_t *body, size_t len)
             free(sp);
             goto bad;
         }
+        /* A new start of a node whose last start's bridge still runs: the launcher has given
+         * that one up (its agent is gone or going), and the new one is to take the node. */
+        for (size_t k = 0; k < F.n; k++)
+            if (F.b[k]->ch.pid > 0 && F.b[k]->node == sp->node && F.b[k]->start != sp->start)
+                ddp__end_child(F.b[k]->ch.pid, 1); /* it has its remote session killed */
         spawn(sp);
         explicit_bzero(sp, sizeof(*sp));
         free(sp);
         return 1;
     }
     if (type == DDP__AG_UNSPAWN) {
-        if (ddp__tree_get_unspawn(body, len, &node, &level) < 0)
+        if (ddp__tree_get_unspawn(body, len, &node, &start, &level) < 0)
             goto bad;
-        struct bridge *br = of_node(node);
+        struct bridge *br = of_node(node, start);
         if (br)
             ddp__end_child(br->ch.pid, level);
         return 1;
@@ -277,7 +285,7 @@ bool ddp__fanout_reaped(pid_t pid, int st)
     br->ch.pid = 0;
     struct ddp_buf b;
     ddp_buf_init(&b);
-    if (ddp__tree_put_child_exit(&b, br->node, st) == 0)
+    if (ddp__tree_put_child_exit(&b, br->node, br->start, st) == 0)
         F.send(&b);
     ddp_buf_release(&b);
     if (F.done && !any_live()) {

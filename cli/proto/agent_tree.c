@@ -17,6 +17,7 @@ int ddp__tree_put_spawn(struct ddp_buf *b, const struct ddp__spawn *s)
 {
     size_t pos = ddp__agent_begin(b, DDP__AG_SPAWN);
     ddp_buf_put_u32(b, s->node);
+    ddp_buf_put_u32(b, s->start);
     put_s(b, s->host);
     ddp_buf_put_u32(b, s->port);
     put_s(b, s->user);
@@ -36,9 +37,9 @@ int ddp__tree_get_spawn(const uint8_t *body, size_t len, struct ddp__spawn *s)
 {
     struct ddp_rd r;
     ddp_rd_init(&r, body, len);
-    if (ddp_rd_u32(&r, &s->node) < 0 || ddp__aw_get_string(&r, s->host, sizeof(s->host), true) ||
-        ddp_rd_u32(&r, &s->port) < 0 || s->port < 1 || s->port > 65535 ||
-        ddp__aw_get_string(&r, s->user, sizeof(s->user), true) ||
+    if (ddp_rd_u32(&r, &s->node) < 0 || ddp_rd_u32(&r, &s->start) < 0 ||
+        ddp__aw_get_string(&r, s->host, sizeof(s->host), true) || ddp_rd_u32(&r, &s->port) < 0 ||
+        s->port < 1 || s->port > 65535 || ddp__aw_get_string(&r, s->user, sizeof(s->user), true) ||
         ddp__aw_get_string(&r, s->identity, sizeof(s->identity), false) ||
         ddp__aw_get_string(&r, s->strict, sizeof(s->strict), true) ||
         ddp__aw_get_string(&r, s->remote, sizeof(s->remote), false) ||
@@ -52,10 +53,12 @@ int ddp__tree_get_spawn(const uint8_t *body, size_t len, struct ddp__spawn *s)
     return 0;
 }
 
-int ddp__tree_put_node_str(struct ddp_buf *b, uint8_t type, uint32_t node, const char *s, size_t n)
+int ddp__tree_put_node_str(struct ddp_buf *b, uint8_t type, uint32_t node, uint32_t start,
+                           const char *s, size_t n)
 {
     size_t pos = ddp__agent_begin(b, type);
     ddp_buf_put_u32(b, node);
+    ddp_buf_put_u32(b, start);
     ddp_buf_put_str(b, s, n);
     ddp__agent_end(b, pos);
     return b->data ? 0 : DDP_ENOMEM;
@@ -69,12 +72,12 @@ static int get_rest(struct ddp_rd *r, uint32_t max, const uint8_t **s, uint32_t 
     return 0;
 }
 
-int ddp__tree_get_node_str(const uint8_t *body, size_t len, uint32_t *node, const uint8_t **s,
-                           uint32_t *n)
+int ddp__tree_get_node_str(const uint8_t *body, size_t len, uint32_t *node, uint32_t *start,
+                           const uint8_t **s, uint32_t *n)
 {
     struct ddp_rd r;
     ddp_rd_init(&r, body, len);
-    if (ddp_rd_u32(&r, node) < 0)
+    if (ddp_rd_u32(&r, node) < 0 || ddp_rd_u32(&r, start) < 0)
         return DDP_EPROTO;
     return get_rest(&r, DDP__AGENT_MAX_LINE, s, n);
 }
@@ -94,40 +97,45 @@ int ddp__tree_get_known_hosts(const uint8_t *body, size_t len, const uint8_t **s
     return get_rest(&r, DDP__TREE_KH_MAX, s, n);
 }
 
-int ddp__tree_put_unspawn(struct ddp_buf *b, uint32_t node, uint8_t level)
+int ddp__tree_put_unspawn(struct ddp_buf *b, uint32_t node, uint32_t start, uint8_t level)
 {
     size_t pos = ddp__agent_begin(b, DDP__AG_UNSPAWN);
     ddp_buf_put_u32(b, node);
+    ddp_buf_put_u32(b, start);
     ddp_buf_put_u8(b, level);
     ddp__agent_end(b, pos);
     return b->data ? 0 : DDP_ENOMEM;
 }
 
-int ddp__tree_get_unspawn(const uint8_t *body, size_t len, uint32_t *node, uint8_t *level)
+int ddp__tree_get_unspawn(const uint8_t *body, size_t len, uint32_t *node, uint32_t *start,
+                          uint8_t *level)
 {
     struct ddp_rd r;
     ddp_rd_init(&r, body, len);
-    if (ddp_rd_u32(&r, node) < 0 || ddp_rd_u8(&r, level) < 0 || ddp_rd_left(&r) || *level < 1 ||
-        *level > 2)
+    if (ddp_rd_u32(&r, node) < 0 || ddp_rd_u32(&r, start) < 0 || ddp_rd_u8(&r, level) < 0 ||
+        ddp_rd_left(&r) || *level < 1 || *level > 2)
         return DDP_EPROTO;
     return 0;
 }
 
-int ddp__tree_put_child_exit(struct ddp_buf *b, uint32_t node, int32_t st)
+int ddp__tree_put_child_exit(struct ddp_buf *b, uint32_t node, uint32_t start, int32_t st)
 {
     size_t pos = ddp__agent_begin(b, DDP__AG_CHILD_EXIT);
     ddp_buf_put_u32(b, node);
+    ddp_buf_put_u32(b, start);
     ddp_buf_put_u32(b, (uint32_t)st);
     ddp__agent_end(b, pos);
     return b->data ? 0 : DDP_ENOMEM;
 }
 
-int ddp__tree_get_child_exit(const uint8_t *body, size_t len, uint32_t *node, int32_t *st)
+int ddp__tree_get_child_exit(const uint8_t *body, size_t len, uint32_t *node, uint32_t *start,
+                             int32_t *st)
 {
     struct ddp_rd r;
     uint32_t v;
     ddp_rd_init(&r, body, len);
-    if (ddp_rd_u32(&r, node) < 0 || ddp_rd_u32(&r, &v) < 0 || ddp_rd_left(&r))
+    if (ddp_rd_u32(&r, node) < 0 || ddp_rd_u32(&r, start) < 0 || ddp_rd_u32(&r, &v) < 0 ||
+        ddp_rd_left(&r))
         return DDP_EPROTO;
     *st = (int32_t)v;
     return 0;

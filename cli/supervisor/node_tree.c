@@ -117,6 +117,7 @@ int ddp__nodes_tree_start(struct ddp__nodes *n, int i, const struct ddp__agent_j
     p->pending = false;
     p->below = true;
     p->parent = up;
+    p->tree_start++;
     if (hand_down_known_hosts(n, up, i) < 0) {
         p->fin_st = DDP_EXIT_LAUNCH << 8;
         ddp__nodes_link_end(n, i);
@@ -130,6 +131,7 @@ int ddp__nodes_tree_start(struct ddp__nodes *n, int i, const struct ddp__agent_j
     int r = -1;
     if (sp && ddp__nodes_boot(n, i, DDP__AW_BOOT_BELOW, &boot) == 0) {
         sp->node = (uint32_t)i;
+        sp->start = p->tree_start;
         sp->port = (uint32_t)j->ssh_port;
         sp->grace_ms = (uint64_t)j->stop_grace_ms;
         snprintf(sp->host, sizeof(sp->host), "%s", j->nodes[i].host);
@@ -216,14 +218,16 @@ bool ddp__nodes_tree_frame(struct ddp__nodes *n, int i, uint8_t type, const uint
 {
     if (type != DDP__AG_CHILD_MSG && type != DDP__AG_CHILD_EXIT && type != DDP__AG_HOST_KEY)
         return false;
-    uint32_t node;
+    uint32_t node, start;
     const uint8_t *s = NULL;
     uint32_t sl = 0;
     int32_t st = 0;
-    int r = type == DDP__AG_CHILD_EXIT ? ddp__tree_get_child_exit(body, len, &node, &st)
-                                       : ddp__tree_get_node_str(body, len, &node, &s, &sl);
-    /* only about a node this agent was asked to start, this start */
-    if (r < 0 || node >= n->job->nnodes || !n->p[node].below || n->p[node].parent != i) {
+    int r = type == DDP__AG_CHILD_EXIT ? ddp__tree_get_child_exit(body, len, &node, &start, &st)
+                                       : ddp__tree_get_node_str(body, len, &node, &start, &s, &sl);
+    /* only about a node this agent was asked to start, this start (a last start's bridge may
+     * say its last) */
+    if (r < 0 || node >= n->job->nnodes || !n->p[node].below || n->p[node].parent != i ||
+        start != n->p[node].tree_start) {
         DDP_DEBUG(SUP, "node %d: a frame %u of the SSH tree about another node's agent dropped", i,
                   type);
         return true;
@@ -250,7 +254,8 @@ void ddp__nodes_tree_end(struct ddp__nodes *n, int i, int level)
     if (up >= 0 && (n->p[up].ch.pid > 0 || n->p[up].slot_held)) {
         struct ddp_buf b;
         ddp_buf_init(&b);
-        if (ddp__tree_put_unspawn(&b, (uint32_t)i, (uint8_t)(level < 2 ? 1 : 2)) == 0)
+        if (ddp__tree_put_unspawn(&b, (uint32_t)i, p->tree_start, (uint8_t)(level < 2 ? 1 : 2)) ==
+            0)
             ddp__nodes_send(n, up, &b); /* its bridge has its SSH session killed */
         ddp_buf_release(&b);
     }

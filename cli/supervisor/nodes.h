@@ -67,6 +67,7 @@ struct ddp__node_proc {
     bool below;
     int parent, fin_st;
     unsigned kh_sent;
+    uint32_t tree_start; /* its starts below another: the tree's frames about one carry it */
     struct ddp_buf join;
     struct ddp_timer fin;
     struct ddp_buf rx, erx;

@@ -148,17 +148,18 @@ static void tree(const uint8_t *d, size_t n)
         ddp_buf_release(&b);
     }
     free(sp);
-    uint32_t node, sl;
+    uint32_t node, start, sl;
     const uint8_t *s;
     uint8_t level;
     int32_t st;
-    if (ddp__tree_get_node_str(d, n, &node, &s, &sl) == 0 && (s + sl > d + n || memchr(s, 0, sl)))
+    if (ddp__tree_get_node_str(d, n, &node, &start, &s, &sl) == 0 &&
+        (s + sl > d + n || memchr(s, 0, sl)))
         abort();
     if (ddp__tree_get_known_hosts(d, n, &s, &sl) == 0 && s + sl > d + n)
         abort();
-    if (ddp__tree_get_unspawn(d, n, &node, &level) == 0 && (level < 1 || level > 2))
+    if (ddp__tree_get_unspawn(d, n, &node, &start, &level) == 0 && (level < 1 || level > 2))
         abort();
-    ddp__tree_get_child_exit(d, n, &node, &st);
+    ddp__tree_get_child_exit(d, n, &node, &start, &st);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

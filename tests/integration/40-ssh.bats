@@ -667,7 +667,7 @@ fake_agent() { # mode
   assert_output "ddprun agent: malformed ACK from the launcher"
   agent_fed "$H"'\x05\x00\x00\x00\x0c\x07\x00\x00\x00'  # the SSH tree's SPAWN, truncated
   assert_output "ddprun agent: malformed frame 12 (the SSH tree's) from the launcher"
-  agent_fed "$H"'\x06\x00\x00\x00\x0d\x07\x00\x00\x00\x09'  # UNSPAWN at level 9
+  agent_fed "$H"'\x0a\x00\x00\x00\x0d\x07\x00\x00\x00\x01\x00\x00\x00\x09'  # UNSPAWN at level 9
   assert_output "ddprun agent: malformed frame 13 (the SSH tree's) from the launcher"
   # before the link: what the launcher writes on stdin must be BOOT, whole, and the launcher at
   # the address it gives must prove the token; an agent that reaches none names each address
