@@ -98,8 +98,8 @@ static void on_out(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         close_fd(&br->ch.out_fd, true);
 }
 
-/* The launcher's known_hosts, written whole to a new file that then takes the copy's name (a
- * bridge that is reading the old one keeps reading it). 0, or -1 said. */
+/* The launcher's known_hosts, written whole to a new file (mode 0600, made by mkstemp) that then
+ * takes the copy's name (a bridge that is reading the old one keeps reading it). 0, or -1 said. */
 static int keep_known_hosts(const uint8_t *s, uint32_t n)
 {
     const char *dir = getenv("TMPDIR");
@@ -116,8 +116,8 @@ static int keep_known_hosts(const uint8_t *s, uint32_t n)
         }
         close(fd);
     }
-    snprintf(tmp, sizeof(tmp), "%s.new", F.kh);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    snprintf(tmp, sizeof(tmp), "%s.XXXXXX", F.kh); /* a name of its own: none made it first */
+    int fd = mkstemp(tmp);
     if (fd < 0 || ddp_write_all(fd, s, n) < 0 || close(fd) != 0 || rename(tmp, F.kh) != 0) {
         fprintf(stderr, "ddprun agent: cannot write the launcher's known_hosts to %s: %s\n", F.kh,
                 strerror(errno));

@@ -61,6 +61,8 @@ static int hand_down_known_hosts(struct ddp__nodes *n, int up, int i)
     ddp_buf_init(&b);
     int fd = open(path, O_RDONLY | O_CLOEXEC), rc = -1;
     struct stat st;
+    snprintf(msg, sizeof(msg), "ddprun: error: node '%s': out of memory handing down %s",
+             n->job->nodes[i].host, path);
     if (fd < 0 && errno != ENOENT) {
         snprintf(msg, sizeof(msg), "ddprun: error: node '%s': cannot read %s to hand it down: %s",
                  n->job->nodes[i].host, path, strerror(errno));
@@ -82,7 +84,7 @@ static int hand_down_known_hosts(struct ddp__nodes *n, int up, int i)
     }
     if (fd >= 0)
         close(fd);
-    if (rc < 0 && !b.len)
+    if (rc < 0)
         say(n, i, msg);
     ddp_buf_release(&c);
     ddp_buf_release(&b);
@@ -237,8 +239,9 @@ bool ddp__nodes_tree_frame(struct ddp__nodes *n, int i, uint8_t type, const uint
         n->cb.message(n->cb.arg, (int)node, (const char *)s, sl);
     } else if (type == DDP__AG_HOST_KEY) {
         add_host_key(n, i, node, s, sl);
-    } else if (c->slot_held && !c->linked && !ddp_timer_armed(&c->fin)) {
-        /* its bridge ended before its agent dialled back: it could not be started */
+    } else if (c->slot_held && c->link < 0 && !ddp_timer_armed(&c->fin)) {
+        /* its bridge ended, and no link of its agent is up (it never dialled back, or was told
+         * to leave before it did): it could not be started, or is gone */
         c->fin_st = st;
         ddp__nodes_link_end(n, (int)node);
     } else {
@@ -270,13 +273,15 @@ void ddp__nodes_tree_gone(struct ddp__nodes *n, int i)
         if (!c->below || c->parent != i)
             continue;
         c->parent = -1;
-        if (!c->slot_held || c->linked || ddp_timer_armed(&c->fin))
-            continue; /* it lives on by its link */
-        snprintf(msg, sizeof(msg),
-                 "ddprun: error: node '%s': the agent on '%s', which was starting it over SSH, "
-                 "is gone",
-                 n->job->nodes[k].host, n->job->nodes[i].host);
-        say(n, (int)k, msg);
+        if (!c->slot_held || c->link >= 0 || ddp_timer_armed(&c->fin))
+            continue;     /* it lives on by its link */
+        if (!c->linked) { /* (not told to leave already) */
+            snprintf(msg, sizeof(msg),
+                     "ddprun: error: node '%s': the agent on '%s', which was starting it over "
+                     "SSH, is gone",
+                     n->job->nodes[k].host, n->job->nodes[i].host);
+            say(n, (int)k, msg);
+        }
         c->fin_st = DDP_EXIT_LAUNCH << 8;
         ddp__nodes_link_end(n, (int)k);
     }
