@@ -132,12 +132,12 @@ spec_error() {
   assert_line "name: b"
 }
 
-@test "ssh keys, remote_ddprun among them, reach the plan" {
+@test "ssh keys, remote_ddprun among them, reach the plan, with the defaults of fanout and forward_agent" {
   printf 'command: [true]\nnodes: [n1, n2]\nssh: {strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun, port: 2222}\n' >"$BATS_TEST_TMPDIR/j.yaml"
   run "$DDPRUN" plan "$BATS_TEST_TMPDIR/j.yaml"
   assert_success
   assert_output --partial "port: 2222"
-  assert_output --partial "strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun, fanout: 32}"
+  assert_output --partial "strict_host_key_checking: accept-new, remote_ddprun: /opt/ddprun/bin/ddprun, fanout: 32, forward_agent: false}"
 }
 
 @test "one rule for paths: relative to the job file's folder, from the file or --set, wherever ddprun runs; ~/ is home" {
