@@ -20,6 +20,7 @@
 #include "cli/agent/guard.h"
 #include "cli/agent/fanout.h"
 #include "cli/agent/link.h"
+#include "cli/agent/store_proxy.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/agent/agent.h"
 #include "cli/sys/sys.h"
@@ -84,6 +85,7 @@ struct agent {
     struct ddp__guard *guard;        /* its guard (cli/agent/guard.h), once joined */
     char iface[64];     /* this node's interface toward the store: the ranks' network default */
     char node_addr[64]; /* and its address there */
+    char proxy[300];    /* where its ranks reach the store: its proxy (cli/agent/store_proxy.h) */
     cpu_set_t allowed;  /* the agent's own CPUs, which bind_to divides among the ranks */
     struct worker *w;
     int nw, unreported;
@@ -458,6 +460,7 @@ static int spawn(struct worker *w)
                                    .join = &A.join,
                                    .iface = A.iface,
                                    .node_addr = A.node_addr,
+                                   .store_addr = A.proxy[0] ? A.proxy : NULL,
                                    .mask = &A.oldmask,
                                    .pyshim = A.pyshim,
                                    .local_rank = w->local_rank,
@@ -779,6 +782,13 @@ static void on_frames(int fd)
                 ddp__route_iface(host, A.iface, sizeof(A.iface), A.node_addr, sizeof(A.node_addr)) <
                     0)
                 A.iface[0] = A.node_addr[0] = '\0';
+            /* The ranks reach the built-in store through this agent (not an etcd job's) */
+            A.proxy[0] = '\0';
+            if (strcmp(A.st.store_addr, "etcd") != 0 && A.node_addr[0] &&
+                ddp__proxy_start(A.loop, A.node_addr, A.st.store_addr, A.st.token, A.proxy,
+                                 sizeof(A.proxy)) < 0)
+                A.proxy[0] = '\0'; /* said: they reach it themselves */
+            ddp__proxy_ranks(A.st.nlocal);
             ddp_log_set_rank(-1);
             start_workers();
         } else if (type == DDP__AG_STOP) {
@@ -921,6 +931,7 @@ int ddp__cmd_agent(void)
     A.rc = 0;
     ddp_loop_run(A.loop);
     int rc = A.rc;
+    ddp__proxy_stop();
     ddp__fanout_release();
     if (A.nw > 0) /* left without a clean round end (launch error) */
         ddp__sweep_children(spared);

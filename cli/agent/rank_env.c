@@ -49,8 +49,8 @@ static void nccl_async_error_handling(void)
 }
 
 void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
-                         int local_rank, const char *iface, const char *node_addr, int tokfd,
-                         int progfd, const char *error_file)
+                         int local_rank, const char *iface, const char *node_addr,
+                         const char *store_addr, int tokfd, int progfd, const char *error_file)
 {
     /* Slurm's description of the agent's own step is not the rank's (cli/provision/slurm.c). */
     ddp__slurm_scrub_env();
@@ -82,7 +82,7 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
      * (torch's agent store); False: rank 0 hosts a TCPStore there. */
     setenv("TORCHELASTIC_USE_AGENT_STORE", st->agent_store ? "True" : "False", 1);
     setenv("DDPRUN_JOB_ID", st->job_id, 1);
-    setenv("DDPRUN_STORE_ADDR", st->store_addr, 1);
+    setenv("DDPRUN_STORE_ADDR", store_addr ? store_addr : st->store_addr, 1);
     if (strcmp(st->store_addr, "etcd") == 0) { /* rendezvous: {backend: etcd} */
         setenv("DDPRUN_ETCD_ENDPOINTS", j->etcd_endpoints, 1);
         setenv("DDPRUN_ETCD_PREFIX", j->etcd_prefix, 1);
@@ -151,7 +151,8 @@ void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int 
     char ef[64] = "";
     if (x->errfd >= 0)
         ddp__ef_path(x->errfd, agent, ef, sizeof(ef));
-    ddp__agent_rank_env(st, x->join, x->local_rank, x->iface, x->node_addr, tokfd, progfd, ef);
+    ddp__agent_rank_env(st, x->join, x->local_rank, x->iface, x->node_addr, x->store_addr, tokfd,
+                        progfd, ef);
     ddp__pys_rank_env(x->pyshim, x->pydump);
     ddp__cpubind_apply(x->bound ? st->bind_to : DDP__BIND_NONE, x->cpus, x->sharers, x->local_rank);
     if (chdir(st->workdir) != 0) {

@@ -11,19 +11,21 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-/* iface/node_addr: the node's interface and address toward the store ("" unknown); tokfd: the
+/* iface/node_addr: the node's interface and address toward the store ("" unknown); store_addr:
+ * where the rank reaches the store (its agent's proxy, cli/agent/store_proxy.h), NULL for
+ * st->store_addr; tokfd: the
  * token's descriptor; progfd: the progress page's, or -1; error_file: the rank's
  * TORCHELASTIC_ERROR_FILE (cli/agent/errfile.h), "" for none. */
 void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__agent_join *j,
-                         int local_rank, const char *iface, const char *node_addr, int tokfd,
-                         int progfd, const char *error_file);
+                         int local_rank, const char *iface, const char *node_addr,
+                         const char *store_addr, int tokfd, int progfd, const char *error_file);
 
 /* What starting one rank's process takes from its agent (cli/agent/agent.c). */
 struct ddp__rank_exec {
     const struct ddp__agent_start *st;
     const struct ddp__agent_join *join;
-    const char *iface, *node_addr; /* as for ddp__agent_rank_env */
-    const sigset_t *mask;          /* the signal mask the rank starts with */
+    const char *iface, *node_addr, *store_addr; /* as for ddp__agent_rank_env */
+    const sigset_t *mask;                       /* the signal mask the rank starts with */
     int pyshim;                    /* the ranks' sitecustomize (cli/diag/pystacks.h), or -1 */
     int local_rank, pydump, errfd; /* its Python tracebacks' and error file's fds, or -1 */
     bool bound;                    /* bind_to: its CPUs, and how many local ranks share them */

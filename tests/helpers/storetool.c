@@ -141,6 +141,37 @@ static int cmd_barrier(int n, const char *name)
     return bad ? 1 : 0;
 }
 
+/* ---- proxy-rank: run as a ddprun worker; what its agent's store proxy must get right ----
+ * Prints its store address; after a barrier, ADDs 1 to a counter and RANK+1 to a sum, all ranks
+ * at once, and prints what each ADD returned (the test checks they are those of some order of
+ * the ADDs); a WAIT of 300 ms for a key nobody sets must time out while the other ranks' go on;
+ * then it sleeps SECS (the test pokes the proxy meanwhile) and passes a last barrier. */
+static int cmd_proxy_rank(int secs)
+{
+    struct ddp_store *s = NULL;
+    int r, n = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "0");
+    int rank = atoi(getenv("RANK") ? getenv("RANK") : "-1");
+    int64_t c = 0, sum = 0;
+    if ((r = ddp_store_connect_env(10000, &s)) < 0)
+        return fail("connect", r);
+    printf("addr %s\n", getenv("DDPRUN_STORE_ADDR"));
+    if ((r = ddp_store_barrier(s, "pr/start", n, 30000)) < 0 ||
+        (r = ddp_store_add(s, "pr/counter", 1, &c)) < 0 ||
+        (r = ddp_store_add(s, "pr/sum", rank + 1, &sum)) < 0)
+        return fail("add", r);
+    printf("counter %" PRId64 " sum %" PRId64 " delta %d\n", c, sum, rank + 1);
+    const char *never[] = {"pr/never"};
+    int64_t t0 = ddp_now_ms();
+    r = ddp_store_wait(s, never, 1, 300);
+    printf("wait %s after %s\n", ddp_err_name(r), ddp_now_ms() - t0 >= 250 ? "its timeout" : "less");
+    fflush(stdout);
+    sleep((unsigned)secs);
+    if ((r = ddp_store_barrier(s, "pr/end", n, 30000)) < 0)
+        return fail("barrier", r);
+    ddp_store_close(s);
+    return 0;
+}
+
 /* ---- env-check: run as a ddprun worker; checks the environment the agent gave it ---- */
 static const char *need(const char *k, int *bad)
 {
@@ -253,6 +284,8 @@ int main(int argc, char **argv)
     struct ddp_store *s = NULL;
     if (argc == 2 && strcmp(argv[1], "env-check") == 0)
         return cmd_env_check();
+    if (argc == 3 && strcmp(argv[1], "proxy-rank") == 0)
+        return cmd_proxy_rank(atoi(argv[2]));
     for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         if (strcmp(argv[i], "--addr") == 0)
             addr = argv[i + 1];

@@ -1,0 +1,1057 @@
+/* The node's store proxy (cli/agent/store_proxy.h). It is over 800 lines as one state: the ranks'
+ * connections, the store's, and what combines their requests (ADD batches, WAIT groups, reads
+ * followed) point into each other, and each reply or failure touches all of them. */
+#include "cli/agent/store_proxy.h"
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/list.h"
+#include "common/log.h"
+#include "common/loop.h"
+#include "common/util.h"
+#include "rendezvous/proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/banned.h"
+
+#define CONNECT_MS 10000  /* for a connection to the store and its handshake */
+#define AUTH_MS 10000     /* for a rank to prove the token */
+#define MAX_WAIT_CONNS 64 /* WAITs for different keys at once, each on a connection */
+#define MAX_CONNS 4096    /* ranks' connections (beyond: closed at once) */
+#define HOLD_MS 50        /* an ADD waits this long at most for the same ADD of the node's others */
+
+struct lconn; /* a rank's connection */
+
+/* A connection to the store: the main one (requests answered at once, in order), or one of the
+ * pool that carries one WAIT at a time. */
+struct up {
+    int fd;
+    struct ddp_buf in, out;
+    struct group *g; /* the WAIT it carries (pool), NULL when idle */
+};
+
+/* What a reply on the main connection is for, in the order the requests went. A read (GET,
+ * MULTI_GET, CHECK) that other ranks ask while it is on its way is theirs too: they follow it. */
+struct follower {
+    struct ddp_list link;
+    struct lconn *c;
+    uint32_t lid;
+};
+struct pend {
+    struct ddp_list link;
+    struct lconn *c; /* NULL: its rank is gone */
+    uint32_t lid;
+    struct addk *add; /* an ADD batch: its ranks are in add->batch */
+    uint8_t op;
+    uint8_t *body; /* a read's op and body, for those that follow it */
+    size_t blen;
+    struct ddp_list followers;
+};
+
+/* ADDs to one key: the batch on its way up, and those that came since. */
+struct adder {
+    struct ddp_list link;
+    struct lconn *c;
+    uint32_t lid;
+    int64_t delta;
+};
+struct addk {
+    struct ddp_list link; /* P.adds */
+    uint8_t *key;
+    uint32_t klen;
+    struct ddp_list batch, queued;
+    int64_t queued_sum;
+    unsigned nqueued;
+    bool inflight;         /* batch is on its way up */
+    struct ddp_timer hold; /* the first ADD waits HOLD_MS at most for the node's other ranks' */
+};
+
+/* WAITs for one list of keys: one WAIT up, each rank answered by its deadline. */
+struct waiter {
+    struct ddp_list link;
+    struct group *g;
+    struct lconn *c;
+    uint32_t lid;
+    int64_t deadline; /* 0: none */
+    struct ddp_timer timer;
+};
+struct group {
+    struct ddp_list link; /* P.groups */
+    uint8_t *keys;        /* u32 n, then the keys, as the request carried them */
+    uint32_t klen;
+    struct ddp_list waiters;
+    struct up *u;
+    int64_t up_deadline; /* when its WAIT up ends by itself (0: it does not) */
+};
+
+struct lconn {
+    struct ddp_list link;
+    int fd;
+    int state; /* 0 HELLO, 1 AUTH, 2 READY */
+    uint8_t cn[DDP__NONCE_LEN], sn[DDP__NONCE_LEN];
+    struct ddp_buf in, out;
+    bool busy; /* a request of its is not answered yet: the next waits */
+    struct waiter *w;
+    struct ddp_timer auth;
+};
+
+static struct {
+    struct ddp_loop *loop;
+    int lfd;
+    char store[300], token[256], listen_host[128], addr[300];
+    struct up main;
+    struct up pool[MAX_WAIT_CONNS];
+    struct ddp_list conns, dead, pends, adds, groups;
+    struct ddp_timer reap;
+    uint32_t next_id, nconns, nready; /* ranks' connections, and those that proved the token */
+    unsigned nlocal;                  /* the round's ranks on this node */
+    uint64_t local, upreq;
+    bool stopping;
+} P = {.lfd = -1, .main = {.fd = -1}};
+
+static void lconn_close(struct lconn *c);
+static void lconn_process(struct lconn *c);
+static void up_failed(struct up *u, const char *why);
+
+/* ---- connections to the store ---- */
+
+/* Writes all of b to a blocking fd, or reads one whole reply frame into b: 0 or -1. */
+static int read_frame(int fd, struct ddp_buf *b)
+{
+    b->len = b->off = 0;
+    long need;
+    while ((need = ddp__proto_frame_size(b->data, b->len, DDP__MAX_FRAME)) == 0) {
+        if (ddp_buf_reserve(b, 4096) < 0)
+            return -1;
+        ssize_t n = recv(fd, b->data + b->len, b->cap - b->len, 0);
+        if (n <= 0 && !(n < 0 && errno == EINTR))
+            return -1;
+        if (n > 0)
+            b->len += (size_t)n;
+    }
+    return need < 0 ? -1 : 0;
+}
+
+/* The status of a reply frame (op, id checked), its payload after it in rd. */
+static int reply_status(const struct ddp_buf *b, uint8_t op, struct ddp_rd *rd)
+{
+    uint32_t len, id, st;
+    uint8_t o;
+    ddp_rd_init(rd, b->data, b->len);
+    if (ddp_rd_u32(rd, &len) < 0 || ddp_rd_u8(rd, &o) < 0 || ddp_rd_u32(rd, &id) < 0 ||
+        ddp_rd_u32(rd, &st) < 0 || o != (op | DDP__REPLY_BIT))
+        return DDP_EPROTO;
+    return (int)st;
+}
+
+/* A connection to the store that proved the token both ways (blocking, CONNECT_MS at most):
+ * 0 with u->fd set non-blocking, or -1 said. */
+static int up_connect(struct up *u)
+{
+    char host[256];
+    int port, fd = -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    char ps[16];
+    if (ddp_parse_hostport(P.store, host, sizeof(host), &port) < 0)
+        return -1;
+    snprintf(ps, sizeof(ps), "%d", port);
+    if (getaddrinfo(host, ps, &hints, &res) != 0)
+        goto fail;
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = CONNECT_MS / 1000};
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
+        connect(fd, res->ai_addr, res->ai_addrlen) != 0)
+        goto fail;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    uint8_t cn[DDP__NONCE_LEN], sn[DDP__NONCE_LEN], mac[DDP__MAC_LEN], want[DDP__MAC_LEN];
+    const uint8_t *p;
+    struct ddp_buf b;
+    struct ddp_rd rd;
+    uint32_t magic;
+    uint16_t ver, resv;
+    ddp_buf_init(&b);
+    size_t pos = ddp__proto_begin(&b, DDP__OP_HELLO, 1);
+    ddp_random_bytes(cn, sizeof(cn));
+    ddp_buf_put_u32(&b, DDP__PROTO_MAGIC);
+    ddp_buf_put_u16(&b, DDP__PROTO_VERSION);
+    ddp_buf_put_u16(&b, 0);
+    ddp_buf_put(&b, cn, sizeof(cn));
+    ddp__proto_end(&b, pos);
+    bool ok = ddp_write_all(fd, b.data, b.len) == 0 && read_frame(fd, &b) == 0 &&
+              reply_status(&b, DDP__OP_HELLO, &rd) == 0 && ddp_rd_u32(&rd, &magic) == 0 &&
+              ddp_rd_u16(&rd, &ver) == 0 && ddp_rd_u16(&rd, &resv) == 0 &&
+              ddp_rd_raw(&rd, DDP__NONCE_LEN, &p) == 0 && magic == DDP__PROTO_MAGIC;
+    if (ok) {
+        memcpy(sn, p, sizeof(sn));
+        ok = ddp__proto_mac((const uint8_t *)P.token, strlen(P.token), DDP__LABEL_CLIENT, sn, cn,
+                            mac) == 0;
+    }
+    if (ok) {
+        b.len = b.off = 0;
+        pos = ddp__proto_begin(&b, DDP__OP_AUTH, 2);
+        ddp_buf_put(&b, mac, sizeof(mac));
+        ddp__proto_end(&b, pos);
+        ok = ddp_write_all(fd, b.data, b.len) == 0 && read_frame(fd, &b) == 0 &&
+             reply_status(&b, DDP__OP_AUTH, &rd) == 0 && ddp_rd_raw(&rd, DDP__MAC_LEN, &p) == 0 &&
+             ddp__proto_mac((const uint8_t *)P.token, strlen(P.token), DDP__LABEL_SERVER, cn, sn,
+                            want) == 0 &&
+             ddp__proto_mac_equal(want, p);
+    }
+    ddp_buf_release(&b);
+    if (!ok)
+        goto fail;
+    freeaddrinfo(res);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    u->fd = fd;
+    ddp_buf_init(&u->in);
+    ddp_buf_init(&u->out);
+    P.upreq += 2;
+    return 0;
+fail:
+    fprintf(stderr, "ddprun agent: the store proxy cannot reach the store at %s: %s\n", P.store,
+            errno ? strerror(errno) : "its handshake failed");
+    if (res)
+        freeaddrinfo(res);
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+static void up_flush(struct up *u)
+{
+    while (ddp_buf_pending(&u->out)) {
+        ssize_t n = send(u->fd, u->out.data + u->out.off, ddp_buf_pending(&u->out), MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n < 0) {
+            up_failed(u, strerror(errno));
+            return;
+        }
+        u->out.off += (size_t)n;
+    }
+    ddp_buf_compact(&u->out);
+    ddp_loop_modify(P.loop, u->fd, DDP_LOOP_READ | (ddp_buf_pending(&u->out) ? DDP_LOOP_WRITE : 0));
+}
+
+/* ---- replies to ranks ---- */
+
+static void lconn_flush(struct lconn *c)
+{
+    while (ddp_buf_pending(&c->out)) {
+        ssize_t n = send(c->fd, c->out.data + c->out.off, ddp_buf_pending(&c->out), MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n < 0) {
+            lconn_close(c);
+            return;
+        }
+        c->out.off += (size_t)n;
+    }
+    ddp_buf_compact(&c->out);
+    ddp_loop_modify(P.loop, c->fd, DDP_LOOP_READ | (ddp_buf_pending(&c->out) ? DDP_LOOP_WRITE : 0));
+}
+
+/* Answers c's request lid (op) with status and payload; its next request may go. */
+static void answer(struct lconn *c, uint8_t op, uint32_t lid, int status, const void *p, size_t n)
+{
+    if (!c || c->fd < 0)
+        return;
+    size_t pos = ddp__proto_begin(&c->out, op | DDP__REPLY_BIT, lid);
+    ddp_buf_put_u32(&c->out, (uint32_t)status);
+    if (n)
+        ddp_buf_put(&c->out, p, n);
+    ddp__proto_end(&c->out, pos);
+    c->busy = false;
+    lconn_flush(c);
+    if (c->fd >= 0)
+        lconn_process(c);
+}
+
+/* ---- the main connection's replies ---- */
+
+static void add_send(struct addk *a);
+
+static void on_main_reply(const uint8_t *f, size_t len)
+{
+    struct ddp_rd rd;
+    uint32_t flen, id, st;
+    uint8_t op;
+    ddp_rd_init(&rd, f, len);
+    ddp_rd_u32(&rd, &flen);
+    ddp_rd_u8(&rd, &op);
+    ddp_rd_u32(&rd, &id);
+    if (ddp_rd_u32(&rd, &st) < 0 || ddp_list_empty(&P.pends)) {
+        up_failed(&P.main, "a reply that answers nothing");
+        return;
+    }
+    struct pend *pd = DDP_CONTAINER_OF(P.pends.next, struct pend, link);
+    ddp_list_del(&pd->link);
+    if (!pd->add) {
+        /* Answering a rank can send its next request, and a failed send ends the main
+         * connection with its buffer: those who follow get a copy of the reply. */
+        size_t pn = ddp_rd_left(&rd);
+        uint8_t *pl = ddp_list_empty(&pd->followers) ? NULL : malloc(pn ? pn : 1);
+        if (pl)
+            memcpy(pl, rd.p + rd.off, pn);
+        else if (!ddp_list_empty(&pd->followers))
+            st = (uint32_t)DDP_ENOMEM;
+        answer(pd->c, op & ~DDP__REPLY_BIT, pd->lid, (int)st, pl ? pl : rd.p + rd.off, pn);
+        while (!ddp_list_empty(&pd->followers)) {
+            struct follower *fw = DDP_CONTAINER_OF(pd->followers.next, struct follower, link);
+            ddp_list_del(&fw->link);
+            answer(fw->c, op & ~DDP__REPLY_BIT, fw->lid, (int)st, pl, pl ? pn : 0);
+            free(fw);
+        }
+        free(pl);
+        free(pd->body);
+        free(pd);
+        return;
+    }
+    /* An ADD batch: each rank gets the value its own ADD would have had, in order. */
+    struct addk *a = pd->add;
+    int64_t v = 0, sum = 0;
+    struct ddp_list *it, *nx;
+    DDP_LIST_FOREACH_SAFE (it, nx, &a->batch)
+        sum += DDP_CONTAINER_OF(it, struct adder, link)->delta;
+    bool ok = (int)st == 0 && ddp_rd_i64(&rd, &v) == 0;
+    int64_t run = v - sum;
+    while (!ddp_list_empty(&a->batch)) {
+        struct adder *d = DDP_CONTAINER_OF(a->batch.next, struct adder, link);
+        ddp_list_del(&d->link);
+        run += d->delta;
+        uint8_t le[8];
+        for (int k = 0; k < 8; k++)
+            le[k] = (uint8_t)((uint64_t)run >> (8 * k));
+        answer(d->c, DDP__OP_ADD, d->lid, ok ? 0 : (st ? (int)st : DDP_EPROTO), le, ok ? 8 : 0);
+        free(d);
+    }
+    free(pd);
+    add_send(a);
+}
+
+/* The queued ADDs of a key go up as one, or the key is let go. */
+static void add_send(struct addk *a)
+{
+    ddp_timer_stop(P.loop, &a->hold);
+    a->inflight = false;
+    if (ddp_list_empty(&a->queued)) {
+        ddp_list_del(&a->link);
+        free(a->key);
+        free(a);
+        return;
+    }
+    a->inflight = true;
+    a->nqueued = 0;
+    struct pend *pd = calloc(1, sizeof(*pd));
+    if (!pd) {
+        up_failed(&P.main, "out of memory");
+        return;
+    }
+    ddp_list_init(&pd->followers);
+    while (!ddp_list_empty(&a->queued)) {
+        struct ddp_list *l = a->queued.next;
+        ddp_list_del(l);
+        ddp_list_add_tail(&a->batch, l);
+    }
+    size_t pos = ddp__proto_begin(&P.main.out, DDP__OP_ADD, ++P.next_id);
+    ddp_buf_put_str(&P.main.out, a->key, a->klen);
+    ddp_buf_put_u64(&P.main.out, (uint64_t)a->queued_sum);
+    ddp__proto_end(&P.main.out, pos);
+    a->queued_sum = 0;
+    pd->add = a;
+    ddp_list_add_tail(&P.pends, &pd->link);
+    P.upreq++;
+    up_flush(&P.main);
+}
+
+static void on_hold(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    add_send((struct addk *)((char *)t - offsetof(struct addk, hold)));
+}
+
+/* ---- WAITs ---- */
+
+static void waiter_done(struct waiter *w, int status)
+{
+    struct lconn *c = w->c;
+    uint32_t lid = w->lid;
+    ddp_timer_stop(P.loop, &w->timer);
+    ddp_list_del(&w->link);
+    if (c)
+        c->w = NULL;
+    free(w);
+    answer(c, DDP__OP_WAIT, lid, status, NULL, 0);
+}
+
+static void group_free(struct group *g)
+{
+    if (g->u)
+        g->u->g = NULL;
+    ddp_list_del(&g->link);
+    free(g->keys);
+    free(g);
+}
+
+/* The group's WAIT up, for the longest deadline of its ranks. */
+static void group_send(struct group *g)
+{
+    int64_t now = ddp_now_ms(), far = 0;
+    bool forever = false;
+    struct ddp_list *it, *nx;
+    DDP_LIST_FOREACH_SAFE (it, nx, &g->waiters) {
+        struct waiter *w = DDP_CONTAINER_OF(it, struct waiter, link);
+        forever |= w->deadline == 0;
+        if (w->deadline > far)
+            far = w->deadline;
+    }
+    uint32_t t = forever ? DDP__WAIT_FOREVER : (uint32_t)(far > now ? far - now : 0);
+    g->up_deadline = forever ? 0 : now + t;
+    size_t pos = ddp__proto_begin(&g->u->out, DDP__OP_WAIT, ++P.next_id);
+    ddp_buf_put_u32(&g->u->out, t);
+    ddp_buf_put(&g->u->out, g->keys, g->klen);
+    ddp__proto_end(&g->u->out, pos);
+    P.upreq++;
+    up_flush(g->u);
+}
+
+static void on_wait_reply(struct up *u, const uint8_t *f, size_t len)
+{
+    struct ddp_rd rd;
+    uint32_t flen, id, st;
+    uint8_t op;
+    ddp_rd_init(&rd, f, len);
+    ddp_rd_u32(&rd, &flen);
+    ddp_rd_u8(&rd, &op);
+    ddp_rd_u32(&rd, &id);
+    struct group *g = u->g;
+    if (ddp_rd_u32(&rd, &st) < 0 || !g) {
+        up_failed(u, "a reply that answers nothing");
+        return;
+    }
+    int64_t now = ddp_now_ms();
+    struct ddp_list *it, *nx;
+    DDP_LIST_FOREACH_SAFE (it, nx, &g->waiters) {
+        struct waiter *w = DDP_CONTAINER_OF(it, struct waiter, link);
+        if ((int)st != DDP_ETIMEDOUT || (w->deadline && w->deadline <= now))
+            waiter_done(w, (int)st);
+    }
+    if (ddp_list_empty(&g->waiters))
+        group_free(g);
+    else
+        group_send(g); /* a rank that came later waits longer */
+}
+
+/* A group no rank waits in any more: its WAIT up is called off (its connection closed, to be
+ * made again when needed), so that the pool is not held by WAITs nobody waits for. */
+static void group_drop_if_idle(struct group *g)
+{
+    if (!ddp_list_empty(&g->waiters))
+        return;
+    if (g->u && g->up_deadline && g->up_deadline - ddp_now_ms() < 1000)
+        return; /* its WAIT ends soon by itself: the connection is kept for the next */
+    struct up *u = g->u;
+    group_free(g);
+    if (u && u->fd >= 0) {
+        ddp_loop_del(P.loop, u->fd);
+        close(u->fd);
+        u->fd = -1;
+        ddp_buf_release(&u->in);
+        ddp_buf_release(&u->out);
+    }
+}
+
+static void on_waiter_timeout(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    struct waiter *w = (struct waiter *)((char *)t - offsetof(struct waiter, timer));
+    struct group *g = w->g;
+    waiter_done(w, DDP_ETIMEDOUT); /* its group's WAIT goes on for the others */
+    group_drop_if_idle(g);
+}
+
+/* A connection of the pool for group g: 0, or -1 said. */
+static int pool_take(struct group *g);
+
+static void on_up(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    struct up *u = arg;
+    if (mask & DDP_LOOP_WRITE)
+        up_flush(u);
+    if (!(mask & DDP_LOOP_READ) || u->fd < 0)
+        return;
+    for (;;) {
+        if (ddp_buf_reserve(&u->in, 65536) < 0) {
+            up_failed(u, "out of memory");
+            return;
+        }
+        ssize_t n = recv(u->fd, u->in.data + u->in.len, u->in.cap - u->in.len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) {
+            up_failed(u, n == 0 ? "the store closed the connection" : strerror(errno));
+            return;
+        }
+        u->in.len += (size_t)n;
+    }
+    long sz;
+    while ((sz = ddp__proto_frame_size(u->in.data + u->in.off, ddp_buf_pending(&u->in),
+                                       DDP__MAX_FRAME)) > 0) {
+        const uint8_t *f = u->in.data + u->in.off;
+        u->in.off += (size_t)sz;
+        if (u == &P.main)
+            on_main_reply(f, (size_t)sz);
+        else
+            on_wait_reply(u, f, (size_t)sz);
+        if (u->fd < 0)
+            return;
+    }
+    if (sz < 0)
+        up_failed(u, "a malformed reply");
+    else
+        ddp_buf_compact(&u->in);
+}
+
+static int pool_take(struct group *g)
+{
+    struct up *free_slot = NULL;
+    for (int k = 0; k < MAX_WAIT_CONNS; k++) {
+        struct up *u = &P.pool[k];
+        if (u->fd >= 0 && !u->g) {
+            u->g = g;
+            g->u = u;
+            return 0;
+        }
+        if (u->fd < 0 && !free_slot)
+            free_slot = u;
+    }
+    if (!free_slot || up_connect(free_slot) < 0)
+        return -1;
+    if (ddp_loop_add(P.loop, free_slot->fd, DDP_LOOP_READ, on_up, free_slot) < 0) {
+        close(free_slot->fd);
+        free_slot->fd = -1;
+        return -1;
+    }
+    free_slot->g = g;
+    g->u = free_slot;
+    return 0;
+}
+
+/* A rank's WAIT: with the group of its keys, or a new one. */
+static void local_wait(struct lconn *c, const struct ddp__req *q, const uint8_t *keys, size_t klen)
+{
+    struct group *g = NULL;
+    struct ddp_list *it, *nx;
+    DDP_LIST_FOREACH_SAFE (it, nx, &P.groups) {
+        struct group *x = DDP_CONTAINER_OF(it, struct group, link);
+        if (x->klen == klen && !memcmp(x->keys, keys, klen)) {
+            g = x;
+            break;
+        }
+    }
+    struct waiter *w = calloc(1, sizeof(*w));
+    bool fresh = !g;
+    if (w && fresh && (g = calloc(1, sizeof(*g))) && !(g->keys = malloc(klen))) {
+        free(g);
+        g = NULL;
+    }
+    if (!w || !g) {
+        free(w);
+        answer(c, q->op, q->id, DDP_ENOMEM, NULL, 0);
+        return;
+    }
+    if (fresh) {
+        memcpy(g->keys, keys, klen);
+        g->klen = (uint32_t)klen;
+        ddp_list_init(&g->waiters);
+        ddp_list_add_tail(&P.groups, &g->link);
+    }
+    w->g = g;
+    w->c = c;
+    w->lid = q->id;
+    w->deadline = q->u32 == DDP__WAIT_FOREVER ? 0 : ddp_now_ms() + q->u32;
+    ddp_timer_init(&w->timer, on_waiter_timeout);
+    if (w->deadline)
+        ddp_timer_start(P.loop, &w->timer, q->u32);
+    ddp_list_add_tail(&g->waiters, &w->link);
+    c->w = w;
+    if (!fresh)
+        return; /* its WAIT is on its way, long enough (or sent again for this one) */
+    if (pool_take(g) < 0) {
+        waiter_done(w, DDP_ECONNECT);
+        group_free(g);
+        return;
+    }
+    group_send(g);
+}
+
+/* ---- ranks ---- */
+
+static void on_reap(struct ddp_loop *loop, struct ddp_timer *t);
+
+/* Closes a rank's connection; it is freed from the loop (callers up the stack may hold it). */
+static void lconn_close(struct lconn *c)
+{
+    if (c->fd < 0)
+        return;
+    ddp_loop_del(P.loop, c->fd);
+    close(c->fd);
+    c->fd = -1;
+    ddp_timer_stop(P.loop, &c->auth);
+    /* what it asked is answered to nobody */
+    struct ddp_list *it, *nx, *j, *jx;
+    DDP_LIST_FOREACH_SAFE (it, nx, &P.pends) {
+        struct pend *pd = DDP_CONTAINER_OF(it, struct pend, link);
+        if (pd->c == c)
+            pd->c = NULL;
+        DDP_LIST_FOREACH_SAFE (j, jx, &pd->followers) {
+            struct follower *fw = DDP_CONTAINER_OF(j, struct follower, link);
+            if (fw->c == c)
+                fw->c = NULL;
+        }
+    }
+    DDP_LIST_FOREACH_SAFE (it, nx, &P.adds) {
+        struct addk *a = DDP_CONTAINER_OF(it, struct addk, link);
+        DDP_LIST_FOREACH_SAFE (j, jx, &a->batch) {
+            struct adder *d = DDP_CONTAINER_OF(j, struct adder, link);
+            if (d->c == c)
+                d->c = NULL;
+        }
+        DDP_LIST_FOREACH_SAFE (j, jx, &a->queued) {
+            struct adder *d = DDP_CONTAINER_OF(j, struct adder, link);
+            if (d->c == c)
+                d->c = NULL;
+        }
+    }
+    if (c->w) {
+        struct waiter *w = c->w;
+        struct group *g = w->g;
+        w->c = NULL;
+        c->w = NULL;
+        waiter_done(w, 0);
+        group_drop_if_idle(g);
+    }
+    ddp_list_del(&c->link);
+    ddp_list_add_tail(&P.dead, &c->link);
+    P.nconns--;
+    P.nready -= c->state == 2;
+    ddp_timer_start(P.loop, &P.reap, 0);
+}
+
+static void on_reap(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    while (!ddp_list_empty(&P.dead)) {
+        struct lconn *c = DDP_CONTAINER_OF(P.dead.next, struct lconn, link);
+        ddp_list_del(&c->link);
+        ddp_buf_release(&c->in);
+        ddp_buf_release(&c->out);
+        free(c);
+    }
+}
+
+/* The store's own handshake, its side (rendezvous/store_server.c). */
+static bool handshake(struct lconn *c, const struct ddp__req *q)
+{
+    if (c->state == 0 && q->op == DDP__OP_HELLO && q->magic == DDP__PROTO_MAGIC &&
+        q->version == DDP__PROTO_VERSION) {
+        memcpy(c->cn, q->nonce, DDP__NONCE_LEN);
+        ddp_random_bytes(c->sn, DDP__NONCE_LEN);
+        size_t pos = ddp__proto_begin(&c->out, q->op | DDP__REPLY_BIT, q->id);
+        ddp_buf_put_u32(&c->out, 0);
+        ddp_buf_put_u32(&c->out, DDP__PROTO_MAGIC);
+        ddp_buf_put_u16(&c->out, DDP__PROTO_VERSION);
+        ddp_buf_put_u16(&c->out, 0);
+        ddp_buf_put(&c->out, c->sn, DDP__NONCE_LEN);
+        ddp__proto_end(&c->out, pos);
+        c->state = 1;
+        return true;
+    }
+    uint8_t want[DDP__MAC_LEN], mine[DDP__MAC_LEN];
+    const uint8_t *tok = (const uint8_t *)P.token;
+    if (c->state == 1 && q->op == DDP__OP_AUTH &&
+        ddp__proto_mac(tok, strlen(P.token), DDP__LABEL_CLIENT, c->sn, c->cn, want) == 0 &&
+        ddp__proto_mac_equal(want, q->mac) &&
+        ddp__proto_mac(tok, strlen(P.token), DDP__LABEL_SERVER, c->cn, c->sn, mine) == 0) {
+        size_t pos = ddp__proto_begin(&c->out, q->op | DDP__REPLY_BIT, q->id);
+        ddp_buf_put_u32(&c->out, 0);
+        ddp_buf_put(&c->out, mine, sizeof(mine));
+        ddp__proto_end(&c->out, pos);
+        c->state = 2;
+        P.nready++;
+        ddp_timer_stop(P.loop, &c->auth);
+        return true;
+    }
+    if (c->state == 1 && q->op == DDP__OP_AUTH) { /* the wrong token: told so, as the store does */
+        size_t pos = ddp__proto_begin(&c->out, q->op | DDP__REPLY_BIT, q->id);
+        ddp_buf_put_u32(&c->out, (uint32_t)DDP_EAUTH);
+        ddp__proto_end(&c->out, pos);
+        lconn_flush(c);
+    }
+    return false; /* anything else before the token is proved: the connection ends */
+}
+
+/* One request of a rank that proved the token. */
+static void local_request(struct lconn *c, const uint8_t *f, size_t len, const struct ddp__req *q)
+{
+    P.local++;
+    c->busy = true;
+    if (P.main.fd < 0) { /* the store's connection is gone: so is the store, for the ranks */
+        answer(c, q->op, q->id, DDP_ECONNECT, NULL, 0);
+        return;
+    }
+    switch (q->op) {
+    case DDP__OP_ADD: {
+        struct addk *a = NULL;
+        struct ddp_list *it, *nx;
+        DDP_LIST_FOREACH_SAFE (it, nx, &P.adds) {
+            struct addk *x = DDP_CONTAINER_OF(it, struct addk, link);
+            if (x->klen == q->klen && !memcmp(x->key, q->key, q->klen)) {
+                a = x;
+                break;
+            }
+        }
+        struct adder *d = calloc(1, sizeof(*d));
+        bool fresh = !a;
+        if (d && fresh && (a = calloc(1, sizeof(*a))) &&
+            !(a->key = malloc(q->klen ? q->klen : 1))) {
+            free(a);
+            a = NULL;
+        }
+        if (!d || !a) {
+            free(d);
+            answer(c, q->op, q->id, DDP_ENOMEM, NULL, 0);
+            return;
+        }
+        if (fresh) {
+            ddp_timer_init(&a->hold, on_hold);
+            memcpy(a->key, q->key, q->klen);
+            a->klen = q->klen;
+            ddp_list_init(&a->batch);
+            ddp_list_init(&a->queued);
+            ddp_list_add_tail(&P.adds, &a->link);
+        }
+        d->c = c;
+        d->lid = q->id;
+        d->delta = q->i64;
+        ddp_list_add_tail(&a->queued, &d->link);
+        a->queued_sum += q->i64;
+        a->nqueued++;
+        /* The node's ranks ADD to a key together (a barrier's arrivals): the first waits a
+         * moment for the others', or for all of this node's ranks that proved the token; one
+         * that comes while an ADD is on its way goes with the next. */
+        if (a->inflight)
+            return;
+        unsigned ranks = P.nready > P.nlocal ? P.nready : P.nlocal;
+        if (a->nqueued >= ranks || ranks <= 1)
+            add_send(a);
+        else if (fresh)
+            ddp_timer_start(P.loop, &a->hold, HOLD_MS);
+        return;
+    }
+    case DDP__OP_WAIT:
+        if (q->u32 != 0) { /* the key list: after the u32 timeout, to the frame's end */
+            size_t off = DDP__FRAME_HDR + 4;
+            local_wait(c, q, f + off, len - off);
+            return;
+        }
+        /* a WAIT that does not wait is answered at once, as CHECK is */
+        __attribute__((fallthrough));
+    case DDP__OP_SET:
+    case DDP__OP_GET:
+    case DDP__OP_CAS:
+    case DDP__OP_DELETE:
+    case DDP__OP_CHECK:
+    case DDP__OP_NUM_KEYS:
+    case DDP__OP_MULTI_GET:
+    case DDP__OP_PING: {
+        bool read = q->op == DDP__OP_GET || q->op == DDP__OP_MULTI_GET || q->op == DDP__OP_CHECK;
+        const uint8_t *body = f + DDP__FRAME_HDR;
+        size_t blen = len - DDP__FRAME_HDR;
+        struct ddp_list *it, *nx;
+        DDP_LIST_FOREACH_SAFE (it, nx, &P.pends) {
+            struct pend *x = DDP_CONTAINER_OF(it, struct pend, link);
+            if (read && x->body && x->op == q->op && x->blen == blen &&
+                !memcmp(x->body, body, blen)) {
+                struct follower *fw = calloc(1, sizeof(*fw));
+                if (!fw)
+                    break;
+                fw->c = c;
+                fw->lid = q->id;
+                ddp_list_add_tail(&x->followers, &fw->link);
+                return; /* answered with it */
+            }
+        }
+        struct pend *pd = calloc(1, sizeof(*pd));
+        if (!pd) {
+            answer(c, q->op, q->id, DDP_ENOMEM, NULL, 0);
+            return;
+        }
+        ddp_list_init(&pd->followers);
+        pd->op = q->op;
+        if (read && (pd->body = malloc(blen ? blen : 1))) {
+            memcpy(pd->body, body, blen);
+            pd->blen = blen;
+        }
+        pd->c = c;
+        pd->lid = q->id;
+        size_t at = P.main.out.len;
+        ddp_buf_put(&P.main.out, f, len);
+        uint32_t id = ++P.next_id; /* the frame as it came, under the proxy's id */
+        for (int k = 0; k < 4; k++)
+            P.main.out.data[at + 5 + (size_t)k] = (uint8_t)(id >> (8 * k));
+        ddp_list_add_tail(&P.pends, &pd->link);
+        P.upreq++;
+        up_flush(&P.main);
+        return;
+    }
+    default: /* watches and leases are the agents' own, not the ranks' */
+        answer(c, q->op, q->id, DDP_ENOTSUP, NULL, 0);
+        return;
+    }
+}
+
+static void lconn_process(struct lconn *c)
+{
+    long sz;
+    while (c->fd >= 0 && !c->busy &&
+           (sz = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in),
+                                       c->state == 2 ? DDP__MAX_FRAME : DDP__MAX_PREAUTH_FRAME)) !=
+               0) {
+        struct ddp__req q;
+        const uint8_t *f = c->in.data + c->in.off;
+        if (sz < 0 || ddp__proto_parse_req(f, (size_t)sz, &q) < 0 ||
+            (c->state < 2 && !handshake(c, &q))) {
+            lconn_close(c);
+            return;
+        }
+        c->in.off += (size_t)sz;
+        if (c->state == 2 && q.op != DDP__OP_AUTH)
+            local_request(c, f, (size_t)sz, &q);
+        else
+            lconn_flush(c);
+    }
+    if (c->fd >= 0)
+        ddp_buf_compact(&c->in);
+}
+
+/* ---- the proxy itself ---- */
+
+/* A connection to the store failed: what waited on it is answered with an error, and with the
+ * main one every rank's connection ends (its ranks find the store gone, as they would). */
+static void up_failed(struct up *u, const char *why)
+{
+    if (u->fd < 0)
+        return;
+    if (!P.stopping)
+        fprintf(stderr, "ddprun agent: the store proxy's connection to %s ended: %s\n", P.store,
+                why);
+    ddp_loop_del(P.loop, u->fd);
+    close(u->fd);
+    u->fd = -1;
+    ddp_buf_release(&u->in);
+    ddp_buf_release(&u->out);
+    struct ddp_list *it, *nx;
+    if (u->g) {
+        struct group *g = u->g;
+        DDP_LIST_FOREACH_SAFE (it, nx, &g->waiters)
+            waiter_done(DDP_CONTAINER_OF(it, struct waiter, link), DDP_ECONNECT);
+        group_free(g);
+    }
+    if (u != &P.main)
+        return;
+    DDP_LIST_FOREACH_SAFE (it, nx, &P.conns)
+        lconn_close(DDP_CONTAINER_OF(it, struct lconn, link));
+    while (!ddp_list_empty(&P.pends)) {
+        struct pend *pd = DDP_CONTAINER_OF(P.pends.next, struct pend, link);
+        ddp_list_del(&pd->link);
+        while (!ddp_list_empty(&pd->followers)) {
+            struct ddp_list *l = pd->followers.next;
+            ddp_list_del(l);
+            free(DDP_CONTAINER_OF(l, struct follower, link));
+        }
+        free(pd->body);
+        free(pd);
+    }
+    while (!ddp_list_empty(&P.adds)) {
+        struct addk *a = DDP_CONTAINER_OF(P.adds.next, struct addk, link);
+        struct ddp_list *l;
+        while (!ddp_list_empty(&a->batch) && (l = a->batch.next)) {
+            ddp_list_del(l);
+            free(DDP_CONTAINER_OF(l, struct adder, link));
+        }
+        while (!ddp_list_empty(&a->queued) && (l = a->queued.next)) {
+            ddp_list_del(l);
+            free(DDP_CONTAINER_OF(l, struct adder, link));
+        }
+        ddp_timer_stop(P.loop, &a->hold);
+        ddp_list_del(&a->link);
+        free(a->key);
+        free(a);
+    }
+}
+
+static void on_lconn(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    struct lconn *c = arg;
+    if (mask & DDP_LOOP_WRITE)
+        lconn_flush(c);
+    if (c->fd < 0 || !(mask & DDP_LOOP_READ))
+        return;
+    for (;;) {
+        if (ddp_buf_reserve(&c->in, 65536) < 0) {
+            lconn_close(c);
+            return;
+        }
+        ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) {
+            lconn_close(c);
+            return;
+        }
+        c->in.len += (size_t)n;
+        if (ddp_buf_pending(&c->in) > 2 * (size_t)DDP__MAX_FRAME) /* a rank far ahead */
+            break;
+    }
+    lconn_process(c);
+}
+
+static void on_auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    lconn_close((struct lconn *)((char *)t - offsetof(struct lconn, auth)));
+}
+
+static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)mask;
+    (void)arg;
+    for (;;) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0)
+            return;
+        struct lconn *c = P.nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
+        if (!c || ddp_loop_add(loop, cfd, DDP_LOOP_READ, on_lconn, c) < 0) {
+            free(c);
+            close(cfd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->fd = cfd;
+        ddp_buf_init(&c->in);
+        ddp_buf_init(&c->out);
+        ddp_timer_init(&c->auth, on_auth_timeout);
+        ddp_timer_start(loop, &c->auth, AUTH_MS);
+        ddp_list_add_tail(&P.conns, &c->link);
+        P.nconns++;
+    }
+}
+
+int ddp__proxy_start(struct ddp_loop *loop, const char *listen_host, const char *store_addr,
+                     const char *token, char *addr, size_t n)
+{
+    if (P.lfd >= 0 && P.main.fd >= 0 && !strcmp(P.store, store_addr) &&
+        !strcmp(P.listen_host, listen_host) && !strcmp(P.token, token)) {
+        snprintf(addr, n, "%s", P.addr);
+        return 0;
+    }
+    ddp__proxy_stop();
+    if (strlen(store_addr) >= sizeof(P.store) || strlen(token) >= sizeof(P.token) ||
+        strlen(listen_host) >= sizeof(P.listen_host))
+        return -1;
+    snprintf(P.store, sizeof(P.store), "%s", store_addr);
+    snprintf(P.token, sizeof(P.token), "%s", token);
+    snprintf(P.listen_host, sizeof(P.listen_host), "%s", listen_host);
+    ddp_list_init(&P.conns);
+    ddp_list_init(&P.dead);
+    P.nconns = P.nready = 0;
+    ddp_list_init(&P.pends);
+    ddp_list_init(&P.adds);
+    ddp_list_init(&P.groups);
+    ddp_timer_init(&P.reap, on_reap);
+    P.loop = loop;
+    for (int k = 0; k < MAX_WAIT_CONNS; k++)
+        P.pool[k] = (struct up){.fd = -1};
+    P.main.fd = -1;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
+                    *res = NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char port[16];
+    if (getaddrinfo(listen_host, "0", &hints, &res) != 0)
+        return -1;
+    P.lfd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool ok =
+        P.lfd >= 0 && bind(P.lfd, res->ai_addr, res->ai_addrlen) == 0 && listen(P.lfd, 1024) == 0 &&
+        getsockname(P.lfd, (struct sockaddr *)&ss, &sl) == 0 &&
+        getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, port, sizeof(port), NI_NUMERICSERV) == 0;
+    freeaddrinfo(res);
+    if (!ok || up_connect(&P.main) < 0 ||
+        ddp_loop_add(loop, P.main.fd, DDP_LOOP_READ, on_up, &P.main) < 0 ||
+        ddp_loop_add(loop, P.lfd, DDP_LOOP_READ, on_accept, NULL) < 0) {
+        if (!ok)
+            fprintf(stderr, "ddprun agent: the store proxy cannot listen on %s: %s\n", listen_host,
+                    strerror(errno));
+        ddp__proxy_stop();
+        return -1;
+    }
+    snprintf(P.addr, sizeof(P.addr), strchr(listen_host, ':') ? "[%s]:%s" : "%s:%s", listen_host,
+             port);
+    snprintf(addr, n, "%s", P.addr);
+    return 0;
+}
+
+void ddp__proxy_ranks(unsigned nlocal)
+{
+    P.nlocal = nlocal;
+}
+
+void ddp__proxy_stop(void)
+{
+    if (!P.loop)
+        return;
+    DDP_DEBUG(SUP, "store proxy: %llu requests of the ranks, %llu went to the store",
+              (unsigned long long)P.local, (unsigned long long)P.upreq);
+    P.stopping = true;
+    if (P.lfd >= 0) {
+        ddp_loop_del(P.loop, P.lfd);
+        close(P.lfd);
+        P.lfd = -1;
+    }
+    for (int k = 0; k < MAX_WAIT_CONNS; k++)
+        up_failed(&P.pool[k], "the proxy ends");
+    up_failed(&P.main, "the proxy ends"); /* and every rank's connection with it */
+    on_reap(P.loop, &P.reap);
+    ddp_timer_stop(P.loop, &P.reap);
+    explicit_bzero(P.token, sizeof(P.token));
+    P.stopping = false;
+    P.loop = NULL;
+}
