@@ -84,7 +84,7 @@ print("| launcher CPU, start to barrier | %.2f ms/node | scale, 64 to 1,024 node
       % (cpu_ms, dur(cpu_ms * N[0]), dur(cpu_ms * N[1])))
 print("| launcher memory | %.0f KiB/node | scale, 64 to 1,024 nodes | %.2f GiB | %.1f GiB | a node's buffers and state |"
       % (rss_kib, rss_kib * N[0] / 2**20, rss_kib * N[1] / 2**20))
-print("| launcher sockets | %.1f/node | scale, 64 to 1,024 nodes | %s | %s | an agent link and a store connection per node |"
+print("| launcher sockets | %.1f/node | scale, 64 to 1,024 nodes | %s | %s | per node: the agent link, the agent's store connection and its proxy's two (the ranks') |"
       % (socks, f"{socks * N[0]:,.0f}", f"{socks * N[1]:,.0f}"))
 print("| store CPU, 8 ranks a node | %.0f requests/node | scale, 256x8 | %s | %s | the store's one thread at %.1f us a request |"
       % (req8, dur(req8 * us_req * N[0] / 1000), dur(req8 * us_req * N[1] / 1000), us_req))
