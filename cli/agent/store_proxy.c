@@ -101,7 +101,8 @@ struct lconn {
     int state; /* 0 HELLO, 1 AUTH, 2 READY */
     uint8_t cn[DDP__NONCE_LEN], sn[DDP__NONCE_LEN];
     struct ddp_buf in, out;
-    bool busy; /* a request of its is not answered yet: the next waits */
+    bool busy;       /* a request of its is not answered yet: the next waits */
+    bool processing; /* lconn_process is taking its requests */
     struct waiter *w;
     struct ddp_timer auth;
 };
@@ -280,7 +281,7 @@ static void answer(struct lconn *c, uint8_t op, uint32_t lid, int status, const 
     ddp__proto_end(&c->out, pos);
     c->busy = false;
     lconn_flush(c);
-    if (c->fd >= 0)
+    if (c->fd >= 0 && !c->processing)
         lconn_process(c);
 }
 
@@ -842,16 +843,20 @@ static void lconn_process(struct lconn *c)
                0) {
         struct ddp__req q;
         const uint8_t *f = c->in.data + c->in.off;
-        if (sz < 0 || ddp__proto_parse_req(f, (size_t)sz, &q) < 0 ||
-            (c->state < 2 && !handshake(c, &q))) {
+        bool hs = c->state < 2; /* a frame of the handshake */
+        if (sz < 0 || ddp__proto_parse_req(f, (size_t)sz, &q) < 0 || (hs && !handshake(c, &q))) {
             lconn_close(c);
-            return;
+            break;
         }
         c->in.off += (size_t)sz;
-        if (c->state == 2 && q.op != DDP__OP_AUTH)
-            local_request(c, f, (size_t)sz, &q);
-        else
+        /* Requests answered at once are taken in this loop, not by answer() in turn: a rank's
+         * burst of them costs no stack. */
+        c->processing = true;
+        if (hs)
             lconn_flush(c);
+        else
+            local_request(c, f, (size_t)sz, &q);
+        c->processing = false;
     }
     if (c->fd >= 0)
         ddp_buf_compact(&c->in);

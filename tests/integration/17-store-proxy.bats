@@ -62,3 +62,47 @@ PY
   [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
   [ "$(grep -c 'counter [12] ' out.txt)" -eq 2 ]
 }
+
+@test "through the proxy as the store page says: a SET read back, ADD values, a WAIT that does not wait, a 50,000-request burst answered in order without harm" {
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >job.tok)
+  printf 'command: [%s, proxy-rank, "4"]\nnproc_per_node: 2\nrendezvous: {token_file: job.tok}\n' "$STORETOOL" >job.yaml
+  timeout 60 "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  for _ in $(seq 100); do grep -q '^\[localhost:1\] wait ' out.txt && break; sleep 0.1; done
+  addr=$(grep -o 'addr [0-9.:]*' out.txt | head -n1 | cut -d' ' -f2)
+  [ -n "$addr" ] || { cat out.txt; return 1; }
+  run /usr/bin/python3 - "$addr" "$REPO/tests/helpers" <<'PY'
+import struct, sys
+sys.path.insert(0, sys.argv[2])
+from store_page_client import Conn, s, keys
+c = Conn(sys.argv[1], open("job.tok", "rb").read())
+st, _ = c.call("SET", s(b"t/k") + s(b"v1") + struct.pack("<Q", 0))
+assert st == 0, st
+st, p = c.call("GET", s(b"t/k"))
+assert st == 0 and p == s(b"v1"), (st, p)
+st, p = c.call("ADD", s(b"t/n") + struct.pack("<q", 5))
+assert st == 0 and struct.unpack("<q", p)[0] == 5, (st, p)
+st, p = c.call("ADD", s(b"t/n") + struct.pack("<q", -2))
+assert st == 0 and struct.unpack("<q", p)[0] == 3, (st, p)
+st, _ = c.call("WAIT", struct.pack("<I", 0) + keys(b"t/absent"))
+assert st == -4, st  # DDP_ETIMEDOUT at once
+st, _ = c.call("WAIT", struct.pack("<I", 0) + keys(b"t/k"))
+assert st == 0, st
+# a burst of requests the proxy answers itself (watches are the agents', not the ranks'),
+# then one it relays: every reply comes, in order
+n = 50000
+burst = b"".join(struct.pack("<IBI", 5 + 1 + 4 + 3, 0x1A, 1000 + i) + b"\x00" + s(b"t/w")
+                 for i in range(n))
+c.sock.sendall(burst)
+for i in range(n):
+    r = c.reply()
+    assert r is not None and r[1] == 1000 + i and r[2] == -15, r  # DDP_ENOTSUP
+st, _ = c.call("PING")
+assert st == 0, st
+print("proxy ok")
+PY
+  assert_success
+  assert_output "proxy ok"
+  rc=0; wait "$ddp" || rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; return 1; }
+}
