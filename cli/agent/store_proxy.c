@@ -74,6 +74,7 @@ struct addk {
     int64_t queued_sum;
     unsigned nqueued;
     bool inflight;         /* batch is on its way up */
+    bool answering;        /* on_main_reply is answering its batch */
     struct ddp_timer hold; /* the first ADD waits HOLD_MS at most for the node's other ranks' */
 };
 
@@ -93,6 +94,7 @@ struct group {
     struct ddp_list waiters;
     struct up *u;
     int64_t up_deadline; /* when its WAIT up ends by itself (0: it does not) */
+    bool answering;      /* on_wait_reply is answering its ranks: it is not freed under it */
 };
 
 struct lconn {
@@ -288,6 +290,7 @@ static void answer(struct lconn *c, uint8_t op, uint32_t lid, int status, const 
 /* ---- the main connection's replies ---- */
 
 static void add_send(struct addk *a);
+static void add_free(struct addk *a);
 
 static void on_main_reply(const uint8_t *f, size_t len)
 {
@@ -333,6 +336,9 @@ static void on_main_reply(const uint8_t *f, size_t len)
         sum += DDP_CONTAINER_OF(it, struct adder, link)->delta;
     bool ok = (int)st == 0 && ddp_rd_i64(&rd, &v) == 0;
     int64_t run = v - sum;
+    /* answering a rank can end the main connection, and with it what it carried: this key is
+     * kept until its ranks are answered */
+    a->answering = true;
     while (!ddp_list_empty(&a->batch)) {
         struct adder *d = DDP_CONTAINER_OF(a->batch.next, struct adder, link);
         ddp_list_del(&d->link);
@@ -344,7 +350,30 @@ static void on_main_reply(const uint8_t *f, size_t len)
         free(d);
     }
     free(pd);
-    add_send(a);
+    a->answering = false;
+    if (P.main.fd >= 0) {
+        add_send(a);
+        return;
+    }
+    add_free(a);
+}
+
+/* A key's ADDs let go, answered to nobody. */
+static void add_free(struct addk *a)
+{
+    struct ddp_list *l;
+    while (!ddp_list_empty(&a->batch) && (l = a->batch.next)) {
+        ddp_list_del(l);
+        free(DDP_CONTAINER_OF(l, struct adder, link));
+    }
+    while (!ddp_list_empty(&a->queued) && (l = a->queued.next)) {
+        ddp_list_del(l);
+        free(DDP_CONTAINER_OF(l, struct adder, link));
+    }
+    ddp_timer_stop(P.loop, &a->hold);
+    ddp_list_del(&a->link);
+    free(a->key);
+    free(a);
 }
 
 /* The queued ADDs of a key go up as one, or the key is let go. */
@@ -433,6 +462,23 @@ static void group_send(struct group *g)
     up_flush(g->u);
 }
 
+static int pool_take(struct group *g);
+
+/* Every rank of the group answered status (one at a time, as on_wait_reply), the group gone. */
+static void group_fail(struct group *g, int status)
+{
+    struct ddp_list done;
+    ddp_list_init(&done);
+    while (!ddp_list_empty(&g->waiters)) {
+        struct ddp_list *l = g->waiters.next;
+        ddp_list_del(l);
+        ddp_list_add_tail(&done, l);
+    }
+    group_free(g);
+    while (!ddp_list_empty(&done))
+        waiter_done(DDP_CONTAINER_OF(done.next, struct waiter, link), status);
+}
+
 static void on_wait_reply(struct up *u, const uint8_t *f, size_t len)
 {
     struct ddp_rd rd;
@@ -447,24 +493,39 @@ static void on_wait_reply(struct up *u, const uint8_t *f, size_t len)
         up_failed(u, "a reply that answers nothing");
         return;
     }
+    /* Those answered now move to a list of their own first: answering one can take its rank's
+     * next request, and that can end connections (and their waiters) anywhere. */
     int64_t now = ddp_now_ms();
-    struct ddp_list *it, *nx;
+    struct ddp_list done, *it, *nx;
+    ddp_list_init(&done);
     DDP_LIST_FOREACH_SAFE (it, nx, &g->waiters) {
         struct waiter *w = DDP_CONTAINER_OF(it, struct waiter, link);
-        if ((int)st != DDP_ETIMEDOUT || (w->deadline && w->deadline <= now))
-            waiter_done(w, (int)st);
+        if ((int)st != DDP_ETIMEDOUT || (w->deadline && w->deadline <= now)) {
+            ddp_list_del(&w->link);
+            ddp_list_add_tail(&done, &w->link);
+        }
     }
-    if (ddp_list_empty(&g->waiters))
+    g->u = NULL; /* its WAIT is answered: a rank that joins it now needs another */
+    u->g = NULL;
+    g->answering = true;
+    while (!ddp_list_empty(&done))
+        waiter_done(DDP_CONTAINER_OF(done.next, struct waiter, link), (int)st);
+    g->answering = false;
+    if (ddp_list_empty(&g->waiters)) {
         group_free(g);
-    else
-        group_send(g); /* a rank that came later waits longer */
+    } else if (!g->u) { /* a rank that came later waits longer, or came since */
+        if (pool_take(g) == 0)
+            group_send(g);
+        else
+            group_fail(g, DDP_ECONNECT);
+    }
 }
 
 /* A group no rank waits in any more: its WAIT up is called off (its connection closed, to be
  * made again when needed), so that the pool is not held by WAITs nobody waits for. */
 static void group_drop_if_idle(struct group *g)
 {
-    if (!ddp_list_empty(&g->waiters))
+    if (!ddp_list_empty(&g->waiters) || g->answering)
         return;
     if (g->u && g->up_deadline && g->up_deadline - ddp_now_ms() < 1000)
         return; /* its WAIT ends soon by itself: the connection is kept for the next */
@@ -488,8 +549,7 @@ static void on_waiter_timeout(struct ddp_loop *loop, struct ddp_timer *t)
     group_drop_if_idle(g);
 }
 
-/* A connection of the pool for group g: 0, or -1 said. */
-static int pool_take(struct group *g);
+/* pool_take: a connection of the pool for group g: 0, or -1 said. */
 
 static void on_up(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
@@ -597,8 +657,10 @@ static void local_wait(struct lconn *c, const struct ddp__req *q, const uint8_t 
         ddp_timer_start(P.loop, &w->timer, q->u32);
     ddp_list_add_tail(&g->waiters, &w->link);
     c->w = w;
-    if (!fresh)
+    if (!fresh && g->u)
         return; /* its WAIT is on its way, long enough (or sent again for this one) */
+    if (!fresh)
+        return; /* its WAIT was just answered: sent again once those answered are */
     if (pool_take(g) < 0) {
         waiter_done(w, DDP_ECONNECT);
         group_free(g);
@@ -879,12 +941,8 @@ static void up_failed(struct up *u, const char *why)
     ddp_buf_release(&u->in);
     ddp_buf_release(&u->out);
     struct ddp_list *it, *nx;
-    if (u->g) {
-        struct group *g = u->g;
-        DDP_LIST_FOREACH_SAFE (it, nx, &g->waiters)
-            waiter_done(DDP_CONTAINER_OF(it, struct waiter, link), DDP_ECONNECT);
-        group_free(g);
-    }
+    if (u->g)
+        group_fail(u->g, DDP_ECONNECT);
     if (u != &P.main)
         return;
     DDP_LIST_FOREACH_SAFE (it, nx, &P.conns)
@@ -900,21 +958,10 @@ static void up_failed(struct up *u, const char *why)
         free(pd->body);
         free(pd);
     }
-    while (!ddp_list_empty(&P.adds)) {
-        struct addk *a = DDP_CONTAINER_OF(P.adds.next, struct addk, link);
-        struct ddp_list *l;
-        while (!ddp_list_empty(&a->batch) && (l = a->batch.next)) {
-            ddp_list_del(l);
-            free(DDP_CONTAINER_OF(l, struct adder, link));
-        }
-        while (!ddp_list_empty(&a->queued) && (l = a->queued.next)) {
-            ddp_list_del(l);
-            free(DDP_CONTAINER_OF(l, struct adder, link));
-        }
-        ddp_timer_stop(P.loop, &a->hold);
-        ddp_list_del(&a->link);
-        free(a->key);
-        free(a);
+    DDP_LIST_FOREACH_SAFE (it, nx, &P.adds) {
+        struct addk *a = DDP_CONTAINER_OF(it, struct addk, link);
+        if (!a->answering) /* (one being answered is let go by on_main_reply) */
+            add_free(a);
     }
 }
 
