@@ -784,7 +784,8 @@ static void on_frames(int fd)
                 A.iface[0] = A.node_addr[0] = '\0';
             /* The ranks reach the built-in store through this agent (not an etcd job's) */
             A.proxy[0] = '\0';
-            if (strcmp(A.st.store_addr, "etcd") != 0 && A.node_addr[0] &&
+            if (strcmp(A.st.store_addr, "etcd") != 0 && !strchr(A.st.store_addr, ',') &&
+                A.node_addr[0] &&
                 ddp__proxy_start(A.loop, A.node_addr, A.st.store_addr, A.st.token, A.proxy,
                                  sizeof(A.proxy)) < 0)
                 A.proxy[0] = '\0'; /* said: they reach it themselves */
