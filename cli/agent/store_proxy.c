@@ -233,42 +233,60 @@ fail:
     return -1;
 }
 
-static void up_flush(struct up *u)
+/* Sends what of out a non-blocking fd takes now, and watches it for writing while some is left:
+ * 0, or -1 (errno) when the connection failed. */
+static int flush_out(int fd, struct ddp_buf *out)
 {
-    while (ddp_buf_pending(&u->out)) {
-        ssize_t n = send(u->fd, u->out.data + u->out.off, ddp_buf_pending(&u->out), MSG_NOSIGNAL);
+    while (ddp_buf_pending(out)) {
+        ssize_t n = send(fd, out->data + out->off, ddp_buf_pending(out), MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
-        if (n < 0) {
-            up_failed(u, strerror(errno));
-            return;
-        }
-        u->out.off += (size_t)n;
+        if (n < 0)
+            return -1;
+        out->off += (size_t)n;
     }
-    ddp_buf_compact(&u->out);
-    ddp_loop_modify(P.loop, u->fd, DDP_LOOP_READ | (ddp_buf_pending(&u->out) ? DDP_LOOP_WRITE : 0));
+    ddp_buf_compact(out);
+    ddp_loop_modify(P.loop, fd, DDP_LOOP_READ | (ddp_buf_pending(out) ? DDP_LOOP_WRITE : 0));
+    return 0;
+}
+
+/* Reads what waits on a non-blocking fd into in (at most up to limit bytes pending): 0, or -1
+ * at its end (errno 0) or an error. */
+static int read_in(int fd, struct ddp_buf *in, size_t limit)
+{
+    for (;;) {
+        if (ddp_buf_reserve(in, 65536) < 0)
+            return -1;
+        ssize_t n = recv(fd, in->data + in->len, in->cap - in->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n <= 0) {
+            if (n == 0)
+                errno = 0;
+            return -1;
+        }
+        in->len += (size_t)n;
+        if (ddp_buf_pending(in) > limit) /* the rest waits until these are taken */
+            return 0;
+    }
+}
+
+static void up_flush(struct up *u)
+{
+    if (flush_out(u->fd, &u->out) < 0)
+        up_failed(u, strerror(errno));
 }
 
 /* ---- replies to ranks ---- */
 
 static void lconn_flush(struct lconn *c)
 {
-    while (ddp_buf_pending(&c->out)) {
-        ssize_t n = send(c->fd, c->out.data + c->out.off, ddp_buf_pending(&c->out), MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        if (n < 0) {
-            lconn_close(c);
-            return;
-        }
-        c->out.off += (size_t)n;
-    }
-    ddp_buf_compact(&c->out);
-    ddp_loop_modify(P.loop, c->fd, DDP_LOOP_READ | (ddp_buf_pending(&c->out) ? DDP_LOOP_WRITE : 0));
+    if (flush_out(c->fd, &c->out) < 0)
+        lconn_close(c);
 }
 
 /* Answers c's request lid (op) with status and payload; its next request may go. */
@@ -549,8 +567,6 @@ static void on_waiter_timeout(struct ddp_loop *loop, struct ddp_timer *t)
     group_drop_if_idle(g);
 }
 
-/* pool_take: a connection of the pool for group g: 0, or -1 said. */
-
 static void on_up(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
     (void)loop;
@@ -560,21 +576,9 @@ static void on_up(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         up_flush(u);
     if (!(mask & DDP_LOOP_READ) || u->fd < 0)
         return;
-    for (;;) {
-        if (ddp_buf_reserve(&u->in, 65536) < 0) {
-            up_failed(u, "out of memory");
-            return;
-        }
-        ssize_t n = recv(u->fd, u->in.data + u->in.len, u->in.cap - u->in.len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        if (n <= 0) {
-            up_failed(u, n == 0 ? "the store closed the connection" : strerror(errno));
-            return;
-        }
-        u->in.len += (size_t)n;
+    if (read_in(u->fd, &u->in, SIZE_MAX) < 0) {
+        up_failed(u, errno ? strerror(errno) : "the store closed the connection");
+        return;
     }
     long sz;
     while ((sz = ddp__proto_frame_size(u->in.data + u->in.off, ddp_buf_pending(&u->in),
@@ -594,6 +598,7 @@ static void on_up(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         ddp_buf_compact(&u->in);
 }
 
+/* A connection of the pool for group g: an idle one, or a new one. 0, or -1 said. */
 static int pool_take(struct group *g)
 {
     struct up *free_slot = NULL;
@@ -974,23 +979,12 @@ static void on_lconn(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         lconn_flush(c);
     if (c->fd < 0 || !(mask & DDP_LOOP_READ))
         return;
-    for (;;) {
-        if (ddp_buf_reserve(&c->in, 65536) < 0) {
-            lconn_close(c);
-            return;
-        }
-        ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        if (n <= 0) {
-            lconn_close(c);
-            return;
-        }
-        c->in.len += (size_t)n;
-        if (ddp_buf_pending(&c->in) > 2 * (size_t)DDP__MAX_FRAME) /* a rank far ahead */
-            break;
+    /* a rank far ahead of its answers (more than two frames of the largest size behind one) is
+     * dropped, as the store drops such a client */
+    if (read_in(c->fd, &c->in, 2 * (size_t)DDP__MAX_FRAME) < 0 ||
+        ddp_buf_pending(&c->in) > 2 * (size_t)DDP__MAX_FRAME) {
+        lconn_close(c);
+        return;
     }
     lconn_process(c);
 }

@@ -10,6 +10,16 @@ setup() {
 
 logdir() { ls -d "$BATS_TEST_TMPDIR"/ddprun-logs/*/ | head -n1; }
 
+# Starts job.yaml in the background (pid in $ddp) and waits for its ranks' WAITs, with their
+# proxy's address in $addr.
+start_ranks() {
+  timeout 60 "$DDPRUN" job.yaml >out.txt 2>&1 &
+  ddp=$!
+  for _ in $(seq 100); do grep -q '^\[localhost:1\] wait ' out.txt && break; sleep 0.1; done
+  addr=$(grep -o 'addr [0-9.:]*' out.txt | head -n1 | cut -d' ' -f2)
+  [ -n "$addr" ] || { cat out.txt; return 1; }
+}
+
 @test "8 ranks through their agent's proxy: ADDs made at once return the values of one order of them, a rank's WAIT times out alone, the store sees the agent's few connections" {
   printf 'command: [%s, proxy-rank, "0"]\nnproc_per_node: 8\n' "$STORETOOL" >job.yaml
   run timeout 60 "$DDPRUN" job.yaml
@@ -32,11 +42,7 @@ logdir() { ls -d "$BATS_TEST_TMPDIR"/ddprun-logs/*/ | head -n1; }
 
 @test "the proxy's port refuses a wrong token, garbage, a stalled half handshake and 300 connections at once; the ranks' job is undisturbed" {
   printf 'command: [%s, proxy-rank, "3"]\nnproc_per_node: 2\n' "$STORETOOL" >job.yaml
-  timeout 60 "$DDPRUN" job.yaml >out.txt 2>&1 &
-  ddp=$!
-  for _ in $(seq 100); do grep -q '^\[localhost:1\] wait ' out.txt && break; sleep 0.1; done
-  addr=$(grep -o 'addr [0-9.:]*' out.txt | head -n1 | cut -d' ' -f2)
-  [ -n "$addr" ] || { cat out.txt; return 1; }
+  start_ranks
   (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >wrong.tok)
   run "$STORETOOL" --addr "$addr" --token-file wrong.tok get x
   assert_failure
@@ -66,11 +72,7 @@ PY
 @test "through the proxy as the store page says: a SET read back, ADD values, a WAIT that does not wait, a 50,000-request burst answered in order without harm" {
   (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >job.tok)
   printf 'command: [%s, proxy-rank, "4"]\nnproc_per_node: 2\nrendezvous: {token_file: job.tok}\n' "$STORETOOL" >job.yaml
-  timeout 60 "$DDPRUN" job.yaml >out.txt 2>&1 &
-  ddp=$!
-  for _ in $(seq 100); do grep -q '^\[localhost:1\] wait ' out.txt && break; sleep 0.1; done
-  addr=$(grep -o 'addr [0-9.:]*' out.txt | head -n1 | cut -d' ' -f2)
-  [ -n "$addr" ] || { cat out.txt; return 1; }
+  start_ranks
   run /usr/bin/python3 - "$addr" "$REPO/tests/helpers" <<'PY'
 import struct, sys
 sys.path.insert(0, sys.argv[2])

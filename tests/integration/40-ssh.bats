@@ -21,22 +21,6 @@ teardown() {
 
 rx() { sed 's/\./\\./g' <<<"$1"; } # an address as a regular expression
 
-# Nothing of the job is left in node K's namespace: only its sshd.
-# (What a session leaves ends within moments of its connection closing: wait up to 5 s.)
-only_sshd_in() {
-  [ -z "$SSHD_NETNS" ] && return 0
-  local p left="" i
-  for i in $(seq 50); do
-    left=""
-    for p in $(sshd_ns_pids "$1"); do
-      [ "$p" = "$(cat "$SSH_DIR/node$1/sshd.pid")" ] || left="$left,$p"
-    done
-    [ -z "$left" ] && return 0
-    sleep 0.1
-  done
-  echo "left in node $1:"; ps -o pid,ppid,pgid,args -p "${left#,}"; return 1
-}
-
 @test "3 nodes x 2 ranks over SSH: the Fashion-MNIST example trains across them" {
   for k in 1 2 3; do sshd_start "$k"; done
   ssh_job job.yaml 2 1 2 3 -- "$FMNIST" --max-steps 60 --eval-every 1

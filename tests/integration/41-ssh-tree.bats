@@ -24,20 +24,6 @@ teardown() {
   sshd_teardown
 }
 
-# Nothing but node K's sshd is left in its namespace (within 5 s).
-only_sshd_in() {
-  local p left="" i
-  for i in $(seq 50); do
-    left=""
-    for p in $(sshd_ns_pids "$1"); do
-      [ "$p" = "$(cat "$SSH_DIR/node$1/sshd.pid")" ] || left="$left,$p"
-    done
-    [ -z "$left" ] && return 0
-    sleep 0.1
-  done
-  echo "left in node $1:"; ps -o pid,ppid,pgid,args -p "${left#,}"; return 1
-}
-
 # The launching host's own SSH connections (the hosts' connections to each other are in their
 # namespaces).
 launcher_ssh_conns() { ss -Htn state established "( dport = :$SSH_PORT )" | wc -l; }

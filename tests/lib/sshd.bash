@@ -15,6 +15,7 @@
 #   sshd_tree K           node K's sshd pid, then every process it started, their children, ...
 #   sshd_teardown         stops every node, removes namespaces, links and the bridge
 #   sshd_limit K RATE     tc rate limit (e.g. 1Gbit) on both ends of node K's veth; "none" frees
+#   only_sshd_in K        nothing but node K's sshd is left in its namespace (within 5 s)
 
 sshd_setup() {
   SSH_DIR="$BATS_TEST_TMPDIR/ssh"
@@ -190,4 +191,20 @@ sshd_limit() { # K RATE
     burst=$(awk -v b="$bps" 'BEGIN { x = b / 125; print (x < 262144 ? 262144 : int(x)) }')
     "${pre[@]}" tc qdisc add dev "$dev" root tbf rate "${rate,,}" burst "$burst" latency 50ms
   done
+}
+
+# Nothing of the job is left in node K's namespace: only its sshd (without namespaces: nothing to
+# check). What a session leaves ends within moments of its connection closing: up to 5 s.
+only_sshd_in() {
+  [ -z "$SSHD_NETNS" ] && return 0
+  local p left="" i
+  for i in $(seq 50); do
+    left=""
+    for p in $(sshd_ns_pids "$1"); do
+      [ "$p" = "$(cat "$SSH_DIR/node$1/sshd.pid")" ] || left="$left,$p"
+    done
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  echo "left in node $1:"; ps -o pid,ppid,pgid,args -p "${left#,}"; return 1
 }
