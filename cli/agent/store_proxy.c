@@ -29,6 +29,7 @@
 #define AUTH_MS 10000     /* for a rank to prove the token */
 #define MAX_WAIT_CONNS 64 /* WAITs for different keys at once, each on a connection */
 #define MAX_CONNS 4096    /* ranks' connections (beyond: closed at once) */
+#define IDLE_MS 5000      /* a pool connection no WAIT used for this long is closed */
 #define HOLD_MS 50        /* an ADD waits this long at most for the same ADD of the node's others */
 
 struct lconn; /* a rank's connection */
@@ -38,7 +39,8 @@ struct lconn; /* a rank's connection */
 struct up {
     int fd;
     struct ddp_buf in, out;
-    struct group *g; /* the WAIT it carries (pool), NULL when idle */
+    struct group *g;       /* the WAIT it carries (pool), NULL when idle */
+    struct ddp_timer idle; /* a pool connection idle this long is closed */
 };
 
 /* What a reply on the main connection is for, in the order the requests went. A read (GET,
@@ -449,10 +451,13 @@ static void waiter_done(struct waiter *w, int status)
     answer(c, DDP__OP_WAIT, lid, status, NULL, 0);
 }
 
+static void pool_idle(struct up *u);
+static void pool_close(struct up *u);
+
 static void group_free(struct group *g)
 {
     if (g->u)
-        g->u->g = NULL;
+        pool_idle(g->u);
     ddp_list_del(&g->link);
     free(g->keys);
     free(g);
@@ -524,7 +529,7 @@ static void on_wait_reply(struct up *u, const uint8_t *f, size_t len)
         }
     }
     g->u = NULL; /* its WAIT is answered: a rank that joins it now needs another */
-    u->g = NULL;
+    pool_idle(u);
     g->answering = true;
     while (!ddp_list_empty(&done))
         waiter_done(DDP_CONTAINER_OF(done.next, struct waiter, link), (int)st);
@@ -549,13 +554,8 @@ static void group_drop_if_idle(struct group *g)
         return; /* its WAIT ends soon by itself: the connection is kept for the next */
     struct up *u = g->u;
     group_free(g);
-    if (u && u->fd >= 0) {
-        ddp_loop_del(P.loop, u->fd);
-        close(u->fd);
-        u->fd = -1;
-        ddp_buf_release(&u->in);
-        ddp_buf_release(&u->out);
-    }
+    if (u)
+        pool_close(u);
 }
 
 static void on_waiter_timeout(struct ddp_loop *loop, struct ddp_timer *t)
@@ -598,6 +598,35 @@ static void on_up(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         ddp_buf_compact(&u->in);
 }
 
+/* Closes a connection of the pool (what it carried is the caller's). */
+static void pool_close(struct up *u)
+{
+    ddp_timer_stop(P.loop, &u->idle);
+    if (u->fd < 0)
+        return;
+    ddp_loop_del(P.loop, u->fd);
+    close(u->fd);
+    u->fd = -1;
+    ddp_buf_release(&u->in);
+    ddp_buf_release(&u->out);
+}
+
+static void on_idle(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    struct up *u = (struct up *)((char *)t - offsetof(struct up, idle));
+    if (!u->g)
+        pool_close(u);
+}
+
+/* u carries no WAIT now: kept IDLE_MS for the next, then closed (the store's socket with it). */
+static void pool_idle(struct up *u)
+{
+    u->g = NULL;
+    if (u->fd >= 0)
+        ddp_timer_start(P.loop, &u->idle, IDLE_MS);
+}
+
 /* A connection of the pool for group g: an idle one, or a new one. 0, or -1 said. */
 static int pool_take(struct group *g)
 {
@@ -605,6 +634,7 @@ static int pool_take(struct group *g)
     for (int k = 0; k < MAX_WAIT_CONNS; k++) {
         struct up *u = &P.pool[k];
         if (u->fd >= 0 && !u->g) {
+            ddp_timer_stop(P.loop, &u->idle);
             u->g = g;
             g->u = u;
             return 0;
@@ -935,6 +965,8 @@ static void lconn_process(struct lconn *c)
  * main one every rank's connection ends (its ranks find the store gone, as they would). */
 static void up_failed(struct up *u, const char *why)
 {
+    if (u != &P.main)
+        ddp_timer_stop(P.loop, &u->idle);
     if (u->fd < 0)
         return;
     if (!P.stopping)
@@ -1044,8 +1076,10 @@ int ddp__proxy_start(struct ddp_loop *loop, const char *listen_host, const char 
     ddp_list_init(&P.groups);
     ddp_timer_init(&P.reap, on_reap);
     P.loop = loop;
-    for (int k = 0; k < MAX_WAIT_CONNS; k++)
+    for (int k = 0; k < MAX_WAIT_CONNS; k++) {
         P.pool[k] = (struct up){.fd = -1};
+        ddp_timer_init(&P.pool[k].idle, on_idle);
+    }
     P.main.fd = -1;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
                     *res = NULL;
