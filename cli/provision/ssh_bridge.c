@@ -156,7 +156,10 @@ static void fwd_pump(const struct pollfd *p)
             end |= ddp_write_all(g_fwd[k].fd, buf, (size_t)n) < 0;
         end |= n < 0 || ssh_channel_is_eof(g_fwd[k].ch) || ssh_channel_is_closed(g_fwd[k].ch);
         if (p && !end && p[k].revents) {
-            ssize_t r = read(g_fwd[k].fd, buf, sizeof(buf));
+            /* (not blocking: a slot refilled during this pass may hold another connection) */
+            ssize_t r = recv(g_fwd[k].fd, buf, sizeof(buf), MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                continue;
             end = r <= 0 || ssh_channel_write(g_fwd[k].ch, buf, (uint32_t)r) != r;
         }
         if (end)
