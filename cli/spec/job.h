@@ -72,7 +72,7 @@ struct ddp_job {
     char *ssh_remote_ddprun; /* NULL: the same path as this ddprun */
     int ssh_port;
     /* the launcher starts this many SSH nodes itself, and each agent as many below it
-     * (ddp__job_ssh_parent) */
+     * (ddp__job_ssh_tree) */
     int ssh_fanout;
     bool ssh_forward_agent; /* this machine's SSH agent to the nodes (and on down the tree) */
     bool srun; /* launcher: agents on remote nodes start as srun steps (else over SSH) */
@@ -157,9 +157,10 @@ int64_t ddp__parse_duration_ms(const char *s);
 /* True for the hosts ddprun starts locally without SSH. */
 bool ddp__job_host_is_local(const char *host);
 /* The SSH tree (ssh.fanout: K): the SSH nodes in the job's order, the first K started by the
- * launcher, the next K*K by them (K each, in order), and so on. Node i's parent there, the index
- * of the node whose agent starts it; -1 where the launcher does (or i is not an SSH node). */
-int ddp__job_ssh_parent(const struct ddp_job *j, size_t i);
+ * launcher, the next K*K by them (K each, in order), and so on. parent[i] (nnodes of them): the
+ * index of the node whose agent starts node i; -1 where the launcher does (or i is not an SSH
+ * node). 0, or -1 out of memory. */
+int ddp__job_ssh_tree(const struct ddp_job *j, int *parent);
 /* The first node reached over SSH, or NULL for a local job. */
 const char *ddp__job_first_remote(const struct ddp_job *j);
 /* Where the store listens: rendezvous.listen, or for auto loopback on a local job and every

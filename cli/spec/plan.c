@@ -194,8 +194,13 @@ static bool print_top_custom(FILE *f, const struct ddp_job *j, int id)
         return true;
     case DDP_K_NODES:
         fprintf(f, "%s:\n", DDP_KEY(NODES));
+        int *ups = calloc(j->nnodes + 1, sizeof(*ups)); /* the SSH tree (ssh.fanout) */
+        if (ups && ddp__job_ssh_tree(j, ups) < 0) {
+            free(ups);
+            ups = NULL;
+        }
         for (size_t i = 0; i < j->nnodes; i++) {
-            int up = ddp__job_ssh_parent(j, i); /* the SSH tree (ssh.fanout) */
+            int up = ups ? ups[i] : -1;
             if (j->nodes[i].slots)
                 fprintf(f, "  - {%s: %s, %s: %d}", ddp__key_name(DDP_K_NODES_HOST),
                         j->nodes[i].host, ddp__key_name(DDP_K_NODES_SLOTS), j->nodes[i].slots);
@@ -210,6 +215,7 @@ static bool print_top_custom(FILE *f, const struct ddp_job *j, int id)
                 fprintf(f, " started over SSH by the agent on %s", j->nodes[up].host);
             fputc('\n', f);
         }
+        free(ups);
         return true;
     case DDP_K_NPROC_PER_NODE:
         if (j->nproc_kind)

@@ -209,23 +209,25 @@ bool ddp__job_host_is_local(const char *host)
            strcmp(host, "::1") == 0;
 }
 
-int ddp__job_ssh_parent(const struct ddp_job *j, size_t i)
+int ddp__job_ssh_tree(const struct ddp_job *j, int *parent)
 {
+    size_t *ssh = calloc(j->nnodes + 1, sizeof(*ssh)), n = 0; /* the SSH nodes, in order */
+    if (!ssh)
+        return -1;
     /* agents that wait for a new launcher (an etcd job's takeover) are each started by it */
-    if (j->external || j->srun || j->ssh_fanout < 1 || i >= j->nnodes ||
-        (j->rdzv_etcd && j->takeover_ms > 0) || ddp__job_host_is_local(j->nodes[i].host))
-        return -1;
-    size_t pos = 0; /* i's place among the SSH nodes */
-    for (size_t k = 0; k < i; k++)
-        pos += !ddp__job_host_is_local(j->nodes[k].host);
-    size_t fan = (size_t)j->ssh_fanout;
-    if (pos < fan)
-        return -1;
-    size_t want = (pos - fan) / fan; /* the parent's place among them */
-    for (size_t k = 0; k < j->nnodes; k++)
-        if (!ddp__job_host_is_local(j->nodes[k].host) && want-- == 0)
-            return (int)k;
-    return -1;
+    bool tree =
+        !j->external && !j->srun && j->ssh_fanout >= 1 && !(j->rdzv_etcd && j->takeover_ms > 0);
+    size_t fan = tree ? (size_t)j->ssh_fanout : 0;
+    for (size_t i = 0; i < j->nnodes; i++) {
+        parent[i] = -1;
+        if (!tree || ddp__job_host_is_local(j->nodes[i].host))
+            continue;
+        if (n >= fan) /* the (n - K) / K-th SSH node starts it */
+            parent[i] = (int)ssh[(n - fan) / fan];
+        ssh[n++] = i;
+    }
+    free(ssh);
+    return 0;
 }
 
 const char *ddp__job_first_remote(const struct ddp_job *j)

@@ -2,7 +2,7 @@
  * The SSH tree (ssh.fanout: K; cli/supervisor/nodes.h). With more SSH nodes than K, the
  * launcher opens SSH sessions to the first K nodes only; each of their agents starts up to K
  * nodes below it with SPAWN (cli/proto/agent_tree.h), the next level's agents as many again,
- * and so on (ddp__job_ssh_parent says who starts whom), as PRRTE's tree spawn and pdsh's fanout
+ * and so on (ddp__job_ssh_tree says who starts whom), as PRRTE's tree spawn and pdsh's fanout
  * do. Every agent, whatever its level, dials back to the launcher itself: only its start goes
  * through its parent, whose SSH bridge holds its session, checks its host key against the
  * launcher's known_hosts (handed down as KNOWN_HOSTS), and reports its messages and end up.
@@ -95,12 +95,12 @@ static int hand_down_known_hosts(struct ddp__nodes *n, int up, int i)
  * none does (the launcher starts i). */
 static int running_parent(const struct ddp__nodes *n, int i)
 {
-    int up = ddp__job_ssh_parent(n->job, (size_t)i);
+    int up = n->p[i].tree_up;
     while (up >= 0) {
         const struct ddp__node_proc *q = &n->p[up];
         if ((q->ch.pid > 0 || q->slot_held) && !ddp_timer_armed(&q->fin) && !q->refused[0])
             return up;
-        up = ddp__job_ssh_parent(n->job, (size_t)up);
+        up = q->tree_up;
     }
     return -1;
 }
@@ -110,7 +110,7 @@ int ddp__nodes_tree_start(struct ddp__nodes *n, int i, const struct ddp__agent_j
     struct ddp__node_proc *p = &n->p[i];
     const struct ddp_job *j = n->job;
     int up;
-    /* agents that wait for a new launcher are each started by it (ddp__job_ssh_parent) */
+    /* agents that wait for a new launcher are each started by it (ddp__job_ssh_tree) */
     if (p->prov != &ddp__prov_ssh || n->ctx.rejoin || n->ctx.detach ||
         (up = running_parent(n, i)) < 0)
         return 1;

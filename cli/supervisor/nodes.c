@@ -57,8 +57,11 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
     n->kh_gen = 1;
     n->ctx = *ctx;
     n->cb = *cb;
-    if (!(n->p = calloc(job->nnodes, sizeof(*n->p))))
+    int *ups = calloc(job->nnodes + 1, sizeof(*ups));
+    if (!ups || ddp__job_ssh_tree(job, ups) < 0 || !(n->p = calloc(job->nnodes, sizeof(*n->p)))) {
+        free(ups);
         return DDP_ENOMEM;
+    }
     for (size_t i = 0; i < job->nnodes; i++) {
         n->p[i].owner = n;
         n->p[i].index = (int)i;
@@ -67,10 +70,12 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
         n->p[i].link = -1;
         n->p[i].step = -1;
         n->p[i].parent = -1;
+        n->p[i].tree_up = ups[i];
         n->p[i].external = n->p[i].prov == &ddp__prov_external;
         n->p[i].grouped = n->p[i].prov->start_group != NULL;
         ddp_timer_init(&n->p[i].fin, on_fin);
     }
+    free(ups);
     return 0;
 }
 

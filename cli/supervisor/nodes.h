@@ -65,6 +65,7 @@ struct ddp__node_proc {
      * held as a slot is; fin_st: how it ended (its bridge's status there, 0 by its link).
      * kh_sent: the known_hosts generation its agent has, to hand down to the nodes below it. */
     bool below;
+    int tree_up; /* its parent in the SSH tree (ddp__job_ssh_tree), -1: the launcher */
     int parent, fin_st;
     unsigned kh_sent;
     uint32_t tree_start; /* its starts below another: the tree's frames about one carry it */
