@@ -112,4 +112,10 @@ bool ddp__proto_mac_equal(const uint8_t *a, const uint8_t *b);
 #define DDP__LABEL_CLIENT "ddprun-store-v1 client"
 #define DDP__LABEL_SERVER "ddprun-store-v1 server"
 
+/* For ddprun's node agents, which relay their ranks' requests (cli/agent/store_proxy.c): the
+ * socket of a store client (ddp_store_connect: connected, the token proved both ways), taken from
+ * it and s freed; the fd, or -1 (an etcd store, or one already broken) with s left as it was. */
+struct ddp_store;
+int ddp__store_take_fd(struct ddp_store *s);
+
 #endif

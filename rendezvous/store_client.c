@@ -489,6 +489,16 @@ void ddp_store_close(struct ddp_store *s)
     free(s);
 }
 
+int ddp__store_take_fd(struct ddp_store *s)
+{
+    if (!s || s->etcd || s->fd < 0)
+        return -1;
+    int fd = s->fd;
+    s->fd = -1;
+    ddp_store_close(s);
+    return fd;
+}
+
 int ddp_store_local_addr(struct ddp_store *s, char *buf, size_t len)
 {
     struct sockaddr_storage ss;

@@ -9,6 +9,7 @@
 #include "common/loop.h"
 #include "common/util.h"
 #include "rendezvous/proto.h"
+#include "rendezvous/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -131,108 +132,27 @@ static void up_failed(struct up *u, const char *why);
 
 /* ---- connections to the store ---- */
 
-/* Writes all of b to a blocking fd, or reads one whole reply frame into b: 0 or -1. */
-static int read_frame(int fd, struct ddp_buf *b)
-{
-    b->len = b->off = 0;
-    long need;
-    while ((need = ddp__proto_frame_size(b->data, b->len, DDP__MAX_FRAME)) == 0) {
-        if (ddp_buf_reserve(b, 4096) < 0)
-            return -1;
-        ssize_t n = recv(fd, b->data + b->len, b->cap - b->len, 0);
-        if (n <= 0 && !(n < 0 && errno == EINTR))
-            return -1;
-        if (n > 0)
-            b->len += (size_t)n;
-    }
-    return need < 0 ? -1 : 0;
-}
-
-/* The status of a reply frame (op, id checked), its payload after it in rd. */
-static int reply_status(const struct ddp_buf *b, uint8_t op, struct ddp_rd *rd)
-{
-    uint32_t len, id, st;
-    uint8_t o;
-    ddp_rd_init(rd, b->data, b->len);
-    if (ddp_rd_u32(rd, &len) < 0 || ddp_rd_u8(rd, &o) < 0 || ddp_rd_u32(rd, &id) < 0 ||
-        ddp_rd_u32(rd, &st) < 0 || o != (op | DDP__REPLY_BIT))
-        return DDP_EPROTO;
-    return (int)st;
-}
-
-/* A connection to the store that proved the token both ways (blocking, CONNECT_MS at most):
- * 0 with u->fd set non-blocking, or -1 said. */
+/* A connection to the store that proved the token both ways (the store client's own connect and
+ * handshake, CONNECT_MS at most): 0 with u->fd set non-blocking, or -1 said. */
 static int up_connect(struct up *u)
 {
     char host[256];
-    int port, fd = -1;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    char ps[16];
-    if (ddp_parse_hostport(P.store, host, sizeof(host), &port) < 0)
+    int port, r;
+    struct ddp_store *s = NULL;
+    if (ddp_parse_hostport(P.store, host, sizeof(host), &port) < 0 ||
+        (r = ddp_store_connect(host, port, P.token, strlen(P.token), CONNECT_MS, &s)) < 0 ||
+        (u->fd = ddp__store_take_fd(s)) < 0) {
+        ddp_store_close(s);
+        fprintf(stderr, "ddprun agent: the store proxy cannot reach the store at %s\n", P.store);
         return -1;
-    snprintf(ps, sizeof(ps), "%d", port);
-    if (getaddrinfo(host, ps, &hints, &res) != 0)
-        goto fail;
-    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = {.tv_sec = CONNECT_MS / 1000};
+    }
     int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
-        connect(fd, res->ai_addr, res->ai_addrlen) != 0)
-        goto fail;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    uint8_t cn[DDP__NONCE_LEN], sn[DDP__NONCE_LEN], mac[DDP__MAC_LEN], want[DDP__MAC_LEN];
-    const uint8_t *p;
-    struct ddp_buf b;
-    struct ddp_rd rd;
-    uint32_t magic;
-    uint16_t ver, resv;
-    ddp_buf_init(&b);
-    size_t pos = ddp__proto_begin(&b, DDP__OP_HELLO, 1);
-    ddp_random_bytes(cn, sizeof(cn));
-    ddp_buf_put_u32(&b, DDP__PROTO_MAGIC);
-    ddp_buf_put_u16(&b, DDP__PROTO_VERSION);
-    ddp_buf_put_u16(&b, 0);
-    ddp_buf_put(&b, cn, sizeof(cn));
-    ddp__proto_end(&b, pos);
-    bool ok = ddp_write_all(fd, b.data, b.len) == 0 && read_frame(fd, &b) == 0 &&
-              reply_status(&b, DDP__OP_HELLO, &rd) == 0 && ddp_rd_u32(&rd, &magic) == 0 &&
-              ddp_rd_u16(&rd, &ver) == 0 && ddp_rd_u16(&rd, &resv) == 0 &&
-              ddp_rd_raw(&rd, DDP__NONCE_LEN, &p) == 0 && magic == DDP__PROTO_MAGIC;
-    if (ok) {
-        memcpy(sn, p, sizeof(sn));
-        ok = ddp__proto_mac((const uint8_t *)P.token, strlen(P.token), DDP__LABEL_CLIENT, sn, cn,
-                            mac) == 0;
-    }
-    if (ok) {
-        b.len = b.off = 0;
-        pos = ddp__proto_begin(&b, DDP__OP_AUTH, 2);
-        ddp_buf_put(&b, mac, sizeof(mac));
-        ddp__proto_end(&b, pos);
-        ok = ddp_write_all(fd, b.data, b.len) == 0 && read_frame(fd, &b) == 0 &&
-             reply_status(&b, DDP__OP_AUTH, &rd) == 0 && ddp_rd_raw(&rd, DDP__MAC_LEN, &p) == 0 &&
-             ddp__proto_mac((const uint8_t *)P.token, strlen(P.token), DDP__LABEL_SERVER, cn, sn,
-                            want) == 0 &&
-             ddp__proto_mac_equal(want, p);
-    }
-    ddp_buf_release(&b);
-    if (!ok)
-        goto fail;
-    freeaddrinfo(res);
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    u->fd = fd;
+    setsockopt(u->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(u->fd, F_SETFL, fcntl(u->fd, F_GETFL) | O_NONBLOCK);
     ddp_buf_init(&u->in);
     ddp_buf_init(&u->out);
     P.upreq += 2;
     return 0;
-fail:
-    fprintf(stderr, "ddprun agent: the store proxy cannot reach the store at %s: %s\n", P.store,
-            errno ? strerror(errno) : "its handshake failed");
-    if (res)
-        freeaddrinfo(res);
-    if (fd >= 0)
-        close(fd);
-    return -1;
 }
 
 /* Sends what of out a non-blocking fd takes now, and watches it for writing while some is left:

@@ -18,7 +18,7 @@ struct ddp__ssh {
      * leaves the node running, and known_hosts is a copy of kh_name, the launcher's */
     bool below;
     const char *kh_name;
-    bool forward_agent; /* ssh.forward_agent: this machine's SSH agent, to the node */
+    bool forward_agent;        /* ssh.forward_agent: this machine's SSH agent, to the node */
     enum ddp__ssh_stage stage; /* how far ddp__ssh_open got */
     const char *key_note;      /* "" or what was special about the host key */
     char err[1024];

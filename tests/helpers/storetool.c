@@ -163,7 +163,8 @@ static int cmd_proxy_rank(int secs)
     const char *never[] = {"pr/never"};
     int64_t t0 = ddp_now_ms();
     r = ddp_store_wait(s, never, 1, 300);
-    printf("wait %s after %s\n", ddp_err_name(r), ddp_now_ms() - t0 >= 250 ? "its timeout" : "less");
+    printf("wait %s after %s\n", ddp_err_name(r),
+           ddp_now_ms() - t0 >= 250 ? "its timeout" : "less");
     fflush(stdout);
     sleep((unsigned)secs);
     if ((r = ddp_store_barrier(s, "pr/end", n, 30000)) < 0)
