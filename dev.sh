@@ -147,7 +147,7 @@ test)
   # run of 1075 s to the integration tests' end (2026-11-28). Longer runs by hand: 240 s each,
   # 2026-11-28, no failure (0.34M to 4.2M inputs per fuzzer).
   fuzzers=()
-  for t in store_proto:corpus: torch_store:corpus-torch: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
+  for t in store_proto:corpus: torch_store:corpus-torch: torch_proxy:corpus-tproxy: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
     json:corpus-json: profile:corpus-profile:-max_len=8192 agent_proto:corpus-agent: \
     agent_wire:corpus-wire:; do
     IFS=: read -r name corpus extra <<<"$t"

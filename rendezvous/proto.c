@@ -64,7 +64,10 @@ int ddp__proto_parse_req(const uint8_t *frame, size_t len, struct ddp__req *out)
             return DDP_EPROTO;
         break;
     case DDP__OP_PING:
-    case DDP__OP_NUM_KEYS:
+        break;
+    case DDP__OP_NUM_KEYS: /* nothing, or a prefix: only the keys under it count */
+        if (ddp_rd_left(&r) && (e = ddp_rd_str(&r, DDP__MAX_KEY, &q.key, &q.klen)) < 0)
+            return e;
         break;
     case DDP__OP_SET:
         if ((e = ddp_rd_str(&r, DDP__MAX_KEY, &q.key, &q.klen)) < 0 ||
@@ -135,7 +138,7 @@ int ddp__proto_parse_req(const uint8_t *frame, size_t len, struct ddp__req *out)
 
 size_t ddp__proto_begin(struct ddp_buf *b, uint8_t op, uint32_t id)
 {
-    size_t pos = b->len;
+    size_t pos = b->len - b->off; /* from the pending bytes' start, which a put may move */
     ddp_buf_put_u32(b, 0);
     ddp_buf_put_u8(b, op);
     ddp_buf_put_u32(b, id);
@@ -144,7 +147,7 @@ size_t ddp__proto_begin(struct ddp_buf *b, uint8_t op, uint32_t id)
 
 void ddp__proto_end(struct ddp_buf *b, size_t pos)
 {
-    ddp_buf_patch_u32(b, pos, (uint32_t)(b->len - pos - 4));
+    ddp_buf_patch_u32(b, b->off + pos, (uint32_t)(b->len - b->off - pos - 4));
 }
 
 int ddp__proto_mac(const uint8_t *token, size_t toklen, const char *label, const uint8_t *a,

@@ -95,7 +95,9 @@ long ddp__proto_frame_size(const uint8_t *p, size_t avail, uint32_t max);
  */
 int ddp__proto_parse_req(const uint8_t *frame, size_t len, struct ddp__req *req);
 
-/* Starts a frame in b (op, id) and returns the position of its length field. */
+/* Starts a frame in b (op, id) and returns the position of its length field, counted from the
+ * buffer's pending bytes (b->off), not its storage: a put that needs room may move the pending
+ * bytes to the front of it (ddp_buf_reserve). Nothing may be consumed from b before _end. */
 size_t ddp__proto_begin(struct ddp_buf *b, uint8_t op, uint32_t id);
 /* Back-patches the length of the frame started at pos. */
 void ddp__proto_end(struct ddp_buf *b, size_t pos);

@@ -213,6 +213,8 @@ struct entry *ddp__srv_get(struct server *s, const uint8_t *key, uint32_t klen);
 void ddp__srv_set(struct server *s, struct entry *e, uint8_t *val, uint32_t vlen);
 /* Deletes a present key (DELETE events); frees the entry when nothing refers to it. */
 void ddp__srv_delete(struct server *s, struct entry *e);
+/* The keys present whose names begin with prefix (NUM_KEYS with a prefix; rarely asked). */
+uint64_t ddp__srv_count_prefix(struct server *s, const uint8_t *prefix, uint32_t plen);
 /* A copy of n bytes (NULL when out of memory; a 0-length copy is not NULL). */
 uint8_t *ddp__srv_dup(const uint8_t *p, uint32_t n);
 /* The decimal integer ADD accepts (an optional '-' and digits): 0 or DDP_ENOTINT. */

@@ -365,6 +365,27 @@ void ddp__srv_op_delete(struct conn *c, const struct ddp__req *q)
     ddp__srv_reply_end(c, pos);
 }
 
+struct count {
+    const uint8_t *prefix;
+    uint32_t plen;
+    uint64_t n;
+};
+
+static void count_cb(struct ddp_hnode *h, void *arg)
+{
+    const struct entry *e = DDP_CONTAINER_OF(h, struct entry, h);
+    struct count *ct = arg;
+    if (e->present && e->klen >= ct->plen && memcmp(e->key, ct->prefix, ct->plen) == 0)
+        ct->n++;
+}
+
+uint64_t ddp__srv_count_prefix(struct server *s, const uint8_t *prefix, uint32_t plen)
+{
+    struct count ct = {.prefix = prefix, .plen = plen};
+    ddp_htab_foreach(&s->keys, count_cb, &ct);
+    return ct.n;
+}
+
 static int next_key(struct ddp_rd *r, const uint8_t **k, uint32_t *kl)
 {
     /* The list was fully validated by ddp__proto_parse_req. */
@@ -458,7 +479,7 @@ void ddp__srv_op_multi_get(struct conn *c, const struct ddp__req *q)
     }
     size_t pos = ddp__srv_reply_begin(c, q->op, q->id, 0);
     if (ddp_buf_reserve(&c->out, total) < 0) {
-        c->out.len = pos;
+        c->out.len = c->out.off + pos;
         ddp__srv_reply(c, q->op, q->id, DDP_ENOMEM);
         return;
     }

@@ -83,21 +83,6 @@ static void drop(struct conn *c, const char *why)
     ddp__srv_close_later(c, why);
 }
 
-struct count {
-    const char *prefix;
-    size_t plen;
-    uint64_t n;
-};
-
-/* Counts the present keys of one round's key space (NUM_KEYS; rarely asked). */
-static void count_cb(struct ddp_hnode *h, void *arg)
-{
-    const struct entry *e = DDP_CONTAINER_OF(h, struct entry, h);
-    struct count *ct = arg;
-    if (e->present && e->klen >= ct->plen && memcmp(e->key, ct->prefix, ct->plen) == 0)
-        ct->n++;
-}
-
 /* The keys of q's list, each prefixed: 0, or -1 out of memory. */
 static int prefixed_keys(const struct conn *c, const struct ddp__treq *q, struct keys *ks)
 {
@@ -290,9 +275,8 @@ static int one_request(struct conn *c)
     }
     case DDP__T_NUMKEYS: {
         char pre[NS_MAX];
-        struct count ct = {.prefix = pre, .plen = (size_t)ns_prefix(c, pre, sizeof(pre))};
-        ddp_htab_foreach(&s->keys, count_cb, &ct);
-        put_u64(c, ct.n);
+        int pl = ns_prefix(c, pre, sizeof(pre));
+        put_u64(c, ddp__srv_count_prefix(s, (const uint8_t *)pre, (uint32_t)pl));
         break;
     }
     case DDP__T_DELETE:

@@ -186,7 +186,8 @@ static void dispatch(struct conn *c, const uint8_t *frame, size_t len)
         break;
     case DDP__OP_NUM_KEYS: {
         size_t pos = ddp__srv_reply_begin(c, q.op, q.id, 0);
-        ddp_buf_put_u64(&c->out, STAT_GET(c->srv, keys));
+        ddp_buf_put_u64(&c->out, q.key ? ddp__srv_count_prefix(c->srv, q.key, q.klen)
+                                       : STAT_GET(c->srv, keys));
         ddp__srv_reply_end(c, pos);
         break;
     }

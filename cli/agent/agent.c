@@ -784,12 +784,21 @@ static void on_frames(int fd)
                 A.iface[0] = A.node_addr[0] = '\0';
             /* The ranks reach the built-in store through this agent (not an etcd job's) */
             A.proxy[0] = '\0';
+            int tport = 0;
             if (strcmp(A.st.store_addr, "etcd") != 0 && !strchr(A.st.store_addr, ',') &&
                 A.node_addr[0] &&
                 ddp__proxy_start(A.loop, A.node_addr, A.st.store_addr, A.st.token, A.proxy,
-                                 sizeof(A.proxy)) < 0)
+                                 sizeof(A.proxy), &tport) < 0)
                 A.proxy[0] = '\0'; /* said: they reach it themselves */
-            ddp__proxy_ranks(A.st.nlocal);
+            /* and PyTorch's ranks their TCPStore: the launcher's port's keys, through the
+             * agent on this node's own address */
+            char *mine;
+            if (A.proxy[0] && tport && A.st.agent_store && (mine = strdup(A.node_addr))) {
+                free(A.st.master_addr);
+                A.st.master_addr = mine;
+                A.st.master_port = (uint32_t)tport;
+            }
+            ddp__proxy_ranks(A.st.nlocal, (int)A.st.restart_count);
             ddp_log_set_rank(-1);
             start_workers();
         } else if (type == DDP__AG_STOP) {

@@ -2,6 +2,7 @@
  * connections, the store's, and what combines their requests (ADD batches, WAIT groups, reads
  * followed) point into each other, and each reply or failure touches all of them. */
 #include "cli/agent/store_proxy.h"
+#include "cli/agent/torch_proxy.h"
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/list.h"
@@ -16,6 +17,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -103,7 +105,10 @@ struct group {
 struct lconn {
     struct ddp_list link;
     int fd;
-    int state; /* 0 HELLO, 1 AUTH, 2 READY */
+    int state;          /* 0 HELLO, 1 AUTH, 2 READY; 3 a TCPStore client's (tp) */
+    struct ddp__tp *tp; /* a TCPStore client's: its requests, as the store's, in tin */
+    struct ddp_buf tin;
+    char peer[INET6_ADDRSTRLEN + 8];
     uint8_t cn[DDP__NONCE_LEN], sn[DDP__NONCE_LEN];
     struct ddp_buf in, out;
     bool busy;       /* a request of its is not answered yet: the next waits */
@@ -114,7 +119,10 @@ struct lconn {
 
 static struct {
     struct ddp_loop *loop;
-    int lfd;
+    int lfd, tfd;                  /* the ranks' listening socket; their TCPStore clients' */
+    int tport, round;              /* the TCPStore clients' port, and the round they are in */
+    char self[INET6_ADDRSTRLEN];   /* the node's address as the kernel writes it */
+    struct ddp_log_limit drop_log; /* TCPStore clients refused or dropped */
     char store[300], token[256], listen_host[128], addr[300];
     struct up main;
     struct up pool[MAX_WAIT_CONNS];
@@ -124,10 +132,11 @@ static struct {
     unsigned nlocal;                  /* the round's ranks on this node */
     uint64_t local, upreq;
     bool stopping;
-} P = {.lfd = -1, .main = {.fd = -1}};
+} P = {.lfd = -1, .tfd = -1, .main = {.fd = -1}};
 
 static void lconn_close(struct lconn *c);
 static void lconn_process(struct lconn *c);
+static void torch_drop(struct lconn *c, const char *why);
 static void up_failed(struct up *u, const char *why);
 
 /* ---- connections to the store ---- */
@@ -216,6 +225,18 @@ static void answer(struct lconn *c, uint8_t op, uint32_t lid, int status, const 
 {
     if (!c || c->fd < 0)
         return;
+    if (c->tp) { /* a TCPStore client's: its answer, or the next of the store's requests */
+        const char *why = NULL;
+        c->busy = false;
+        if (ddp__tp_reply(c->tp, status, p, n, &c->tin, &c->out, &why) < 0) {
+            torch_drop(c, why);
+            return;
+        }
+        lconn_flush(c);
+        if (c->fd >= 0 && !c->processing)
+            lconn_process(c);
+        return;
+    }
     size_t pos = ddp__proto_begin(&c->out, op | DDP__REPLY_BIT, lid);
     ddp_buf_put_u32(&c->out, (uint32_t)status);
     if (n)
@@ -626,6 +647,19 @@ static void local_wait(struct lconn *c, const struct ddp__req *q, const uint8_t 
 
 /* ---- ranks ---- */
 
+/* c's WAIT answered to nobody: its group goes on for the others, or is called off. */
+static void waiter_forget(struct lconn *c)
+{
+    if (!c->w)
+        return;
+    struct waiter *w = c->w;
+    struct group *g = w->g;
+    w->c = NULL;
+    c->w = NULL;
+    waiter_done(w, 0);
+    group_drop_if_idle(g);
+}
+
 static void on_reap(struct ddp_loop *loop, struct ddp_timer *t);
 
 /* Closes a rank's connection; it is freed from the loop (callers up the stack may hold it). */
@@ -662,14 +696,7 @@ static void lconn_close(struct lconn *c)
                 d->c = NULL;
         }
     }
-    if (c->w) {
-        struct waiter *w = c->w;
-        struct group *g = w->g;
-        w->c = NULL;
-        c->w = NULL;
-        waiter_done(w, 0);
-        group_drop_if_idle(g);
-    }
+    waiter_forget(c);
     ddp_list_del(&c->link);
     ddp_list_add_tail(&P.dead, &c->link);
     P.nconns--;
@@ -686,6 +713,10 @@ static void on_reap(struct ddp_loop *loop, struct ddp_timer *t)
         ddp_list_del(&c->link);
         ddp_buf_release(&c->in);
         ddp_buf_release(&c->out);
+        ddp_buf_release(&c->tin);
+        if (c->tp)
+            ddp__tp_free(c->tp);
+        free(c->tp);
         free(c);
     }
 }
@@ -783,7 +814,7 @@ static void local_request(struct lconn *c, const uint8_t *f, size_t len, const s
         if (a->inflight)
             return;
         unsigned ranks = P.nready > P.nlocal ? P.nready : P.nlocal;
-        if (a->nqueued >= ranks || ranks <= 1)
+        if (a->nqueued >= ranks || ranks <= 1 || c->tp)
             add_send(a);
         else if (fresh)
             ddp_timer_start(P.loop, &a->hold, HOLD_MS);
@@ -835,11 +866,10 @@ static void local_request(struct lconn *c, const uint8_t *f, size_t len, const s
         }
         pd->c = c;
         pd->lid = q->id;
-        size_t at = P.main.out.len;
-        ddp_buf_put(&P.main.out, f, len);
-        uint32_t id = ++P.next_id; /* the frame as it came, under the proxy's id */
+        ddp_buf_put(&P.main.out, f, len); /* the frame as it came, under the proxy's id */
+        uint32_t id = ++P.next_id;
         for (int k = 0; k < 4; k++)
-            P.main.out.data[at + 5 + (size_t)k] = (uint8_t)(id >> (8 * k));
+            P.main.out.data[P.main.out.len - len + 5 + (size_t)k] = (uint8_t)(id >> (8 * k));
         ddp_list_add_tail(&P.pends, &pd->link);
         P.upreq++;
         up_flush(&P.main);
@@ -851,8 +881,57 @@ static void local_request(struct lconn *c, const uint8_t *f, size_t len, const s
     }
 }
 
+/* A TCPStore client's requests: each as the store's (tin), taken one at a time as a rank's. */
+static void torch_process(struct lconn *c)
+{
+    while (c->fd >= 0 && !c->busy) {
+        long sz = ddp__proto_frame_size(c->tin.data + c->tin.off, ddp_buf_pending(&c->tin),
+                                        DDP__MAX_FRAME);
+        if (sz != 0) {
+            struct ddp__req q;
+            const uint8_t *f = c->tin.data + c->tin.off;
+            if (sz < 0 || ddp__proto_parse_req(f, (size_t)sz, &q) < 0) {
+                torch_drop(c, "a request the store would refuse");
+                return;
+            }
+            c->tin.off += (size_t)sz;
+            c->processing = true;
+            local_request(c, f, (size_t)sz, &q);
+            c->processing = false;
+            continue;
+        }
+        c->tin.len = c->tin.off = 0;
+        size_t used = 0;
+        const char *why = NULL;
+        int r = ddp__tp_request(c->tp, c->in.data + c->in.off, ddp_buf_pending(&c->in), &used,
+                                &c->tin, &c->out, &why);
+        if (r < 0) {
+            torch_drop(c, why);
+            return;
+        }
+        if (r == 0)
+            break;
+        c->in.off += used;
+        if (ddp_buf_pending(&c->out))
+            lconn_flush(c);
+    }
+    if (c->fd >= 0)
+        ddp_buf_compact(&c->in);
+}
+
+static void torch_drop(struct lconn *c, const char *why)
+{
+    DDP_WARN_LIMITED(&P.drop_log, STORE, "dropping TCPStore connection from '%s': %s", c->peer,
+                     why);
+    lconn_close(c);
+}
+
 static void lconn_process(struct lconn *c)
 {
+    if (c->tp) {
+        torch_process(c);
+        return;
+    }
     long sz;
     while (c->fd >= 0 && !c->busy &&
            (sz = ddp__proto_frame_size(c->in.data + c->in.off, ddp_buf_pending(&c->in),
@@ -938,6 +1017,14 @@ static void on_lconn(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         lconn_close(c);
         return;
     }
+    if (c->tp && c->w && ddp__tp_waiting(c->tp) && ddp_buf_pending(&c->in)) {
+        /* a request after a WAIT not answered yet: its client gave the WAIT up (1.13's
+         * clients send no CANCEL_WAIT), so it is answered to nobody, not later into the middle
+         * of other answers */
+        waiter_forget(c);
+        ddp__tp_give_up(c->tp);
+        c->busy = false;
+    }
     lconn_process(c);
 }
 
@@ -947,16 +1034,46 @@ static void on_auth_timeout(struct ddp_loop *loop, struct ddp_timer *t)
     lconn_close((struct lconn *)((char *)t - offsetof(struct lconn, auth)));
 }
 
+/* The numeric host of a socket address, and with its port (for messages). */
+static void addr_str(const struct sockaddr_storage *ss, socklen_t sl, char *host, size_t hn,
+                     char *both, size_t bn)
+{
+    char port[16];
+    if (getnameinfo((const struct sockaddr *)ss, sl, host, (socklen_t)hn, port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(host, hn, "?");
+        snprintf(port, sizeof(port), "?");
+    }
+    snprintf(both, bn, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+}
+
+/* arg non-NULL: the TCPStore clients' socket, served to this node's own address only (a rank
+ * reaching the node's address from the node has it as its source). */
 static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
     (void)mask;
-    (void)arg;
     for (;;) {
-        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int cfd = accept4(fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0)
             return;
+        char host[INET6_ADDRSTRLEN], peer[INET6_ADDRSTRLEN + 8];
+        addr_str(&ss, sl, host, sizeof(host), peer, sizeof(peer));
+        if (arg && strcmp(host, P.self) != 0) {
+            DDP_WARN_LIMITED(&P.drop_log, STORE,
+                             "refusing a TCPStore connection from '%s': not this node's address "
+                             "(%s), whose ranks its agent serves",
+                             peer, P.self);
+            close(cfd);
+            continue;
+        }
         struct lconn *c = P.nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
-        if (!c || ddp_loop_add(loop, cfd, DDP_LOOP_READ, on_lconn, c) < 0) {
+        if (c && arg && (c->tp = malloc(sizeof(*c->tp))))
+            ddp__tp_init(c->tp, P.round);
+        if (!c || (arg && !c->tp) || ddp_loop_add(loop, cfd, DDP_LOOP_READ, on_lconn, c) < 0) {
+            if (c)
+                free(c->tp);
             free(c);
             close(cfd);
             continue;
@@ -964,21 +1081,52 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         int one = 1;
         setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->fd = cfd;
+        snprintf(c->peer, sizeof(c->peer), "%s", peer);
         ddp_buf_init(&c->in);
         ddp_buf_init(&c->out);
+        ddp_buf_init(&c->tin);
         ddp_timer_init(&c->auth, on_auth_timeout);
-        ddp_timer_start(loop, &c->auth, AUTH_MS);
+        if (arg)
+            c->state = 3; /* TCPStore has no token: the address is the check */
+        else
+            ddp_timer_start(loop, &c->auth, AUTH_MS);
         ddp_list_add_tail(&P.conns, &c->link);
         P.nconns++;
     }
 }
 
+/* A listening socket on host's free port: the fd (its port in *port), or -1. */
+static int listen_on(const char *host, int *port)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
+                    *res = NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char ps[16], both[INET6_ADDRSTRLEN + 24];
+    if (getaddrinfo(host, "0", &hints, &res) != 0)
+        return -1;
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 1024) == 0 &&
+              getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
+    freeaddrinfo(res);
+    if (!ok) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    addr_str(&ss, sl, P.self, sizeof(P.self), both, sizeof(both));
+    snprintf(ps, sizeof(ps), "%s", strrchr(both, ':') + 1);
+    *port = atoi(ps);
+    return fd;
+}
+
 int ddp__proxy_start(struct ddp_loop *loop, const char *listen_host, const char *store_addr,
-                     const char *token, char *addr, size_t n)
+                     const char *token, char *addr, size_t n, int *torch_port)
 {
     if (P.lfd >= 0 && P.main.fd >= 0 && !strcmp(P.store, store_addr) &&
         !strcmp(P.listen_host, listen_host) && !strcmp(P.token, token)) {
         snprintf(addr, n, "%s", P.addr);
+        *torch_port = P.tfd >= 0 ? P.tport : 0;
         return 0;
     }
     ddp__proxy_stop();
@@ -1001,37 +1149,35 @@ int ddp__proxy_start(struct ddp_loop *loop, const char *listen_host, const char 
         ddp_timer_init(&P.pool[k].idle, on_idle);
     }
     P.main.fd = -1;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
-                    *res = NULL;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    char port[16];
-    if (getaddrinfo(listen_host, "0", &hints, &res) != 0)
-        return -1;
-    P.lfd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    bool ok =
-        P.lfd >= 0 && bind(P.lfd, res->ai_addr, res->ai_addrlen) == 0 && listen(P.lfd, 1024) == 0 &&
-        getsockname(P.lfd, (struct sockaddr *)&ss, &sl) == 0 &&
-        getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, port, sizeof(port), NI_NUMERICSERV) == 0;
-    freeaddrinfo(res);
-    if (!ok || up_connect(&P.main) < 0 ||
+    int port = 0;
+    *torch_port = 0;
+    P.lfd = listen_on(listen_host, &port);
+    if (P.lfd < 0 || up_connect(&P.main) < 0 ||
         ddp_loop_add(loop, P.main.fd, DDP_LOOP_READ, on_up, &P.main) < 0 ||
         ddp_loop_add(loop, P.lfd, DDP_LOOP_READ, on_accept, NULL) < 0) {
-        if (!ok)
+        if (P.lfd < 0)
             fprintf(stderr, "ddprun agent: the store proxy cannot listen on %s: %s\n", listen_host,
                     strerror(errno));
         ddp__proxy_stop();
         return -1;
     }
-    snprintf(P.addr, sizeof(P.addr), strchr(listen_host, ':') ? "[%s]:%s" : "%s:%s", listen_host,
+    snprintf(P.addr, sizeof(P.addr), strchr(listen_host, ':') ? "[%s]:%d" : "%s:%d", listen_host,
              port);
     snprintf(addr, n, "%s", P.addr);
+    /* PyTorch's TCPStore clients: where this fails, the ranks use the launcher's port */
+    if ((P.tfd = listen_on(listen_host, &P.tport)) >= 0 &&
+        ddp_loop_add(loop, P.tfd, DDP_LOOP_READ, on_accept, &P) < 0) {
+        close(P.tfd);
+        P.tfd = -1;
+    }
+    *torch_port = P.tfd >= 0 ? P.tport : 0;
     return 0;
 }
 
-void ddp__proxy_ranks(unsigned nlocal)
+void ddp__proxy_ranks(unsigned nlocal, int round)
 {
     P.nlocal = nlocal;
+    P.round = round;
 }
 
 void ddp__proxy_stop(void)
@@ -1045,6 +1191,11 @@ void ddp__proxy_stop(void)
         ddp_loop_del(P.loop, P.lfd);
         close(P.lfd);
         P.lfd = -1;
+    }
+    if (P.tfd >= 0) {
+        ddp_loop_del(P.loop, P.tfd);
+        close(P.tfd);
+        P.tfd = -1;
     }
     for (int k = 0; k < MAX_WAIT_CONNS; k++)
         up_failed(&P.pool[k], "the proxy ends");

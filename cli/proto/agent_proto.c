@@ -9,7 +9,7 @@
 
 size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type)
 {
-    size_t pos = b->len;
+    size_t pos = b->len - b->off; /* as ddp__proto_begin's */
     ddp_buf_put_u32(b, 0);
     ddp_buf_put_u8(b, type);
     return pos;
@@ -17,7 +17,7 @@ size_t ddp__agent_begin(struct ddp_buf *b, uint8_t type)
 
 void ddp__agent_end(struct ddp_buf *b, size_t pos)
 {
-    ddp_buf_patch_u32(b, pos, (uint32_t)(b->len - pos - 4));
+    ddp_buf_patch_u32(b, b->off + pos, (uint32_t)(b->len - b->off - pos - 4));
 }
 
 int ddp__agent_next(struct ddp_buf *b, uint8_t *type, const uint8_t **body, size_t *len)

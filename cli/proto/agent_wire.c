@@ -91,9 +91,10 @@ void ddp__aw_group_add(struct ddp_buf *b, const char *host, uint32_t node, const
 void ddp__aw_group_end(struct ddp_buf *b, size_t pos, uint32_t n)
 {
     /* the count follows the frame's header (5 bytes) and the token (4 + its length) */
-    uint32_t tl = (uint32_t)b->data[pos + 5] | (uint32_t)b->data[pos + 6] << 8 |
-                  (uint32_t)b->data[pos + 7] << 16 | (uint32_t)b->data[pos + 8] << 24;
-    ddp_buf_patch_u32(b, pos + 9 + tl, n);
+    const uint8_t *f = b->data + b->off + pos; /* ddp__agent_begin's position */
+    uint32_t tl =
+        (uint32_t)f[5] | (uint32_t)f[6] << 8 | (uint32_t)f[7] << 16 | (uint32_t)f[8] << 24;
+    ddp_buf_patch_u32(b, b->off + pos + 9 + tl, n);
     ddp__agent_end(b, pos);
 }
 

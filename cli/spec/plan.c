@@ -297,8 +297,8 @@ void ddp__job_print_plan(const struct ddp_job *j, const char *job_id, FILE *f)
         fprintf(f, "MASTER_ADDR=<node 0's address> MASTER_PORT=<a free port on node 0> "
                    "TORCHELASTIC_USE_AGENT_STORE=False   # rank 0 hosts the TCPStore\n");
     else
-        fprintf(f, "MASTER_ADDR=<this machine, as each node reaches the store> "
-                   "MASTER_PORT=<the launcher's TCPStore port> "
+        fprintf(f, "MASTER_ADDR=<the node's address toward the store> "
+                   "MASTER_PORT=<its agent's TCPStore port, which relays to the launcher's> "
                    "TORCHELASTIC_USE_AGENT_STORE=True\n");
     fprintf(f,
             "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=%d TORCHELASTIC_RUN_ID=%s "

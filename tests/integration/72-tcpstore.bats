@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
-# The launcher's TCPStore-compatible port: PyTorch programs find their store at
-# MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), served by the job's store with
-# a key space per restart round, to the job's node addresses only.
+# PyTorch's TCPStore protocol: PyTorch programs find their store at MASTER_ADDR:MASTER_PORT
+# (TORCHELASTIC_USE_AGENT_STORE=True), their node's agent, which relays to the job's store (as the
+# launcher's TCPStore port serves it) with a key space per restart round, to the node's own
+# address only.
 load '../lib/common'
 
 PY=${DDP_TEST_PYTHON:-/usr/bin/python3} # another PyTorch: DDP_TEST_PYTHON
@@ -23,7 +24,18 @@ checks() { # mode [extra yaml]
   assert_success
   assert_output --partial "ok: set, get, add, compare_set, wait, check, num_keys, delete_key, wait timeout"
   run "$DDPRUN" plan job.yaml
-  assert_output --partial "MASTER_PORT=<the launcher's TCPStore port> TORCHELASTIC_USE_AGENT_STORE=True"
+  assert_output --partial "MASTER_PORT=<its agent's TCPStore port, which relays to the launcher's> TORCHELASTIC_USE_AGENT_STORE=True"
+}
+
+@test "a PyTorch DDP job's ranks reach the TCPStore through their agent: the launcher's store holds the agent's few connections, not two a rank" {
+  printf 'command: [%s, %s]\nnproc_per_node: 4\nlogs: {dir: logs}\n' "$PY" "$REPO/tests/integration/py/ddp_train.py" >job.yaml
+  run timeout 120 "$DDPRUN" job.yaml
+  assert_success
+  assert_output --partial "rank 3 of 4: params sum"
+  # 4 ranks' TCPStore clients (2 each, torch 1.13's client and its callback client) straight to
+  # the launcher would be 8 more than the agent's own and its proxy's
+  d=$(ls -d logs/*/ | head -n1)
+  grep -Eq '"store": \{"connections": [2-6],' "$d/summary.json" || { cat "$d/summary.json"; return 1; }
 }
 
 @test "a connection from an address that is not one of the job's nodes is refused" {

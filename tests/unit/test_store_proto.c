@@ -148,6 +148,11 @@ static void body_watch(struct ddp_buf *b)
     ddp_buf_put_str(b, "nodes/", 6);
 }
 
+static void body_prefix(struct ddp_buf *b)
+{
+    ddp_buf_put_str(b, "torch/3/", 8);
+}
+
 TEST(parse_valid_ops)
 {
     struct ddp__req q;
@@ -206,6 +211,12 @@ TEST(parse_valid_ops)
     ddp_buf_release(&b);
     b = frame(DDP__OP_NUM_KEYS, NULL);
     ASSERT_OK(parse(&b, &q));
+    ASSERT_TRUE(q.key == NULL);
+    ddp_buf_release(&b);
+    b = frame(DDP__OP_NUM_KEYS, body_prefix); /* only the keys under a prefix */
+    ASSERT_OK(parse(&b, &q));
+    ASSERT_EQ(q.klen, 8);
+    ASSERT_MEMEQ(q.key, "torch/3/", 8);
     ddp_buf_release(&b);
 }
 

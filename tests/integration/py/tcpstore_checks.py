@@ -1,4 +1,5 @@
-"""Run as a rank under ddprun (MASTER_ADDR:MASTER_PORT is the launcher's TCPStore port).
+"""Run as a rank under ddprun (MASTER_ADDR:MASTER_PORT is its agent's TCPStore port, which relays to
+the launcher's store).
 Mode "ops": torch's own client, every operation. "refused": a connection from an address that
 is not a node's is closed at once. "round": what round 0 set, round 1 does not see. "bad":
 malformed, truncated and oversized requests close only their connection. "v22": torch >= 2.2's
