@@ -151,7 +151,8 @@ int ddp__torch_parse(struct ddp__tconn *t, const uint8_t *p, size_t len, struct 
         *why = "a key, value or key count over the limit";
         return -1;
     }
-    if (need == 0 && len > DDP__TORCH_MAX_REQUEST) {
+    /* whole or not: however much of it one read brought */
+    if ((need == 0 && len > DDP__TORCH_MAX_REQUEST) || r.off > DDP__TORCH_MAX_REQUEST) {
         *why = "a request over 17 MiB";
         return -1;
     }
