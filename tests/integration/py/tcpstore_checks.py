@@ -70,7 +70,10 @@ if mode == "ops":
     except RuntimeError:
         assert time.time() - t0 < 5
     # the same client goes on after its WAIT timed out, even once the key it waited for is set
-    # (after its next request: a 1.13 client tells nothing sooner)
+    # (after its next request: a 1.13 client tells nothing sooner); with time for its next WAIT,
+    # which its agent's proxy may have to open a connection to the store for (slow under ASan on
+    # a busy machine)
+    s.set_timeout(datetime.timedelta(seconds=30))
     assert s.get("k") == b"ww"
     client().set("never", "now")
     assert s.add("c", 1) == 1 and s.get("never") == b"now"
@@ -105,6 +108,7 @@ elif mode == "round":
         pass
     # the same connection: 1.13's client sends no CANCEL_WAIT after its timeout, and the server
     # forgets the WAIT when the next request comes
+    s.set_timeout(datetime.timedelta(seconds=30))
     n = s.num_keys()
     assert n == 0, n
     s.set("late", "1")
