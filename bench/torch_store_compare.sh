@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # PyTorch's store, served by ddprun vs PyTorch itself (Debian's python3-torch, /usr/bin/python3):
-#  1. init_process_group("gloo") wall time on 2, 4 and 8 local ranks: under ddprun with its
-#     launcher's TCPStore port (the default), under ddprun with rank 0's own TCPStore
-#     (rendezvous.torch_store: rank0), and under torchrun --standalone;
+#  1. init_process_group("gloo") wall time on 2, 4 and 8 local ranks: under ddprun with the job's
+#     store as TCPStore (the default: each rank reaches it through its node's agent), under ddprun
+#     with rank 0's own TCPStore (rendezvous.torch_store: rank0), and under torchrun --standalone;
+#     with the connections the launcher's store accepted in the default's runs;
 #  2. torch's own TCPStore client from 1, 16 and 64 processes against `ddprun store
 #     --torch-listen` and against a real TCPStore (bench/tcpstore_server.py), plus the same C
 #     client threads (bench/store_bench, 1.13 wire protocol) against both, which measures the
@@ -27,6 +28,13 @@ DDP_PID='' TS_PID=''
 trap 'kill $DDP_PID $TS_PID 2>/dev/null || true; rm -rf "$T"' EXIT
 export GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1
 
+# The connections the launcher's store accepted in the last ddprun run (its summary.json).
+store_conns() {
+  local d
+  d=$(ls -td ddprun-logs/*/ | head -n1)
+  grep -o '"connections": [0-9]*' "${d}summary.json" | grep -o '[0-9]*$'
+}
+
 # The slowest rank's init_process_group, in ms, from the INIT lines of one run.
 init_ms() { # command...
   "$@" >"$T/out" 2>&1 || { cat "$T/out" >&2; return 1; }
@@ -40,6 +48,7 @@ echo "# $(date -u +%F) $(getconf _NPROCESSORS_ONLN) cores, $(grep -m1 'model nam
   for n in 2 4 8; do
     for _ in $(seq "$RUNS"); do
       echo "init ddprun $n $(init_ms "$B/ddprun" --nproc-per-node "$n" --no-python "$PY" "$INIT")"
+      echo "conns ddprun $n $(store_conns)"
       echo "init ddprun-rank0 $n $(init_ms "$B/ddprun" --nproc-per-node "$n" \
         --set rendezvous.torch_store=rank0 --no-python "$PY" "$INIT")"
       echo "init torchrun $n $(init_ms "$PY" -m torch.distributed.run --standalone --redirects 1 \
@@ -95,18 +104,18 @@ print(lines[0])
 init, ops = defaultdict(list), defaultdict(list)
 for l in lines[1:]:
     f = l.split()
-    if f[0] == "init":
-        init[(f[1], int(f[2]))].append(int(f[3]))
+    if f[0] in ("init", "conns"):
+        init[(f[0] == "conns" and "conns" or f[1], int(f[2]))].append(int(f[3]))
     else:  # side RESULT ops proto op clients rate p50 p99 ticks
         rate = float(f[6])
         ops[(f[0], f[4], int(f[5]))].append((rate, int(f[7]), int(f[8]), int(f[9]) * 10000 / (rate * secs) if rate else 0))
 med = statistics.median
 print("\ninit_process_group(\"gloo\"), the slowest rank, ms (median of runs):\n")
-print("| ranks | ddprun, launcher's TCPStore | ddprun, rank 0's TCPStore | torchrun --standalone | rank 0's / launcher's | torchrun / launcher's |")
-print("|---:|---:|---:|---:|---:|---:|")
+print("| ranks | ddprun, the job's store | ddprun, rank 0's TCPStore | torchrun --standalone | rank 0's / the job's store | torchrun / the job's store | the job's store: connections |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
 for n in (2, 4, 8):
     a, b, c = (med(init[(k, n)]) for k in ("ddprun", "ddprun-rank0", "torchrun"))
-    print(f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} | {b/a:.2f}x | {c/a:.2f}x |")
+    print(f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} | {b/a:.2f}x | {c/a:.2f}x | {max(init[('conns', n)])} |")
 m = lambda xs, i: med(x[i] for x in xs)
 for kind, title in (("py", "torch's own client, N Python processes"), ("c", "the same C client threads, TCPStore 1.13 wire protocol")):
     print(f"\n{title} (ops/s; p50/p99 us; server CPU us per op):\n")
