@@ -9,6 +9,7 @@
 #include "cli/spec/job.h"
 #include "cli/sys/sys.h"
 #include "cli/spec/pipe_layout.h"
+#include "cli/supervisor/recovery.h"
 #include "cli/supervisor/supervisor.h"
 #include "common/util.h"
 
@@ -178,6 +179,7 @@ int ddp__sup_start_round(char *why, size_t whylen)
                                         : "; workers restart");
     ddp__sup_event("membership", "nodes", names, "#world_size", (long long)ddp__supervisor.world,
                    "#restart_count", (long long)ddp__supervisor.round, NULL);
+    ddp__rcv_mark(DDP__RCV_FORMED);
     ddp__supervisor.ph = DDP__PH_RUNNING;
     ddp__sup_set_phase(ddp__supervisor.round ? "restarting workers" : "starting workers");
     for (size_t i = 0; i < j->nnodes; i++) {

@@ -19,6 +19,7 @@
  * rules between them, are read together here.
  */
 #include "cli/spec/pipe_layout.h"
+#include "cli/supervisor/recovery.h"
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/provision/slurm.h"
@@ -68,7 +69,10 @@ static bool allocation_ended(void)
         return true;
     snprintf(why, sizeof(why), "the Slurm allocation %s ended (%s)", getenv("SLURM_JOB_ID"), state);
     ddp__sup_say("ddprun: %s; stopping the job", why);
-    ddp__sup_finish(why, !strcmp(state, "CANCELLED") ? DDP_EXIT_INTERRUPTED : DDP_EXIT_JOB_FAILED);
+    /* a node's failure ended it: worth requeueing, as a fall below min_nodes is */
+    ddp__sup_finish(why, !strcmp(state, "CANCELLED")   ? DDP_EXIT_INTERRUPTED
+                         : !strcmp(state, "NODE_FAIL") ? DDP_EXIT_REQUEUE
+                                                       : DDP_EXIT_JOB_FAILED);
     return true;
 }
 
@@ -104,6 +108,7 @@ static void round_failed(const char *what, bool lost)
     }
     ddp__sup_say("ddprun: %s; stopping the other workers for restart %d of %d", what, used + 1,
                  j->max_restarts);
+    ddp__rcv_begin(what);
     ddp__wd_round_end();
     ddp__supervisor.ph = DDP__PH_RESTARTING;
     ddp__sup_set_phase("restarting");
@@ -290,6 +295,7 @@ static void rank_started(int rank)
         ddp__supervisor.ph == DDP__PH_RUNNING) {
         ddp__sup_set_phase("running");
         ddp__sup_event("workers_running", "#world_size", (long long)ddp__supervisor.world, NULL);
+        ddp__rcv_mark(DDP__RCV_STARTED);
     }
 }
 
@@ -785,6 +791,7 @@ static void maybe_restart(void)
             ddp__supervisor.nd[i].state == DDP__NS_GONE || ddp__supervisor.nd[i].draining_ms)
             return;
     ddp__sup_event("workers_stopped", NULL);
+    ddp__rcv_mark(DDP__RCV_STOPPED);
     rdzv_open();
 }
 

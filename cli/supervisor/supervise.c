@@ -7,6 +7,7 @@
  * Signals: SIGINT and SIGTERM stop the job (the ranks get SIGINT or SIGTERM first), a second
  * one ends every rank at once; SIGUSR1, SIGUSR2 and SIGHUP are passed to every running rank.
  */
+#include "cli/supervisor/recovery.h"
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/supervisor/watchdog.h"
@@ -206,70 +207,6 @@ static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     }
     if (ddp__supervisor.ph == DDP__PH_FINISHING && ddp__nodes_all_gone(&ddp__supervisor.nodes))
         ddp_loop_stop(loop);
-}
-
-/* Every view gets the summary: the console's table, summary.json and ddprun.log. */
-static void summarize(int rc)
-{
-    struct ddp__rank_rec *rr = calloc((size_t)ddp__supervisor.world + 1, sizeof(*rr));
-    struct ddp__loss_rec *lr = calloc((size_t)ddp__supervisor.nlosses + 1, sizeof(*lr));
-    if (!rr || !lr) {
-        free(rr);
-        free(lr);
-        return;
-    }
-    for (int i = 0; i < ddp__supervisor.world; i++) {
-        const struct ddp__sup_rank *r = &ddp__supervisor.rk[i];
-        rr[i] = (struct ddp__rank_rec){.rank = i,
-                                       .local = r->local,
-                                       .host = ddp__supervisor.job->nodes[r->node].host,
-                                       .log = ddp__rec_rank_log(&ddp__supervisor.rec, i),
-                                       .out = ddp__sup_outcome(i),
-                                       .started = r->started,
-                                       .error = r->error,
-                                       .traceback = r->traceback,
-                                       .runtime_s = (double)r->runtime_ms / 1000};
-    }
-    for (int k = 0; k < ddp__supervisor.nlosses; k++)
-        lr[k] = (struct ddp__loss_rec){
-            .host = ddp__supervisor.job->nodes[ddp__supervisor.losses[k].node].host,
-            .when = ddp__supervisor.losses[k].when,
-            .why = ddp__supervisor.losses[k].why,
-            .t = (double)ddp__supervisor.losses[k].t_ms / 1000,
-            .round = ddp__supervisor.losses[k].round};
-    const struct ddp__sup_rank *ff =
-        ddp__supervisor.first_fail >= 0 ? &ddp__supervisor.rk[ddp__supervisor.first_fail] : NULL;
-    struct ddp__summary sm = {
-        .job_id = ddp__supervisor.job_id,
-        .exit_status = rc,
-        .reason = rc ? ddp__supervisor.fatal : NULL,
-        .explain = ddp__supervisor.fatal && rc != DDP_EXIT_OK && rc != DDP_EXIT_INTERRUPTED &&
-                   (ddp__supervisor.job->max_restarts > 0 || ddp__supervisor.nlosses > 0),
-        .runtime_s = (double)(ddp_now_ms() - ddp__supervisor.t0) / 1000,
-        .world = ddp__supervisor.world,
-        .nodes = ddp__supervisor.nmembers,
-        .restarts = ddp__supervisor.round,
-        .first_fail = ddp__supervisor.first_fail,
-        .ranks = rr,
-        .losses = lr,
-        .nlosses = ddp__supervisor.nlosses,
-        .tail = ff ? ff->tail : NULL,
-        .ntail = ff ? ff->ntail : 0};
-    ddp__wd_startup(&sm.startup_round, &sm.formed_s, &sm.first_s);
-    ddp__sup_store_counts(&sm.store_conns, &sm.store_requests);
-    /* The records first: what could not be written whole goes into summary.json, and the
-     * other views' last line says it, summary.json's own failure included. */
-    char incomplete[1024];
-    sm.records_incomplete = incomplete;
-    for (int pass = 0; pass < 2; pass++)
-        for (int v = 0; v < ddp__supervisor.nviews; v++)
-            if (ddp__supervisor.views[v].ops->summary &&
-                (ddp__supervisor.views[v].self == &ddp__supervisor.rec) == (pass == 0)) {
-                ddp__rec_incomplete(&ddp__supervisor.rec, incomplete, sizeof(incomplete));
-                ddp__supervisor.views[v].ops->summary(ddp__supervisor.views[v].self, &sm);
-            }
-    free(rr);
-    free(lr);
 }
 
 static bool env_has(const struct ddp_job *job, const char *key)
@@ -689,7 +626,9 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                              .round = &ddp__supervisor.round,
                              .fail = ddp__sup_hang_failed,
                              .headline = headline,
-                             .request = remote_request};
+                             .request = remote_request,
+                             .startup = ddp__rcv_startup,
+                             .recovery = ddp__rcv_line};
     ddp__wd_init(&wd);
     wd_up = true;
     if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
@@ -755,7 +694,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     ddp__con_clear(&ddp__supervisor.con);
     ddp__sup_event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc,
                    "reason", rc ? ddp__supervisor.fatal : NULL, NULL);
-    summarize(rc);
+    ddp__sup_summarize(rc);
 out:
     ddp__remote_release(
         &ddp__supervisor.remote); /* after the summary reached the attached consoles */

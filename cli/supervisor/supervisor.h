@@ -172,6 +172,9 @@ void ddp__sup_timers_init(void);
 void ddp__sup_open(void);
 /* The job ends: why is NULL on success, rc the exit status it stands for. */
 void ddp__sup_finish(const char *why, int rc);
+/* Every view gets the job's summary: the console's table, summary.json, ddprun.log
+ * (cli/supervisor/summary.c). */
+void ddp__sup_summarize(int rc);
 /* diagnose.on_hang is fail and the ranks hang: the round fails with why. */
 void ddp__sup_hang_failed(const char *why);
 

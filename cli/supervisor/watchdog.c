@@ -279,6 +279,8 @@ static void startup(void)
         W.startup_ms[k] = at > W.round_start_ms ? at - W.round_start_ms : 0;
         ddp__rec_event(W.c.rec, *W.c.round, ev[k], "#after_start_ms", (long long)W.startup_ms[k],
                        NULL);
+        if (W.c.startup)
+            W.c.startup(k == 1, at);
     }
 }
 
@@ -394,6 +396,11 @@ static void answer(int fd, const char *req)
             if (W.startup_ms[1] >= 0)
                 n += snprintf(head + n, sizeof(head) - (size_t)n,
                               ", first collective done at %.2f s", (double)W.startup_ms[1] / 1000);
+            ddp_buf_put(&b, head, (size_t)n);
+            ddp_buf_put(&b, "\n", 1);
+        }
+        int n = W.c.recovery ? W.c.recovery(head, sizeof(head)) : 0;
+        if (n > 0) {
             ddp_buf_put(&b, head, (size_t)n);
             ddp_buf_put(&b, "\n", 1);
         }

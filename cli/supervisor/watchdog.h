@@ -34,6 +34,11 @@ struct ddp__wd_ctx {
     void (*headline)(char *out, size_t n);
     /* Any other request on the control socket (cli/view/attached.h): true when it took fd. */
     bool (*request)(const char *req, int fd);
+    /* Every rank's process group was formed (first false), or its first collective done (true),
+     * at at_ms (ddp_now_ms's clock); and a line for `ddprun status` about the last restart (its
+     * length, 0 for none). cli/supervisor/recovery.h. */
+    void (*startup)(bool first, int64_t at_ms);
+    int (*recovery)(char *out, size_t n);
 };
 
 void ddp__wd_init(const struct ddp__wd_ctx *ctx);

@@ -352,6 +352,12 @@ void ddp__rec_event(struct ddp__rec *r, int round, const char *name, ...)
     for (const char *k; (k = va_arg(ap, const char *));) {
         if (k[0] == '#') {
             fprintf(f, ", \"%s\": %lld", k + 1, va_arg(ap, long long));
+        } else if (k[0] == '?') { /* a count, or null when negative (not known) */
+            long long v = va_arg(ap, long long);
+            if (v < 0)
+                fprintf(f, ", \"%s\": null", k + 1);
+            else
+                fprintf(f, ", \"%s\": %lld", k + 1, v);
         } else if (strcmp(k, "@outcome") == 0) {
             fputs(", ", f);
             outcome_json(f, va_arg(ap, const struct ddp__outcome *));
@@ -570,6 +576,27 @@ static void write_summary(FILE *f, void *arg)
         num_or_null(f, s->first_s);
         fputc('}', f);
     }
+    /* each restart's timeline (cli/supervisor/recovery.h): seconds after its detection */
+    static const char *const phase[5] = {"stopped_s", "formed_s", "started_s", "group_formed_s",
+                                         "first_collective_s"};
+    fputs(",\n \"recoveries\": [", f);
+    for (int i = 0; i < s->nrecoveries; i++) {
+        const struct ddp__recovery_rec *v = &s->recoveries[i];
+        fprintf(f, "%s\n  {\"round\": ", i ? "," : "");
+        if (v->round < 0)
+            fputs("null", f);
+        else
+            fprintf(f, "%d", v->round);
+        fputs(", \"cause\": ", f);
+        json_str(f, v->cause);
+        fprintf(f, ", \"detected_s\": %.3f", v->detected_s);
+        for (int k = 0; k < 5; k++) {
+            fprintf(f, ", \"%s\": ", phase[k]);
+            num_or_null(f, v->ms[k] < 0 ? -1 : (double)v->ms[k] / 1000);
+        }
+        fputc('}', f);
+    }
+    fputs("]", f);
     fprintf(f, ",\n \"ranks\": [");
     for (int i = 0; i < s->world; i++) {
         const struct ddp__rank_rec *k = &s->ranks[i];

@@ -42,6 +42,16 @@ struct ddp__loss_rec {
     int round;
 };
 
+/* A restart's recovery timeline (cli/supervisor/recovery.h). */
+struct ddp__recovery_rec {
+    int round;         /* the round it restarted into (-1: none formed) */
+    char cause[256];   /* what failed */
+    double detected_s; /* when that was detected, seconds since the start */
+    /* milliseconds after the detection until the old ranks stopped, the round formed, its ranks
+     * started, their process groups formed and their first collective was done; -1 not reached */
+    int64_t ms[5];
+};
+
 /* The job at its end. */
 struct ddp__summary {
     const char *job_id;
@@ -62,6 +72,8 @@ struct ddp__summary {
     const char *records_incomplete;
     /* the job's own store: connections it accepted and requests it served; -1 without one */
     long long store_conns, store_requests;
+    const struct ddp__recovery_rec *recoveries; /* each restart's timeline, oldest first */
+    int nrecoveries;
 };
 
 /* What the status line shows. */

@@ -134,6 +134,53 @@ wait_for() { # seconds, then a command that succeeds once it holds
   grep -q "\"startup\": {\"round\": 0, \"group_formed_s\": $(awk -v m="$formed" 'BEGIN { printf "%.3f", m / 1000 }'), \"first_collective_s\": $(awk -v m="$first" 'BEGIN { printf "%.3f", m / 1000 }')}" logs/*/summary.json
 }
 
+@test "a restart's recovery timeline: one recovery event, at the new round's first collective, whose phases are the times of the events they name; summary.json lists it and ddprun status shows it" {
+  # round 0: rank 3 fails after 1 s (the others wait for it in their first group); round 1 runs
+  cat >job.yaml <<JOB
+command: [sh, -c, 'if [ "\$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "\$RANK" = 3 ]; then sleep 1; exit 3; fi; exec "\$0" --steps 60 --compute-ms 50', "$HANGTEST"]
+nodes:
+  - {host: localhost, slots: 2}
+  - {host: 127.0.0.1, slots: 2}
+elastic: {max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 5s}
+logs: {dir: logs}
+stop_grace: 2s
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for 60 has_event recovery
+  run "$DDPRUN" status
+  assert_success
+  assert_output --regexp $'\n''last recovery \(rank 3 \([^)]*\) exited with status 3 at [0-9.]+ s\): old ranks stopped [0-9.]+ s, round formed [0-9.]+ s, ranks started [0-9.]+ s, process groups formed [0-9.]+ s, first collective done [0-9.]+ s'$'\n'
+  wait "$DDP_PID"
+  DDP_PID=
+  # one, in round 1, every phase reached, in order
+  [ "$(events | grep -c '"event": "recovery"')" -eq 1 ]
+  rec=$(events | grep '"event": "recovery"')
+  echo "$rec"
+  [ "$(field round <<<"$rec")" -eq 1 ]
+  det=$(field detected_ms <<<"$rec")
+  prev=0
+  for ph in stopped formed started group_formed first_collective; do
+    v=$(field "${ph}_ms" <<<"$rec")
+    [ "$v" -ge "$prev" ] || { echo "$ph: $v before $prev"; return 1; }
+    prev=$v
+  done
+  # each phase is the time of the event that marks it, seconds since the start (t), less the
+  # detection's: the worker_failed event's time
+  at() { events | grep "\"event\": \"$1\"" | grep "\"round\": $2" | field t | awk '{ printf "%d", $1 * 1000 }'; }
+  near() { [ $(($1 - $2)) -le 20 ] && [ $(($2 - $1)) -le 20 ] || { echo "$3: $1 vs $2"; return 1; }; }
+  near "$det" "$(at worker_failed 0)" detected
+  near $((det + $(field stopped_ms <<<"$rec"))) "$(at workers_stopped 0)" stopped
+  near $((det + $(field formed_ms <<<"$rec"))) "$(at membership 1)" formed
+  near $((det + $(field started_ms <<<"$rec"))) "$(at workers_running 1)" started
+  # the process groups' times come from the ranks' recorders: as the startup events say, from
+  # the round's start, which is its membership
+  first=$(events | grep '"event": "first_collective"' | grep '"round": 1' | field after_start_ms)
+  near "$(field first_collective_ms <<<"$rec")" $(($(field formed_ms <<<"$rec") + first)) first_collective
+  # the summary has it, in seconds (its lines joined)
+  tr -d '\n' <logs/*/summary.json | grep -q "\"recoveries\": \[  {\"round\": 1, \"cause\": \"rank 3 ([^)]*) exited with status 3\", \"detected_s\": [0-9.]*, \"stopped_s\": [0-9.]*, \"formed_s\": [0-9.]*, \"started_s\": [0-9.]*, \"group_formed_s\": [0-9.]*, \"first_collective_s\": $(awk -v m="$(field first_collective_ms <<<"$rec")" 'BEGIN { printf "%.3f", m / 1000 }')}\]" || { cat logs/*/summary.json; return 1; }
+}
+
 @test "a rank 30% slower than the others is named as the straggler by ddprun status" {
   job "" --steps 400 --compute-ms 50 --slow-rank 3 --slow-factor 1.3
   "$DDPRUN" job.yaml >out.txt 2>&1 &
