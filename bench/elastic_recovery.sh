@@ -5,7 +5,10 @@
 # machine, the last one killed with its worker). Both run bench/elastic_worker.py (gloo, one
 # all-reduce every 20 ms); recovery is from the kill to the first all-reduce of the next attempt
 # on the survivors. Same settings on both sides: last call 1 s, heartbeat 5 s / 15 s (torch
-# 1.13's fixed keep-alive: 5 s interval, 3 attempts), monitor interval 0.1 s.
+# 1.13's fixed keep-alive: 5 s interval, 3 attempts), monitor interval 0.1 s. For ddprun, the
+# phases of its recovery timeline (the recovery event: seconds after the loss was detected until
+# the old ranks stopped, the round formed, the ranks started, their process groups formed and
+# their first all-reduce was done).
 # Medians of RUNS runs. Needs root, openssh-server, iproute2 and python3-torch.
 # Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
@@ -42,7 +45,7 @@ tval() { grep "$2" "$1" | sed -n "${3:-1}p" | grep -o ' t=[0-9.]*' | cut -d= -f2
 # Every pid of node K but its sshd: agent, ranks.
 node_job_pids() { sshd_tree "$1" | cut -s -d' ' -f2-; }
 
-ddprun_run() { # nodes -> "detect recover"
+ddprun_run() { # nodes -> "detect recover stopped formed started groups first"
   local n=$1
   ssh_job job.yaml 1 $(seq "$n") -- /bin/sh -c \
     'GLOO_SOCKET_IFNAME=$(ls /sys/class/net | grep "^vn" | sed -n 1p) exec '"$PY $REPO/bench/elastic_worker.py"
@@ -60,9 +63,15 @@ JOB
   wait_for out.txt "TRAINING restart=1"
   local tl; tl=$(date -d "$(grep '"event": "node_lost"' logs/*/events.jsonl | sed -n 1p | grep -o '"time": "[^"]*' | cut -d'"' -f4)" +%s.%N)
   local tr; tr=$(tval out.txt "TRAINING restart=1")
+  # the timeline's event comes once the ranks' first collective is known (a heartbeat later)
+  wait_for logs/*/events.jsonl '"event": "recovery"'
+  local phases
+  phases=$(grep '"event": "recovery"' logs/*/events.jsonl | head -n1 |
+    grep -oE '"[a-z_]+_ms": ([0-9]+|null)' | grep -v detected |
+    awk '{ if ($2 == "null") printf " -"; else printf " %.3f", $2 / 1000 }')
   kill -INT "$ddp"; wait "$ddp" || true
   sshd_start "$n" >/dev/null 2>&1 || true # back for the next run (the key is known already)
-  awk -v a="$t0" -v l="$tl" -v r="$tr" 'BEGIN { printf "%.3f %.3f\n", l - a, r - a }'
+  awk -v a="$t0" -v l="$tl" -v r="$tr" -v p="$phases" 'BEGIN { printf "%.3f %.3f%s\n", l - a, r - a, p }'
 }
 
 torchrun_run() { # agents -> "recover"
@@ -92,12 +101,14 @@ torchrun_run() { # agents -> "recover"
 }
 
 echo "# $(date -u +%F) $(nproc) cores; torch $($PY -c 'import torch; print(torch.__version__)')"
-echo "| nodes | ddprun detection s | ddprun recovery s | torchrun recovery s | torchrun / ddprun |"
-echo "|---:|---:|---:|---:|---:|"
+echo "| nodes | ddprun detection s | ddprun recovery s | torchrun recovery s | torchrun / ddprun | ddprun: stopped | formed | started | groups formed | first all-reduce |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in 2 3 4; do
   : >d.txt; : >t.txt
   for _ in $(seq "$RUNS"); do ddprun_run "$n" >>d.txt; torchrun_run "$n" >>t.txt; done
   det=$(cut -d' ' -f1 d.txt | median); rec=$(cut -d' ' -f2 d.txt | median); trr=$(median <t.txt)
-  printf '| %d | %s | %s | %s | %s |\n' "$n" "$det" "$rec" "$trr" \
-    "$(awk -v a="$trr" -v b="$rec" 'BEGIN { printf "%.1fx", a / b }')"
+  ph=""
+  for c in 3 4 5 6 7; do ph="$ph | $(cut -d' ' -f$c d.txt | median)"; done
+  printf '| %d | %s | %s | %s | %s%s |\n' "$n" "$det" "$rec" "$trr" \
+    "$(awk -v a="$trr" -v b="$rec" 'BEGIN { printf "%.1fx", a / b }')" "$ph"
 done

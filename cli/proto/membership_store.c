@@ -108,6 +108,7 @@ static void publish(struct ddp__member_lease *h, const void *report, size_t len)
     h->report = c;
     h->report_len = len;
     h->report_new = true;
+    pthread_cond_signal(&h->cv); /* sent now: its ages are counted from now */
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -126,7 +127,19 @@ static void *hb_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
+        /* A report goes out as soon as it is published, not with the next heartbeat: the
+         * launcher takes its ages (how long ago a group formed, a rank progressed) as of its
+         * arrival, so it must not wait up to an interval on the way. */
+        for (;;) {
+            int w = 0;
+            while (!h->stop && !(h->report_new && h->s) &&
+                   (w = pthread_cond_timedwait(&h->cv, &h->mu, &ts)) == 0) {
+            }
+            if (h->stop || w != 0)
+                break; /* (without a connection, the heartbeat makes one and sends it) */
+            pthread_mutex_unlock(&h->mu);
+            send_report(h);
+            pthread_mutex_lock(&h->mu);
         }
         if (h->stop)
             break;
