@@ -605,7 +605,7 @@ static bool cut_off(void)
 /* ---- diagnosis: the progress report and stacks (cli/diag/node.h) ---- */
 
 /* Every heartbeat interval: a line per rank started (those that exited: their page's last
- * state), sent at once (its ages are counted from its arrival). */
+ * state), sent with the next heartbeat. */
 static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
 {
     if (A.have_start && A.lease) {

@@ -10,10 +10,10 @@
  * from a thread; should the lease be lost, the backend stay unreachable for the timeout, or
  * the heartbeat find that the timeout passed since the last renewal (the agent was stopped),
  * `fenced` is called on the agent's loop (the launcher has counted the node lost by then, and
- * the agent must stop its workers); the node's progress report is sent by the heartbeat's thread as
- * it is published. Launcher side: a watch reports, on the launcher's loop, each agent incarnation
- * whose lease ended, each round's resume point as the workers report it (ddp_pg_report_resume), and
- * each node's progress report.
+ * the agent must stop its workers); the node's progress report rides with the heartbeat.
+ * Launcher side: a watch reports, on the launcher's loop, each agent incarnation whose lease
+ * ended, each round's resume point as the workers report it (ddp_pg_report_resume), and each
+ * node's progress report.
  */
 #ifndef DDP_CLI_MEMBERSHIP_H
 #define DDP_CLI_MEMBERSHIP_H
@@ -54,9 +54,9 @@ struct ddp__member_ops {
     /* Agent: stops the heartbeat; with revoke, the lease ends now rather than at expiry.
      * NULL is a no-op. */
     void (*leave)(struct ddp__member_lease *l, bool revoke);
-    /* Agent: the node's progress report, sent at once by the heartbeat's thread (with the
-     * next heartbeat where the store cannot be reached now), kept bound to the lease until the
-     * next one. */
+    /* Agent: the node's progress report, sent with the next heartbeat (and kept, bound to
+     * the lease, until the next one), after a first line "age N": the milliseconds it waited
+     * for that heartbeat, which the launcher takes off its arrival time. */
     void (*publish)(struct ddp__member_lease *l, const void *report, size_t len);
     /* Agent: the store's address as the agent reached it: of several the launcher offered
      * ("ip:port,ip:port"), the one that answered; for the ranks' environment. */

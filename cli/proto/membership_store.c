@@ -53,6 +53,7 @@ struct ddp__member_lease {
     char *report; /* the latest progress report (publish), sent with the next heartbeat */
     size_t report_len;
     bool report_new;
+    int64_t report_at; /* when it was published (ddp_now_ms) */
 };
 
 /* The job's store as j says: the built-in one at host:port, or the job's folder in etcd. */
@@ -83,14 +84,24 @@ static void send_report(struct ddp__member_lease *h)
     pthread_mutex_lock(&h->mu);
     char *rep = h->report_new ? h->report : NULL;
     size_t len = h->report_len;
+    int64_t at = h->report_at;
     h->report = rep ? NULL : h->report;
     h->report_new = false;
     pthread_mutex_unlock(&h->mu);
     if (!rep)
         return;
-    char key[96];
-    snprintf(key, sizeof(key), "ddprun/progress/%u.%u", h->node, h->incarnation);
-    ddp_store_set_leased(h->s, key, rep, len, h->lease);
+    /* Its first line, how long it waited for this heartbeat: the launcher counts the report's
+     * ages (a group formed N ms ago) from its arrival, less this. */
+    char head[48], key[96];
+    int hl = snprintf(head, sizeof(head), "age %lld\n", (long long)(ddp_now_ms() - at));
+    char *msg = malloc(len + (size_t)hl + 1);
+    if (msg) {
+        memcpy(msg, head, (size_t)hl);
+        memcpy(msg + hl, rep, len);
+        snprintf(key, sizeof(key), "ddprun/progress/%u.%u", h->node, h->incarnation);
+        ddp_store_set_leased(h->s, key, msg, len + (size_t)hl, h->lease);
+    }
+    free(msg);
     free(rep);
 }
 
@@ -108,7 +119,7 @@ static void publish(struct ddp__member_lease *h, const void *report, size_t len)
     h->report = c;
     h->report_len = len;
     h->report_new = true;
-    pthread_cond_signal(&h->cv); /* sent now: its ages are counted from now */
+    h->report_at = ddp_now_ms();
     pthread_mutex_unlock(&h->mu);
 }
 
@@ -127,19 +138,7 @@ static void *hb_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        /* A report goes out as soon as it is published, not with the next heartbeat: the
-         * launcher takes its ages (how long ago a group formed, a rank progressed) as of its
-         * arrival, so it must not wait up to an interval on the way. */
-        for (;;) {
-            int w = 0;
-            while (!h->stop && !(h->report_new && h->s) &&
-                   (w = pthread_cond_timedwait(&h->cv, &h->mu, &ts)) == 0) {
-            }
-            if (h->stop || w != 0)
-                break; /* (without a connection, the heartbeat makes one and sends it) */
-            pthread_mutex_unlock(&h->mu);
-            send_report(h);
-            pthread_mutex_lock(&h->mu);
+        while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0) {
         }
         if (h->stop)
             break;

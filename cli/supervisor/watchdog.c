@@ -367,7 +367,16 @@ void ddp__wd_round_end(void)
 void ddp__wd_progress(int node, char *report)
 {
     if (W.running) {
-        ddp__diag_take(&W.d, node, report, ddp_now_ms());
+        /* "age N": the report waited N ms on its node for a heartbeat to carry it
+         * (cli/proto/membership_store.c); its ages count from when it was made */
+        long long age = 0;
+        const char *lines = report;
+        if (strncmp(report, "age ", 4) == 0) {
+            age = strtoll(report + 4, NULL, 10);
+            lines += strcspn(lines, "\n");
+            lines += *lines == '\n';
+        }
+        ddp__diag_take(&W.d, node, lines, ddp_now_ms() - (age > 0 && age < 3600000 ? age : 0));
         startup();
     }
     free(report);
