@@ -9,15 +9,14 @@
 static int op_of(const struct ddp__tconn *t, uint8_t b)
 {
     /* 1.13's nine ops (WATCH_KEY, 7, is not served); 2.0 and 2.1 added APPEND to CANCEL_WAIT */
-    static const int v113[] = {DDP__T_SET,       DDP__T_CAS,       DDP__T_GET,
-                               DDP__T_ADD,       DDP__T_CHECK,     DDP__T_WAIT,
-                               DDP__T_NUMKEYS,   -1,               DDP__T_DELETE,
-                               DDP__T_APPEND,    DDP__T_MULTI_GET, DDP__T_MULTI_SET,
+    static const int v113[] = {DDP__T_SET,        DDP__T_CAS,    DDP__T_GET,       DDP__T_ADD,
+                               DDP__T_CHECK,      DDP__T_WAIT,   DDP__T_NUMKEYS,   -1,
+                               DDP__T_DELETE,     DDP__T_APPEND, DDP__T_MULTI_GET, DDP__T_MULTI_SET,
                                DDP__T_CANCEL_WAIT};
-    static const int v22[] = {DDP__T_VALIDATE,  DDP__T_SET,         DDP__T_CAS,   DDP__T_GET,
-                              DDP__T_ADD,       DDP__T_CHECK,       DDP__T_WAIT,  DDP__T_NUMKEYS,
-                              DDP__T_DELETE,    DDP__T_APPEND,      DDP__T_MULTI_GET,
-                              DDP__T_MULTI_SET, DDP__T_CANCEL_WAIT, DDP__T_PING};
+    static const int v22[] = {DDP__T_VALIDATE,    DDP__T_SET,    DDP__T_CAS,       DDP__T_GET,
+                              DDP__T_ADD,         DDP__T_CHECK,  DDP__T_WAIT,      DDP__T_NUMKEYS,
+                              DDP__T_DELETE,      DDP__T_APPEND, DDP__T_MULTI_GET, DDP__T_MULTI_SET,
+                              DDP__T_CANCEL_WAIT, DDP__T_PING};
     if (t->v22)
         return b < sizeof(v22) / sizeof(v22[0]) ? v22[b] : -1;
     return b < sizeof(v113) / sizeof(v113[0]) ? v113[b] : -1;
