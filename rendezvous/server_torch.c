@@ -54,25 +54,9 @@ static uint8_t *ns_key(const struct conn *c, const uint8_t *k, uint32_t kl, uint
     return b;
 }
 
-static void put_u64(struct conn *c, uint64_t v)
-{
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    ddp_buf_put(&c->out, b, 8);
-}
-
-static void put_u32(struct conn *c, uint32_t v)
-{
-    uint8_t b[4];
-    for (int i = 0; i < 4; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    ddp_buf_put(&c->out, b, 4);
-}
-
 static void put_bytes(struct conn *c, const uint8_t *p, uint32_t n)
 {
-    put_u64(c, n);
+    ddp_buf_put_u64(&c->out, n);
     ddp_buf_put(&c->out, p, n);
 }
 
@@ -158,7 +142,7 @@ static int one_request(struct conn *c)
     case DDP__T_VALIDATE:
         break;
     case DDP__T_PING:
-        put_u32(c, q.u32); /* the nonce back */
+        ddp_buf_put_u32(&c->out, q.u32); /* the nonce back */
         break;
     case DDP__T_SET:
     case DDP__T_APPEND: {
@@ -226,7 +210,7 @@ static int one_request(struct conn *c)
         if (!nv)
             goto oom;
         ddp__srv_set(s, e, nv, (uint32_t)n);
-        put_u64(c, (uint64_t)sum);
+        ddp_buf_put_u64(&c->out, (uint64_t)sum);
         break;
     }
     case DDP__T_CHECK: {
@@ -276,14 +260,14 @@ static int one_request(struct conn *c)
     case DDP__T_NUMKEYS: {
         char pre[NS_MAX];
         int pl = ns_prefix(c, pre, sizeof(pre));
-        put_u64(c, ddp__srv_count_prefix(s, (const uint8_t *)pre, (uint32_t)pl));
+        ddp_buf_put_u64(&c->out, ddp__srv_count_prefix(s, (const uint8_t *)pre, (uint32_t)pl));
         break;
     }
     case DDP__T_DELETE:
         if (!(nk = ns_key(c, q.k, q.kl, &nkl)))
             goto oom;
         e = ddp__srv_find(s, nk, nkl);
-        put_u64(c, e && e->present ? 1 : 0);
+        ddp_buf_put_u64(&c->out, e && e->present ? 1 : 0);
         if (e && e->present)
             ddp__srv_delete(s, e);
         break;

@@ -31,7 +31,8 @@ void ddp__tp_free(struct ddp__tp *t)
     done(t);
 }
 
-static uint8_t *dup2(const uint8_t *p, uint32_t n, const uint8_t *q, uint32_t m)
+/* p[0, n) then q[0, m) in one malloc'd buffer. */
+static uint8_t *concat(const uint8_t *p, uint32_t n, const uint8_t *q, uint32_t m)
 {
     uint8_t *d = malloc((size_t)n + m + 1);
     if (d) {
@@ -44,14 +45,6 @@ static uint8_t *dup2(const uint8_t *p, uint32_t n, const uint8_t *q, uint32_t m)
 }
 
 /* ---- the store's requests ---- */
-
-static int put_le(struct ddp_buf *b, uint64_t v, int bytes)
-{
-    uint8_t le[8];
-    for (int i = 0; i < bytes; i++)
-        le[i] = (uint8_t)(v >> (8 * i));
-    return ddp_buf_put(b, le, (size_t)bytes);
-}
 
 /* A key with the round's prefix, as the store's str. */
 static int put_key(struct ddp_buf *f, const struct ddp__tp *t, const uint8_t *k, uint32_t kl)
@@ -121,7 +114,7 @@ static int translate(struct ddp__tp *t, const struct ddp__treq *q, struct ddp_bu
         return 0;
     case DDP__T_PING:
         t->active = false;
-        return put_le(out, q->u32, 4) ? -1 : 0; /* the nonce back */
+        return ddp_buf_put_u32(out, q->u32) ? -1 : 0; /* the nonce back */
     case DDP__T_CANCEL_WAIT:
         t->active = false; /* a STOP_WAITING already sent precedes this; none follows */
         return ddp_buf_put_u8(out, 1) ? -1 : 0; /* WAIT_CANCELED */
@@ -185,9 +178,9 @@ static int translate(struct ddp__tp *t, const struct ddp__treq *q, struct ddp_bu
     case DDP__T_APPEND:
         /* several of the store's requests on one key: it is kept, with the values */
         t->kl = t->plen + q->kl;
-        if (!(t->key = dup2((const uint8_t *)t->prefix, t->plen, q->k, q->kl)) ||
-            !(t->a = dup2(q->v, q->vl, NULL, 0)) ||
-            (q->op == DDP__T_CAS && !(t->b = dup2(q->v2, q->v2l, NULL, 0)))) {
+        if (!(t->key = concat((const uint8_t *)t->prefix, t->plen, q->k, q->kl)) ||
+            !(t->a = concat(q->v, q->vl, NULL, 0)) ||
+            (q->op == DDP__T_CAS && !(t->b = concat(q->v2, q->v2l, NULL, 0)))) {
             r = -1;
             break;
         }
@@ -231,7 +224,7 @@ int ddp__tp_request(struct ddp__tp *t, const uint8_t *in, size_t len, size_t *us
 
 static int put_bytes(struct ddp_buf *out, const uint8_t *p, uint32_t n)
 {
-    return put_le(out, n, 8) | ddp_buf_put(out, p, n);
+    return ddp_buf_put_u64(out, n) | ddp_buf_put(out, p, n);
 }
 
 static int fail(const char **why, const char *what)
@@ -279,7 +272,7 @@ int ddp__tp_reply(struct ddp__tp *t, int status, const uint8_t *p, size_t n, str
     case DDP__T_NUMKEYS:
         if (ddp_rd_u64(&rd, &u) < 0)
             return fail(why, "a malformed answer of the store");
-        r = put_le(out, u, 8);
+        r = ddp_buf_put_u64(out, u);
         break;
     case DDP__T_CHECK:
         if (ddp_rd_u8(&rd, &present) < 0)
@@ -328,7 +321,7 @@ int ddp__tp_reply(struct ddp__tp *t, int status, const uint8_t *p, size_t n, str
             return fail(why, "a malformed answer of the store");
         if ((uint64_t)sl + t->al > DDP__MAX_VALUE)
             return fail(why, "APPEND past the store's 16 MiB value");
-        uint8_t *nv = dup2(s, sl, t->a, t->al);
+        uint8_t *nv = concat(s, sl, t->a, t->al);
         if (!nv)
             return fail(why, "out of memory");
         r = put_cas(frames, t, false, s, sl, nv, sl + t->al);
