@@ -884,7 +884,18 @@ static void local_request(struct lconn *c, const uint8_t *f, size_t len, const s
 /* A TCPStore client's requests: each as the store's (tin), taken one at a time as a rank's. */
 static void torch_process(struct lconn *c)
 {
-    while (c->fd >= 0 && !c->busy) {
+    while (c->fd >= 0) {
+        if (c->busy) {
+            if (!c->w || !ddp__tp_waiting(c->tp) || !ddp_buf_pending(&c->in))
+                break;
+            /* A request after a WAIT not answered yet, whether it came before the WAIT was
+             * taken or since: its client gave the WAIT up (1.13's clients send no
+             * CANCEL_WAIT), so it is answered to nobody, not later into the middle of other
+             * answers (as the store's TCPStore port does). */
+            waiter_forget(c);
+            ddp__tp_give_up(c->tp);
+            c->busy = false;
+        }
         long sz = ddp__proto_frame_size(c->tin.data + c->tin.off, ddp_buf_pending(&c->tin),
                                         DDP__MAX_FRAME);
         if (sz != 0) {
@@ -1016,14 +1027,6 @@ static void on_lconn(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         ddp_buf_pending(&c->in) > 2 * (size_t)DDP__MAX_FRAME) {
         lconn_close(c);
         return;
-    }
-    if (c->tp && c->w && ddp__tp_waiting(c->tp) && ddp_buf_pending(&c->in)) {
-        /* a request after a WAIT not answered yet: its client gave the WAIT up (1.13's
-         * clients send no CANCEL_WAIT), so it is answered to nobody, not later into the middle
-         * of other answers */
-        waiter_forget(c);
-        ddp__tp_give_up(c->tp);
-        c->busy = false;
     }
     lconn_process(c);
 }
