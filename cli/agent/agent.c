@@ -21,6 +21,7 @@
 #include "cli/agent/fanout.h"
 #include "cli/agent/link.h"
 #include "cli/agent/store_proxy.h"
+#include "cli/agent/warm.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/agent/agent.h"
 #include "cli/sys/sys.h"
@@ -119,6 +120,8 @@ static bool send_frame(struct ddp_buf *b, bool output)
  * below (cli/agent/fanout.h), which end by their nodes' links. */
 static bool spared(pid_t pid)
 {
+    if (ddp__warm_owns(pid))
+        return true; /* kept through a round's stop, ended with the agent */
     return pid == ddp__guard_pid(A.guard) || ddp__fanout_owns(pid);
 }
 
@@ -432,8 +435,68 @@ static void close_pipes(const int *a, const int *b, const int *c, const int *d)
     errno = err;
 }
 
+/* How a rank of slot w starts: its environment's makings, its CPUs (set in w here); returns
+ * how many cores or NUMA nodes bind_to gives the node's ranks. */
+static int rank_exec(struct worker *w, struct ddp__rank_exec *x)
+{
+    int units = 0;
+    w->bound = A.st.bind_to != DDP__BIND_NONE &&
+               ddp__cpubind_rank(A.st.bind_to, NULL, &A.allowed, A.nw, w->local_rank, &w->cpus,
+                                 &w->sharers, &units) == 0;
+    *x = (struct ddp__rank_exec){.st = &A.st,
+                                 .join = &A.join,
+                                 .iface = A.iface,
+                                 .node_addr = A.node_addr,
+                                 .store_addr = A.proxy[0] ? A.proxy : NULL,
+                                 .mask = &A.oldmask,
+                                 .pyshim = A.pyshim,
+                                 .local_rank = w->local_rank,
+                                 .pydump = w->pydump,
+                                 .errfd = w->errfd,
+                                 .bound = w->bound,
+                                 .cpus = &w->cpus,
+                                 .sharers = w->sharers};
+    return units;
+}
+
+static void send_started(struct worker *w, bool warm)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    size_t pos = ddp__agent_begin(&b, DDP__AG_STARTED);
+    ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
+    ddp_buf_put_u32(&b, (uint32_t)w->pid);
+    ddp_buf_put_u8(&b, warm);
+    ddp__agent_end(&b, pos);
+    w->sent_started = send_buf(&b);
+    ddp_buf_release(&b);
+}
+
+/* Slot w's rank from its warm interpreter (cli/agent/warm.h): true when it started so. */
+static bool spawn_warm(struct worker *w)
+{
+    struct ddp__rank_exec x;
+    struct ddp__warm_rank r;
+    w->t0 = ddp_now_ms();
+    rank_exec(w, &x);
+    if (ddp__warm_take(&x, &r) != 1)
+        return false;
+    w->pid = r.pid;
+    w->fd[0] = r.out;
+    w->fd[1] = r.err;
+    w->page = r.page;
+    w->pydump = r.pydump;
+    w->errfd = r.errfd;
+    send_started(w, true);
+    ddp_loop_add(A.loop, w->fd[0], DDP_LOOP_READ, on_pipe, w);
+    ddp_loop_add(A.loop, w->fd[1], DDP_LOOP_READ, on_pipe, w);
+    return true;
+}
+
 static int spawn(struct worker *w)
 {
+    if (spawn_warm(w))
+        return 0;
     int op[2] = {-1, -1}, ep[2] = {-1, -1}, tp[2] = {-1, -1}, xp[2] = {-1, -1};
     if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC) || pipe2(tp, O_CLOEXEC) ||
         pipe2(xp, O_CLOEXEC)) {
@@ -441,36 +504,20 @@ static int spawn(struct worker *w)
         return DDP_ESYS;
     }
     pid_t agent = getpid();
-    int units = 0;
-    w->bound = A.st.bind_to != DDP__BIND_NONE &&
-               ddp__cpubind_rank(A.st.bind_to, NULL, &A.allowed, A.nw, w->local_rank, &w->cpus,
-                                 &w->sharers, &units) == 0;
     w->t0 = ddp_now_ms();
     if (ddp__dn_page_new(&w->page) < 0)
         DDP_DEBUG(SUP, "agent: no progress page for local rank %d", w->local_rank);
     w->pydump = A.pyshim >= 0 ? ddp__pys_dump_new() : -1;
     w->errfd = ddp__ef_new();
+    struct ddp__rank_exec x;
+    int units = rank_exec(w, &x);
     pid_t pid = fork();
     if (pid < 0) {
         close_pipes(op, ep, tp, xp);
         return DDP_ESYS;
     }
-    if (pid == 0) {
-        struct ddp__rank_exec x = {.st = &A.st,
-                                   .join = &A.join,
-                                   .iface = A.iface,
-                                   .node_addr = A.node_addr,
-                                   .store_addr = A.proxy[0] ? A.proxy : NULL,
-                                   .mask = &A.oldmask,
-                                   .pyshim = A.pyshim,
-                                   .local_rank = w->local_rank,
-                                   .pydump = w->pydump,
-                                   .errfd = w->errfd,
-                                   .bound = w->bound,
-                                   .cpus = &w->cpus,
-                                   .sharers = w->sharers};
+    if (pid == 0)
         ddp__agent_exec_rank(&x, op[1], ep[1], tp[0], xp[1], w->page.fd, agent);
-    }
     close(op[1]);
     close(ep[1]);
     close(tp[0]);
@@ -503,14 +550,7 @@ static int spawn(struct worker *w)
             send_note(w, "ddprun agent: cannot run '%s': %s%s", cmd, strerror(msg[1]), where);
         }
     } else {
-        struct ddp_buf b;
-        ddp_buf_init(&b);
-        size_t pos = ddp__agent_begin(&b, DDP__AG_STARTED);
-        ddp_buf_put_u32(&b, (uint32_t)w->local_rank);
-        ddp_buf_put_u32(&b, (uint32_t)pid);
-        ddp__agent_end(&b, pos);
-        w->sent_started = send_buf(&b);
-        ddp_buf_release(&b);
+        send_started(w, false);
         /* NUMA nodes are shared by design; cores only when ranks outnumber them */
         if (w->bound && w->local_rank == 0 && w->sharers > 1 && A.st.bind_to == DDP__BIND_CORE)
             send_note(w, "ddprun agent: bind_to core: %d ranks share %d core%s here", A.nw, units,
@@ -602,6 +642,36 @@ static bool cut_off(void)
     return true;
 }
 
+/* ---- warm ranks (cli/agent/warm.h) ---- */
+
+static void warm_say(int local_rank, const char *line)
+{
+    if (local_rank >= 0 && local_rank < A.nw)
+        send_note(&A.w[local_rank], "%s", line);
+}
+
+/* After the round's first collective here (each running rank's, or 10 s into the round), the
+ * slots' warm interpreters for the next start, made at idle priority. */
+#define WARM_AFTER_MS 10000
+
+static void maybe_warm(void)
+{
+    if (!A.have_start || A.stopping || A.exiting || !ddp__warm_eligible(&A.st))
+        return;
+    int64_t now = ddp_now_ms();
+    for (int i = 0; i < A.nw; i++) {
+        const struct worker *w = &A.w[i];
+        if (w->pid <= 0 || (!w->exited && !w->page.first_done_ns && now - w->t0 < WARM_AFTER_MS))
+            return;
+    }
+    for (int i = 0; i < A.nw; i++) {
+        struct worker tmp = A.w[i];
+        struct ddp__rank_exec x;
+        rank_exec(&tmp, &x);
+        ddp__warm_make(&x);
+    }
+}
+
 /* ---- diagnosis: the progress report and stacks (cli/diag/node.h) ---- */
 
 /* Every heartbeat interval: a line per rank started (those that exited: their page's last
@@ -619,6 +689,7 @@ static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
             MEMBERSHIP->publish(A.lease, b.data, b.len);
         ddp_buf_release(&b);
     }
+    maybe_warm();
     ddp_timer_start(loop, t, (int64_t)A.join.heartbeat_interval_ms);
 }
 
@@ -799,6 +870,8 @@ static void on_frames(int fd)
                 A.st.master_port = (uint32_t)tport;
             }
             ddp__proxy_ranks(A.st.nlocal, (int)A.st.restart_count);
+            if (!ddp__warm_eligible(&A.st))
+                ddp__warm_drop_all();
             ddp_log_set_rank(-1);
             start_workers();
         } else if (type == DDP__AG_STOP) {
@@ -853,7 +926,7 @@ static void reap(void)
     while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
         if (p == ddp__guard_pid(A.guard))
             ddp__guard_reaped(A.guard);
-        if (ddp__fanout_reaped(p, st))
+        if (ddp__fanout_reaped(p, st) || ddp__warm_reaped(p))
             continue;
         for (int i = 0; i < A.nw; i++) {
             struct worker *w = &A.w[i];
@@ -911,7 +984,7 @@ int ddp__cmd_agent(void)
         CPU_ZERO(&A.allowed); /* bind_to then leaves the ranks unbound */
     A.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     ddp__path_add_self(); /* the ranks find programs installed or built beside ddprun */
-    A.pyshim = ddp__pys_shim_new();
+    A.pyshim = ddp__pys_shim_new("_ddprun_warm.py", ddp__warm_py, ddp__warm_py_len);
     ddp_buf_init(&A.in);
     ddp_buf_init(&A.last);
     if (ddp_loop_new(&A.loop) < 0 || A.sfd < 0)
@@ -924,6 +997,7 @@ int ddp__cmd_agent(void)
     ddp_timer_init(&A.fin, on_fin);
     ddp_timer_init(&A.report, on_report);
     ddp_timer_start(A.loop, &A.reap, 200);
+    ddp__warm_init(A.loop, warm_say);
     struct ddp__link_cb lcb = {
         .readable = on_frames, .snapshot = snapshot, .gone = on_gone, .linked = linked};
     if ((join_at ? ddp__link_init_join(A.loop, &lcb, DDP_VERSION, join_at, join_token)
@@ -942,6 +1016,7 @@ int ddp__cmd_agent(void)
     ddp_loop_run(A.loop);
     int rc = A.rc;
     ddp__proxy_stop();
+    ddp__warm_drop_all();
     ddp__fanout_release();
     if (A.nw > 0) /* left without a clean round end (launch error) */
         ddp__sweep_children(spared);

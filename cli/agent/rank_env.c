@@ -6,6 +6,7 @@
 #include "cli/agent/errfile.h"
 #include "cli/spec/pipe_layout.h"
 #include "cli/diag/pystacks.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,21 @@
 #include <unistd.h>
 
 #include "common/banned.h"
+
+const char *const ddp__rank_round_vars[] = {"RANK",
+                                            "WORLD_SIZE",
+                                            "GROUP_RANK",
+                                            "GROUP_WORLD_SIZE",
+                                            "ROLE_RANK",
+                                            "ROLE_WORLD_SIZE",
+                                            "MASTER_ADDR",
+                                            "MASTER_PORT",
+                                            "TORCHELASTIC_RESTART_COUNT",
+                                            "DDPRUN_STORE_ADDR",
+                                            "DDPRUN_NODE_ADDR",
+                                            "DDPRUN_PIPELINE_STAGE",
+                                            "DDPRUN_PIPELINE_REPLICA",
+                                            NULL};
 
 static int set_env_int(const char *k, long v)
 {
@@ -132,6 +148,45 @@ void ddp__agent_rank_env(const struct ddp__agent_start *st, const struct ddp__ag
             setenv(ifvars[k], iface, 1);
 }
 
+/* A warm interpreter's start (cli/agent/warm.h), once the rank's environment is made: that
+ * environment to x->snap, then the round's variables unset. */
+static bool warm_snapshot(const struct ddp__rank_warm *x)
+{
+    extern char **environ;
+    for (char **e = environ; e && *e; e++)
+        if (ddp_write_all(x->snap, *e, strlen(*e) + 1) < 0)
+            return false;
+    close(x->snap);
+    for (int k = 0; ddp__rank_round_vars[k]; k++)
+        unsetenv(ddp__rank_round_vars[k]);
+    return true;
+}
+
+/* Then, after the Python shim's variables: the descriptors it takes at its rank's start and its
+ * imports in DDPRUN_PY_WARM*; SIGINT and SIGTERM ignored until then (a round's stop signals
+ * the agent's whole process group), their dispositions kept for then. False: it cannot wait
+ * (no sitecustomize will run). */
+static bool warm_env(const struct ddp__rank_warm *x)
+{
+    if (!getenv("DDPRUN_PY_SHIM"))
+        return false;
+    int c = dup(x->ctl), o = dup(x->out), e = dup(x->err); /* without CLOEXEC */
+    if (c < 0 || o < 0 || e < 0)
+        return false;
+    struct sigaction si, st;
+    sigaction(SIGINT, NULL, &si);
+    sigaction(SIGTERM, NULL, &st);
+    char spec[64];
+    snprintf(spec, sizeof(spec), "%d,%d,%d,%c,%c", c, o, e, si.sa_handler == SIG_IGN ? 'I' : 'D',
+             st.sa_handler == SIG_IGN ? 'I' : 'D');
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    setenv("DDPRUN_PY_WARM", spec, 1);
+    setenv("DDPRUN_PY_WARM_IMPORTS", x->imports, 1);
+    setenv("DDPRUN_PY_WARM_LISTED", x->listed ? "1" : "0", 1);
+    return true;
+}
+
 void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int tfd, int xfd,
                           int pfd, pid_t agent)
 {
@@ -142,10 +197,10 @@ void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent)
         _exit(127);
-    int devnull = open("/dev/null", O_RDONLY);
+    int devnull = open("/dev/null", x->warm ? O_RDWR : O_RDONLY);
     dup2(devnull, 0);
-    dup2(ofd, 1);
-    dup2(efd, 2);
+    dup2(x->warm ? devnull : ofd, 1);
+    dup2(x->warm ? devnull : efd, 2);
     int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
     int progfd = pfd >= 0 ? dup(pfd) : -1; /* without CLOEXEC */
     char ef[64] = "";
@@ -153,7 +208,14 @@ void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int 
         ddp__ef_path(x->errfd, agent, ef, sizeof(ef));
     ddp__agent_rank_env(st, x->join, x->local_rank, x->iface, x->node_addr, x->store_addr, tokfd,
                         progfd, ef);
+    bool warm_ok = !x->warm || warm_snapshot(x->warm);
     ddp__pys_rank_env(x->pyshim, x->pydump);
+    if (x->warm && (!warm_ok || !warm_env(x->warm))) {
+        int msg[2] = {3, 0};
+        ssize_t w = write(xfd, msg, sizeof(msg));
+        (void)w;
+        _exit(126);
+    }
     ddp__cpubind_apply(x->bound ? st->bind_to : DDP__BIND_NONE, x->cpus, x->sharers, x->local_rank);
     if (chdir(st->workdir) != 0) {
         err = errno;

@@ -29,7 +29,8 @@ static const char SHIM[] =
     "# drops that under torch 2.2 and later, which read TORCH_NCCL_ASYNC_ERROR_HANDLING and warn\n"
     "# on every rank that the old name is set. Then this module leaves sys.path and PYTHONPATH,\n"
     "# and the sitecustomize it hid, if any, runs as Python would have run it.\n"
-    "# DDPRUN_PYTHON_STACKS=0 in the job's env turns all of it off.\n"
+    "# DDPRUN_PYTHON_STACKS=0 in the job's env turns all of it off. In a warm interpreter\n"
+    "# (DDPRUN_PY_WARM, cli/agent/warm.h) it then waits, in _ddprun_warm, for its rank's start.\n"
     "class _DdprunTorchFinder:\n"
     "    W = ('torch.distributed.distributed_c10d', 'torch.nn.parallel.distributed')\n"
     "\n"
@@ -102,6 +103,9 @@ static const char SHIM[] =
     "        env.pop('PYTHONPATH', None)\n"
     "    else:\n"
     "        env['PYTHONPATH'] = old\n"
+    "    warm = env.pop('DDPRUN_PY_WARM', None)\n"
+    "    wimp = env.pop('DDPRUN_PY_WARM_IMPORTS', '')\n"
+    "    wlisted = env.pop('DDPRUN_PY_WARM_LISTED', None) == '1'\n"
     "    fd = env.pop('DDPRUN_PY_STACKS_FD', None)\n"
     "    sig = env.pop('DDPRUN_PY_STACKS_SIG', None)\n"
     "    try:\n"
@@ -122,6 +126,13 @@ static const char SHIM[] =
     "            raise\n"
     "    finally:\n"
     "        sys.modules.setdefault('sitecustomize', shim)\n"
+    "        if warm is not None:\n"
+    "            try:\n"
+    "                m = type(sys)('_ddprun_warm')\n"
+    "                exec(imp.get_code('_ddprun_warm'), m.__dict__)\n"
+    "                m.main(warm, wimp, wlisted)\n"
+    "            except BaseException:\n"
+    "                os._exit(126)  # a warm interpreter never runs the program unready\n"
     "\n"
     "\n"
     "_ddprun_shim()\n"
@@ -229,7 +240,7 @@ static void put_recorder(struct ddp_buf *b)
     ddp_buf_put(b, ddp__torch_rec_py, ddp__torch_rec_py_len);
 }
 
-int ddp__pys_shim_new(void)
+int ddp__pys_shim_new(const char *name, const uint8_t *data, size_t n)
 {
     struct ddp_buf b, rec;
     ddp_buf_init(&b);
@@ -238,8 +249,9 @@ int ddp__pys_shim_new(void)
     const struct zfile files[] = {
         {"sitecustomize.py", (const uint8_t *)SHIM, sizeof(SHIM) - 1},
         {"_ddprun_torch.py", rec.data, rec.len},
+        {name, data, n},
     };
-    put_zip(&b, files, 2);
+    put_zip(&b, files, name ? 3 : 2);
     int fd = memfd_create("ddprun-pyshim", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd >= 0 && (ddp_write_all(fd, b.data, b.len) < 0 ||
                     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0)) {

@@ -35,8 +35,9 @@
 extern const unsigned char ddp__torch_rec_py[];
 extern const size_t ddp__torch_rec_py_len;
 
-/* The shim archive (read-only; CLOEXEC), or -1. */
-int ddp__pys_shim_new(void);
+/* The shim archive (read-only; CLOEXEC), or -1; with one more file (name NULL: none), such as
+ * the warm interpreters' _ddprun_warm.py (cli/agent/warm.h). */
+int ddp__pys_shim_new(const char *name, const uint8_t *data, size_t n);
 /* A rank's dump file (CLOEXEC), or -1. */
 int ddp__pys_dump_new(void);
 /* In a rank's process before exec: its environment and descriptors (shim, dump: the agent's

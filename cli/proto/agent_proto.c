@@ -161,6 +161,9 @@ int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st)
     r |= put_list(b, st->shell_env);
     r |= ddp_buf_put_u8(b, st->agent_store);
     r |= ddp_buf_put_u8(b, st->bind_to);
+    r |= ddp_buf_put_u8(b, st->warm);
+    r |= ddp_buf_put_u8(b, st->warm_listed);
+    r |= put_list(b, st->warm_imports);
     ddp__agent_end(b, pos);
     return r ? DDP_ENOMEM : 0;
 }
@@ -218,8 +221,12 @@ int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_star
         (e = get_list(&r, &st->shell_env)) < 0)
         goto fail;
     e = DDP_EPROTO;
-    if (ddp_rd_u8(&r, &st->agent_store) < 0 || ddp_rd_u8(&r, &st->bind_to) < 0 || st->bind_to > 2)
+    if (ddp_rd_u8(&r, &st->agent_store) < 0 || ddp_rd_u8(&r, &st->bind_to) < 0 || st->bind_to > 2 ||
+        ddp_rd_u8(&r, &st->warm) < 0 || ddp_rd_u8(&r, &st->warm_listed) < 0)
         goto fail;
+    if ((e = get_list(&r, &st->warm_imports)) < 0)
+        goto fail;
+    e = DDP_EPROTO;
     if (ddp_rd_left(&r) != 0 || st->nlocal == 0 || st->nlocal > 4096 ||
         (!st->shell[0] && !st->argv[0]))
         goto fail;
@@ -252,6 +259,7 @@ void ddp__agent_start_release(struct ddp__agent_start *st)
     free_list(st->argv);
     free_list(st->env);
     free_list(st->shell_env);
+    free_list(st->warm_imports);
     memset(st, 0, sizeof(*st));
 }
 

@@ -19,7 +19,7 @@
 /* The frames' protocol: 3 since the SSH tree's frames (cli/proto/agent_tree.h); 2 since each
  * end says HELLO first, with ERROR (1: the ones before). Raised whenever a frame changes; the
  * ends of a link must speak the same one. */
-#define DDP__AGENT_PROTO 3u
+#define DDP__AGENT_PROTO 4u
 #define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
 #define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
 
@@ -43,7 +43,8 @@ enum ddp__agent_msg {
                            versions; an agent says so only to a launcher that sent no HELLO
                            (one that did names the mismatch itself) */
     /* agent -> launcher */
-    DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid */
+    DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid, u8 warm (1: from a warm
+                                    interpreter, cli/agent/warm.h) */
     DDP__AG_OUTPUT = 0x82,       /* u32 local_rank, u8 stream (1 out, 2 err; | OUT_PROGRESS),
                                     str line */
     DDP__AG_EXITED = 0x83,       /* u32 local_rank, i32 code (>= 0) or -signal, u64 runtime_ms,
@@ -162,6 +163,9 @@ struct ddp__agent_start {
     char **shell_env;     /* "K=V" from the launching shell (the export rule), applied first */
     uint8_t agent_store;  /* MASTER_ADDR:MASTER_PORT is the launcher's TCPStore port */
     uint8_t bind_to;      /* bind_to: 0 none, 1 core, 2 numa (cli/sys/cpubind.h) */
+    uint8_t warm;         /* warm: a Python command's ranks may restart warm (cli/agent/warm.h) */
+    uint8_t warm_listed;  /* warm.imports was given: a module that fails to import warns */
+    char **warm_imports;  /* the modules a warm interpreter imports (NULL-terminated) */
 };
 
 /* Appends a START frame to b. */

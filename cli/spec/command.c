@@ -1,4 +1,5 @@
-/* The job spec's command and env keys, and the exec limits they must fit (cli/spec/values.h). */
+/* The job spec's command, env and warm keys, and the exec limits they must fit
+ * (cli/spec/values.h). */
 #include "cli/spec/job.h"
 #include "cli/spec/values.h"
 #include "cli/spec/ytree.h"
@@ -56,6 +57,63 @@ int ddp__job_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct dd
         j->env[j->nenv].key = strdup(k->str);
         j->env[j->nenv].value = strdup(v->str);
         j->nenv++;
+    }
+    return 0;
+}
+
+/* A Python module's dotted name: what `import NAME` takes (ASCII). */
+static bool module_name_ok(const char *s)
+{
+    bool start = true;
+    for (; *s; s++) {
+        bool letter = *s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z');
+        if (*s == '.' && !start)
+            start = true;
+        else if (letter || (!start && *s >= '0' && *s <= '9'))
+            start = false;
+        else
+            return false;
+    }
+    return !start;
+}
+
+int ddp__job_warm(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j)
+{
+    if (n->type == DDP_Y_SCALAR) {
+        bool on;
+        if (ddp__jv_bool(c, n, DDP_KEY(WARM), &on) < 0)
+            return -1;
+        j->warm_off = !on;
+        return 0;
+    }
+    if (n->type != DDP_Y_MAP) {
+        ddp__jv_err(c, n, "%s must be on, off or a mapping with %s", DDP_KEY(WARM),
+                    ddp__key_name(DDP_K_WARM_IMPORTS));
+        return -1;
+    }
+    if (ddp__key_check(c, n, DDP_K_WARM) < 0)
+        return -1;
+    const struct ddp_ynode *im = ddp__key_get(n, DDP_K_WARM_IMPORTS);
+    if (!im)
+        return 0;
+    if (im->type != DDP_Y_SEQ) {
+        ddp__jv_err(c, im, "%s must be a list of Python modules ([] for none)",
+                    DDP_KEY(WARM_IMPORTS));
+        return -1;
+    }
+    if (!(j->warm_imports = calloc(im->n + 1, sizeof(char *))))
+        return -1;
+    j->warm_listed = true;
+    for (size_t i = 0; i < im->n; i++) {
+        if (ddp__jv_scalar(c, im->kids[i], DDP_KEY(WARM_IMPORTS)) < 0)
+            return -1;
+        if (!module_name_ok(im->kids[i]->str) || strlen(im->kids[i]->str) > 200) {
+            ddp__jv_err(c, im->kids[i], "%s: '%s' is not a module name (such as torch or a.b)",
+                        DDP_KEY(WARM_IMPORTS), im->kids[i]->str);
+            return -1;
+        }
+        if (!(j->warm_imports[i] = strdup(im->kids[i]->str)))
+            return -1;
     }
     return 0;
 }

@@ -87,6 +87,9 @@ struct ddp_job {
     bool log_jsonl;       /* every rank's lines also in output.jsonl, one object each */
     char *console_ranks;  /* logs.console_ranks: ranks shown on the console, NULL for all */
     char *checkpoint_dir; /* absolute, or NULL */
+    bool warm_off;        /* warm: off (a Python command's ranks all start cold) */
+    bool warm_listed;     /* warm.imports given: a module that fails to import warns */
+    char **warm_imports;  /* warm.imports (NULL-terminated; NULL: the default, torch) */
     char **export_pats;   /* export: patterns added ("NAME", "PREFIX_*") or removed ("-...") */
     size_t nexport;
     char *net_iface; /* network.interface: forced for every node, or NULL (auto) */

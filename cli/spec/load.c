@@ -216,6 +216,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
         (ddp__key_check(c, sub, DDP_K_CHECKPOINT) < 0 ||
          ddp__key_read_section(c, sub, DDP_K_CHECKPOINT, j) < 0))
         goto out;
+    if ((sub = ddp__key_get(root, DDP_K_WARM)) && ddp__job_warm(c, sub, j) < 0)
+        goto out;
     if ((sub = ddp__key_get(root, DDP_K_EXPORT))) {
         if (sub->type != DDP_Y_SEQ) {
             ddp__jv_err(c, sub, "%s must be a list of variable names or patterns (NCCL_*, -PATH)",
@@ -560,6 +562,9 @@ void ddp__job_free(struct ddp_job *j)
     free(j->ssh_remote_ddprun);
     free(j->logs_dir);
     free(j->checkpoint_dir);
+    for (char **m = j->warm_imports; m && *m; m++)
+        free(*m);
+    free(j->warm_imports);
     free(j->net_iface);
     for (size_t k = 0; k < j->nexport; k++)
         free(j->export_pats[k]);

@@ -217,6 +217,17 @@ static bool print_top_custom(FILE *f, const struct ddp_job *j, int id)
         }
         free(ups);
         return true;
+    case DDP_K_WARM:
+        if (j->warm_off) {
+            fprintf(f, "%s: off\n", DDP_KEY(WARM));
+            return true;
+        }
+        fprintf(f, "%s: {%s: [", DDP_KEY(WARM), ddp__key_name(DDP_K_WARM_IMPORTS));
+        for (char **m = j->warm_imports; m && *m; m++)
+            fprintf(f, "%s%s", m == j->warm_imports ? "" : ", ", *m);
+        fprintf(f, "%s]}   # Python ranks restart from warm interpreters\n",
+                j->warm_imports ? "" : "torch");
+        return true;
     case DDP_K_NPROC_PER_NODE:
         if (j->nproc_kind)
             fprintf(f, "%s: %s   # %s\n", DDP_KEY(NPROC_PER_NODE), kind,

@@ -34,7 +34,7 @@ static void close_open(void)
                    (long long)(r->detected_s * 1000 + 0.5), "?stopped_ms", (long long)r->ms[0],
                    "?formed_ms", (long long)r->ms[1], "?started_ms", (long long)r->ms[2],
                    "?group_formed_ms", (long long)r->ms[3], "?first_collective_ms",
-                   (long long)r->ms[4], NULL);
+                   (long long)r->ms[4], "#warm_ranks", (long long)r->warm_ranks, NULL);
 }
 
 void ddp__rcv_begin(const char *cause)
@@ -74,6 +74,12 @@ void ddp__rcv_mark(enum ddp__rcv_phase ph)
     ddp__rcv_mark_at(ph, ddp_now_ms());
 }
 
+void ddp__rcv_warm(void)
+{
+    if (R.open)
+        R.list[R.n - 1].warm_ranks++;
+}
+
 void ddp__rcv_startup(bool first, int64_t at_ms)
 {
     ddp__rcv_mark_at(first ? DDP__RCV_FIRST : DDP__RCV_GROUP, at_ms);
@@ -86,7 +92,10 @@ int ddp__rcv_line(char *buf, size_t n)
     const struct ddp__recovery_rec *r = &R.list[R.n - 1];
     int len = snprintf(buf, n, "last recovery (%s at %.1f s):", r->cause, r->detected_s);
     for (int k = 0; k < DDP__RCV_N && len >= 0 && (size_t)len < n; k++) {
-        if (r->ms[k] >= 0)
+        if (r->ms[k] >= 0 && k == DDP__RCV_STARTED && r->warm_ranks)
+            len += snprintf(buf + len, n - (size_t)len, ", %s %.2f s (%d warm)", words[k],
+                            (double)r->ms[k] / 1000, r->warm_ranks);
+        else if (r->ms[k] >= 0)
             len += snprintf(buf + len, n - (size_t)len, "%s %s %.2f s", k ? "," : "", words[k],
                             (double)r->ms[k] / 1000);
         else

@@ -30,6 +30,8 @@ void ddp__rcv_begin(const char *cause);
 /* Phase ph of the restart in progress happened now, or at at_ms (ddp_now_ms's clock). */
 void ddp__rcv_mark(enum ddp__rcv_phase ph);
 void ddp__rcv_mark_at(enum ddp__rcv_phase ph, int64_t at_ms);
+/* A rank of the restart's round started from a warm interpreter. */
+void ddp__rcv_warm(void);
 /* The watchdog's startup events (struct ddp__wd_ctx's startup): groups formed, first collective. */
 void ddp__rcv_startup(bool first, int64_t at_ms);
 /* The last restart's timeline as one line (no newline) into buf; its length, 0 when none. */

@@ -96,6 +96,7 @@ void ddp__sup_node_agent_addr(int i, char *out, size_t n)
 
 int ddp__sup_start_round(char *why, size_t whylen)
 {
+    static char torch[] = "torch", *warm_default[] = {torch, NULL}; /* warm.imports' default */
     const struct ddp_job *j = ddp__supervisor.job;
     ddp__sup_release_ranks();
     int room = 0; /* the round's ranks, as its nodes counted them */
@@ -198,32 +199,35 @@ int ddp__sup_start_round(char *why, size_t whylen)
         else if (ddp__supervisor.torch_port &&
                  ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
             snprintf(node_master, sizeof(node_master), "%s", store_host);
-        struct ddp__agent_start st = {.token = ddp__supervisor.token,
-                                      .store_addr = node_store,
-                                      .job_id = ddp__supervisor.job_id,
-                                      .host_label = j->nodes[i].host,
-                                      .master_addr = node_master,
-                                      .master_port = (uint32_t)master_port,
-                                      .node_rank = (uint32_t)a->member_index,
-                                      .nnodes = (uint32_t)ddp__supervisor.nmembers,
-                                      .world_size = (uint32_t)ddp__supervisor.world,
-                                      .rank_offset = (uint32_t)a->rank_offset,
-                                      .nlocal = (uint32_t)j->nodes[i].slots,
-                                      .restart_count = (uint32_t)ddp__supervisor.round,
-                                      .max_restarts = (uint32_t)j->max_restarts,
-                                      .grace_ms = (uint64_t)j->stop_grace_ms,
-                                      .workdir = j->workdir,
-                                      .backend = j->backend,
-                                      .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
-                                      .shell = j->shell ? j->shell : "",
-                                      .argv = j->argv,
-                                      .env = env,
-                                      /* local ranks inherit this shell's whole environment */
-                                      .shell_env = ddp__job_host_is_local(j->nodes[i].host)
-                                                       ? NULL
-                                                       : ddp__supervisor.shell_env,
-                                      .agent_store = ddp__supervisor.torch_port != 0,
-                                      .bind_to = (uint8_t)j->bind_to};
+        struct ddp__agent_start st = {
+            .token = ddp__supervisor.token,
+            .store_addr = node_store,
+            .job_id = ddp__supervisor.job_id,
+            .host_label = j->nodes[i].host,
+            .master_addr = node_master,
+            .master_port = (uint32_t)master_port,
+            .node_rank = (uint32_t)a->member_index,
+            .nnodes = (uint32_t)ddp__supervisor.nmembers,
+            .world_size = (uint32_t)ddp__supervisor.world,
+            .rank_offset = (uint32_t)a->rank_offset,
+            .nlocal = (uint32_t)j->nodes[i].slots,
+            .restart_count = (uint32_t)ddp__supervisor.round,
+            .max_restarts = (uint32_t)j->max_restarts,
+            .grace_ms = (uint64_t)j->stop_grace_ms,
+            .workdir = j->workdir,
+            .backend = j->backend,
+            .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+            .shell = j->shell ? j->shell : "",
+            .argv = j->argv,
+            .env = env,
+            /* local ranks inherit this shell's whole environment */
+            .shell_env =
+                ddp__job_host_is_local(j->nodes[i].host) ? NULL : ddp__supervisor.shell_env,
+            .agent_store = ddp__supervisor.torch_port != 0,
+            .bind_to = (uint8_t)j->bind_to,
+            .warm = !j->warm_off,
+            .warm_listed = j->warm_listed,
+            .warm_imports = j->warm_imports ? j->warm_imports : warm_default};
         ddp__nodes_start_round(&ddp__supervisor.nodes, (int)i, &st);
     }
     for (int k = 0; k < nowned; k++)

@@ -287,8 +287,10 @@ static void node_out(int i, enum ddp__node_state prev, const char *why)
 }
 
 /* A rank of the round started (its STARTED, or a rejoined agent's STATE). */
-static void rank_started(int rank)
+static void rank_started(int rank, bool warm)
 {
+    if (warm)
+        ddp__rcv_warm();
     ddp__supervisor.rk[rank].started = true;
     ddp__supervisor.rk[rank].t_started = ddp_now_ms();
     if (++ddp__supervisor.ranks_up == ddp__supervisor.world &&
@@ -323,7 +325,7 @@ static void agent_state(int i, const uint8_t *body, size_t len)
          * exits after it are still recorded for the summary. */
         for (uint32_t k = 0; k < s.nlocal; k++) {
             if (s.ranks[k].pid)
-                rank_started(a->rank_offset + (int)k);
+                rank_started(a->rank_offset + (int)k, false);
             if (s.ranks[k].exited)
                 rank_exited(a->rank_offset + (int)k, s.ranks[k].code,
                             (int64_t)s.ranks[k].runtime_ms, s.ranks[k].exec_failed);
@@ -384,9 +386,14 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         return;
     int rank = a->rank_offset + (int)lr;
     switch (type) {
-    case DDP__AG_STARTED:
-        rank_started(rank);
+    case DDP__AG_STARTED: {
+        uint32_t pid;
+        uint8_t warm = 0;
+        if (ddp_rd_u32(&rd, &pid) == 0 && ddp_rd_u8(&rd, &warm) < 0)
+            warm = 0;
+        rank_started(rank, warm == 1);
         break;
+    }
     case DDP__AG_OUTPUT: {
         const uint8_t *p;
         uint32_t n;

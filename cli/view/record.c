@@ -594,7 +594,7 @@ static void write_summary(FILE *f, void *arg)
             fprintf(f, ", \"%s\": ", phase[k]);
             num_or_null(f, v->ms[k] < 0 ? -1 : (double)v->ms[k] / 1000);
         }
-        fputc('}', f);
+        fprintf(f, ", \"warm_ranks\": %d}", v->warm_ranks);
     }
     fputs("]", f);
     fprintf(f, ",\n \"ranks\": [");

@@ -50,6 +50,7 @@ struct ddp__recovery_rec {
     /* milliseconds after the detection until the old ranks stopped, the round formed, its ranks
      * started, their process groups formed and their first collective was done; -1 not reached */
     int64_t ms[5];
+    int warm_ranks; /* of the new round's ranks, how many started warm (cli/agent/warm.h) */
 };
 
 /* The job at its end. */

@@ -44,7 +44,8 @@ static void check_start(const uint8_t *body, size_t len)
     struct ddp__agent_start st, again;
     if (ddp__agent_get_start(body, len, &st) != 0)
         return;
-    if (!st.argv || !st.env || !st.shell_env || st.nlocal == 0 || st.nlocal > 4096)
+    if (!st.argv || !st.env || !st.shell_env || !st.warm_imports || st.nlocal == 0 ||
+        st.nlocal > 4096)
         abort();
     struct ddp_buf b;
     ddp_buf_init(&b);

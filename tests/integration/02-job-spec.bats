@@ -21,7 +21,7 @@ spec_error() {
 
 @test "unknown key" {
   spec_error 'command: [true]\nnproc_per_nodes: 2\n' \
-    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, bind_to, rendezvous, elastic, ssh, logs, checkpoint, stop_grace, network, export, diagnose, launcher, pipeline)"
+    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, bind_to, rendezvous, elastic, ssh, logs, checkpoint, warm, stop_grace, network, export, diagnose, launcher, pipeline)"
   spec_error 'command: [true]\nelastic:\n  min_node: 1\n' \
     "job.yaml:3:3: unknown key 'min_node' in elastic (expected one of: min_nodes, max_nodes, max_restarts, heartbeat_interval, heartbeat_timeout, cooldown)"
 }
@@ -41,6 +41,15 @@ spec_error() {
     "job.yaml:2:8: nodes must be a non-empty list of hosts ('- host: NAME' or '- NAME')"
   spec_error 'command: [true]\nenv: {1X: y}\n' \
     "job.yaml:2:7: env: '1X' is not a valid variable name (letters, digits, _)"
+  spec_error 'command: [true]\nwarm: maybe\n' "job.yaml:2:7: warm must be true or false, got 'maybe'"
+  spec_error 'command: [true]\nwarm: [torch]\n' \
+    "job.yaml:2:7: warm must be on, off or a mapping with imports"
+  spec_error 'command: [true]\nwarm: {imports: torch}\n' \
+    "job.yaml:2:17: warm.imports must be a list of Python modules ([] for none)"
+  spec_error 'command: [true]\nwarm: {imports: [torch, 1x]}\n' \
+    "job.yaml:2:25: warm.imports: '1x' is not a module name (such as torch or a.b)"
+  spec_error 'command: [true]\nwarm: {import: [torch]}\n' \
+    "job.yaml:2:8: unknown key 'import' in warm (expected one of: imports)"
 }
 
 @test "bad duration" {
@@ -127,6 +136,11 @@ spec_error() {
   assert_line "command: [echo, hi]"
   assert_line "stop_grace: 3s"
   assert_output --partial "max_restarts: 2"
+  assert_line "warm: {imports: [torch]}   # Python ranks restart from warm interpreters"
+  run "$DDPRUN" plan job.yaml --set warm=off
+  assert_line "warm: off"
+  run "$DDPRUN" plan job.yaml --set 'warm={imports: [numpy, a.b]}'
+  assert_line "warm: {imports: [numpy, a.b]}   # Python ranks restart from warm interpreters"
   # later --set wins
   run "$DDPRUN" plan job.yaml --set name=a --set name=b
   assert_line "name: b"
