@@ -681,11 +681,16 @@ static void on_report(struct ddp_loop *loop, struct ddp_timer *t)
     if (A.have_start && A.lease) {
         struct ddp_buf b;
         ddp_buf_init(&b);
+        /* the round it is of: the launcher drops a report made before its round began */
+        char head[32];
+        int hl = snprintf(head, sizeof(head), "round %u\n", (unsigned)A.st.restart_count);
+        ddp_buf_put(&b, head, (size_t)hl);
+        size_t empty = b.len;
         for (int i = 0; i < A.nw; i++)
             if (A.w[i].pid > 0)
                 ddp__dn_report_rank(&b, (int)A.st.rank_offset + i, A.w[i].pid, A.w[i].exited,
                                     ddp__dn_asker_touches(&A.asker, A.w[i].pid), &A.w[i].page);
-        if (b.len)
+        if (b.len > empty)
             MEMBERSHIP->publish(A.lease, b.data, b.len);
         ddp_buf_release(&b);
     }

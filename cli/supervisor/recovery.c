@@ -74,6 +74,11 @@ void ddp__rcv_mark(enum ddp__rcv_phase ph)
     ddp__rcv_mark_at(ph, ddp_now_ms());
 }
 
+void ddp__rcv_end(void)
+{
+    close_open();
+}
+
 void ddp__rcv_warm(void)
 {
     if (R.open)

@@ -4,8 +4,8 @@
  * as they happen: the old ranks stopped, the next round formed, its ranks started, their process
  * groups formed and their first collective done. It ends at that first collective, as a
  * "recovery" event with every phase's milliseconds after the detection (null where not
- * reached), or when another failure begins the next one first. summary.json lists them all;
- * `ddprun status` shows the last.
+ * reached), or when another failure begins the next one first, or the job ends. summary.json lists
+ * them all; `ddprun status` shows the last.
  */
 #ifndef DDP_CLI_SUPERVISOR_RECOVERY_H
 #define DDP_CLI_SUPERVISOR_RECOVERY_H
@@ -34,6 +34,8 @@ void ddp__rcv_mark_at(enum ddp__rcv_phase ph, int64_t at_ms);
 void ddp__rcv_warm(void);
 /* The watchdog's startup events (struct ddp__wd_ctx's startup): groups formed, first collective. */
 void ddp__rcv_startup(bool first, int64_t at_ms);
+/* The job ends: a restart still going ends too (its event, with what it reached). */
+void ddp__rcv_end(void);
 /* The last restart's timeline as one line (no newline) into buf; its length, 0 when none. */
 int ddp__rcv_line(char *buf, size_t n);
 /* Every restart's, oldest first. */

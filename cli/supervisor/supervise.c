@@ -692,6 +692,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     /* Anything still parented to us is an orphan of the job. */
     ddp__sweep_children(NULL);
     ddp__con_clear(&ddp__supervisor.con);
+    ddp__rcv_end(); /* a restart still going: its event before the job's end */
     ddp__sup_event("job_end", "status", ddp__job_status(rc), "#exit_status", (long long)rc,
                    "reason", rc ? ddp__supervisor.fatal : NULL, NULL);
     ddp__sup_summarize(rc);

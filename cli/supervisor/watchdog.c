@@ -376,8 +376,18 @@ void ddp__wd_progress(int node, char *report)
             lines += strcspn(lines, "\n");
             lines += *lines == '\n';
         }
-        ddp__diag_take(&W.d, node, lines, ddp_now_ms() - (age > 0 && age < 3600000 ? age : 0));
-        startup();
+        /* "round R": the round its node's ranks were of when it was made; a report of the
+         * round before, carried after this one began, is not this round's */
+        bool stale = false;
+        if (strncmp(lines, "round ", 6) == 0) {
+            stale = strtoll(lines + 6, NULL, 10) != *W.c.round;
+            lines += strcspn(lines, "\n");
+            lines += *lines == '\n';
+        }
+        if (!stale) {
+            ddp__diag_take(&W.d, node, lines, ddp_now_ms() - (age > 0 && age < 3600000 ? age : 0));
+            startup();
+        }
     }
     free(report);
 }

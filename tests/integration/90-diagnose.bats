@@ -181,7 +181,7 @@ JOB
   # out as it is made, not with the next heartbeat (2 s here); hangtest's group forms at once
   [ $(($(field group_formed_ms <<<"$rec") - $(field started_ms <<<"$rec"))) -lt 1500 ]
   # the summary has it, in seconds (its lines joined)
-  tr -d '\n' <logs/*/summary.json | grep -q "\"recoveries\": \[  {\"round\": 1, \"cause\": \"rank 3 ([^)]*) exited with status 3\", \"detected_s\": [0-9.]*, \"stopped_s\": [0-9.]*, \"formed_s\": [0-9.]*, \"started_s\": [0-9.]*, \"group_formed_s\": [0-9.]*, \"first_collective_s\": $(awk -v m="$(field first_collective_ms <<<"$rec")" 'BEGIN { printf "%.3f", m / 1000 }')}\]" || { cat logs/*/summary.json; return 1; }
+  tr -d '\n' <logs/*/summary.json | grep -q "\"recoveries\": \[  {\"round\": 1, \"cause\": \"rank 3 ([^)]*) exited with status 3\", \"detected_s\": [0-9.]*, \"stopped_s\": [0-9.]*, \"formed_s\": [0-9.]*, \"started_s\": [0-9.]*, \"group_formed_s\": [0-9.]*, \"first_collective_s\": $(awk -v m="$(field first_collective_ms <<<"$rec")" 'BEGIN { printf "%.3f", m / 1000 }'), \"warm_ranks\": 0}\]" || { cat logs/*/summary.json; return 1; }
 }
 
 @test "a rank 30% slower than the others is named as the straggler by ddprun status" {
@@ -394,7 +394,7 @@ SH
   chmod +x zipcheck.sh
   run "$DDPRUN" job.yaml --set 'command=[./zipcheck.sh]'
   assert_success
-  assert_output --partial "members ['sitecustomize.py', '_ddprun_torch.py'], bad None"
+  assert_output --partial "members ['sitecustomize.py', '_ddprun_torch.py', '_ddprun_warm.py'], bad None"
   # plan says so, and stops saying it once it is turned off in the job's env
   run "$DDPRUN" plan job.yaml
   assert_output --partial "PYTHONPATH=/proc/self/fd/<ddprun's sitecustomize>:<its own>"
