@@ -57,6 +57,7 @@ struct conn {
     struct ddp_list flush_link; /* srv->flushq while it has unsent output */
     struct ddp_list waiters;
     struct ddp_list watches;
+    struct ddp_list held; /* the leases it granted or last kept alive (struct lease.held_link) */
     unsigned nwatches;
     /* A WAIT of this connection not answered yet: its later requests wait behind it, so that
      * replies come in order (ddprun-store(7)); resumed after the iteration it is answered in. */
@@ -124,6 +125,7 @@ struct lease {
     struct ddp_timer timer;
     struct ddp_list keys; /* struct entry.lease_link */
     struct server *srv;
+    struct ddp_list held_link; /* its holder's held (self-linked: none) */
 };
 
 struct server {
@@ -136,6 +138,8 @@ struct server {
     unsigned max_conns;
     int auth_timeout_ms;
     size_t max_outbuf;
+    void (*lease_orphaned)(void *arg, uint64_t lease);
+    void *orphan_arg;
     struct ddp_htab keys;
     struct ddp_htab leases;
     struct ddp_list watches;

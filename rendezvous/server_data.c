@@ -219,6 +219,7 @@ static void lease_end(struct server *s, struct lease *l, enum ddp_store_event_ki
     DDP_LIST_FOREACH_SAFE (p, t, &l->keys) {
         entry_delete(s, DDP_CONTAINER_OF(p, struct entry, lease_link), kind);
     }
+    ddp_list_del(&l->held_link);
     ddp_htab_remove(&s->leases, &l->h);
     STAT_ADD(s, leases, (uint64_t)-1);
     free(l);
@@ -561,6 +562,8 @@ void ddp__srv_op_lease_grant(struct conn *c, const struct ddp__req *q)
     l->ttl_ms = q->u32;
     l->srv = s;
     ddp_list_init(&l->keys);
+    ddp_list_init(&l->held_link);
+    ddp_list_add_tail(&c->held, &l->held_link);
     ddp_timer_init(&l->timer, lease_expired);
     ddp_htab_insert(&s->leases, &l->h);
     ddp_timer_start(s->loop, &l->timer, l->ttl_ms);
@@ -578,6 +581,8 @@ void ddp__srv_op_lease_keepalive(struct conn *c, const struct ddp__req *q)
         return;
     }
     ddp_timer_start(c->srv->loop, &l->timer, l->ttl_ms);
+    ddp_list_del(&l->held_link); /* this connection holds it now */
+    ddp_list_add_tail(&c->held, &l->held_link);
     size_t pos = ddp__srv_reply_begin(c, q->op, q->id, 0);
     ddp_buf_put_u32(&c->out, l->ttl_ms);
     ddp__srv_reply_end(c, pos);
@@ -602,6 +607,12 @@ void ddp__srv_conn_forget(struct conn *c)
     }
     DDP_LIST_FOREACH_SAFE (p, t, &c->watches) {
         watch_free(DDP_CONTAINER_OF(p, struct watch, conn_link));
+    }
+    DDP_LIST_FOREACH_SAFE (p, t, &c->held) {
+        struct lease *l = DDP_CONTAINER_OF(p, struct lease, held_link);
+        ddp_list_del(&l->held_link);
+        if (c->srv->lease_orphaned)
+            c->srv->lease_orphaned(c->srv->orphan_arg, l->id);
     }
 }
 

@@ -39,6 +39,11 @@ struct ddp_store_server_opts {
     unsigned max_conns;  /* 0 = 65536 */
     int auth_timeout_ms; /* time a new connection has to authenticate; 0 = 10000 */
     size_t max_outbuf;   /* bytes queued to a slow reader before it is dropped; 0 = 256 MiB */
+    /* Called on the server's thread when the connection that granted a lease, or last kept it
+     * alive, closes while the lease lives: its holder is gone, or has not reconnected yet
+     * (the lease itself lives on to its expiry). NULL: not called. */
+    void (*lease_orphaned)(void *arg, uint64_t lease);
+    void *orphan_arg;
 };
 
 /*

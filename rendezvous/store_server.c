@@ -429,6 +429,7 @@ static void on_accept(struct ddp_loop *loop, int lfd, unsigned mask, void *arg)
         ddp_buf_init(&c->out);
         ddp_list_init(&c->waiters);
         ddp_list_init(&c->watches);
+        ddp_list_init(&c->held);
         ddp_list_init(&c->flush_link);
         ddp_list_init(&c->resume_link);
         ddp_timer_init(&c->auth_timer, auth_timeout);
@@ -557,6 +558,8 @@ int ddp_store_server_new(const struct ddp_store_server_opts *o, struct ddp_store
     s->max_conns = o->max_conns ? o->max_conns : 65536;
     s->auth_timeout_ms = o->auth_timeout_ms > 0 ? o->auth_timeout_ms : 10000;
     s->max_outbuf = o->max_outbuf ? o->max_outbuf : (256u << 20);
+    s->lease_orphaned = o->lease_orphaned;
+    s->orphan_arg = o->orphan_arg;
     r = DDP_ENOMEM;
     if (!(s->token = malloc(o->token_len)))
         goto fail;

@@ -38,5 +38,13 @@ static void describe(int st, bool joining, char *buf, size_t n)
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
-const struct ddp__prov_ops ddp__prov_local = {
-    .name = "local", .start = start, .end = end, .describe = describe};
+static int agent_signal(int st)
+{
+    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+}
+
+const struct ddp__prov_ops ddp__prov_local = {.name = "local",
+                                              .start = start,
+                                              .end = end,
+                                              .describe = describe,
+                                              .agent_signal = agent_signal};

@@ -46,6 +46,10 @@ struct ddp__prov_ops {
     void (*end)(pid_t pid, int level);
     /* Why an agent that ended with wait status st is gone, for "node 'x' lost: ...". */
     void (*describe)(int st, bool joining, char *buf, size_t n);
+    /* The signal that ended the agent's own process, read from st (its process's wait status),
+     * or 0 where that is not known (NULL: never known). An agent killed so has its ranks killed
+     * with it (their parent-death signal). */
+    int (*agent_signal)(int st);
 };
 
 extern const struct ddp__prov_ops ddp__prov_local, ddp__prov_ssh, ddp__prov_srun,

@@ -4,6 +4,7 @@
  * (cli/provision/ssh_bridge.c).
  */
 #include "cli/provision/provision.h"
+#include "cli/provision/ssh_session.h"
 #include "cli/spec/job.h"
 
 #include <signal.h>
@@ -52,12 +53,26 @@ static void describe(int st, bool joining, char *buf, size_t n)
         snprintf(buf, n, "could not join the store (its agent %s %d)",
                  WIFSIGNALED(st) ? "died of signal" : "exited with status",
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    else if (WIFEXITED(st) && WEXITSTATUS(st) > DDP__SSH_EXIT_SIGNAL)
+        snprintf(buf, n, "the SSH connection to it ended (its agent was killed by signal %d)",
+                 WEXITSTATUS(st) - DDP__SSH_EXIT_SIGNAL);
     else
         snprintf(buf, n, "the SSH connection to it ended (%s %d)",
                  WIFSIGNALED(st) ? "signal" : "status",
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* The bridge exits with DDP__SSH_EXIT_SIGNAL + the signal sshd said ended the agent. */
+static int agent_signal(int st)
+{
+    return WIFEXITED(st) && WEXITSTATUS(st) > DDP__SSH_EXIT_SIGNAL
+               ? WEXITSTATUS(st) - DDP__SSH_EXIT_SIGNAL
+               : 0;
+}
+
 /* end: ddp__end_child (cli/sys/sys.c): SIGTERM has the bridge kill the remote session and leave. */
-const struct ddp__prov_ops ddp__prov_ssh = {
-    .name = "ssh", .start = start, .end = ddp__end_child, .describe = describe};
+const struct ddp__prov_ops ddp__prov_ssh = {.name = "ssh",
+                                            .start = start,
+                                            .end = ddp__end_child,
+                                            .describe = describe,
+                                            .agent_signal = agent_signal};

@@ -111,6 +111,26 @@ static struct {
 } g_fwd[FWD_MAX];
 static int g_nfwd;
 
+/* The signal sshd said ended the remote command (the agent, exec'd by it), or 0. */
+static int g_exit_signal;
+
+static void on_exit_signal(ssh_session s, ssh_channel ch, const char *sig, int core,
+                           const char *errmsg, const char *lang, void *userdata)
+{
+    (void)s, (void)ch, (void)core, (void)errmsg, (void)lang, (void)userdata;
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"SEGV", SIGSEGV}, {"ABRT", SIGABRT},
+                 {"INT", SIGINT},   {"HUP", SIGHUP},   {"BUS", SIGBUS},   {"ILL", SIGILL},
+                 {"FPE", SIGFPE},   {"QUIT", SIGQUIT}, {"PIPE", SIGPIPE}, {"USR1", SIGUSR1},
+                 {"USR2", SIGUSR2}, {"ALRM", SIGALRM}};
+    g_exit_signal = SIGKILL; /* a name not known here: killed all the same */
+    for (size_t k = 0; sig && k < sizeof(names) / sizeof(names[0]); k++)
+        if (strcmp(sig, names[k].name) == 0)
+            g_exit_signal = names[k].sig;
+}
+
 static ssh_channel on_agent_open(ssh_session s, void *userdata)
 {
     (void)userdata;
@@ -370,6 +390,8 @@ static int pump(struct ddp__ssh *b, int64_t grace_ms)
             }
             if (st == 126 && !got_output)
                 return fail(b, "'%s' is not executable there", b->remote);
+            if (st < 0 && g_exit_signal)
+                return DDP__SSH_EXIT_SIGNAL + g_exit_signal; /* cli/provision/ssh.c */
             return st < 0 ? 1 : st;
         }
         struct pollfd p[2 + FWD_MAX] = {{.fd = ssh_get_fd(b->s), .events = POLLIN},
@@ -534,6 +556,10 @@ int ddp__cmd_ssh_bridge(int argc, char **argv)
                 "ddprun: warning: node '%s': its sshd refused to forward the SSH agent "
                 "(AllowAgentForwarding)\n",
                 b.host);
+    struct ssh_channel_callbacks_struct ccb = {.channel_exit_signal_function = on_exit_signal};
+    ssh_callbacks_init(&ccb);
+    if (open)
+        ssh_set_channel_callbacks(b.ch, &ccb);
     if (!open || ssh_channel_request_exec(b.ch, cmd) != SSH_OK) {
         rc = fail(&b, "cannot start a command over SSH: %s", ssh_get_error(b.s));
         goto out;

@@ -6,6 +6,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The bridge's exit status when sshd said the agent was killed by a signal: this plus its
+ * number (an agent itself exits 0-3 or 75). */
+#define DDP__SSH_EXIT_SIGNAL 128
+
 enum ddp__ssh_stage { DDP__SSH_CONNECT, DDP__SSH_HOSTKEY, DDP__SSH_AUTH, DDP__SSH_READY };
 
 struct ddp__ssh {

@@ -626,6 +626,14 @@ void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining
         n->p[i].prov->describe(st, joining, buf, len);
 }
 
+int ddp__nodes_agent_signal(const struct ddp__nodes *n, int i, int st)
+{
+    if (n->p[i].refused[0] || ((n->p[i].grouped || n->p[i].below) && n->p[i].via_link) ||
+        !n->p[i].prov->agent_signal)
+        return 0;
+    return n->p[i].prov->agent_signal(st);
+}
+
 int ddp__nodes_flush(struct ddp__nodes *n)
 {
     int rc = 0;

@@ -158,6 +158,9 @@ bool ddp__nodes_attach(struct ddp__nodes *n, int fd, struct ddp__seal *s,
 bool ddp__nodes_running(const struct ddp__nodes *n, int i);
 bool ddp__nodes_all_gone(const struct ddp__nodes *n);
 /* Why node i's agent that ended with st is gone ("the SSH connection to it ended", ...). */
+/* The signal that killed node i's agent itself, from its process's wait status st, or 0 where
+ * that is not known (cli/provision/provision.h, agent_signal). */
+int ddp__nodes_agent_signal(const struct ddp__nodes *n, int i, int st);
 void ddp__nodes_describe(const struct ddp__nodes *n, int i, int st, bool joining, char *buf,
                          size_t len);
 /* A child was reaped: when it was an agent, its output is read to the end and cb.ended is

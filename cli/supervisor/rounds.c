@@ -353,6 +353,8 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     if (type == DDP__AG_JOINED) {
         if (a->state != DDP__NS_JOINING || !ddp__sup_count_slots(i))
             return;
+        a->lease = ddp_rd_u64(&rd, &v64) == 0 ? v64 : 0;
+        a->orphaned_ms = 0;
         a->state = DDP__NS_READY;
         ddp__sup_event("node_joined", "node", host_of(i), "#incarnation", (long long)a->incarnation,
                        NULL);
@@ -425,7 +427,10 @@ static void agent_ended(void *arg, int i, int st)
     bool revoked = a->left_ms != 0; /* its agent revoked its lease: its ranks had ended */
     a->left_ms = 0;
     a->ending_ms = 0;
-    if ((prev == DDP__NS_RUNNING || prev == DDP__NS_STOPPING) && !revoked &&
+    /* an agent known to be killed itself took its ranks with it: nothing to drain */
+    bool killed = ddp__nodes_agent_signal(&ddp__supervisor.nodes, i, st) != 0 ||
+                  (a->orphaned_ms && ddp_now_ms() - a->orphaned_ms <= DDP__SUP_DRAIN_MS);
+    if ((prev == DDP__NS_RUNNING || prev == DDP__NS_STOPPING) && !revoked && !killed &&
         ddp__supervisor.ph != DDP__PH_FINISHING) {
         a->draining_ms = ddp_now_ms();
         a->draining_inc = a->incarnation;
@@ -535,6 +540,22 @@ static void on_end_check(struct ddp_loop *loop, struct ddp_timer *t)
         ddp_timer_start(loop, t, next);
     if (drained)
         maybe_restart();
+}
+
+void ddp__sup_lease_orphaned(uint64_t lease)
+{
+    for (size_t i = 0; lease && i < ddp__supervisor.job->nnodes; i++) {
+        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+        if (a->lease != lease)
+            continue;
+        /* its agent's process is gone (or cut off from the store, which its guard fences):
+         * a node lost by its connection need not drain longer */
+        a->orphaned_ms = ddp_now_ms();
+        if (a->draining_ms) {
+            a->draining_ms = 0;
+            maybe_restart();
+        }
+    }
 }
 
 static void lease_expired(int i, unsigned inc)

@@ -183,6 +183,24 @@ static void stop_signal(struct ddp_loop *loop, int sig, const char *who)
     }
 }
 
+/* On the store's thread: a lease whose holder's connection closed (rendezvous/store.h). */
+static void lease_orphaned(void *arg, uint64_t lease)
+{
+    (void)arg;
+    ssize_t w = write(ddp__supervisor.orphans[1], &lease, sizeof(lease)); /* full: they drain */
+    (void)w;
+}
+
+static void on_orphans(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
+{
+    (void)loop;
+    (void)mask;
+    (void)arg;
+    uint64_t lease;
+    while (read(fd, &lease, sizeof(lease)) == (ssize_t)sizeof(lease))
+        ddp__sup_lease_orphaned(lease);
+}
+
 static void on_signal(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 {
     (void)mask;
@@ -461,6 +479,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
     bool th_started = false, nodes_up = false;
 
     memset(&ddp__supervisor, 0, sizeof(ddp__supervisor));
+    if (pipe2(ddp__supervisor.orphans, O_CLOEXEC | O_NONBLOCK) < 0)
+        ddp__supervisor.orphans[0] = ddp__supervisor.orphans[1] = -1; /* (nodes drain) */
     ddp__supervisor.job = job;
     ddp__supervisor.first_fail = -1;
     ddp__supervisor.t0 = ddp_now_ms();
@@ -547,7 +567,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         struct ddp_store_server_opts o = {.host = listen,
                                           .port = job->rdzv_port,
                                           .token = ddp__supervisor.token,
-                                          .token_len = strlen(ddp__supervisor.token)};
+                                          .token_len = strlen(ddp__supervisor.token),
+                                          .lease_orphaned = lease_orphaned};
         if ((r = ddp_store_server_new(&o, &srv)) < 0) {
             ddp__cli_error("cannot start the rendezvous store on '%s:%d': %s", listen,
                            job->rdzv_port, ddp_strerror(r));
@@ -573,7 +594,10 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
 
     if (ddp_loop_new(&ddp__supervisor.loop) < 0 ||
         (sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
-        ddp_loop_add(ddp__supervisor.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0)
+        ddp_loop_add(ddp__supervisor.loop, sfd, DDP_LOOP_READ, on_signal, NULL) < 0 ||
+        (ddp__supervisor.orphans[0] >= 0 &&
+         ddp_loop_add(ddp__supervisor.loop, ddp__supervisor.orphans[0], DDP_LOOP_READ, on_orphans,
+                      NULL) < 0))
         goto out;
     struct ddp__remote_cb rcb = {.stop = remote_stop, .info = remote_info};
     ddp__remote_init(&ddp__supervisor.remote, ddp__supervisor.loop, job->tag_output,
@@ -717,6 +741,9 @@ out:
         ddp_loop_free(ddp__supervisor.loop);
     if (sfd >= 0)
         close(sfd);
+    for (int k = 0; k < 2; k++)
+        if (ddp__supervisor.orphans[k] >= 0)
+            close(ddp__supervisor.orphans[k]); /* (after the store's thread) */
     pthread_sigmask(SIG_SETMASK, &ddp__supervisor.oldmask, NULL);
     ddp__sup_release_ranks();
     for (char **p = ddp__supervisor.env; p && *p; p++)

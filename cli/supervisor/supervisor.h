@@ -36,7 +36,8 @@ struct ddp_etcd;
 /* A node lost by its connection's end while it had ranks: the next round waits this long at most
  * for its agent's lease to end. An agent that lives kills its ranks at once and revokes it (it
  * finds the launcher's store still there, cli/agent/agent.c: cut_off); one that died leaves its
- * ranks dead with it (their parent-death signal, its guard). */
+ * ranks dead with it (their parent-death signal, its guard). One its provisioner knows was
+ * killed by a signal (cli/provision/provision.h, agent_signal) is not waited for. */
 #define DDP__SUP_DRAIN_MS 1000
 #define DDP__SUP_MAX_SHELL_ENV (384u << 10) /* exported shell variables, beside the job's env */
 
@@ -74,6 +75,11 @@ struct ddp__sup_node {
      * (the agent revoked it, having ended its ranks) or DDP__SUP_DRAIN_MS passed; 0 if not */
     int64_t draining_ms;
     unsigned draining_inc;
+    uint64_t lease; /* its agent's lease (JOINED), 0 before */
+    /* when the store's connection that kept that lease alive closed (its agent's process is
+     * gone, or cut off from the store), else 0: a node lost by its connection within
+     * DDP__SUP_DRAIN_MS of it is not drained */
+    int64_t orphaned_ms;
     char why[160]; /* why it was last out, for the rendezvous timeout's message */
 };
 
@@ -97,6 +103,7 @@ struct ddp__sup {
     char *etcd_eps, etcd_prefix[512];
     struct ddp_etcd *etcd;        /* a client of it, for the cleanup at the end */
     struct ddp_store_server *srv; /* the job\'s store (its thread runs it) */
+    int orphans[2]; /* leases whose holder's connection closed, from its thread (a pipe) */
     int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
     int agent_port; /* where every agent dials back (cli/supervisor/dialin.h), on listen's host */
@@ -228,6 +235,8 @@ void ddp__sup_describe_exit(int code, char *buf, size_t n);
 /* The callbacks of the nodes (cli/supervisor/nodes.h) and of the membership watch. */
 extern const struct ddp__nodes_cb ddp__sup_nodes_cb;
 void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev);
+/* The connection that kept lease alive closed (the store's lease_orphaned, rendezvous/store.h). */
+void ddp__sup_lease_orphaned(uint64_t lease);
 /* ---- cli/supervisor/takeover.c ---- */
 int ddp__to_start(void);
 void ddp__to_end(void);

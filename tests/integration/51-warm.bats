@@ -3,6 +3,7 @@
 # behaves as one started cold. The reference is the same job with warm: off, in the same test.
 load '../lib/common'
 load '../lib/events'
+load '../lib/sshd'
 
 PY=${DDP_TEST_PYTHON:-/usr/bin/python3}
 PROBE="$REPO/tests/integration/py/warm_probe.py"
@@ -14,12 +15,14 @@ setup() {
 
 teardown() {
   [ -n "${DDP_PID:-}" ] && kill -9 "$DDP_PID" 2>/dev/null
+  [ -n "${SSH_DIR:-}" ] && sshd_teardown
   true
 }
 
-# no warm interpreter outlives its job
+# no warm interpreter outlives its job (a zombie of a host's killed agent is init's to reap)
+warm_count() { ps -eo stat=,comm= | awk '$2 == "ddprun-warm" && $1 !~ /^Z/' | wc -l; }
 no_warm_left() {
-  ! pgrep -x ddprun-warm >/dev/null || { ps -ef | grep -v grep | grep -E "warm_probe|ddprun"; return 1; }
+  [ "$(warm_count)" -eq 0 ] || { ps -ef | grep -v grep | grep -E "warm_probe|ddprun"; return 1; }
   ! pgrep -f "$PROBE" >/dev/null
 }
 
@@ -147,4 +150,49 @@ assert 0 <= r["stopped_ms"] <= r["formed_ms"] <= r["started_ms"] < r["group_form
     [ "$(ev_field recovery warm_ranks | sort -u)" = 0 ]
     no_warm_left
   done
+}
+
+@test "on SSH test hosts, a host's agent and ranks SIGKILLed, then all of another host: lost as killed, each next round forms without a drain, and the survivors restart warm" {
+  [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
+  sshd_setup
+  [ -n "$SSHD_NETNS" ] || skip "needs network namespaces"
+  for k in 1 2 3; do sshd_start "$k"; done
+  ssh_job job.yaml 1 1 2 3 -- "$PY" "$REPO/bench/elastic_worker.py"
+  printf 'elastic: {min_nodes: 1, max_restarts: 2}\n' >>job.yaml
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for_line out.txt 90 "TRAINING restart=0"
+  # each node's warm interpreter ready
+  for _ in $(seq 600); do [ "$(warm_count)" -ge 3 ] && break; sleep 0.1; done
+  [ "$(warm_count)" -eq 3 ]
+  # node 3: its agent, ranks and warm interpreter, not its sshd
+  for p in $(sshd_tree 3); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sshd ] || kill -9 "$p" 2>/dev/null || true; done
+  wait_for_line out.txt 60 "TRAINING restart=1"
+  # sshd said how the agent ended (exit-signal): its ranks went with it (their parent-death
+  # signal), so the next round did not wait DDP__SUP_DRAIN_MS (1 s) for them
+  grep -q "node '$(sshd_addr 3)' lost: the SSH connection to it ended (its agent was killed by signal 9)" out.txt || { cat out.txt; return 1; }
+  for _ in $(seq 600); do [ "$(warm_count)" -ge 2 ] && break; sleep 0.1; done
+  # node 2: everything but its listening sshd (the session's sshd too: no exit-signal); the
+  # store saw its agent's connection close, so again no drain
+  sshd=$(cat "$SSH_DIR/node2/sshd.pid")
+  kill -9 $(sshd_tree 2 | tr ' ' '\n' | grep -vx "$sshd")
+  wait_for_line out.txt 60 "TRAINING restart=2"
+  wait_event recovery 2
+  events | grep '"event": "recovery"'
+  for n in 1 2; do
+    rec=$(events | grep '"event": "recovery"' | sed -n "${n}p")
+    formed=$(grep -o '"formed_ms": [0-9]*' <<<"$rec" | cut -d' ' -f2)
+    [ "$formed" -lt 1000 ] # (a drain would make it 1000 or more)
+  done
+  grep -q '"warm_ranks": 2' <<<"$(events | grep '"event": "recovery"' | sed -n 1p)"
+  grep -q '"warm_ranks": 1' <<<"$(events | grep '"event": "recovery"' | sed -n 2p)"
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  for k in 1 2; do
+    sshd=$(cat "$SSH_DIR/node$k/sshd.pid")
+    for _ in $(seq 100); do [ -z "$(sshd_tree "$k" | tr ' ' '\n' | grep -vx "$sshd")" ] && break; sleep 0.1; done
+    [ -z "$(sshd_tree "$k" | tr ' ' '\n' | grep -vx "$sshd")" ]
+  done
+  no_warm_left
 }
