@@ -25,6 +25,7 @@ __attribute__((unused)) static void *serve(void *a)
 }
 
 __attribute__((unused)) static size_t opt_max_outbuf;
+__attribute__((unused)) static void (*opt_orphaned)(void *arg, uint64_t lease);
 
 __attribute__((unused)) static void start_server_opts(unsigned max_conns, int auth_timeout_ms)
 {
@@ -33,7 +34,8 @@ __attribute__((unused)) static void start_server_opts(unsigned max_conns, int au
                                       .token_len = strlen(TOKEN),
                                       .max_conns = max_conns,
                                       .auth_timeout_ms = auth_timeout_ms,
-                                      .max_outbuf = opt_max_outbuf};
+                                      .max_outbuf = opt_max_outbuf,
+                                      .lease_orphaned = opt_orphaned};
     ASSERT_OK(ddp_store_server_new(&o, &srv));
     port = ddp_store_server_port(srv);
     ASSERT_TRUE(port > 0);

@@ -202,6 +202,52 @@ static void raw_auth(int fd)
     ASSERT_EQ(buf[9], 0); /* status 0 */
 }
 
+static _Atomic uint64_t orphaned_lease;
+static _Atomic int orphaned_calls;
+
+static void on_orphaned(void *arg, uint64_t lease)
+{
+    (void)arg;
+    orphaned_lease = lease;
+    orphaned_calls++;
+}
+
+/* The launcher's test of a lost node's agent (cli/supervisor/rounds.c): told when the
+ * connection that kept a lease alive closes, not when another one does, nor for a lease gone. */
+TEST(lease_orphaned_when_its_holders_connection_closes)
+{
+    opt_orphaned = on_orphaned;
+    orphaned_lease = 0;
+    orphaned_calls = 0;
+    start_server();
+    struct ddp_store *a = client(), *b = client(), *c = client();
+    uint64_t l1, l2;
+    ASSERT_OK(ddp_store_lease_grant(a, 60000, &l1));
+    ASSERT_OK(ddp_store_lease_grant(c, 60000, &l2));
+    ASSERT_OK(ddp_store_lease_keepalive(b, l1, NULL)); /* b holds l1 now */
+    ddp_store_close(a);
+    wait_stat(st_open, 2);
+    ASSERT_EQ(orphaned_calls, 0);
+    ddp_store_close(b);
+    for (int i = 0; i < 300 && orphaned_calls == 0; i++)
+        usleep(10000);
+    ASSERT_EQ(orphaned_calls, 1);
+    ASSERT_EQ(orphaned_lease, l1);
+    /* the lease lives on (its keepalive from another connection holds it again) */
+    struct ddp_store *d = client();
+    ASSERT_OK(ddp_store_lease_keepalive(d, l1, NULL));
+    ASSERT_OK(ddp_store_lease_revoke(c, l2)); /* revoked: nothing to tell when c closes */
+    ddp_store_close(c);
+    wait_stat(st_open, 1);
+    ASSERT_EQ(orphaned_calls, 1);
+    ddp_store_close(d);
+    for (int i = 0; i < 300 && orphaned_calls == 1; i++)
+        usleep(10000);
+    ASSERT_EQ(orphaned_calls, 2);
+    stop_server();
+    opt_orphaned = NULL;
+}
+
 TEST(client_disconnect_mid_wait_frees_waiter)
 {
     start_server();
