@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Detection and recovery time after a node is killed (SIGKILL of everything on it), for ddprun on
-# 2, 3 and 4 SSH test hosts (network namespaces from tests/lib/sshd.bash, one rank each) and for
-# torchrun's elastic agent (Debian's python3-torch, --rdzv-backend c10d, N agents on this
-# machine, the last one killed with its worker). Both run bench/elastic_worker.py (gloo, one
-# all-reduce every 20 ms); recovery is from the kill to the first all-reduce of the next attempt
-# on the survivors. Same settings on both sides: last call 1 s, heartbeat 5 s / 15 s (torch
-# 1.13's fixed keep-alive: 5 s interval, 3 attempts), monitor interval 0.1 s. For ddprun, the
-# phases of its recovery timeline (the recovery event: seconds after the loss was detected until
-# the old ranks stopped, the round formed, the ranks started, their process groups formed and
-# their first all-reduce was done).
+# Detection and recovery time after a node is lost, for ddprun on 2, 3 and 4 SSH test hosts
+# (network namespaces from tests/lib/sshd.bash, one rank each), its ranks started cold
+# (warm: off) and warm (the default: restarted from the warm interpreters their agents keep),
+# and for torchrun's elastic agent (Debian's python3-torch, --rdzv-backend c10d, N agents on
+# this machine, the last one lost with its worker). Both run bench/elastic_worker.py, an
+# unmodified PyTorch script (gloo, one all-reduce every 20 ms); recovery is from the loss to the
+# first all-reduce of the next attempt on the survivors. A node is lost either killed (SIGKILL of
+# everything on it but its listening sshd) or, in the last row, hung (SIGSTOP of the same): that
+# one is found by its missed heartbeats, so its time includes heartbeat_timeout. Same settings on
+# both sides: last call 1 s, heartbeat 5 s / 15 s (torch 1.13's fixed keep-alive: 5 s interval,
+# 3 attempts), monitor interval 0.1 s. For ddprun with warm ranks, the phases of its recovery
+# timeline (the recovery event: seconds after the loss was detected until the old ranks stopped,
+# the round formed, the ranks started, their process groups formed and their first all-reduce
+# was done). No checkpoint is written (replicated checkpoints are not measured yet).
 # Medians of RUNS runs. Needs root, openssh-server, iproute2 and python3-torch.
 # Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
@@ -45,21 +49,27 @@ tval() { grep "$2" "$1" | sed -n "${3:-1}p" | grep -o ' t=[0-9.]*' | cut -d= -f2
 # Every pid of node K but its sshd: agent, ranks.
 node_job_pids() { sshd_tree "$1" | cut -s -d' ' -f2-; }
 
-ddprun_run() { # nodes -> "detect recover stopped formed started groups first"
-  local n=$1
-  ssh_job job.yaml 1 $(seq "$n") -- /bin/sh -c \
-    'GLOO_SOCKET_IFNAME=$(ls /sys/class/net | grep "^vn" | sed -n 1p) exec '"$PY $REPO/bench/elastic_worker.py"
+warm_ready() { ps -eo stat=,comm= | awk '$2 == "ddprun-warm" && $1 !~ /^Z/' | wc -l; }
+
+ddprun_run() { # nodes warm(on|off) loss(killed|hung) -> "detect recover stopped formed started groups first"
+  local n=$1 warm=$2 loss=$3
+  ssh_job job.yaml 1 $(seq "$n") -- "$PY" "$REPO/bench/elastic_worker.py"
   cat >>job.yaml <<JOB
 elastic: {min_nodes: 1, max_restarts: 3, heartbeat_interval: 5s, heartbeat_timeout: 15s}
 rendezvous: {last_call: 1s}
+warm: $warm
 JOB
   rm -rf logs
   "$B/ddprun" job.yaml >out.txt 2>&1 &
   local ddp=$!
   wait_for out.txt "TRAINING restart=0"
   sleep 1
-  local t0; t0=$(now)
-  kill -9 $(node_job_pids "$n")
+  if [ "$warm" = on ]; then # every node's warm interpreter is ready (made after the first collective)
+    for _ in $(seq 300); do [ "$(warm_ready)" -ge "$n" ] && break; sleep 0.1; done
+  fi
+  local t0 pids; pids=$(node_job_pids "$n")
+  t0=$(now)
+  if [ "$loss" = killed ]; then kill -9 $pids; else kill -STOP $pids; fi
   wait_for out.txt "TRAINING restart=1"
   local tl; tl=$(date -d "$(grep '"event": "node_lost"' logs/*/events.jsonl | sed -n 1p | grep -o '"time": "[^"]*' | cut -d'"' -f4)" +%s.%N)
   local tr; tr=$(tval out.txt "TRAINING restart=1")
@@ -69,13 +79,15 @@ JOB
   phases=$(grep '"event": "recovery"' logs/*/events.jsonl | head -n1 |
     grep -oE '"[a-z_]+_ms": ([0-9]+|null)' | grep -v detected |
     awk '{ if ($2 == "null") printf " -"; else printf " %.3f", $2 / 1000 }')
+  [ "$loss" = hung ] && kill -CONT $pids 2>/dev/null
   kill -INT "$ddp"; wait "$ddp" || true
+  kill -9 $pids 2>/dev/null || true
   sshd_start "$n" >/dev/null 2>&1 || true # back for the next run (the key is known already)
   awk -v a="$t0" -v l="$tl" -v r="$tr" -v p="$phases" 'BEGIN { printf "%.3f %.3f%s\n", l - a, r - a, p }'
 }
 
-torchrun_run() { # agents -> "recover"
-  local n=$1 port pids=() k
+torchrun_run() { # agents loss(killed|hung) -> "recover" (">60": not within 60 s)
+  local n=$1 loss=$2 port pids=() k
   port=$(free_port)
   for k in $(seq "$n"); do
     setsid "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes "1:$n" --nproc_per_node 1 \
@@ -90,25 +102,36 @@ torchrun_run() { # agents -> "recover"
   for _ in $(seq 600); do grep -q "TRAINING restart=0 world=$n" tr*.txt 2>/dev/null && break; sleep 0.05; done
   sleep 1
   local t0; t0=$(now)
-  kill -9 -- "-${pids[$((n - 1))]}"
+  if [ "$loss" = killed ]; then kill -9 -- "-${pids[$((n - 1))]}"; else kill -STOP -- "-${pids[$((n - 1))]}"; fi
   for _ in $(seq 1200); do grep -q "TRAINING restart=1" tr*.txt 2>/dev/null && break; sleep 0.05; done
   local tr; tr=$(grep -h "TRAINING restart=1" tr*.txt | sed -n 1p | grep -o ' t=[0-9.]*' | cut -d= -f2)
-  for p in "${pids[@]}"; do kill -9 -- "-$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -CONT -- "-$p" 2>/dev/null || true; kill -9 -- "-$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -f tr*.txt
-  [ -n "$tr" ] || { echo "inf"; return; }
+  [ -n "$tr" ] || { echo ">60"; return; }
   awk -v a="$t0" -v r="$tr" 'BEGIN { printf "%.3f\n", r - a }'
 }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^>/) printf ">%.0fx", substr(a, 2) / b; else printf "%.1fx", a / b }'; }
+
 echo "# $(date -u +%F) $(nproc) cores; torch $($PY -c 'import torch; print(torch.__version__)')"
-echo "| nodes | ddprun detection s | ddprun recovery s | torchrun recovery s | torchrun / ddprun | ddprun: stopped | formed | started | groups formed | first all-reduce |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-for n in 2 3 4; do
-  : >d.txt; : >t.txt
-  for _ in $(seq "$RUNS"); do ddprun_run "$n" >>d.txt; torchrun_run "$n" >>t.txt; done
-  det=$(cut -d' ' -f1 d.txt | median); rec=$(cut -d' ' -f2 d.txt | median); trr=$(median <t.txt)
+echo "| nodes | loss | ddprun detection s | ddprun cold s | ddprun warm s | torchrun s | torchrun / ddprun warm | warm: stopped | formed | started | groups formed | first all-reduce |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for row in "2 killed" "3 killed" "4 killed" "4 hung"; do
+  set -- $row
+  n=$1 loss=$2
+  : >c.txt; : >w.txt; : >t.txt
+  for _ in $(seq "$RUNS"); do
+    [ "$loss" = killed ] && ddprun_run "$n" off "$loss" >>c.txt
+    ddprun_run "$n" on "$loss" >>w.txt
+    torchrun_run "$n" "$loss" >>t.txt
+  done
+  det=$(cut -d' ' -f1 w.txt | median); warm=$(cut -d' ' -f2 w.txt | median)
+  cold=-; [ -s c.txt ] && cold=$(cut -d' ' -f2 c.txt | median)
+  trr=">60" # (a median: when most runs did not recover within 60 s, that)
+  [ "$(grep -c '^>' t.txt)" -le $((RUNS / 2)) ] && trr=$(grep -v '^>' t.txt | median)
   ph=""
-  for c in 3 4 5 6 7; do ph="$ph | $(cut -d' ' -f$c d.txt | median)"; done
-  printf '| %d | %s | %s | %s | %s%s |\n' "$n" "$det" "$rec" "$trr" \
-    "$(awk -v a="$trr" -v b="$rec" 'BEGIN { printf "%.1fx", a / b }')" "$ph"
+  for c in 3 4 5 6 7; do ph="$ph | $(cut -d' ' -f$c w.txt | median)"; done
+  printf '| %d | %s | %s | %s | %s | %s | %s%s |\n' "$n" "$loss" "$det" "$cold" "$warm" "$trr" \
+    "$(ratio "$trr" "$warm")" "$ph"
 done

@@ -165,9 +165,25 @@ assert 0 <= r["stopped_ms"] <= r["formed_ms"] <= r["started_ms"] < r["group_form
   # each node's warm interpreter ready
   for _ in $(seq 600); do [ "$(warm_count)" -ge 3 ] && break; sleep 0.1; done
   [ "$(warm_count)" -eq 3 ]
-  # node 3: its agent, ranks and warm interpreter, not its sshd
-  for p in $(sshd_tree 3); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sshd ] || kill -9 "$p" 2>/dev/null || true; done
+  # node 3: its agent alone; its rank and warm interpreter die with it (their parent-death signal)
+  agent=""
+  for p in $(sshd_tree 3); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^[^ ]*ddprun agent" && agent=$p
+  done
+  [ -n "$agent" ]
+  kill -9 "$agent"
   wait_for_line out.txt 60 "TRAINING restart=1"
+  # nothing of node 3's rank or warm interpreter lives on in its namespace
+  for _ in $(seq 50); do
+    left=""
+    for p in $(sshd_ns_pids 3); do
+      st=$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null || true)
+      [ -n "$st" ] && [ "$st" != Z ] && grep -qa -e elastic_worker -e ddprun-warm "/proc/$p/cmdline" "/proc/$p/comm" 2>/dev/null && left="$left $p"
+    done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || { ps -o pid,stat,args -p "$(echo $left | tr ' ' ',')"; false; }
   # sshd said how the agent ended (exit-signal): its ranks went with it (their parent-death
   # signal), so the next round did not wait DDP__SUP_DRAIN_MS (1 s) for them
   grep -q "node '$(sshd_addr 3)' lost: the SSH connection to it ended (its agent was killed by signal 9)" out.txt || { cat out.txt; return 1; }
