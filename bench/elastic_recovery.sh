@@ -37,8 +37,8 @@ for k in 1 2 3 4; do sshd_start "$k"; done
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-wait_for() { # file pattern [count]
-  for _ in $(seq 600); do
+wait_for() { # file pattern [count]: within 90 s
+  for _ in $(seq 1800); do
     [ "$(grep -c "$2" "$1" 2>/dev/null || true)" -ge "${3:-1}" ] && return 0
     sleep 0.05
   done
@@ -79,7 +79,7 @@ JOB
   phases=$(grep '"event": "recovery"' logs/*/events.jsonl | head -n1 |
     grep -oE '"[a-z_]+_ms": ([0-9]+|null)' | grep -v detected |
     awk '{ if ($2 == "null") printf " -"; else printf " %.3f", $2 / 1000 }')
-  [ "$loss" = hung ] && kill -CONT $pids 2>/dev/null
+  if [ "$loss" = hung ]; then kill -CONT $pids 2>/dev/null || true; fi
   kill -INT "$ddp"; wait "$ddp" || true
   kill -9 $pids 2>/dev/null || true
   sshd_start "$n" >/dev/null 2>&1 || true # back for the next run (the key is known already)

@@ -44,7 +44,8 @@ static struct {
     void (*say)(int local_rank, const char *line);
     struct slot *s;
     int n;
-    bool unable;    /* an interpreter could not wait (no sitecustomize): none is made again */
+    bool unable; /* an interpreter could not wait or serve (no sitecustomize, CUDA, a listed
+                    import failed): none is made again */
     bool said_cuda; /* each warning once per agent */
     char said_failed[1024];
 } W;
@@ -351,6 +352,7 @@ static void on_ctl(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
             break;
         *nl = '\0';
         if (!fit(s, line)) {
+            W.unable = true; /* the next would find the same: no more for this job */
             clear(s, true);
             return;
         }
