@@ -104,7 +104,7 @@ torchrun_run() { # agents loss(killed|hung) -> "recover" (">60": not within 60 s
   local t0; t0=$(now)
   if [ "$loss" = killed ]; then kill -9 -- "-${pids[$((n - 1))]}"; else kill -STOP -- "-${pids[$((n - 1))]}"; fi
   for _ in $(seq 1200); do grep -q "TRAINING restart=1" tr*.txt 2>/dev/null && break; sleep 0.05; done
-  local tr; tr=$(grep -h "TRAINING restart=1" tr*.txt | sed -n 1p | grep -o ' t=[0-9.]*' | cut -d= -f2)
+  local tr; tr=$(grep -h "TRAINING restart=1" tr*.txt | sed -n 1p | grep -o ' t=[0-9.]*' | cut -d= -f2 || true)
   for p in "${pids[@]}"; do kill -CONT -- "-$p" 2>/dev/null || true; kill -9 -- "-$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -f tr*.txt
@@ -117,7 +117,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^>/) printf ">%.0fx", substr
 echo "# $(date -u +%F) $(nproc) cores; torch $($PY -c 'import torch; print(torch.__version__)')"
 echo "| nodes | loss | ddprun detection s | ddprun cold s | ddprun warm s | torchrun s | torchrun / ddprun warm | warm: stopped | formed | started | groups formed | first all-reduce |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-for row in "2 killed" "3 killed" "4 killed" "4 hung"; do
+IFS=, read -r -a ROWS <<<"${ROWS:-2 killed,3 killed,4 killed,4 hung}" # (ROWS: some of them)
+for row in "${ROWS[@]}"; do
   set -- $row
   n=$1 loss=$2
   : >c.txt; : >w.txt; : >t.txt

@@ -650,8 +650,8 @@ static void warm_say(int local_rank, const char *line)
         send_note(&A.w[local_rank], "%s", line);
 }
 
-/* After the round's first collective here (each running rank's, or 10 s into the round), the
- * slots' warm interpreters for the next start, made at idle priority. */
+/* After the round's first collective here (each of its ranks', or 10 s into the round), while
+ * they all run, the slots' warm interpreters for the next start, made at idle priority. */
 #define WARM_AFTER_MS 10000
 
 static void maybe_warm(void)
@@ -661,8 +661,8 @@ static void maybe_warm(void)
     int64_t now = ddp_now_ms();
     for (int i = 0; i < A.nw; i++) {
         const struct worker *w = &A.w[i];
-        if (w->pid <= 0 || (!w->exited && !w->page.first_done_ns && now - w->t0 < WARM_AFTER_MS))
-            return;
+        if (w->pid <= 0 || w->exited || (!w->page.first_done_ns && now - w->t0 < WARM_AFTER_MS))
+            return; /* (a round whose ranks end needs none made now) */
     }
     for (int i = 0; i < A.nw; i++) {
         struct worker tmp = A.w[i];

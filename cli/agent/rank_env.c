@@ -197,8 +197,10 @@ void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != agent)
         _exit(127);
-    int devnull = open("/dev/null", x->warm ? O_RDWR : O_RDONLY);
+    int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
+    if (x->warm) /* (its rank's own come later, cli/agent/warm.py) */
+        devnull = open("/dev/null", O_WRONLY);
     dup2(x->warm ? devnull : ofd, 1);
     dup2(x->warm ? devnull : efd, 2);
     int tokfd = dup(tfd);                  /* without CLOEXEC: the worker reads the token from it */
