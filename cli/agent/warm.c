@@ -129,11 +129,19 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
+/* Ends pid and reaps it, waiting 100 ms at most (else the agent's reaper will). */
+static void end_pid(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    for (int k = 0; k < 50 && waitpid(pid, NULL, WNOHANG) == 0; k++)
+        usleep(2000);
+}
+
 /* Forgets the slot's interpreter, whose resources were not handed over (kill: end it too). */
 static void clear(struct slot *s, bool kill_it)
 {
     if (s->pid > 0 && kill_it)
-        kill(s->pid, SIGKILL);
+        end_pid(s->pid);
     if (s->ctl >= 0)
         ddp_loop_del(W.loop, s->ctl);
     close_fd(&s->ctl);

@@ -61,6 +61,8 @@ def _import_all(os, sys, threading, imports, listed):
             try:
                 if os.sched_getscheduler(int(tid)) == os.SCHED_IDLE:
                     os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+            except ProcessLookupError:
+                pass  # a thread that ended meanwhile
             except OSError:
                 notes.append('idle')
     return notes

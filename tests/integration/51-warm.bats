@@ -11,6 +11,9 @@ PROBE="$REPO/tests/integration/py/warm_probe.py"
 setup() {
   "$PY" -c 'import torch' 2>/dev/null || skip "python3-torch is not installed (./dev.sh deps installs it)"
   cd "$BATS_TEST_TMPDIR"
+  # this test's jobs alone for ddprun stacks and status (another suite may run beside it)
+  export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR/run"
+  mkdir -m 700 "$XDG_RUNTIME_DIR"
 }
 
 teardown() {
