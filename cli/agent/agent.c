@@ -656,8 +656,9 @@ static void warm_say(int local_rank, const char *line)
 
 static void maybe_warm(void)
 {
-    if (!A.have_start || A.stopping || A.exiting || !ddp__warm_eligible(&A.st))
-        return;
+    if (!A.have_start || A.stopping || A.exiting || A.st.max_restarts == 0 ||
+        !ddp__warm_eligible(&A.st))
+        return; /* (a job that never restarts needs none) */
     int64_t now = ddp_now_ms();
     for (int i = 0; i < A.nw; i++) {
         const struct worker *w = &A.w[i];

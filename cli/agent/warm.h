@@ -17,8 +17,9 @@
  * environment, the command, the CPUs or the workdir differ; not ready; CUDA initialised by an
  * import; a listed import failed) the slot starts cold, and the interpreter is ended.
  *
- * Interpreters are made after the round's ranks here did their first collective (or ran 10 s),
- * and end with the round's command changing, warm: off, and the agent.
+ * Interpreters are made for a job that may restart (elastic.max_restarts above 0) after the
+ * round's ranks here did their first collective (or ran 10 s), and end with the round's command
+ * changing, warm: off, and the agent.
  */
 #ifndef DDP_CLI_AGENT_WARM_H
 #define DDP_CLI_AGENT_WARM_H
