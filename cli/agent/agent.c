@@ -534,21 +534,9 @@ static int spawn(struct worker *w)
     close(xp[0]);
     if (got == (ssize_t)sizeof(msg)) {
         w->exec_failed = true;
-        if (msg[0] == 1)
-            send_note(w, "ddprun agent: cannot enter workdir '%s': %s", A.st.workdir,
-                      strerror(msg[1]));
-        else {
-            /* where a program not found was looked for: the workdir for a relative path, the
-             * ranks' PATH for a bare name */
-            const char *cmd = A.st.shell[0] ? "/bin/sh" : A.st.argv[0];
-            char where[PATH_MAX + 64] = "";
-            if (msg[1] == ENOENT && !A.st.shell[0] && !strchr(cmd, '/'))
-                snprintf(where, sizeof(where), " (no such program on the ranks' PATH)");
-            else if (msg[1] == ENOENT && !A.st.shell[0] && cmd[0] != '/')
-                snprintf(where, sizeof(where), " (a path relative to the workdir, %s)",
-                         A.st.workdir);
-            send_note(w, "ddprun agent: cannot run '%s': %s%s", cmd, strerror(msg[1]), where);
-        }
+        char why[PATH_MAX + 512];
+        ddp__agent_exec_error(&A.st, msg[0], msg[1], why, sizeof(why));
+        send_note(w, "%s", why);
     } else {
         send_started(w, false);
         /* NUMA nodes are shared by design; cores only when ranks outnumber them */
@@ -565,23 +553,14 @@ static int spawn(struct worker *w)
  * the limit on open files, which a job of many local ranks reaches first. */
 static void spawn_failed(struct worker *w, int err)
 {
-    struct rlimit rl;
-    for (int i = 0; i < w->local_rank; i++)
-        if (A.w[i].exec_failed && A.w[i].pid == 0 && A.w[i].spawn_err == err) {
-            send_note(w, "ddprun agent: cannot start local rank %d: %s (as local rank %d)",
-                      w->local_rank, strerror(err), i);
-            w->spawn_err = err;
-            return;
-        }
+    int same = -1; /* a local rank before it that failed so */
+    for (int i = 0; i < w->local_rank && same < 0; i++)
+        if (A.w[i].exec_failed && A.w[i].pid == 0 && A.w[i].spawn_err == err)
+            same = i;
     w->spawn_err = err;
-    if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
-        send_note(w,
-                  "ddprun agent: cannot start local rank %d: %s (the limit on open files here "
-                  "is %llu, and the agent holds about 6 for each of its %d ranks: raise it with "
-                  "ulimit -n; ddprun doctor checks it)",
-                  w->local_rank, strerror(err), (unsigned long long)rl.rlim_cur, A.nw);
-    else
-        send_note(w, "ddprun agent: cannot start local rank %d: %s", w->local_rank, strerror(err));
+    char why[512];
+    ddp__agent_spawn_error(w->local_rank, err, same, A.nw, why, sizeof(why));
+    send_note(w, "%s", why);
 }
 
 static void start_workers(void)

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/banned.h"
@@ -235,4 +237,38 @@ void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int 
     ssize_t w = write(xfd, msg, sizeof(msg));
     (void)w;
     _exit(127);
+}
+
+void ddp__agent_exec_error(const struct ddp__agent_start *st, int what, int err, char *buf,
+                           size_t n)
+{
+    if (what == 1) {
+        snprintf(buf, n, "ddprun agent: cannot enter workdir '%s': %s", st->workdir, strerror(err));
+        return;
+    }
+    /* where a program not found was looked for: the workdir for a relative path, the ranks'
+     * PATH for a bare name */
+    const char *cmd = st->shell[0] ? "/bin/sh" : st->argv[0];
+    char where[PATH_MAX + 64] = "";
+    if (err == ENOENT && !st->shell[0] && !strchr(cmd, '/'))
+        snprintf(where, sizeof(where), " (no such program on the ranks' PATH)");
+    else if (err == ENOENT && !st->shell[0] && cmd[0] != '/')
+        snprintf(where, sizeof(where), " (a path relative to the workdir, %s)", st->workdir);
+    snprintf(buf, n, "ddprun agent: cannot run '%s': %s%s", cmd, strerror(err), where);
+}
+
+void ddp__agent_spawn_error(int lr, int err, int same, int nw, char *buf, size_t n)
+{
+    struct rlimit rl;
+    if (same >= 0)
+        snprintf(buf, n, "ddprun agent: cannot start local rank %d: %s (as local rank %d)", lr,
+                 strerror(err), same);
+    else if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(buf, n,
+                 "ddprun agent: cannot start local rank %d: %s (the limit on open files here is "
+                 "%llu, and the agent holds about 6 for each of its %d ranks: raise it with "
+                 "ulimit -n; ddprun doctor checks it)",
+                 lr, strerror(err), (unsigned long long)rl.rlim_cur, nw);
+    else
+        snprintf(buf, n, "ddprun agent: cannot start local rank %d: %s", lr, strerror(err));
 }

@@ -56,4 +56,12 @@ struct ddp__rank_exec {
 void ddp__agent_exec_rank(const struct ddp__rank_exec *x, int ofd, int efd, int tfd, int xfd,
                           int pfd, pid_t agent) __attribute__((noreturn));
 
+/* What the agent says of a rank whose process failed before its exec (what: 1 the workdir, 2
+ * the exec; err its errno): where a program not found was looked for. */
+void ddp__agent_exec_error(const struct ddp__agent_start *st, int what, int err, char *buf,
+                           size_t n);
+/* Of local rank lr that could not even be forked (err): as local rank same (-1: none) before it,
+ * or the limit on open files that nw ranks reach first. */
+void ddp__agent_spawn_error(int lr, int err, int same, int nw, char *buf, size_t n);
+
 #endif
