@@ -46,8 +46,6 @@ static struct {
     int n;
     bool unable; /* an interpreter could not wait or serve (no sitecustomize, CUDA, a listed
                     import failed): none is made again */
-    bool said_cuda; /* each warning once per agent */
-    char said_failed[1024];
 } W;
 
 void ddp__warm_init(struct ddp_loop *loop, void (*say)(int local_rank, const char *line))
@@ -298,7 +296,8 @@ fail:
     clear(s, false);
 }
 
-/* A line of what the interpreter found once its imports were done: whether it may serve. */
+/* A line of what the interpreter found once its imports were done: whether it may serve. The
+ * first that may not is said (or logged); after it the job's ranks all start cold. */
 static bool fit(struct slot *s, char *line)
 {
     int lr = (int)(s - W.s);
@@ -307,25 +306,18 @@ static bool fit(struct slot *s, char *line)
         char *name = line + 7, *colon = strstr(name, ": ");
         if (colon)
             *colon = '\0';
-        char key[260];
-        snprintf(key, sizeof(key), ",%s,", name);
-        size_t used = strlen(W.said_failed);
-        if (!strstr(W.said_failed, key) && used + strlen(key) < sizeof(W.said_failed)) {
-            snprintf(W.said_failed + used, sizeof(W.said_failed) - used, "%s", key);
-            snprintf(msg, sizeof(msg),
-                     "ddprun agent: warm.imports: cannot import %s (%s); ranks start cold", name,
-                     colon ? colon + 2 : "?");
+        snprintf(msg, sizeof(msg),
+                 "ddprun agent: warm.imports: cannot import %s (%s); ranks start cold", name,
+                 colon ? colon + 2 : "?");
+        if (!W.unable)
             W.say(lr, msg);
-        }
         return false;
     }
     if (strcmp(line, "cuda") == 0) {
-        if (!W.said_cuda) {
-            W.said_cuda = true;
+        if (!W.unable)
             W.say(lr, "ddprun agent: warm.imports initialised CUDA (libcuda is loaded in the "
                       "warm interpreter); ranks start cold: leave modules that touch the GPU "
                       "at import out of warm.imports");
-        }
         return false;
     }
     if (strcmp(line, "idle") == 0) {
@@ -548,12 +540,4 @@ void ddp__warm_drop_all(void)
     free(W.s);
     W.s = NULL;
     W.n = 0;
-}
-
-int ddp__warm_ready(void)
-{
-    int n = 0;
-    for (int i = 0; i < W.n; i++)
-        n += W.s[i].pid > 0 && W.s[i].ready;
-    return n;
 }

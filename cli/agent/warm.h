@@ -63,7 +63,5 @@ bool ddp__warm_owns(pid_t pid);
 bool ddp__warm_reaped(pid_t pid);
 /* Ends every interpreter (SIGKILL; reaped later). */
 void ddp__warm_drop_all(void);
-/* How many slots are ready. */
-int ddp__warm_ready(void);
 
 #endif
