@@ -315,9 +315,9 @@ static bool fit(struct slot *s, char *line)
     }
     if (strcmp(line, "cuda") == 0) {
         if (!W.unable)
-            W.say(lr, "ddprun agent: warm.imports initialised CUDA (libcuda is loaded in the "
-                      "warm interpreter); ranks start cold: leave modules that touch the GPU "
-                      "at import out of warm.imports");
+            W.say(lr, "ddprun agent: warm.imports initialised CUDA in the warm interpreter (or "
+                      "loaded libcuda, torch not a CUDA build); ranks start cold: leave modules "
+                      "that touch the GPU at import out of warm.imports");
         return false;
     }
     if (strcmp(line, "idle") == 0) {

@@ -68,13 +68,25 @@ def _import_all(os, sys, threading, imports, listed):
     return notes
 
 
-def _cuda(sys):
+def _cuda(os, sys):
+    """Whether CUDA was initialised here, or libcuda loaded by something not known to leave it so.
+    cuInit opens the driver's device files (/dev/nvidiactl, ...), whoever calls it. A CUDA build
+    of torch maps libcuda at import without initialising it (measured: torch 2.11+cu130 on an
+    H200), as a cold start's import does too; libcuda mapped with no such torch is a module's
+    own doing, which may have initialised it where no device file shows it."""
     try:
-        with open('/proc/self/maps') as f:
-            if any('libcuda.so' in line for line in f):
-                return True
+        for fd in os.listdir('/proc/self/fd'):
+            try:
+                if os.readlink('/proc/self/fd/' + fd).startswith('/dev/nvidia'):
+                    return True
+            except OSError:
+                pass  # closed meanwhile (the listing's own)
         t = sys.modules.get('torch')
-        return bool(t is not None and t.cuda.is_initialized())
+        if t is not None and t.cuda.is_initialized():
+            return True
+        with open('/proc/self/maps') as f:
+            mapped = any('libcuda.so' in line for line in f)
+        return mapped and not (t is not None and getattr(t.version, 'cuda', None))
     except Exception:
         return False
 
@@ -101,7 +113,7 @@ def main(spec, imports, listed):
     sint, sterm = spec.split(',')[3:5]
     names = [m for m in imports.split(',') if m]
     notes = _import_all(os, sys, threading, names, listed)
-    if _cuda(sys):
+    if _cuda(os, sys):
         notes.append('cuda')
     for f in (sys.stdout, sys.stderr):
         try:
