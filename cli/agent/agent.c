@@ -80,6 +80,7 @@ struct agent {
     struct ddp__agent_join join;
     struct ddp__agent_start st;
     bool have_join, have_start, stopping, exiting;
+    bool prepared; /* st is a PREPARE's (a spare's next START as it would be), no round's */
     bool leaving; /* exiting once the SSH bridges of the nodes below end (cli/agent/fanout.h) */
     bool hello;   /* the launcher on the link said HELLO (agent_proto.h) */
     struct ddp__member_lease *lease; /* the node's lease (cli/proto/membership.h), once joined */
@@ -441,8 +442,8 @@ static int rank_exec(struct worker *w, struct ddp__rank_exec *x)
 {
     int units = 0;
     w->bound = A.st.bind_to != DDP__BIND_NONE &&
-               ddp__cpubind_rank(A.st.bind_to, NULL, &A.allowed, A.nw, w->local_rank, &w->cpus,
-                                 &w->sharers, &units) == 0;
+               ddp__cpubind_rank(A.st.bind_to, NULL, &A.allowed, (int)A.st.nlocal, w->local_rank,
+                                 &w->cpus, &w->sharers, &units) == 0;
     *x = (struct ddp__rank_exec){.st = &A.st,
                                  .join = &A.join,
                                  .iface = A.iface,
@@ -652,6 +653,22 @@ static void maybe_warm(void)
     }
 }
 
+/* A spare's (PREPARE): an interpreter per slot at once, as its START would start the slot's
+ * rank; a spare runs nothing else meanwhile. */
+static void prepare_warm(void)
+{
+    if (A.st.max_restarts == 0 || !ddp__warm_eligible(&A.st)) {
+        ddp__warm_drop_all();
+        return;
+    }
+    for (int i = 0; i < (int)A.st.nlocal; i++) {
+        struct worker tmp = {.local_rank = i, .pydump = -1, .errfd = -1};
+        struct ddp__rank_exec x;
+        rank_exec(&tmp, &x);
+        ddp__warm_make(&x);
+    }
+}
+
 /* ---- diagnosis: the progress report and stacks (cli/diag/node.h) ---- */
 
 /* Every heartbeat interval: a line per rank started (those that exited: their page's last
@@ -820,17 +837,20 @@ static void on_frames(int fd)
                 ddp_loop_stop(loop);
                 return;
             }
-        } else if (type == DDP__AG_START && A.have_join && !A.have_start && !A.exiting) {
+        } else if ((type == DDP__AG_START || type == DDP__AG_PREPARE) && A.have_join &&
+                   !A.have_start && !A.exiting) {
+            if (A.prepared)
+                ddp__agent_start_release(&A.st);
+            A.prepared = false;
             if (ddp__agent_get_start(body, len, &A.st) < 0) {
-                fprintf(stderr, "ddprun agent: malformed START from the launcher\n");
+                fprintf(stderr, "ddprun agent: malformed %s from the launcher\n",
+                        type == DDP__AG_START ? "START" : "PREPARE");
                 goto protocol_error;
             }
             if (join_store(&A.st.store_addr) < 0 || pick_store_addr() < 0) {
                 fprintf(stderr, "ddprun agent: out of memory\n");
                 goto protocol_error;
             }
-            A.have_start = true;
-            A.stopping = false;
             char host[256];
             A.iface[0] = A.node_addr[0] = '\0';
             if (ddp__store_host(A.st.store_addr, A.join.etcd_endpoints, A.st.master_addr, host,
@@ -838,6 +858,13 @@ static void on_frames(int fd)
                 ddp__route_iface(host, A.iface, sizeof(A.iface), A.node_addr, sizeof(A.node_addr)) <
                     0)
                 A.iface[0] = A.node_addr[0] = '\0';
+            if (type == DDP__AG_PREPARE) {
+                A.prepared = true;
+                prepare_warm();
+                continue;
+            }
+            A.have_start = true;
+            A.stopping = false;
             /* The ranks reach the built-in store through this agent (not an etcd job's) */
             A.proxy[0] = '\0';
             int tport = 0;

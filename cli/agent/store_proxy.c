@@ -113,6 +113,9 @@ struct lconn {
     struct ddp_buf in, out;
     bool busy;       /* a request of its is not answered yet: the next waits */
     bool processing; /* lconn_process is taking its requests */
+    bool eof;        /* its client closed its end after requests not taken yet (a 1.13
+                        TCPStore client's SET asks no answer): they still are, answered to
+                        nobody, and the connection closes once they are */
     struct waiter *w;
     struct ddp_timer auth;
 };
@@ -136,6 +139,7 @@ static struct {
 
 static void lconn_close(struct lconn *c);
 static void lconn_process(struct lconn *c);
+static void lconn_take(struct lconn *c);
 static void torch_drop(struct lconn *c, const char *why);
 static void up_failed(struct up *u, const char *why);
 
@@ -216,6 +220,10 @@ static void up_flush(struct up *u)
 
 static void lconn_flush(struct lconn *c)
 {
+    if (c->eof) { /* nobody reads it */
+        c->out.len = c->out.off = 0;
+        return;
+    }
     if (flush_out(c->fd, &c->out) < 0)
         lconn_close(c);
 }
@@ -939,6 +947,14 @@ static void torch_drop(struct lconn *c, const char *why)
 
 static void lconn_process(struct lconn *c)
 {
+    lconn_take(c);
+    /* a closed client's: once its requests are taken (a WAIT of its is answered to nobody) */
+    if (c->fd >= 0 && c->eof && (!c->busy || c->w))
+        lconn_close(c);
+}
+
+static void lconn_take(struct lconn *c)
+{
     if (c->tp) {
         torch_process(c);
         return;
@@ -1023,8 +1039,18 @@ static void on_lconn(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         return;
     /* a rank far ahead of its answers (more than two frames of the largest size behind one) is
      * dropped, as the store drops such a client */
-    if (read_in(c->fd, &c->in, 2 * (size_t)DDP__MAX_FRAME) < 0 ||
-        ddp_buf_pending(&c->in) > 2 * (size_t)DDP__MAX_FRAME) {
+    int r = read_in(c->fd, &c->in, 2 * (size_t)DDP__MAX_FRAME);
+    if (ddp_buf_pending(&c->in) > 2 * (size_t)DDP__MAX_FRAME) {
+        lconn_close(c);
+        return;
+    }
+    if (r < 0 && errno == 0 && ddp_buf_pending(&c->in)) {
+        /* its end came with requests read with it (on a busy machine a client's last request
+         * and its close arrive together): they are taken first */
+        c->eof = true;
+        ddp_loop_del(P.loop, c->fd);
+        c->out.len = c->out.off = 0;
+    } else if (r < 0) {
         lconn_close(c);
         return;
     }

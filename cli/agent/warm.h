@@ -18,7 +18,8 @@
  * import; a listed import failed) the slot starts cold, and the interpreter is ended.
  *
  * Interpreters are made for a job that may restart (elastic.max_restarts above 0) after the
- * round's ranks here did their first collective (or ran 10 s), and end with the round's command
+ * round's ranks here did their first collective (or ran 10 s), on a spare node at once (its
+ * PREPARE: the START it would get, cli/proto/agent_proto.h), and end with the round's command
  * changing, warm: off, and the agent.
  */
 #ifndef DDP_CLI_AGENT_WARM_H

@@ -136,7 +136,12 @@ static int put_list(struct ddp_buf *b, char *const *v)
 
 int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st)
 {
-    size_t pos = ddp__agent_begin(b, DDP__AG_START);
+    return ddp__agent_put_start_as(b, DDP__AG_START, st);
+}
+
+int ddp__agent_put_start_as(struct ddp_buf *b, uint8_t type, const struct ddp__agent_start *st)
+{
+    size_t pos = ddp__agent_begin(b, type);
     int r = 0;
     r |= put_s(b, st->token);
     r |= put_s(b, st->store_addr);

@@ -16,10 +16,10 @@
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
-/* The frames' protocol: 3 since the SSH tree's frames (cli/proto/agent_tree.h); 2 since each
- * end says HELLO first, with ERROR (1: the ones before). Raised whenever a frame changes; the
- * ends of a link must speak the same one. */
-#define DDP__AGENT_PROTO 4u
+/* The frames' protocol: 5 since PREPARE; 4 since STARTED says warm; 3 since the SSH tree's
+ * frames (cli/proto/agent_tree.h); 2 since each end says HELLO first, with ERROR (1: the ones
+ * before). Raised whenever a frame changes; the ends of a link must speak the same one. */
+#define DDP__AGENT_PROTO 5u
 #define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
 #define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
 
@@ -42,6 +42,12 @@ enum ddp__agent_msg {
                            or another protocol, ends the link: the launcher names both
                            versions; an agent says so only to a launcher that sent no HELLO
                            (one that did names the mismatch itself) */
+
+    /* A spare's START as it would be were the node taken in now (the running round's values):
+     * its agent makes warm interpreters for its slots (cli/agent/warm.h) and starts nothing; the
+     * next START or PREPARE replaces it. (0x09-0x0D: agent_wire.h, agent_tree.h.) */
+    DDP__AG_PREPARE = 0x0E,
+
     /* agent -> launcher */
     DDP__AG_STARTED = 0x81,      /* u32 local_rank, u32 pid, u8 warm (1: from a warm
                                     interpreter, cli/agent/warm.h) */
@@ -168,8 +174,9 @@ struct ddp__agent_start {
     char **warm_imports;  /* the modules a warm interpreter imports (NULL-terminated) */
 };
 
-/* Appends a START frame to b. */
+/* Appends a START frame to b; _as: a frame of type (START or PREPARE) with its body. */
 int ddp__agent_put_start(struct ddp_buf *b, const struct ddp__agent_start *st);
+int ddp__agent_put_start_as(struct ddp_buf *b, uint8_t type, const struct ddp__agent_start *st);
 /* Parses a START frame body (after the type byte). 0, or DDP_EPROTO/ENOMEM. */
 int ddp__agent_get_start(const uint8_t *body, size_t len, struct ddp__agent_start *st);
 void ddp__agent_start_release(struct ddp__agent_start *st);

@@ -524,11 +524,12 @@ int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *
     return ddp_loop_add(n->loop, p->ch.out_fd, DDP_LOOP_READ, on_out, p);
 }
 
-void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st)
+void ddp__nodes_start_round(struct ddp__nodes *n, int i, uint8_t type,
+                            const struct ddp__agent_start *st)
 {
     struct ddp_buf b;
     ddp_buf_init(&b);
-    if (ddp__agent_put_start(&b, st) == 0)
+    if (ddp__agent_put_start_as(&b, type, st) == 0)
         ddp__nodes_send(n, i, &b);
     explicit_bzero(b.data, b.len);
     ddp_buf_release(&b);

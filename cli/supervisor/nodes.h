@@ -120,8 +120,9 @@ void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver);
 /* Starts the agents ddp__nodes_start left pending as their provisioner's groups (one srun step
  * for the nodes of one CPU count): call it after starting a round's nodes. 0, or -1 said. */
 int ddp__nodes_flush(struct ddp__nodes *n);
-/* START for a round. */
-void ddp__nodes_start_round(struct ddp__nodes *n, int i, const struct ddp__agent_start *st);
+/* START for a round (type DDP__AG_START), or a spare's PREPARE (DDP__AG_PREPARE). */
+void ddp__nodes_start_round(struct ddp__nodes *n, int i, uint8_t type,
+                            const struct ddp__agent_start *st);
 /* STOP: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms; grace_ms 0 kills at once. */
 void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig);
 /* SIGNAL: sig to each running worker. */

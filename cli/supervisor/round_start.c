@@ -94,9 +94,69 @@ void ddp__sup_node_agent_addr(int i, char *out, size_t n)
     node_addr(i, addr, wildcard, ddp__supervisor.agent_port, out, n);
 }
 
-int ddp__sup_start_round(char *why, size_t whylen)
+/* Node i's START (a member's), or its PREPARE (a spare's START as it would be were it taken
+ * in now, the round's values the running round's: cli/proto/agent_proto.h). */
+static void send_start(int i, uint8_t type, const char *master, int master_port, char **env)
 {
     static char torch[] = "torch", *warm_default[] = {torch, NULL}; /* warm.imports' default */
+    const struct ddp_job *j = ddp__supervisor.job;
+    const struct ddp__sup_node *a = &ddp__supervisor.nd[i];
+    bool member = type == DDP__AG_START;
+    char node_store[1024], store_host[300], node_master[1024];
+    int store_port;
+    ddp__sup_node_store_addr(i, node_store, sizeof(node_store));
+    /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it
+     * (where the node is offered several addresses, the one its agent reached: it puts
+     * it in place of the list). */
+    snprintf(node_master, sizeof(node_master), "%s", master);
+    if (ddp__supervisor.torch_port && strchr(node_store, ','))
+        snprintf(node_master, sizeof(node_master), "%s", node_store);
+    else if (ddp__supervisor.torch_port &&
+             ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
+        snprintf(node_master, sizeof(node_master), "%s", store_host);
+    struct ddp__agent_start st = {
+        .token = ddp__supervisor.token,
+        .store_addr = node_store,
+        .job_id = ddp__supervisor.job_id,
+        .host_label = j->nodes[i].host,
+        .master_addr = node_master,
+        .master_port = (uint32_t)master_port,
+        .node_rank = (uint32_t)(member ? a->member_index : ddp__supervisor.nmembers),
+        .nnodes = (uint32_t)(ddp__supervisor.nmembers + !member),
+        .world_size = (uint32_t)(ddp__supervisor.world + (member ? 0 : j->nodes[i].slots)),
+        .rank_offset = (uint32_t)(member ? a->rank_offset : ddp__supervisor.world),
+        .nlocal = (uint32_t)j->nodes[i].slots,
+        .restart_count = (uint32_t)ddp__supervisor.round,
+        .max_restarts = (uint32_t)j->max_restarts,
+        .grace_ms = (uint64_t)j->stop_grace_ms,
+        .workdir = j->workdir,
+        .backend = j->backend,
+        .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
+        .shell = j->shell ? j->shell : "",
+        .argv = j->argv,
+        .env = env,
+        /* local ranks inherit this shell's whole environment */
+        .shell_env = ddp__job_host_is_local(j->nodes[i].host) ? NULL : ddp__supervisor.shell_env,
+        .agent_store = ddp__supervisor.torch_port != 0,
+        .bind_to = (uint8_t)j->bind_to,
+        .warm = !j->warm_off,
+        .warm_listed = j->warm_listed,
+        .warm_imports = j->warm_imports ? j->warm_imports : warm_default};
+    ddp__nodes_start_round(&ddp__supervisor.nodes, i, type, &st);
+}
+
+void ddp__sup_prepare_spare(int i)
+{
+    const struct ddp_job *j = ddp__supervisor.job;
+    /* (a pipeline's ranks get a round's own environment: a spare's could not be foreseen) */
+    if (ddp__supervisor.ph != DDP__PH_RUNNING || ddp__supervisor.nd[i].state != DDP__NS_READY ||
+        j->warm_off || j->max_restarts == 0 || j->pipe.on)
+        return;
+    send_start(i, DDP__AG_PREPARE, "127.0.0.1", 0, ddp__supervisor.env);
+}
+
+int ddp__sup_start_round(char *why, size_t whylen)
+{
     const struct ddp_job *j = ddp__supervisor.job;
     ddp__sup_release_ranks();
     int room = 0; /* the round's ranks, as its nodes counted them */
@@ -183,56 +243,14 @@ int ddp__sup_start_round(char *why, size_t whylen)
     ddp__rcv_mark(DDP__RCV_FORMED);
     ddp__supervisor.ph = DDP__PH_RUNNING;
     ddp__sup_set_phase(ddp__supervisor.round ? "restarting workers" : "starting workers");
-    for (size_t i = 0; i < j->nnodes; i++) {
-        struct ddp__sup_node *a = &ddp__supervisor.nd[i];
-        if (a->state != DDP__NS_RUNNING)
-            continue;
-        char node_store[1024], store_host[300], node_master[1024];
-        int store_port;
-        ddp__sup_node_store_addr((int)i, node_store, sizeof(node_store));
-        /* With the launcher's TCPStore port, MASTER_ADDR is this machine as the node sees it
-         * (where the node is offered several addresses, the one its agent reached: it puts
-         * it in place of the list). */
-        snprintf(node_master, sizeof(node_master), "%s", master);
-        if (ddp__supervisor.torch_port && strchr(node_store, ','))
-            snprintf(node_master, sizeof(node_master), "%s", node_store);
-        else if (ddp__supervisor.torch_port &&
-                 ddp_parse_hostport(node_store, store_host, sizeof(store_host), &store_port) == 0)
-            snprintf(node_master, sizeof(node_master), "%s", store_host);
-        struct ddp__agent_start st = {
-            .token = ddp__supervisor.token,
-            .store_addr = node_store,
-            .job_id = ddp__supervisor.job_id,
-            .host_label = j->nodes[i].host,
-            .master_addr = node_master,
-            .master_port = (uint32_t)master_port,
-            .node_rank = (uint32_t)a->member_index,
-            .nnodes = (uint32_t)ddp__supervisor.nmembers,
-            .world_size = (uint32_t)ddp__supervisor.world,
-            .rank_offset = (uint32_t)a->rank_offset,
-            .nlocal = (uint32_t)j->nodes[i].slots,
-            .restart_count = (uint32_t)ddp__supervisor.round,
-            .max_restarts = (uint32_t)j->max_restarts,
-            .grace_ms = (uint64_t)j->stop_grace_ms,
-            .workdir = j->workdir,
-            .backend = j->backend,
-            .checkpoint_dir = j->checkpoint_dir ? j->checkpoint_dir : "",
-            .shell = j->shell ? j->shell : "",
-            .argv = j->argv,
-            .env = env,
-            /* local ranks inherit this shell's whole environment */
-            .shell_env =
-                ddp__job_host_is_local(j->nodes[i].host) ? NULL : ddp__supervisor.shell_env,
-            .agent_store = ddp__supervisor.torch_port != 0,
-            .bind_to = (uint8_t)j->bind_to,
-            .warm = !j->warm_off,
-            .warm_listed = j->warm_listed,
-            .warm_imports = j->warm_imports ? j->warm_imports : warm_default};
-        ddp__nodes_start_round(&ddp__supervisor.nodes, (int)i, &st);
-    }
+    for (size_t i = 0; i < j->nnodes; i++)
+        if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING)
+            send_start((int)i, DDP__AG_START, master, master_port, env);
     for (int k = 0; k < nowned; k++)
         free(env[k]);
     if (env != ddp__supervisor.env)
         free(env);
+    for (size_t i = 0; i < j->nnodes; i++) /* the spares keep warm interpreters ready */
+        ddp__sup_prepare_spare((int)i);
     return 0;
 }

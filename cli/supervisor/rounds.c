@@ -362,6 +362,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
             ddp__nodes_close(&ddp__supervisor.nodes, i);
         else
             rdzv_check();
+        ddp__sup_prepare_spare(i); /* joined while a round runs: a spare until the next */
         return;
     }
     if (type == DDP__AG_DONE) {

@@ -222,6 +222,10 @@ const char *ddp__sup_node_addr(int i);
 /* Numbers the ready members' ranks and sends each START (the round's phase begins); -1 with
  * why (at least 16 bytes) when the round cannot start: then no member was started. */
 int ddp__sup_start_round(char *why, size_t whylen);
+/* Node i, joined and waiting while a round runs (a spare), is sent PREPARE, so that its agent
+ * keeps warm interpreters ready for its slots (cli/agent/warm.h): where the job may restart,
+ * warm is on, and no pipeline plans each round's environment. */
+void ddp__sup_prepare_spare(int i);
 /* Room for n ranks in L.rk (grown as nodes count their slots, cli/supervisor/node_slots.c); -1 when
  * out of memory. */
 int ddp__sup_ranks_reserve(int n);

@@ -156,7 +156,50 @@ assert 0 <= r["stopped_ms"] <= r["formed_ms"] <= r["started_ms"] < r["group_form
   done
 }
 
-@test "on SSH test hosts, a host's agent and ranks SIGKILLed, then all of another host: lost as killed, each next round forms without a drain, and the survivors restart warm" {
+@test "a spare keeps warm interpreters ready: taken in for a lost node, its rank starts warm" {
+  cat >job.yaml <<EOF
+command: [$PY, $REPO/bench/elastic_worker.py]
+nodes: [{host: localhost}, {host: 127.0.0.1}, {host: "::1"}]
+elastic: {min_nodes: 1, max_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+logs: {dir: logs}
+stop_grace: 2s
+EOF
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for_line out.txt 90 "TRAINING restart=0"
+  members=$(ev_field membership nodes)
+  victim=$(echo "$members" | cut -d, -f2 | tr -d ' ')
+  spare=""
+  for h in localhost 127.0.0.1 ::1; do [[ ", $members," == *", $h,"* ]] || spare=$h; done
+  [ -n "$spare" ]
+  # an interpreter for each member's slot, and the spare's (its agent was sent PREPARE)
+  for _ in $(seq 600); do [ "$(warm_count)" -ge 3 ] && break; sleep 0.1; done
+  [ "$(warm_count)" -eq 3 ]
+  # the second member's agent dies: the parent of the rank (not a warm interpreter) whose
+  # DDPRUN_NODE is that node
+  agent=""
+  for e in /proc/[0-9]*/environ; do
+    tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "DDPRUN_NODE=$victim" || continue
+    p=${e#/proc/}
+    p=${p%/environ}
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddprun-warm ] && continue
+    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
+    tr '\0' ' ' <"/proc/$pp/cmdline" 2>/dev/null | grep -q '^ddprun agent' && { agent=$pp; break; }
+  done
+  [ -n "$agent" ]
+  kill -9 "$agent"
+  wait_for_line out.txt 60 "TRAINING restart=1"
+  wait_event recovery
+  ev_field membership nodes | tail -n1 | grep -q "$spare"
+  # both ranks of the next round started warm: the survivor's and the spare's
+  [ "$(ev_field recovery warm_ranks)" = 2 ] || { events; cat out.txt; false; }
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  no_warm_left
+}
+
+@test "on SSH test hosts, a host's agent and ranks SIGKILLed, then all of another host: lost as killed, each next round forms without a drain, and the survivors and the node that came back restart warm" {
   [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
   sshd_setup
   [ -n "$SSHD_NETNS" ] || skip "needs network namespaces"
@@ -191,7 +234,14 @@ assert 0 <= r["stopped_ms"] <= r["formed_ms"] <= r["started_ms"] < r["group_form
   # sshd said how the agent ended (exit-signal): its ranks went with it (their parent-death
   # signal), so the next round did not wait DDP__SUP_DRAIN_MS (1 s) for them
   grep -q "node '$(sshd_addr 3)' lost: the SSH connection to it ended (its agent was killed by signal 9)" out.txt || { cat out.txt; return 1; }
-  for _ in $(seq 600); do [ "$(warm_count)" -ge 2 ] && break; sleep 0.1; done
+  # node 3, tried again, joins while round 1 runs and waits for the next: sent PREPARE, its agent
+  # keeps a warm interpreter too (beside the members' two)
+  for _ in $(seq 600); do
+    [ "$(events | grep '"event": "node_joined"' | grep -c "\"$(sshd_addr 3)\"")" -ge 2 ] && break
+    sleep 0.1
+  done
+  for _ in $(seq 600); do [ "$(warm_count)" -ge 3 ] && break; sleep 0.1; done
+  [ "$(warm_count)" -eq 3 ] || { ps -ef | grep -e ddprun-warm -e "ddprun agent"; false; }
   # node 2: everything but its listening sshd (the session's sshd too: no exit-signal); the
   # store saw its agent's connection close, so again no drain
   sshd=$(cat "$SSH_DIR/node2/sshd.pid")
@@ -205,7 +255,9 @@ assert 0 <= r["stopped_ms"] <= r["formed_ms"] <= r["started_ms"] < r["group_form
     [ "$formed" -lt 1000 ] # (a drain would make it 1000 or more)
   done
   grep -q '"warm_ranks": 2' <<<"$(events | grep '"event": "recovery"' | sed -n 1p)"
-  grep -q '"warm_ranks": 1' <<<"$(events | grep '"event": "recovery"' | sed -n 2p)"
+  # round 2: nodes 1 and 3, both ranks warm (node 3's from the interpreter PREPARE made)
+  ev_field membership nodes | tail -n1 | grep -q "$(sshd_addr 3)"
+  grep -q '"warm_ranks": 2' <<<"$(events | grep '"event": "recovery"' | sed -n 2p)"
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
   DDP_PID=

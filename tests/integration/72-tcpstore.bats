@@ -22,7 +22,7 @@ checks() { # mode [extra yaml]
 @test "torch's own TCPStore client: set, get, add, compare_set, wait (and its timeout), check, num_keys, delete_key" {
   checks ops
   assert_success
-  assert_output --partial "ok: set, get, add, compare_set, wait, check, num_keys, delete_key, wait timeout"
+  assert_output --partial "ok: set, get, add, compare_set, wait, check, num_keys, delete_key, wait timeout, set and close"
   run "$DDPRUN" plan job.yaml
   assert_output --partial "MASTER_PORT=<its agent's TCPStore port, which relays to the launcher's> TORCHELASTIC_USE_AGENT_STORE=True"
 }
