@@ -158,6 +158,18 @@ final_acc() { grep -o 'test-acc [0-9.]*' "$1" | tail -n1 | cut -d' ' -f2; }
   ! grep -q "round 1" out.txt || false
 }
 
+@test "a node fails inside salloc (Slurm ends the allocation: NODE_FAIL): ddprun names it and exits 75, worth requeueing" {
+  fmnist_job
+  salloc_job
+  slurm_kill_node 3
+  scontrol update NodeName=n3 State=DOWN Reason=killed-by-the-test
+  rc=0; wait "$pid" || rc=$?
+  [ "$rc" -eq 75 ] || { cat out.txt; return 1; }
+  # (ddprun may see the node lost and open round 1 before Slurm ends the allocation, as it would
+  # on a cluster, where Slurm declares a node down only after SlurmdTimeout)
+  grep -q "the Slurm allocation [0-9]* ended (NODE_FAIL); stopping the job" out.txt
+}
+
 @test "scancel of a batch job: ddprun stops on Slurm's SIGTERM (status 130); nothing is left" {
   fmnist_job
   printf '#!/bin/sh\nexec ddprun job.yaml\n' >job.sbatch
