@@ -12,7 +12,9 @@
 # 3 attempts), monitor interval 0.1 s. For ddprun with warm ranks, the phases of its recovery
 # timeline (the recovery event: seconds after the loss was detected until the old ranks stopped,
 # the round formed, the ranks started, their process groups formed and their first all-reduce
-# was done). No checkpoint is written (replicated checkpoints are not measured yet).
+# was done). The row "3+1" has a spare node beyond elastic.max_nodes 3, which takes the lost
+# node's place: warm, it restarts from the interpreters its agent keeps since it joined. No
+# checkpoint is written (replicated checkpoints are not measured yet).
 # Medians of RUNS runs. Needs root, openssh-server, iproute2 and python3-torch.
 # Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
@@ -51,11 +53,11 @@ node_job_pids() { sshd_tree "$1" | cut -s -d' ' -f2-; }
 
 warm_ready() { ps -eo stat=,comm= | awk '$2 == "ddprun-warm" && $1 !~ /^Z/' | wc -l; }
 
-ddprun_run() { # nodes warm(on|off) loss(killed|hung) -> "detect recover stopped formed started groups first"
-  local n=$1 warm=$2 loss=$3
-  ssh_job job.yaml 1 $(seq "$n") -- "$PY" "$REPO/bench/elastic_worker.py"
+ddprun_run() { # nodes warm(on|off) loss(killed|hung) [spares] -> "detect recover stopped formed started groups first"
+  local n=$1 warm=$2 loss=$3 spares=${4:-0}
+  ssh_job job.yaml 1 $(seq $((n + spares))) -- "$PY" "$REPO/bench/elastic_worker.py"
   cat >>job.yaml <<JOB
-elastic: {min_nodes: 1, max_restarts: 3, heartbeat_interval: 5s, heartbeat_timeout: 15s}
+elastic: {min_nodes: 1, max_nodes: $n, max_restarts: 3, heartbeat_interval: 5s, heartbeat_timeout: 15s}
 rendezvous: {last_call: 1s}
 warm: $warm
 JOB
@@ -64,10 +66,17 @@ JOB
   local ddp=$!
   wait_for out.txt "TRAINING restart=0"
   sleep 1
-  if [ "$warm" = on ]; then # every node's warm interpreter is ready (made after the first collective)
-    for _ in $(seq 300); do [ "$(warm_ready)" -ge "$n" ] && break; sleep 0.1; done
+  if [ "$warm" = on ]; then # every node's warm interpreter is ready (made after the first
+    # collective; a spare's at once)
+    for _ in $(seq 300); do [ "$(warm_ready)" -ge $((n + spares)) ] && break; sleep 0.1; done
   fi
-  local t0 pids; pids=$(node_job_pids "$n")
+  # the node lost: the last member to join (rank 0, which prints, is on the first)
+  local victim=$n members k
+  members=$(grep '"event": "membership"' logs/*/events.jsonl | head -n1 | grep -o '"nodes": "[^"]*' | cut -d'"' -f4)
+  for k in $(seq $((n + spares))); do
+    [ "$(sshd_addr "$k")" = "$(echo "$members" | tr ',' '\n' | tail -n1 | tr -d ' ')" ] && victim=$k
+  done
+  local t0 pids; pids=$(node_job_pids "$victim")
   t0=$(now)
   if [ "$loss" = killed ]; then kill -9 $pids; else kill -STOP $pids; fi
   wait_for out.txt "TRAINING restart=1"
@@ -82,7 +91,7 @@ JOB
   if [ "$loss" = hung ]; then kill -CONT $pids 2>/dev/null || true; fi
   kill -INT "$ddp"; wait "$ddp" || true
   kill -9 $pids 2>/dev/null || true
-  sshd_start "$n" >/dev/null 2>&1 || true # back for the next run (the key is known already)
+  sshd_start "$victim" >/dev/null 2>&1 || true # back for the next run (the key is known already)
   awk -v a="$t0" -v l="$tl" -v r="$tr" -v p="$phases" 'BEGIN { printf "%.3f %.3f%s\n", l - a, r - a, p }'
 }
 
@@ -117,22 +126,29 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^>/) printf ">%.0fx", substr
 echo "# $(date -u +%F) $(nproc) cores; torch $($PY -c 'import torch; print(torch.__version__)')"
 echo "| nodes | loss | ddprun detection s | ddprun cold s | ddprun warm s | torchrun s | torchrun / ddprun warm | warm: stopped | formed | started | groups formed | first all-reduce |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-IFS=, read -r -a ROWS <<<"${ROWS:-2 killed,3 killed,4 killed,4 hung}" # (ROWS: some of them)
+# "3+1": 3 nodes and a spare (beyond elastic.max_nodes), which takes the lost node's place; no
+# torchrun beside it (its agents beyond --nnodes's maximum are not spares of a round)
+IFS=, read -r -a ROWS <<<"${ROWS:-2 killed,3 killed,3+1 killed,4 killed,4 hung}" # (ROWS: some of them)
 for row in "${ROWS[@]}"; do
   set -- $row
-  n=$1 loss=$2
+  loss=$2 n=${1%+*} sp=0
+  [[ $1 == *+* ]] && sp=${1#*+}
   : >c.txt; : >w.txt; : >t.txt
   for _ in $(seq "$RUNS"); do
-    [ "$loss" = killed ] && ddprun_run "$n" off "$loss" >>c.txt
-    ddprun_run "$n" on "$loss" >>w.txt
-    torchrun_run "$n" "$loss" >>t.txt
+    [ "$loss" = killed ] && ddprun_run "$n" off "$loss" "$sp" >>c.txt
+    ddprun_run "$n" on "$loss" "$sp" >>w.txt
+    [ "$sp" = 0 ] && torchrun_run "$n" "$loss" >>t.txt
   done
   det=$(cut -d' ' -f1 w.txt | median); warm=$(cut -d' ' -f2 w.txt | median)
   cold=-; [ -s c.txt ] && cold=$(cut -d' ' -f2 c.txt | median)
-  trr=">60" # (a median: when most runs did not recover within 60 s, that)
-  [ "$(grep -c '^>' t.txt)" -le $((RUNS / 2)) ] && trr=$(grep -v '^>' t.txt | median)
+  trr=- rat=-
+  if [ "$sp" = 0 ]; then
+    trr=">60" # (a median: when most runs did not recover within 60 s, that)
+    [ "$(grep -c '^>' t.txt)" -le $((RUNS / 2)) ] && trr=$(grep -v '^>' t.txt | median)
+    rat=$(ratio "$trr" "$warm")
+  fi
   ph=""
   for c in 3 4 5 6 7; do ph="$ph | $(cut -d' ' -f$c w.txt | median)"; done
-  printf '| %d | %s | %s | %s | %s | %s | %s%s |\n' "$n" "$loss" "$det" "$cold" "$warm" "$trr" \
-    "$(ratio "$trr" "$warm")" "$ph"
+  printf '| %s | %s | %s | %s | %s | %s | %s%s |\n' "$1" "$loss" "$det" "$cold" "$warm" "$trr" \
+    "$rat" "$ph"
 done
