@@ -39,7 +39,7 @@ elastic: {max_restarts: 2}
 logs: {dir: logs}
 stop_grace: 5s
 warm: $2
-env: {OUT: "$BATS_TEST_TMPDIR/$1/out", WAIT_WARM: "$([ "$2" = off ] && echo 0 || echo 1)"}
+env: {OUT: "$BATS_TEST_TMPDIR/$1/out", WAIT_WARM: "$([ "$2" = off ] && echo 0 || echo 1)", WAIT_RECORDED: "1"}
 EOF
   local rc=0
   (cd "$1" && "$DDPRUN" job.yaml >out.txt 2>&1) || rc=$?
@@ -91,7 +91,6 @@ PY
   for d in cold warm; do
     (cd "$d" && events | grep '"event": "worker_failed"' | grep -o '"rank": [0-9]*.*"stopped_by_ddprun": [a-z]*' >../"$d.failed")
   done
-  cat warm.failed
   diff cold.failed warm.failed
   [ "$(wc -l <warm.failed)" -ge 3 ] || { (cd warm && events); false; }
   # the timeline says so: both ranks of both restarts warm; a warm restart's process groups
@@ -101,6 +100,8 @@ PY
   (cd warm && events | grep '"event": "recovery"' | head -n1 | "$PY" -c '
 import json, sys
 r = json.loads(sys.stdin.read())
+ks = ("stopped_ms", "formed_ms", "started_ms", "group_formed_ms", "first_collective_ms")
+assert all(r[k] is not None for k in ks), r
 assert 0 <= r["stopped_ms"] <= r["formed_ms"] <= r["started_ms"] < r["group_formed_ms"] <= r["first_collective_ms"], r')
 }
 

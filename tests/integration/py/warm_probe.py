@@ -7,6 +7,7 @@ import sys
 
 PRE = sorted(m for m in ('torch', 'numpy', 'warm_cudastub') if m in sys.modules)
 
+import glob  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
@@ -66,6 +67,17 @@ def waiting_warm():
         time.sleep(0.2)
 
 
+def first_collective_recorded(rnd):
+    """The launcher recorded round rnd's first collective (the last phase of the recovery into it)
+    in the job's events (its logs folder under the working folder)."""
+    for path in glob.glob('logs/*/events.jsonl'):
+        with open(path) as f:
+            for line in f:
+                if '"event": "first_collective"' in line and '"round": %d,' % rnd in line:
+                    return True
+    return False
+
+
 def main():
     mode = sys.argv[1]
     rnd, rank = int(os.environ['TORCHELASTIC_RESTART_COUNT']), int(os.environ['RANK'])
@@ -80,6 +92,10 @@ def main():
     if os.environ.get('WAIT_WARM') == '1' and rnd < 2:
         t0 = time.time()  # the next round starts warm in both slots
         while warm_siblings() < 2 and time.time() - t0 < 60:
+            time.sleep(0.05)
+    if os.environ.get('WAIT_RECORDED') == '1' and rnd < 2:
+        t0 = time.time()  # the round's recovery has all its phases before the round fails
+        while not first_collective_recorded(rnd) and time.time() - t0 < 60:
             time.sleep(0.05)
     while os.environ.get('WAIT_FILE') and not os.path.exists(os.environ['WAIT_FILE']):
         time.sleep(0.05)
