@@ -390,13 +390,7 @@ JOB
   for h in localhost 127.0.0.1 ::1; do [[ ", $members," == *", $h,"* ]] || spare=$h; done
   [ -n "$spare" ]
   # the agent of the second member (the parent of the rank that runs there) dies
-  agent=""
-  for e in /proc/[0-9]*/environ; do
-    tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "DDPRUN_NODE=$victim" || continue
-    p=${e#/proc/}; p=${p%/environ}
-    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
-    tr '\0' ' ' <"/proc/$pp/cmdline" 2>/dev/null | grep -q '^ddprun agent' && { agent=$pp; break; }
-  done
+  agent=$(local_agent_of "$victim")
   [ -n "$agent" ]
   kill -9 "$agent"
   rc=0; wait "$ddp" || rc=$?

@@ -176,17 +176,8 @@ EOF
   # an interpreter for each member's slot, and the spare's (its agent was sent PREPARE)
   for _ in $(seq 600); do [ "$(warm_count)" -ge 3 ] && break; sleep 0.1; done
   [ "$(warm_count)" -eq 3 ]
-  # the second member's agent dies: the parent of the rank (not a warm interpreter) whose
-  # DDPRUN_NODE is that node
-  agent=""
-  for e in /proc/[0-9]*/environ; do
-    tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "DDPRUN_NODE=$victim" || continue
-    p=${e#/proc/}
-    p=${p%/environ}
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddprun-warm ] && continue
-    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
-    tr '\0' ' ' <"/proc/$pp/cmdline" 2>/dev/null | grep -q '^ddprun agent' && { agent=$pp; break; }
-  done
+  # the second member's agent dies
+  agent=$(local_agent_of "$victim")
   [ -n "$agent" ]
   kill -9 "$agent"
   wait_for_line out.txt 60 "TRAINING restart=1"

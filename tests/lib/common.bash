@@ -73,3 +73,18 @@ wait_for_line() {
 store_port() {
   echo "${STORE_ADDR##*:}"
 }
+
+# The pid of the local agent of node NODE (a job's host label): the parent of a rank, not a warm
+# interpreter, whose DDPRUN_NODE is NODE; empty when none is found.
+local_agent_of() {
+  local e p pp
+  for e in /proc/[0-9]*/environ; do
+    tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "DDPRUN_NODE=$1" || continue
+    p=${e#/proc/}
+    p=${p%/environ}
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddprun-warm ] && continue
+    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
+    tr '\0' ' ' <"/proc/$pp/cmdline" 2>/dev/null | grep -q '^ddprun agent' && { echo "$pp"; return 0; }
+  done
+  return 0
+}
