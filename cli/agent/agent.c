@@ -22,6 +22,8 @@
 #include "cli/agent/link.h"
 #include "cli/agent/store_proxy.h"
 #include "cli/agent/warm.h"
+#include "cli/agent/ckpt_repl.h"
+#include "cli/proto/ckpt_proto.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/agent/agent.h"
 #include "cli/sys/sys.h"
@@ -83,6 +85,8 @@ struct agent {
     bool prepared; /* st is a PREPARE's (a spare's next START as it would be), no round's */
     bool leaving; /* exiting once the SSH bridges of the nodes below end (cli/agent/fanout.h) */
     bool hello;   /* the launcher on the link said HELLO (agent_proto.h) */
+    bool held;    /* a START waits for its restore (cli/agent/ckpt_repl.h) */
+    uint32_t round; /* the round of the last START (a checkpoint file's, once it ended) */
     struct ddp__member_lease *lease; /* the node's lease (cli/proto/membership.h), once joined */
     struct ddp__guard *guard;        /* its guard (cli/agent/guard.h), once joined */
     char iface[64];     /* this node's interface toward the store: the ranks' network default */
@@ -170,6 +174,7 @@ static void send_note(struct worker *w, const char *fmt, ...)
 
 static void finish_if_done(void);
 static void state_of(struct ddp_buf *out, bool done);
+static void start_workers(void);
 
 /* Reports a worker's exit once its status is known and both pipes are drained. */
 static void maybe_report(struct worker *w)
@@ -284,6 +289,10 @@ static void start_stop(const char *why, int sig)
         return;
     A.stopping = true;
     A.stop_sig = sig;
+    if (A.held && !ddp__cr_restoring()) { /* a START whose restore failed: never started */
+        A.held = false;
+        start_workers();
+    }
     DDP_DEBUG(SUP, "agent stopping its workers with %s: %s", sigabbrev_np(sig), why);
     if (A.unreported > 0) {
         /* The whole process group: workers and what they started (our own copy, through the
@@ -783,6 +792,59 @@ static int join_store(char **addr)
     return 0;
 }
 
+/* ---- replicated checkpoints (cli/agent/ckpt_repl.h) ---- */
+
+static uint32_t ckpt_round(void)
+{
+    return A.round;
+}
+
+static void ckpt_send(struct ddp_buf *b)
+{
+    send_frame(b, false);
+}
+
+/* The restore a START waited for is done: its ranks start (or, stopped meanwhile, are
+ * reported as never started). One that failed waits for the launcher's STOP (start_stop). */
+static void ckpt_restored(bool ok)
+{
+    if (!A.held || (!ok && !A.stopping))
+        return;
+    A.held = false;
+    start_workers();
+}
+
+/* CKPT_OPEN: the folder's watch and the replication port on this node's address toward the
+ * launcher; CKPT_PORT says where (or why not). */
+static int ckpt_open(const uint8_t *body, size_t len)
+{
+    struct ddp_rd rd;
+    const uint8_t *p;
+    uint32_t n;
+    char dir[PATH_MAX], host[256], iface[64], ip[64] = "", addr[DDP__CK_ADDR_MAX + 1] = "";
+    char why[DDP__CK_WHY_MAX + 1] = "";
+    ddp_rd_init(&rd, body, len);
+    if (ddp_rd_str(&rd, sizeof(dir) - 1, &p, &n) < 0 || n == 0 || memchr(p, 0, n) ||
+        ddp_rd_left(&rd) != 0)
+        return -1;
+    memcpy(dir, p, n);
+    dir[n] = '\0';
+    struct ddp__cr_cb cb = {.round = ckpt_round, .send = ckpt_send, .restored = ckpt_restored};
+    if (ddp__store_host(A.join.store_addr, A.join.etcd_endpoints, "127.0.0.1", host, sizeof(host)) <
+            0 ||
+        ddp__route_iface(host, iface, sizeof(iface), ip, sizeof(ip)) < 0 || !ip[0])
+        snprintf(why, sizeof(why), "no route from this node toward the launcher's store");
+    else if (ddp__cr_open(A.loop, dir, A.join.token, ip, &cb, addr, sizeof(addr), why,
+                          sizeof(why)) < 0)
+        addr[0] = '\0';
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    ddp__ck_put_port(&b, addr, addr[0] ? "" : why);
+    send_buf(&b);
+    ddp_buf_release(&b);
+    return 0;
+}
+
 static void on_frames(int fd)
 {
     struct ddp_loop *loop = A.loop;
@@ -885,7 +947,23 @@ static void on_frames(int fd)
             if (!ddp__warm_eligible(&A.st))
                 ddp__warm_drop_all();
             ddp_log_set_rank(-1);
-            start_workers();
+            A.round = A.st.restart_count;
+            if (ddp__cr_restoring()) { /* its ranks start once the folder is restored */
+                A.held = true;
+                A.unreported = (int)A.st.nlocal;
+            } else {
+                start_workers();
+            }
+        } else if (type == DDP__AG_CKPT_OPEN && A.have_join) {
+            if (ckpt_open(body, len) < 0) {
+                fprintf(stderr, "ddprun agent: malformed CKPT_OPEN from the launcher\n");
+                goto protocol_error;
+            }
+        } else if (type == DDP__AG_CKPT_SYNC && A.have_join) {
+            if (ddp__cr_sync(body, len) < 0) {
+                fprintf(stderr, "ddprun agent: malformed CKPT_SYNC from the launcher\n");
+                goto protocol_error;
+            }
         } else if (type == DDP__AG_STOP) {
             struct ddp_rd rd;
             uint64_t g = 0;
@@ -1027,6 +1105,7 @@ int ddp__cmd_agent(void)
     A.rc = 0;
     ddp_loop_run(A.loop);
     int rc = A.rc;
+    ddp__cr_close();
     ddp__proxy_stop();
     ddp__warm_drop_all();
     ddp__fanout_release();

@@ -1,8 +1,6 @@
 /*
  * The files the ranks finish in a node-local checkpoint folder, as the node's agent sees them
- * (cli/agent/ckpt_watch.c): the first part of checkpoints the agents replicate (issue 62, item 2;
- * not used by the agent yet: the copies between agents, their records in the store and the
- * restore before a round are to come).
+ * (cli/agent/ckpt_watch.c), for the checkpoints the agents replicate (cli/agent/ckpt_repl.h).
  *
  * Through inotify, in the folder and every folder below it (those made after the watch began
  * too): a file closed after writing, or renamed into place, is FINISHED once nothing touched it

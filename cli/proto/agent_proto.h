@@ -16,10 +16,11 @@
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
-/* The frames' protocol: 5 since PREPARE; 4 since STARTED says warm; 3 since the SSH tree's
+/* The frames' protocol: 6 since the replicated checkpoints' frames (cli/proto/ckpt_proto.h:
+ * 0x0F, 0x10, 0x8E-0x90); 5 since PREPARE; 4 since STARTED says warm; 3 since the SSH tree's
  * frames (cli/proto/agent_tree.h); 2 since each end says HELLO first, with ERROR (1: the ones
  * before). Raised whenever a frame changes; the ends of a link must speak the same one. */
-#define DDP__AGENT_PROTO 5u
+#define DDP__AGENT_PROTO 6u
 #define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
 #define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
 

@@ -438,6 +438,47 @@ static int dial_one(const char *addr, const char *token, int timeout_ms, struct 
     return fd;
 }
 
+int ddp__aw_dial_one(const char *addr, const char *token, int timeout_ms, struct ddp__seal *s,
+                     char *why, size_t whyn)
+{
+    return dial_one(addr, token, timeout_ms, s, why, whyn);
+}
+
+int ddp__aw_accept(int fd, const char *token, int timeout_ms, struct ddp__seal *s, char *why,
+                   size_t whyn)
+{
+    uint8_t c1[DDP__AW_C1_LEN], s1[DDP__AW_S1_LEN], c2[DDP__AW_C2_LEN];
+    uint8_t cn[DDP__AW_NONCE], sn[DDP__AW_NONCE];
+    int64_t deadline = ddp_now_ms() + timeout_ms;
+    int err = 0;
+    if (read_exact(fd, c1, sizeof(c1), deadline, &err) < 0) {
+        snprintf(why, whyn, "%s",
+                 err == ETIMEDOUT ? "it sent no handshake in time" : strerror(err));
+        return -1;
+    }
+    if (ddp__aw_s1(token, c1, cn, sn, s1) < 0) {
+        snprintf(why, whyn, "it did not begin a ddprun handshake");
+        return -1;
+    }
+    if (ddp_write_all(fd, s1, sizeof(s1)) < 0 ||
+        read_exact(fd, c2, sizeof(c2), deadline, &err) < 0) {
+        snprintf(why, whyn, "%s",
+                 err == ETIMEDOUT ? "it did not finish the handshake in time"
+                 : err            ? strerror(err)
+                                  : "cannot send");
+        return -1;
+    }
+    if (ddp__aw_check_c2(token, cn, sn, c2) < 0) {
+        snprintf(why, whyn, "it did not prove the job's token");
+        return -1;
+    }
+    if (ddp__seal_init(s, token, cn, sn, false) < 0) {
+        snprintf(why, whyn, "cannot derive the keys");
+        return -1;
+    }
+    return 0;
+}
+
 int ddp__aw_dial(const char *addrs, const char *token, const struct ddp__aw_attach *att,
                  int timeout_ms, int *fd, struct ddp__seal *s, char *why, size_t whyn)
 {

@@ -125,6 +125,15 @@ int ddp__seal_open(struct ddp__seal *s, struct ddp_buf *raw, struct ddp_buf *pla
 int ddp__aw_dial(const char *addrs, const char *token, const struct ddp__aw_attach *att,
                  int timeout_ms, int *fd, struct ddp__seal *s, char *why, size_t whyn);
 
+/* One address's dial and handshake, nothing sent after it (the replication port's client,
+ * cli/agent/ckpt_repl.c): the blocking fd with *s set, or -1 with why. */
+int ddp__aw_dial_one(const char *addr, const char *token, int timeout_ms, struct ddp__seal *s,
+                     char *why, size_t whyn);
+/* The serving end's handshake on a connected fd whose reads poll (blocking or not), within
+ * timeout_ms: 0 with *s set, or -1 with why (its peer's fault, in words). */
+int ddp__aw_accept(int fd, const char *token, int timeout_ms, struct ddp__seal *s, char *why,
+                   size_t whyn);
+
 /* Seals b and writes it all to fd (blocking), or writes it plain where s is NULL or off. */
 int ddp__aw_write(int fd, struct ddp__seal *s, const void *p, size_t n);
 

@@ -87,6 +87,10 @@ struct ddp_job {
     bool log_jsonl;       /* every rank's lines also in output.jsonl, one object each */
     char *console_ranks;  /* logs.console_ranks: ranks shown on the console, NULL for all */
     char *checkpoint_dir; /* absolute, or NULL */
+    int ckpt_replicas;    /* checkpoint.replicas: 0, or the dir is node-local and the agents
+                             copy each file to that many other nodes (cli/supervisor/ckpt.h) */
+    bool ckpt_restart;    /* checkpoint.on_corrupt: restart (a file with no valid copy left is
+                             dropped everywhere) rather than fail */
     bool warm_off;        /* warm: off (a Python command's ranks all start cold) */
     bool warm_listed;     /* warm.imports given: a module that fails to import warns */
     char **warm_imports;  /* warm.imports (NULL-terminated; NULL: the default, torch) */

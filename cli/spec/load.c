@@ -214,8 +214,16 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     }
     if ((sub = ddp__key_get(root, DDP_K_CHECKPOINT)) &&
         (ddp__key_check(c, sub, DDP_K_CHECKPOINT) < 0 ||
-         ddp__key_read_section(c, sub, DDP_K_CHECKPOINT, j) < 0))
+         ddp__key_read_section(c, sub, DDP_K_CHECKPOINT, j) < 0 ||
+         ((n = ddp__key_get(sub, DDP_K_CHECKPOINT_ON_CORRUPT)) &&
+          ddp__jv_enum(c, n, DDP_KEY(CHECKPOINT_ON_CORRUPT), "fail", "restart", &j->ckpt_restart) <
+              0)))
         goto out;
+    if (j->ckpt_replicas > 0 && !j->checkpoint_dir) {
+        ddp__jv_err(c, ddp__key_get(sub, DDP_K_CHECKPOINT_REPLICAS), "%s needs %s",
+                    DDP_KEY(CHECKPOINT_REPLICAS), DDP_KEY(CHECKPOINT_DIR));
+        goto out;
+    }
     if ((sub = ddp__key_get(root, DDP_K_WARM)) && ddp__job_warm(c, sub, j) < 0)
         goto out;
     if ((sub = ddp__key_get(root, DDP_K_EXPORT))) {

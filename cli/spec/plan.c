@@ -108,6 +108,9 @@ static void print_custom_val(FILE *f, const struct ddp_job *j, int id)
                                    : DDP_KEY_DEFAULT(NETWORK_FAMILY),
               f);
         break;
+    case DDP_K_CHECKPOINT_ON_CORRUPT:
+        fputs(j->ckpt_restart ? "restart" : DDP_KEY_DEFAULT(CHECKPOINT_ON_CORRUPT), f);
+        break;
     case DDP_K_DIAGNOSE_ON_HANG:
         fputs(j->hang_fail ? "fail" : DDP_KEY_DEFAULT(DIAGNOSE_ON_HANG), f);
         break;

@@ -547,6 +547,11 @@ void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig)
     ddp_buf_release(&b);
 }
 
+void ddp__nodes_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b)
+{
+    ddp__nodes_send(n, i, b);
+}
+
 void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig)
 {
     struct ddp_buf b;

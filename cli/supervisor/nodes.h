@@ -125,6 +125,8 @@ void ddp__nodes_start_round(struct ddp__nodes *n, int i, uint8_t type,
                             const struct ddp__agent_start *st);
 /* STOP: sig first (SIGINT or SIGTERM), SIGKILL after grace_ms; grace_ms 0 kills at once. */
 void ddp__nodes_stop(struct ddp__nodes *n, int i, uint64_t grace_ms, int sig);
+/* A frame built elsewhere (the checkpoints' CKPT_OPEN and CKPT_SYNC, cli/supervisor/ckpt.h). */
+void ddp__nodes_frame(struct ddp__nodes *n, int i, const struct ddp_buf *b);
 /* SIGNAL: sig to each running worker. */
 void ddp__nodes_signal(struct ddp__nodes *n, int i, int sig);
 /* STACKS: the native stacks of these local ranks (nlocal 0: all), answered by STACKS_REPLY

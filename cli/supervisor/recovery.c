@@ -34,7 +34,9 @@ static void close_open(void)
                    (long long)(r->detected_s * 1000 + 0.5), "?stopped_ms", (long long)r->ms[0],
                    "?formed_ms", (long long)r->ms[1], "?started_ms", (long long)r->ms[2],
                    "?group_formed_ms", (long long)r->ms[3], "?first_collective_ms",
-                   (long long)r->ms[4], "#warm_ranks", (long long)r->warm_ranks, NULL);
+                   (long long)r->ms[4], "#warm_ranks", (long long)r->warm_ranks, "?restored_ms",
+                   (long long)r->restored_ms, "?restore_took_ms", (long long)r->restore_took_ms,
+                   "?restored_bytes", (long long)r->restored_bytes, NULL);
 }
 
 void ddp__rcv_begin(const char *cause)
@@ -53,6 +55,7 @@ void ddp__rcv_begin(const char *cause)
     r->detected_s = (double)(R.t_detect - ddp__supervisor.t0) / 1000;
     for (int k = 0; k < DDP__RCV_N; k++)
         r->ms[k] = -1;
+    r->restored_ms = r->restore_took_ms = r->restored_bytes = -1;
     R.open = true;
 }
 
@@ -77,6 +80,17 @@ void ddp__rcv_mark(enum ddp__rcv_phase ph)
 void ddp__rcv_end(void)
 {
     close_open();
+}
+
+void ddp__rcv_restored(uint64_t bytes, int64_t took_ms)
+{
+    if (!R.open)
+        return;
+    struct ddp__recovery_rec *r = &R.list[R.n - 1];
+    int64_t now = ddp_now_ms();
+    r->restored_ms = now > R.t_detect ? now - R.t_detect : 0;
+    r->restore_took_ms = took_ms;
+    r->restored_bytes = (int64_t)bytes;
 }
 
 void ddp__rcv_warm(void)
@@ -106,6 +120,11 @@ int ddp__rcv_line(char *buf, size_t n)
         else
             len += snprintf(buf + len, n - (size_t)len, "%s %s: %s", k ? "," : "", words[k],
                             R.open ? "not yet" : "never");
+        if (k == DDP__RCV_FORMED && r->restored_ms >= 0 && len >= 0 && (size_t)len < n)
+            len += snprintf(buf + len, n - (size_t)len,
+                            ", checkpoint restored %.2f s (%.1f MB in %.2f s)",
+                            (double)r->restored_ms / 1000, (double)r->restored_bytes / 1e6,
+                            (double)r->restore_took_ms / 1000);
     }
     return len < 0 ? 0 : (size_t)len < n ? len : (int)n - 1;
 }

@@ -1,7 +1,8 @@
 /*
  * Each restart's recovery timeline (cli/supervisor/recovery.c). A restart begins when the
  * failure that causes it is detected (a node lost, a rank failed, a hang); its phases are marked
- * as they happen: the old ranks stopped, the next round formed, its ranks started, their process
+ * as they happen: the old ranks stopped, the next round formed, its checkpoint restored (where
+ * the agents replicate it), its ranks started, their process
  * groups formed and their first collective done. It ends at that first collective, as a
  * "recovery" event with every phase's milliseconds after the detection (null where not
  * reached), or when another failure begins the next one first, or the job ends. summary.json lists
@@ -30,6 +31,9 @@ void ddp__rcv_begin(const char *cause);
 /* Phase ph of the restart in progress happened now, or at at_ms (ddp_now_ms's clock). */
 void ddp__rcv_mark(enum ddp__rcv_phase ph);
 void ddp__rcv_mark_at(enum ddp__rcv_phase ph, int64_t at_ms);
+/* The restart's round restored its checkpoint files (cli/supervisor/ckpt.h): bytes copied, in
+ * took_ms; the phase "checkpoint restored" is now. */
+void ddp__rcv_restored(uint64_t bytes, int64_t took_ms);
 /* A rank of the restart's round started from a warm interpreter. */
 void ddp__rcv_warm(void);
 /* The watchdog's startup events (struct ddp__wd_ctx's startup): groups formed, first collective. */

@@ -10,6 +10,7 @@
 #include "cli/sys/sys.h"
 #include "cli/spec/pipe_layout.h"
 #include "cli/supervisor/recovery.h"
+#include "cli/supervisor/ckpt.h"
 #include "cli/supervisor/supervisor.h"
 #include "common/util.h"
 
@@ -145,6 +146,11 @@ static void send_start(int i, uint8_t type, const char *master, int master_port,
     ddp__nodes_start_round(&ddp__supervisor.nodes, i, type, &st);
 }
 
+static bool is_member(int i)
+{
+    return ddp__supervisor.nd[i].state == DDP__NS_RUNNING;
+}
+
 void ddp__sup_prepare_spare(int i)
 {
     const struct ddp_job *j = ddp__supervisor.job;
@@ -241,6 +247,19 @@ int ddp__sup_start_round(char *why, size_t whylen)
     ddp__sup_event("membership", "nodes", names, "#world_size", (long long)ddp__supervisor.world,
                    "#restart_count", (long long)ddp__supervisor.round, NULL);
     ddp__rcv_mark(DDP__RCV_FORMED);
+    /* checkpoint.replicas: each member's folder restored before its ranks start (its agent
+     * holds the START until then), each spare's brought up to date */
+    if (ddp__ck_restore(is_member, why, whylen) == DDP__CK_FAIL_JOB) {
+        for (int k = 0; k < nowned; k++)
+            free(env[k]);
+        if (env != ddp__supervisor.env)
+            free(env);
+        for (size_t i = 0; i < j->nnodes; i++) /* no member started: each agent just leaves */
+            if (ddp__supervisor.nd[i].state == DDP__NS_RUNNING)
+                ddp__supervisor.nd[i].state = DDP__NS_READY;
+        ddp__supervisor.world = ddp__supervisor.nmembers = 0;
+        return -1;
+    }
     ddp__supervisor.ph = DDP__PH_RUNNING;
     ddp__sup_set_phase(ddp__supervisor.round ? "restarting workers" : "starting workers");
     for (size_t i = 0; i < j->nnodes; i++)

@@ -20,6 +20,7 @@
  */
 #include "cli/spec/pipe_layout.h"
 #include "cli/supervisor/recovery.h"
+#include "cli/supervisor/ckpt.h"
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/provision/slurm.h"
@@ -228,6 +229,7 @@ static void record_loss(int i, const char *why, bool listed)
     }
     a->last_fail = now;
     snprintf(a->why, sizeof(a->why), "%s", why);
+    ddp__ck_lost(i); /* its checkpoint copies no longer count */
     if (!listed)
         return;
     ddp__supervisor.losses = realloc(ddp__supervisor.losses, (size_t)(ddp__supervisor.nlosses + 1) *
@@ -358,6 +360,7 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         a->state = DDP__NS_READY;
         ddp__sup_event("node_joined", "node", host_of(i), "#incarnation", (long long)a->incarnation,
                        NULL);
+        ddp__ck_joined(i); /* (before any START: its folder is watched before ranks write) */
         if (ddp__supervisor.ph == DDP__PH_FINISHING)
             ddp__nodes_close(&ddp__supervisor.nodes, i);
         else
@@ -381,6 +384,17 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     }
     if (type == DDP__AG_STATE) {
         agent_state(i, body, len);
+        return;
+    }
+    enum ddp__ck_action act;
+    char why[1400];
+    if (ddp__ck_frame(i, type, body, len, &act, why, sizeof(why))) {
+        if (act == DDP__CK_FAIL_JOB) {
+            ddp__sup_say("ddprun: %s; stopping the job", why);
+            ddp__sup_finish(why, DDP_EXIT_JOB_FAILED);
+        } else if (act == DDP__CK_FAIL_ROUND) {
+            round_failed(why, false);
+        }
         return;
     }
     /* Rank frames count only from the current round's members. */

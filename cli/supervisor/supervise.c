@@ -8,6 +8,7 @@
  * one ends every rank at once; SIGUSR1, SIGUSR2 and SIGHUP are passed to every running rank.
  */
 #include "cli/supervisor/recovery.h"
+#include "cli/supervisor/ckpt.h"
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/supervisor/watchdog.h"
@@ -460,6 +461,22 @@ static int announce(int ready_fd, bool listening)
 }
 
 /* The first line of `ddprun status`. */
+/* `ddprun status`: the last recovery's timeline, then the checkpoints' replication. */
+static int recovery_lines(char *buf, size_t n)
+{
+    int len = ddp__rcv_line(buf, n);
+    if (!ddp__ck_on() || (size_t)len + 2 >= n)
+        return len;
+    if (len > 0)
+        buf[len++] = '\n';
+    int more = ddp__ck_line(buf + len, n - (size_t)len);
+    if (more > 0)
+        return len + more;
+    if (len > 0)
+        buf[--len] = '\0';
+    return len;
+}
+
 static void headline(char *out, size_t n)
 {
     snprintf(out, n, "job %s: %s, round %d, %d rank%s on %d node%s, %.0f s since the start",
@@ -620,6 +637,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                         &ddp__sup_nodes_cb) < 0)
         goto out;
     nodes_up = true;
+    ddp__ck_init(job, &ddp__supervisor.nodes);
     /* Every agent dials back there, on the store's address (cli/supervisor/dialin.h). */
     if (ddp__nodes_listen(&ddp__supervisor.nodes, listen, job->external ? job->rdzv_port + 1 : 0,
                           &ddp__supervisor.agent_port) < 0 ||
@@ -652,7 +670,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                              .headline = headline,
                              .request = remote_request,
                              .startup = ddp__rcv_startup,
-                             .recovery = ddp__rcv_line};
+                             .recovery = recovery_lines};
     ddp__wd_init(&wd);
     wd_up = true;
     if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
@@ -735,6 +753,7 @@ out:
     ddp_store_server_free(srv);
     if (nodes_up)
         ddp__nodes_release(&ddp__supervisor.nodes);
+    ddp__ck_release();
     ddp__to_end();
     etcd_cleanup();
     if (ddp__supervisor.loop)

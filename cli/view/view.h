@@ -51,6 +51,10 @@ struct ddp__recovery_rec {
      * started, their process groups formed and their first collective was done; -1 not reached */
     int64_t ms[5];
     int warm_ranks; /* of the new round's ranks, how many started warm (cli/agent/warm.h) */
+    /* checkpoint.replicas: milliseconds after the detection until the round's checkpoint was
+     * restored on its members, the bytes copied and how long it took; -1 not reached */
+    int64_t restored_ms, restore_took_ms;
+    int64_t restored_bytes;
 };
 
 /* The job at its end. */

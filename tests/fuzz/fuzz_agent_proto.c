@@ -4,9 +4,13 @@
  * input fed in pieces as a pipe or an SSH channel delivers it), and each JOIN, START and
  * STATE body is parsed, and each HELLO (with an agent's counts of its node). A frame must lie
  * inside the bytes given; a body that parses must encode back to exactly its bytes (the encoding is
- * canonical: nothing is lost or invented between launcher and agent), and parse again.
+ * canonical: nothing is lost or invented between launcher and agent), and parse again. The
+ * replicated checkpoints' frames (cli/proto/ckpt_proto.c) are parsed the same way: every path in
+ * one that parses stays under the folder; and the replication port's request parser takes the
+ * bytes as they come.
  */
 #include "cli/proto/agent_proto.h"
+#include "cli/proto/ckpt_proto.h"
 #include "common/buf.h"
 
 #include <stdint.h>
@@ -115,6 +119,63 @@ static void check_hello(uint8_t type, const uint8_t *body, size_t len)
     }
 }
 
+static void path_ok(const char *rel)
+{
+    if (!ddp__ck_rel_ok(rel, strlen(rel)) || rel[0] == '/' || strstr(rel, "/../") ||
+        !strncmp(rel, "../", 3))
+        abort();
+}
+
+static void check_ckpt(uint8_t type, const uint8_t *body, size_t len)
+{
+    struct ddp_buf b;
+    ddp_buf_init(&b);
+    if (type == DDP__AG_CKPT_SYNC) {
+        struct ddp__ck_sync s, again;
+        if (ddp__ck_get_sync(body, len, &s) != 0)
+            return;
+        for (uint32_t k = 0; k < s.n; k++) {
+            path_ok(s.e[k].rel);
+            for (uint32_t h = 0; h < s.e[k].nh; h++)
+                if (s.e[k].holder[h] >= s.naddr)
+                    abort();
+        }
+        if (ddp__ck_put_sync(&b, &s) != 0)
+            abort();
+        same_bytes(&b, type, body, len);
+        if (ddp__ck_get_sync(b.data + 5, b.len - 5, &again) != 0)
+            abort();
+        ddp__ck_sync_release(&again);
+        ddp__ck_sync_release(&s);
+    } else if (type == DDP__AG_CKPT_FILE) {
+        struct ddp__ck_file f;
+        if (ddp__ck_get_file(body, len, &f) != 0)
+            return;
+        path_ok(f.rel);
+        if (ddp__ck_put_file(&b, &f) != 0)
+            abort();
+        same_bytes(&b, type, body, len);
+    } else if (type == DDP__AG_CKPT_SYNCED) {
+        struct ddp__ck_synced s;
+        if (ddp__ck_get_synced(body, len, &s) != 0)
+            return;
+        for (uint32_t k = 0; k < s.nfail; k++)
+            path_ok(s.fail[k].rel);
+        if (ddp__ck_put_synced(&b, &s) != 0)
+            abort();
+        same_bytes(&b, type, body, len);
+        free(s.fail);
+    } else if (type == DDP__AG_CKPT_PORT) {
+        char addr[DDP__CK_ADDR_MAX + 1], why[DDP__CK_WHY_MAX + 1];
+        if (ddp__ck_get_port(body, len, addr, why) != 0)
+            return;
+        if (ddp__ck_put_port(&b, addr, why) != 0)
+            abort();
+        same_bytes(&b, type, body, len);
+    }
+    ddp_buf_release(&b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* The first byte sets the piece size the bytes arrive in (1 to 256). */
@@ -148,6 +209,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check_state(copy, len);
             else if (type == DDP__AG_HELLO || type == DDP__AG_AGENT_HELLO)
                 check_hello(type, copy, len);
+            else
+                check_ckpt(type, copy, len);
             free(copy);
         }
         ddp_buf_compact(&in);
@@ -155,5 +218,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break; /* both ends drop the peer here */
     }
     ddp_buf_release(&in);
+    /* the replication port's request, as a peer's bytes come */
+    char rel[DDP__CK_REL_MAX + 1];
+    size_t used = 0;
+    uint8_t *copy = malloc(size);
+    if (!copy)
+        abort();
+    memcpy(copy, data, size);
+    if (ddp__ck_get_request(copy, size, rel, &used) == 1) {
+        path_ok(rel);
+        if (used > size)
+            abort();
+    }
+    free(copy);
     return 0;
 }

@@ -9,7 +9,10 @@
 #   sshd_setup            user key, known_hosts file, port, bridge; sets SSH_DIR SSH_PORT SSH_KEY
 #                         SSH_KH and SSHD_NETNS (1 when the nodes are namespaces)
 #   netns_setup           the bridge alone (no sshd: node K's namespace by sshd_make_ns K)
-#   sshd_start K          starts node K (K >= 1) at $(sshd_addr K), host key in known_hosts
+#   sshd_start K          starts node K (K >= 1) at $(sshd_addr K), host key in known_hosts; with
+#                         SSHD_TMPFS=DIR, in a mount namespace of its own where DIR (which must
+#                         exist) is a private tmpfs: a disk no other node sees
+#   node_run K CMD...     runs CMD in node K's mount namespace (its private tmpfs)
 #   sshd_stop K           stops its sshd
 #   sshd_ns_pids K        the pids inside node K's namespace (empty without namespaces)
 #   sshd_tree K           node K's sshd pid, then every process it started, their children, ...
@@ -122,9 +125,15 @@ StrictModes no
 LogLevel ERROR
 ${SSHD_EXTRA_CONFIG:-}
 CFG
+  local pre=()
+  # shellcheck disable=SC2016
+  [ -n "${SSHD_TMPFS:-}" ] && pre=(unshare -m --propagation private sh -c
+    'mount -t tmpfs -o size=512m,mode=0755 ddpck "$0" && exec "$@"' "$SSHD_TMPFS")
   if [ -n "$SSHD_NETNS" ]; then
     sshd_make_ns "$k"
-    ip netns exec "$(sshd_ns "$k")" /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
+    ip netns exec "$(sshd_ns "$k")" "${pre[@]}" /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
+  elif [ ${#pre[@]} -gt 0 ]; then
+    "${pre[@]}" /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
   else
     /usr/sbin/sshd -f "$d/sshd_config" -E "$d/sshd.log"
   fi
@@ -133,6 +142,11 @@ CFG
     echo "[$addr]:$SSH_PORT $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" >>"$SSH_KH"
   fi
   SSHD_NODES="$SSHD_NODES $k"
+}
+
+node_run() {
+  local k=$1; shift
+  nsenter -t "$(cat "$SSH_DIR/node$k/sshd.pid")" -m -- "$@"
 }
 
 sshd_stop() {

@@ -54,10 +54,13 @@ TEST(every_value_of_the_table_is_read_and_shown_by_plan)
         char val[64], set[160], want[200];
         sample(k, val, sizeof(val));
         snprintf(set, sizeof(set), "%s=%s", k->path, val);
-        const char *sets[] = {set};
+        /* (checkpoint.replicas needs a checkpoint.dir beside it) */
+        const char *sets[] = {set, "checkpoint.dir=/sample/ck"};
         bool tls = strncmp(k->path, "rendezvous.tls.", 15) == 0;
+        bool ck = strncmp(k->path, "checkpoint.", 11) == 0 && strcmp(k->path, "checkpoint.dir");
         struct ddp_job *j = NULL;
-        int rc = ddp__job_load_string("keys.yaml", tls ? etcd_yaml : base_yaml, sets, NULL, 1, &j);
+        int rc = ddp__job_load_string("keys.yaml", tls ? etcd_yaml : base_yaml, sets, NULL,
+                                      ck ? 2 : 1, &j);
         if (rc != 0)
             fprintf(stderr, "key %s = %s: not loaded\n", k->path, val);
         ASSERT_EQ(rc, 0);
