@@ -82,11 +82,12 @@ struct agent {
     struct ddp__agent_join join;
     struct ddp__agent_start st;
     bool have_join, have_start, stopping, exiting;
-    bool prepared; /* st is a PREPARE's (a spare's next START as it would be), no round's */
-    bool leaving; /* exiting once the SSH bridges of the nodes below end (cli/agent/fanout.h) */
-    bool hello;   /* the launcher on the link said HELLO (agent_proto.h) */
-    bool held;    /* a START waits for its restore (cli/agent/ckpt_repl.h) */
+    bool prepared;  /* st is a PREPARE's (a spare's next START as it would be), no round's */
+    bool leaving;   /* exiting once the SSH bridges of the nodes below end (cli/agent/fanout.h) */
+    bool hello;     /* the launcher on the link said HELLO (agent_proto.h) */
+    bool held;      /* a START waits for its restore (cli/agent/ckpt_repl.h) */
     uint32_t round; /* the round of the last START (a checkpoint file's, once it ended) */
+    int64_t fin_since; /* DONE waits for the checkpoint files' reports since (ddp_now_ms) */
     struct ddp__member_lease *lease; /* the node's lease (cli/proto/membership.h), once joined */
     struct ddp__guard *guard;        /* its guard (cli/agent/guard.h), once joined */
     char iface[64];     /* this node's interface toward the store: the ranks' network default */
@@ -345,12 +346,22 @@ static void free_workers(void)
 
 static void on_fin(struct ddp_loop *loop, struct ddp_timer *t)
 {
-    (void)loop;
     (void)t;
     if (A.unreported > 0)
         return;
     /* Stragglers the workers left behind are part of the job too. */
     ddp__sweep_children(spared);
+    /* The round's last checkpoint files are reported before DONE (a moment: they settle for
+     * 200 ms; at most 5 s), so that the next round's restore, or the job's end, knows them. */
+    int64_t now = ddp_now_ms();
+    if (A.have_start && !A.exiting && !ddp__cr_quiet() &&
+        (!A.fin_since || now - A.fin_since < 5000)) {
+        if (!A.fin_since)
+            A.fin_since = now;
+        ddp_timer_start(loop, &A.fin, 50);
+        return;
+    }
+    A.fin_since = 0;
     if (A.have_start) {
         struct ddp_buf b;
         ddp_buf_init(&b);

@@ -44,9 +44,10 @@ struct task {
 };
 struct result {
     struct result *next;
-    struct ddp_buf frame;
-    bool restore; /* the SYNCED of a restore */
-    bool ok;      /* and every file of it matches */
+    struct ddp_buf frame; /* (empty: nothing to send) */
+    bool report;          /* a HASH's or GONE's, sent or not */
+    bool restore;         /* the SYNCED of a restore */
+    bool ok;              /* and every file of it matches */
 };
 struct known { /* a file whose SHA-256 the copying thread knows, and the state it had then */
     char *rel;
@@ -73,6 +74,7 @@ static struct {
     atomic_bool stop;
     atomic_int cur_fd;
     int restoring;    /* restores queued or running (the loop's thread) */
+    int reporting;    /* files' reports queued and not yet sent (the loop's thread) */
     struct known *kn; /* the copying thread's */
     size_t nkn, capkn;
 } R = {.dirfd = -1, .efd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -109,6 +111,8 @@ static void on_results(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         l = l->next;
         if (x->frame.len)
             R.cb.send(&x->frame);
+        if (x->report && R.reporting > 0)
+            R.reporting--;
         if (x->restore && R.restoring > 0 && --R.restoring == 0)
             R.cb.restored(x->ok);
         ddp_buf_release(&x->frame);
@@ -174,15 +178,16 @@ static void forget(const char *rel)
     *k = R.kn[--R.nkn];
 }
 
-/* rel's SHA-256 here: 0 with *sb, or -errno. Known unchanged files are not read again. */
-static int local_sha(const char *rel, struct stat *sb, uint8_t sha[32])
+/* rel's SHA-256 here: 0 with *sb, or -errno. Known unchanged files are not read again unless
+ * verify (a restore reads every copy: a disk may change bytes without a write). */
+static int local_sha(const char *rel, struct stat *sb, uint8_t sha[32], bool verify)
 {
     if (fstatat(R.dirfd, rel, sb, AT_SYMLINK_NOFOLLOW) != 0)
         return -errno;
     if (!S_ISREG(sb->st_mode))
         return -EINVAL;
     const struct known *k = known_of(rel);
-    if (k && same_state(k, sb)) {
+    if (k && !verify && same_state(k, sb)) {
         memcpy(sha, k->sha, 32);
         return 0;
     }
@@ -215,6 +220,18 @@ static void report(uint8_t kind, uint32_t round, const char *rel, uint64_t size,
         memcpy(f.sha, sha, 32);
     ddp_buf_init(&x->frame);
     ddp__ck_put_file(&x->frame, &f);
+    x->report = true;
+    post(x);
+}
+
+/* A HASH or GONE that reports nothing: its count goes down all the same. */
+static void reported_nothing(void)
+{
+    struct result *x = calloc(1, sizeof(*x));
+    if (!x)
+        return; /* (the count stays up: ddp__cr_quiet's wait is bounded) */
+    ddp_buf_init(&x->frame);
+    x->report = true;
     post(x);
 }
 
@@ -227,20 +244,20 @@ static void do_hash(const struct task *t)
     uint8_t before[32];
     if (had)
         memcpy(before, k->sha, 32);
-    if (local_sha(t->rel, &sb, sha) < 0)
+    if (local_sha(t->rel, &sb, sha, false) < 0 || (had && memcmp(before, sha, 32) == 0)) {
+        reported_nothing(); /* gone, or unchanged: a copy this thread put there, or the same */
         return;
-    if (had && memcmp(before, sha, 32) == 0)
-        return; /* unchanged: a copy this thread put there, or the same bytes again */
+    }
     report(DDP__CK_FINISHED, t->round, t->rel, (uint64_t)sb.st_size, sha);
 }
 
 static void do_gone(const struct task *t)
 {
     struct stat sb;
-    if (!known_of(t->rel))
-        return; /* never reported, or dropped by a SYNC */
-    if (fstatat(R.dirfd, t->rel, &sb, AT_SYMLINK_NOFOLLOW) == 0)
-        return; /* back already: its FINISHED follows */
+    if (!known_of(t->rel) || fstatat(R.dirfd, t->rel, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+        reported_nothing(); /* never reported or dropped by a SYNC; or back already */
+        return;
+    }
     forget(t->rel);
     report(DDP__CK_REMOVED, t->round, t->rel, 0, NULL);
 }
@@ -259,6 +276,7 @@ static void on_watch(void *arg, enum ddp__cw_kind kind, const char *rel)
     }
     t->kind = kind == DDP__CW_FINISHED ? T_HASH : T_GONE;
     t->round = R.cb.round();
+    R.reporting++;
     queue(t);
 }
 
@@ -382,7 +400,7 @@ static int fetch(const char *addr, const struct ddp__ck_entry *e, uint64_t *byte
     unsigned shalen = 0;
     EVP_DigestFinal_ex(md, sha, &shalen);
     if (memcmp(sha, e->sha, 32) != 0) {
-        snprintf(why, whyn, "its copy's SHA-256 differs from the record's (refused)");
+        snprintf(why, whyn, "its copy's SHA-256 differs from the record's: refused");
         goto out;
     }
     struct stat sb;
@@ -415,10 +433,19 @@ static int sync_one(const struct ddp__ck_sync *s, const struct ddp__ck_entry *e,
 {
     struct stat sb;
     uint8_t sha[32];
-    if (local_sha(e->rel, &sb, sha) == 0 && memcmp(sha, e->sha, 32) == 0)
+    bool verify = (s->flags & DDP__CK_SYNC_RESTORE) != 0;
+    int here = local_sha(e->rel, &sb, sha, verify);
+    if (here == 0 && memcmp(sha, e->sha, 32) == 0)
         return 0;
     size_t wl = 0;
     why[0] = '\0';
+    bool mine = false; /* this node holds it, the launcher says: its copy here changed */
+    for (uint32_t h = 0; h < e->nh; h++)
+        mine |= strcmp(s->addr[e->holder[h]], R.self) == 0;
+    if (mine && here == 0 && (uint64_t)sb.st_size == e->size) {
+        int w = snprintf(why, whyn, "the copy here does not match its record's SHA-256");
+        wl = w > 0 && (size_t)w < whyn ? (size_t)w : 0;
+    }
     for (uint32_t h = 0; h < e->nh; h++) {
         const char *a = s->addr[e->holder[h]];
         if (strcmp(a, R.self) == 0)
@@ -437,6 +464,8 @@ static int sync_one(const struct ddp__ck_sync *s, const struct ddp__ck_entry *e,
     }
     if (!wl)
         snprintf(why, whyn, "no holder of that version is left");
+    else if (wl + 40 < whyn && e->nh <= (mine ? 1u : 0u))
+        snprintf(why + wl, whyn - wl, "; no other node holds it");
     return -1;
 }
 
@@ -561,6 +590,11 @@ int ddp__cr_sync(const uint8_t *body, size_t len)
         R.restoring++;
     queue(t);
     return 0;
+}
+
+bool ddp__cr_quiet(void)
+{
+    return !R.open || (R.reporting == 0 && !ddp__cw_busy(R.watch));
 }
 
 bool ddp__cr_restoring(void)

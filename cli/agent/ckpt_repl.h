@@ -39,6 +39,10 @@ int ddp__cr_open(struct ddp_loop *loop, const char *dir, const char *token, cons
 /* CKPT_SYNC's body: queued for the copying thread. 0, or DDP_EPROTO (malformed; or no
  * ddp__cr_open yet). */
 int ddp__cr_sync(const uint8_t *body, size_t len);
+/* Every file the ranks finished here so far is reported (or found unchanged): nothing waits in
+ * the watch or the copying thread. The agent waits for it before DONE (a round's last
+ * checkpoint is recorded before the next round's restore, or the job's end). */
+bool ddp__cr_quiet(void);
 /* A restore is queued or running. */
 bool ddp__cr_restoring(void);
 /* Ends the watch, the port and the threads (an operation in flight is cut short). */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,15 @@ static void on_inotify(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
 }
 
 /* What settled is reported: a regular file there is FINISHED; one reported and gone, REMOVED. */
+bool ddp__cw_busy(const struct ddp__cw *w)
+{
+    for (size_t i = 0; i < w->nfiles; i++)
+        if (w->files[i].dirty)
+            return true;
+    struct pollfd p = {.fd = w->fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
 static void on_settle(struct ddp_loop *loop, struct ddp_timer *t)
 {
     struct ddp__cw *w = (struct ddp__cw *)((char *)t - offsetof(struct ddp__cw, settle));

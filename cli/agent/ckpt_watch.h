@@ -29,6 +29,8 @@ typedef void (*ddp__cw_fn)(void *arg, enum ddp__cw_kind kind, const char *rel);
 int ddp__cw_open(struct ddp_loop *loop, const char *dir, int64_t settle_ms, bool existing,
                  ddp__cw_fn fn, void *arg, struct ddp__cw **out);
 void ddp__cw_close(struct ddp__cw *w);
+/* Something the kernel or the settle wait still holds: events unread, or a file not settled. */
+bool ddp__cw_busy(const struct ddp__cw *w);
 
 /* A file's size and SHA-256, read in one pass. 0, or -errno. */
 int ddp__cw_hash(const char *path, uint64_t *size, uint8_t sha256[32]);

@@ -6,6 +6,7 @@
 #include "cli/supervisor/nodes.h"
 #include "cli/supervisor/recovery.h"
 #include "cli/supervisor/supervisor.h"
+#include "common/log.h"
 #include "common/util.h"
 
 #include <stdio.h>
@@ -109,6 +110,22 @@ void ddp__ck_release(void)
     free(C.f);
     free(C.p);
     memset(&C, 0, sizeof(C));
+}
+
+void ddp__ck_closed(int i)
+{
+    if (!C.on)
+        return;
+    free(C.addr[i]);
+    C.addr[i] = NULL;
+}
+
+bool ddp__ck_copying(void)
+{
+    for (size_t k = 0; C.on && k < C.np; k++)
+        if (!C.p[k].restore && alive(C.p[k].node))
+            return true;
+    return false;
 }
 
 bool ddp__ck_on(void)
@@ -251,7 +268,9 @@ out:
     free(p.seq);
 }
 
-/* Sends f's new version to the nodes that should copy it, until it has its copies. */
+/* Sends f's new version to the nodes that should copy it: the next live nodes after its holder
+ * until it has its K copies, and every spare (a node waiting while a round runs), so that one
+ * taken in finds the newest version already there. */
 static void replicate(struct file *f)
 {
     int have = holders(f), want = wanted();
@@ -259,9 +278,11 @@ static void replicate(struct file *f)
         if (in_flight(f, (int)k))
             have++;
     size_t idx = (size_t)(f - C.f);
-    for (size_t d = 1; d < C.nn && have < want; d++) {
+    for (size_t d = 1; d < C.nn; d++) {
         int i = (int)(((size_t)f->origin + d) % C.nn);
-        if (f->holder[i] || !alive(i) || !C.addr[i] || in_flight(f, i))
+        bool spare =
+            ddp__supervisor.nd[i].state == DDP__NS_READY && ddp__supervisor.ph == DDP__PH_RUNNING;
+        if (f->holder[i] || !alive(i) || in_flight(f, i) || (have >= want && !spare))
             continue;
         send_sync(i, &idx, 1, false);
         have++;
@@ -280,8 +301,10 @@ static void check_replicated(struct file *f)
 static void on_file(int i, const struct ddp__ck_file *r)
 {
     char sha[65];
-    if (!alive(i))
-        return; /* fenced: a node counted lost */
+    if (!alive(i)) { /* fenced: a node counted lost */
+        DDP_DEBUG(SUP, "checkpoint: %s from node '%s', counted lost: fenced", r->rel, host_of(i));
+        return;
+    }
     struct file *f = file_of(r->rel, r->kind == DDP__CK_FINISHED);
     if (!f)
         return;
@@ -382,14 +405,15 @@ static void on_synced(int i, const struct ddp__ck_synced *s, enum ddp__ck_action
         }
     }
     for (uint32_t x = 0; x < s->nfail; x++) {
+        struct file *ff = file_of(s->fail[x].rel, false);
+        if (ff)
+            ff->holder[i] = false; /* (its copy is not that version) */
         if (p.restore) {
             restore_failed(s->fail[x].rel, s->fail[x].why);
         } else {
+            /* (not asked again at once: the next round's restore, or a node that joins, does) */
             ddp__sup_say("ddprun: checkpoint: node '%s' could not copy %s: %s", host_of(i),
                          s->fail[x].rel, s->fail[x].why);
-            struct file *f = file_of(s->fail[x].rel, false);
-            if (f && !f->v.removed)
-                replicate(f); /* another node, where one is left */
         }
     }
     if (p.restore) {
@@ -418,6 +442,14 @@ bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum dd
         for (size_t k = 0; k < C.n; k++) /* a node that can hold copies now */
             if (C.f[k].pending_since)
                 replicate(&C.f[k]);
+        size_t *idx = calloc(C.n + 1, sizeof(*idx)), m = 0;
+        for (size_t k = 0; idx && k < C.n; k++)
+            if (!C.f[k].v.removed && !in_flight(&C.f[k], i))
+                idx[m++] = k;
+        if (idx && m && alive(i) && ddp__supervisor.nd[i].state == DDP__NS_READY &&
+            ddp__supervisor.ph == DDP__PH_RUNNING)
+            send_sync(i, idx, m, false); /* a spare: every file's newest version */
+        free(idx);
         return true;
     }
     if (type == DDP__AG_CKPT_FILE) {

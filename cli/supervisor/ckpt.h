@@ -48,6 +48,10 @@ bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum dd
  * DDP__CK_FAIL_JOB with why when a file has no holder left (and on_corrupt is fail): then
  * nothing was sent. */
 enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn);
+/* Node i is let go (the job's end): no copy is asked of it any more. */
+void ddp__ck_closed(int i);
+/* Copies asked for and not answered yet. */
+bool ddp__ck_copying(void);
 /* The replication's state for `ddprun status` (one line, no newline); 0 when off. */
 int ddp__ck_line(char *buf, size_t n);
 

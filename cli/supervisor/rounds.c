@@ -343,6 +343,21 @@ static void agent_state(int i, const uint8_t *body, size_t len)
     free(s.ranks);
 }
 
+/* At the job's end, the nodes that are done are closed once the copies of the last checkpoint
+ * files have ended (checkpoint.replicas: their agents serve and fetch them until then; the
+ * stop's deadline bounds the wait). */
+static void close_when_copied(void)
+{
+    if (ddp__ck_copying())
+        return;
+    for (size_t k = 0; k < ddp__supervisor.job->nnodes; k++)
+        if (ddp__supervisor.nd[k].closing) {
+            ddp__supervisor.nd[k].closing = false;
+            ddp__ck_closed((int)k);
+            ddp__nodes_close(&ddp__supervisor.nodes, (int)k);
+        }
+}
+
 static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, size_t len)
 {
     (void)arg;
@@ -372,9 +387,10 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
         if (a->state != DDP__NS_RUNNING && a->state != DDP__NS_STOPPING)
             return;
         a->state = DDP__NS_READY;
-        if (ddp__supervisor.ph == DDP__PH_FINISHING)
-            ddp__nodes_close(&ddp__supervisor.nodes, i);
-        else if (ddp__supervisor.ph == DDP__PH_RESTARTING)
+        if (ddp__supervisor.ph == DDP__PH_FINISHING) {
+            a->closing = true;
+            close_when_copied();
+        } else if (ddp__supervisor.ph == DDP__PH_RESTARTING)
             maybe_restart();
         return;
     }
@@ -389,6 +405,8 @@ static void agent_frame(void *arg, int i, uint8_t type, const uint8_t *body, siz
     enum ddp__ck_action act;
     char why[1400];
     if (ddp__ck_frame(i, type, body, len, &act, why, sizeof(why))) {
+        if (ddp__supervisor.ph == DDP__PH_FINISHING)
+            close_when_copied();
         if (act == DDP__CK_FAIL_JOB) {
             ddp__sup_say("ddprun: %s; stopping the job", why);
             ddp__sup_finish(why, DDP_EXIT_JOB_FAILED);

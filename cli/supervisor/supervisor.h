@@ -81,6 +81,7 @@ struct ddp__sup_node {
      * DDP__SUP_DRAIN_MS of it is not drained */
     int64_t orphaned_ms;
     char why[160]; /* why it was last out, for the rendezvous timeout's message */
+    bool closing;  /* done at the job's end, closed once checkpoint copies end (ckpt.h) */
 };
 
 struct ddp__sup_loss {

@@ -37,6 +37,33 @@ teardown() {
 # sha256 of node K's copy of FILE (under the checkpoint folder), or "none"
 copy_sha() { node_run "$1" sh -c "sha256sum '$CK/$2' 2>/dev/null | cut -d' ' -f1 || true" | grep . || echo none; }
 
+# The warm interpreters in node K's namespace (cli/agent/warm.h).
+warm_in() {
+  local p n=0
+  for p in $(sshd_ns_pids "$1"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddprun-warm ] && n=$((n + 1))
+  done
+  echo $n
+}
+
+# Flips a byte of node K's copy of FILE through a shared mapping: as a failing disk would,
+# unseen by the agent's watch (inotify reports no write through a mapping).
+rot() { node_run "$1" "$PY" -c "import mmap, sys; f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 0); m[200] ^= 0xff; m.flush()" "$CK/$2"; }
+
+# Waits until FILE's last recorded version is on nodes K... (60 s at most).
+wait_copies() { # file k...
+  local f=$1 k want ok
+  shift
+  for _ in $(seq 600); do
+    want=$(events | grep '"event": "checkpoint_file"' | grep "\"path\": \"$f\"" | tail -n1 | grep -o '"sha256": "[0-9a-f]*' | cut -d'"' -f4)
+    ok=1
+    for k in "$@"; do [ -n "$want" ] && [ "$(copy_sha "$k" "$f")" = "$want" ] || ok=; done
+    [ -n "$ok" ] && return 0
+    sleep 0.1
+  done
+  echo "no copy of $f ($want) on nodes $* in time"; events; return 1
+}
+
 # The training job on nodes $2..., saving every 10 steps into the node-local folder.
 train_job() { # file nodes... -- extra YAML lines
   local f=$1; shift
@@ -44,53 +71,76 @@ train_job() { # file nodes... -- extra YAML lines
   while [ $# -gt 0 ] && [ "$1" != -- ]; do nodes+=("$1"); shift; done
   ssh_job "$f" 1 "${nodes[@]}" -- "$PY" -B "$TRAIN"
   cat >>"$f" <<JOB
-env: {CKPT: $CK/model.pt, STEPS: "${STEPS:-160}", STEP_SLEEP: "${STEP_SLEEP:-0.1}"}
-elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+env: {CKPT: $CK/model.pt, STEPS: "${STEPS:-160}", STEP_SLEEP: "${STEP_SLEEP:-0.1}", SAVE_UNTIL: "${SAVE_UNTIL:-0}"}
+elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 2s${ELASTIC:-}}
 rendezvous: {last_call: 1s}
-warm: off
+warm: ${WARM:-off}
 JOB
   [ "${1:-}" = -- ] && shift && printf '%s\n' "$@" >>"$f"
   return 0
 }
 
-@test "replicas: 1 on 4 hosts with private folders: rank 0's host SIGKILLed, the survivors resume from a peer's copy; the launcher reads none of its bytes" {
+@test "replicas: 1 on 4 hosts with private folders and a spare: rank 0's host SIGKILLed, the survivors resume from a peer's copy, the spare taken in holds it already and starts warm; the launcher reads none of its bytes" {
   need_hosts
-  for k in 1 2 3 4; do sshd_start "$k"; done
-  train_job job.yaml 1 2 3 4 -- "checkpoint: {dir: $CK, replicas: 1}"
+  for k in 1 2 3 4 5; do sshd_start "$k"; done
+  ELASTIC=", max_nodes: 4" WARM=on train_job job.yaml 1 2 3 4 5 -- "checkpoint: {dir: $CK, replicas: 1}"
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
-  # a checkpoint of step 30 or later, copied to node 2 (the next after its holder, node 1)
-  for _ in $(seq 900); do
-    [ "$(ev_field checkpoint_file path 2>/dev/null | wc -l)" -ge 3 ] && break
-    sleep 0.1
+  wait_event membership
+  # the first four nodes to join are round 0's members, the fifth its spare; rank 0 (the one
+  # that saves) is on the first member
+  members=$(ev_field membership nodes)
+  spare="" victim="" others=""
+  for k in 1 2 3 4 5; do
+    if [[ ", $members," != *", $(sshd_addr "$k"),"* ]]; then spare=$k
+    elif [ -z "$victim" ]; then victim=$k
+    else others="$others $k"; fi
   done
-  want=$(events | grep '"event": "checkpoint_file"' | tail -n1 | grep -o '"sha256": "[0-9a-f]*' | cut -d'"' -f4)
-  for _ in $(seq 100); do [ "$(copy_sha 2 model.pt)" = "$want" ] && break; sleep 0.1; done
-  [ "$(copy_sha 1 model.pt)" = "$want" ] || [ "$(events | grep -c checkpoint_file)" -gt 3 ] || { events; cat out.txt; copy_sha 1 model.pt; node_run 1 ls -la $CK; false; }
-  [ "$(copy_sha 2 model.pt)" != none ]
-  # nodes 3 and 4 hold none: a copy each goes to one other node
-  [ "$(copy_sha 3 model.pt)" = none ]
-  [ "$(copy_sha 4 model.pt)" = none ]
+  next=$((victim + 1)) # the node after the holder: K = 1 copy
+  [ -n "$spare" ] && [ -n "$victim" ]
+  echo "members: $members; spare $spare, victim $victim, next $next"
+  # a checkpoint of step 30 or later, on its holder, the next node and the spare
+  wait_event checkpoint_file 3 90
+  wait_copies model.pt "$victim" "$next" "$spare"
+  # the other members hold none: a new version goes to K other nodes and the spares
+  for k in $others; do [ "$k" = "$next" ] || [ "$(copy_sha "$k" model.pt)" = none ]; done
   # the replication's lag in ddprun status
   "$DDPRUN" status >status.txt
-  grep -q "checkpoint replication: 1 file" status.txt || { cat status.txt; false; }
+  grep -Eq "^checkpoint replication: 1 file, (each with 1 copy|1 short of 1 copy)" status.txt || { cat status.txt; false; }
+  # every slot's warm interpreter ready: the members' (after their first collective), the spare's
+  for _ in $(seq 600); do
+    n=0; for k in $others $spare; do [ "$(warm_in "$k")" -ge 1 ] && n=$((n + 1)); done
+    [ "$n" -eq 4 ] && break
+    sleep 0.1
+  done
+  [ "$n" -eq 4 ]
   # the host of rank 0 (the one that saves), everything on it
-  kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
+  kill -9 $(sshd_tree "$victim") $(sshd_ns_pids "$victim")
   rc=0; wait "$DDP_PID" || rc=$?
   DDP_PID=
   [ "$rc" -eq 0 ] || { cat out.txt; false; }
-  # round 1 on nodes 2-4 resumed from node 2's copy, which nodes 3 and 4 got before their start
-  grep -q "\[$(sshd_addr 2):0\] resumed at step [1-9][0-9]*0" out.txt || { cat out.txt; false; }
+  # round 1 on the other four resumed from the copies, which those without one got before their
+  # start (the spare taken in had one already)
+  want4="" first=""
+  for k in 1 2 3 4 5; do
+    [ "$k" = "$victim" ] && continue
+    want4="$want4${want4:+, }$(sshd_addr "$k")"
+    [ -n "$first" ] || first=$k
+  done
+  [ "$(ev_field membership nodes | tail -n1)" = "$want4" ]
+  grep -q "\[$(sshd_addr "$first"):0\] resumed at step [1-9][0-9]*0" out.txt || { cat out.txt; false; }
   events | grep -q '"event": "checkpoint_restored"'
   rec=$(events | grep '"event": "recovery"' | tail -n1)
-  grep -q '"restored_ms": [0-9]' <<<"$rec" || { echo "$rec"; false; }
+  echo "$rec"
+  grep -q '"restored_ms": [0-9]' <<<"$rec"
   grep -q '"restored_bytes": [1-9]' <<<"$rec"
+  grep -q '"warm_ranks": 4' <<<"$rec"
   grep -q '"restored_s": [0-9]' logs/*/summary.json
   # the last version of the file, the same on its holders: what training ended with
   last=$(events | grep '"event": "checkpoint_file"' | tail -n1 | grep -o '"sha256": "[0-9a-f]*' | cut -d'"' -f4)
   n=0
-  for k in 2 3 4; do [ "$(copy_sha "$k" model.pt)" = "$last" ] && n=$((n + 1)); done
-  [ "$n" -ge 2 ] || { for k in 2 3 4; do copy_sha "$k" model.pt; done; echo "want $last"; false; }
+  for k in $others $spare; do [ "$(copy_sha "$k" model.pt)" = "$last" ] && n=$((n + 1)); done
+  [ "$n" -ge 2 ] || { for k in $others $spare; do copy_sha "$k" model.pt; done; echo "want $last"; false; }
   # the launcher's machine holds nothing of it (its folder is not any node's)
   [ -z "$(ls -A "$CK")" ]
   # every replica of the model trained on: the parameters' sums agree across ranks
@@ -131,4 +181,84 @@ JOB
   echo "$lines refusal lines in $((SECONDS - t0)) s"
   [ "$lines" -le $((SECONDS - t0 + 2)) ]
   grep -q "more like it in the last" out.txt
+}
+
+@test "a holder's copy with a byte flipped on its disk is refused, and another holder's used; with no valid copy left the job fails naming the file" {
+  need_hosts
+  for k in 1 2 3 4; do sshd_start "$k"; done
+  # replicas 2: node 1's checkpoint of step 20 (its last) on nodes 2 and 3 too
+  STEPS=80 SAVE_UNTIL=20 train_job job.yaml 1 2 3 4 -- "checkpoint: {dir: $CK, replicas: 2}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_event checkpoint_file 2
+  wait_copies model.pt 1 2 3
+  want=$(copy_sha 1 model.pt)
+  [ "$(copy_sha 4 model.pt)" = none ]
+  rot 2 model.pt
+  [ "$(copy_sha 2 model.pt)" != "$want" ]
+  kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
+  rc=0; wait "$DDP_PID" || rc=$?
+  DDP_PID=
+  [ "$rc" -eq 0 ] || { cat out.txt; false; }
+  # node 2's copy failed its check (by node 2 itself, or node 4 fetching it): node 3's was used
+  grep -Eq "checkpoint model.pt: .*(does not match its record's SHA-256|SHA-256 differs from the record's: refused).*; fetched from $(sshd_addr 3):" out.txt || { cat out.txt; false; }
+  grep -q "\[$(sshd_addr 2):0\] resumed at step 20" out.txt
+  for k in 2 3 4; do [ "$(copy_sha "$k" model.pt)" = "$want" ]; done
+  # again with one copy (replicas 1), rotten: no valid copy is left
+  for k in 5 6 7; do sshd_start "$k"; done
+  rm -rf logs
+  STEPS=80 SAVE_UNTIL=20 train_job job.yaml 5 6 7 -- "checkpoint: {dir: $CK, replicas: 1}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_event checkpoint_file 2
+  wait_copies model.pt 5 6
+  rot 6 model.pt
+  kill -9 $(sshd_tree 5) $(sshd_ns_pids 5)
+  rc=0; wait "$DDP_PID" || rc=$?
+  DDP_PID=
+  cat out.txt
+  [ "$rc" -eq 1 ]
+  grep -q "^ddprun: checkpoint: no valid copy left of model.pt (" out.txt
+  grep -q '"reason": "checkpoint: no valid copy left of model.pt' logs/*/events.jsonl
+  # no rank of the round started from it (its START was held, then stopped)
+  ! grep -q "resumed at step" out.txt
+}
+
+@test "a file finished on a node after it was counted lost is neither copied nor restored; the next round's members get the version recorded before" {
+  need_hosts
+  for k in 1 2 3; do sshd_start "$k"; done
+  ssh_job job.yaml 1 1 2 3 -- /bin/sh -c "while :; do sleep 0.1; done"
+  cat >>job.yaml <<JOB
+checkpoint: {dir: $CK, replicas: 1}
+elastic: {min_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_event checkpoint_port 3
+  wait_event workers_running
+  # node 3 finishes a file: recorded, and copied to the next node (node 1)
+  node_run 3 sh -c "echo before >$CK/early.pt"
+  wait_copies early.pt 3 1
+  want=$(copy_sha 3 early.pt)
+  # node 3's agent hangs; once it is counted lost, a file is finished there and early.pt written
+  # again; then the agent goes on
+  agent=$(for p in $(sshd_tree 3); do tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^[^ ]*ddprun agent" && echo "$p"; done | head -n1)
+  [ -n "$agent" ]
+  kill -STOP "$agent"
+  wait_event node_lost
+  node_run 3 sh -c "echo after >$CK/late.pt; echo after >$CK/early.pt"
+  kill -CONT "$agent" 2>/dev/null || true
+  wait_event membership 2
+  wait_event workers_running 2
+  sleep 2 # (what node 3's agent had to say has come by now)
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  cat out.txt
+  # neither late.pt nor early.pt's new version was recorded, copied or restored
+  [ "$(ev_field checkpoint_file path | sort | uniq -c | tr -s ' ')" = " 1 early.pt" ]
+  for k in 1 2; do
+    [ "$(copy_sha "$k" late.pt)" = none ]
+    [ "$(copy_sha "$k" early.pt)" = "$want" ]
+  done
 }

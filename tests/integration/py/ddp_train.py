@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 steps = int(os.environ.get("STEPS", "40"))
 ckpt = os.environ.get("CKPT")  # a checkpoint file, resumed from when present
 sleep = float(os.environ.get("STEP_SLEEP", "0"))
+save_until = int(os.environ.get("SAVE_UNTIL", "0"))  # no checkpoint after this step (0: none)
 
 cuda = os.environ.get("DEVICE") == "cuda"
 if cuda:
@@ -53,7 +54,7 @@ while step < steps:
         loss.backward()
         opt.step()
         step += 1
-        if rank == 0 and ckpt and step % 10 == 0:
+        if rank == 0 and ckpt and step % 10 == 0 and (not save_until or step <= save_until):
             tmp = ckpt + ".tmp"
             torch.save({"model": model.state_dict(), "step": step}, tmp)
             os.replace(tmp, ckpt)
