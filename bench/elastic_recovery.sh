@@ -13,8 +13,13 @@
 # timeline (the recovery event: seconds after the loss was detected until the old ranks stopped,
 # the round formed, the ranks started, their process groups formed and their first all-reduce
 # was done). The row "3+1" has a spare node beyond elastic.max_nodes 3, which takes the lost
-# node's place: warm, it restarts from the interpreters its agent keeps since it joined. No
-# checkpoint is written (replicated checkpoints are not measured yet).
+# node's place: warm, it restarts from the interpreters its agent keeps since it joined.
+# The second table has a checkpoint: rank 0 saves CKPT_MB MiB with torch.save once, and every rank
+# of the next attempt loads it before it joins the group. For ddprun each host's checkpoint folder
+# is a private tmpfs (no folder in common) with checkpoint.replicas 1, and the host lost is rank
+# 0's, which saved it: the members without a copy get one from the node that holds it before their
+# ranks start (the timeline's "restored" phase, and how long the restore took). torchrun has no
+# such thing: its checkpoint is in a folder all its agents share (this machine's).
 # Medians of RUNS runs. Needs root, openssh-server, iproute2 and python3-torch.
 # Usage: bench/elastic_recovery.sh [BUILD_DIR] [RUNS]
 set -euo pipefail
@@ -33,6 +38,12 @@ BATS_TEST_TMPDIR=$(mktemp -d)
 . tests/lib/sshd.bash
 trap 'sshd_teardown; rm -rf "$BATS_TEST_TMPDIR"' EXIT
 cd "$BATS_TEST_TMPDIR"
+CK=$BATS_TEST_TMPDIR/ck # each host's own (a tmpfs in its mount namespace)
+mkdir -p "$CK" shared
+# shellcheck disable=SC2034 # (read by tests/lib/sshd.bash)
+SSHD_TMPFS=$CK
+export XDG_RUNTIME_DIR=$BATS_TEST_TMPDIR/run
+mkdir -m 700 "$XDG_RUNTIME_DIR"
 sshd_setup
 [ -n "$SSHD_NETNS" ] || { echo "needs network namespaces" >&2; exit 1; }
 for k in 1 2 3 4; do sshd_start "$k"; done
@@ -53,14 +64,17 @@ node_job_pids() { sshd_tree "$1" | cut -s -d' ' -f2-; }
 
 warm_ready() { ps -eo stat=,comm= | awk '$2 == "ddprun-warm" && $1 !~ /^Z/' | wc -l; }
 
-ddprun_run() { # nodes warm(on|off) loss(killed|hung) [spares] -> "detect recover stopped formed started groups first"
-  local n=$1 warm=$2 loss=$3 spares=${4:-0}
+ddprun_run() { # nodes warm(on|off) loss(killed|hung) [spares] [checkpoint MiB]
+  # -> "detect recover stopped formed started groups first restored restore_took"
+  local n=$1 warm=$2 loss=$3 spares=${4:-0} mb=${5:-0}
   ssh_job job.yaml 1 $(seq $((n + spares))) -- "$PY" "$REPO/bench/elastic_worker.py"
   cat >>job.yaml <<JOB
 elastic: {min_nodes: 1, max_nodes: $n, max_restarts: 3, heartbeat_interval: 5s, heartbeat_timeout: 15s}
 rendezvous: {last_call: 1s}
 warm: $warm
 JOB
+  [ "$mb" = 0 ] || printf 'checkpoint: {dir: %s, replicas: 1}\nenv: {CKPT: %s/ckpt.pt, CKPT_MB: "%s"}\n' \
+    "$CK" "$CK" "$mb" >>job.yaml
   rm -rf logs
   "$B/ddprun" job.yaml >out.txt 2>&1 &
   local ddp=$!
@@ -76,6 +90,16 @@ JOB
   for k in $(seq $((n + spares))); do
     [ "$(sshd_addr "$k")" = "$(echo "$members" | tr ',' '\n' | tail -n1 | tr -d ' ')" ] && victim=$k
   done
+  if [ "$mb" != 0 ]; then # rank 0's host, once its checkpoint has its copy on another node
+    for k in $(seq $((n + spares))); do
+      [ "$(sshd_addr "$k")" = "$(echo "$members" | cut -d, -f1 | tr -d ' ')" ] && victim=$k
+    done
+    wait_for out.txt "SAVED"
+    for _ in $(seq 600); do
+      "$B/ddprun" status 2>/dev/null | grep -q "^checkpoint replication: 1 file, each with" && break
+      sleep 0.1
+    done
+  fi
   local t0 pids; pids=$(node_job_pids "$victim")
   t0=$(now)
   if [ "$loss" = killed ]; then kill -9 $pids; else kill -STOP $pids; fi
@@ -95,11 +119,14 @@ JOB
   awk -v a="$t0" -v l="$tl" -v r="$tr" -v p="$phases" 'BEGIN { printf "%.3f %.3f%s\n", l - a, r - a, p }'
 }
 
-torchrun_run() { # agents loss(killed|hung) -> "recover" (">60": not within 60 s)
-  local n=$1 loss=$2 port pids=() k
+torchrun_run() { # agents loss(killed|hung) [checkpoint MiB] -> "recover" (">60": not within 60 s)
+  local n=$1 loss=$2 mb=${3:-0} port pids=() k
   port=$(free_port)
+  rm -f shared/ckpt.pt
   for k in $(seq "$n"); do
-    setsid "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes "1:$n" --nproc_per_node 1 \
+    local ck=()
+    [ "$mb" = 0 ] || ck=(env CKPT="$PWD/shared/ckpt.pt" CKPT_MB="$mb")
+    setsid "${ck[@]}" "$PY" -m torch.distributed.run --redirects 1 --tee 1 --nnodes "1:$n" --nproc_per_node 1 \
       --rdzv_backend c10d \
       --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "bench$port" --max_restarts 3 \
       --monitor_interval 0.1 --rdzv_conf last_call_timeout=1 \
@@ -109,6 +136,7 @@ torchrun_run() { # agents loss(killed|hung) -> "recover" (">60": not within 60 s
   done
   cat tr*.txt >/dev/null
   for _ in $(seq 600); do grep -q "TRAINING restart=0 world=$n" tr*.txt 2>/dev/null && break; sleep 0.05; done
+  [ "$mb" = 0 ] || for _ in $(seq 600); do grep -q "SAVED" tr*.txt && break; sleep 0.05; done
   sleep 1
   local t0; t0=$(now)
   if [ "$loss" = killed ]; then kill -9 -- "-${pids[$((n - 1))]}"; else kill -STOP -- "-${pids[$((n - 1))]}"; fi
@@ -151,4 +179,25 @@ for row in "${ROWS[@]}"; do
   for c in 3 4 5 6 7; do ph="$ph | $(cut -d' ' -f$c w.txt | median)"; done
   printf '| %s | %s | %s | %s | %s | %s | %s%s |\n' "$1" "$loss" "$det" "$cold" "$warm" "$trr" \
     "$rat" "$ph"
+done
+
+# With a checkpoint: 4 nodes, rank 0's host killed
+echo
+echo "| nodes | checkpoint | ddprun cold s | ddprun warm s | torchrun s (shared folder) | torchrun / ddprun warm | warm: stopped | formed | checkpoint restored | restore took | started | groups formed | first all-reduce |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+IFS=, read -r -a CROWS <<<"${CROWS:-1,100}" # (CROWS: checkpoint sizes in MiB)
+for mb in "${CROWS[@]}"; do
+  : >c.txt; : >w.txt; : >t.txt
+  for _ in $(seq "$RUNS"); do
+    ddprun_run 4 off killed 0 "$mb" >>c.txt
+    ddprun_run 4 on killed 0 "$mb" >>w.txt
+    torchrun_run 4 killed "$mb" >>t.txt
+  done
+  warm=$(cut -d' ' -f2 w.txt | median); cold=$(cut -d' ' -f2 c.txt | median)
+  trr=">60"
+  [ "$(grep -c '^>' t.txt)" -le $((RUNS / 2)) ] && trr=$(grep -v '^>' t.txt | median)
+  ph=""
+  for c in 3 4 8 9 5 6 7; do ph="$ph | $(cut -d' ' -f$c w.txt | median)"; done
+  printf '| 4 | %s MiB, replicas 1 | %s | %s | %s | %s%s |\n' "$mb" "$cold" "$warm" "$trr" \
+    "$(ratio "$trr" "$warm")" "$ph"
 done
