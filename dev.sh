@@ -136,6 +136,10 @@ test)
   echo "== [${SECONDS} s] TSan: the same threads with etcd (watch streams, keepalives failing over)"
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
     bats --timing --print-output-on-failure -f "3-member" tests/integration/96-etcd.bats
+  echo "== [${SECONDS} s] TSan: the agents' checkpoint copies (the copying thread, the replication port's threads)"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" DDP_BUILD_DIR="$PWD/build/tsan" \
+    bats --timing --print-output-on-failure -f "counted lost|replication port" \
+    tests/integration/52-ckpt.bats
   build fuzz
   # -timeout: an input that takes seconds (quadratic key handling, say) is a failure too;
   # -max_len: room for deep nesting and many keys; job_spec gets a dictionary of YAML tokens;

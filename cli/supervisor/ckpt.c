@@ -33,7 +33,7 @@ struct file {
 struct pending { /* a SYNC sent, its answer awaited */
     uint32_t id;
     int node;
-    bool restore;
+    bool restore;  /* of the restore in progress (a restore of a round before counts as a copy) */
     size_t *files; /* the files it listed as HAVE, and their versions then */
     unsigned *seq;
     size_t n;
@@ -52,6 +52,7 @@ static struct {
     uint32_t next_id;
     unsigned seq;
     /* the round's restore */
+    uint32_t restore_first; /* the first SYNC id of the restore in progress */
     int restores_left;
     int64_t restore_t0;
     uint64_t restore_bytes;
@@ -394,6 +395,8 @@ static void on_synced(int i, const struct ddp__ck_synced *s, enum ddp__ck_action
         return; /* (its node was lost meanwhile) */
     struct pending p = C.p[k];
     C.p[k] = C.p[--C.np];
+    if (p.restore && p.id < C.restore_first)
+        p.restore = false; /* a round before's: its copies count, its outcome no more */
     for (size_t j = 0; j < p.n; j++) {
         struct file *f = &C.f[p.files[j]];
         bool failed = false;
@@ -435,10 +438,13 @@ bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum dd
             return true;
         free(C.addr[i]);
         C.addr[i] = addr[0] ? strdup(addr) : NULL;
-        if (addr[0])
-            ddp__sup_event("checkpoint_port", "node", host_of(i), "addr", addr, NULL);
-        else
-            ddp__sup_say("ddprun: checkpoint: node '%s' does not replicate: %s", host_of(i), w);
+        if (!addr[0]) { /* its ranks would see another folder than the others': no job */
+            *act = DDP__CK_FAIL_JOB;
+            snprintf(why, whyn, "checkpoint: node '%s' cannot keep copies of checkpoint.dir: %s",
+                     host_of(i), w);
+            return true;
+        }
+        ddp__sup_event("checkpoint_port", "node", host_of(i), "addr", addr, NULL);
         for (size_t k = 0; k < C.n; k++) /* a node that can hold copies now */
             if (C.f[k].pending_since)
                 replicate(&C.f[k]);
@@ -511,6 +517,7 @@ enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
     if (!C.on || !C.n)
         return act;
     C.restores_left = 0;
+    C.restore_first = C.next_id + 1;
     C.restore_t0 = ddp_now_ms();
     C.restore_bytes = 0;
     C.restore_files = 0;

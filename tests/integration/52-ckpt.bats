@@ -262,3 +262,52 @@ JOB
     [ "$(copy_sha "$k" early.pt)" = "$want" ]
   done
 }
+
+@test "ddprun-fmnist on 2 hosts with private folders: the host of rank 0 lost mid-write; the survivor resumes from its copy and ends bit for bit where the reference does" {
+  trains
+  need_hosts
+  [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+    fail "Debian's dataset-fashion-mnist is not installed (./dev.sh deps installs it)"
+  FMNIST="$BUILD/ddprun-fmnist"
+  for k in 1 2; do sshd_start "$k"; done
+  # the reference does the same arithmetic: 2 simulated ranks up to the step-200 checkpoint, then
+  # 1 from it (2 ranks on 2 hosts sum as on one: a sum of two is the same in either order)
+  "$FMNIST" --simulate-ranks 2 --max-steps 200 --eval-every 0 --checkpoint-dir refck --checkpoint-every 100 >/dev/null
+  "$FMNIST" --simulate-ranks 1 --max-steps 400 --eval-every 0 --checkpoint-dir refck --checkpoint-every 100 --dump "$PWD/ref.bin" >ref.txt
+  grep -q "resuming from refck/fmnist.ckpt at step 200" ref.txt
+  # round 0's rank 0 (node 1) dies in the middle of writing its step-300 checkpoint, and waits
+  # there; node 1 is then lost whole. Round 1's rank compares its end with the reference.
+  ssh_job job.yaml 1 1 2 -- /bin/sh -c "[ \$TORCHELASTIC_RESTART_COUNT = 0 ] && export FMNIST_CRASH_AT_STEP=300; $FMNIST --max-steps 400 --eval-every 0 --checkpoint-every 100 --compare $PWD/ref.bin --tol 0 || { [ \$TORCHELASTIC_RESTART_COUNT = 0 ] && echo CRASHED && sleep 1000; }"
+  cat >>job.yaml <<JOB
+checkpoint: {dir: $CK, replicas: 1}
+elastic: {min_nodes: 1, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_for_line out.txt 120 "$(sshd_addr 1):0\] CRASHED"
+  # the step-200 checkpoint, on node 1 and copied to node 2
+  wait_copies fmnist.ckpt 1 2
+  kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
+  rc=0; wait "$DDP_PID" || rc=$?
+  DDP_PID=
+  [ "$rc" -eq 0 ] || { cat out.txt; false; }
+  grep -q "\[$(sshd_addr 2):0\] resuming from $CK/fmnist.ckpt at step 200" out.txt || { cat out.txt; false; }
+  grep -q "compare: max |difference| from $PWD/ref.bin = 0 (tolerance 0)" out.txt
+  [ "$(ev_field membership world_size | tail -n1)" = 1 ]
+  # the launcher's machine holds none of it
+  [ -z "$(ls -A "$CK")" ]
+}
+
+@test "a node that cannot keep copies (no checkpoint.dir there) stops the job with one message naming it and why" {
+  cat >job.yaml <<JOB
+command: ["/bin/sh", "-c", "sleep 30"]
+nodes: [{host: localhost, slots: 1}, {host: 127.0.0.1, slots: 1}]
+checkpoint: {dir: $PWD/no-such-folder, replicas: 1}
+logs: {dir: logs}
+stop_grace: 1s
+JOB
+  run timeout 60 "$DDPRUN" job.yaml
+  echo "$output"
+  [ "$status" -eq 1 ]
+  assert_output --regexp "ddprun: checkpoint: node '(localhost|127\.0\.0\.1)' cannot keep copies of checkpoint.dir: checkpoint.dir $PWD/no-such-folder: No such file or directory"
+}
