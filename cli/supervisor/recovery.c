@@ -30,13 +30,21 @@ static void close_open(void)
         return;
     R.open = false;
     const struct ddp__recovery_rec *r = &R.list[R.n - 1];
-    ddp__sup_event("recovery", "cause", r->cause, "#detected_ms",
-                   (long long)(r->detected_s * 1000 + 0.5), "?stopped_ms", (long long)r->ms[0],
-                   "?formed_ms", (long long)r->ms[1], "?started_ms", (long long)r->ms[2],
-                   "?group_formed_ms", (long long)r->ms[3], "?first_collective_ms",
-                   (long long)r->ms[4], "#warm_ranks", (long long)r->warm_ranks, "?restored_ms",
-                   (long long)r->restored_ms, "?restore_took_ms", (long long)r->restore_took_ms,
-                   "?restored_bytes", (long long)r->restored_bytes, NULL);
+    /* (the restore's fields where the round restored a checkpoint: checkpoint.replicas) */
+    if (r->restored_ms < 0)
+        ddp__sup_event("recovery", "cause", r->cause, "#detected_ms",
+                       (long long)(r->detected_s * 1000 + 0.5), "?stopped_ms", (long long)r->ms[0],
+                       "?formed_ms", (long long)r->ms[1], "?started_ms", (long long)r->ms[2],
+                       "?group_formed_ms", (long long)r->ms[3], "?first_collective_ms",
+                       (long long)r->ms[4], "#warm_ranks", (long long)r->warm_ranks, NULL);
+    else
+        ddp__sup_event("recovery", "cause", r->cause, "#detected_ms",
+                       (long long)(r->detected_s * 1000 + 0.5), "?stopped_ms", (long long)r->ms[0],
+                       "?formed_ms", (long long)r->ms[1], "?started_ms", (long long)r->ms[2],
+                       "?group_formed_ms", (long long)r->ms[3], "?first_collective_ms",
+                       (long long)r->ms[4], "#warm_ranks", (long long)r->warm_ranks, "#restored_ms",
+                       (long long)r->restored_ms, "#restore_took_ms", (long long)r->restore_took_ms,
+                       "#restored_bytes", (long long)r->restored_bytes, NULL);
 }
 
 void ddp__rcv_begin(const char *cause)

@@ -595,15 +595,11 @@ static void write_summary(FILE *f, void *arg)
             num_or_null(f, v->ms[k] < 0 ? -1 : (double)v->ms[k] / 1000);
         }
         fprintf(f, ", \"warm_ranks\": %d", v->warm_ranks);
-        /* checkpoint.replicas: the restore's phase, bytes and time */
-        fputs(", \"restored_s\": ", f);
-        num_or_null(f, v->restored_ms < 0 ? -1 : (double)v->restored_ms / 1000);
-        if (v->restored_bytes < 0)
-            fputs(", \"restored_bytes\": null", f);
-        else
-            fprintf(f, ", \"restored_bytes\": %lld", (long long)v->restored_bytes);
-        fputs(", \"restore_took_s\": ", f);
-        num_or_null(f, v->restore_took_ms < 0 ? -1 : (double)v->restore_took_ms / 1000);
+        /* checkpoint.replicas: the restore's phase, bytes and time, where the round had one */
+        if (v->restored_ms >= 0)
+            fprintf(f, ", \"restored_s\": %.3f, \"restored_bytes\": %lld, \"restore_took_s\": %.3f",
+                    (double)v->restored_ms / 1000, (long long)v->restored_bytes,
+                    (double)v->restore_took_ms / 1000);
         fputc('}', f);
     }
     fputs("]", f);

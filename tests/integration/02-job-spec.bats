@@ -163,11 +163,11 @@ spec_error() {
   p=$(cd .. && pwd)/proj
   assert_output --partial "workdir: $p/wd"
   assert_output --partial "logs: {dir: $p/runs,"
-  assert_output --partial "checkpoint: {dir: $p/ckpt}"
+  assert_output --partial "checkpoint: {dir: $p/ckpt, replicas: 0, on_corrupt: fail}"
   assert_output --partial "identity: $p/keys/id, known_hosts: $HOME/kh,"
   run "$DDPRUN" plan ../proj/job.yaml --set logs.dir=other --set checkpoint.dir=/abs/ck
   assert_output --partial "logs: {dir: $p/other,"
-  assert_output --partial "checkpoint: {dir: /abs/ck}"
+  assert_output --partial "checkpoint: {dir: /abs/ck, replicas: 0, on_corrupt: fail}"
   # the default logs folder too
   printf 'command: [true]\n' >../proj/plain.yaml
   run "$DDPRUN" plan ../proj/plain.yaml

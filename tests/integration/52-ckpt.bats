@@ -183,7 +183,7 @@ JOB
   grep -q "more like it in the last" out.txt
 }
 
-@test "a holder's copy with a byte flipped on its disk is refused, and another holder's used; with no valid copy left the job fails naming the file" {
+@test "a holder's copy with a byte flipped on its disk is refused, and another holder's used; with no valid copy left the job fails naming the file, or with on_corrupt: restart starts again without it" {
   need_hosts
   for k in 1 2 3 4; do sshd_start "$k"; done
   # replicas 2: node 1's checkpoint of step 20 (its last) on nodes 2 and 3 too
@@ -221,7 +221,25 @@ JOB
   grep -q "^ddprun: checkpoint: no valid copy left of model.pt (" out.txt
   grep -q '"reason": "checkpoint: no valid copy left of model.pt' logs/*/events.jsonl
   # no rank of the round started from it (its START was held, then stopped)
-  ! grep -q "resumed at step" out.txt
+  ! grep -q "resumed at step" out.txt || false
+  # the same with on_corrupt: restart: the file is removed everywhere and the next round starts
+  # from the beginning
+  for k in 8 9 10; do sshd_start "$k"; done
+  rm -rf logs
+  STEPS=80 SAVE_UNTIL=20 train_job job.yaml 8 9 10 -- "checkpoint: {dir: $CK, replicas: 1, on_corrupt: restart}"
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_event checkpoint_file 2
+  wait_copies model.pt 8 9
+  rot 9 model.pt
+  kill -9 $(sshd_tree 8) $(sshd_ns_pids 8)
+  rc=0; wait "$DDP_PID" || rc=$?
+  DDP_PID=
+  cat out.txt
+  [ "$rc" -eq 0 ]
+  grep -q "^ddprun: checkpoint: no valid copy left of model.pt (.*); checkpoint.on_corrupt is restart: removed on every node, the round starts again without it" out.txt
+  ! grep -q "resumed at step" out.txt || false
+  [ "$(ev_field membership restart_count | tail -n1)" = 2 ]
 }
 
 @test "a file finished on a node after it was counted lost is neither copied nor restored; the next round's members get the version recorded before" {
