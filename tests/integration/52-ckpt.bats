@@ -183,40 +183,42 @@ JOB
   grep -q "more like it in the last" out.txt
 }
 
-@test "a holder's copy with a byte flipped on its disk is refused, and another holder's used; with no valid copy left the job fails naming the file, or with on_corrupt: restart starts again without it" {
-  need_hosts
-  for k in 1 2 3 4; do sshd_start "$k"; done
-  # replicas 2: node 1's checkpoint of step 20 (its last) on nodes 2 and 3 too
-  STEPS=80 SAVE_UNTIL=20 train_job job.yaml 1 2 3 4 -- "checkpoint: {dir: $CK, replicas: 2}"
-  "$DDPRUN" job.yaml >out.txt 2>&1 &
-  DDP_PID=$!
-  wait_event checkpoint_file 2
-  wait_copies model.pt 1 2 3
-  want=$(copy_sha 1 model.pt)
-  [ "$(copy_sha 4 model.pt)" = none ]
-  rot 2 model.pt
-  [ "$(copy_sha 2 model.pt)" != "$want" ]
-  kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
-  rc=0; wait "$DDP_PID" || rc=$?
-  DDP_PID=
-  [ "$rc" -eq 0 ] || { cat out.txt; false; }
-  # node 2's copy failed its check (by node 2 itself, or node 4 fetching it): node 3's was used
-  grep -Eq "checkpoint model.pt: .*(does not match its record's SHA-256|SHA-256 differs from the record's: refused).*; fetched from $(sshd_addr 3):" out.txt || { cat out.txt; false; }
-  grep -q "\[$(sshd_addr 2):0\] resumed at step 20" out.txt
-  for k in 2 3 4; do [ "$(copy_sha "$k" model.pt)" = "$want" ]; done
-  # again with one copy (replicas 1), rotten: no valid copy is left
-  for k in 5 6 7; do sshd_start "$k"; done
+# The training job on NODES with checkpoint.replicas and on_corrupt: the first of HOLDERS saves
+# model.pt at steps 10 and 20 (SAVE_UNTIL), the others of HOLDERS get copies; once they have,
+# node ROT's copy rots and node LOSE is lost whole. Sets rc (ddprun's status) and want (the
+# SHA-256 recorded).
+rotten_run() { # replicas on_corrupt "nodes" "holders" rot lose
+  local k
+  for k in $3; do sshd_start "$k"; done
   rm -rf logs
-  STEPS=80 SAVE_UNTIL=20 train_job job.yaml 5 6 7 -- "checkpoint: {dir: $CK, replicas: 1}"
+  # shellcheck disable=SC2086
+  STEPS=80 SAVE_UNTIL=20 train_job job.yaml $3 -- "checkpoint: {dir: $CK, replicas: $1, on_corrupt: $2}"
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
   wait_event checkpoint_file 2
-  wait_copies model.pt 5 6
-  rot 6 model.pt
-  kill -9 $(sshd_tree 5) $(sshd_ns_pids 5)
+  # shellcheck disable=SC2086
+  wait_copies model.pt $4
+  want=$(copy_sha "${4%% *}" model.pt)
+  rot "$5" model.pt
+  [ "$(copy_sha "$5" model.pt)" != "$want" ]
+  kill -9 $(sshd_tree "$6") $(sshd_ns_pids "$6")
   rc=0; wait "$DDP_PID" || rc=$?
   DDP_PID=
   cat out.txt
+}
+
+@test "a holder's copy with a byte flipped on its disk is refused, and another holder's used; with no valid copy left the job fails naming the file, or with on_corrupt: restart starts again without it" {
+  need_hosts
+  # replicas 2: node 1's checkpoint of step 20 (its last) on nodes 2 and 3 too, none on node 4;
+  # node 2's rots, node 1 is lost
+  rotten_run 2 fail "1 2 3 4" "1 2 3" 2 1
+  [ "$rc" -eq 0 ]
+  # node 2's copy failed its check (by node 2 itself, or node 4 fetching it): node 3's was used
+  grep -Eq "checkpoint model.pt: .*(does not match its record's SHA-256|SHA-256 differs from the record's: refused).*; fetched from $(sshd_addr 3):" out.txt
+  grep -q "\[$(sshd_addr 2):0\] resumed at step 20" out.txt
+  for k in 2 3 4; do [ "$(copy_sha "$k" model.pt)" = "$want" ]; done
+  # again with one copy (replicas 1), rotten: no valid copy is left
+  rotten_run 1 fail "5 6 7" "5 6" 6 5
   [ "$rc" -eq 1 ]
   grep -q "^ddprun: checkpoint: no valid copy left of model.pt (" out.txt
   grep -q '"reason": "checkpoint: no valid copy left of model.pt' logs/*/events.jsonl
@@ -224,18 +226,7 @@ JOB
   ! grep -q "resumed at step" out.txt || false
   # the same with on_corrupt: restart: the file is removed everywhere and the next round starts
   # from the beginning
-  for k in 8 9 10; do sshd_start "$k"; done
-  rm -rf logs
-  STEPS=80 SAVE_UNTIL=20 train_job job.yaml 8 9 10 -- "checkpoint: {dir: $CK, replicas: 1, on_corrupt: restart}"
-  "$DDPRUN" job.yaml >out.txt 2>&1 &
-  DDP_PID=$!
-  wait_event checkpoint_file 2
-  wait_copies model.pt 8 9
-  rot 9 model.pt
-  kill -9 $(sshd_tree 8) $(sshd_ns_pids 8)
-  rc=0; wait "$DDP_PID" || rc=$?
-  DDP_PID=
-  cat out.txt
+  rotten_run 1 restart "8 9 10" "8 9" 9 8
   [ "$rc" -eq 0 ]
   grep -q "^ddprun: checkpoint: no valid copy left of model.pt (.*); checkpoint.on_corrupt is restart: removed on every node, the round starts again without it" out.txt
   ! grep -q "resumed at step" out.txt || false

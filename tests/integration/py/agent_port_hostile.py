@@ -36,27 +36,11 @@ def conn():
 
 def closed_by_peer(s, limit=15.0):
     """True when the launcher closes s (EOF or reset) within limit seconds."""
-    t0 = time.monotonic()
-    s.settimeout(limit)
-    try:
-        while time.monotonic() - t0 < limit:
-            if not s.recv(4096):
-                return True
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
-    return False
+    return agent_wire.drained(s, limit) is not None
 
 
 def case(name, fn):
-    try:
-        ok = fn()
-    except Exception as e:  # noqa: BLE001
-        ok, name = False, f"{name} ({e!r})"
-    print(f"{name}: {'closed' if ok else 'NOT CLOSED'}", flush=True)
-    if not ok:
-        failed.append(name)
+    agent_wire.case(name, fn, failed)
 
 
 def wrong_token():

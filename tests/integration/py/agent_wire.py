@@ -15,6 +15,7 @@ import hmac
 import os
 import socket
 import struct
+import time
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -154,3 +155,34 @@ def accept(listener, token):
     kind, _ = next(link.frames())
     assert kind == ATTACH, kind
     return link
+
+
+def drained(sock, limit=15.0):
+    """What the peer sent on sock until it closed it (EOF or reset) within limit seconds, or None
+    when it did not close it in time: the hostile clients' check that they were refused."""
+    t0 = time.monotonic()
+    got = b""
+    try:
+        while time.monotonic() - t0 < limit:
+            sock.settimeout(max(0.01, limit - (time.monotonic() - t0)))
+            b = sock.recv(65536)
+            if not b:
+                return got
+            got += b
+    except ConnectionResetError:
+        return got
+    except socket.timeout:
+        pass
+    return None
+
+
+def case(name, fn, failed, words=("closed", "NOT CLOSED")):
+    """Runs one hostile case: prints its name and outcome, adds it to failed when it did not hold."""
+    try:
+        ok = fn()
+    except Exception as e:  # noqa: BLE001
+        ok, name = False, f"{name} ({e!r})"
+    print(f"{name}: {words[0] if ok else words[1]}", flush=True)
+    if not ok:
+        failed.append(name)
+

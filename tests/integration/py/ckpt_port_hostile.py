@@ -52,39 +52,21 @@ def get(link, rel):
 
 
 def closed_by_peer(s, limit=15.0, link=None):
-    """True when the agent closes s (EOF or reset) within limit seconds, having sent nothing
-    but (with link) records that open to nothing of a file."""
-    t0 = time.monotonic()
-    s.settimeout(limit)
-    got = b""
-    try:
-        while time.monotonic() - t0 < limit:
-            b = s.recv(65536)
-            if not b:
-                break
-            got += b
-        else:
-            return False
-    except ConnectionResetError:
-        pass
-    except socket.timeout:
+    """True when the agent closes s within limit seconds, having sent nothing, or (with link, a
+    proven peer's) records that open to a refusal, never a file."""
+    got = agent_wire.drained(s, limit)
+    if got is None:
         return False
     if link and got:
         link.raw = got
         while link._fill():
             pass
-        return not link.plain or link.plain[0] != 0  # a refusal, never a file
-    return not got or link is None
+        return not link.plain or link.plain[0] != 0
+    return not got or link is not None
 
 
 def case(name, fn):
-    try:
-        ok = fn()
-    except Exception as e:  # noqa: BLE001
-        ok, name = False, f"{name} ({e!r})"
-    print(f"{name}: {'ok' if ok else 'FAILED'}", flush=True)
-    if not ok:
-        failed.append(name)
+    agent_wire.case(name, fn, failed, ("ok", "FAILED"))
 
 
 def fetch():
