@@ -14,12 +14,10 @@ connection; the script prints one line per case and exits 1 at the first that do
                the 1,024 the port lets prove themselves, or at the deadline)
 """
 import os
-import resource
 import socket
 import struct
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent_wire  # noqa: E402
@@ -89,24 +87,11 @@ def forged():
 
 
 def stalled():
-    s = conn()
-    s.sendall(b"DDPA" + struct.pack("<I", 1) + b"12345")
-    t0 = time.monotonic()
-    ok = closed_by_peer(s, 20)
-    print(f"stalled: closed after {time.monotonic() - t0:.1f} s", flush=True)
-    return ok
+    return agent_wire.stalled("127.0.0.1", PORT)
 
 
 def flood():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
-    socks = []
-    for _ in range(1000):
-        socks.append(socket.create_connection(("127.0.0.1", PORT), timeout=5))
-    ok = all(closed_by_peer(s, 20) for s in socks)
-    for s in socks:
-        s.close()
-    return ok
+    return agent_wire.flood("127.0.0.1", PORT)
 
 
 # the stalled one waits out the deadline beside the others

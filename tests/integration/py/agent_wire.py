@@ -13,6 +13,7 @@ a launcher that does not follow the document fails them.
 import hashlib
 import hmac
 import os
+import resource
 import socket
 import struct
 import time
@@ -185,4 +186,25 @@ def case(name, fn, failed, words=("closed", "NOT CLOSED")):
     print(f"{name}: {words[0] if ok else words[1]}", flush=True)
     if not ok:
         failed.append(name)
+
+
+def stalled(host, port):
+    """Half a handshake, then nothing: True when the peer closes within 20 s (the time said)."""
+    sock = socket.create_connection((host, port), timeout=5)
+    sock.sendall(b"DDPA" + struct.pack("<I", 1) + b"12345")
+    t0 = time.monotonic()
+    ok = drained(sock, 20) is not None
+    print(f"stalled: closed after {time.monotonic() - t0:.1f} s", flush=True)
+    return ok
+
+
+def flood(host, port, n=1000):
+    """n connections at once, each saying nothing: True when the peer closes them all."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    socks = [socket.create_connection((host, port), timeout=5) for _ in range(n)]
+    ok = all(drained(x, 20) is not None for x in socks)
+    for x in socks:
+        x.close()
+    return ok
 
