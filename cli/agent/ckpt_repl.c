@@ -73,9 +73,11 @@ static struct {
     struct result *rhead, **rtail;
     atomic_bool stop;
     atomic_int cur_fd;
-    int restoring;    /* restores queued or running (the loop's thread) */
-    int reporting;    /* files' reports queued and not yet sent (the loop's thread) */
-    struct known *kn; /* the copying thread's */
+    atomic_bool copying; /* the copying thread runs a SYNC that is no restore */
+    atomic_bool cut;     /* a restore waits: the copy in flight ends */
+    int restoring;       /* restores queued or running (the loop's thread) */
+    int reporting;       /* files' reports queued and not yet sent (the loop's thread) */
+    struct known *kn;    /* the copying thread's */
     size_t nkn, capkn;
 } R = {.dirfd = -1, .efd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -300,17 +302,24 @@ static int make_parents(const char *rel)
 static int fill(int fd, struct ddp__seal *s, struct ddp_buf *raw, struct ddp_buf *plain,
                 size_t want, char *why, size_t whyn)
 {
+    int idle = 0;
     while (ddp_buf_pending(plain) < want) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, IO_MS);
+        int r = poll(&p, 1, 100);
         if (atomic_load(&R.stop)) {
             snprintf(why, whyn, "the agent is stopping");
             return -1;
         }
-        if (r == 0) {
+        if (atomic_load(&R.copying) && atomic_load(&R.cut)) {
+            snprintf(why, whyn, "cut short for a restore (asked again later)");
+            return -1;
+        }
+        if (r == 0 && (idle += 100) >= IO_MS) {
             snprintf(why, whyn, "it sent nothing for %d s", IO_MS / 1000);
             return -1;
         }
+        if (r == 0)
+            continue;
         if (r < 0 && errno == EINTR)
             continue;
         if (ddp_buf_reserve(raw, CHUNK) < 0) {
@@ -326,6 +335,7 @@ static int fill(int fd, struct ddp__seal *s, struct ddp_buf *raw, struct ddp_buf
             return -1;
         }
         raw->len += (size_t)n;
+        idle = 0;
         if (ddp__seal_open(s, raw, plain) < 0) {
             snprintf(why, whyn, "a record failed its authentication");
             return -1;
@@ -350,8 +360,12 @@ static int fetch(const char *addr, const struct ddp__ck_entry *e, uint64_t *byte
     ddp_buf_init(&plain);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     const char *slash = strrchr(e->rel, '/');
-    snprintf(tmp, sizeof(tmp), "%.*s%s%.40s.%ld", slash ? (int)(slash - e->rel + 1) : 0, e->rel,
-             PART, slash ? slash + 1 : e->rel, (long)syscall(SYS_gettid));
+    int tl = snprintf(tmp, sizeof(tmp), "%.*s%s%.40s.%ld", slash ? (int)(slash - e->rel + 1) : 0,
+                      e->rel, PART, slash ? slash + 1 : e->rel, (long)syscall(SYS_gettid));
+    if (tl < 0 || (size_t)tl >= sizeof(tmp)) { /* (its temporary name must be in its folder) */
+        snprintf(why, whyn, "its path is too long for a temporary name beside it");
+        goto out;
+    }
     if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1 ||
         ddp__ck_put_request(&req, e->rel) < 0 || ddp__aw_write(fd, &s, req.data, req.len) < 0) {
         snprintf(why, whyn, "cannot send the request");
@@ -518,8 +532,14 @@ static void *work(void *arg)
                 do_hash(t);
             else if (t->kind == T_GONE)
                 do_gone(t);
-            else
+            else {
+                bool restore = (t->sync.flags & DDP__CK_SYNC_RESTORE) != 0;
+                if (restore)
+                    atomic_store(&R.cut, false);
+                atomic_store(&R.copying, !restore);
                 do_sync(&t->sync);
+                atomic_store(&R.copying, false);
+            }
         }
         free(t->rel);
         ddp__ck_sync_release(&t->sync);
@@ -586,8 +606,12 @@ int ddp__cr_sync(const uint8_t *body, size_t len)
         return r;
     }
     t->kind = T_SYNC;
-    if (t->sync.flags & DDP__CK_SYNC_RESTORE)
+    if (t->sync.flags & DDP__CK_SYNC_RESTORE) {
         R.restoring++;
+        /* a copy in flight (from a node maybe lost now) must not hold the ranks back: it is
+         * cut short, and the launcher asks for it again */
+        atomic_store(&R.cut, true);
+    }
     queue(t);
     return 0;
 }

@@ -28,6 +28,8 @@ struct file {
     struct version v;
     int origin;            /* the node whose record made it */
     bool *holder;          /* [nnodes]: holds this version */
+    struct version pv;     /* the version before (pv.seq 0: none), while some node holds it */
+    bool *pholder;         /* [nnodes]: holds that one */
     int64_t pending_since; /* short of its copies since (ddp_now_ms), or 0 */
 };
 struct pending { /* a SYNC sent, its answer awaited */
@@ -104,6 +106,7 @@ void ddp__ck_release(void)
     for (size_t k = 0; k < C.n; k++) {
         free(C.f[k].rel);
         free(C.f[k].holder);
+        free(C.f[k].pholder);
     }
     for (size_t k = 0; k < C.np; k++)
         pending_free(&C.p[k]);
@@ -166,8 +169,10 @@ static struct file *file_of(const char *rel, bool make)
     }
     struct file *f = &C.f[C.n];
     memset(f, 0, sizeof(*f));
-    if (!(f->rel = strdup(rel)) || !(f->holder = calloc(C.nn, sizeof(bool)))) {
+    if (!(f->rel = strdup(rel)) || !(f->holder = calloc(C.nn, sizeof(bool))) ||
+        !(f->pholder = calloc(C.nn, sizeof(bool)))) {
         free(f->rel);
+        free(f->holder);
         return NULL;
     }
     C.n++;
@@ -333,11 +338,16 @@ static void on_file(int i, const struct ddp__ck_file *r)
         check_replicated(f);
         return;
     }
+    if (f->v.seq && !f->v.removed && holders(f)) { /* kept while a node holds only it */
+        f->pv = f->v;
+        memcpy(f->pholder, f->holder, C.nn * sizeof(bool));
+    }
     f->v = (struct version){
         .round = r->round, .recv_ms = ddp_now_ms(), .size = r->size, .seq = ++C.seq};
     memcpy(f->v.sha, r->sha, 32);
     memset(f->holder, 0, C.nn * sizeof(bool));
     f->holder[i] = true;
+    f->pholder[i] = false;
     f->origin = i;
     f->pending_since = f->v.recv_ms;
     hex(r->sha, sha);
@@ -404,6 +414,7 @@ static void on_synced(int i, const struct ddp__ck_synced *s, enum ddp__ck_action
             failed |= strcmp(s->fail[x].rel, f->rel) == 0;
         if (!failed && f->v.seq == p.seq[j] && !f->v.removed) {
             f->holder[i] = true;
+            f->pholder[i] = false; /* (its copy of the version before is replaced) */
             check_replicated(f);
         }
     }
@@ -475,6 +486,34 @@ bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum dd
     return false;
 }
 
+/* f's newest version was lost with node i before any copy was made: the version before is
+ * the newest where a live node holds it (the issue's "newest that some live node holds"); else
+ * the file is as if never written, removed everywhere at the next restore. */
+static void lost_version(struct file *f, int i)
+{
+    bool prev = false;
+    for (size_t h = 0; h < C.nn; h++)
+        prev |= f->pholder[h] && C.addr[h];
+    if (prev && f->pv.seq) {
+        ddp__sup_say("ddprun: checkpoint: %s's newest version was lost with node '%s' before it "
+                     "was copied; the version before it is restored",
+                     f->rel, host_of(i));
+        f->v = f->pv;
+        f->v.seq = ++C.seq;
+        memcpy(f->holder, f->pholder, C.nn * sizeof(bool));
+    } else {
+        ddp__sup_say("ddprun: checkpoint: %s was lost with node '%s' before any copy of it was "
+                     "made; it is removed on every node",
+                     f->rel, host_of(i));
+        f->v = (struct version){
+            .round = f->v.round, .recv_ms = ddp_now_ms(), .removed = true, .seq = ++C.seq};
+        memset(f->holder, 0, C.nn * sizeof(bool));
+        f->pending_since = 0;
+    }
+    f->pv.seq = 0;
+    memset(f->pholder, 0, C.nn * sizeof(bool));
+}
+
 void ddp__ck_lost(int i)
 {
     if (!C.on)
@@ -493,13 +532,16 @@ void ddp__ck_lost(int i)
     }
     for (size_t k = 0; k < C.n; k++) {
         struct file *f = &C.f[k];
+        f->pholder[i] = false;
         if (!f->holder[i])
             continue;
         f->holder[i] = false;
         if (f->v.removed)
             continue;
         if (!holders(f))
-            continue; /* no copy left on a live node: the restore says so */
+            lost_version(f, i);
+        if (!holders(f))
+            continue; /* nothing of it left on a live node: the restore leaves it out */
         if (!f->pending_since)
             f->pending_since = ddp_now_ms();
         for (size_t h = 0; h < C.nn; h++)
@@ -522,9 +564,9 @@ enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
     C.restore_bytes = 0;
     C.restore_files = 0;
     C.restore_fail[0] = '\0';
-    for (size_t k = 0; k < C.n; k++) /* (on_corrupt: restart removes them: DROP below) */
+    for (size_t k = 0; k < C.n; k++) /* (what ddp__ck_lost left with no holder: none) */
         if (!C.f[k].v.removed && !holders(&C.f[k]))
-            restore_failed(C.f[k].rel, "every node that held it was lost");
+            restore_failed(C.f[k].rel, "no live node holds it");
     if (C.restore_fail[0] && !C.job->ckpt_restart) {
         restore_done(&act, why, whyn);
         return act;
@@ -540,8 +582,10 @@ enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
         return act;
     for (size_t k = 0; k < C.n; k++)
         idx[k] = k;
+    /* (a member whose CKPT_PORT has not come yet gets its restore too: its agent read
+     * CKPT_OPEN before it) */
     for (size_t i = 0; i < C.nn; i++)
-        if (alive((int)i) && C.addr[i])
+        if (member((int)i) || alive((int)i))
             send_sync((int)i, idx, C.n, member((int)i));
     free(idx);
     return act;

@@ -320,3 +320,48 @@ JOB
   [ "$status" -eq 1 ]
   assert_output --regexp "ddprun: checkpoint: node '(localhost|127\.0\.0\.1)' cannot keep copies of checkpoint.dir: checkpoint.dir $PWD/no-such-folder: No such file or directory"
 }
+
+@test "a version lost with its node before any copy was made: the version before it is restored; a file with no copy at all is removed everywhere" {
+  need_hosts
+  for k in 1 2 3; do sshd_start "$k"; done
+  ssh_job job.yaml 1 1 2 3 -- /bin/sh -c "while :; do sleep 0.1; done"
+  cat >>job.yaml <<JOB
+checkpoint: {dir: $CK, replicas: 1}
+elastic: {min_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+JOB
+  "$DDPRUN" job.yaml >out.txt 2>&1 &
+  DDP_PID=$!
+  wait_event checkpoint_port 3
+  wait_event workers_running
+  node_run 1 sh -c "echo v1 >$CK/a.pt"
+  wait_copies a.pt 1 2
+  v1=$(copy_sha 1 a.pt)
+  # node 1's replication port closed to the others (nftables in its namespace): its records still
+  # reach the launcher, no copy leaves it
+  port=$(events | grep '"event": "checkpoint_port"' | grep "\"$(sshd_addr 1)\"" | grep -o '"addr": "[^"]*' | sed 's/.*://')
+  [ -n "$port" ]
+  ip netns exec "$(sshd_ns 1)" nft -f - <<NFT
+table inet ddptest {
+  chain input {
+    type filter hook input priority 0;
+    tcp dport $port drop;
+  }
+}
+NFT
+  node_run 1 sh -c "echo v2 >$CK/a.tmp && mv $CK/a.tmp $CK/a.pt; echo only >$CK/b.pt"
+  for _ in $(seq 300); do [ "$(ev_field checkpoint_file path | grep -c .)" -ge 3 ] && break; sleep 0.1; done
+  [ "$(ev_field checkpoint_file path | grep -c .)" -ge 3 ] || { events; false; }
+  kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
+  wait_event membership 2
+  wait_event workers_running 2
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  cat out.txt
+  grep -q "^ddprun: checkpoint: a.pt's newest version was lost with node '$(sshd_addr 1)' before it was copied; the version before it is restored" out.txt
+  grep -q "^ddprun: checkpoint: b.pt was lost with node '$(sshd_addr 1)' before any copy of it was made; it is removed on every node" out.txt
+  for k in 2 3; do
+    [ "$(copy_sha "$k" a.pt)" = "$v1" ]
+    [ "$(copy_sha "$k" b.pt)" = none ]
+  done
+}
