@@ -36,8 +36,8 @@ struct ddp__cr_cb {
  * the launcher). 0 with addr ("host:port" for the peers), or -1 with why. Once per agent. */
 int ddp__cr_open(struct ddp_loop *loop, const char *dir, const char *token, const char *bind_host,
                  const struct ddp__cr_cb *cb, char *addr, size_t addrn, char *why, size_t whyn);
-/* CKPT_SYNC's body: queued for the copying thread. 0, or DDP_EPROTO (malformed; or no
- * ddp__cr_open yet). */
+/* CKPT_SYNC's body: queued for the copying thread. 0; 1 when the folder could not be opened
+ * (ignored: CKPT_PORT said why); or DDP_EPROTO (malformed). */
 int ddp__cr_sync(const uint8_t *body, size_t len);
 /* Every file the ranks finished here so far is reported (or found unchanged): nothing waits in
  * the watch or the copying thread. The agent waits for it before DONE (a round's last
