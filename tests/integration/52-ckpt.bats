@@ -233,7 +233,9 @@ rotten_run() { # replicas on_corrupt "nodes" "holders" rot lose
   [ "$(ev_field membership restart_count | tail -n1)" = 2 ]
 }
 
-@test "a file finished on a node after it was counted lost is neither copied nor restored; the next round's members get the version recorded before" {
+# Ranks that only wait, on nodes 1-3 (replicas 1, min_nodes 2), running: their folders are the
+# tests' to write.
+idle_job() {
   need_hosts
   for k in 1 2 3; do sshd_start "$k"; done
   ssh_job job.yaml 1 1 2 3 -- /bin/sh -c "while :; do sleep 0.1; done"
@@ -245,6 +247,10 @@ JOB
   DDP_PID=$!
   wait_event checkpoint_port 3
   wait_event workers_running
+}
+
+@test "a file finished on a node after it was counted lost is neither copied nor restored; the next round's members get the version recorded before" {
+  idle_job
   # node 3 finishes a file: recorded, and copied to the next node (node 1)
   node_run 3 sh -c "echo before >$CK/early.pt"
   wait_copies early.pt 3 1
@@ -322,17 +328,7 @@ JOB
 }
 
 @test "a version lost with its node before any copy was made: the version before it is restored; a file with no copy at all is removed everywhere" {
-  need_hosts
-  for k in 1 2 3; do sshd_start "$k"; done
-  ssh_job job.yaml 1 1 2 3 -- /bin/sh -c "while :; do sleep 0.1; done"
-  cat >>job.yaml <<JOB
-checkpoint: {dir: $CK, replicas: 1}
-elastic: {min_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
-JOB
-  "$DDPRUN" job.yaml >out.txt 2>&1 &
-  DDP_PID=$!
-  wait_event checkpoint_port 3
-  wait_event workers_running
+  idle_job
   node_run 1 sh -c "echo v1 >$CK/a.pt"
   wait_copies a.pt 1 2
   v1=$(copy_sha 1 a.pt)
