@@ -812,7 +812,8 @@ static uint32_t ckpt_round(void)
 
 static void ckpt_send(struct ddp_buf *b)
 {
-    send_frame(b, false);
+    /* (a CKPT_FILE is kept until acknowledged, as output is: cli/proto/agent_proto.h) */
+    send_frame(b, b->len > 4 && ddp__agent_acked(b->data[4]));
 }
 
 /* The restore a START waited for is done: its ranks start (or, stopped meanwhile, are

@@ -483,7 +483,8 @@ bool ddp__link_send(const struct ddp_buf *b, bool output)
             ddp_timer_start(K.loop, &K.fail, 0);
         return false;
     }
-    if (output && K.held_output + b->len > HELD_OUTPUT_MAX) {
+    bool record = b->len > 4 && b->data[4] == DDP__AG_ACKED_CKPT_FILE; /* never dropped */
+    if (output && !record && K.held_output + b->len > HELD_OUTPUT_MAX) {
         K.dropped++;
         return false;
     }

@@ -16,11 +16,12 @@
 #include "common/buf.h"
 
 #define DDP__AGENT_MAX_FRAME (1u << 20)
-/* The frames' protocol: 6 since the replicated checkpoints' frames (cli/proto/ckpt_proto.h:
- * 0x0F, 0x10, 0x8E-0x90); 5 since PREPARE; 4 since STARTED says warm; 3 since the SSH tree's
- * frames (cli/proto/agent_tree.h); 2 since each end says HELLO first, with ERROR (1: the ones
- * before). Raised whenever a frame changes; the ends of a link must speak the same one. */
-#define DDP__AGENT_PROTO 6u
+/* The frames' protocol: 7 since CKPT_FILE is kept until acknowledged; 6 since the replicated
+ * checkpoints' frames (cli/proto/ckpt_proto.h: 0x0F, 0x10, 0x8E-0x90); 5 since PREPARE; 4 since
+ * STARTED says warm; 3 since the SSH tree's frames (cli/proto/agent_tree.h); 2 since each end says
+ * HELLO first, with ERROR (1: the ones before). Raised whenever a frame changes; the ends of a link
+ * must speak the same one. */
+#define DDP__AGENT_PROTO 7u
 #define DDP__AGENT_VERSION_MAX 64       /* a HELLO's version string, bytes */
 #define DDP__AGENT_MAX_LINE (64u << 10) /* longer output lines are split */
 
@@ -34,9 +35,9 @@ enum ddp__agent_msg {
                            gather their native stacks */
     DDP__AG_BYE = 6,    /* the job is done with this agent: at EOF it stops and exits, even
                            where it would wait for a new launcher (takeover_ms) */
-    DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT and ERROR frames
-                           this link carried (sent only with a takeover wait: the agent keeps
-                           the others for a new launcher, cli/agent/link.h) */
+    DDP__AG_ACK = 7,    /* u64 n: the launcher has shown the first n OUTPUT, ERROR and
+                           CKPT_FILE frames this link carried (sent only with a takeover wait: the
+                           agent keeps    the others for a new launcher, cli/agent/link.h) */
     DDP__AG_HELLO = 8,  /* the first frame each end sends on a link (AGENT_HELLO the agent's):
                            u32 protocol, str ddprun version (printable, 1-64 bytes); a later
                            protocol may add fields after them. A first frame that is not HELLO,
@@ -82,10 +83,13 @@ enum ddp__agent_msg {
 };
 
 /* The frames an agent keeps until its launcher acknowledges them (ACK counts them), and a new
- * launcher holds until STATE: a rank's output and its error. */
+ * launcher holds until STATE: a rank's output and its error, and a checkpoint file's record
+ * (CKPT_FILE, 0x8F in cli/proto/ckpt_proto.h: one in flight when a launcher died reaches the
+ * next, which records it in etcd before its ACK). */
+#define DDP__AG_ACKED_CKPT_FILE 0x8Fu
 static inline bool ddp__agent_acked(uint8_t type)
 {
-    return type == DDP__AG_OUTPUT || type == DDP__AG_ERROR;
+    return type == DDP__AG_OUTPUT || type == DDP__AG_ERROR || type == DDP__AG_ACKED_CKPT_FILE;
 }
 
 /* In OUTPUT's stream byte: the line is one the worker rewrites in place after a carriage

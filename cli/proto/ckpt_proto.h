@@ -39,6 +39,7 @@ enum {
     DDP__AG_CKPT_FILE = 0x8F,
     DDP__AG_CKPT_SYNCED = 0x90,
 };
+_Static_assert(DDP__AG_CKPT_FILE == 0x8F, "agent_proto.h's ddp__agent_acked names CKPT_FILE");
 
 #define DDP__CK_REL_MAX 1024    /* a file's path under the folder, bytes */
 #define DDP__CK_ADDR_MAX 300    /* a peer's "host:port" */

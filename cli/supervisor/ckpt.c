@@ -1,5 +1,6 @@
 /* The launcher's record of the replicated checkpoints (cli/supervisor/ckpt.h). */
 #include "cli/supervisor/ckpt.h"
+#include "cli/supervisor/ckpt_store.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/proto/ckpt_proto.h"
 #include "cli/spec/job.h"
@@ -12,25 +13,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/banned.h"
 
-struct version {
-    uint32_t round;
-    int64_t recv_ms;
-    uint64_t size;
-    uint8_t sha[32];
-    bool removed;
-    unsigned seq; /* changes with each new version */
-};
 struct file {
     char *rel;
-    struct version v;
-    int origin;            /* the node whose record made it */
-    bool *holder;          /* [nnodes]: holds this version */
-    struct version pv;     /* the version before (pv.seq 0: none), while some node holds it */
-    bool *pholder;         /* [nnodes]: holds that one */
-    int64_t pending_since; /* short of its copies since (ddp_now_ms), or 0 */
+    struct ddp__ck_version v;
+    int origin;                /* the node whose record made it */
+    bool *holder;              /* [nnodes]: holds this version */
+    struct ddp__ck_version pv; /* the version before (pv.seq 0: none), while some node holds it */
+    bool *pholder;             /* [nnodes]: holds that one */
+    int64_t pending_since;     /* short of its copies since (ddp_now_ms), or 0 */
+    char *saved;               /* its record as last written to etcd, or NULL */
 };
 struct pending { /* a SYNC sent, its answer awaited */
     uint32_t id;
@@ -61,7 +56,10 @@ static struct {
     uint32_t restore_files;
     char restore_fail[1024];
     int64_t last_lag_ms;
+    char *saved_addr; /* the ports' record as last written to etcd */
 } C;
+
+static void persist(void);
 
 static const char *host_of(int i)
 {
@@ -107,12 +105,14 @@ void ddp__ck_release(void)
         free(C.f[k].rel);
         free(C.f[k].holder);
         free(C.f[k].pholder);
+        free(C.f[k].saved);
     }
     for (size_t k = 0; k < C.np; k++)
         pending_free(&C.p[k]);
     free(C.addr);
     free(C.f);
     free(C.p);
+    free(C.saved_addr);
     memset(&C, 0, sizeof(C));
 }
 
@@ -122,6 +122,7 @@ void ddp__ck_closed(int i)
         return;
     free(C.addr[i]);
     C.addr[i] = NULL;
+    persist();
 }
 
 bool ddp__ck_copying(void)
@@ -317,7 +318,7 @@ static void on_file(int i, const struct ddp__ck_file *r)
     if (r->kind == DDP__CK_REMOVED) {
         if (!f->holder[i] || f->v.removed)
             return; /* (its copy was not the newest: nothing of the newest goes) */
-        f->v = (struct version){
+        f->v = (struct ddp__ck_version){
             .round = r->round, .recv_ms = ddp_now_ms(), .removed = true, .seq = ++C.seq};
         memset(f->holder, 0, C.nn * sizeof(bool));
         f->pending_since = 0;
@@ -342,7 +343,7 @@ static void on_file(int i, const struct ddp__ck_file *r)
         f->pv = f->v;
         memcpy(f->pholder, f->holder, C.nn * sizeof(bool));
     }
-    f->v = (struct version){
+    f->v = (struct ddp__ck_version){
         .round = r->round, .recv_ms = ddp_now_ms(), .size = r->size, .seq = ++C.seq};
     memcpy(f->v.sha, r->sha, 32);
     memset(f->holder, 0, C.nn * sizeof(bool));
@@ -439,8 +440,8 @@ static void on_synced(int i, const struct ddp__ck_synced *s, enum ddp__ck_action
     pending_free(&p);
 }
 
-bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum ddp__ck_action *act,
-                   char *why, size_t whyn)
+static bool frame(int i, uint8_t type, const uint8_t *body, size_t len, enum ddp__ck_action *act,
+                  char *why, size_t whyn)
 {
     *act = DDP__CK_NONE;
     if (type == DDP__AG_CKPT_PORT) {
@@ -486,6 +487,15 @@ bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum dd
     return false;
 }
 
+bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum ddp__ck_action *act,
+                   char *why, size_t whyn)
+{
+    bool mine = frame(i, type, body, len, act, why, whyn);
+    if (mine)
+        persist(); /* (before the frame's ACK: cli/proto/agent_proto.h) */
+    return mine;
+}
+
 /* f's newest version was lost with node i before any copy was made: the version before is
  * the newest where a live node holds it (the issue's "newest that some live node holds"); else
  * the file is as if never written, removed everywhere at the next restore. */
@@ -505,7 +515,7 @@ static void lost_version(struct file *f, int i)
         ddp__sup_say("ddprun: checkpoint: %s was lost with node '%s' before any copy of it was "
                      "made; it is removed on every node",
                      f->rel, host_of(i));
-        f->v = (struct version){
+        f->v = (struct ddp__ck_version){
             .round = f->v.round, .recv_ms = ddp_now_ms(), .removed = true, .seq = ++C.seq};
         memset(f->holder, 0, C.nn * sizeof(bool));
         f->pending_since = 0;
@@ -551,9 +561,10 @@ void ddp__ck_lost(int i)
             }
         replicate(f);
     }
+    persist();
 }
 
-enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
+static enum ddp__ck_action restore(bool (*member)(int), char *why, size_t whyn)
 {
     enum ddp__ck_action act = DDP__CK_NONE;
     if (!C.on || !C.n)
@@ -591,6 +602,13 @@ enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
     return act;
 }
 
+enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
+{
+    enum ddp__ck_action act = restore(member, why, whyn);
+    persist();
+    return act;
+}
+
 int ddp__ck_line(char *buf, size_t n)
 {
     if (!C.on || !n)
@@ -621,4 +639,54 @@ int ddp__ck_line(char *buf, size_t n)
         len += snprintf(buf + len, n - (size_t)len, " (the last copy took %.2f s)",
                         (double)C.last_lag_ms / 1000);
     return len < 0 ? 0 : (size_t)len < n ? len : (int)n - 1;
+}
+
+/* ---- the records in etcd (cli/supervisor/ckpt_store.h) ---- */
+
+/* Each file's record and the ports, where they changed: called before the frame that changed
+ * them is acknowledged (ACK), so a record in flight when a launcher died reaches the next. */
+static void persist(void)
+{
+    if (!C.on || !ddp__cks_on())
+        return;
+    for (size_t k = 0; k < C.n; k++) {
+        struct file *f = &C.f[k];
+        struct ddp__ck_record r = {.rel = f->rel,
+                                   .v = f->v,
+                                   .pv = f->pv,
+                                   .origin = f->origin,
+                                   .pending = f->pending_since != 0,
+                                   .holder = f->holder,
+                                   .pholder = f->pholder};
+        ddp__cks_put_file(&r, C.nn, &f->saved);
+    }
+    ddp__cks_put_ports(C.addr, C.nn, &C.saved_addr);
+}
+
+static void take(void *arg, const struct ddp__ck_record *r, const char *val)
+{
+    (void)arg;
+    struct file *f = file_of(r->rel, false) ? NULL : file_of(r->rel, true);
+    if (!f)
+        return;
+    memcpy(f->holder, r->holder, C.nn * sizeof(bool));
+    memcpy(f->pholder, r->pholder, C.nn * sizeof(bool));
+    f->v = r->v;
+    f->pv = r->pv;
+    f->v.recv_ms = f->pv.recv_ms = ddp_now_ms();
+    f->origin = r->origin;
+    f->pending_since = r->pending ? ddp_now_ms() : 0;
+    f->saved = strdup(val);
+    C.seq = r->v.seq > C.seq ? r->v.seq : C.seq;
+    C.seq = r->pv.seq > C.seq ? r->pv.seq : C.seq;
+}
+
+void ddp__ck_load(void)
+{
+    if (!C.on || !ddp__cks_on() || ddp__cks_load(C.nn, take, NULL, C.addr) < 0)
+        return;
+    /* SYNC ids apart from the last launcher's, whose answers may still come */
+    C.next_id = 0x40000000u | (uint32_t)(time(NULL) & 0x1fffffff);
+    persist(); /* (the ports' record, read back: unchanged) */
+    DDP_INFO(SUP, "checkpoint: %zu file record%s taken over from etcd", C.n, C.n == 1 ? "" : "s");
 }

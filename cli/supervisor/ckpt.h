@@ -15,6 +15,10 @@
  * (status 1, naming the files), or with checkpoint.on_corrupt: restart is removed everywhere and
  * the round started again without it. The restore's bytes and time are the recovery timeline's
  * "checkpoint restored" phase; the replication's lag shows in `ddprun status`.
+ *
+ * With rendezvous: {backend: etcd} the records are also in the job's folder in etcd, written
+ * before the agent's frame is acknowledged, so a launcher that takes the job over goes on with
+ * them (ddp__ck_load).
  */
 #ifndef DDP_CLI_SUPERVISOR_CKPT_H
 #define DDP_CLI_SUPERVISOR_CKPT_H
@@ -38,6 +42,9 @@ void ddp__ck_release(void);
 bool ddp__ck_on(void);
 /* Node i joined: its agent is told to watch and serve the folder (CKPT_OPEN). */
 void ddp__ck_joined(int i);
+/* Taking a job over (cli/supervisor/takeover.c): the records the last launcher kept in etcd
+ * (rendezvous: {backend: etcd}; each written there as it changes). */
+void ddp__ck_load(void);
 /* Node i was counted lost: its copies no longer count, and the files it held are copied again
  * from the holders left. */
 void ddp__ck_lost(int i);

@@ -109,13 +109,15 @@ int ddp__nodes_init(struct ddp__nodes *n, struct ddp_loop *loop, const struct dd
 void ddp__nodes_release(struct ddp__nodes *n);
 
 /* Starts node i's agent and sends it HELLO and JOIN; 0, or -1 with errno. join NULL: rejoins a
- * waiting agent (ctx.rejoin), whose first frame after HELLO other than OUTPUT and ERROR is STATE:
+ * waiting agent (ctx.rejoin), whose first frame after HELLO other than the acknowledged ones
+ * (OUTPUT, ERROR, CKPT_FILE) is STATE:
  * those before it (which the last launcher may not have shown, of a round STATE names) are held
- * until ddp__nodes_flush_held. With ctx.detach, the OUTPUT and ERROR frames handed over (or
- * dropped) are acknowledged (ACK) after each read. */
+ * until ddp__nodes_flush_held. With ctx.detach, those frames handed over (or dropped) are
+ * acknowledged (ACK) after each read. */
 int ddp__nodes_start(struct ddp__nodes *n, int i, const struct ddp__agent_join *join);
-/* A rejoined agent's OUTPUT frames held until its STATE: handed over to cb.frame (deliver) or
- * dropped; from now on its frames are handed over as they come. */
+/* A rejoined agent's OUTPUT and ERROR frames held until its STATE: handed over to cb.frame
+ * (deliver) or dropped (its CKPT_FILE records are handed over either way); from now on its
+ * frames are handed over as they come. */
 void ddp__nodes_flush_held(struct ddp__nodes *n, int i, bool deliver);
 /* Starts the agents ddp__nodes_start left pending as their provisioner's groups (one srun step
  * for the nodes of one CPU count): call it after starting a round's nodes. 0, or -1 said. */

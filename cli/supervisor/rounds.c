@@ -314,6 +314,8 @@ static void agent_state(int i, const uint8_t *body, size_t len)
         return;
     }
     a->incarnation = s.incarnation;
+    if (a->state != DDP__NS_NONE)
+        ddp__ck_joined(i); /* (its replication port again: CKPT_PORT) */
     if (s.dropped)
         ddp__sup_say("ddprun: node '%s': %llu lines of output were lost while the job had no "
                      "launcher",

@@ -638,6 +638,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
         goto out;
     nodes_up = true;
     ddp__ck_init(job, &ddp__supervisor.nodes);
+    if (ddp__supervisor.resuming)
+        ddp__ck_load(); /* (the records the last launcher kept in etcd) */
     /* Every agent dials back there, on the store's address (cli/supervisor/dialin.h). */
     if (ddp__nodes_listen(&ddp__supervisor.nodes, listen, job->external ? job->rdzv_port + 1 : 0,
                           &ddp__supervisor.agent_port) < 0 ||

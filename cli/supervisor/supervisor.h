@@ -105,7 +105,7 @@ struct ddp__sup {
     struct ddp_etcd *etcd;        /* a client of it, for the cleanup at the end */
     struct ddp_store_server *srv; /* the job\'s store (its thread runs it) */
     int orphans[2]; /* leases whose holder's connection closed, from its thread (a pipe) */
-    int torch_port;               /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
+    int torch_port; /* its TCPStore port, 0 when rendezvous.torch_store is rank0 */
     bool wildcard;
     int agent_port; /* where every agent dials back (cli/supervisor/dialin.h), on listen's host */
     const char *first_remote; /* the address of the first node that is not this machine */

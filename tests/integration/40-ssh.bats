@@ -600,8 +600,8 @@ fake_agent() { # mode
   run timeout 60 "$DDPRUN" job.yaml --set ssh.remote_ddprun="$PWD/fake-other.sh"
   echo "$output"
   [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
-  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 6); the same ddprun must run on every node"
-  assert_output --partial "round 0): its agent is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 6)"
+  assert_output --partial "ddprun: error: the agent on '$(sshd_addr 1)' is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 7); the same ddprun must run on every node"
+  assert_output --partial "round 0): its agent is ddprun 9.9.9 (agent protocol 99), this is ddprun $v (protocol 7)"
   refute_output --partial "did not say its version first" # its JOINED after the refusal: dropped
   refute_output --partial "hello from the fake agent"
   for _ in $(seq 50); do pgrep -f fake_agent.py >/dev/null || break; sleep 0.1; done
@@ -626,8 +626,8 @@ fake_agent() { # mode
   assert_output "ddprun agent: bad frame from the launcher"
   agent_fed '\x02\x00\x10\x00\x03'            # 1 MiB + 2: over the limit
   assert_output "ddprun agent: bad frame from the launcher"
-  # HELLO first (protocol 6, version "t"), as every launcher since protocol 2 sends it
-  H='\x0a\x00\x00\x00\x08\x06\x00\x00\x00\x01\x00\x00\x00t'
+  # HELLO first (protocol 7, version "t"), as every launcher since protocol 2 sends it
+  H='\x0a\x00\x00\x00\x08\x07\x00\x00\x00\x01\x00\x00\x00t'
   agent_fed '\x05\x00\x00\x00\x03\xff\xff\xff\x7f'  # JOIN first: a launcher older than HELLO
   assert_output "ddprun agent: the launcher did not say its version first (a ddprun older than this one, $("$DDPRUN" --version | cut -d' ' -f2)?): run the same ddprun on every node"
   agent_fed '\x05\x00\x00\x00\x08\x03\x00\x00\x00'  # HELLO without its version
@@ -672,7 +672,7 @@ fake_agent() { # mode
   run timeout 10 "$DDPRUN" agent </dev/null
   assert_failure 3
   assert_output "ddprun agent: stdin ended before the launcher said where to dial back (an agent is started by ddprun, or joins a job with --join)"
-  # the agent's own first frame is its HELLO: protocol 6, its version, and what its node gives
+  # the agent's own first frame is its HELLO: protocol 7, its version, and what its node gives
   # ranks: SLURM_GPUS_ON_NODE unset (-1), CUDA_VISIBLE_DEVICES's 2 devices, the driver's GPUs,
   # 1 CPU in its affinity (little-endian i32, i32, u32, u32); then a port free here (u32)
   v=$("$DDPRUN" --version | cut -d' ' -f2)
@@ -682,7 +682,7 @@ fake_agent() { # mode
   st=0; env -u SLURM_GPUS_ON_NODE CUDA_VISIBLE_DEVICES=0,1 timeout 20 taskset -c "$(first_cpu)" "$AGENTFEED" --close frames.bin -- "$DDPRUN" agent >hello.bin 2>err.txt || st=$?
   [ "$st" = 3 ] # the link closed before JOIN: told nothing
   od -An -tx1 -v hello.bin | tr -d ' \n' >hello.hex
-  exp=$(le32 $((1 + 4 + 4 + ${#v} + 20)))8806000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
+  exp=$(le32 $((1 + 4 + 4 + ${#v} + 20)))8807000000$(le32 ${#v})$(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')ffffffff$(le32 2)$(le32 "$drv")$(le32 1)
   got=$(cat hello.hex)
   echo "agent's first bytes: $got, expected $exp and a port"
   [ "${got:0:${#exp}}" = "$exp" ] && [ "${#got}" -eq $((${#exp} + 8)) ]

@@ -7,6 +7,7 @@
 load '../lib/common'
 load '../lib/events'
 load '../lib/sshd'
+load '../lib/etcd'
 
 PY=${DDP_TEST_PYTHON:-/usr/bin/python3}
 TRAIN="$REPO/tests/integration/py/ddp_train.py"
@@ -23,6 +24,7 @@ setup() {
 need_hosts() {
   [ "$(id -u)" -eq 0 ] || skip "the sshd test hosts need root"
   "$PY" -c 'import torch' 2>/dev/null || skip "python3-torch is not installed (./dev.sh deps installs it)"
+  [ -n "${SSH_DIR:-}" ] && return 0 # (set up already)
   SSHD_TMPFS=$CK
   sshd_setup
   [ -n "$SSHD_NETNS" ] || skip "needs network namespaces"
@@ -31,6 +33,7 @@ need_hosts() {
 teardown() {
   [ -n "${DDP_PID:-}" ] && kill -9 "$DDP_PID" 2>/dev/null
   [ -n "${SSH_DIR:-}" ] && sshd_teardown
+  [ -n "${ETCD_DIR:-}" ] && etcd_teardown
   true
 }
 
@@ -235,13 +238,14 @@ rotten_run() { # replicas on_corrupt "nodes" "holders" rot lose
 
 # Ranks that only wait, on nodes 1-3 (replicas 1, min_nodes 2), running: their folders are the
 # tests' to write.
-idle_job() {
+idle_job() { # [extra YAML line]
   need_hosts
   for k in 1 2 3; do sshd_start "$k"; done
   ssh_job job.yaml 1 1 2 3 -- /bin/sh -c "while :; do sleep 0.1; done"
   cat >>job.yaml <<JOB
 checkpoint: {dir: $CK, replicas: 1}
 elastic: {min_nodes: 2, max_restarts: 1, heartbeat_interval: 500ms, heartbeat_timeout: 2s}
+${1:-}
 JOB
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
@@ -264,7 +268,6 @@ JOB
   node_run 3 sh -c "echo after >$CK/late.pt; echo after >$CK/early.pt"
   kill -CONT "$agent" 2>/dev/null || true
   wait_event membership 2
-  wait_event workers_running 2
   sleep 2 # (what node 3's agent had to say has come by now)
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
@@ -349,7 +352,6 @@ NFT
   [ "$(ev_field checkpoint_file path | grep -c .)" -ge 3 ] || { events; false; }
   kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
   wait_event membership 2
-  wait_event workers_running 2
   kill -INT "$DDP_PID"
   wait "$DDP_PID" || true
   DDP_PID=
@@ -360,4 +362,51 @@ NFT
     [ "$(copy_sha "$k" a.pt)" = "$v1" ]
     [ "$(copy_sha "$k" b.pt)" = none ]
   done
+}
+
+@test "the launcher SIGKILLed with a record on its way: ddprun attach --etcd goes on from the records in etcd and the record in flight; a node lost after it is restored from them" {
+  need_etcd
+  need_hosts
+  etcd_start 1 "10.213.$SSHD_TAG.1"
+  idle_job "rendezvous: {backend: etcd, endpoints: $ETCD_EP_LIST}"
+  id=$(basename logs/*/)
+  # node 1 finishes a.pt: recorded (in etcd too) and copied to node 2
+  node_run 1 sh -c "head -c 300000 /dev/urandom >$CK/a.pt"
+  wait_copies a.pt 1 2
+  a=$(copy_sha 1 a.pt)
+  etcd_keys | grep -qx "/ddprun/$id/ckpt/a.pt"
+  # the launcher stops reading; node 3 finishes b.pt, whose record waits on its way; the
+  # launcher dies without having read it
+  kill -STOP "$DDP_PID"
+  node_run 3 sh -c "head -c 200000 /dev/urandom >$CK/b.pt"
+  b=$(copy_sha 3 b.pt)
+  sleep 1.5 # settled, hashed and sent
+  kill -9 "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  # a record someone edited by hand: left out with one warning
+  etcd_curl 0 /v3/kv/put -d "{\"key\": \"$(printf '%s' "/ddprun/$id/ckpt/junk.pt" | base64 -w0)\", \"value\": \"$(printf 'ddprun-ckpt 1\nv 1 x' | base64 -w0)\"}" | grep -q revision
+  "$DDPRUN" attach --etcd "$ETCD_EPS" "$id" >att.txt 2>&1 &
+  DDP_PID=$!
+  wait_for_line att.txt 30 "took over job $id from"
+  grep -q "ddprun: warning: 1 checkpoint record in etcd is malformed (/ddprun/$id/ckpt/junk.pt): left out" att.txt
+  # b.pt's record reached the new launcher: recorded, and copied to the node after node 3
+  wait_copies b.pt 3 1
+  etcd_keys | grep -qx "/ddprun/$id/ckpt/b.pt"
+  # node 1 (a.pt's first holder, b.pt's copy) lost: node 3 gets a.pt and node 2 b.pt (copied
+  # again at the loss, or by the restore of the round on nodes 2 and 3), from what this launcher
+  # was told and what the last one recorded
+  kill -9 $(sshd_tree 1) $(sshd_ns_pids 1)
+  wait_event node_lost
+  wait_event checkpoint_restored 1 60
+  for k in 2 3; do
+    [ "$(copy_sha "$k" a.pt)" = "$a" ]
+    [ "$(copy_sha "$k" b.pt)" = "$b" ]
+  done
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  cat att.txt
+  # the job's keys went with it
+  [ -z "$(etcd_keys | grep "^/ddprun/$id/")" ]
 }

@@ -272,7 +272,7 @@ rest = list(link.frames())  # until the agent ends the link
 print("hello", (bytes([kind]) + body[:4]).hex(), "rc", p.wait(), "after", round(time.time() - t, 1), "s")
 PY
   echo "$output"
-  assert_output --regexp "^hello 8806000000 rc 0 after [0-4]\.[0-9] s$"
+  assert_output --regexp "^hello 8807000000 rc 0 after [0-4]\.[0-9] s$"
   for p in ${ranks//,/ }; do kill -0 "$p"; done
   run "$DDPRUN" attach --etcd "$ETCD_EPS" --prefix /jobs/ "$id"
   echo "$output"

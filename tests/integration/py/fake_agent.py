@@ -13,7 +13,7 @@ Run by the launcher over SSH in place of `ddprun agent` (ssh.remote_ddprun). MOD
           agent of an older ddprun; the launcher must refuse it, saying so.
   other   as ranks, after a HELLO of protocol 99 from ddprun 9.9.9: the launcher must refuse
           it, naming both versions.
-Every mode but old says HELLO first (protocol 6, version "fake"). Each first reads BOOT on
+Every mode but old says HELLO first (protocol 7, version "fake"). Each first reads BOOT on
 stdin and dials back, as every agent does (agent_wire.py).
 """
 import os
@@ -51,7 +51,7 @@ BAD = 0xFFFFFFFF  # a u32 local rank that is -1 as a C int
 if MODE == "other":
     frame(HELLO, struct.pack("<I", 99) + s("9.9.9"))
 elif MODE != "old":
-    frame(HELLO, struct.pack("<I", 6) + s("fake"))
+    frame(HELLO, struct.pack("<I", 7) + s("fake"))
 
 for kind in frames():
     if kind == JOIN:
