@@ -74,7 +74,7 @@ train_job() { # file nodes... -- extra YAML lines
   while [ $# -gt 0 ] && [ "$1" != -- ]; do nodes+=("$1"); shift; done
   ssh_job "$f" 1 "${nodes[@]}" -- "$PY" -B "$TRAIN"
   cat >>"$f" <<JOB
-env: {CKPT: $CK/model.pt, STEPS: "${STEPS:-160}", STEP_SLEEP: "${STEP_SLEEP:-0.1}", SAVE_UNTIL: "${SAVE_UNTIL:-0}"}
+env: {CKPT: $CK/model.pt, STEPS: "${STEPS:-160}", STEP_SLEEP: "${STEP_SLEEP:-0.1}", SAVE_UNTIL: "${SAVE_UNTIL:-0}", CKPT_PAD: "${PAD:-0}"}
 elastic: {min_nodes: 2, max_restarts: 2, heartbeat_interval: 500ms, heartbeat_timeout: 2s${ELASTIC:-}}
 rendezvous: {last_call: 1s}
 warm: ${WARM:-off}
@@ -86,9 +86,12 @@ JOB
 @test "replicas: 1 on 4 hosts with private folders and a spare: rank 0's host SIGKILLed, the survivors resume from a peer's copy, the spare taken in holds it already and starts warm; the launcher reads none of its bytes" {
   need_hosts
   for k in 1 2 3 4 5; do sshd_start "$k"; done
-  ELASTIC=", max_nodes: 4" WARM=on train_job job.yaml 1 2 3 4 5 -- "checkpoint: {dir: $CK, replicas: 1}"
+  # each checkpoint 2 MiB besides the model
+  PAD=2097152 ELASTIC=", max_nodes: 4" WARM=on train_job job.yaml 1 2 3 4 5 -- "checkpoint: {dir: $CK, replicas: 1}"
   "$DDPRUN" job.yaml >out.txt 2>&1 &
   DDP_PID=$!
+  # what the launcher reads (files, pipes, sockets: /proc/PID/io's rchar), sampled to its end
+  (while grep '^rchar' "/proc/$DDP_PID/io" >rchar.new 2>/dev/null; do mv rchar.new rchar.txt; sleep 0.1; done) &
   wait_event membership
   # the first four nodes to join are round 0's members, the fifth its spare; rank 0 (the one
   # that saves) is on the first member
@@ -144,8 +147,13 @@ JOB
   n=0
   for k in $others $spare; do [ "$(copy_sha "$k" model.pt)" = "$last" ] && n=$((n + 1)); done
   [ "$n" -ge 2 ] || { for k in $others $spare; do copy_sha "$k" model.pt; done; echo "want $last"; false; }
-  # the launcher's machine holds nothing of it (its folder is not any node's)
+  # the launcher's machine holds nothing of it (its folder is not any node's), and the launcher
+  # read under 1% of the bytes of the versions it recorded
   [ -z "$(ls -A "$CK")" ]
+  total=$(ev_field checkpoint_file size | awk '{ s += $1 } END { print s }')
+  read_b=$(cut -d' ' -f2 rchar.txt)
+  echo "the launcher read $read_b bytes; the checkpoints recorded: $total bytes"
+  [ "$total" -gt $((8 * 2097152)) ] && [ $((read_b * 100)) -lt "$total" ]
   # every replica of the model trained on: the parameters' sums agree across ranks
   [ "$(grep -o 'params sum [-0-9.]*' out.txt | sort -u | wc -l)" -eq 1 ]
 }

@@ -16,6 +16,7 @@ steps = int(os.environ.get("STEPS", "40"))
 ckpt = os.environ.get("CKPT")  # a checkpoint file, resumed from when present
 sleep = float(os.environ.get("STEP_SLEEP", "0"))
 save_until = int(os.environ.get("SAVE_UNTIL", "0"))  # no checkpoint after this step (0: none)
+pad = int(os.environ.get("CKPT_PAD", "0"))  # bytes of random data the checkpoint carries besides
 
 cuda = os.environ.get("DEVICE") == "cuda"
 if cuda:
@@ -56,7 +57,8 @@ while step < steps:
         step += 1
         if rank == 0 and ckpt and step % 10 == 0 and (not save_until or step <= save_until):
             tmp = ckpt + ".tmp"
-            torch.save({"model": model.state_dict(), "step": step}, tmp)
+            extra = torch.randint(0, 256, (pad,), dtype=torch.uint8, generator=torch.Generator().manual_seed(step))
+            torch.save({"model": model.state_dict(), "step": step, "pad": extra}, tmp)
             os.replace(tmp, ckpt)
         time.sleep(sleep)
     epoch += 1
