@@ -8,6 +8,7 @@
 #include "cli/supervisor/recovery.h"
 #include "cli/supervisor/supervisor.h"
 #include "common/log.h"
+#include "common/loop.h"
 #include "common/util.h"
 
 #include <stdio.h>
@@ -56,10 +57,16 @@ static struct {
     uint32_t restore_files;
     char restore_fail[1024];
     int64_t last_lag_ms;
-    char *saved_addr; /* the ports' record as last written to etcd */
+    char *saved_addr;       /* the ports' record as last written to etcd */
+    struct ddp_timer retry; /* copies that failed are asked for again */
+    int64_t said_ms;        /* when a failed copy was last said */
 } C;
 
 static void persist(void);
+static void on_retry(struct ddp_loop *loop, struct ddp_timer *t);
+
+#define RETRY_MS 5000 /* a copy that failed is asked for again after */
+#define SAY_MS 30000  /* failed copies are said at most once per */
 
 static const char *host_of(int i)
 {
@@ -87,6 +94,7 @@ void ddp__ck_init(const struct ddp_job *job, struct ddp__nodes *nodes)
     C.nn = job->nnodes;
     C.last_lag_ms = -1;
     C.on = job->ckpt_replicas > 0 && job->checkpoint_dir;
+    ddp_timer_init(&C.retry, on_retry);
     if (C.on && !(C.addr = calloc(C.nn, sizeof(*C.addr))))
         C.on = false;
 }
@@ -99,6 +107,8 @@ static void pending_free(struct pending *p)
 
 void ddp__ck_release(void)
 {
+    if (ddp_timer_armed(&C.retry))
+        ddp_timer_stop(ddp__supervisor.loop, &C.retry);
     for (size_t i = 0; C.addr && i < C.nn; i++)
         free(C.addr[i]);
     for (size_t k = 0; k < C.n; k++) {
@@ -426,9 +436,15 @@ static void on_synced(int i, const struct ddp__ck_synced *s, enum ddp__ck_action
         if (p.restore) {
             restore_failed(s->fail[x].rel, s->fail[x].why);
         } else {
-            /* (not asked again at once: the next round's restore, or a node that joins, does) */
-            ddp__sup_say("ddprun: checkpoint: node '%s' could not copy %s: %s", host_of(i),
-                         s->fail[x].rel, s->fail[x].why);
+            /* asked again in RETRY_MS (said at most once per SAY_MS) */
+            if (ddp_now_ms() - C.said_ms >= SAY_MS || !C.said_ms) {
+                ddp__sup_say("ddprun: checkpoint: node '%s' could not copy %s: %s; trying "
+                             "again every %d s",
+                             host_of(i), s->fail[x].rel, s->fail[x].why, RETRY_MS / 1000);
+                C.said_ms = ddp_now_ms();
+            }
+            if (!ddp_timer_armed(&C.retry))
+                ddp_timer_start(ddp__supervisor.loop, &C.retry, RETRY_MS);
         }
     }
     if (p.restore) {
@@ -494,6 +510,16 @@ bool ddp__ck_frame(int i, uint8_t type, const uint8_t *body, size_t len, enum dd
     if (mine)
         persist(); /* (before the frame's ACK: cli/proto/agent_proto.h) */
     return mine;
+}
+
+/* The files short of their copies, asked for again (a copy failed RETRY_MS ago). */
+static void on_retry(struct ddp_loop *loop, struct ddp_timer *t)
+{
+    (void)loop;
+    (void)t;
+    for (size_t k = 0; C.on && k < C.n; k++)
+        if (C.f[k].pending_since && !C.f[k].v.removed && holders(&C.f[k]))
+            replicate(&C.f[k]);
 }
 
 /* f's newest version was lost with node i before any copy was made: the version before is

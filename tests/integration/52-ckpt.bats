@@ -418,3 +418,32 @@ NFT
   # the job's keys went with it
   [ -z "$(etcd_keys | grep "^/ddprun/$id/")" ]
 }
+
+@test "a copy that fails is asked for again: the holder's port refused, the file is short of its copy in ddprun status; once open again, the copy is made" {
+  idle_job
+  port=$(events | grep '"event": "checkpoint_port"' | grep "\"$(sshd_addr 3)\"" | grep -o '"addr": "[^"]*' | sed 's/.*://')
+  [ -n "$port" ]
+  ip netns exec "$(sshd_ns 3)" nft -f - <<NFT
+table inet ddptest {
+  chain input {
+    type filter hook input priority 0;
+    tcp dport $port reject with tcp reset;
+  }
+}
+NFT
+  node_run 3 sh -c "echo c >$CK/c.pt"
+  wait_for_line out.txt 30 "ddprun: checkpoint: node '$(sshd_addr 1)' could not copy c.pt: .*; trying again every 5 s"
+  "$DDPRUN" status >status.txt
+  grep -Eq "^checkpoint replication: 1 file, 1 short of 1 copy, lag [0-9.]+ s" status.txt || { cat status.txt; false; }
+  [ "$(copy_sha 1 c.pt)" = none ]
+  sleep 5.5 # (tried again, and failed again)
+  ip netns exec "$(sshd_ns 3)" nft delete table inet ddptest
+  wait_copies c.pt 3 1
+  "$DDPRUN" status >status.txt
+  grep -q "^checkpoint replication: 1 file, each with 1 copy" status.txt || { cat status.txt; false; }
+  kill -INT "$DDP_PID"
+  wait "$DDP_PID" || true
+  DDP_PID=
+  # said once, not at each try
+  [ "$(grep -c "could not copy c.pt" out.txt)" -eq 1 ]
+}
