@@ -107,7 +107,7 @@ static void pending_free(struct pending *p)
 
 void ddp__ck_release(void)
 {
-    if (ddp_timer_armed(&C.retry))
+    if (C.job && ddp_timer_armed(&C.retry)) /* (C.job: ddp__ck_init ran) */
         ddp_timer_stop(ddp__supervisor.loop, &C.retry);
     for (size_t i = 0; C.addr && i < C.nn; i++)
         free(C.addr[i]);
