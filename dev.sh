@@ -13,6 +13,9 @@ TEST_DEPS=(bats bats-assert bats-support inotify-tools clang libclang-rt-14-dev 
            openssh-server openssh-client iproute2 util-linux python3 python3-torch slurm-client slurmctld
            slurmd etcd-server openssl curl nftables libfaketime dpkg-dev
            python3-cryptography)
+# Installed without their recommends, and with no service of theirs started (the tests start
+# their own, on free loopback ports): Prometheus' server and promtool.
+QUIET_DEPS=(prometheus)
 JOBS=${JOBS:-$(nproc)}
 
 need() { # prints the packages of "$@" that are not installed
@@ -34,6 +37,20 @@ deps() {
   DEBIAN_FRONTEND=noninteractive apt-get update -q
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
+}
+
+quiet_deps() { # packages whose services must not start: installed under a policy-rc.d that says no
+  local missing
+  missing=$(need "$@")
+  [ -z "$missing" ] && return 0
+  [ "$(id -u)" -eq 0 ] || { echo "dev.sh: missing Debian packages: $missing (sudo apt-get install --no-install-recommends -y $missing)" >&2; exit 3; }
+  local own=""
+  [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; own=1; }
+  echo "dev.sh: installing $missing (no recommends, no service started)" >&2
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing || { [ -n "$own" ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
+  [ -n "$own" ] && rm -f /usr/sbin/policy-rc.d
+  return 0
 }
 
 build() { # preset
@@ -63,6 +80,7 @@ fi
 case "${1:-}" in
 deps)
   deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
+  quiet_deps "${QUIET_DEPS[@]}"
   ;;
 quickstart)
   deps "${BUILD_DEPS[@]}"
@@ -81,6 +99,7 @@ deb)
   ;;
 test)
   deps "${BUILD_DEPS[@]}" "${TEST_DEPS[@]}"
+  quiet_deps "${QUIET_DEPS[@]}"
   export ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
   if [ "${#ISOLATE[@]}" -eq 0 ]; then
     echo "== [${SECONDS} s] CI build (-Werror): unit and integration tests"

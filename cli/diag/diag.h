@@ -23,6 +23,7 @@ struct ddp__rank_progress {
     char wchan[48]; /* the kernel function it sleeps in ("" when running or unknown) */
     bool rec;       /* a libddp group keeps its flight recorder in the page */
     uint64_t entered, started, completed;
+    uint64_t steps;  /* DDP steps finished (a PyTorch rank's recorder: DDP_PROG_DDP_STEP) */
     int64_t idle_ms; /* since one of the three last moved */
     /* The startup timeline: since the rank's group was formed (its page attached) and since
      * its first collective finished; -1 for not yet (or unknown). */

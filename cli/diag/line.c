@@ -19,8 +19,9 @@ void ddp__diag_line_put(struct ddp_buf *b, const struct ddp__rank_progress *p)
                  p->rank, p->pid, p->state ? p->state : '?', p->cpu_s, p->wchan[0] ? p->wchan : "-",
                  p->rec ? 1 : 0, p->entered, p->started, p->completed, p->idle_ms);
     if (p->rec && n > 0 && (size_t)n < sizeof(line))
-        n += snprintf(line + n, sizeof(line) - (size_t)n, " up=%" PRId64 ":%" PRId64,
-                      p->formed_ago_ms, p->first_ago_ms);
+        n += snprintf(line + n, sizeof(line) - (size_t)n,
+                      " up=%" PRId64 ":%" PRId64 " steps=%" PRIu64, p->formed_ago_ms,
+                      p->first_ago_ms, p->steps);
     if (p->in_coll && n > 0 && (size_t)n < sizeof(line))
         n += snprintf(line + n, sizeof(line) - (size_t)n,
                       " cur=%d:%d:%" PRIu64 ":%d:%" PRId64 ":%" PRId64, p->op, p->dtype, p->bytes,
@@ -83,6 +84,7 @@ int ddp__diag_line_parse(const char *line, struct ddp__rank_progress *p)
     p->started = num(line, "sta", 0, &v) ? (uint64_t)v : 0;
     p->completed = num(line, "done", 0, &v) ? (uint64_t)v : 0;
     p->idle_ms = num(line, "idle", 0, &v) ? v : 0;
+    p->steps = num(line, "steps", 0, &v) ? (uint64_t)v : 0;
     p->formed_ago_ms = p->first_ago_ms = -1;
     long long up_f, up_c;
     if (word(line, "up", s, sizeof(s)) && sscanf(s, "%lld:%lld", &up_f, &up_c) == 2 && up_f >= -1 &&

@@ -27,6 +27,7 @@ int ddp__dn_page_new(struct ddp__dn_page *pg)
     pg->p = NULL;
     pg->seen_state = '\0';
     pg->first_done_ns = 0;
+    pg->steps = pg->steps_seq = 0;
     if (pg->fd < 0)
         return DDP_ESYS;
     if (ftruncate(pg->fd, sizeof(struct ddp_progress_page)) != 0) {
@@ -112,6 +113,16 @@ void ddp__dn_report_rank(struct ddp_buf *b, int rank, pid_t pid, bool exited, bo
             rp.cur_ms = enq && now > enq ? (now - enq) / 1000000 : 0;
             rp.cur_run_ms = st && now > st ? (now - st) / 1000000 : -1;
         }
+        /* DDP steps among the entries finished since the last report (those the ring dropped
+         * meanwhile, over DDP_PROGRESS_RING in one heartbeat, are not seen) */
+        uint64_t from = pg->steps_seq + 1;
+        if (rp.completed >= DDP_PROGRESS_RING && from < rp.completed - DDP_PROGRESS_RING + 1)
+            from = rp.completed - DDP_PROGRESS_RING + 1;
+        for (uint64_t s = from; s <= rp.completed; s++)
+            if (ddp_progress_read(p, s, &e) && e.op == DDP_PROG_DDP_STEP)
+                pg->steps++;
+        pg->steps_seq = rp.completed > pg->steps_seq ? rp.completed : pg->steps_seq;
+        rp.steps = pg->steps;
         uint64_t first = rp.completed > DDP__DIAG_WAITS ? rp.completed - DDP__DIAG_WAITS + 1 : 1;
         for (uint64_t s = first; s <= rp.completed && s; s++)
             if (ddp_progress_read(p, s, &e)) {

@@ -24,6 +24,8 @@ struct ddp__dn_page {
     char seen_state;
     char seen_wchan[48];
     int64_t first_done_ns; /* when its first collective finished, once seen (0: not yet) */
+    uint64_t steps;        /* DDP steps (DDP_PROG_DDP_STEP entries) finished, counted so far */
+    uint64_t steps_seq;    /* the entries counted: up to this seq */
 };
 
 /* 0, or DDP_ESYS (then the rank simply runs without one). */

@@ -196,6 +196,7 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
                           : found == DDP_OPT_MAX_RESTARTS ? DDP_KEY(ELASTIC_MAX_RESTARTS)
                           : found == DDP_OPT_BIND_TO      ? DDP_KEY(BIND_TO)
                           : found == DDP_OPT_LOG_DIR      ? DDP_KEY(LOGS_DIR)
+                          : found == DDP_OPT_METRICS      ? DDP_KEY(METRICS_LISTEN)
                           : found == DDP_OPT_ROLE         ? role
                           : found == DDP_OPT_NPROC || found == DDP_OPT_NPROC_PER_NODE
                               ? DDP_KEY(NPROC_PER_NODE)

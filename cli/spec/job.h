@@ -3,6 +3,7 @@
 #ifndef DDP_CLI_JOB_H
 #define DDP_CLI_JOB_H
 
+#include "cli/sys/cidr.h"
 #include "cli/sys/devices.h"
 
 #include <stdbool.h>
@@ -99,8 +100,11 @@ struct ddp_job {
     char *net_iface; /* network.interface: forced for every node, or NULL (auto) */
     int net_family;  /* network.family: 0 auto, 4 IPv4, 6 IPv6 */
     int64_t stop_grace_ms;
-    int64_t hang_after_ms; /* diagnose.hang_after: the hang report; 0 turns it off */
-    bool hang_fail;        /* diagnose.on_hang: fail (the round fails) rather than wait */
+    int64_t hang_after_ms;           /* diagnose.hang_after: the hang report; 0 turns it off */
+    bool hang_fail;                  /* diagnose.on_hang: fail (the round fails) rather than wait */
+    char *metrics_listen;            /* metrics.listen: HOST:PORT of /metrics, or NULL (off) */
+    struct ddp__cidr *metrics_allow; /* metrics.allow: who may read it (none: loopback) */
+    int nmetrics_allow;
     struct ddp_job_pipeline pipe;
     int world_size;   /* derived: sum of slots (0 while some node's are counted there) */
     char **overrides; /* the --set (and --nproc) given, as written: "--set a=b" */

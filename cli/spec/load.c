@@ -226,6 +226,8 @@ static int load_tree(const struct ddp__jctx *c, const struct ddp_ynode *root, co
     }
     if ((sub = ddp__key_get(root, DDP_K_WARM)) && ddp__job_warm(c, sub, j) < 0)
         goto out;
+    if ((sub = ddp__key_get(root, DDP_K_METRICS)) && ddp__job_metrics(c, sub, j) < 0)
+        goto out;
     if ((sub = ddp__key_get(root, DDP_K_EXPORT))) {
         if (sub->type != DDP_Y_SEQ) {
             ddp__jv_err(c, sub, "%s must be a list of variable names or patterns (NCCL_*, -PATH)",
@@ -570,6 +572,8 @@ void ddp__job_free(struct ddp_job *j)
     free(j->ssh_remote_ddprun);
     free(j->logs_dir);
     free(j->checkpoint_dir);
+    free(j->metrics_listen);
+    free(j->metrics_allow);
     for (char **m = j->warm_imports; m && *m; m++)
         free(*m);
     free(j->warm_imports);

@@ -6,6 +6,7 @@
 #include "cli/spec/keys.h"
 #include "cli/spec/pipe_layout.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,16 @@ static void print_custom_val(FILE *f, const struct ddp_job *j, int id)
         break;
     case DDP_K_CHECKPOINT_ON_CORRUPT:
         fputs(j->ckpt_restart ? "restart" : DDP_KEY_DEFAULT(CHECKPOINT_ON_CORRUPT), f);
+        break;
+    case DDP_K_METRICS_ALLOW:
+        fputc('[', f);
+        for (int k = 0; k < j->nmetrics_allow; k++) {
+            char a[64];
+            const struct ddp__cidr *r = &j->metrics_allow[k];
+            inet_ntop(r->family, r->addr, a, sizeof(a));
+            fprintf(f, "%s%s/%d", k ? ", " : "", a, r->bits);
+        }
+        fputc(']', f);
         break;
     case DDP_K_DIAGNOSE_ON_HANG:
         fputs(j->hang_fail ? "fail" : DDP_KEY_DEFAULT(DIAGNOSE_ON_HANG), f);

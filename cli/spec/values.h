@@ -56,6 +56,8 @@ int ddp__job_command(const struct ddp__jctx *c, const struct ddp_ynode *n, struc
 int ddp__job_env(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
 /* The warm key: on, off, or {imports: [MODULE, ...]} (cli/spec/command.c). */
 int ddp__job_warm(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
+/* metrics: {listen, allow} (cli/spec/metrics.c). */
+int ddp__job_metrics(const struct ddp__jctx *c, const struct ddp_ynode *n, struct ddp_job *j);
 int ddp__job_exec_size(const struct ddp__jctx *c, const struct ddp_ynode *root,
                        const struct ddp_job *j);
 /* The nodes key (cli/spec/hosts.c): hosts, and each one's slots where given (*slots_given, a

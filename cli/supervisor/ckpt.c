@@ -635,6 +635,22 @@ enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
     return act;
 }
 
+double ddp__ck_lag_s(int node)
+{
+    if (!C.on)
+        return -1;
+    int64_t oldest = 0, now = ddp_now_ms();
+    for (size_t k = 0; k < C.n; k++) {
+        const struct file *f = &C.f[k];
+        if (f->v.removed || !f->pending_since || (oldest && f->pending_since >= oldest))
+            continue;
+        if (node >= 0 && !in_flight(f, node))
+            continue;
+        oldest = f->pending_since;
+    }
+    return oldest ? (double)(now - oldest) / 1000 : 0;
+}
+
 int ddp__ck_line(char *buf, size_t n)
 {
     if (!C.on || !n)

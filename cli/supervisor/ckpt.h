@@ -59,6 +59,10 @@ enum ddp__ck_action ddp__ck_restore(bool (*member)(int), char *why, size_t whyn)
 void ddp__ck_closed(int i);
 /* Copies asked for and not answered yet. */
 bool ddp__ck_copying(void);
+/* The replication's lag in seconds: node -1 the job's (since the oldest file short of its
+ * copies was recorded), else node's (since the oldest file it is copying now was); 0 when
+ * nothing is short; -1 when replication is off. */
+double ddp__ck_lag_s(int node);
 /* The replication's state for `ddprun status` (one line, no newline); 0 when off. */
 int ddp__ck_line(char *buf, size_t n);
 

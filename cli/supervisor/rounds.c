@@ -907,6 +907,13 @@ void ddp__sup_on_member(void *arg, const struct ddp__member_ev *ev)
     (void)arg;
     if (ev->kind == DDP__MEV_PROGRESS) {
         if (ev->node < ddp__supervisor.job->nnodes &&
+            ev->incarnation == ddp__supervisor.nd[ev->node].incarnation) {
+            /* (the heartbeat that carried it: its first line says how long it waited) */
+            long long age = strncmp(ev->report, "age ", 4) == 0 ? atoll(ev->report + 4) : 0;
+            ddp__supervisor.nd[ev->node].heard_ms =
+                ddp_now_ms() - (age > 0 && age < 3600000 ? age : 0);
+        }
+        if (ev->node < ddp__supervisor.job->nnodes &&
             ev->incarnation == ddp__supervisor.nd[ev->node].incarnation &&
             ddp__supervisor.nd[ev->node].state == DDP__NS_RUNNING)
             ddp__wd_progress((int)ev->node, ev->report);

@@ -9,6 +9,7 @@
  */
 #include "cli/supervisor/recovery.h"
 #include "cli/supervisor/ckpt.h"
+#include "cli/supervisor/metrics.h"
 #include "cli/supervisor/supervisor.h"
 #include "cli/proto/agent_proto.h"
 #include "cli/supervisor/watchdog.h"
@@ -675,6 +676,8 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
                              .recovery = recovery_lines};
     ddp__wd_init(&wd);
     wd_up = true;
+    if (ddp__met_start() < 0) /* (cli/supervisor/metrics.h) */
+        goto out;
     if (announce(ready_fd, ddp__wd_listen() == 0) < 0)
         goto out;
     char ranks[120]; /* "4 ranks on 2 nodes", or the ranks each node counts */
@@ -743,6 +746,7 @@ int ddp__launch(const struct ddp_job *job, int ready_fd)
 out:
     ddp__remote_release(
         &ddp__supervisor.remote); /* after the summary reached the attached consoles */
+    ddp__met_stop();
     if (wd_up)
         ddp__wd_release();
     explicit_bzero(ddp__supervisor.token, sizeof(ddp__supervisor.token));

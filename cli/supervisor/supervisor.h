@@ -75,7 +75,8 @@ struct ddp__sup_node {
      * (the agent revoked it, having ended its ranks) or DDP__SUP_DRAIN_MS passed; 0 if not */
     int64_t draining_ms;
     unsigned draining_inc;
-    uint64_t lease; /* its agent's lease (JOINED), 0 before */
+    uint64_t lease;   /* its agent's lease (JOINED), 0 before */
+    int64_t heard_ms; /* when its last heartbeat's progress report was made (ddp_now_ms), or 0 */
     /* when the store's connection that kept that lease alive closed (its agent's process is
      * gone, or cut off from the store), else 0: a node lost by its connection within
      * DDP__SUP_DRAIN_MS of it is not drained */

@@ -3,6 +3,7 @@
 #include "cli/proto/agent_proto.h"
 #include "cli/sys/sys.h"
 #include "cli/diag/diagnose.h"
+#include "cli/diag/metrics.h"
 #include "cli/spec/job.h"
 #include "cli/supervisor/nodes.h"
 #include "cli/view/record.h"
@@ -362,6 +363,12 @@ void ddp__wd_round_end(void)
 {
     W.running = false;
     ddp_timer_stop(W.c.loop, &W.tick);
+}
+
+void ddp__wd_metrics(const char *job_id, struct ddp_buf *out)
+{
+    if (W.running)
+        ddp__diag_metrics(&W.d, ddp_now_ms(), W.names, job_id, out);
 }
 
 void ddp__wd_progress(int node, char *report)

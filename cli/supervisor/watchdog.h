@@ -10,6 +10,8 @@
 #ifndef DDP_CLI_WATCHDOG_H
 #define DDP_CLI_WATCHDOG_H
 
+#include "common/buf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -55,6 +57,9 @@ void ddp__wd_round(int world, const int *node_of_rank, const int *local_of_rank)
 void ddp__wd_startup(int *round, double *formed_s, double *first_s);
 /* The round's workers are stopping: no hang reports until the next round. */
 void ddp__wd_round_end(void);
+/* The current round's ranks as Prometheus series (cli/diag/metrics.h), from the model
+ * `ddprun status` shows; nothing between rounds. */
+void ddp__wd_metrics(const char *job_id, struct ddp_buf *out);
 /* Node node's progress report (cli/diag/diag.h lines); takes report (malloc'd). */
 void ddp__wd_progress(int node, char *report);
 /* Node node's STACKS_REPLY. */

@@ -21,7 +21,7 @@ spec_error() {
 
 @test "unknown key" {
   spec_error 'command: [true]\nnproc_per_nodes: 2\n' \
-    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, bind_to, rendezvous, elastic, ssh, logs, checkpoint, warm, stop_grace, network, export, diagnose, launcher, pipeline)"
+    "job.yaml:2:1: unknown key 'nproc_per_nodes' in the job spec (expected one of: name, command, workdir, env, nodes, nproc_per_node, backend, bind_to, rendezvous, elastic, ssh, logs, checkpoint, warm, stop_grace, network, export, diagnose, metrics, launcher, pipeline)"
   spec_error 'command: [true]\nelastic:\n  min_node: 1\n' \
     "job.yaml:3:3: unknown key 'min_node' in elastic (expected one of: min_nodes, max_nodes, max_restarts, heartbeat_interval, heartbeat_timeout, cooldown)"
 }

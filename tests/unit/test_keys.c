@@ -26,8 +26,9 @@ static const char etcd_yaml[] = "command: [true]\n"
 static void sample(const struct ddp__key *k, char *out, size_t n)
 {
     switch (k->kind) {
-    case DDP_KK_STR:
-        snprintf(out, n, "sample-v");
+    case DDP_KK_STR: /* (an address where the key is one) */
+        snprintf(out, n, "%s",
+                 strcmp(k->path, "metrics.listen") == 0 ? "127.0.0.1:9400" : "sample-v");
         break;
     case DDP_KK_PATH_:
         snprintf(out, n, "/sample/path");
