@@ -14,8 +14,9 @@ TEST_DEPS=(bats bats-assert bats-support inotify-tools clang libclang-rt-14-dev 
            slurmd etcd-server openssl curl nftables libfaketime dpkg-dev
            python3-cryptography)
 # Installed without their recommends, and with no service of theirs started (the tests start
-# their own, on free loopback ports): Prometheus' server and promtool.
-QUIET_DEPS=(prometheus)
+# their own, on free loopback ports): Prometheus' server and promtool; Chromium, which renders
+# `ddprun report`'s page headless in 97-report.
+QUIET_DEPS=(prometheus chromium)
 JOBS=${JOBS:-$(nproc)}
 
 need() { # prints the packages of "$@" that are not installed
@@ -172,7 +173,7 @@ test)
   fuzzers=()
   for t in store_proto:corpus: torch_store:corpus-torch: torch_proxy:corpus-tproxy: job_spec:corpus-job:-dict=tests/fuzz/job.dict \
     json:corpus-json: profile:corpus-profile:-max_len=8192 agent_proto:corpus-agent: \
-    agent_wire:corpus-wire:; do
+    agent_wire:corpus-wire: http_head:corpus-http: report:corpus-report:; do
     IFS=: read -r name corpus extra <<<"$t"
     fuzzers+=("$name")
     mkdir -p "build/fuzz/$corpus"

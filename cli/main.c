@@ -34,6 +34,7 @@ static int cmd_stacks(struct ddp_cli_opts *o);
 static int cmd_attach(struct ddp_cli_opts *o);
 static int cmd_ps(struct ddp_cli_opts *o);
 static int cmd_logs(struct ddp_cli_opts *o);
+static int cmd_report(struct ddp_cli_opts *o);
 static int cmd_stop(struct ddp_cli_opts *o);
 static int cmd_pipeline(struct ddp_cli_opts *o);
 static int cmd_help(struct ddp_cli_opts *o);
@@ -115,6 +116,16 @@ static const struct command commands[] = {
      {"rank", "logs", NULL},
      1,
      cmd_logs},
+    {"report",
+     "ddprun report JOB [-o FILE]",
+     "Writes one self-contained HTML page of a job, running or finished, from its log folder:\n"
+     "the timeline of rounds, node losses, hangs and recoveries; each rank's progress over\n"
+     "time with stragglers marked; each round's startup; how each rank ended, with a failed\n"
+     "rank's last lines. The data it plots is in the page as JSON. JOB: its id (or its\n"
+     "start), or its log folder. Default FILE: report.html in the log folder.",
+     {"output", NULL},
+     1,
+     cmd_report},
     {"stop",
      "ddprun stop [JOB]",
      "Stops a running job as SIGINT does (the ranks get SIGINT, SIGTERM halfway through\n"
@@ -140,7 +151,7 @@ static const struct command commands[] = {
      "into stages, each replicated on some machines, per level of machines (within a server,\n"
      "then servers), minimizing the slowest stage; prints each stage's layers, replicas and\n"
      "time, and the predicted speedup over data parallelism.",
-     {"pipeline", NULL},
+     {"pipeline", "output", NULL},
      2,
      cmd_pipeline},
     {"help",
@@ -212,6 +223,8 @@ static void usage(void)
     ddp__cli_print_opts("attach", stdout);
     printf("\npipeline plan options:\n");
     ddp__cli_print_opts("pipeline", stdout);
+    printf("\npipeline plan and report options:\n");
+    ddp__cli_print_opts("output", stdout);
     printf("\nExit status: 0 success, 1 job failed, 2 usage or job-spec error, 3 launch error, "
            "130 interrupted.\nSee ddprun(1), ddprun-job(5) and ddprun-store(7).\n");
 }
@@ -344,6 +357,11 @@ static int cmd_ps(struct ddp_cli_opts *o)
 static int cmd_logs(struct ddp_cli_opts *o)
 {
     return ddp__cmd_logs(o);
+}
+
+static int cmd_report(struct ddp_cli_opts *o)
+{
+    return ddp__cmd_report(o);
 }
 
 static int cmd_stop(struct ddp_cli_opts *o)

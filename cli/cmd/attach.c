@@ -217,21 +217,21 @@ int ddp__cmd_stop(const struct ddp_cli_opts *o)
 /* ddprun logs                                                        */
 /* ------------------------------------------------------------------ */
 
-/* JOB's log folder: JOB itself when it is one, else the folder a job whose id JOB is (or
- * starts) left beside its control socket. 0, or -1 after an error message. */
-static int find_logdir(const char *job, char *out, size_t n, char *id, size_t idn)
+int ddp__job_logdir(const char *cmd, const char *job, char *out, size_t n, char *id, size_t idn)
 {
     struct stat st;
     char path[4096], dir[3072], why[3200];
     snprintf(path, sizeof(path), "%s/ddprun.log", job);
-    if (stat(path, &st) == 0) {
+    bool folder = stat(path, &st) == 0;
+    snprintf(path, sizeof(path), "%s/events.jsonl", job);
+    if (folder || stat(path, &st) == 0) {
         snprintf(out, n, "%s", job);
         const char *b = strrchr(job, '/');
         snprintf(id, idn, "%s", b && b[1] ? b + 1 : job);
         return 0;
     }
     if (ddp__control_dir(dir, sizeof(dir), false, why, sizeof(why)) < 0) {
-        ddp__cli_error("logs: no job '%s' of yours on this machine", job);
+        ddp__cli_error("%s: no job '%s' of yours on this machine", cmd, job);
         return -1;
     }
     DIR *d = opendir(dir);
@@ -255,14 +255,14 @@ static int find_logdir(const char *job, char *out, size_t n, char *id, size_t id
     if (d)
         closedir(d);
     if (found > 1) {
-        ddp__cli_error("logs: '%s' names %d jobs; give more of the id", job, found);
+        ddp__cli_error("%s: '%s' names %d jobs; give more of the id", cmd, job, found);
         return -1;
     }
     if (!found) {
-        ddp__cli_error("logs: no job '%s' of yours on this machine (only the newest %d jobs are "
+        ddp__cli_error("%s: no job '%s' of yours on this machine (only the newest %d jobs are "
                        "remembered here: for an older one, pass its log folder, "
                        "LOGS_DIR/JOB_ID)",
-                       job, DDP__LOGDIR_KEEP);
+                       cmd, job, DDP__LOGDIR_KEEP);
         return -1;
     }
     snprintf(path, sizeof(path), "%s/%s.logdir", dir, id);
@@ -270,7 +270,7 @@ static int find_logdir(const char *job, char *out, size_t n, char *id, size_t id
     if (!f || !fgets(out, (int)n, f)) {
         if (f)
             fclose(f);
-        ddp__cli_error("logs: cannot read %s", path);
+        ddp__cli_error("%s: cannot read %s", cmd, path);
         return -1;
     }
     fclose(f);
@@ -338,7 +338,7 @@ int ddp__cmd_logs(const struct ddp_cli_opts *o)
             return DDP_EXIT_USAGE;
         }
     }
-    if (find_logdir(o->pos[0], logdir, sizeof(logdir), id, sizeof(id)) < 0)
+    if (ddp__job_logdir("logs", o->pos[0], logdir, sizeof(logdir), id, sizeof(id)) < 0)
         return DDP_EXIT_USAGE;
     bool follow = o->vals[DDP_OPT_FOLLOW] != NULL;
     int k = 0;

@@ -15,6 +15,12 @@ int ddp__cmd_attach(const struct ddp_cli_opts *o);
 int ddp__cmd_ps(const struct ddp_cli_opts *o);
 int ddp__cmd_logs(const struct ddp_cli_opts *o);
 int ddp__cmd_stop(const struct ddp_cli_opts *o);
+/* JOB's log folder: JOB itself when it is one (a folder with ddprun.log or events.jsonl), else
+ * the folder a job whose id JOB is (or starts) left beside its control socket; its id in id.
+ * 0, or -1 after an error message that starts with cmd (cli/cmd/attach.c). */
+int ddp__job_logdir(const char *cmd, const char *job, char *out, size_t n, char *id, size_t idn);
+/* `ddprun report JOB [-o FILE]` (cli/cmd/report.c). */
+int ddp__cmd_report(const struct ddp_cli_opts *o);
 /* `ddprun pipeline plan PROFILE` (cli/cmd/pipeline.c). */
 int ddp__cmd_pipeline(const struct ddp_cli_opts *o);
 /* The hidden `ddprun __smoke-worker` of the default job without the example (cli/cmd/smoke.c). */

@@ -139,6 +139,8 @@ int ddp__cli_parse(int argc, char **argv, int *i, const char *const *groups, boo
             a = "--module";
         else if (strcmp(a, "-f") == 0) /* tail -f */
             a = "--follow";
+        else if (strcmp(a, "-o") == 0) /* cc -o */
+            a = "--output";
         else if (strcmp(a, "-r") == 0) /* torchrun's */
             a = "--redirects";
         else if (strcmp(a, "-t") == 0)

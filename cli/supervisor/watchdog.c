@@ -14,6 +14,7 @@
 #include "common/loop.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -63,6 +64,9 @@ static struct {
      * last rank's group was formed [0] and its first collective finished [1] (-1: not yet). */
     int64_t round_start_ms, startup_ms[2];
     int startup_round;
+    /* progress.tsv: each rank's progress, sampled for `ddprun report` */
+    FILE *samples;
+    int64_t *sampled_at; /* [world]: when each rank was last sampled (0: not this round) */
 } W = {.lfd = -1, .startup_ms = {-1, -1}, .startup_round = -1};
 
 static void say(const char *msg)
@@ -285,8 +289,54 @@ static void startup(void)
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* progress.tsv: what `ddprun report` plots (cli/view/report.h)       */
+/* ------------------------------------------------------------------ */
+
+/* Each rank's first report of a round, then one each DDP__WD_SAMPLE_MS at most, and at the
+ * round's end (all): t round rank node collectives steps cpu_s state straggler. About 50 bytes
+ * a sample: 18 KiB per rank per hour. */
+static void sample(bool all)
+{
+    if (!W.running || !W.c.rec || !W.c.rec->dir[0] || !W.sampled_at)
+        return;
+    int64_t now = ddp_now_ms();
+    bool due = false;
+    for (int i = 0; i < W.world && !due; i++)
+        due = W.d.r[i].have &&
+              (all || !W.sampled_at[i] || now - W.sampled_at[i] >= DDP__WD_SAMPLE_MS);
+    if (!due)
+        return;
+    if (!W.samples) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/progress.tsv", W.c.rec->dir);
+        if (!(W.samples = fopen(path, "ae")))
+            return;
+        if (ftell(W.samples) == 0)
+            fprintf(W.samples, "# ddprun progress 1: t round rank node collectives steps cpu_s "
+                               "state straggler\n");
+    }
+    struct ddp__straggle *st = calloc((size_t)W.world, sizeof(*st));
+    if (st)
+        ddp__diag_stragglers(&W.d, st);
+    double t = (double)(now - W.c.rec->t0_ms) / 1000;
+    for (int i = 0; i < W.world; i++) {
+        const struct ddp__diag_rank *r = &W.d.r[i];
+        if (!r->have || !(all || !W.sampled_at[i] || now - W.sampled_at[i] >= DDP__WD_SAMPLE_MS))
+            continue;
+        fprintf(W.samples, "%.3f\t%d\t%d\t%s\t%" PRIu64 "\t%" PRIu64 "\t%.2f\t%c\t%d\n", t,
+                *W.c.round, i, W.names[r->node], r->p.rec ? r->p.completed : 0,
+                r->p.rec ? r->p.steps : 0, r->p.cpu_s, r->p.state ? r->p.state : '?',
+                st && st[i].flagged);
+        W.sampled_at[i] = now;
+    }
+    free(st);
+    fflush(W.samples);
+}
+
 static void on_tick(struct ddp_loop *loop, struct ddp_timer *t)
 {
+    sample(false);
     struct ddp__hang h;
     if (W.running && W.c.job->hang_after_ms > 0 &&
         ddp__diag_hang(&W.d, ddp_now_ms(), W.c.job->hang_after_ms, W.names, &h)) {
@@ -345,6 +395,8 @@ void ddp__wd_round(int world, const int *node_of_rank, const int *local_of_rank)
     memcpy(W.node_of, node_of_rank, (size_t)world * sizeof(int));
     memcpy(W.local_of, local_of_rank, (size_t)world * sizeof(int));
     W.world = world;
+    free(W.sampled_at);
+    W.sampled_at = calloc((size_t)world + 1, sizeof(int64_t));
     W.running = true;
     W.round_start_ms = ddp_now_ms();
     W.startup_ms[0] = W.startup_ms[1] = -1;
@@ -361,6 +413,7 @@ void ddp__wd_startup(int *round, double *formed_s, double *first_s)
 
 void ddp__wd_round_end(void)
 {
+    sample(true); /* (where each rank's round ended) */
     W.running = false;
     ddp_timer_stop(W.c.loop, &W.tick);
 }
@@ -547,6 +600,11 @@ void ddp__wd_release(void)
         W.lfd = -1;
     }
     ddp__diag_release(&W.d);
+    if (W.samples)
+        fclose(W.samples);
+    W.samples = NULL;
+    free(W.sampled_at);
+    W.sampled_at = NULL;
     free(W.node_of);
     free(W.local_of);
     free(W.names);

@@ -43,6 +43,10 @@ struct ddp__wd_ctx {
     int (*recovery)(char *out, size_t n);
 };
 
+/* progress.tsv in the log folder (what `ddprun report` plots): a rank is sampled at its first
+ * report of a round, then at most this often, and at the round's end. */
+#define DDP__WD_SAMPLE_MS 10000
+
 void ddp__wd_init(const struct ddp__wd_ctx *ctx);
 /* Opens the control socket; 0 or -1 (logged: status and stacks are then unavailable). */
 int ddp__wd_listen(void);

@@ -124,24 +124,28 @@ static void plain(struct conn *c, int status, const char *text)
 }
 
 /* The request head is whole (c->head, NUL-terminated): answer it. */
-static void request(struct conn *c)
+int ddp__http_head(const char *head, size_t len, bool *head_only, char target[1024])
 {
-    struct ddp__http *s = c->s;
-    char method[16], target[1024], version[16];
-    if (sscanf(c->head, "%15s %1023s %15s", method, target, version) != 3 ||
-        strncmp(version, "HTTP/1.", 7) != 0 || target[0] != '/') {
-        refusal(s, "a malformed request (not HTTP/1.x)");
-        plain(c, 400, "bad request\n");
-        return;
-    }
-    bool head = strcmp(method, "HEAD") == 0;
-    if (!head && strcmp(method, "GET") != 0) {
-        plain(c, 405, "only GET and HEAD\n");
-        return;
-    }
+    char method[16], version[16];
+    if (memchr(head, '\0', len) || head[len] != '\0')
+        return 400; /* (a NUL byte in it) */
+    if (!strstr(head, "\r\n\r\n") && !strstr(head, "\n\n"))
+        return len >= HEAD_MAX ? 431 : 0;
+    if (sscanf(head, "%15s %1023s %15s", method, target, version) != 3 ||
+        strncmp(version, "HTTP/1.", 7) != 0 || target[0] != '/')
+        return 400;
+    *head_only = strcmp(method, "HEAD") == 0;
+    if (!*head_only && strcmp(method, "GET") != 0)
+        return 405;
     char *q = strchr(target, '?'); /* (a query string changes nothing) */
     if (q)
         *q = '\0';
+    return 200;
+}
+
+static void request(struct conn *c, const char *target, bool head)
+{
+    struct ddp__http *s = c->s;
     struct ddp_buf body;
     ddp_buf_init(&body);
     const char *ctype = NULL;
@@ -180,14 +184,24 @@ static void on_conn(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
     }
     c->len += (size_t)r;
     c->head[c->len] = '\0';
-    if (memchr(c->head, '\0', c->len)) {
-        refusal(c->s, "a malformed request (a NUL byte)");
-        plain(c, 400, "bad request\n");
-    } else if (strstr(c->head, "\r\n\r\n") || strstr(c->head, "\n\n")) {
-        request(c);
-    } else if (c->len == HEAD_MAX) {
+    char target[1024];
+    bool head = false;
+    switch (ddp__http_head(c->head, c->len, &head, target)) {
+    case 0: /* more to come */
+        break;
+    case 200:
+        request(c, target, head);
+        break;
+    case 405:
+        plain(c, 405, "only GET and HEAD\n");
+        break;
+    case 431:
         refusal(c->s, "a request head over 8 KiB");
         plain(c, 431, "request head too large\n");
+        break;
+    default:
+        refusal(c->s, "a malformed request (not HTTP/1.x)");
+        plain(c, 400, "bad request\n");
     }
 }
 

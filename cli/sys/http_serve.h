@@ -12,6 +12,7 @@
 #include "cli/sys/cidr.h"
 #include "common/buf.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct ddp_loop;
@@ -29,6 +30,10 @@ typedef int (*ddp__http_handler)(void *arg, const char *path, struct ddp_buf *bo
 int ddp__http_open(struct ddp_loop *loop, const char *host, int port, const struct ddp__cidr *allow,
                    int nallow, const char *name, ddp__http_handler h, void *arg, int *bound,
                    struct ddp__http **out, char *why, size_t whyn);
+/* A request head, head[0..len) and a NUL after it: 0 while it is not whole (and under 8 KiB);
+ * else 200 with *head_only (HEAD) and target (the path, its query cut), or the status of its
+ * refusal: 400 (not HTTP/1.x, a NUL byte), 405 (not GET or HEAD), 431 (over 8 KiB). */
+int ddp__http_head(const char *head, size_t len, bool *head_only, char target[1024]);
 /* Closes the port and every connection. NULL is a no-op. */
 void ddp__http_close(struct ddp__http *s);
 /* Requests answered, and connections refused or dropped (for tests and metrics). */
