@@ -144,6 +144,19 @@ static void axis(const struct ddp__report *r, FILE *f, double y)
         fprintf(f, "<text x='%.1f' y='%.0f' class='tick'>%g s</text>\n", x_of(r, t), y + 14, t);
 }
 
+/* A vertical line at x down to bottom, and its label at height ty: pre, what, post (escaped),
+ * with title as its tooltip. */
+static void mark(FILE *f, double x, double bottom, int ty, const char *cls, const char *pre,
+                 const char *what, const char *post, const char *title)
+{
+    fprintf(f, "<line x1='%.1f' y1='24' x2='%.1f' y2='%.0f' class='%s'/>", x, x, bottom, cls);
+    fprintf(f, "<text x='%.1f' y='%d' class='%s'>%s", x + 3, ty, cls, pre);
+    esc(f, what);
+    fprintf(f, "%s<title>", post);
+    esc(f, title);
+    fprintf(f, "</title></text>\n");
+}
+
 /* Rows of ranks by round, node losses, hangs, and each recovery's phases above them. */
 static void timeline(const struct ddp__report *r, FILE *f)
 {
@@ -184,28 +197,12 @@ static void timeline(const struct ddp__report *r, FILE *f)
                     d->round % 2, i, d->round, d->nodes);
         }
     }
-    for (size_t k = 0; k < r->nlosses; k++) {
-        double x = x_of(r, r->losses[k].t);
-        fprintf(f,
-                "<line x1='%.1f' y1='24' x2='%.1f' y2='%.0f' class='loss'/><text x='%.1f' y='34' "
-                "class='loss'>",
-                x, x, top + ROW * n, x + 3);
-        esc(f, r->losses[k].node);
-        fprintf(f, " lost<title>");
-        esc(f, r->losses[k].reason);
-        fprintf(f, "</title></text>\n");
-    }
-    for (size_t k = 0; k < r->nhangs; k++) {
-        double x = x_of(r, r->hangs[k].t);
-        fprintf(f,
-                "<line x1='%.1f' y1='24' x2='%.1f' y2='%.0f' class='hang'/><text x='%.1f' y='46' "
-                "class='hang'>hang: rank ",
-                x, x, top + ROW * n, x + 3);
-        esc(f, r->hangs[k].ranks);
-        fprintf(f, "<title>");
-        esc(f, r->hangs[k].what);
-        fprintf(f, "</title></text>\n");
-    }
+    for (size_t k = 0; k < r->nlosses; k++)
+        mark(f, x_of(r, r->losses[k].t), top + ROW * n, 34, "loss", "", r->losses[k].node, " lost",
+             r->losses[k].reason);
+    for (size_t k = 0; k < r->nhangs; k++)
+        mark(f, x_of(r, r->hangs[k].t), top + ROW * n, 46, "hang", "hang: rank ", r->hangs[k].ranks,
+             "", r->hangs[k].what);
     axis(r, f, top + ROW * n + 4);
     fprintf(f, "</svg>\n");
 }

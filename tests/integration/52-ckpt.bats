@@ -53,6 +53,23 @@ warm_in() {
 # unseen by the agent's watch (inotify reports no write through a mapping).
 rot() { node_run "$1" "$PY" -c "import mmap, sys; f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 0); m[200] ^= 0xff; m.flush()" "$CK/$2"; }
 
+# Closes node K's replication port to the others (nftables in its namespace: the table ddptest,
+# deleted by open_port K): its packets dropped, or refused ("reject with tcp reset").
+close_port() { # k verdict
+  local port
+  port=$(events | grep '"event": "checkpoint_port"' | grep "\"$(sshd_addr "$1")\"" | grep -o '"addr": "[^"]*' | sed 's/.*://')
+  [ -n "$port" ]
+  ip netns exec "$(sshd_ns "$1")" nft -f - <<NFT
+table inet ddptest {
+  chain input {
+    type filter hook input priority 0;
+    tcp dport $port $2;
+  }
+}
+NFT
+}
+open_port() { ip netns exec "$(sshd_ns "$1")" nft delete table inet ddptest; }
+
 # Waits until FILE's last recorded version is on nodes K... (60 s at most).
 wait_copies() { # file k...
   local f=$1 k want ok
@@ -350,16 +367,7 @@ JOB
   v1=$(copy_sha 1 a.pt)
   # node 1's replication port closed to the others (nftables in its namespace): its records still
   # reach the launcher, no copy leaves it
-  port=$(events | grep '"event": "checkpoint_port"' | grep "\"$(sshd_addr 1)\"" | grep -o '"addr": "[^"]*' | sed 's/.*://')
-  [ -n "$port" ]
-  ip netns exec "$(sshd_ns 1)" nft -f - <<NFT
-table inet ddptest {
-  chain input {
-    type filter hook input priority 0;
-    tcp dport $port drop;
-  }
-}
-NFT
+  close_port 1 drop
   node_run 1 sh -c "echo v2 >$CK/a.tmp && mv $CK/a.tmp $CK/a.pt; echo only >$CK/b.pt"
   for _ in $(seq 300); do [ "$(ev_field checkpoint_file path | grep -c .)" -ge 3 ] && break; sleep 0.1; done
   [ "$(ev_field checkpoint_file path | grep -c .)" -ge 3 ] || { events; false; }
@@ -426,23 +434,14 @@ NFT
 
 @test "a copy that fails is asked for again: the holder's port refused, the file is short of its copy in ddprun status; once open again, the copy is made" {
   idle_job
-  port=$(events | grep '"event": "checkpoint_port"' | grep "\"$(sshd_addr 3)\"" | grep -o '"addr": "[^"]*' | sed 's/.*://')
-  [ -n "$port" ]
-  ip netns exec "$(sshd_ns 3)" nft -f - <<NFT
-table inet ddptest {
-  chain input {
-    type filter hook input priority 0;
-    tcp dport $port reject with tcp reset;
-  }
-}
-NFT
+  close_port 3 "reject with tcp reset"
   node_run 3 sh -c "echo c >$CK/c.pt"
   wait_for_line out.txt 30 "ddprun: checkpoint: node '$(sshd_addr 1)' could not copy c.pt: .*; trying again every 5 s"
   "$DDPRUN" status >status.txt
   grep -Eq "^checkpoint replication: 1 file, 1 short of 1 copy, lag [0-9.]+ s" status.txt || { cat status.txt; false; }
   [ "$(copy_sha 1 c.pt)" = none ]
   sleep 5.5 # (tried again, and failed again)
-  ip netns exec "$(sshd_ns 3)" nft delete table inet ddptest
+  open_port 3
   wait_copies c.pt 3 1
   "$DDPRUN" status >status.txt
   grep -q "^checkpoint replication: 1 file, each with 1 copy" status.txt || { cat status.txt; false; }

@@ -20,22 +20,7 @@ teardown() {
   true
 }
 
-job() { # extra yaml, then hangtest arguments
-  local extra=$1
-  shift
-  local args=""
-  for a in "$@"; do args="$args, \"$a\""; done
-  cat >job.yaml <<JOB
-command: ["$HANGTEST"$args]
-nodes:
-  - {host: localhost, slots: 2}
-  - {host: 127.0.0.1, slots: 2}
-elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 5s}
-logs: {dir: logs}
-stop_grace: 2s
-$extra
-JOB
-}
+job() { hangtest_job "$@"; } # extra yaml, then hangtest arguments (tests/lib/common.bash)
 
 events() { cat logs/*/events.jsonl; }
 has_event() { events 2>/dev/null | grep -q "\"event\": \"$1\""; }

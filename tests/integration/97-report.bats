@@ -6,7 +6,6 @@
 load '../lib/common'
 load '../lib/events'
 
-HANGTEST="$BUILD/tests/hangtest"
 CHECK="$REPO/tests/integration/py/report_check.py"
 
 setup() {
@@ -20,20 +19,7 @@ teardown() {
   true
 }
 
-job() { # extra yaml, then hangtest arguments
-  local extra=$1 args=""
-  shift
-  for a in "$@"; do args="$args, \"$a\""; done
-  cat >job.yaml <<JOB
-command: ["$HANGTEST"$args]
-nodes:
-  - {host: localhost, slots: 2}
-  - {host: 127.0.0.1, slots: 2}
-logs: {dir: logs}
-stop_grace: 2s
-$extra
-JOB
-}
+job() { HANG_ELASTIC="" hangtest_job "$@"; } # (tests/lib/common.bash; elastic in extra)
 
 # Renders PAGE to PNG with headless Chromium, unable to reach any network, and fails on any
 # message of the page's console.

@@ -88,3 +88,24 @@ local_agent_of() {
   done
   return 0
 }
+
+# job.yaml of tests/helpers/hangtest on two local nodes of 2 ranks (localhost, 127.0.0.1), logs
+# in ./logs; EXTRA (YAML lines) after, ARGS the program's. HANG_ELASTIC: the elastic line
+# (default heartbeats 500ms, timeout 5s; "" for none, to give one in EXTRA).
+hangtest_job() { # extra, then hangtest arguments
+  local extra=$1 args="" a el="elastic: {heartbeat_interval: 500ms, heartbeat_timeout: 5s}"
+  shift
+  [ -n "${HANG_ELASTIC+set}" ] && el=$HANG_ELASTIC
+  for a in "$@"; do args="$args, \"$a\""; done
+  cat >job.yaml <<JOB
+command: ["$BUILD/tests/hangtest"$args]
+nodes:
+  - {host: localhost, slots: 2}
+  - {host: 127.0.0.1, slots: 2}
+$el
+logs: {dir: logs}
+stop_grace: 2s
+$extra
+JOB
+}
+
