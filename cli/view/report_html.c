@@ -144,6 +144,21 @@ static void axis(const struct ddp__report *r, FILE *f, double y)
         fprintf(f, "<text x='%.1f' y='%.0f' class='tick'>%g s</text>\n", x_of(r, t), y + 14, t);
 }
 
+/* The ranks a plot has a row for: the first PLOT_RANKS (a page of a million ranks' rows would be
+ * hundreds of megabytes; the data has them all). */
+#define PLOT_RANKS 1024
+static int plotted(const struct ddp__report *r)
+{
+    return r->world_max < PLOT_RANKS ? r->world_max : PLOT_RANKS;
+}
+
+static void more(const struct ddp__report *r, FILE *f, double y)
+{
+    if (r->world_max > PLOT_RANKS)
+        fprintf(f, "<text x='4' y='%.0f' class='lbl'>(and %d more ranks, in the data)</text>\n", y,
+                r->world_max - PLOT_RANKS);
+}
+
 /* A vertical line at x down to bottom, and its label at height ty: pre, what, post (escaped),
  * with title as its tooltip. */
 static void mark(FILE *f, double x, double bottom, int ty, const char *cls, const char *pre,
@@ -160,8 +175,8 @@ static void mark(FILE *f, double x, double bottom, int ty, const char *cls, cons
 /* Rows of ranks by round, node losses, hangs, and each recovery's phases above them. */
 static void timeline(const struct ddp__report *r, FILE *f)
 {
-    int n = r->world_max;
-    double top = 50, h = top + ROW * n + 30;
+    int n = plotted(r);
+    double top = 50, h = top + ROW * n + (r->world_max > PLOT_RANKS ? 46 : 30);
     fprintf(f,
             "<svg id='timeline' xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f'>\n",
             W, h);
@@ -204,28 +219,43 @@ static void timeline(const struct ddp__report *r, FILE *f)
         mark(f, x_of(r, r->hangs[k].t), top + ROW * n, 46, "hang", "hang: rank ", r->hangs[k].ranks,
              "", r->hangs[k].what);
     axis(r, f, top + ROW * n + 4);
+    more(r, f, top + ROW * n + 28);
     fprintf(f, "</svg>\n");
 }
 
 /* Each rank's collectives per second between its samples; stragglers dashed. */
 static void progress(const struct ddp__report *r, FILE *f)
 {
-    int n = r->world_max;
+    int n = plotted(r);
     double maxr = 0, ph = 240;
+    /* the samples' indexes rank by rank, each rank's in their order: idx[at[i] .. at[i + 1]) */
+    size_t *at = calloc((size_t)n + 2, sizeof(size_t)),
+           *idx = calloc(r->nsamples + 1, sizeof(size_t));
+    if (!at || !idx) {
+        free(at);
+        free(idx);
+        return;
+    }
+    for (size_t k = 0; k < r->nsamples; k++)
+        if (r->samples[k].rank < n)
+            at[r->samples[k].rank + 2]++;
+    for (int i = 2; i < n + 2; i++)
+        at[i] += at[i - 1];
+    for (size_t k = 0; k < r->nsamples; k++)
+        if (r->samples[k].rank < n)
+            idx[at[r->samples[k].rank + 1]++] = k;
     for (int pass = 0; pass < 2; pass++) {
         if (pass)
             fprintf(f,
                     "<svg id='progress' xmlns='http://www.w3.org/2000/svg' width='%.0f' "
                     "height='%.0f'>\n",
-                    W, ph + 40 + ROW * n);
+                    W, ph + 40 + ROW * n + (r->world_max > PLOT_RANKS ? 16 : 0));
         for (int i = 0; i < n; i++) {
             bool strag = false, open = false;
             double lx = 0, ly = 0;
             const struct ddp__rp_sample *prev = NULL;
-            for (size_t k = 0; k < r->nsamples; k++) {
-                const struct ddp__rp_sample *s = &r->samples[k];
-                if (s->rank != i)
-                    continue;
+            for (size_t x = at[i]; x < at[i + 1]; x++) {
+                const struct ddp__rp_sample *s = &r->samples[idx[x]];
                 strag |= s->straggler;
                 if (prev && prev->round == s->round && s->t > prev->t && s->coll >= prev->coll) {
                     double rate = (double)(s->coll - prev->coll) / (s->t - prev->t);
@@ -264,7 +294,10 @@ static void progress(const struct ddp__report *r, FILE *f)
             "class='lbl'>0</text>\n",
             maxr, ph + 10);
     axis(r, f, ph + 14);
+    more(r, f, ph + 40 + ROW * n + 11);
     fprintf(f, "</svg>\n");
+    free(at);
+    free(idx);
 }
 
 /* Each round: its ranks started, their process groups formed, their first collective done. */
