@@ -17,6 +17,7 @@
 #include "common/banned.h"
 
 static struct ddp__http *g_srv;
+static char g_addr[300]; /* where it is served: "host:port" */
 
 /* The buckets of the recovery histogram, seconds (a warm restart takes under 1 s, a cold one
  * a few, torchrun's 10 to 20). */
@@ -182,6 +183,7 @@ int ddp__met_start(void)
         return -1;
     }
     snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, bound);
+    snprintf(g_addr, sizeof(g_addr), "%s", addr);
     ddp__sup_say("ddprun: metrics at http://%s/metrics", addr);
     ddp__sup_event("metrics", "addr", addr, NULL);
     return 0;
@@ -191,4 +193,13 @@ void ddp__met_stop(void)
 {
     ddp__http_close(g_srv);
     g_srv = NULL;
+    g_addr[0] = '\0';
+}
+
+int ddp__met_line(char *buf, size_t n)
+{
+    if (!g_srv || !n)
+        return 0;
+    int len = snprintf(buf, n, "metrics: http://%s/metrics", g_addr);
+    return len < 0 ? 0 : (size_t)len < n ? len : (int)n - 1;
 }

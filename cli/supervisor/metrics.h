@@ -15,6 +15,8 @@
  * 0, or -1 after an error naming the address. */
 int ddp__met_start(void);
 void ddp__met_stop(void);
+/* "metrics: http://HOST:PORT/metrics" for `ddprun status` (no newline); 0 when off. */
+int ddp__met_line(char *buf, size_t n);
 /* The whole exposition, as /metrics serves it. */
 void ddp__met_render(struct ddp_buf *out);
 

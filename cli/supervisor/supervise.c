@@ -465,17 +465,22 @@ static int announce(int ready_fd, bool listening)
 /* `ddprun status`: the last recovery's timeline, then the checkpoints' replication. */
 static int recovery_lines(char *buf, size_t n)
 {
-    int len = ddp__rcv_line(buf, n);
-    if (!ddp__ck_on() || (size_t)len + 2 >= n)
-        return len;
-    if (len > 0)
-        buf[len++] = '\n';
-    int more = ddp__ck_line(buf + len, n - (size_t)len);
-    if (more > 0)
-        return len + more;
-    if (len > 0)
-        buf[--len] = '\0';
-    return len;
+    /* the last restart's timeline, the replication's state, where the metrics are: each a line
+     * where there is something to say */
+    int (*const parts[])(char *, size_t) = {ddp__rcv_line, ddp__ck_line, ddp__met_line};
+    size_t len = 0;
+    for (size_t k = 0; k < sizeof(parts) / sizeof(parts[0]) && len + 2 < n; k++) {
+        size_t at = len ? len + 1 : 0;
+        int m = parts[k](buf + at, n - at);
+        if (m <= 0)
+            continue;
+        if (len)
+            buf[len] = '\n';
+        len = at + (size_t)m;
+    }
+    if (n)
+        buf[len < n ? len : n - 1] = '\0';
+    return (int)len;
 }
 
 static void headline(char *out, size_t n)

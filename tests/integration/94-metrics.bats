@@ -121,6 +121,7 @@ YML
   [ "$(cat stopped.txt)" = $'0 1\n1 1' ]
   "$DDPRUN" status >status.txt
   cat status.txt
+  grep -qx "metrics: $url" status.txt
   promq 'ddprun_rank_collectives_total' >coll.txt
   cat coll.txt
   for r in 0 1; do
