@@ -71,6 +71,63 @@ static const char *state_label(const struct ddp__diag_rank *r)
     }
 }
 
+/* A rank's series after its state: one value each, NaN where the rank has none. */
+static const struct {
+    const char *name, *type, *help;
+} g_fams[] = {
+    {"ddprun_rank_cpu_seconds_total", "counter",
+     "CPU time (user and system) of the rank's process."},
+    {"ddprun_rank_cpu_usage_ratio", "gauge",
+     "CPU time per second between the rank's last two reports (ddprun status' cpu%, divided by "
+     "100)."},
+    {"ddprun_rank_collectives_total", "counter",
+     "Collectives the rank's process group finished (ranks with a flight recorder: libddp, or "
+     "PyTorch under ddprun)."},
+    {"ddprun_rank_ddp_steps_total", "counter",
+     "DistributedDataParallel steps (a forward and its backward's all-reduces) the rank finished, "
+     "as its recorder saw them."},
+    {"ddprun_rank_seconds_since_progress", "gauge",
+     "Seconds since one of the rank's collectives was issued, began or ended."},
+    {"ddprun_rank_collective_age_seconds", "gauge",
+     "Seconds since the rank issued the collective it is in (0 when in none)."},
+    {"ddprun_rank_last_arrival_ratio", "gauge",
+     "Of the recent collectives every rank reported, the share this rank arrived at last."},
+    {"ddprun_rank_late_seconds", "gauge",
+     "Median of how far behind the first rank to arrive this rank arrived at the recent "
+     "collectives."},
+    {"ddprun_rank_straggler", "gauge",
+     "1 where the rank arrives last most of the time, by a margin over the noise (ddprun status' "
+     "STRAGGLER)."},
+};
+
+/* Family k's value for rank r (its straggle s), in the order of g_fams. */
+static double value(int k, const struct ddp__diag_rank *r, const struct ddp__straggle *s,
+                    int64_t now_ms)
+{
+    bool rec = r->have && r->p.rec;
+    double since = (double)(now_ms - r->at_ms);
+    switch (k) {
+    case 0:
+        return r->have ? r->p.cpu_s : NAN;
+    case 1:
+        return r->have && r->rated ? r->cpu_pct / 100 : NAN;
+    case 2:
+        return rec ? (double)r->p.completed : NAN;
+    case 3:
+        return rec ? (double)r->p.steps : NAN;
+    case 4:
+        return rec ? ((double)r->p.idle_ms + since) / 1000 : NAN;
+    case 5:
+        return !rec ? NAN : r->p.in_coll ? ((double)r->p.cur_ms + since) / 1000 : 0;
+    case 6:
+        return s->n > 0 ? s->last_frac : NAN;
+    case 7:
+        return s->n > 0 ? s->late_ms / 1000 : NAN;
+    default:
+        return s->n > 0 ? (s->flagged ? 1 : 0) : NAN;
+    }
+}
+
 void ddp__diag_metrics(const struct ddp__diag *d, int64_t now_ms, const char *const *node_names,
                        const char *job_id, struct ddp_buf *out)
 {
@@ -106,63 +163,14 @@ void ddp__diag_metrics(const struct ddp__diag *d, int64_t now_ms, const char *co
                  state_label(&d->r[i]));
         ddp__prom_sample(out, "ddprun_rank_state", with_state, 1);
     }
-    ddp__prom_family(out, "ddprun_rank_cpu_seconds_total", "counter",
-                     "CPU time (user and system) of the rank's process.");
-    for (int i = 0; i < d->world; i++)
-        if (d->r[i].have)
-            ddp__prom_sample(out, "ddprun_rank_cpu_seconds_total", LABELS(i), d->r[i].p.cpu_s);
-    ddp__prom_family(out, "ddprun_rank_cpu_usage_ratio", "gauge",
-                     "CPU time per second between the rank's last two reports (ddprun status' "
-                     "cpu%, divided by 100).");
-    for (int i = 0; i < d->world; i++)
-        if (d->r[i].have && d->r[i].rated)
-            ddp__prom_sample(out, "ddprun_rank_cpu_usage_ratio", LABELS(i), d->r[i].cpu_pct / 100);
-    ddp__prom_family(out, "ddprun_rank_collectives_total", "counter",
-                     "Collectives the rank's process group finished (ranks with a flight "
-                     "recorder: libddp, or PyTorch under ddprun).");
-    for (int i = 0; i < d->world; i++)
-        if (d->r[i].have && d->r[i].p.rec)
-            ddp__prom_sample(out, "ddprun_rank_collectives_total", LABELS(i),
-                             (double)d->r[i].p.completed);
-    ddp__prom_family(out, "ddprun_rank_ddp_steps_total", "counter",
-                     "DistributedDataParallel steps (a forward and its backward's all-reduces) "
-                     "the rank finished, as its recorder saw them.");
-    for (int i = 0; i < d->world; i++)
-        if (d->r[i].have && d->r[i].p.rec)
-            ddp__prom_sample(out, "ddprun_rank_ddp_steps_total", LABELS(i),
-                             (double)d->r[i].p.steps);
-    ddp__prom_family(out, "ddprun_rank_seconds_since_progress", "gauge",
-                     "Seconds since one of the rank's collectives was issued, began or ended.");
-    for (int i = 0; i < d->world; i++)
-        if (d->r[i].have && d->r[i].p.rec)
-            ddp__prom_sample(out, "ddprun_rank_seconds_since_progress", LABELS(i),
-                             (double)(d->r[i].p.idle_ms + (now_ms - d->r[i].at_ms)) / 1000);
-    ddp__prom_family(out, "ddprun_rank_collective_age_seconds", "gauge",
-                     "Seconds since the rank issued the collective it is in (0 when in none).");
-    for (int i = 0; i < d->world; i++)
-        if (d->r[i].have && d->r[i].p.rec)
-            ddp__prom_sample(out, "ddprun_rank_collective_age_seconds", LABELS(i),
-                             d->r[i].p.in_coll
-                                 ? (double)(d->r[i].p.cur_ms + (now_ms - d->r[i].at_ms)) / 1000
-                                 : 0);
-    ddp__prom_family(out, "ddprun_rank_last_arrival_ratio", "gauge",
-                     "Of the recent collectives every rank reported, the share this rank "
-                     "arrived at last.");
-    for (int i = 0; i < d->world; i++)
-        if (st[i].n > 0)
-            ddp__prom_sample(out, "ddprun_rank_last_arrival_ratio", LABELS(i), st[i].last_frac);
-    ddp__prom_family(out, "ddprun_rank_late_seconds", "gauge",
-                     "Median of how far behind the first rank to arrive this rank arrived at "
-                     "the recent collectives.");
-    for (int i = 0; i < d->world; i++)
-        if (st[i].n > 0)
-            ddp__prom_sample(out, "ddprun_rank_late_seconds", LABELS(i), st[i].late_ms / 1000);
-    ddp__prom_family(out, "ddprun_rank_straggler", "gauge",
-                     "1 where the rank arrives last most of the time, by a margin over the "
-                     "noise (ddprun status' STRAGGLER).");
-    for (int i = 0; i < d->world; i++)
-        if (st[i].n > 0)
-            ddp__prom_sample(out, "ddprun_rank_straggler", LABELS(i), st[i].flagged ? 1 : 0);
+    for (size_t k = 0; k < sizeof(g_fams) / sizeof(g_fams[0]); k++) {
+        ddp__prom_family(out, g_fams[k].name, g_fams[k].type, g_fams[k].help);
+        for (int i = 0; i < d->world; i++) {
+            double v = value((int)k, &d->r[i], &st[i], now_ms);
+            if (!isnan(v))
+                ddp__prom_sample(out, g_fams[k].name, LABELS(i), v);
+        }
+    }
 #undef LABELS
 out:
     free(at);

@@ -296,6 +296,12 @@ static void startup(void)
 /* Each rank's first report of a round, then one each DDP__WD_SAMPLE_MS at most, and at the
  * round's end (all): t round rank node collectives steps cpu_s state straggler. About 50 bytes
  * a sample: 18 KiB per rank per hour. */
+/* Rank i has a report this round, and its sample is due (all: at the round's end). */
+static bool sample_due(int i, int64_t now, bool all)
+{
+    return W.d.r[i].have && (all || !W.sampled_at[i] || now - W.sampled_at[i] >= DDP__WD_SAMPLE_MS);
+}
+
 static void sample(bool all)
 {
     if (!W.running || !W.c.rec || !W.c.rec->dir[0] || !W.sampled_at)
@@ -303,8 +309,7 @@ static void sample(bool all)
     int64_t now = ddp_now_ms();
     bool due = false;
     for (int i = 0; i < W.world && !due; i++)
-        due = W.d.r[i].have &&
-              (all || !W.sampled_at[i] || now - W.sampled_at[i] >= DDP__WD_SAMPLE_MS);
+        due = sample_due(i, now, all);
     if (!due)
         return;
     if (!W.samples) {
@@ -322,7 +327,7 @@ static void sample(bool all)
     double t = (double)(now - W.c.rec->t0_ms) / 1000;
     for (int i = 0; i < W.world; i++) {
         const struct ddp__diag_rank *r = &W.d.r[i];
-        if (!r->have || !(all || !W.sampled_at[i] || now - W.sampled_at[i] >= DDP__WD_SAMPLE_MS))
+        if (!sample_due(i, now, all))
             continue;
         fprintf(W.samples, "%.3f\t%d\t%d\t%s\t%" PRIu64 "\t%" PRIu64 "\t%.2f\t%c\t%d\n", t,
                 *W.c.round, i, W.names[r->node], r->p.rec ? r->p.completed : 0,

@@ -5,7 +5,6 @@
 #include "common/util.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -45,31 +44,14 @@ struct ddp__http {
     int nconns;
     struct ddp_timer sweep;
     unsigned long long answered, refused;
-    int64_t said_ms;
-    unsigned long long unsaid;
+    struct ddp_log_limit lim; /* refusals: a line a second */
 };
 
-/* A refusal, logged at most once a second (with how many were not). */
-__attribute__((format(printf, 2, 3))) static void refusal(struct ddp__http *s, const char *fmt, ...)
+/* A refusal, logged at most once a second (the next line counts those held back). */
+static void refusal(struct ddp__http *s, const char *what)
 {
     s->refused++;
-    int64_t now = ddp_now_ms();
-    if (s->said_ms && now - s->said_ms < 1000) {
-        s->unsaid++;
-        return;
-    }
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (s->unsaid)
-        DDP_WARN(SUP, "%s port: %s (and %llu more since the last such line)", s->name, msg,
-                 s->unsaid);
-    else
-        DDP_WARN(SUP, "%s port: %s", s->name, msg);
-    s->said_ms = now;
-    s->unsaid = 0;
+    DDP_WARN_LIMITED(&s->lim, SUP, "%s port: %s", s->name, what);
 }
 
 static void conn_close(struct conn *c)
@@ -225,13 +207,17 @@ static void on_accept(struct ddp_loop *loop, int fd, unsigned mask, void *arg)
         bool ok = s->nallow ? ddp__cidr_match(s->allow, s->nallow, &peer)
                             : ddp__cidr_match(loopback, 2, &peer);
         if (!ok) {
-            refusal(s, "refused %s: not in %s.allow", who, s->name);
+            char m[160];
+            snprintf(m, sizeof(m), "refused %s: not in %s.allow", who, s->name);
+            refusal(s, m);
             close(c);
             continue;
         }
         struct conn *n = s->nconns < MAX_CONNS ? calloc(1, sizeof(*n)) : NULL;
         if (!n) {
-            refusal(s, "refused %s: 64 connections are open", who);
+            char m[160];
+            snprintf(m, sizeof(m), "refused %s: 64 connections are open", who);
+            refusal(s, m);
             close(c);
             continue;
         }
